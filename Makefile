@@ -1,0 +1,44 @@
+# The two set-up commands of the README: `make run` and `make test`.
+# Both install missing Debian packages (deploy/debian-packages.txt), configure
+# and build with CMake, then run. Everything else lives in CMakeLists.txt.
+
+BUILD   ?= build
+ASAN    ?= build-asan
+JOBS    ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+.PHONY: all deps configure build test run sanitize format clean
+
+all: build
+
+deps:
+	@sh tools/install-deps.sh deploy/debian-packages.txt
+
+configure: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
+
+build: configure
+	@cmake --build $(BUILD) -j$(JOBS)
+
+test: build
+	@cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
+
+# The main job. Until the service (hypic-cached) exists this runs the embedded
+# executor: it generates the tiny default model once (no download) and prefills
+# a prompt on it, printing the next-token candidates and the time taken.
+run: build
+	@test -f run/tiny/config.json || $(BUILD)/hypic-model init --preset tiny --seed 1 --out run/tiny
+	@$(BUILD)/hypic-model info run/tiny
+	@$(BUILD)/hypic-model run run/tiny --text "Hybrid models keep a constant-size state per linear layer."
+
+# AddressSanitizer + UndefinedBehaviorSanitizer build running the same tests.
+sanitize: deps
+	@cmake -S . -B $(ASAN) -DCMAKE_BUILD_TYPE=Debug -DHY_SANITIZE=ON >/dev/null
+	@cmake --build $(ASAN) -j$(JOBS)
+	@cd $(ASAN) && ctest --output-on-failure -j$(JOBS)
+
+format:
+	@git ls-files '*.c' '*.h' | xargs clang-format -i
+
+clean:
+	rm -rf $(BUILD) $(ASAN)

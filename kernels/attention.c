@@ -1,0 +1,38 @@
+/*
+ * Causal softmax attention of one query head against its KV head, in blocks
+ * of HY_ATTN_BLOCK queries: scores = q Kᵀ·scale as one GEMM per block, a
+ * masked fp32 softmax per row, then o = P V as a second GEMM. The KV cache
+ * holds every earlier position, so a block at positions p0..p1 reads keys
+ * [0, p1]; keys after a row's own position get probability 0.
+ */
+#include "kernels/hy_kernels.h"
+
+#include <string.h>
+
+void hy_attention(int n, int hd, int64_t pos0, const float *q, size_t ldq, const float *K,
+                  size_t ldk, const float *V, size_t ldv, float scale, float *o, size_t ldo,
+                  float *scores)
+{
+    for (int b0 = 0; b0 < n; b0 += HY_ATTN_BLOCK) {
+        const int B = HY_MIN_INT(HY_ATTN_BLOCK, n - b0);
+        const int ctx = (int)(pos0 + b0 + B); /* keys visible to the block's last row */
+        hy_gemm(0, 1, B, ctx, hd, scale, q + (size_t)b0 * ldq, ldq, K, ldk, 0.0f, scores,
+                (size_t)ctx);
+        for (int i = 0; i < B; i++) {
+            float *row = scores + (size_t)i * ctx;
+            const int valid = (int)(pos0 + b0 + i) + 1;
+            float mx = row[0];
+            for (int j = 1; j < valid; j++) mx = row[j] > mx ? row[j] : mx;
+            float sum = 0.0f;
+            for (int j = 0; j < valid; j++) {
+                row[j] = expf(row[j] - mx);
+                sum += row[j];
+            }
+            const float inv = 1.0f / sum;
+            for (int j = 0; j < valid; j++) row[j] *= inv;
+            if (valid < ctx) memset(row + valid, 0, (size_t)(ctx - valid) * sizeof *row);
+        }
+        hy_gemm(0, 0, B, hd, ctx, 1.0f, scores, (size_t)ctx, V, ldv, 0.0f, o + (size_t)b0 * ldo,
+                ldo);
+    }
+}

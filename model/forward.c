@@ -1,0 +1,396 @@
+/*
+ * The forward pass, read top to bottom like the model (DESIGN.md §7):
+ *
+ *   x = embed(tokens)
+ *   for each layer:
+ *     x += mixer(rmsnorm(x))      mixer = Gated DeltaNet or gated attention
+ *     x += mlp(rmsnorm(x))        mlp   = SwiGLU, or routed experts + shared
+ *   logits = lm_head(rmsnorm(x_last))
+ *
+ * A call advances the running state by n tokens in steps of at most
+ * max_batch tokens (each step is an exact continuation of the previous one).
+ * Activations live in one workspace sized for a full step when the call
+ * starts; per-thread scratch (delta-rule chunks, attention scores) is sized
+ * for the call's final context. Nothing is allocated per token.
+ */
+#include "kernels/hy_kernels.h"
+#include "model/internal.h"
+
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct hy_exec {
+    const hy_model *m;
+    int max_batch;
+    hy_gdn_mode mode;
+    float *ws; /* activations, ws_floats */
+    size_t ws_floats;
+    float *scratch; /* nthreads × scratch_per_thread */
+    size_t scratch_per_thread, scratch_floats;
+    int nthreads;
+    /* views into ws, for the current step size */
+    float *x, *xn, *y, *big, *mid, *o, *g, *beta, *h, *gu, *xe, *ye, *topw;
+    int *topi, *rows;
+};
+
+/* --- workspace planning -------------------------------------------------- */
+
+static size_t widest_mlp(const hy_model_config *c)
+{
+    size_t w = (size_t)c->intermediate;
+    if (c->n_experts) w = HY_MAX(w, (size_t)HY_MAX(c->moe_intermediate, c->shared_intermediate));
+    return w;
+}
+
+/* Floats of activations for a step of B tokens; with base != NULL also
+ * assigns the views. */
+static size_t plan(hy_exec *ex, size_t B, float *base)
+{
+    const hy_model_config *c = &ex->m->cfg;
+    const size_t H = (size_t)c->hidden, C = (size_t)hy_config_conv_dim(c);
+    const size_t Vd = (size_t)c->lin_v_heads * c->lin_dv;
+    const size_t Qd = (size_t)c->n_heads * c->head_dim, KV = (size_t)c->n_kv_heads * c->head_dim;
+    const size_t I = widest_mlp(c);
+    size_t Pbig = HY_MAX(C + Vd + 2 * (size_t)c->lin_v_heads, 2 * Qd + 2 * KV);
+    Pbig = HY_MAX(Pbig, (size_t)c->n_experts);
+    size_t sizes[] = {
+        B * H,                                 /* x */
+        B * H,                                 /* xn */
+        B * H,                                 /* y */
+        B * Pbig,                              /* big: fused projections, router logits */
+        B * HY_MAX(C, Qd),                     /* mid: conv output / attention output */
+        B * HY_MAX(Vd, Qd),                    /* o: delta-rule output */
+        B * (size_t)c->lin_v_heads,            /* g */
+        B * (size_t)c->lin_v_heads,            /* beta */
+        B * I,                                 /* h: SwiGLU hidden */
+        B * 2 * I,                             /* gu: gate|up */
+        c->n_experts ? B * H : 0,              /* xe: gathered expert input */
+        c->n_experts ? B * H : 0,              /* ye: expert output */
+        B * (size_t)HY_MAX(c->top_k, 1),       /* topw */
+        B * (size_t)HY_MAX(c->top_k, 1),       /* topi (ints, same size) */
+        B * (size_t)HY_MAX(c->top_k, 1),       /* rows (ints): tokens routed to one expert */
+    };
+    float **views[] = {&ex->x,  &ex->xn, &ex->y,  &ex->big, &ex->mid, &ex->o,    &ex->g,   &ex->beta,
+                       &ex->h,  &ex->gu, &ex->xe, &ex->ye,  &ex->topw, NULL, NULL};
+    int **iviews[] = {&ex->topi, &ex->rows};
+    int next_int = 0;
+    size_t off = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        if (base) {
+            if (views[i])
+                *views[i] = base + off;
+            else
+                *iviews[next_int++] = (int *)(base + off);
+        }
+        off += (sizes[i] + 15) & ~(size_t)15; /* keep every view 64-byte aligned */
+    }
+    return off;
+}
+
+static int ensure_workspace(hy_exec *ex, size_t B, int64_t ctx, hy_err *err)
+{
+    const hy_model_config *c = &ex->m->cfg;
+    size_t need = plan(ex, B, NULL);
+    if (need > ex->ws_floats) {
+        float *nw = hy_alloc(need * sizeof(float));
+        if (!nw) return hy_err_set(err, HY_ENOMEM, "out of memory for a %zu-token step", B);
+        hy_free(ex->ws);
+        ex->ws = nw;
+        ex->ws_floats = need;
+    }
+    plan(ex, B, ex->ws);
+    size_t per = hy_gdn_chunked_scratch(c->lin_dk, c->lin_dv);
+    per = HY_MAX(per, (size_t)HY_ATTN_BLOCK * (size_t)ctx);
+    size_t total = per * (size_t)ex->nthreads;
+    if (total > ex->scratch_floats) {
+        float *ns = hy_alloc(total * sizeof(float));
+        if (!ns) return hy_err_set(err, HY_ENOMEM, "out of memory for scratch of context %lld",
+                                   (long long)ctx);
+        hy_free(ex->scratch);
+        ex->scratch = ns;
+        ex->scratch_floats = total;
+    }
+    ex->scratch_per_thread = per;
+    return HY_OK;
+}
+
+int hy_exec_new(const hy_model *m, int max_batch, hy_exec **out, hy_err *err)
+{
+    *out = NULL;
+    if (max_batch < 0 || max_batch > (1 << 20))
+        return hy_err_set(err, HY_ERANGE, "max_batch %d outside [0, 1048576]", max_batch);
+    hy_exec *ex = calloc(1, sizeof *ex);
+    if (!ex) return hy_err_set(err, HY_ENOMEM, "out of memory");
+    ex->m = m;
+    ex->max_batch = max_batch ? max_batch : 1024;
+    ex->nthreads = omp_get_max_threads();
+    *out = ex;
+    return HY_OK;
+}
+
+void hy_exec_free(hy_exec *ex)
+{
+    if (!ex) return;
+    hy_free(ex->ws);
+    hy_free(ex->scratch);
+    free(ex);
+}
+
+void hy_exec_set_gdn_mode(hy_exec *ex, hy_gdn_mode mode)
+{
+    ex->mode = mode;
+}
+
+/* --- layers ---------------------------------------------------------------- */
+
+static void swiglu_mlp(const hy_mlp_w *w, int n, int H, const float *xin, float *gu, float *h,
+                       float *out)
+{
+    const int I = w->inter;
+    hy_linear(n, H, 2 * I, xin, (size_t)H, w->w_gu, gu, (size_t)(2 * I));
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < n; t++) {
+        const float *gr = gu + (size_t)t * 2 * I;
+        float *hr = h + (size_t)t * I;
+        for (int j = 0; j < I; j++) hr[j] = hy_siluf(gr[j]) * gr[I + j];
+    }
+    hy_linear(n, I, H, h, (size_t)I, w->w_down, out, (size_t)H);
+}
+
+static void moe_mlp(hy_exec *ex, const hy_layer_w *L, int n)
+{
+    const hy_model_config *c = &ex->m->cfg;
+    const int H = c->hidden, E = c->n_experts, k = c->top_k;
+    float *logits = ex->big; /* [n][E] */
+    hy_linear(n, H, E, ex->xn, (size_t)H, L->router, logits, (size_t)E);
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < n; t++) {
+        float *p = logits + (size_t)t * E;
+        float mx = p[0], sum = 0.0f;
+        for (int e = 1; e < E; e++) mx = p[e] > mx ? p[e] : mx;
+        for (int e = 0; e < E; e++) sum += (p[e] = expf(p[e] - mx));
+        for (int e = 0; e < E; e++) p[e] /= sum;
+        float *tw = ex->topw + (size_t)t * k, wsum = 0.0f;
+        int *ti = ex->topi + (size_t)t * k;
+        for (int j = 0; j < k; j++) { /* top-k by selection; ties keep the lower index */
+            int best = -1;
+            for (int e = 0; e < E; e++) {
+                int taken = 0;
+                for (int q = 0; q < j; q++) taken |= ti[q] == e;
+                if (!taken && (best < 0 || p[e] > p[best])) best = e;
+            }
+            ti[j] = best;
+            tw[j] = p[best];
+            wsum += p[best];
+        }
+        if (c->norm_topk)
+            for (int j = 0; j < k; j++) tw[j] /= wsum;
+    }
+    memset(ex->y, 0, (size_t)n * H * sizeof(float));
+    int *rows = ex->rows; /* (token, slot) pairs routed to expert e */
+    for (int e = 0; e < E; e++) {
+        int m = 0;
+        for (int t = 0; t < n; t++)
+            for (int j = 0; j < k; j++)
+                if (ex->topi[(size_t)t * k + j] == e) {
+                    memcpy(ex->xe + (size_t)m * H, ex->xn + (size_t)t * H, (size_t)H * sizeof(float));
+                    rows[m++] = t * k + j;
+                }
+        if (m == 0) continue;
+        swiglu_mlp(&L->experts[e], m, H, ex->xe, ex->gu, ex->h, ex->ye);
+        for (int r = 0; r < m; r++) {
+            const int t = rows[r] / k;
+            const float w = ex->topw[rows[r]];
+            float *yr = ex->y + (size_t)t * H;
+            const float *er = ex->ye + (size_t)r * H;
+            for (int d = 0; d < H; d++) yr[d] += w * er[d];
+        }
+    }
+    if (L->shared.inter > 0) {
+        swiglu_mlp(&L->shared, n, H, ex->xn, ex->gu, ex->h, ex->ye);
+#pragma omp parallel for schedule(static)
+        for (int t = 0; t < n; t++) {
+            const float *xr = ex->xn + (size_t)t * H;
+            float s = 0.0f;
+            for (int d = 0; d < H; d++) s += xr[d] * L->shared_gate[d];
+            s = hy_sigmoidf(s);
+            float *yr = ex->y + (size_t)t * H;
+            const float *sr = ex->ye + (size_t)t * H;
+            for (int d = 0; d < H; d++) yr[d] += s * sr[d];
+        }
+    }
+}
+
+static void gdn_layer(hy_exec *ex, hy_state *st, int li, int n)
+{
+    const hy_model_config *c = &ex->m->cfg;
+    const hy_gdn_w *w = &ex->m->layers[li].gdn;
+    const int H = c->hidden, Hk = c->lin_k_heads, Hv = c->lin_v_heads, dk = c->lin_dk,
+              dv = c->lin_dv, r = Hv / Hk;
+    const int Kd = Hk * dk, Vd = Hv * dv, C = 2 * Kd + Vd, P = C + Vd + 2 * Hv;
+    float *proj = ex->big, *cv = ex->mid;
+
+    hy_linear(n, H, P, ex->xn, (size_t)H, w->w_in, proj, (size_t)P);
+    hy_conv1d_silu(n, C, c->conv_kernel, proj, (size_t)P, st->conv[li], w->conv_w, cv, (size_t)C);
+
+    const float qscale = 1.0f / sqrtf((float)dk);
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < n; t++) {
+        float *row = cv + (size_t)t * C;
+        for (int hk = 0; hk < Hk; hk++) {
+            hy_l2norm_scale(row + hk * dk, dk, 1e-6f, qscale);
+            hy_l2norm_scale(row + Kd + hk * dk, dk, 1e-6f, 1.0f);
+        }
+        const float *b = proj + (size_t)t * P + C + Vd, *a = b + Hv;
+        for (int h = 0; h < Hv; h++) {
+            ex->beta[(size_t)t * Hv + h] = hy_sigmoidf(b[h]);
+            ex->g[(size_t)t * Hv + h] = w->neg_A[h] * hy_softplusf(a[h] + w->dt_bias[h]);
+        }
+    }
+
+    const int chunked = ex->mode == HY_GDN_CHUNKED && n > 1;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int h = 0; h < Hv; h++) {
+        const int hk = h / r;
+        const float *q = cv + hk * dk, *k = cv + Kd + hk * dk, *v = cv + 2 * Kd + h * dv;
+        float *S = st->S[li] + (size_t)h * dk * dv, *o = ex->o + (size_t)h * dv;
+        if (chunked) {
+            float *work = ex->scratch + (size_t)omp_get_thread_num() * ex->scratch_per_thread;
+            hy_gdn_chunked(n, dk, dv, q, (size_t)C, k, (size_t)C, v, (size_t)C, ex->g + h,
+                           ex->beta + h, (size_t)Hv, S, o, (size_t)Vd, work);
+        } else {
+            hy_gdn_recurrent(n, dk, dv, q, (size_t)C, k, (size_t)C, v, (size_t)C, ex->g + h,
+                             ex->beta + h, (size_t)Hv, S, o, (size_t)Vd);
+        }
+    }
+
+    /* Gated RMSNorm per value head: w · norm(o) · silu(z). */
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < n; t++) {
+        for (int h = 0; h < Hv; h++) {
+            float *oh = ex->o + (size_t)t * Vd + (size_t)h * dv;
+            const float *z = proj + (size_t)t * P + C + (size_t)h * dv;
+            hy_rmsnorm(1, dv, oh, (size_t)dv, w->norm_w, c->rms_eps, oh, (size_t)dv);
+            for (int j = 0; j < dv; j++) oh[j] *= hy_siluf(z[j]);
+        }
+    }
+    hy_linear(n, Vd, H, ex->o, (size_t)Vd, w->w_out, ex->y, (size_t)H);
+}
+
+static void attn_layer(hy_exec *ex, hy_state *st, int li, int n)
+{
+    const hy_model_config *c = &ex->m->cfg;
+    const hy_attn_w *w = &ex->m->layers[li].attn;
+    const int H = c->hidden, Hq = c->n_heads, Hkv = c->n_kv_heads, hd = c->head_dim;
+    const int Q2 = 2 * Hq * hd, KV = Hkv * hd, P = Q2 + 2 * KV, Qd = Hq * hd, grp = Hq / Hkv;
+    const int64_t pos0 = st->pos;
+    float *proj = ex->big, *ob = ex->mid;
+    float *Kc = st->k[li], *Vc = st->v[li];
+
+    hy_linear(n, H, P, ex->xn, (size_t)H, w->w_qkv, proj, (size_t)P);
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < n; t++) {
+        float *row = proj + (size_t)t * P;
+        const int64_t pos = pos0 + t;
+        for (int h = 0; h < Hq; h++) {
+            float *qh = row + (size_t)h * 2 * hd;
+            hy_rmsnorm(1, hd, qh, (size_t)hd, w->q_norm1, c->rms_eps, qh, (size_t)hd);
+            hy_rope_apply(qh, c->rotary_dim, ex->m->rope_inv_freq, pos);
+        }
+        float *krow = Kc + (size_t)pos * KV, *vrow = Vc + (size_t)pos * KV;
+        for (int g = 0; g < Hkv; g++) {
+            float *kh = krow + (size_t)g * hd;
+            hy_rmsnorm(1, hd, row + Q2 + (size_t)g * hd, (size_t)hd, w->k_norm1, c->rms_eps, kh,
+                       (size_t)hd);
+            hy_rope_apply(kh, c->rotary_dim, ex->m->rope_inv_freq, pos);
+        }
+        memcpy(vrow, row + Q2 + KV, (size_t)KV * sizeof(float));
+    }
+
+    const float scale = 1.0f / sqrtf((float)hd);
+    const int nblk = (n + HY_ATTN_BLOCK - 1) / HY_ATTN_BLOCK;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int job = 0; job < Hq * nblk; job++) {
+        const int h = job % Hq, b0 = (nblk - 1 - job / Hq) * HY_ATTN_BLOCK; /* long rows first */
+        const int B = HY_MIN_INT(HY_ATTN_BLOCK, n - b0), g = h / grp;
+        float *scores = ex->scratch + (size_t)omp_get_thread_num() * ex->scratch_per_thread;
+        hy_attention(B, hd, pos0 + b0, proj + (size_t)b0 * P + (size_t)h * 2 * hd, (size_t)P,
+                     Kc + (size_t)g * hd, (size_t)KV, Vc + (size_t)g * hd, (size_t)KV, scale,
+                     ob + (size_t)b0 * Qd + (size_t)h * hd, (size_t)Qd, scores);
+    }
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < n; t++)
+        for (int h = 0; h < Hq; h++) {
+            float *oh = ob + (size_t)t * Qd + (size_t)h * hd;
+            const float *gate = proj + (size_t)t * P + (size_t)h * 2 * hd + hd;
+            for (int j = 0; j < hd; j++) oh[j] *= hy_sigmoidf(gate[j]);
+        }
+    hy_linear(n, Qd, H, ob, (size_t)Qd, w->w_o, ex->y, (size_t)H);
+}
+
+static void add_rows(float *x, const float *y, size_t count)
+{
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < count; i++) x[i] += y[i];
+}
+
+/* One step of n ≤ max_batch tokens. */
+static void step(hy_exec *ex, hy_state *st, const int32_t *tokens, int n, float *logits)
+{
+    const hy_model *m = ex->m;
+    const hy_model_config *c = &m->cfg;
+    const int H = c->hidden;
+    for (int t = 0; t < n; t++)
+        memcpy(ex->x + (size_t)t * H, m->embed + (size_t)tokens[t] * H, (size_t)H * sizeof(float));
+    for (int li = 0; li < c->n_layers; li++) {
+        const hy_layer_w *L = &m->layers[li];
+        hy_rmsnorm(n, H, ex->x, (size_t)H, L->in_norm1, c->rms_eps, ex->xn, (size_t)H);
+        if (L->kind == HY_LAYER_LINEAR)
+            gdn_layer(ex, st, li, n);
+        else
+            attn_layer(ex, st, li, n);
+        add_rows(ex->x, ex->y, (size_t)n * H);
+        hy_rmsnorm(n, H, ex->x, (size_t)H, L->post_norm1, c->rms_eps, ex->xn, (size_t)H);
+        if (L->moe)
+            moe_mlp(ex, L, n);
+        else
+            swiglu_mlp(&L->mlp, n, H, ex->xn, ex->gu, ex->h, ex->y);
+        add_rows(ex->x, ex->y, (size_t)n * H);
+    }
+    st->pos += n;
+    if (logits) {
+        float *last = ex->xn; /* row 0 of xn is free now */
+        hy_rmsnorm(1, H, ex->x + (size_t)(n - 1) * H, (size_t)H, m->final_norm1, c->rms_eps, last,
+                   (size_t)H);
+        hy_linear(1, H, c->vocab, last, (size_t)H, m->lm_head, logits, (size_t)c->vocab);
+    }
+}
+
+int hy_exec_prefill(hy_exec *ex, hy_state *st, const int32_t *tokens, size_t n, float *logits,
+                    hy_err *err)
+{
+    const hy_model_config *c = &ex->m->cfg;
+    if (st->m != ex->m) return hy_err_set(err, HY_EINVAL, "state belongs to another model");
+    if (n == 0) return hy_err_set(err, HY_EINVAL, "prefill of zero tokens");
+    if (n > (size_t)INT32_MAX)
+        return hy_err_set(err, HY_ERANGE, "prefill of %zu tokens exceeds %d", n, INT32_MAX);
+    for (size_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= c->vocab)
+            return hy_err_set(err, HY_ERANGE, "token %zu has id %d, outside the vocabulary [0, %d)",
+                              i, (int)tokens[i], c->vocab);
+    const size_t B = HY_MIN(n, (size_t)ex->max_batch);
+    int rc = hy_state_reserve(st, st->pos + (int64_t)n, err);
+    if (rc == HY_OK) rc = ensure_workspace(ex, B, st->pos + (int64_t)n, err);
+    if (rc != HY_OK) return rc;
+    for (size_t at = 0; at < n; at += B) {
+        const int len = (int)HY_MIN(B, n - at);
+        step(ex, st, tokens + at, len, at + len == n ? logits : NULL);
+    }
+    return HY_OK;
+}
+
+int hy_exec_decode(hy_exec *ex, hy_state *st, int32_t token, float *logits, hy_err *err)
+{
+    return hy_exec_prefill(ex, st, &token, 1, logits, err);
+}

@@ -1,0 +1,270 @@
+/*
+ * Generated checkpoints: randomly initialised models of a few presets, written
+ * in the real on-disk format (config.json + model.safetensors with the
+ * Hugging Face tensor names of Qwen3NextForCausalLM), so that every test,
+ * benchmark and the default service run on any machine without a download and
+ * exercise the same loading code as a real checkpoint.
+ *
+ * Initialisation keeps activations in a useful range rather than imitating a
+ * trained model: projections N(0, 1/fan_in), zero-centred norm weights
+ * N(0, 0.1), A_log = log U(1, 16) and dt_bias N(1, 0.5), conv taps N(0, 1/K).
+ */
+#include "model/internal.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+typedef struct preset {
+    const char *name;
+    int vocab, hidden, layers, interval, heads, kv_heads, head_dim;
+    int lk_heads, lv_heads, ldk, ldv, inter;
+    int experts, top_k, moe_inter, shared_inter;
+    int tie;
+} preset;
+
+static const preset k_presets[] = {
+    /* tests and the default service: < 1 MB */
+    {"tiny", 259, 64, 4, 4, 4, 2, 16, 2, 4, 16, 16, 128, 0, 0, 0, 0, 1},
+    /* MoE with a shared expert on every layer but the first */
+    {"tiny-moe", 259, 64, 4, 4, 4, 2, 16, 2, 4, 16, 16, 128, 8, 2, 32, 64, 0},
+    /* benchmarks: ~33 M parameters, 6 linear + 2 attention layers, real head sizes */
+    {"small", 8192, 512, 8, 4, 8, 2, 128, 4, 8, 128, 128, 1024, 0, 0, 0, 0, 1},
+};
+
+const char *const hy_presets[] = {"tiny", "tiny-moe", "small", NULL};
+
+typedef struct writer {
+    hy_st_wtensor *ts;
+    size_t n, cap;
+    hy_dtype dtype;
+    hy_rng rng;
+    int failed;
+} writer;
+
+/* Adds a tensor of the given shape filled by `fill` (0: normal(mean, std),
+ * 1: log-uniform A_log over [mean, std]). */
+static void add(writer *w, const char *name, int nd, const int64_t *shape, int fill, double mean,
+                double std)
+{
+    if (w->failed) return;
+    if (w->n == w->cap) {
+        size_t nc = w->cap ? 2 * w->cap : 128;
+        hy_st_wtensor *nt = realloc(w->ts, nc * sizeof *nt);
+        if (!nt) {
+            w->failed = 1;
+            return;
+        }
+        w->ts = nt;
+        w->cap = nc;
+    }
+    size_t numel = 1;
+    for (int i = 0; i < nd; i++) numel *= (size_t)shape[i];
+    void *data = malloc(numel * hy_dtype_size(w->dtype) + 1);
+    char *nm = strdup(name);
+    if (!data || !nm) {
+        free(data);
+        free(nm);
+        w->failed = 1;
+        return;
+    }
+    for (size_t i = 0; i < numel; i++) {
+        double v = fill == 1 ? log(mean + (std - mean) * hy_rng_uniform(&w->rng))
+                             : mean + std * hy_rng_normal(&w->rng);
+        if (w->dtype == HY_DT_BF16)
+            ((uint16_t *)data)[i] = hy_f32_to_bf16((float)v);
+        else
+            ((float *)data)[i] = (float)v;
+    }
+    hy_st_wtensor *t = &w->ts[w->n++];
+    memset(t, 0, sizeof *t);
+    t->name = nm;
+    t->dtype = w->dtype;
+    t->ndim = nd;
+    memcpy(t->shape, shape, (size_t)nd * sizeof *shape);
+    t->data = data;
+}
+
+#define ADD(w, name, fill, mean, std, ...)                                                         \
+    add(w, name, (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)),                      \
+        (const int64_t[]){__VA_ARGS__}, fill, mean, std)
+
+static void add_mlp(writer *w, const char *base, int64_t H, int64_t I)
+{
+    char n[160];
+    snprintf(n, sizeof n, "%s.gate_proj.weight", base);
+    ADD(w, n, 0, 0.0, 1.0 / sqrt((double)H), I, H);
+    snprintf(n, sizeof n, "%s.up_proj.weight", base);
+    ADD(w, n, 0, 0.0, 1.0 / sqrt((double)H), I, H);
+    snprintf(n, sizeof n, "%s.down_proj.weight", base);
+    ADD(w, n, 0, 0.0, 1.0 / sqrt((double)I), H, I);
+}
+
+static void add_layer(writer *w, const preset *p, int i)
+{
+    const int64_t H = p->hidden;
+    const double sH = 1.0 / sqrt((double)H);
+    char n[160];
+    snprintf(n, sizeof n, "model.layers.%d.input_layernorm.weight", i);
+    ADD(w, n, 0, 0.0, 0.1, H);
+    snprintf(n, sizeof n, "model.layers.%d.post_attention_layernorm.weight", i);
+    ADD(w, n, 0, 0.0, 0.1, H);
+    if ((i + 1) % p->interval == 0) {
+        const int64_t hd = p->head_dim;
+        snprintf(n, sizeof n, "model.layers.%d.self_attn.q_proj.weight", i);
+        ADD(w, n, 0, 0.0, sH, 2 * p->heads * hd, H);
+        snprintf(n, sizeof n, "model.layers.%d.self_attn.k_proj.weight", i);
+        ADD(w, n, 0, 0.0, sH, p->kv_heads * hd, H);
+        snprintf(n, sizeof n, "model.layers.%d.self_attn.v_proj.weight", i);
+        ADD(w, n, 0, 0.0, sH, p->kv_heads * hd, H);
+        snprintf(n, sizeof n, "model.layers.%d.self_attn.o_proj.weight", i);
+        ADD(w, n, 0, 0.0, 1.0 / sqrt((double)(p->heads * hd)), H, p->heads * hd);
+        snprintf(n, sizeof n, "model.layers.%d.self_attn.q_norm.weight", i);
+        ADD(w, n, 0, 0.0, 0.1, hd);
+        snprintf(n, sizeof n, "model.layers.%d.self_attn.k_norm.weight", i);
+        ADD(w, n, 0, 0.0, 0.1, hd);
+    } else {
+        const int64_t r = p->lv_heads / p->lk_heads, C = 2 * p->lk_heads * p->ldk + p->lv_heads * p->ldv;
+        const int64_t K = 4, Vd = (int64_t)p->lv_heads * p->ldv;
+        snprintf(n, sizeof n, "model.layers.%d.linear_attn.in_proj_qkvz.weight", i);
+        ADD(w, n, 0, 0.0, sH, p->lk_heads * (2 * p->ldk + 2 * r * p->ldv), H);
+        snprintf(n, sizeof n, "model.layers.%d.linear_attn.in_proj_ba.weight", i);
+        ADD(w, n, 0, 0.0, sH, 2 * p->lv_heads, H);
+        snprintf(n, sizeof n, "model.layers.%d.linear_attn.conv1d.weight", i);
+        ADD(w, n, 0, 0.0, 1.0 / sqrt((double)K), C, 1, K);
+        snprintf(n, sizeof n, "model.layers.%d.linear_attn.dt_bias", i);
+        ADD(w, n, 0, 1.0, 0.5, p->lv_heads);
+        snprintf(n, sizeof n, "model.layers.%d.linear_attn.A_log", i);
+        ADD(w, n, 1, 1.0, 16.0, p->lv_heads);
+        snprintf(n, sizeof n, "model.layers.%d.linear_attn.norm.weight", i);
+        ADD(w, n, 0, 1.0, 0.1, p->ldv);
+        snprintf(n, sizeof n, "model.layers.%d.linear_attn.out_proj.weight", i);
+        ADD(w, n, 0, 0.0, 1.0 / sqrt((double)Vd), H, Vd);
+    }
+    if (p->experts > 0 && i > 0) {
+        snprintf(n, sizeof n, "model.layers.%d.mlp.gate.weight", i);
+        ADD(w, n, 0, 0.0, sH, p->experts, H);
+        for (int e = 0; e < p->experts; e++) {
+            snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%d", i, e);
+            add_mlp(w, n, H, p->moe_inter);
+        }
+        snprintf(n, sizeof n, "model.layers.%d.mlp.shared_expert", i);
+        add_mlp(w, n, H, p->shared_inter);
+        snprintf(n, sizeof n, "model.layers.%d.mlp.shared_expert_gate.weight", i);
+        ADD(w, n, 0, 0.0, sH, 1, H);
+    } else {
+        snprintf(n, sizeof n, "model.layers.%d.mlp", i);
+        add_mlp(w, n, H, p->inter);
+    }
+}
+
+static cJSON *make_config(const preset *p, const char *dtype)
+{
+    cJSON *c = cJSON_CreateObject();
+    cJSON *arch = cJSON_AddArrayToObject(c, "architectures");
+    cJSON_AddItemToArray(arch, cJSON_CreateString("Qwen3NextForCausalLM"));
+    cJSON_AddStringToObject(c, "model_type", "qwen3_next");
+    cJSON_AddStringToObject(c, "hypic_preset", p->name);
+    cJSON_AddStringToObject(c, "torch_dtype", strcmp(dtype, "BF16") == 0 ? "bfloat16" : "float32");
+    cJSON_AddNumberToObject(c, "vocab_size", p->vocab);
+    cJSON_AddNumberToObject(c, "hidden_size", p->hidden);
+    cJSON_AddNumberToObject(c, "intermediate_size", p->inter);
+    cJSON_AddNumberToObject(c, "num_hidden_layers", p->layers);
+    cJSON_AddNumberToObject(c, "num_attention_heads", p->heads);
+    cJSON_AddNumberToObject(c, "num_key_value_heads", p->kv_heads);
+    cJSON_AddNumberToObject(c, "head_dim", p->head_dim);
+    cJSON_AddStringToObject(c, "hidden_act", "silu");
+    cJSON_AddNumberToObject(c, "rms_norm_eps", 1e-6);
+    cJSON_AddNumberToObject(c, "max_position_embeddings", 262144);
+    cJSON *rp = cJSON_AddObjectToObject(c, "rope_parameters");
+    cJSON_AddStringToObject(rp, "rope_type", "default");
+    cJSON_AddNumberToObject(rp, "rope_theta", 10000000.0);
+    cJSON_AddNumberToObject(rp, "partial_rotary_factor", 0.25);
+    cJSON_AddNumberToObject(c, "linear_conv_kernel_dim", 4);
+    cJSON_AddNumberToObject(c, "linear_key_head_dim", p->ldk);
+    cJSON_AddNumberToObject(c, "linear_value_head_dim", p->ldv);
+    cJSON_AddNumberToObject(c, "linear_num_key_heads", p->lk_heads);
+    cJSON_AddNumberToObject(c, "linear_num_value_heads", p->lv_heads);
+    cJSON_AddNumberToObject(c, "full_attention_interval", p->interval);
+    cJSON *lt = cJSON_AddArrayToObject(c, "layer_types");
+    for (int i = 0; i < p->layers; i++)
+        cJSON_AddItemToArray(lt, cJSON_CreateString((i + 1) % p->interval == 0 ? "full_attention"
+                                                                               : "linear_attention"));
+    cJSON_AddNumberToObject(c, "num_experts", p->experts);
+    if (p->experts) {
+        cJSON_AddNumberToObject(c, "num_experts_per_tok", p->top_k);
+        cJSON_AddNumberToObject(c, "moe_intermediate_size", p->moe_inter);
+        cJSON_AddNumberToObject(c, "shared_expert_intermediate_size", p->shared_inter);
+        cJSON_AddBoolToObject(c, "norm_topk_prob", 1);
+        cJSON_AddNumberToObject(c, "decoder_sparse_step", 1);
+        cJSON *mo = cJSON_AddArrayToObject(c, "mlp_only_layers");
+        cJSON_AddItemToArray(mo, cJSON_CreateNumber(0));
+    }
+    cJSON_AddBoolToObject(c, "tie_word_embeddings", p->tie);
+    cJSON_AddBoolToObject(c, "attention_bias", 0);
+    cJSON_AddNumberToObject(c, "bos_token_id", 1);
+    cJSON_AddNumberToObject(c, "eos_token_id", 2);
+    return c;
+}
+
+int hy_model_init(const char *preset_name, uint64_t seed, const char *dir, const char *dtype,
+                  hy_err *err)
+{
+    const preset *p = NULL;
+    for (size_t i = 0; i < sizeof k_presets / sizeof *k_presets; i++)
+        if (strcmp(k_presets[i].name, preset_name) == 0) p = &k_presets[i];
+    if (!p) return hy_err_set(err, HY_EINVAL, "unknown preset '%s' (tiny, tiny-moe, small)", preset_name);
+    writer w = {0};
+    if (strcmp(dtype, "F32") == 0)
+        w.dtype = HY_DT_F32;
+    else if (strcmp(dtype, "BF16") == 0)
+        w.dtype = HY_DT_BF16;
+    else
+        return hy_err_set(err, HY_EINVAL, "dtype '%s': F32 or BF16", dtype);
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return hy_err_set(err, HY_EIO, "%s: cannot create: %s", dir, strerror(errno));
+    hy_rng_seed(&w.rng, seed);
+
+    const int64_t H = p->hidden;
+    ADD(&w, "model.embed_tokens.weight", 0, 0.0, 1.0, p->vocab, H);
+    for (int i = 0; i < p->layers; i++) add_layer(&w, p, i);
+    ADD(&w, "model.norm.weight", 0, 0.0, 0.1, H);
+    if (!p->tie) ADD(&w, "lm_head.weight", 0, 0.0, 1.0 / sqrt((double)H), p->vocab, H);
+
+    int rc = w.failed ? hy_err_set(err, HY_ENOMEM, "out of memory generating '%s'", p->name) : HY_OK;
+    char path[PATH_MAX];
+    if (rc == HY_OK) {
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        rc = hy_st_write(path, w.ts, w.n, err);
+    }
+    if (rc == HY_OK) {
+        cJSON *c = make_config(p, dtype);
+        char *text = c ? cJSON_Print(c) : NULL;
+        cJSON_Delete(c);
+        snprintf(path, sizeof path, "%s/config.json", dir);
+        FILE *f = text ? fopen(path, "w") : NULL;
+        if (!f || fputs(text, f) < 0 || fputc('\n', f) < 0)
+            rc = hy_err_set(err, HY_EIO, "%s: cannot write", path);
+        if (f && fclose(f) != 0 && rc == HY_OK) rc = hy_err_set(err, HY_EIO, "%s: cannot write", path);
+        free(text);
+    }
+    for (size_t i = 0; i < w.n; i++) {
+        free((void *)w.ts[i].name);
+        free((void *)w.ts[i].data);
+    }
+    free(w.ts);
+    return rc;
+}
+
+size_t hy_tokenize_bytes(const char *text, int32_t *out, size_t cap, int vocab)
+{
+    size_t n = 0;
+    for (const unsigned char *s = (const unsigned char *)text; *s && n < cap; s++)
+        out[n++] = vocab >= 259 ? (int32_t)*s + 3 : (int32_t)(*s % (vocab - 3)) + 3;
+    return n;
+}

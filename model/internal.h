@@ -1,0 +1,71 @@
+/*
+ * Private to model/: the weight layouts the executor computes with, and the
+ * running state. Checkpoint tensors are widened to fp32 and rearranged at load
+ * time into these layouts, so the forward pass never branches on the
+ * checkpoint's flavour.
+ */
+#ifndef HY_MODEL_INTERNAL_H
+#define HY_MODEL_INTERNAL_H
+
+#include "model/hy_model.h"
+#include "model/safetensors.h"
+
+typedef struct hy_mlp_w {
+    int inter;
+    float *w_gu;   /* [2·inter][H]: gate_proj rows, then up_proj rows */
+    float *w_down; /* [H][inter] */
+} hy_mlp_w;
+
+typedef struct hy_gdn_w {
+    float *w_in;    /* [conv_dim + Vd + 2·Hv][H]: rows q | k | v | z | b | a */
+    float *conv_w;  /* [K][conv_dim] */
+    float *neg_A;   /* [Hv] = −exp(A_log) */
+    float *dt_bias; /* [Hv] */
+    float *norm_w;  /* [dv], plain weight of the gated RMSNorm */
+    float *w_out;   /* [H][Vd] */
+} hy_gdn_w;
+
+typedef struct hy_attn_w {
+    float *w_qkv;   /* [2·Hq·hd + 2·Hkv·hd][H]: q_proj rows ([query|gate] per head), k, v */
+    float *q_norm1; /* [hd], 1 + weight */
+    float *k_norm1; /* [hd], 1 + weight */
+    float *w_o;     /* [H][Hq·hd] */
+} hy_attn_w;
+
+typedef struct hy_layer_w {
+    hy_layer_kind kind;
+    bool moe;
+    float *in_norm1, *post_norm1; /* [H], 1 + weight */
+    hy_gdn_w gdn;
+    hy_attn_w attn;
+    hy_mlp_w mlp;          /* dense MLP */
+    float *router;         /* [E][H] */
+    hy_mlp_w *experts;     /* [E] */
+    hy_mlp_w shared;       /* inter 0 when absent */
+    float *shared_gate;    /* [H] or NULL */
+} hy_layer_w;
+
+struct hy_model {
+    hy_model_config cfg;
+    float *embed;       /* [V][H] */
+    float *lm_head;     /* [V][H]; == embed when tied */
+    float *final_norm1; /* [H], 1 + weight */
+    hy_layer_w *layers;
+    float *rope_inv_freq; /* [rotary_dim / 2] */
+    void **owned;
+    size_t n_owned, cap_owned;
+};
+
+struct hy_state {
+    const hy_model *m;
+    int64_t pos;
+    float **S, **conv; /* per layer; NULL for attention layers */
+    float **k, **v;    /* per layer; NULL for linear layers; [kv_cap][Hkv][hd] */
+    int64_t kv_cap;
+};
+
+/* Grows the KV cache of every attention layer to hold at least `need`
+ * positions. */
+int hy_state_reserve(hy_state *s, int64_t need, hy_err *err);
+
+#endif

@@ -1,0 +1,321 @@
+/*
+ * Binding a checkpoint to the executor's layouts (internal.h). Every tensor
+ * the architecture needs is looked up by its Hugging Face name, checked for a
+ * floating dtype and the exact shape the config implies, widened to fp32 and
+ * rearranged:
+ *   - Qwen3-Next packs in_proj_qkvz per key-head group as [q k v z] and
+ *     in_proj_ba as [b a]; Qwen3.5 has separate in_proj_qkv / z / b / a.
+ *     Both become one fused input projection with rows q | k | v | z | b | a.
+ *   - conv1d.weight [C][1][K] becomes tap-major [K][C].
+ *   - zero-centred RMSNorm weights become 1 + w.
+ *   - routed experts come either one tensor per expert (the Hugging Face hub
+ *     layout) or fused as experts.gate_up_proj [E][2I][H] / down_proj [E][H][I].
+ * Tensors the architecture does not use (mtp.*, vision towers) are ignored.
+ */
+#include "model/internal.h"
+#include "kernels/hy_kernels.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct loader {
+    hy_model *m;
+    hy_st *st;
+    char prefix[64]; /* "model." or "model.language_model." */
+    hy_err *err;
+} loader;
+
+/* Registers p (allocated with malloc-compatible allocators) to be freed with
+ * the model; returns p, or NULL (after freeing p) when the table cannot grow. */
+static void *own(hy_model *m, void *p)
+{
+    if (!p) return NULL;
+    if (m->n_owned == m->cap_owned) {
+        size_t nc = m->cap_owned ? m->cap_owned * 2 : 256;
+        void **no = realloc(m->owned, nc * sizeof *no);
+        if (!no) {
+            free(p);
+            return NULL;
+        }
+        m->owned = no;
+        m->cap_owned = nc;
+    }
+    m->owned[m->n_owned++] = p;
+    return p;
+}
+
+static float *own_alloc(hy_model *m, size_t floats)
+{
+    return own(m, hy_alloc(floats * sizeof(float)));
+}
+
+/* Finds `name` (already prefixed) and checks its shape against dims[0..nd). */
+static int find_checked(loader *ld, const char *name, int nd, const int64_t *dims,
+                        const hy_st_tensor **out)
+{
+    const hy_st_tensor *t = hy_st_find(ld->st, name);
+    if (!t) return hy_err_set(ld->err, HY_ENOTFOUND, "tensor '%s' is missing", name);
+    char want[128] = "", got[128] = "";
+    int ok = t->ndim == nd;
+    for (int i = 0; i < nd; i++) {
+        if (ok && t->shape[i] != dims[i]) ok = 0;
+        snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", i ? "," : "",
+                 (long long)dims[i]);
+    }
+    for (int i = 0; i < t->ndim; i++)
+        snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? "," : "",
+                 (long long)t->shape[i]);
+    if (!ok)
+        return hy_err_set(ld->err, HY_EFORMAT, "%s: tensor '%s' has shape [%s], config needs [%s]",
+                          t->file, name, got, want);
+    if (t->dtype != HY_DT_F32 && t->dtype != HY_DT_BF16 && t->dtype != HY_DT_F16)
+        return hy_err_set(ld->err, HY_EUNSUPPORTED,
+                          "%s: tensor '%s' has dtype %s; F32, BF16 or F16 expected", t->file, name,
+                          hy_dtype_name(t->dtype));
+    *out = t;
+    return HY_OK;
+}
+
+/* Loads name (relative to the prefix unless it starts with '/') into a new
+ * owned fp32 buffer, or into dst when given. */
+static int load(loader *ld, const char *name, int nd, const int64_t *dims, float *dst,
+                float **out)
+{
+    char full[256];
+    if (name[0] == '/')
+        snprintf(full, sizeof full, "%s", name + 1);
+    else
+        snprintf(full, sizeof full, "%s%s", ld->prefix, name);
+    const hy_st_tensor *t = NULL;
+    int rc = find_checked(ld, full, nd, dims, &t);
+    if (rc) return rc;
+    if (!dst && !(dst = own_alloc(ld->m, (size_t)t->numel)))
+        return hy_err_set(ld->err, HY_ENOMEM, "out of memory loading '%s'", full);
+    if ((rc = hy_st_read_f32(t, dst, ld->err))) return rc;
+    if (out) *out = dst;
+    return HY_OK;
+}
+
+#define DIMS(...) ((const int64_t[]){__VA_ARGS__})
+#define NDIMS(...) ((int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)))
+#define LOAD(ld, name, dst, out, ...) load(ld, name, NDIMS(__VA_ARGS__), DIMS(__VA_ARGS__), dst, out)
+
+static int load_norm1(loader *ld, const char *name, int64_t d, float **out)
+{
+    int rc = LOAD(ld, name, NULL, out, d);
+    if (rc == HY_OK)
+        for (int64_t i = 0; i < d; i++) (*out)[i] += 1.0f;
+    return rc;
+}
+
+static int load_mlp(loader *ld, const char *base, int inter, hy_mlp_w *w)
+{
+    const int64_t H = ld->m->cfg.hidden;
+    char n[200];
+    w->inter = inter;
+    if (!(w->w_gu = own_alloc(ld->m, 2 * (size_t)inter * H)))
+        return hy_err_set(ld->err, HY_ENOMEM, "out of memory");
+    int rc;
+    snprintf(n, sizeof n, "%s.gate_proj.weight", base);
+    if ((rc = LOAD(ld, n, w->w_gu, NULL, inter, H))) return rc;
+    snprintf(n, sizeof n, "%s.up_proj.weight", base);
+    if ((rc = LOAD(ld, n, w->w_gu + (size_t)inter * H, NULL, inter, H))) return rc;
+    snprintf(n, sizeof n, "%s.down_proj.weight", base);
+    return LOAD(ld, n, NULL, &w->w_down, H, inter);
+}
+
+static int load_moe(loader *ld, int i, hy_layer_w *L)
+{
+    const hy_model_config *c = &ld->m->cfg;
+    const int64_t H = c->hidden, E = c->n_experts, I = c->moe_intermediate;
+    char n[200], full[256];
+    int rc;
+    snprintf(n, sizeof n, "layers.%d.mlp.gate.weight", i);
+    if ((rc = LOAD(ld, n, NULL, &L->router, E, H))) return rc;
+    if (!(L->experts = own(ld->m, calloc((size_t)E, sizeof *L->experts))))
+        return hy_err_set(ld->err, HY_ENOMEM, "out of memory");
+    snprintf(full, sizeof full, "%slayers.%d.mlp.experts.gate_up_proj", ld->prefix, i);
+    if (hy_st_find(ld->st, full)) { /* fused layout */
+        float *gu, *dn;
+        snprintf(n, sizeof n, "layers.%d.mlp.experts.gate_up_proj", i);
+        if ((rc = LOAD(ld, n, NULL, &gu, E, 2 * I, H))) return rc;
+        snprintf(n, sizeof n, "layers.%d.mlp.experts.down_proj", i);
+        if ((rc = LOAD(ld, n, NULL, &dn, E, H, I))) return rc;
+        for (int64_t e = 0; e < E; e++) {
+            L->experts[e].inter = (int)I;
+            L->experts[e].w_gu = gu + (size_t)e * 2 * I * H;
+            L->experts[e].w_down = dn + (size_t)e * H * I;
+        }
+    } else {
+        for (int64_t e = 0; e < E; e++) {
+            snprintf(n, sizeof n, "layers.%d.mlp.experts.%lld", i, (long long)e);
+            if ((rc = load_mlp(ld, n, (int)I, &L->experts[e]))) return rc;
+        }
+    }
+    if (c->shared_intermediate > 0) {
+        snprintf(n, sizeof n, "layers.%d.mlp.shared_expert", i);
+        if ((rc = load_mlp(ld, n, c->shared_intermediate, &L->shared))) return rc;
+        snprintf(n, sizeof n, "layers.%d.mlp.shared_expert_gate.weight", i);
+        if ((rc = LOAD(ld, n, NULL, &L->shared_gate, 1, H))) return rc;
+    }
+    return HY_OK;
+}
+
+static int load_gdn(loader *ld, int i, hy_gdn_w *w)
+{
+    const hy_model_config *c = &ld->m->cfg;
+    const int64_t H = c->hidden, Hk = c->lin_k_heads, Hv = c->lin_v_heads, dk = c->lin_dk,
+                  dv = c->lin_dv, K = c->conv_kernel, r = Hv / Hk;
+    const int64_t Kd = Hk * dk, Vd = Hv * dv, C = 2 * Kd + Vd, P = C + Vd + 2 * Hv;
+    char n[200];
+    int rc;
+    if (!(w->w_in = own_alloc(ld->m, (size_t)(P * H))))
+        return hy_err_set(ld->err, HY_ENOMEM, "out of memory");
+    if (c->arch == HY_ARCH_QWEN3_NEXT) {
+        float *qkvz, *ba;
+        const int64_t grp = 2 * dk + 2 * r * dv;
+        snprintf(n, sizeof n, "layers.%d.linear_attn.in_proj_qkvz.weight", i);
+        if ((rc = LOAD(ld, n, NULL, &qkvz, Hk * grp, H))) return rc;
+        snprintf(n, sizeof n, "layers.%d.linear_attn.in_proj_ba.weight", i);
+        if ((rc = LOAD(ld, n, NULL, &ba, 2 * Hv, H))) return rc;
+        const size_t row = (size_t)H * sizeof(float);
+        for (int64_t g = 0; g < Hk; g++) {
+            const float *src = qkvz + (size_t)(g * grp) * H;
+            memcpy(w->w_in + (size_t)(g * dk) * H, src, (size_t)dk * row);
+            memcpy(w->w_in + (size_t)(Kd + g * dk) * H, src + (size_t)dk * H, (size_t)dk * row);
+            memcpy(w->w_in + (size_t)(2 * Kd + g * r * dv) * H, src + (size_t)(2 * dk) * H,
+                   (size_t)(r * dv) * row);
+            memcpy(w->w_in + (size_t)(C + g * r * dv) * H, src + (size_t)(2 * dk + r * dv) * H,
+                   (size_t)(r * dv) * row);
+            const float *bs = ba + (size_t)(g * 2 * r) * H;
+            memcpy(w->w_in + (size_t)(C + Vd + g * r) * H, bs, (size_t)r * row);
+            memcpy(w->w_in + (size_t)(C + Vd + Hv + g * r) * H, bs + (size_t)r * H,
+                   (size_t)r * row);
+        }
+    } else {
+        snprintf(n, sizeof n, "layers.%d.linear_attn.in_proj_qkv.weight", i);
+        if ((rc = LOAD(ld, n, w->w_in, NULL, C, H))) return rc;
+        snprintf(n, sizeof n, "layers.%d.linear_attn.in_proj_z.weight", i);
+        if ((rc = LOAD(ld, n, w->w_in + (size_t)C * H, NULL, Vd, H))) return rc;
+        snprintf(n, sizeof n, "layers.%d.linear_attn.in_proj_b.weight", i);
+        if ((rc = LOAD(ld, n, w->w_in + (size_t)(C + Vd) * H, NULL, Hv, H))) return rc;
+        snprintf(n, sizeof n, "layers.%d.linear_attn.in_proj_a.weight", i);
+        if ((rc = LOAD(ld, n, w->w_in + (size_t)(C + Vd + Hv) * H, NULL, Hv, H))) return rc;
+    }
+    float *cw;
+    snprintf(n, sizeof n, "layers.%d.linear_attn.conv1d.weight", i);
+    if ((rc = LOAD(ld, n, NULL, &cw, C, 1, K))) return rc;
+    if (!(w->conv_w = own_alloc(ld->m, (size_t)(K * C))))
+        return hy_err_set(ld->err, HY_ENOMEM, "out of memory");
+    for (int64_t ch = 0; ch < C; ch++)
+        for (int64_t j = 0; j < K; j++) w->conv_w[j * C + ch] = cw[ch * K + j];
+    snprintf(n, sizeof n, "layers.%d.linear_attn.A_log", i);
+    if ((rc = LOAD(ld, n, NULL, &w->neg_A, Hv))) return rc;
+    for (int64_t h = 0; h < Hv; h++) w->neg_A[h] = -expf(w->neg_A[h]);
+    snprintf(n, sizeof n, "layers.%d.linear_attn.dt_bias", i);
+    if ((rc = LOAD(ld, n, NULL, &w->dt_bias, Hv))) return rc;
+    snprintf(n, sizeof n, "layers.%d.linear_attn.norm.weight", i);
+    if ((rc = LOAD(ld, n, NULL, &w->norm_w, dv))) return rc;
+    snprintf(n, sizeof n, "layers.%d.linear_attn.out_proj.weight", i);
+    return LOAD(ld, n, NULL, &w->w_out, H, Vd);
+}
+
+static int load_attn(loader *ld, int i, hy_attn_w *w)
+{
+    const hy_model_config *c = &ld->m->cfg;
+    const int64_t H = c->hidden, hd = c->head_dim, Q = 2 * c->n_heads * hd,
+                  KV = c->n_kv_heads * hd;
+    char n[200];
+    int rc;
+    if (!(w->w_qkv = own_alloc(ld->m, (size_t)((Q + 2 * KV) * H))))
+        return hy_err_set(ld->err, HY_ENOMEM, "out of memory");
+    snprintf(n, sizeof n, "layers.%d.self_attn.q_proj.weight", i);
+    if ((rc = LOAD(ld, n, w->w_qkv, NULL, Q, H))) return rc;
+    snprintf(n, sizeof n, "layers.%d.self_attn.k_proj.weight", i);
+    if ((rc = LOAD(ld, n, w->w_qkv + (size_t)(Q * H), NULL, KV, H))) return rc;
+    snprintf(n, sizeof n, "layers.%d.self_attn.v_proj.weight", i);
+    if ((rc = LOAD(ld, n, w->w_qkv + (size_t)((Q + KV) * H), NULL, KV, H))) return rc;
+    snprintf(n, sizeof n, "layers.%d.self_attn.o_proj.weight", i);
+    if ((rc = LOAD(ld, n, NULL, &w->w_o, H, c->n_heads * hd))) return rc;
+    snprintf(n, sizeof n, "layers.%d.self_attn.q_norm.weight", i);
+    if ((rc = load_norm1(ld, n, hd, &w->q_norm1))) return rc;
+    snprintf(n, sizeof n, "layers.%d.self_attn.k_norm.weight", i);
+    return load_norm1(ld, n, hd, &w->k_norm1);
+}
+
+static int load_all(loader *ld)
+{
+    hy_model *m = ld->m;
+    const hy_model_config *c = &m->cfg;
+    const int64_t H = c->hidden, V = c->vocab;
+    char probe[128];
+    snprintf(probe, sizeof probe, "model.language_model.embed_tokens.weight");
+    snprintf(ld->prefix, sizeof ld->prefix, "%s",
+             hy_st_find(ld->st, probe) ? "model.language_model." : "model.");
+    int rc;
+    if ((rc = LOAD(ld, "embed_tokens.weight", NULL, &m->embed, V, H))) return rc;
+    if ((rc = load_norm1(ld, "norm.weight", H, &m->final_norm1))) return rc;
+    if (c->tie_embeddings)
+        m->lm_head = m->embed;
+    else if ((rc = LOAD(ld, "/lm_head.weight", NULL, &m->lm_head, V, H)))
+        return rc;
+    if (!(m->layers = calloc((size_t)c->n_layers, sizeof *m->layers)))
+        return hy_err_set(ld->err, HY_ENOMEM, "out of memory");
+    for (int i = 0; i < c->n_layers; i++) {
+        hy_layer_w *L = &m->layers[i];
+        char n[200];
+        L->kind = c->layer_kind[i];
+        L->moe = c->layer_moe[i];
+        snprintf(n, sizeof n, "layers.%d.input_layernorm.weight", i);
+        if ((rc = load_norm1(ld, n, H, &L->in_norm1))) return rc;
+        snprintf(n, sizeof n, "layers.%d.post_attention_layernorm.weight", i);
+        if ((rc = load_norm1(ld, n, H, &L->post_norm1))) return rc;
+        rc = L->kind == HY_LAYER_LINEAR ? load_gdn(ld, i, &L->gdn) : load_attn(ld, i, &L->attn);
+        if (rc) return rc;
+        if (L->moe) {
+            rc = load_moe(ld, i, L);
+        } else {
+            snprintf(n, sizeof n, "layers.%d.mlp", i);
+            rc = load_mlp(ld, n, c->intermediate, &L->mlp);
+        }
+        if (rc) return rc;
+    }
+    if (!(m->rope_inv_freq = own_alloc(m, (size_t)c->rotary_dim / 2)))
+        return hy_err_set(ld->err, HY_ENOMEM, "out of memory");
+    hy_rope_inv_freq(c->rotary_dim, c->rope_theta, m->rope_inv_freq);
+    return HY_OK;
+}
+
+int hy_model_open(hy_model **out, const char *dir, hy_err *err)
+{
+    *out = NULL;
+    hy_model *m = calloc(1, sizeof *m);
+    if (!m) return hy_err_set(err, HY_ENOMEM, "out of memory");
+    loader ld = {.m = m, .err = err};
+    int rc = hy_config_load(dir, &m->cfg, err);
+    if (rc == HY_OK) rc = hy_st_open_dir(&ld.st, dir, err);
+    if (rc == HY_OK) rc = load_all(&ld);
+    hy_st_close(ld.st); /* every weight now lives in owned fp32 buffers */
+    if (rc != HY_OK) {
+        hy_model_close(m);
+        return rc;
+    }
+    *out = m;
+    return HY_OK;
+}
+
+void hy_model_close(hy_model *m)
+{
+    if (!m) return;
+    for (size_t i = 0; i < m->n_owned; i++) free(m->owned[i]);
+    free(m->owned);
+    free(m->layers);
+    free(m);
+}
+
+const hy_model_config *hy_model_cfg(const hy_model *m)
+{
+    return &m->cfg;
+}

@@ -1,0 +1,153 @@
+/*
+ * The running state of a prefix: what the executor needs to continue after
+ * it. Linear layers keep a constant-size S [Hv][dk][dv] and conv state
+ * [K-1][conv_dim]; attention layers keep the rotated K and V of every position
+ * ([pos][Hkv][hd]), grown geometrically. Copying a state is how callers
+ * checkpoint a prefix.
+ */
+#include "model/internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static size_t s_floats(const hy_model_config *c)
+{
+    return (size_t)c->lin_v_heads * c->lin_dk * c->lin_dv;
+}
+
+static size_t conv_floats(const hy_model_config *c)
+{
+    return (size_t)(c->conv_kernel - 1) * (size_t)hy_config_conv_dim(c);
+}
+
+static size_t kv_row(const hy_model_config *c)
+{
+    return (size_t)c->n_kv_heads * c->head_dim;
+}
+
+void hy_state_free(hy_state *s)
+{
+    if (!s) return;
+    int L = s->m->cfg.n_layers;
+    for (int i = 0; i < L; i++) {
+        hy_free(s->S[i]);
+        hy_free(s->conv[i]);
+        free(s->k[i]);
+        free(s->v[i]);
+    }
+    free(s->S);
+    free(s->conv);
+    free(s->k);
+    free(s->v);
+    free(s);
+}
+
+int hy_state_new(const hy_model *m, hy_state **out, hy_err *err)
+{
+    const hy_model_config *c = &m->cfg;
+    *out = NULL;
+    hy_state *s = calloc(1, sizeof *s);
+    if (!s) return hy_err_set(err, HY_ENOMEM, "out of memory");
+    s->m = m;
+    int L = c->n_layers;
+    s->S = calloc((size_t)L, sizeof *s->S);
+    s->conv = calloc((size_t)L, sizeof *s->conv);
+    s->k = calloc((size_t)L, sizeof *s->k);
+    s->v = calloc((size_t)L, sizeof *s->v);
+    int bad = !s->S || !s->conv || !s->k || !s->v;
+    for (int i = 0; i < L && !bad; i++) {
+        if (c->layer_kind[i] != HY_LAYER_LINEAR) continue;
+        s->S[i] = hy_calloc(s_floats(c) * sizeof(float));
+        s->conv[i] = hy_calloc(conv_floats(c) * sizeof(float) + 1);
+        bad = !s->S[i] || !s->conv[i];
+    }
+    if (bad) {
+        hy_state_free(s);
+        return hy_err_set(err, HY_ENOMEM, "out of memory for the running state");
+    }
+    *out = s;
+    return HY_OK;
+}
+
+void hy_state_reset(hy_state *s)
+{
+    const hy_model_config *c = &s->m->cfg;
+    for (int i = 0; i < c->n_layers; i++) {
+        if (s->S[i]) memset(s->S[i], 0, s_floats(c) * sizeof(float));
+        if (s->conv[i]) memset(s->conv[i], 0, conv_floats(c) * sizeof(float));
+    }
+    s->pos = 0;
+}
+
+int hy_state_reserve(hy_state *s, int64_t need, hy_err *err)
+{
+    const hy_model_config *c = &s->m->cfg;
+    if (need <= s->kv_cap) return HY_OK;
+    int64_t cap = s->kv_cap ? s->kv_cap * 2 : 256;
+    if (cap < need) cap = need;
+    size_t bytes;
+    if (hy_mul_size((size_t)cap, kv_row(c) * sizeof(float), &bytes) != HY_OK)
+        return hy_err_set(err, HY_ERANGE, "KV cache of %lld positions overflows",
+                          (long long)cap);
+    for (int i = 0; i < c->n_layers; i++) {
+        if (c->layer_kind[i] != HY_LAYER_ATTENTION) continue;
+        float *nk = realloc(s->k[i], bytes);
+        if (nk) s->k[i] = nk;
+        float *nv = nk ? realloc(s->v[i], bytes) : NULL;
+        if (nv) s->v[i] = nv;
+        if (!nk || !nv)
+            return hy_err_set(err, HY_ENOMEM, "out of memory growing the KV cache to %lld positions",
+                              (long long)cap);
+    }
+    s->kv_cap = cap;
+    return HY_OK;
+}
+
+int hy_state_copy(hy_state *dst, const hy_state *src, hy_err *err)
+{
+    const hy_model_config *c = &src->m->cfg;
+    if (dst->m != src->m)
+        return hy_err_set(err, HY_EINVAL, "state copy between different models");
+    int rc = hy_state_reserve(dst, src->pos, err);
+    if (rc) return rc;
+    for (int i = 0; i < c->n_layers; i++) {
+        if (src->S[i]) memcpy(dst->S[i], src->S[i], s_floats(c) * sizeof(float));
+        if (src->conv[i]) memcpy(dst->conv[i], src->conv[i], conv_floats(c) * sizeof(float));
+        if (src->k[i] && src->pos > 0) {
+            memcpy(dst->k[i], src->k[i], (size_t)src->pos * kv_row(c) * sizeof(float));
+            memcpy(dst->v[i], src->v[i], (size_t)src->pos * kv_row(c) * sizeof(float));
+        }
+    }
+    dst->pos = src->pos;
+    return HY_OK;
+}
+
+int64_t hy_state_pos(const hy_state *s)
+{
+    return s->pos;
+}
+
+static int layer_ok(const hy_state *s, int layer)
+{
+    return layer >= 0 && layer < s->m->cfg.n_layers;
+}
+
+float *hy_state_S(hy_state *s, int layer)
+{
+    return layer_ok(s, layer) ? s->S[layer] : NULL;
+}
+
+float *hy_state_conv(hy_state *s, int layer)
+{
+    return layer_ok(s, layer) ? s->conv[layer] : NULL;
+}
+
+float *hy_state_k(hy_state *s, int layer)
+{
+    return layer_ok(s, layer) ? s->k[layer] : NULL;
+}
+
+float *hy_state_v(hy_state *s, int layer)
+{
+    return layer_ok(s, layer) ? s->v[layer] : NULL;
+}
