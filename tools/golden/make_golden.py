@@ -398,7 +398,8 @@ def build(spec, root, seed, capture):
     assert sanity["all_decode_rows_max_abs_diff"] < SANITY_TOL, sanity
 
     save_file(golden, str(d / "golden.safetensors"),
-              metadata={"generator": "tools/golden/make_golden.py", "model": name})
+              # one key only: safetensors serialises metadata from a hash map (random order)
+              metadata={"generator": f"tools/golden/make_golden.py {name}"})
 
     K = cfg.linear_conv_kernel_dim
     Hk, Hv = cfg.linear_num_key_heads, cfg.linear_num_value_heads

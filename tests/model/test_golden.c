@@ -1,0 +1,172 @@
+/*
+ * The executor against transformers' pure-PyTorch Qwen3-Next / Qwen3.5 path.
+ * Fixtures (tests/fixtures/golden/<model>/, made by tools/golden/) hold tiny
+ * random checkpoints and, for prefills of 1, 63, 64, 65 and 300 tokens, the
+ * last logits, every linear layer's final delta-rule state and conv state; and
+ * a 64-token prefill followed by 20 decode steps. Each is checked with the
+ * chunked and the recurrent delta rule, and with prefills split in steps.
+ * Limits: logits max abs error 1e-4, states 1e-4 relative.
+ */
+#include "model/internal.h"
+#include "tests/test_util.h"
+
+#include <string.h>
+
+static const char *k_models[] = {"qwen3next_moe", "qwen3next_dense", "qwen35_dense", "qwen35_moe"};
+static const int k_lengths[] = {1, 63, 64, 65, 300};
+
+typedef struct golden {
+    hy_model *m;
+    hy_st *g;
+} golden;
+
+static int open_golden(const char *name, golden *out)
+{
+    char dir[512], path[600];
+    hy_err e = {0};
+    snprintf(dir, sizeof dir, "%s/golden/%s", HY_FIXTURES_DIR, name);
+    snprintf(path, sizeof path, "%s/golden.safetensors", dir);
+    if (hy_model_open(&out->m, dir, &e) || hy_st_open_file(&out->g, path, &e)) {
+        fprintf(stderr, "\n  %s: %s\n", name, e.msg);
+        return -1;
+    }
+    return 0;
+}
+
+static void close_golden(golden *g)
+{
+    hy_model_close(g->m);
+    hy_st_close(g->g);
+}
+
+/* Reads a golden tensor as floats (tokens as int32). */
+static const hy_st_tensor *gt(golden *g, const char *fmt, int a, int b)
+{
+    char name[128];
+    snprintf(name, sizeof name, fmt, a, b);
+    const hy_st_tensor *t = hy_st_find(g->g, name);
+    if (!t) fprintf(stderr, "\n  golden tensor '%s' missing\n", name);
+    return t;
+}
+
+/* Compares every linear layer's S and conv state against the fixture. */
+static double check_states(golden *g, hy_state *st, const char *sfmt, const char *cfmt, int n,
+                           double *conv_err)
+{
+    const hy_model_config *c = hy_model_cfg(g->m);
+    const int C = hy_config_conv_dim(c), K1 = c->conv_kernel - 1;
+    double worst = 0, cworst = 0;
+    float *conv_t = malloc((size_t)C * K1 * sizeof(float));
+    for (int i = 0; i < c->n_layers; i++) {
+        if (c->layer_kind[i] != HY_LAYER_LINEAR) continue;
+        const hy_st_tensor *ts = gt(g, sfmt, n, i);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(ts);
+        CU_ASSERT_EQUAL_FATAL((size_t)ts->numel, (size_t)c->lin_v_heads * c->lin_dk * c->lin_dv);
+        worst = fmax(worst, hy_rel_diff(hy_state_S(st, i), ts->data, (size_t)ts->numel));
+        if (cfmt) {
+            const hy_st_tensor *tc = gt(g, cfmt, n, i);
+            CU_ASSERT_PTR_NOT_NULL_FATAL(tc);
+            CU_ASSERT_EQUAL_FATAL((size_t)tc->numel, (size_t)C * K1);
+            const float *ours = hy_state_conv(st, i); /* [K-1][C] */
+            for (int ch = 0; ch < C; ch++)
+                for (int j = 0; j < K1; j++) conv_t[ch * K1 + j] = ours[j * C + ch];
+            cworst = fmax(cworst, hy_rel_diff(conv_t, tc->data, (size_t)C * K1));
+        }
+    }
+    free(conv_t);
+    if (conv_err) *conv_err = cworst;
+    return worst;
+}
+
+/* Prefill checks for one model under one executor configuration. */
+static void run_prefills(const char *name, hy_gdn_mode mode, int max_batch)
+{
+    golden g = {0};
+    CU_ASSERT_EQUAL_FATAL(open_golden(name, &g), 0);
+    const hy_model_config *c = hy_model_cfg(g.m);
+    hy_err e = {0};
+    hy_exec *ex = NULL;
+    hy_state *st = NULL;
+    CU_ASSERT_EQUAL_FATAL(hy_exec_new(g.m, max_batch, &ex, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_state_new(g.m, &st, &e), 0);
+    hy_exec_set_gdn_mode(ex, mode);
+    float *logits = malloc((size_t)c->vocab * sizeof(float));
+    for (size_t li = 0; li < sizeof k_lengths / sizeof *k_lengths; li++) {
+        const int n = k_lengths[li];
+        const hy_st_tensor *tt = gt(&g, "prefill.%d.tokens", n, 0);
+        const hy_st_tensor *tl = gt(&g, "prefill.%d.logits", n, 0);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(tt);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(tl);
+        CU_ASSERT_EQUAL_FATAL(tt->numel, n);
+        hy_state_reset(st);
+        int rc = hy_exec_prefill(ex, st, tt->data, (size_t)n, logits, &e);
+        CU_ASSERT_EQUAL_FATAL(rc, 0);
+        double lerr = hy_max_abs_diff(logits, tl->data, (size_t)c->vocab), cerr = 0;
+        double serr = check_states(&g, st, "prefill.%d.state.%d", "prefill.%d.conv.%d", n, &cerr);
+        printf("\n    %-16s %-9s batch %-4d n=%-3d logits %.2e  S %.2e  conv %.2e", name,
+               mode == HY_GDN_CHUNKED ? "chunked" : "recurrent", max_batch, n, lerr, serr, cerr);
+        CU_ASSERT(lerr <= 1e-4);
+        CU_ASSERT(serr <= 1e-4);
+        CU_ASSERT(cerr <= 1e-4);
+    }
+    free(logits);
+    hy_state_free(st);
+    hy_exec_free(ex);
+    close_golden(&g);
+}
+
+static void run_decode(const char *name)
+{
+    golden g = {0};
+    CU_ASSERT_EQUAL_FATAL(open_golden(name, &g), 0);
+    const hy_model_config *c = hy_model_cfg(g.m);
+    hy_err e = {0};
+    hy_exec *ex = NULL;
+    hy_state *st = NULL;
+    CU_ASSERT_EQUAL_FATAL(hy_exec_new(g.m, 0, &ex, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_state_new(g.m, &st, &e), 0);
+    const hy_st_tensor *tt = gt(&g, "decode.tokens", 0, 0), *tl = gt(&g, "decode.logits", 0, 0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(tt);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(tl);
+    CU_ASSERT_EQUAL_FATAL(tt->numel, 84);
+    CU_ASSERT_EQUAL_FATAL(tl->numel, 21 * (int64_t)c->vocab);
+    const int32_t *tok = tt->data;
+    const float *ref = tl->data;
+    float *logits = malloc((size_t)c->vocab * sizeof(float));
+    CU_ASSERT_EQUAL_FATAL(hy_exec_prefill(ex, st, tok, 64, logits, &e), 0);
+    double worst = hy_max_abs_diff(logits, ref, (size_t)c->vocab);
+    for (int s = 1; s <= 20; s++) {
+        CU_ASSERT_EQUAL_FATAL(hy_exec_decode(ex, st, tok[63 + s], logits, &e), 0);
+        worst = fmax(worst, hy_max_abs_diff(logits, ref + (size_t)s * c->vocab, (size_t)c->vocab));
+    }
+    CU_ASSERT_EQUAL(hy_state_pos(st), 84);
+    double serr = check_states(&g, st, "decode.state.%.0d%d", NULL, 0, NULL);
+    printf("\n    %-16s prefill 64 + 20 decode steps: logits %.2e  S %.2e", name, worst, serr);
+    CU_ASSERT(worst <= 1e-4);
+    CU_ASSERT(serr <= 1e-4);
+    free(logits);
+    hy_state_free(st);
+    hy_exec_free(ex);
+    close_golden(&g);
+}
+
+#define MODEL_TESTS(i)                                                                             \
+    static void t_chunked_##i(void) { run_prefills(k_models[i], HY_GDN_CHUNKED, 0); }              \
+    static void t_recurrent_##i(void) { run_prefills(k_models[i], HY_GDN_RECURRENT, 0); }          \
+    static void t_split_##i(void) { run_prefills(k_models[i], HY_GDN_CHUNKED, 50); }               \
+    static void t_decode_##i(void) { run_decode(k_models[i]); }
+MODEL_TESTS(0)
+MODEL_TESTS(1)
+MODEL_TESTS(2)
+MODEL_TESTS(3)
+
+#define MODEL_CASES(i)                                                                             \
+    {"prefill_chunked", t_chunked_##i}, {"prefill_recurrent", t_recurrent_##i},                  \
+        {"prefill_in_steps_of_50", t_split_##i}, {"prefill_then_decode", t_decode_##i}
+
+int main(void)
+{
+    static const hy_test_case cases[] = {MODEL_CASES(0), MODEL_CASES(1), MODEL_CASES(2),
+                                         MODEL_CASES(3), {NULL, NULL}};
+    return hy_test_main("golden_vs_transformers", cases);
+}

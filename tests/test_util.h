@@ -1,0 +1,51 @@
+/*
+ * Shared by the CUnit test programs: a main() that registers one suite and
+ * runs it verbosely (the summary ends the output), helpers for comparing float
+ * arrays, and where the committed fixtures live.
+ */
+#ifndef HY_TEST_UTIL_H
+#define HY_TEST_UTIL_H
+
+#include <CUnit/Basic.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef struct hy_test_case {
+    const char *name;
+    void (*fn)(void);
+} hy_test_case;
+
+/* Runs the cases as one suite; the exit status is the number of failures. */
+static inline int hy_test_main(const char *suite, const hy_test_case *cases)
+{
+    if (CU_initialize_registry() != CUE_SUCCESS) return 1;
+    CU_pSuite s = CU_add_suite(suite, NULL, NULL);
+    for (const hy_test_case *c = cases; c->name; c++) CU_add_test(s, c->name, c->fn);
+    CU_basic_set_mode(CU_BRM_VERBOSE);
+    CU_basic_run_tests();
+    unsigned fails = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
+    CU_cleanup_registry();
+    return fails ? 1 : 0;
+}
+
+/* max |a - b| */
+static inline double hy_max_abs_diff(const float *a, const float *b, size_t n)
+{
+    double m = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (!(d <= m)) m = d; /* NaN propagates as a failure */
+    }
+    return m;
+}
+
+/* max |a - b| / max(max |b|, tiny): the error relative to the reference's scale. */
+static inline double hy_rel_diff(const float *a, const float *ref, size_t n)
+{
+    double s = 1e-30;
+    for (size_t i = 0; i < n; i++) s = fmax(s, fabs((double)ref[i]));
+    return hy_max_abs_diff(a, ref, n) / s;
+}
+
+#endif
