@@ -1,0 +1,162 @@
+/*
+ * The dense kernels against direct double-precision transcriptions: causal
+ * attention over a KV cache with earlier positions, the causal conv with its
+ * carried state, rotary embeddings (including that rotations compose, which
+ * re-rotating cached keys relies on), RMS and L2 norms, and the GEMM wrapper's
+ * transpose flags.
+ */
+#include "common/hy_common.h"
+#include "kernels/hy_kernels.h"
+#include "tests/test_util.h"
+
+#include <string.h>
+
+static float *randn(hy_rng *r, size_t n)
+{
+    float *x = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = (float)hy_rng_normal(r);
+    return x;
+}
+
+static void test_attention_matches_definition(void)
+{
+    hy_rng r;
+    hy_rng_seed(&r, 1);
+    const int hd = 24, pos0 = 37, n = 150, ctx = pos0 + n, ld = 2 * hd; /* strided rows */
+    float *q = randn(&r, (size_t)n * ld), *K = randn(&r, (size_t)ctx * ld),
+          *V = randn(&r, (size_t)ctx * ld);
+    float *o = calloc((size_t)n * hd, sizeof(float));
+    float *scores = malloc((size_t)HY_ATTN_BLOCK * ctx * sizeof(float));
+    const float scale = 0.3f;
+    hy_attention(n, hd, pos0, q, ld, K, ld, V, ld, scale, o, hd, scores);
+    double worst = 0;
+    double *p = malloc((size_t)ctx * sizeof(double));
+    for (int t = 0; t < n; t++) {
+        const int valid = pos0 + t + 1;
+        double mx = -1e300, z = 0;
+        for (int j = 0; j < valid; j++) {
+            double s = 0;
+            for (int i = 0; i < hd; i++) s += (double)q[(size_t)t * ld + i] * K[(size_t)j * ld + i];
+            p[j] = s * scale;
+            mx = fmax(mx, p[j]);
+        }
+        for (int j = 0; j < valid; j++) z += (p[j] = exp(p[j] - mx));
+        for (int i = 0; i < hd; i++) {
+            double acc = 0;
+            for (int j = 0; j < valid; j++) acc += p[j] / z * V[(size_t)j * ld + i];
+            worst = fmax(worst, fabs(acc - o[(size_t)t * hd + i]));
+        }
+    }
+    printf("\n    attention n=%d after %d cached: max abs error %.1e", n, pos0, worst);
+    CU_ASSERT(worst < 1e-5);
+    free(q), free(K), free(V), free(o), free(scores), free(p);
+}
+
+static void test_conv_carries_state(void)
+{
+    hy_rng r;
+    hy_rng_seed(&r, 2);
+    const int C = 13, K = 4, n = 11, ld = C + 5;
+    float *in = randn(&r, (size_t)n * ld), *w = randn(&r, (size_t)K * C);
+    float *out1 = malloc((size_t)n * C * 4), *out2 = malloc((size_t)n * C * 4);
+    float st1[3 * 13] = {0}, st2[3 * 13] = {0};
+    hy_conv1d_silu(n, C, K, in, ld, st1, w, out1, C);
+    /* direct: zero history */
+    double worst = 0;
+    for (int t = 0; t < n; t++)
+        for (int c = 0; c < C; c++) {
+            double s = 0;
+            for (int j = 0; j < K; j++) {
+                int idx = t + j - (K - 1);
+                if (idx >= 0) s += (double)w[j * C + c] * in[(size_t)idx * ld + c];
+            }
+            s = s / (1 + exp(-s));
+            worst = fmax(worst, fabs(s - out1[t * C + c]));
+        }
+    CU_ASSERT(worst < 1e-5);
+    /* the same sequence in pieces of 1, 2 and 8 tokens */
+    const int cuts[] = {0, 1, 3, 11};
+    for (int i = 0; i < 3; i++)
+        hy_conv1d_silu(cuts[i + 1] - cuts[i], C, K, in + (size_t)cuts[i] * ld, ld, st2, w,
+                       out2 + (size_t)cuts[i] * C, C);
+    CU_ASSERT(hy_max_abs_diff(out2, out1, (size_t)n * C) == 0.0);
+    CU_ASSERT(memcmp(st1, st2, sizeof st1) == 0);
+    /* the state holds the last K-1 inputs, oldest first */
+    for (int j = 0; j < K - 1; j++)
+        CU_ASSERT(memcmp(st1 + j * C, in + (size_t)(n - (K - 1) + j) * ld, (size_t)C * 4) == 0);
+    free(in), free(w), free(out1), free(out2);
+}
+
+static void test_rope(void)
+{
+    const int rd = 8;
+    float inv[4];
+    hy_rope_inv_freq(rd, 10000.0, inv);
+    CU_ASSERT_DOUBLE_EQUAL(inv[0], 1.0, 1e-7);
+    CU_ASSERT_DOUBLE_EQUAL(inv[1], pow(10000.0, -0.25), 1e-7);
+    float x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, y[8];
+    memcpy(y, x, sizeof x);
+    hy_rope_apply(y, rd, inv, 3);
+    /* pair (i, i+4) rotates by angle 3·inv[i] (rotate_half convention) */
+    for (int i = 0; i < 4; i++) {
+        double a = 3.0 * inv[i];
+        CU_ASSERT_DOUBLE_EQUAL(y[i], x[i] * cos(a) - x[i + 4] * sin(a), 1e-5);
+        CU_ASSERT_DOUBLE_EQUAL(y[i + 4], x[i + 4] * cos(a) + x[i] * sin(a), 1e-5);
+    }
+    /* rotations compose: R(5)·R(3) = R(8), and position 0 is the identity */
+    float z[8];
+    memcpy(z, x, sizeof x);
+    hy_rope_apply(z, rd, inv, 8);
+    hy_rope_apply(y, rd, inv, 5);
+    CU_ASSERT(hy_max_abs_diff(y, z, 8) < 1e-5);
+    memcpy(z, x, sizeof x);
+    hy_rope_apply(z, rd, inv, 0);
+    CU_ASSERT(memcmp(z, x, sizeof x) == 0);
+}
+
+static void test_norms(void)
+{
+    float x[6] = {1, -2, 3, 0.5f, 0, 4}, w[3] = {1, 2, 0.5f}, out[6];
+    hy_rmsnorm(2, 3, x, 3, w, 1e-6f, out, 3);
+    double r0 = 1 / sqrt((1 + 4 + 9) / 3.0 + 1e-6);
+    CU_ASSERT_DOUBLE_EQUAL(out[1], -2 * r0 * 2, 1e-5);
+    double r1 = 1 / sqrt((0.25 + 16) / 3.0 + 1e-6);
+    CU_ASSERT_DOUBLE_EQUAL(out[5], 4 * r1 * 0.5, 1e-5);
+    float v[3] = {3, 4, 0};
+    hy_l2norm_scale(v, 3, 1e-6f, 2.0f);
+    CU_ASSERT_DOUBLE_EQUAL(v[0], 2 * 3 / sqrt(25 + 1e-6), 1e-6);
+    CU_ASSERT_DOUBLE_EQUAL(v[1], 2 * 4 / sqrt(25 + 1e-6), 1e-6);
+    CU_ASSERT_DOUBLE_EQUAL(hy_softplusf(0.0f), log(2.0), 1e-6);
+    CU_ASSERT_EQUAL(hy_softplusf(30.0f), 30.0f);
+}
+
+static void test_gemm_transposes(void)
+{
+    /* A [2][3], B [3][2]: C = A·B; with stored transposes the same result */
+    const float A[6] = {1, 2, 3, 4, 5, 6}, At[6] = {1, 4, 2, 5, 3, 6};
+    const float B[6] = {1, 0, 0, 1, 1, 1}, Bt[6] = {1, 0, 1, 0, 1, 1};
+    const float want[4] = {4, 5, 10, 11};
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            float C[4] = {0};
+            hy_gemm(ta, tb, 2, 2, 3, 1.0f, ta ? At : A, ta ? 2 : 3, tb ? Bt : B, tb ? 3 : 2, 0.0f,
+                    C, 2);
+            CU_ASSERT(memcmp(C, want, sizeof C) == 0);
+        }
+    float Y[4];
+    hy_linear(2, 3, 2, A, 3, Bt, Y, 2); /* nn.Linear with W = Bt [2][3] */
+    CU_ASSERT(memcmp(Y, want, sizeof Y) == 0);
+}
+
+int main(void)
+{
+    static const hy_test_case cases[] = {
+        {"attention_matches_definition", test_attention_matches_definition},
+        {"conv_carries_state", test_conv_carries_state},
+        {"rope_rotate_half_and_composition", test_rope},
+        {"rms_and_l2_norms", test_norms},
+        {"gemm_transposes", test_gemm_transposes},
+        {NULL, NULL},
+    };
+    return hy_test_main("dense_kernels", cases);
+}

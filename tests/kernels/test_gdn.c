@@ -1,0 +1,194 @@
+/*
+ * The gated delta rule kernels: the recurrent form against a double-precision
+ * transcription of the definition (S ← exp(g)(I − β k kᵀ) S + β k vᵀ, o = Sᵀq),
+ * and the chunked form against the recurrent one, from zero and non-zero
+ * initial states, with strong and near-zero decays, lengths around the chunk
+ * size and up to 2048 tokens. Inputs are read through row strides, as the
+ * executor does.
+ */
+#include "common/hy_common.h"
+#include "kernels/hy_kernels.h"
+#include "tests/test_util.h"
+
+#include <string.h>
+
+typedef struct gdn_case {
+    int n, dk, dv;
+    double g_lo, g_hi; /* log-decay drawn uniformly in [g_lo, g_hi] */
+    int warm_state;
+} gdn_case;
+
+typedef struct gdn_data {
+    int n, dk, dv, ld, ldgb;
+    float *q, *k, *v, *g, *b, *S0;
+} gdn_data;
+
+/* Random inputs laid out with strides wider than the rows (ld = dk + dk + dv + 3). */
+static gdn_data make(const gdn_case *c, uint64_t seed)
+{
+    gdn_data d = {c->n, c->dk, c->dv, 2 * c->dk + c->dv + 3, 2, NULL, NULL, NULL, NULL, NULL, NULL};
+    hy_rng r;
+    hy_rng_seed(&r, seed);
+    float *buf = calloc((size_t)c->n * d.ld, sizeof(float));
+    d.q = buf;
+    d.k = buf + c->dk;
+    d.v = buf + 2 * c->dk;
+    d.g = calloc((size_t)c->n * d.ldgb, sizeof(float));
+    d.b = calloc((size_t)c->n * d.ldgb, sizeof(float));
+    d.S0 = calloc((size_t)c->dk * c->dv, sizeof(float));
+    for (int t = 0; t < c->n; t++) {
+        float *row = buf + (size_t)t * d.ld;
+        for (int i = 0; i < 2 * c->dk + c->dv; i++) row[i] = (float)hy_rng_normal(&r);
+        hy_l2norm_scale(row, c->dk, 1e-6f, 1.0f / sqrtf((float)c->dk));
+        hy_l2norm_scale(row + c->dk, c->dk, 1e-6f, 1.0f);
+        d.g[(size_t)t * d.ldgb] = (float)(c->g_lo + (c->g_hi - c->g_lo) * hy_rng_uniform(&r));
+        d.b[(size_t)t * d.ldgb] = (float)hy_rng_uniform(&r);
+    }
+    if (c->warm_state)
+        for (int i = 0; i < c->dk * c->dv; i++) d.S0[i] = (float)hy_rng_normal(&r);
+    return d;
+}
+
+static void drop(gdn_data *d)
+{
+    free(d->q);
+    free(d->g);
+    free(d->b);
+    free(d->S0);
+}
+
+/* Double-precision reference straight from the definition. */
+static void reference(const gdn_data *d, double *S, double *o)
+{
+    const int dk = d->dk, dv = d->dv;
+    double *u = malloc(sizeof(double) * (size_t)dv);
+    for (int t = 0; t < d->n; t++) {
+        const float *q = d->q + (size_t)t * d->ld, *k = d->k + (size_t)t * d->ld;
+        const float *v = d->v + (size_t)t * d->ld;
+        const double a = exp((double)d->g[(size_t)t * d->ldgb]), b = d->b[(size_t)t * d->ldgb];
+        /* S ← a (S − β k (kᵀ S)) + β k vᵀ */
+        for (int j = 0; j < dv; j++) {
+            u[j] = 0;
+            for (int i = 0; i < dk; i++) u[j] += k[i] * S[i * dv + j];
+        }
+        for (int i = 0; i < dk; i++)
+            for (int j = 0; j < dv; j++)
+                S[i * dv + j] = a * (S[i * dv + j] - b * k[i] * u[j]) + b * k[i] * v[j];
+        for (int j = 0; j < dv; j++) {
+            double s = 0;
+            for (int i = 0; i < dk; i++) s += S[i * dv + j] * q[i];
+            o[(size_t)t * dv + j] = s;
+        }
+    }
+    free(u);
+}
+
+static double rel_vs_double(const float *a, const double *ref, size_t n)
+{
+    double m = 0, s = 1e-30;
+    for (size_t i = 0; i < n; i++) {
+        s = fmax(s, fabs(ref[i]));
+        double e = fabs((double)a[i] - ref[i]);
+        if (!(e <= m)) m = e;
+    }
+    return m / s;
+}
+
+static void check_case(const gdn_case *c, uint64_t seed, int against_double)
+{
+    gdn_data d = make(c, seed);
+    const size_t SS = (size_t)c->dk * c->dv, OS = (size_t)c->n * c->dv;
+    float *Sr = malloc(SS * sizeof(float)), *Sc = malloc(SS * sizeof(float));
+    float *orr = calloc(OS, sizeof(float)), *oc = calloc(OS, sizeof(float));
+    float *work = malloc(hy_gdn_chunked_scratch(c->dk, c->dv) * sizeof(float));
+    memcpy(Sr, d.S0, SS * sizeof(float));
+    memcpy(Sc, d.S0, SS * sizeof(float));
+    hy_gdn_recurrent(c->n, c->dk, c->dv, d.q, d.ld, d.k, d.ld, d.v, d.ld, d.g, d.b, d.ldgb, Sr,
+                     orr, c->dv);
+    hy_gdn_chunked(c->n, c->dk, c->dv, d.q, d.ld, d.k, d.ld, d.v, d.ld, d.g, d.b, d.ldgb, Sc, oc,
+                   c->dv, work);
+    double es = hy_rel_diff(Sc, Sr, SS), eo = hy_rel_diff(oc, orr, OS);
+    printf("\n    n=%-4d dk=%-3d dv=%-3d g in [%g, %g]%s: chunked vs recurrent S %.1e o %.1e", c->n,
+           c->dk, c->dv, c->g_lo, c->g_hi, c->warm_state ? " warm" : "", es, eo);
+    CU_ASSERT(es <= 1e-5);
+    CU_ASSERT(eo <= 1e-5);
+    if (against_double) {
+        double *S = malloc(SS * sizeof(double)), *o = malloc(OS * sizeof(double));
+        for (size_t i = 0; i < SS; i++) S[i] = d.S0[i];
+        reference(&d, S, o);
+        double rs = rel_vs_double(Sr, S, SS), ro = rel_vs_double(orr, o, OS);
+        printf("  recurrent vs fp64 S %.1e o %.1e", rs, ro);
+        CU_ASSERT(rs <= 1e-5);
+        CU_ASSERT(ro <= 1e-5);
+        free(S);
+        free(o);
+    }
+    free(Sr);
+    free(Sc);
+    free(orr);
+    free(oc);
+    free(work);
+    drop(&d);
+}
+
+static void test_recurrent_matches_definition(void)
+{
+    const gdn_case cases[] = {
+        {1, 16, 16, -1.0, 0.0, 0},  {9, 8, 12, -0.5, -0.01, 1}, {65, 16, 32, -3, -1, 1},
+        {200, 32, 16, -1e-4, 0, 1}, {130, 64, 64, -8, -4, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_case(&cases[i], 100 + i, 1);
+}
+
+static void test_chunked_matches_recurrent(void)
+{
+    const gdn_case cases[] = {
+        {1, 16, 16, -1, 0, 1},          {2, 16, 16, -1, 0, 0},
+        {63, 32, 32, -1, 0, 1},         {64, 32, 32, -1, 0, 1},
+        {65, 32, 32, -1, 0, 1},         {127, 16, 48, -0.3, -0.1, 1},
+        {300, 64, 64, -1e-4, 0.0, 1},   /* near-zero decay: the delta rule alone */
+        {300, 64, 64, -12.0, -6.0, 1},  /* strong decay: state forgets within a token */
+        {2048, 128, 128, -0.5, 0.0, 1}, /* the real head size, a long segment */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_case(&cases[i], 200 + i, 0);
+}
+
+/* Splitting a sequence into calls that carry the state equals one call. */
+static void test_state_carries_across_calls(void)
+{
+    const gdn_case c = {150, 16, 24, -1, 0, 1};
+    gdn_data d = make(&c, 7);
+    const size_t SS = (size_t)c.dk * c.dv, OS = (size_t)c.n * c.dv;
+    float *S1 = malloc(SS * 4), *S2 = malloc(SS * 4), *o1 = calloc(OS, 4), *o2 = calloc(OS, 4);
+    float *work = malloc(hy_gdn_chunked_scratch(c.dk, c.dv) * sizeof(float));
+    memcpy(S1, d.S0, SS * 4);
+    memcpy(S2, d.S0, SS * 4);
+    hy_gdn_chunked(c.n, c.dk, c.dv, d.q, d.ld, d.k, d.ld, d.v, d.ld, d.g, d.b, d.ldgb, S1, o1, c.dv,
+                   work);
+    const int cuts[] = {0, 37, 38, 101, 150};
+    for (int i = 0; i + 1 < 5; i++) {
+        const int a = cuts[i], n = cuts[i + 1] - cuts[i];
+        hy_gdn_chunked(n, c.dk, c.dv, d.q + (size_t)a * d.ld, d.ld, d.k + (size_t)a * d.ld, d.ld,
+                       d.v + (size_t)a * d.ld, d.ld, d.g + (size_t)a * d.ldgb,
+                       d.b + (size_t)a * d.ldgb, d.ldgb, S2, o2 + (size_t)a * c.dv, c.dv, work);
+    }
+    CU_ASSERT(hy_rel_diff(S2, S1, SS) <= 1e-5);
+    CU_ASSERT(hy_rel_diff(o2, o1, OS) <= 1e-5);
+    free(S1);
+    free(S2);
+    free(o1);
+    free(o2);
+    free(work);
+    drop(&d);
+}
+
+int main(void)
+{
+    static const hy_test_case cases[] = {
+        {"recurrent_matches_fp64_definition", test_recurrent_matches_definition},
+        {"chunked_matches_recurrent", test_chunked_matches_recurrent},
+        {"state_carries_across_calls", test_state_carries_across_calls},
+        {NULL, NULL},
+    };
+    return hy_test_main("gated_delta_rule", cases);
+}

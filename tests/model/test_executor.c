@@ -1,0 +1,221 @@
+/*
+ * Executor behaviour on generated checkpoints (tiny and tiny-moe): a prefill
+ * split into pieces and single-token decodes equals one prefill; a copied
+ * state continues exactly like the original; bad input is refused without
+ * touching the state; generated checkpoints are deterministic per seed.
+ */
+#include "model/internal.h"
+#include "tests/test_util.h"
+
+#include <ftw.h>
+#include <string.h>
+#include <unistd.h>
+
+static char g_tmp[64];
+
+static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)flag, (void)ftw;
+    return remove(p);
+}
+
+static void make_model(const char *preset, uint64_t seed, const char *name, char *dir, size_t n)
+{
+    hy_err e = {0};
+    snprintf(dir, n, "%s/%s", g_tmp, name);
+    int rc = hy_model_init(preset, seed, dir, "F32", &e);
+    if (rc) fprintf(stderr, "\n  %s\n", e.msg);
+    CU_ASSERT_EQUAL_FATAL(rc, 0);
+}
+
+static int32_t *random_tokens(int n, int vocab, uint64_t seed)
+{
+    hy_rng r;
+    hy_rng_seed(&r, seed);
+    int32_t *t = malloc((size_t)n * sizeof *t);
+    for (int i = 0; i < n; i++) t[i] = (int32_t)(hy_rng_next(&r) % (uint64_t)vocab);
+    return t;
+}
+
+static double state_diff(hy_state *a, hy_state *b, const hy_model_config *c)
+{
+    double worst = 0;
+    for (int i = 0; i < c->n_layers; i++)
+        if (c->layer_kind[i] == HY_LAYER_LINEAR)
+            worst = fmax(worst, hy_rel_diff(hy_state_S(a, i), hy_state_S(b, i),
+                                            (size_t)c->lin_v_heads * c->lin_dk * c->lin_dv));
+    return worst;
+}
+
+static void split_equals_whole(const char *preset)
+{
+    char dir[128];
+    make_model(preset, 3, preset, dir, sizeof dir);
+    hy_err e = {0};
+    hy_model *m;
+    CU_ASSERT_EQUAL_FATAL(hy_model_open(&m, dir, &e), 0);
+    const hy_model_config *c = hy_model_cfg(m);
+    hy_exec *ex;
+    hy_state *a, *b;
+    CU_ASSERT_EQUAL_FATAL(hy_exec_new(m, 0, &ex, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_state_new(m, &a, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_state_new(m, &b, &e), 0);
+    const int n = 200;
+    int32_t *tok = random_tokens(n, c->vocab, 11);
+    float *la = malloc((size_t)c->vocab * 4), *lb = malloc((size_t)c->vocab * 4);
+    CU_ASSERT_EQUAL_FATAL(hy_exec_prefill(ex, a, tok, n, la, &e), 0);
+    const int cuts[] = {0, 1, 64, 65, 66, 135, 200};
+    for (int i = 0; i + 1 < 7; i++) {
+        const int len = cuts[i + 1] - cuts[i];
+        int rc = len == 1 ? hy_exec_decode(ex, b, tok[cuts[i]], lb, &e)
+                          : hy_exec_prefill(ex, b, tok + cuts[i], (size_t)len, lb, &e);
+        CU_ASSERT_EQUAL_FATAL(rc, 0);
+    }
+    double le = hy_max_abs_diff(lb, la, (size_t)c->vocab), se = state_diff(a, b, c);
+    printf("\n    %s: pieces vs whole: logits %.1e, S %.1e", preset, le, se);
+    CU_ASSERT(le <= 1e-4);
+    CU_ASSERT(se <= 1e-5);
+    CU_ASSERT_EQUAL(hy_state_pos(a), n);
+    CU_ASSERT_EQUAL(hy_state_pos(b), n);
+    free(tok), free(la), free(lb);
+    hy_state_free(a), hy_state_free(b);
+    hy_exec_free(ex);
+    hy_model_close(m);
+}
+
+static void test_split_tiny(void)
+{
+    split_equals_whole("tiny");
+}
+
+static void test_split_moe(void)
+{
+    split_equals_whole("tiny-moe");
+}
+
+static void test_copy_continues_identically(void)
+{
+    char dir[128];
+    make_model("tiny", 4, "copy", dir, sizeof dir);
+    hy_err e = {0};
+    hy_model *m;
+    CU_ASSERT_EQUAL_FATAL(hy_model_open(&m, dir, &e), 0);
+    const hy_model_config *c = hy_model_cfg(m);
+    hy_exec *ex;
+    hy_state *a, *b;
+    CU_ASSERT_EQUAL_FATAL(hy_exec_new(m, 0, &ex, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_state_new(m, &a, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_state_new(m, &b, &e), 0);
+    int32_t *tok = random_tokens(400, c->vocab, 5);
+    float *la = malloc((size_t)c->vocab * 4), *lb = malloc((size_t)c->vocab * 4);
+    CU_ASSERT_EQUAL_FATAL(hy_exec_prefill(ex, a, tok, 300, NULL, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_state_copy(b, a, &e), 0);
+    CU_ASSERT_EQUAL(hy_state_pos(b), 300);
+    CU_ASSERT_EQUAL_FATAL(hy_exec_prefill(ex, a, tok + 300, 100, la, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_exec_prefill(ex, b, tok + 300, 100, lb, &e), 0);
+    CU_ASSERT(memcmp(la, lb, (size_t)c->vocab * 4) == 0);
+    /* reset returns to the empty prefix */
+    hy_state_reset(b);
+    CU_ASSERT_EQUAL(hy_state_pos(b), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_exec_prefill(ex, b, tok, 300, NULL, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_exec_prefill(ex, b, tok + 300, 100, lb, &e), 0);
+    CU_ASSERT(memcmp(la, lb, (size_t)c->vocab * 4) == 0);
+    free(tok), free(la), free(lb);
+    hy_state_free(a), hy_state_free(b);
+    hy_exec_free(ex);
+    hy_model_close(m);
+}
+
+static void test_bad_input_leaves_state(void)
+{
+    char dir[128], dir2[128];
+    make_model("tiny", 5, "bad", dir, sizeof dir);
+    make_model("tiny", 6, "other", dir2, sizeof dir2);
+    hy_err e = {0};
+    hy_model *m, *m2;
+    CU_ASSERT_EQUAL_FATAL(hy_model_open(&m, dir, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_model_open(&m2, dir2, &e), 0);
+    const hy_model_config *c = hy_model_cfg(m);
+    hy_exec *ex;
+    hy_state *a, *other;
+    CU_ASSERT_EQUAL_FATAL(hy_exec_new(m, 0, &ex, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_state_new(m, &a, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_state_new(m2, &other, &e), 0);
+    int32_t tok[5] = {3, 4, 5, 6, 7};
+    CU_ASSERT_EQUAL_FATAL(hy_exec_prefill(ex, a, tok, 5, NULL, &e), 0);
+    const int lin = 0;
+    size_t SS = (size_t)c->lin_v_heads * c->lin_dk * c->lin_dv;
+    float *before = malloc(SS * 4);
+    memcpy(before, hy_state_S(a, lin), SS * 4);
+
+    int32_t bad[3] = {3, c->vocab, 4};
+    CU_ASSERT_EQUAL(hy_exec_prefill(ex, a, bad, 3, NULL, &e), HY_ERANGE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "token 1"));
+    bad[1] = -1;
+    CU_ASSERT_EQUAL(hy_exec_prefill(ex, a, bad, 3, NULL, &e), HY_ERANGE);
+    CU_ASSERT_EQUAL(hy_exec_prefill(ex, a, tok, 0, NULL, &e), HY_EINVAL);
+    CU_ASSERT_EQUAL(hy_exec_prefill(ex, other, tok, 5, NULL, &e), HY_EINVAL);
+    CU_ASSERT_EQUAL(hy_state_copy(a, other, &e), HY_EINVAL);
+    CU_ASSERT_EQUAL(hy_state_pos(a), 5);
+    CU_ASSERT(memcmp(before, hy_state_S(a, lin), SS * 4) == 0);
+    CU_ASSERT_EQUAL(hy_exec_new(m, -1, &ex, &e), HY_ERANGE);
+    free(before);
+    hy_state_free(a), hy_state_free(other);
+    hy_exec_free(ex);
+    hy_model_close(m), hy_model_close(m2);
+}
+
+static int file_equal(const char *a, const char *b)
+{
+    char *x, *y;
+    size_t nx, ny;
+    if (hy_read_file(a, 1u << 30, &x, &nx, NULL) || hy_read_file(b, 1u << 30, &y, &ny, NULL)) return -1;
+    int eq = nx == ny && memcmp(x, y, nx) == 0;
+    hy_free(x), hy_free(y);
+    return eq;
+}
+
+static void test_init_deterministic(void)
+{
+    char d1[128], d2[128], d3[128], p1[160], p2[160], p3[160];
+    make_model("tiny-moe", 9, "s9a", d1, sizeof d1);
+    make_model("tiny-moe", 9, "s9b", d2, sizeof d2);
+    make_model("tiny-moe", 10, "s10", d3, sizeof d3);
+    snprintf(p1, sizeof p1, "%s/model.safetensors", d1);
+    snprintf(p2, sizeof p2, "%s/model.safetensors", d2);
+    snprintf(p3, sizeof p3, "%s/model.safetensors", d3);
+    CU_ASSERT_EQUAL(file_equal(p1, p2), 1);
+    CU_ASSERT_EQUAL(file_equal(p1, p3), 0);
+    hy_err e = {0};
+    CU_ASSERT_EQUAL(hy_model_init("huge", 1, d1, "F32", &e), HY_EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "huge"));
+    CU_ASSERT_EQUAL(hy_model_init("tiny", 1, d1, "F8", &e), HY_EINVAL);
+    /* the tiny preset stays small enough for tests and the default run */
+    char *buf;
+    size_t n;
+    snprintf(p1, sizeof p1, "%s/model.safetensors", d1);
+    CU_ASSERT_EQUAL_FATAL(hy_read_file(p1, 1u << 30, &buf, &n, &e), 0);
+    hy_free(buf);
+    make_model("tiny", 1, "size", d1, sizeof d1);
+    snprintf(p1, sizeof p1, "%s/model.safetensors", d1);
+    CU_ASSERT_EQUAL_FATAL(hy_read_file(p1, 1u << 30, &buf, &n, &e), 0);
+    hy_free(buf);
+    CU_ASSERT(n < 2u << 20);
+}
+
+int main(void)
+{
+    snprintf(g_tmp, sizeof g_tmp, "/tmp/hypic-test-exec-XXXXXX");
+    if (!mkdtemp(g_tmp)) return 1;
+    static const hy_test_case cases[] = {
+        {"pieces_and_decodes_equal_one_prefill", test_split_tiny},
+        {"pieces_equal_one_prefill_moe", test_split_moe},
+        {"copied_state_continues_identically", test_copy_continues_identically},
+        {"bad_input_leaves_state_untouched", test_bad_input_leaves_state},
+        {"generated_checkpoints_deterministic", test_init_deterministic},
+        {NULL, NULL},
+    };
+    int rc = hy_test_main("executor", cases);
+    nftw(g_tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    return rc;
+}
