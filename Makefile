@@ -5,6 +5,7 @@
 BUILD   ?= build
 ASAN    ?= build-asan
 JOBS    ?= $(shell nproc)
+MAKEFLAGS += --no-print-directory
 CMAKE_FLAGS ?=
 
 .PHONY: all deps configure build test run sanitize format clean
@@ -27,9 +28,9 @@ test: build
 # executor: it generates the tiny default model once (no download) and prefills
 # a prompt on it, printing the next-token candidates and the time taken.
 run: build
-	@test -f run/tiny/config.json || $(BUILD)/hypic-model init --preset tiny --seed 1 --out run/tiny
-	@$(BUILD)/hypic-model info run/tiny
-	@$(BUILD)/hypic-model run run/tiny --text "Hybrid models keep a constant-size state per linear layer."
+	@test -f run/tiny/config.json || $(BUILD)/tools/hypic-model init --preset tiny --seed 1 --out run/tiny
+	@$(BUILD)/tools/hypic-model info run/tiny
+	@$(BUILD)/tools/hypic-model run run/tiny --text "Hybrid models keep a constant-size state per linear layer."
 
 # AddressSanitizer + UndefinedBehaviorSanitizer build running the same tests.
 sanitize: deps

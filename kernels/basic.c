@@ -5,14 +5,47 @@
 #include "kernels/hy_kernels.h"
 
 #include <cblas.h>
+#include <omp.h>
 #include <string.h>
+
+/* BLAS is the serial OpenBLAS (see CMakeLists.txt): a call made inside one of
+ * our parallel regions runs on its thread alone, and large products outside
+ * them are split over the OpenMP threads here. */
+
+static void gemm1(int ta, int tb, int m, int n, int k, float alpha, const float *A, size_t lda,
+                  const float *B, size_t ldb, float beta, float *C, size_t ldc)
+{
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m,
+                n, k, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+}
 
 void hy_gemm(int ta, int tb, int m, int n, int k, float alpha, const float *A, size_t lda,
              const float *B, size_t ldb, float beta, float *C, size_t ldc)
 {
     if (m <= 0 || n <= 0) return;
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m,
-                n, k, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+    const int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+    const double flops = 2.0 * m * n * (double)k;
+    if (nt == 1 || flops < 4e6) {
+        gemm1(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    /* Split the rows of C when there are enough of them, else its columns;
+     * blocks are multiples of 16 so each keeps BLAS-friendly shapes. */
+    const int by_rows = m >= 32 * nt || m >= n;
+    const int len = by_rows ? m : n;
+    int blk = (len + 2 * nt - 1) / (2 * nt);
+    blk = (blk + 15) & ~15;
+    const int nb = (len + blk - 1) / blk;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int b = 0; b < nb; b++) {
+        const int s = b * blk, l = len - s < blk ? len - s : blk;
+        if (by_rows)
+            gemm1(ta, tb, l, n, k, alpha, ta ? A + s : A + (size_t)s * lda, lda, B, ldb, beta,
+                  C + (size_t)s * ldc, ldc);
+        else
+            gemm1(ta, tb, m, l, k, alpha, A, lda, tb ? B + (size_t)s * ldb : B + s, ldb, beta,
+                  C + s, ldc);
+    }
 }
 
 void hy_linear(int n, int in, int out, const float *X, size_t ldx, const float *W, float *Y,
@@ -24,6 +57,7 @@ void hy_linear(int n, int in, int out, const float *X, size_t ldx, const float *
 void hy_rmsnorm(int n, int d, const float *x, size_t ldx, const float *w, float eps, float *out,
                 size_t ldo)
 {
+#pragma omp parallel for schedule(static) if (n >= 64)
     for (int t = 0; t < n; t++) {
         const float *xr = x + (size_t)t * ldx;
         float *orow = out + (size_t)t * ldo;
@@ -46,6 +80,7 @@ void hy_conv1d_silu(int n, int C, int K, const float *in, size_t ldi, float *sta
                     float *out, size_t ldo)
 {
     const int P = K - 1;
+#pragma omp parallel for schedule(static) if (n >= 16)
     for (int t = 0; t < n; t++) {
         float *orow = out + (size_t)t * ldo;
         memset(orow, 0, (size_t)C * sizeof *orow);

@@ -212,6 +212,27 @@ static cJSON *make_config(const preset *p, const char *dtype)
     return c;
 }
 
+/* mkdir -p */
+static int make_dirs(const char *dir, hy_err *err)
+{
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
+        return hy_err_set(err, HY_ERANGE, "%s: path too long", dir);
+    for (char *p = path + 1;; p++) {
+        if (*p != '/' && *p != '\0') continue;
+        char c = *p;
+        *p = '\0';
+        if (mkdir(path, 0755) != 0 && errno != EEXIST)
+            return hy_err_set(err, HY_EIO, "%s: cannot create: %s", path, strerror(errno));
+        *p = c;
+        if (c == '\0') break;
+    }
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return hy_err_set(err, HY_EIO, "%s: not a directory", dir);
+    return HY_OK;
+}
+
 int hy_model_init(const char *preset_name, uint64_t seed, const char *dir, const char *dtype,
                   hy_err *err)
 {
@@ -226,12 +247,12 @@ int hy_model_init(const char *preset_name, uint64_t seed, const char *dir, const
         w.dtype = HY_DT_BF16;
     else
         return hy_err_set(err, HY_EINVAL, "dtype '%s': F32 or BF16", dtype);
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-        return hy_err_set(err, HY_EIO, "%s: cannot create: %s", dir, strerror(errno));
+    int rc0 = make_dirs(dir, err);
+    if (rc0) return rc0;
     hy_rng_seed(&w.rng, seed);
 
     const int64_t H = p->hidden;
-    ADD(&w, "model.embed_tokens.weight", 0, 0.0, 1.0, p->vocab, H);
+    ADD(&w, "model.embed_tokens.weight", 0, 0.0, 0.25, p->vocab, H);
     for (int i = 0; i < p->layers; i++) add_layer(&w, p, i);
     ADD(&w, "model.norm.weight", 0, 0.0, 0.1, H);
     if (!p->tie) ADD(&w, "lm_head.weight", 0, 0.0, 1.0 / sqrt((double)H), p->vocab, H);

@@ -1,0 +1,250 @@
+/*
+ * hypic-bench executor: prefill throughput on the `small` preset (generated
+ * into a temporary directory unless --model is given) at 512, 2048 and 8192
+ * tokens with the chunked delta rule, the recurrent delta rule at 2048 in the
+ * same run, peak RSS, and the machine's limit for this model: the forward
+ * FLOPs of each prefill divided by the sgemm rate measured here, as a
+ * fraction of the time actually taken.
+ */
+#include "bench/bench.h"
+#include "common/hy_common.h"
+#include "kernels/hy_kernels.h"
+#include "model/hy_model.h"
+
+#include <cblas.h>
+#include <ftw.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The delta rule alone on one layer's heads (all heads in parallel, as the
+ * executor runs them), n tokens: seconds for the chunked and recurrent forms. */
+static void time_delta_rule(const hy_model_config *c, int n, double *chunked, double *recurrent)
+{
+    const int Hv = c->lin_v_heads, dk = c->lin_dk, dv = c->lin_dv, r = Hv / c->lin_k_heads;
+    const int C = hy_config_conv_dim(c), Kd = c->lin_k_heads * dk;
+    float *x = hy_alloc((size_t)n * C * 4), *g = hy_alloc((size_t)n * Hv * 4);
+    float *b = hy_alloc((size_t)n * Hv * 4), *o = hy_alloc((size_t)n * Hv * dv * 4);
+    float *S = hy_calloc((size_t)Hv * dk * dv * 4);
+    const size_t per = hy_gdn_chunked_scratch(dk, dv);
+    float *work = hy_alloc(per * (size_t)omp_get_max_threads() * 4);
+    hy_rng rng;
+    hy_rng_seed(&rng, 3);
+    for (size_t i = 0; i < (size_t)n * C; i++) x[i] = (float)hy_rng_normal(&rng) * 0.1f;
+    for (int i = 0; i < n * Hv; i++) {
+        g[i] = (float)(-0.5 * hy_rng_uniform(&rng));
+        b[i] = (float)hy_rng_uniform(&rng);
+    }
+    for (int mode = 0; mode < 2; mode++) {
+        double best = 1e30;
+        for (int rep = 0; rep < 3; rep++) {
+            double t0 = hy_now_s();
+#pragma omp parallel for schedule(dynamic, 1)
+            for (int h = 0; h < Hv; h++) {
+                const float *q = x + (h / r) * dk, *k = x + Kd + (h / r) * dk,
+                            *v = x + 2 * Kd + h * dv;
+                float *Sh = S + (size_t)h * dk * dv, *oh = o + (size_t)h * dv;
+                if (mode == 0)
+                    hy_gdn_chunked(n, dk, dv, q, C, k, C, v, C, g + h, b + h, Hv, Sh, oh,
+                                   (size_t)Hv * dv, work + per * omp_get_thread_num());
+                else
+                    hy_gdn_recurrent(n, dk, dv, q, C, k, C, v, C, g + h, b + h, Hv, Sh, oh,
+                                     (size_t)Hv * dv);
+            }
+            double dt = hy_now_s() - t0;
+            if (dt < best) best = dt;
+        }
+        *(mode == 0 ? chunked : recurrent) = best;
+    }
+    hy_free(x), hy_free(g), hy_free(b), hy_free(o), hy_free(S), hy_free(work);
+}
+
+/* Aggregate sgemm rate with every core running its own single-threaded
+ * product at once: an upper bound on what any split of one product reaches. */
+static double sgemm_per_core_sum(int m, int n, int k)
+{
+    double total = 0;
+#pragma omp parallel reduction(+ : total)
+    {
+        float *A = hy_calloc((size_t)m * k * 4), *B = hy_calloc((size_t)n * k * 4),
+              *C = hy_calloc((size_t)m * n * 4);
+        double best = 1e30;
+        for (int r = 0; r < 3; r++) {
+#pragma omp barrier
+            double t0 = hy_now_s();
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, A, k, B, k, 0.0f,
+                        C, n);
+            double dt = hy_now_s() - t0;
+            if (dt < best) best = dt;
+        }
+        total += 2.0 * m * n * k / best;
+        hy_free(A), hy_free(B), hy_free(C);
+    }
+    return total;
+}
+
+double hy_bench_sgemm_flops(int m, int n, int k, int reps)
+{
+    float *A = hy_alloc((size_t)m * k * 4), *B = hy_alloc((size_t)n * k * 4),
+          *C = hy_alloc((size_t)m * n * 4);
+    for (size_t i = 0; i < (size_t)m * k; i++) A[i] = (float)(i % 7) * 0.1f;
+    for (size_t i = 0; i < (size_t)n * k; i++) B[i] = (float)(i % 5) * 0.1f;
+    double best = 1e30;
+    for (int r = 0; r < reps + 1; r++) { /* the first run warms the threads */
+        double t0 = hy_now_s();
+        hy_linear(m, k, n, A, (size_t)k, B, C, (size_t)n);
+        double dt = hy_now_s() - t0;
+        if (r > 0 && dt < best) best = dt;
+    }
+    hy_free(A), hy_free(B), hy_free(C);
+    return 2.0 * m * n * k / best;
+}
+
+static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)flag, (void)ftw;
+    return remove(p);
+}
+
+/* Best-of-reps seconds to prefill n tokens from the empty state. */
+static int time_prefill(hy_exec *ex, hy_state *st, const int32_t *tok, int n, int reps,
+                        float *logits, double *best, hy_err *e)
+{
+    *best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        hy_state_reset(st);
+        double t0 = hy_now_s();
+        int rc = hy_exec_prefill(ex, st, tok, (size_t)n, logits, e);
+        double dt = hy_now_s() - t0;
+        if (rc) return rc;
+        if (dt < *best) *best = dt;
+    }
+    return 0;
+}
+
+int hy_bench_executor(int argc, char **argv)
+{
+    const char *model = NULL;
+    int quick = 0;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--model") == 0 && i + 1 < argc)
+            model = argv[++i];
+        else if (strcmp(argv[i], "--quick") == 0)
+            quick = 1;
+        else {
+            fprintf(stderr, "usage: hypic-bench executor [--model DIR] [--quick]\n");
+            return 2;
+        }
+    }
+    hy_err e = {0};
+    char tmp[64] = "";
+    if (!model) {
+        snprintf(tmp, sizeof tmp, "/tmp/hypic-bench-XXXXXX");
+        if (!mkdtemp(tmp)) {
+            perror("mkdtemp");
+            return 1;
+        }
+        printf("generating the 'small' preset in %s ...\n", tmp);
+        fflush(stdout);
+        if (hy_model_init("small", 1, tmp, "F32", &e)) {
+            fprintf(stderr, "hypic-bench: %s\n", e.msg);
+            return 1;
+        }
+        model = tmp;
+    }
+    hy_model *m = NULL;
+    hy_exec *ex = NULL;
+    hy_state *st = NULL;
+    if (hy_model_open(&m, model, &e) || hy_exec_new(m, 0, &ex, &e) || hy_state_new(m, &st, &e)) {
+        fprintf(stderr, "hypic-bench: %s\n", e.msg);
+        return 1;
+    }
+    const hy_model_config *c = hy_model_cfg(m);
+    printf("model %s: %.1f M parameters, hidden %d, %d layers\n", model,
+           (double)hy_config_param_count(c) / 1e6, c->hidden, c->n_layers);
+
+    /* The limit: the best sgemm rate seen, measured before and after the
+     * prefills (the machine is shared; a lower reading would flatter us). */
+    double sg_split = hy_bench_sgemm_flops(2048, 2048, 2048, quick ? 1 : 3);
+    double sg_cores = sgemm_per_core_sum(1024, 1024, 1024);
+    printf("sgemm: one 2048^3 product split over %d threads %.1f GFLOP/s; every core on its own "
+           "1024^3 product %.1f GFLOP/s\n",
+           omp_get_max_threads(), sg_split / 1e9, sg_cores / 1e9);
+    double sgemm = sg_split > sg_cores ? sg_split : sg_cores;
+
+    const int lens[] = {512, 2048, 8192};
+    const int nl = quick ? 2 : 3;
+    int32_t *tok = malloc(8192 * sizeof *tok);
+    hy_rng r;
+    hy_rng_seed(&r, 42);
+    for (int i = 0; i < 8192; i++) tok[i] = (int32_t)(hy_rng_next(&r) % (uint64_t)c->vocab);
+    float *logits = malloc((size_t)c->vocab * sizeof *logits);
+    double rate[3] = {0}, frac[3] = {0}, flops[3] = {0}, took[3] = {0}, secs;
+    int rc = time_prefill(ex, st, tok, 256, 1, logits, &secs, &e); /* warm-up */
+    printf("\n tokens   mode        seconds   tokens/s   GFLOP   GFLOP/s\n");
+    for (int i = 0; i < nl && !rc; i++) {
+        const int n = lens[i];
+        rc = time_prefill(ex, st, tok, n, n >= 8192 || quick ? 1 : 3, logits, &secs, &e);
+        double fl = hy_config_prefill_flops(c, 0, n);
+        rate[i] = n / secs;
+        flops[i] = fl;
+        took[i] = secs;
+        printf("%7d   chunked   %9.3f  %9.0f  %6.1f  %8.1f\n", n, secs, rate[i], fl / 1e9,
+               fl / secs / 1e9);
+        fflush(stdout);
+    }
+    double rec_rate = 0, rec_frac = 0;
+    if (!rc) {
+        hy_exec_set_gdn_mode(ex, HY_GDN_RECURRENT);
+        const int n = quick ? 512 : 2048;
+        rc = time_prefill(ex, st, tok, n, 1, logits, &secs, &e);
+        double fl = hy_config_prefill_flops(c, 0, n);
+        rec_rate = n / secs;
+        rec_frac = fl / secs;
+        printf("%7d   recurrent %9.3f  %9.0f  %6.1f  %8.1f\n", n, secs, rec_rate, fl / 1e9,
+               fl / secs / 1e9);
+    }
+    if (rc) {
+        fprintf(stderr, "hypic-bench: %s\n", e.msg);
+        return 1;
+    }
+    sg_split = fmax(sg_split, hy_bench_sgemm_flops(2048, 2048, 2048, quick ? 1 : 3));
+    sg_cores = fmax(sg_cores, sgemm_per_core_sum(1024, 1024, 1024));
+    sgemm = fmax(sg_split, sg_cores);
+    printf("\nsgemm limit (best of the readings before and after): %.1f GFLOP/s\n", sgemm / 1e9);
+    for (int i = 0; i < nl; i++) {
+        frac[i] = flops[i] / sgemm / took[i];
+        printf("  %5d tokens: %.2f of the limit (the time sgemm would need for these FLOPs / "
+               "the time taken)\n",
+               lens[i], frac[i]);
+    }
+    rec_frac /= sgemm;
+    printf("  recurrent: %.2f of the limit\n", rec_frac);
+    const int ri = quick ? 0 : 1; /* the recurrent run's length: 2048 (512 with --quick) */
+    double ratio = rate[ri] / rec_rate, dr_chunked = 0, dr_recurrent = 0;
+    time_delta_rule(c, lens[ri], &dr_chunked, &dr_recurrent);
+    printf("\ndelta rule alone, one layer (%d heads, dk %d, dv %d), %d tokens: chunked %.1f ms, "
+           "recurrent %.1f ms: %.2fx\n",
+           c->lin_v_heads, c->lin_dk, c->lin_dv, lens[ri], dr_chunked * 1e3, dr_recurrent * 1e3,
+           dr_recurrent / dr_chunked);
+    double rss = (double)hy_peak_rss_bytes() / (1 << 20);
+    printf("whole model, chunked / recurrent at %d tokens: %.2fx (target >= 5x)\n", lens[ri], ratio);
+    printf("fraction of the sgemm limit at %d tokens: %.2f (target >= 0.5)\n", lens[ri], frac[ri]);
+    printf("peak RSS: %.0f MiB\n", rss);
+    printf("{\"bench\":\"executor\",\"model_params_m\":%.2f,\"sgemm_gflops\":%.2f,"
+           "\"prefill_tok_s_512\":%.1f,\"prefill_tok_s_2048\":%.1f,\"prefill_tok_s_8192\":%.1f,"
+           "\"recurrent_tok_s_2048\":%.1f,\"chunked_over_recurrent_2048\":%.3f,"
+           "\"delta_rule_chunked_over_recurrent_2048\":%.3f,"
+           "\"fraction_of_sgemm_limit_512\":%.3f,\"fraction_of_sgemm_limit_2048\":%.3f,"
+           "\"fraction_of_sgemm_limit_8192\":%.3f,\"peak_rss_mb\":%.1f,\"threads\":%d,\"quick\":%s}\n",
+           (double)hy_config_param_count(c) / 1e6, sgemm / 1e9, rate[0], rate[1], rate[2],
+           rec_rate, ratio, dr_recurrent / dr_chunked, frac[0], frac[1], frac[2], rss, omp_get_max_threads(), quick ? "true" : "false");
+    free(tok), free(logits);
+    hy_state_free(st);
+    hy_exec_free(ex);
+    hy_model_close(m);
+    if (tmp[0]) nftw(tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    return 0;
+}

@@ -1,0 +1,30 @@
+/*
+ * hypic-bench: benchmarks as programs. Each prints a readable summary and, as
+ * its last line, one JSON object. Comparisons are ratios measured in the same
+ * run, next to the physical limit they approach.
+ *
+ *   hypic-bench executor [--model DIR] [--quick]
+ */
+#include "bench/bench.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const struct {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *what;
+} k_benches[] = {
+    {"executor", hy_bench_executor, "prefill throughput of the CPU executor vs the sgemm limit"},
+};
+
+int main(int argc, char **argv)
+{
+    if (argc >= 2)
+        for (size_t i = 0; i < sizeof k_benches / sizeof *k_benches; i++)
+            if (strcmp(argv[1], k_benches[i].name) == 0) return k_benches[i].fn(argc - 2, argv + 2);
+    fprintf(stderr, "usage: hypic-bench NAME [options]\n");
+    for (size_t i = 0; i < sizeof k_benches / sizeof *k_benches; i++)
+        fprintf(stderr, "  %-10s %s\n", k_benches[i].name, k_benches[i].what);
+    return 2;
+}
