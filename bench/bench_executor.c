@@ -74,8 +74,8 @@ static double sgemm_per_core_sum(int m, int n, int k)
         for (int r = 0; r < 3; r++) {
 #pragma omp barrier
             double t0 = hy_now_s();
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, A, k, B, k, 0.0f,
-                        C, n);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, A, k, B, k, 0.0f, C,
+                        n);
             double dt = hy_now_s() - t0;
             if (dt < best) best = dt;
         }
@@ -230,17 +230,20 @@ int hy_bench_executor(int argc, char **argv)
            c->lin_v_heads, c->lin_dk, c->lin_dv, lens[ri], dr_chunked * 1e3, dr_recurrent * 1e3,
            dr_recurrent / dr_chunked);
     double rss = (double)hy_peak_rss_bytes() / (1 << 20);
-    printf("whole model, chunked / recurrent at %d tokens: %.2fx (target >= 5x)\n", lens[ri], ratio);
+    printf("whole model, chunked / recurrent at %d tokens: %.2fx (target >= 5x)\n", lens[ri],
+           ratio);
     printf("fraction of the sgemm limit at %d tokens: %.2f (target >= 0.5)\n", lens[ri], frac[ri]);
     printf("peak RSS: %.0f MiB\n", rss);
-    printf("{\"bench\":\"executor\",\"model_params_m\":%.2f,\"sgemm_gflops\":%.2f,"
-           "\"prefill_tok_s_512\":%.1f,\"prefill_tok_s_2048\":%.1f,\"prefill_tok_s_8192\":%.1f,"
-           "\"recurrent_tok_s_2048\":%.1f,\"chunked_over_recurrent_2048\":%.3f,"
-           "\"delta_rule_chunked_over_recurrent_2048\":%.3f,"
-           "\"fraction_of_sgemm_limit_512\":%.3f,\"fraction_of_sgemm_limit_2048\":%.3f,"
-           "\"fraction_of_sgemm_limit_8192\":%.3f,\"peak_rss_mb\":%.1f,\"threads\":%d,\"quick\":%s}\n",
-           (double)hy_config_param_count(c) / 1e6, sgemm / 1e9, rate[0], rate[1], rate[2],
-           rec_rate, ratio, dr_recurrent / dr_chunked, frac[0], frac[1], frac[2], rss, omp_get_max_threads(), quick ? "true" : "false");
+    printf(
+        "{\"bench\":\"executor\",\"model_params_m\":%.2f,\"sgemm_gflops\":%.2f,"
+        "\"prefill_tok_s_512\":%.1f,\"prefill_tok_s_2048\":%.1f,\"prefill_tok_s_8192\":%.1f,"
+        "\"recurrent_tok_s_2048\":%.1f,\"chunked_over_recurrent_2048\":%.3f,"
+        "\"delta_rule_chunked_over_recurrent_2048\":%.3f,"
+        "\"fraction_of_sgemm_limit_512\":%.3f,\"fraction_of_sgemm_limit_2048\":%.3f,"
+        "\"fraction_of_sgemm_limit_8192\":%.3f,\"peak_rss_mb\":%.1f,\"threads\":%d,\"quick\":%s}\n",
+        (double)hy_config_param_count(c) / 1e6, sgemm / 1e9, rate[0], rate[1], rate[2], rec_rate,
+        ratio, dr_recurrent / dr_chunked, frac[0], frac[1], frac[2], rss, omp_get_max_threads(),
+        quick ? "true" : "false");
     free(tok), free(logits);
     hy_state_free(st);
     hy_exec_free(ex);

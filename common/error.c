@@ -42,14 +42,23 @@ int hy_err_prefix(hy_err *err, const char *fmt, ...)
 const char *hy_strerror(int code)
 {
     switch (code) {
-    case HY_OK: return "OK";
-    case HY_EINVAL: return "EINVAL";
-    case HY_ENOMEM: return "ENOMEM";
-    case HY_EIO: return "EIO";
-    case HY_EFORMAT: return "EFORMAT";
-    case HY_ENOTFOUND: return "ENOTFOUND";
-    case HY_EUNSUPPORTED: return "EUNSUPPORTED";
-    case HY_ERANGE: return "ERANGE";
-    default: return "EUNKNOWN";
+    case HY_OK:
+        return "OK";
+    case HY_EINVAL:
+        return "EINVAL";
+    case HY_ENOMEM:
+        return "ENOMEM";
+    case HY_EIO:
+        return "EIO";
+    case HY_EFORMAT:
+        return "EFORMAT";
+    case HY_ENOTFOUND:
+        return "ENOTFOUND";
+    case HY_EUNSUPPORTED:
+        return "EUNSUPPORTED";
+    case HY_ERANGE:
+        return "ERANGE";
+    default:
+        return "EUNKNOWN";
     }
 }

@@ -34,8 +34,7 @@ typedef struct hy_err {
 
 /* Fills err (when not NULL) and returns code, so callers can write
  * `return hy_err_set(err, HY_EINVAL, "...", ...)`. */
-int hy_err_set(hy_err *err, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+int hy_err_set(hy_err *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Prefixes err->msg with "context: " (e.g. a file name); returns err->code. */
 int hy_err_prefix(hy_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -130,9 +130,9 @@ uint16_t hy_f32_to_f16(float f)
     memcpy(&u, &f, 4);
     uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
     uint32_t a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return sign | 0x7e00u; /* NaN */
+    if (a > 0x7f800000u) return sign | 0x7e00u;  /* NaN */
     if (a >= 0x477ff000u) return sign | 0x7c00u; /* rounds past 65504: inf */
-    if (a < 0x38800000u) {                        /* below the smallest normal half */
+    if (a < 0x38800000u) {                       /* below the smallest normal half */
         /* value = a_float; half subnormal unit is 2^-24 */
         float af;
         memcpy(&af, &a, 4);

@@ -6,23 +6,32 @@
 
 #include <cblas.h>
 #include <omp.h>
+#include <pthread.h>
 #include <string.h>
 
-/* BLAS is the serial OpenBLAS (see CMakeLists.txt): a call made inside one of
- * our parallel regions runs on its thread alone, and large products outside
- * them are split over the OpenMP threads here. */
+/* OpenBLAS (the pthreads build, see CMakeLists.txt) runs every call on its
+ * caller's thread: a call made inside one of our parallel regions stays on
+ * that thread, and large products outside them are split over the OpenMP
+ * threads here. */
+static pthread_once_t g_blas_once = PTHREAD_ONCE_INIT;
+
+static void blas_on_caller_thread(void)
+{
+    openblas_set_num_threads(1);
+}
 
 static void gemm1(int ta, int tb, int m, int n, int k, float alpha, const float *A, size_t lda,
                   const float *B, size_t ldb, float beta, float *C, size_t ldc)
 {
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m,
-                n, k, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
+                k, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
 }
 
 void hy_gemm(int ta, int tb, int m, int n, int k, float alpha, const float *A, size_t lda,
              const float *B, size_t ldb, float beta, float *C, size_t ldc)
 {
     if (m <= 0 || n <= 0) return;
+    pthread_once(&g_blas_once, blas_on_caller_thread);
     const int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
     const double flops = 2.0 * m * n * (double)k;
     if (nt == 1 || flops < 4e6) {
@@ -95,11 +104,13 @@ void hy_conv1d_silu(int n, int C, int K, const float *in, size_t ldi, float *sta
     /* The new state is the last P inputs of (state ++ in). */
     if (n >= P) {
         for (int r = 0; r < P; r++)
-            memcpy(state + (size_t)r * C, in + (size_t)(n - P + r) * ldi, (size_t)C * sizeof(float));
+            memcpy(state + (size_t)r * C, in + (size_t)(n - P + r) * ldi,
+                   (size_t)C * sizeof(float));
     } else {
         memmove(state, state + (size_t)n * C, (size_t)(P - n) * C * sizeof(float));
         for (int r = 0; r < n; r++)
-            memcpy(state + (size_t)(P - n + r) * C, in + (size_t)r * ldi, (size_t)C * sizeof(float));
+            memcpy(state + (size_t)(P - n + r) * C, in + (size_t)r * ldi,
+                   (size_t)C * sizeof(float));
     }
 }
 

@@ -20,9 +20,9 @@
 #include <cblas.h>
 #include <string.h>
 
-void hy_gdn_recurrent(int n, int dk, int dv, const float *q, size_t ldq, const float *k,
-                      size_t ldk, const float *v, size_t ldv, const float *g, const float *beta,
-                      size_t ldgb, float *S, float *o, size_t ldo)
+void hy_gdn_recurrent(int n, int dk, int dv, const float *q, size_t ldq, const float *k, size_t ldk,
+                      const float *v, size_t ldv, const float *g, const float *beta, size_t ldgb,
+                      float *S, float *o, size_t ldo)
 {
     float u[dv], d[dv];
     for (int t = 0; t < n; t++) {
@@ -63,14 +63,14 @@ void hy_gdn_chunked(int n, int dk, int dv, const float *q, size_t ldq, const flo
                     float *S, float *o, size_t ldo, float *work)
 {
     const int CL = HY_GDN_CHUNK;
-    float *G = work;                       /* [L] cumulative log-decay */
-    float *eG = G + CL;                    /* [L] exp(G) */
-    float *T = eG + CL;                    /* [L][L] (I + Lm)^-1, unit lower */
-    float *A = T + (size_t)CL * CL;        /* [L][L] k kᵀ, then the masked q kᵀ */
-    float *Wk = A + (size_t)CL * CL;       /* [L][dk] β k exp(G) -> W */
-    float *Qg = Wk + (size_t)CL * dk;      /* [L][dk] q exp(G) */
-    float *Kd = Qg + (size_t)CL * dk;      /* [L][dk] k exp(G_L - G) */
-    float *Vn = Kd + (size_t)CL * dk;      /* [L][dv] β v -> U -> V' */
+    float *G = work;                  /* [L] cumulative log-decay */
+    float *eG = G + CL;               /* [L] exp(G) */
+    float *T = eG + CL;               /* [L][L] (I + Lm)^-1, unit lower */
+    float *A = T + (size_t)CL * CL;   /* [L][L] k kᵀ, then the masked q kᵀ */
+    float *Wk = A + (size_t)CL * CL;  /* [L][dk] β k exp(G) -> W */
+    float *Qg = Wk + (size_t)CL * dk; /* [L][dk] q exp(G) */
+    float *Kd = Qg + (size_t)CL * dk; /* [L][dk] k exp(G_L - G) */
+    float *Vn = Kd + (size_t)CL * dk; /* [L][dv] β v -> U -> V' */
 
     for (int c0 = 0; c0 < n; c0 += CL) {
         const int L = HY_MIN_INT(CL, n - c0);

@@ -64,11 +64,11 @@ void hy_rope_apply(float *x, int rd, const float *inv_freq, int64_t pos);
 /* Gated delta rule, one head, token by token.
  * q,k: [n] rows of dk (strides ldq, ldk); v: [n] rows of dv (ldv);
  * g, beta: [n] (stride ldgb); S: [dk][dv] in/out; o: [n] rows of dv (ldo). */
-void hy_gdn_recurrent(int n, int dk, int dv, const float *q, size_t ldq, const float *k,
-                      size_t ldk, const float *v, size_t ldv, const float *g, const float *beta,
-                      size_t ldgb, float *S, float *o, size_t ldo);
+void hy_gdn_recurrent(int n, int dk, int dv, const float *q, size_t ldq, const float *k, size_t ldk,
+                      const float *v, size_t ldv, const float *g, const float *beta, size_t ldgb,
+                      float *S, float *o, size_t ldo);
 
-#define HY_GDN_CHUNK 64
+#define HY_GDN_CHUNK     64
 #define HY_MIN_INT(a, b) ((a) < (b) ? (a) : (b))
 /* Floats of scratch hy_gdn_chunked needs for one head. */
 size_t hy_gdn_chunked_scratch(int dk, int dv);

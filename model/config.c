@@ -25,7 +25,8 @@ static int get_int(cfg_ctx *c, const char *key, int has_def, long def, long lo, 
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(c->obj, key);
     if (!v || cJSON_IsNull(v)) {
-        if (!has_def) return hy_err_set(c->err, HY_EINVAL, "%s: required key '%s' is missing", c->path, key);
+        if (!has_def)
+            return hy_err_set(c->err, HY_EINVAL, "%s: required key '%s' is missing", c->path, key);
         *out = (int)def;
         return HY_OK;
     }
@@ -139,32 +140,39 @@ static int parse_moe(cfg_ctx *c, hy_model_config *cfg)
     int rc;
     bool qwen3_next = cfg->arch == HY_ARCH_QWEN3_NEXT;
     if (cfg->arch == HY_ARCH_QWEN3_5) return HY_OK; /* dense everywhere */
-    if ((rc = get_int(c, "num_experts", 0, 0, qwen3_next ? 0 : 1, 4096, &cfg->n_experts)))
+    /* Qwen3NextConfig's defaults apply when a key is absent (512 experts,
+     * top-10, width 512, shared 512); the Qwen3.5 MoE text config must state them. */
+    const int d = qwen3_next;
+    if ((rc = get_int(c, "num_experts", d, 512, qwen3_next ? 0 : 1, 4096, &cfg->n_experts)))
         return rc;
     if (cfg->n_experts == 0) return HY_OK;
-    if ((rc = get_int(c, "num_experts_per_tok", 0, 0, 1, cfg->n_experts, &cfg->top_k))) return rc;
-    if ((rc = get_int(c, "moe_intermediate_size", 0, 0, 1, 1 << 20, &cfg->moe_intermediate)))
+    if ((rc = get_int(c, "num_experts_per_tok", d, HY_MIN(10, cfg->n_experts), 1, cfg->n_experts,
+                      &cfg->top_k)))
         return rc;
-    if ((rc = get_int(c, "shared_expert_intermediate_size", 1, 0, 0, 1 << 20,
+    if ((rc = get_int(c, "moe_intermediate_size", d, 512, 1, 1 << 20, &cfg->moe_intermediate)))
+        return rc;
+    if ((rc = get_int(c, "shared_expert_intermediate_size", 1, d ? 512 : 0, 0, 1 << 20,
                       &cfg->shared_intermediate)))
         return rc;
     if ((rc = get_bool(c, "norm_topk_prob", true, &cfg->norm_topk))) return rc;
+    /* Qwen3.5 MoE routes every layer (transformers ignores mlp_only_layers
+     * there); Qwen3-Next routes layer i when (i + 1) % decoder_sparse_step == 0
+     * and i is not in mlp_only_layers. */
+    for (int i = 0; i < cfg->n_layers; i++) cfg->layer_moe[i] = true;
+    if (!qwen3_next) return HY_OK;
     int step = 1;
-    if (qwen3_next && (rc = get_int(c, "decoder_sparse_step", 1, 1, 1, HY_MAX_LAYERS, &step)))
-        return rc;
+    if ((rc = get_int(c, "decoder_sparse_step", 1, 1, 1, HY_MAX_LAYERS, &step))) return rc;
     for (int i = 0; i < cfg->n_layers; i++) cfg->layer_moe[i] = (i + 1) % step == 0;
     const cJSON *mo = cJSON_GetObjectItemCaseSensitive(c->obj, "mlp_only_layers");
     if (mo && !cJSON_IsNull(mo)) {
         if (!cJSON_IsArray(mo))
-            return hy_err_set(c->err, HY_EINVAL, "%s: 'mlp_only_layers' must be an array",
-                              c->path);
+            return hy_err_set(c->err, HY_EINVAL, "%s: 'mlp_only_layers' must be an array", c->path);
         for (const cJSON *e = mo->child; e; e = e->next) {
             if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble >= cfg->n_layers ||
                 e->valuedouble != floor(e->valuedouble))
-                return hy_err_set(c->err, HY_ERANGE,
-                                  "%s: mlp_only_layers holds %g, not a layer index in [0, %d)",
-                                  c->path, cJSON_IsNumber(e) ? e->valuedouble : -1.0,
-                                  cfg->n_layers);
+                return hy_err_set(
+                    c->err, HY_ERANGE, "%s: mlp_only_layers holds %g, not a layer index in [0, %d)",
+                    c->path, cJSON_IsNumber(e) ? e->valuedouble : -1.0, cfg->n_layers);
             cfg->layer_moe[(int)e->valuedouble] = false;
         }
     }
@@ -195,7 +203,8 @@ int hy_config_parse(const char *text, const char *path, hy_model_config *cfg, hy
     snprintf(cfg->model_type, sizeof cfg->model_type, "%s", mt->valuestring);
     if (strcmp(mt->valuestring, "qwen3_next") == 0)
         cfg->arch = HY_ARCH_QWEN3_NEXT;
-    else if (strcmp(mt->valuestring, "qwen3_5_text") == 0 || strcmp(mt->valuestring, "qwen3_5") == 0)
+    else if (strcmp(mt->valuestring, "qwen3_5_text") == 0 ||
+             strcmp(mt->valuestring, "qwen3_5") == 0)
         cfg->arch = HY_ARCH_QWEN3_5;
     else if (strcmp(mt->valuestring, "qwen3_5_moe_text") == 0 ||
              strcmp(mt->valuestring, "qwen3_5_moe") == 0)
@@ -257,9 +266,9 @@ int hy_config_parse(const char *text, const char *path, hy_model_config *cfg, hy
         goto out;
     for (int i = 0; i < cfg->n_layers; i++)
         if (!cfg->layer_moe[i] && cfg->intermediate == 0) {
-            rc = hy_err_set(err, HY_EINVAL,
-                            "%s: layer %d has a dense MLP but 'intermediate_size' is missing",
-                            path, i);
+            rc = hy_err_set(
+                err, HY_EINVAL, "%s: layer %d has a dense MLP but 'intermediate_size' is %s", path,
+                i, cJSON_GetObjectItemCaseSensitive(c.obj, "intermediate_size") ? "0" : "missing");
             goto out;
         }
 out:

@@ -55,24 +55,24 @@ static size_t plan(hy_exec *ex, size_t B, float *base)
     size_t Pbig = HY_MAX(C + Vd + 2 * (size_t)c->lin_v_heads, 2 * Qd + 2 * KV);
     Pbig = HY_MAX(Pbig, (size_t)c->n_experts);
     size_t sizes[] = {
-        B * H,                                 /* x */
-        B * H,                                 /* xn */
-        B * H,                                 /* y */
-        B * Pbig,                              /* big: fused projections, router logits */
-        B * HY_MAX(C, Qd),                     /* mid: conv output / attention output */
-        B * HY_MAX(Vd, Qd),                    /* o: delta-rule output */
-        B * (size_t)c->lin_v_heads,            /* g */
-        B * (size_t)c->lin_v_heads,            /* beta */
-        B * I,                                 /* h: SwiGLU hidden */
-        B * 2 * I,                             /* gu: gate|up */
-        c->n_experts ? B * H : 0,              /* xe: gathered expert input */
-        c->n_experts ? B * H : 0,              /* ye: expert output */
-        B * (size_t)HY_MAX(c->top_k, 1),       /* topw */
-        B * (size_t)HY_MAX(c->top_k, 1),       /* topi (ints, same size) */
-        B * (size_t)HY_MAX(c->top_k, 1),       /* rows (ints): tokens routed to one expert */
+        B * H,                           /* x */
+        B * H,                           /* xn */
+        B * H,                           /* y */
+        B * Pbig,                        /* big: fused projections, router logits */
+        B * HY_MAX(C, Qd),               /* mid: conv output / attention output */
+        B * HY_MAX(Vd, Qd),              /* o: delta-rule output */
+        B * (size_t)c->lin_v_heads,      /* g */
+        B * (size_t)c->lin_v_heads,      /* beta */
+        B * I,                           /* h: SwiGLU hidden */
+        B * 2 * I,                       /* gu: gate|up */
+        c->n_experts ? B * H : 0,        /* xe: gathered expert input */
+        c->n_experts ? B * H : 0,        /* ye: expert output */
+        B * (size_t)HY_MAX(c->top_k, 1), /* topw */
+        B * (size_t)HY_MAX(c->top_k, 1), /* topi (ints, same size) */
+        B * (size_t)HY_MAX(c->top_k, 1), /* rows (ints): tokens routed to one expert */
     };
-    float **views[] = {&ex->x,  &ex->xn, &ex->y,  &ex->big, &ex->mid, &ex->o,    &ex->g,   &ex->beta,
-                       &ex->h,  &ex->gu, &ex->xe, &ex->ye,  &ex->topw, NULL, NULL};
+    float **views[] = {&ex->x, &ex->xn, &ex->y,  &ex->big, &ex->mid,  &ex->o, &ex->g, &ex->beta,
+                       &ex->h, &ex->gu, &ex->xe, &ex->ye,  &ex->topw, NULL,   NULL};
     int **iviews[] = {&ex->topi, &ex->rows};
     int next_int = 0;
     size_t off = 0;
@@ -105,8 +105,9 @@ static int ensure_workspace(hy_exec *ex, size_t B, int64_t ctx, hy_err *err)
     size_t total = per * (size_t)ex->nthreads;
     if (total > ex->scratch_floats) {
         float *ns = hy_alloc(total * sizeof(float));
-        if (!ns) return hy_err_set(err, HY_ENOMEM, "out of memory for scratch of context %lld",
-                                   (long long)ctx);
+        if (!ns)
+            return hy_err_set(err, HY_ENOMEM, "out of memory for scratch of context %lld",
+                              (long long)ctx);
         hy_free(ex->scratch);
         ex->scratch = ns;
         ex->scratch_floats = total;
@@ -194,7 +195,8 @@ static void moe_mlp(hy_exec *ex, const hy_layer_w *L, int n)
         for (int t = 0; t < n; t++)
             for (int j = 0; j < k; j++)
                 if (ex->topi[(size_t)t * k + j] == e) {
-                    memcpy(ex->xe + (size_t)m * H, ex->xn + (size_t)t * H, (size_t)H * sizeof(float));
+                    memcpy(ex->xe + (size_t)m * H, ex->xn + (size_t)t * H,
+                           (size_t)H * sizeof(float));
                     rows[m++] = t * k + j;
                 }
         if (m == 0) continue;

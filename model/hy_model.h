@@ -53,7 +53,7 @@ int hy_config_parse(const char *text, const char *path, hy_model_config *cfg, hy
 /* Reads DIR/config.json. */
 int hy_config_load(const char *dir, hy_model_config *cfg, hy_err *err);
 /* Derived sizes. */
-int hy_config_conv_dim(const hy_model_config *c);     /* 2·Hk·dk + Hv·dv */
+int hy_config_conv_dim(const hy_model_config *c); /* 2·Hk·dk + Hv·dv */
 size_t hy_config_param_count(const hy_model_config *c);
 size_t hy_config_linear_state_floats(const hy_model_config *c); /* S + conv, one layer */
 /* Forward FLOPs of prefilling n tokens after ctx0 cached ones, last-token
@@ -71,9 +71,9 @@ const hy_model_config *hy_model_cfg(const hy_model *m);
 typedef struct hy_state hy_state;
 int hy_state_new(const hy_model *m, hy_state **out, hy_err *err);
 void hy_state_free(hy_state *s);
-void hy_state_reset(hy_state *s);                      /* back to the empty prefix */
+void hy_state_reset(hy_state *s); /* back to the empty prefix */
 int hy_state_copy(hy_state *dst, const hy_state *src, hy_err *err);
-int64_t hy_state_pos(const hy_state *s);               /* tokens consumed */
+int64_t hy_state_pos(const hy_state *s); /* tokens consumed */
 /* Views into the state of layer i (NULL when the layer has no such part). */
 float *hy_state_S(hy_state *s, int layer);    /* [Hv][dk][dv] */
 float *hy_state_conv(hy_state *s, int layer); /* [K-1][conv_dim], oldest first */

@@ -91,7 +91,7 @@ static void add(writer *w, const char *name, int nd, const int64_t *shape, int f
 }
 
 #define ADD(w, name, fill, mean, std, ...)                                                         \
-    add(w, name, (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)),                      \
+    add(w, name, (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)),                        \
         (const int64_t[]){__VA_ARGS__}, fill, mean, std)
 
 static void add_mlp(writer *w, const char *base, int64_t H, int64_t I)
@@ -129,7 +129,8 @@ static void add_layer(writer *w, const preset *p, int i)
         snprintf(n, sizeof n, "model.layers.%d.self_attn.k_norm.weight", i);
         ADD(w, n, 0, 0.0, 0.1, hd);
     } else {
-        const int64_t r = p->lv_heads / p->lk_heads, C = 2 * p->lk_heads * p->ldk + p->lv_heads * p->ldv;
+        const int64_t r = p->lv_heads / p->lk_heads,
+                      C = 2 * p->lk_heads * p->ldk + p->lv_heads * p->ldv;
         const int64_t K = 4, Vd = (int64_t)p->lv_heads * p->ldv;
         snprintf(n, sizeof n, "model.layers.%d.linear_attn.in_proj_qkvz.weight", i);
         ADD(w, n, 0, 0.0, sH, p->lk_heads * (2 * p->ldk + 2 * r * p->ldv), H);
@@ -193,8 +194,9 @@ static cJSON *make_config(const preset *p, const char *dtype)
     cJSON_AddNumberToObject(c, "full_attention_interval", p->interval);
     cJSON *lt = cJSON_AddArrayToObject(c, "layer_types");
     for (int i = 0; i < p->layers; i++)
-        cJSON_AddItemToArray(lt, cJSON_CreateString((i + 1) % p->interval == 0 ? "full_attention"
-                                                                               : "linear_attention"));
+        cJSON_AddItemToArray(
+            lt,
+            cJSON_CreateString((i + 1) % p->interval == 0 ? "full_attention" : "linear_attention"));
     cJSON_AddNumberToObject(c, "num_experts", p->experts);
     if (p->experts) {
         cJSON_AddNumberToObject(c, "num_experts_per_tok", p->top_k);
@@ -239,7 +241,9 @@ int hy_model_init(const char *preset_name, uint64_t seed, const char *dir, const
     const preset *p = NULL;
     for (size_t i = 0; i < sizeof k_presets / sizeof *k_presets; i++)
         if (strcmp(k_presets[i].name, preset_name) == 0) p = &k_presets[i];
-    if (!p) return hy_err_set(err, HY_EINVAL, "unknown preset '%s' (tiny, tiny-moe, small)", preset_name);
+    if (!p)
+        return hy_err_set(err, HY_EINVAL, "unknown preset '%s' (tiny, tiny-moe, small)",
+                          preset_name);
     writer w = {0};
     if (strcmp(dtype, "F32") == 0)
         w.dtype = HY_DT_F32;
@@ -257,7 +261,8 @@ int hy_model_init(const char *preset_name, uint64_t seed, const char *dir, const
     ADD(&w, "model.norm.weight", 0, 0.0, 0.1, H);
     if (!p->tie) ADD(&w, "lm_head.weight", 0, 0.0, 1.0 / sqrt((double)H), p->vocab, H);
 
-    int rc = w.failed ? hy_err_set(err, HY_ENOMEM, "out of memory generating '%s'", p->name) : HY_OK;
+    int rc =
+        w.failed ? hy_err_set(err, HY_ENOMEM, "out of memory generating '%s'", p->name) : HY_OK;
     char path[PATH_MAX];
     if (rc == HY_OK) {
         snprintf(path, sizeof path, "%s/model.safetensors", dir);
@@ -271,7 +276,8 @@ int hy_model_init(const char *preset_name, uint64_t seed, const char *dir, const
         FILE *f = text ? fopen(path, "w") : NULL;
         if (!f || fputs(text, f) < 0 || fputc('\n', f) < 0)
             rc = hy_err_set(err, HY_EIO, "%s: cannot write", path);
-        if (f && fclose(f) != 0 && rc == HY_OK) rc = hy_err_set(err, HY_EIO, "%s: cannot write", path);
+        if (f && fclose(f) != 0 && rc == HY_OK)
+            rc = hy_err_set(err, HY_EIO, "%s: cannot write", path);
         free(text);
     }
     for (size_t i = 0; i < w.n; i++) {

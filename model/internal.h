@@ -38,11 +38,11 @@ typedef struct hy_layer_w {
     float *in_norm1, *post_norm1; /* [H], 1 + weight */
     hy_gdn_w gdn;
     hy_attn_w attn;
-    hy_mlp_w mlp;          /* dense MLP */
-    float *router;         /* [E][H] */
-    hy_mlp_w *experts;     /* [E] */
-    hy_mlp_w shared;       /* inter 0 when absent */
-    float *shared_gate;    /* [H] or NULL */
+    hy_mlp_w mlp;       /* dense MLP */
+    float *router;      /* [E][H] */
+    hy_mlp_w *experts;  /* [E] */
+    hy_mlp_w shared;    /* inter 0 when absent */
+    float *shared_gate; /* [H] or NULL */
 } hy_layer_w;
 
 struct hy_model {

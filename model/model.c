@@ -21,6 +21,7 @@
 #include <string.h>
 
 typedef struct loader {
+    const char *dir;
     hy_model *m;
     hy_st *st;
     char prefix[64]; /* "model." or "model.language_model." */
@@ -56,7 +57,9 @@ static int find_checked(loader *ld, const char *name, int nd, const int64_t *dim
                         const hy_st_tensor **out)
 {
     const hy_st_tensor *t = hy_st_find(ld->st, name);
-    if (!t) return hy_err_set(ld->err, HY_ENOTFOUND, "tensor '%s' is missing", name);
+    if (!t)
+        return hy_err_set(ld->err, HY_ENOTFOUND, "%s: tensor '%s' is missing from the checkpoint",
+                          ld->dir, name);
     char want[128] = "", got[128] = "";
     int ok = t->ndim == nd;
     for (int i = 0; i < nd; i++) {
@@ -80,8 +83,7 @@ static int find_checked(loader *ld, const char *name, int nd, const int64_t *dim
 
 /* Loads name (relative to the prefix unless it starts with '/') into a new
  * owned fp32 buffer, or into dst when given. */
-static int load(loader *ld, const char *name, int nd, const int64_t *dims, float *dst,
-                float **out)
+static int load(loader *ld, const char *name, int nd, const int64_t *dims, float *dst, float **out)
 {
     char full[256];
     if (name[0] == '/')
@@ -98,9 +100,10 @@ static int load(loader *ld, const char *name, int nd, const int64_t *dims, float
     return HY_OK;
 }
 
-#define DIMS(...) ((const int64_t[]){__VA_ARGS__})
+#define DIMS(...)  ((const int64_t[]){__VA_ARGS__})
 #define NDIMS(...) ((int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)))
-#define LOAD(ld, name, dst, out, ...) load(ld, name, NDIMS(__VA_ARGS__), DIMS(__VA_ARGS__), dst, out)
+#define LOAD(ld, name, dst, out, ...)                                                              \
+    load(ld, name, NDIMS(__VA_ARGS__), DIMS(__VA_ARGS__), dst, out)
 
 static int load_norm1(loader *ld, const char *name, int64_t d, float **out)
 {
@@ -225,8 +228,7 @@ static int load_gdn(loader *ld, int i, hy_gdn_w *w)
 static int load_attn(loader *ld, int i, hy_attn_w *w)
 {
     const hy_model_config *c = &ld->m->cfg;
-    const int64_t H = c->hidden, hd = c->head_dim, Q = 2 * c->n_heads * hd,
-                  KV = c->n_kv_heads * hd;
+    const int64_t H = c->hidden, hd = c->head_dim, Q = 2 * c->n_heads * hd, KV = c->n_kv_heads * hd;
     char n[200];
     int rc;
     if (!(w->w_qkv = own_alloc(ld->m, (size_t)((Q + 2 * KV) * H))))
@@ -282,6 +284,20 @@ static int load_all(loader *ld)
         }
         if (rc) return rc;
     }
+    /* A checkpoint with more layers than config.json declares is a mismatch,
+     * not something to ignore. */
+    char lp[96];
+    size_t lpl = (size_t)snprintf(lp, sizeof lp, "%slayers.", ld->prefix);
+    for (size_t i = 0; i < hy_st_count(ld->st); i++) {
+        const hy_st_tensor *t = hy_st_at(ld->st, i);
+        if (strncmp(t->name, lp, lpl) != 0) continue;
+        long li = strtol(t->name + lpl, NULL, 10);
+        if (li >= c->n_layers)
+            return hy_err_set(ld->err, HY_EFORMAT,
+                              "%s: tensor '%s' belongs to layer %ld but config.json declares "
+                              "num_hidden_layers = %d",
+                              t->file, t->name, li, c->n_layers);
+    }
     if (!(m->rope_inv_freq = own_alloc(m, (size_t)c->rotary_dim / 2)))
         return hy_err_set(ld->err, HY_ENOMEM, "out of memory");
     hy_rope_inv_freq(c->rotary_dim, c->rope_theta, m->rope_inv_freq);
@@ -293,7 +309,7 @@ int hy_model_open(hy_model **out, const char *dir, hy_err *err)
     *out = NULL;
     hy_model *m = calloc(1, sizeof *m);
     if (!m) return hy_err_set(err, HY_ENOMEM, "out of memory");
-    loader ld = {.m = m, .err = err};
+    loader ld = {.dir = dir, .m = m, .err = err};
     int rc = hy_config_load(dir, &m->cfg, err);
     if (rc == HY_OK) rc = hy_st_open_dir(&ld.st, dir, err);
     if (rc == HY_OK) rc = load_all(&ld);

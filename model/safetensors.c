@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,9 +35,9 @@ static const struct {
     const char *name;
     size_t size;
 } k_dtypes[HY_DT_COUNT] = {
-    [HY_DT_F32] = {"F32", 4}, [HY_DT_F16] = {"F16", 2}, [HY_DT_BF16] = {"BF16", 2},
-    [HY_DT_F64] = {"F64", 8}, [HY_DT_I64] = {"I64", 8}, [HY_DT_I32] = {"I32", 4},
-    [HY_DT_I16] = {"I16", 2}, [HY_DT_I8] = {"I8", 1},   [HY_DT_U8] = {"U8", 1},
+    [HY_DT_F32] = {"F32", 4},   [HY_DT_F16] = {"F16", 2}, [HY_DT_BF16] = {"BF16", 2},
+    [HY_DT_F64] = {"F64", 8},   [HY_DT_I64] = {"I64", 8}, [HY_DT_I32] = {"I32", 4},
+    [HY_DT_I16] = {"I16", 2},   [HY_DT_I8] = {"I8", 1},   [HY_DT_U8] = {"U8", 1},
     [HY_DT_BOOL] = {"BOOL", 1},
 };
 
@@ -91,15 +92,20 @@ static int cmp_tensor(const void *a, const void *b)
 const hy_st_tensor *hy_st_find(const hy_st *st, const char *name)
 {
     hy_st_tensor key = {.name = name};
+    if (st->ntensors == 0) return NULL;
     return bsearch(&key, st->tensors, st->ntensors, sizeof key, cmp_tensor);
 }
 
-/* Reads a JSON integer that must be a non-negative whole number within limit. */
-static int json_u64(const cJSON *v, uint64_t limit, uint64_t *out)
+/* Largest integer a JSON number (a double) holds exactly: 2^53. */
+#define JSON_EXACT_MAX 9007199254740992.0
+
+/* Reads a JSON integer that must be a non-negative whole number <= 2^53; the
+ * range is checked before the conversion, which is undefined beyond it. */
+static int json_u64(const cJSON *v, uint64_t *out)
 {
     if (!cJSON_IsNumber(v)) return -1;
     double d = v->valuedouble;
-    if (!(d >= 0) || d != (double)(uint64_t)d || d > (double)limit) return -1;
+    if (!(d >= 0 && d <= JSON_EXACT_MAX) || d != floor(d)) return -1;
     *out = (uint64_t)d;
     return 0;
 }
@@ -125,8 +131,8 @@ static int parse_entry(const char *path, const cJSON *e, const char *base, uint6
     const cJSON *js = cJSON_GetObjectItemCaseSensitive(e, "shape");
     const cJSON *jo = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
     if (!cJSON_IsString(jd))
-        return hy_err_set(err, HY_EFORMAT, "%s: tensor '%s': missing or non-string 'dtype'",
-                          path, name);
+        return hy_err_set(err, HY_EFORMAT, "%s: tensor '%s': missing or non-string 'dtype'", path,
+                          name);
     if (hy_dtype_parse(jd->valuestring, &t->dtype) != HY_OK)
         return hy_err_set(err, HY_EUNSUPPORTED, "%s: tensor '%s': unsupported dtype '%s'", path,
                           name, jd->valuestring);
@@ -141,7 +147,7 @@ static int parse_entry(const char *path, const cJSON *e, const char *base, uint6
     size_t numel = 1;
     for (int i = 0; i < nd; i++) {
         uint64_t d;
-        if (json_u64(cJSON_GetArrayItem(js, i), (uint64_t)INT64_MAX, &d) != 0)
+        if (json_u64(cJSON_GetArrayItem(js, i), &d) != 0)
             return hy_err_set(err, HY_EFORMAT,
                               "%s: tensor '%s': shape[%d] is not a non-negative integer", path,
                               name, i);
@@ -156,12 +162,16 @@ static int parse_entry(const char *path, const cJSON *e, const char *base, uint6
         return hy_err_set(err, HY_ERANGE, "%s: tensor '%s': byte size overflows", path, name);
     uint64_t b, en;
     if (!cJSON_IsArray(jo) || cJSON_GetArraySize(jo) != 2 ||
-        json_u64(cJSON_GetArrayItem(jo, 0), UINT64_MAX >> 11, &b) != 0 ||
-        json_u64(cJSON_GetArrayItem(jo, 1), UINT64_MAX >> 11, &en) != 0)
+        json_u64(cJSON_GetArrayItem(jo, 0), &b) != 0 ||
+        json_u64(cJSON_GetArrayItem(jo, 1), &en) != 0)
         return hy_err_set(err, HY_EFORMAT,
                           "%s: tensor '%s': 'data_offsets' must be [begin, end] integers", path,
                           name);
-    if (en < b || en > data_len)
+    if (en < b)
+        return hy_err_set(err, HY_EFORMAT,
+                          "%s: tensor '%s': data_offsets [%llu, %llu] end before they begin", path,
+                          name, (unsigned long long)b, (unsigned long long)en);
+    if (en > data_len)
         return hy_err_set(err, HY_EFORMAT,
                           "%s: tensor '%s': data_offsets [%llu, %llu] outside the data buffer "
                           "of %llu bytes",
@@ -184,8 +194,8 @@ static int load_file(hy_st *st, const char *path, hy_err *err)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return hy_err_set(err, errno == ENOENT ? HY_ENOTFOUND : HY_EIO, "%s: cannot open: %s",
-                          path, strerror(errno));
+        return hy_err_set(err, errno == ENOENT ? HY_ENOTFOUND : HY_EIO, "%s: cannot open: %s", path,
+                          strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
         close(fd);
@@ -283,7 +293,7 @@ static int load_file(hy_st *st, const char *path, hy_err *err)
     /* The offsets of this file's tensors must tile [0, data_len) exactly. */
     size_t n = st->ntensors - first;
     hy_st_tensor *mine = st->tensors + first;
-    qsort(mine, n, sizeof *mine, cmp_by_offset);
+    if (n > 1) qsort(mine, n, sizeof *mine, cmp_by_offset);
     uint64_t at = 0;
     for (size_t i = 0; i < n; i++) {
         uint64_t b = (uint64_t)((const char *)mine[i].data - base);
@@ -292,8 +302,7 @@ static int load_file(hy_st *st, const char *path, hy_err *err)
                               "%s: tensor '%s' starts at data offset %llu but the previous "
                               "tensor ends at %llu (offsets must be contiguous, no holes or "
                               "overlaps)",
-                              path, mine[i].name, (unsigned long long)b,
-                              (unsigned long long)at);
+                              path, mine[i].name, (unsigned long long)b, (unsigned long long)at);
         at = b + mine[i].nbytes;
     }
     if (at != data_len)
@@ -307,12 +316,11 @@ static int load_file(hy_st *st, const char *path, hy_err *err)
 /* Sorts the table and refuses duplicate names (across shards too). */
 static int finish(hy_st *st, hy_err *err)
 {
-    qsort(st->tensors, st->ntensors, sizeof *st->tensors, cmp_tensor);
+    if (st->ntensors > 1) qsort(st->tensors, st->ntensors, sizeof *st->tensors, cmp_tensor);
     for (size_t i = 1; i < st->ntensors; i++)
         if (strcmp(st->tensors[i - 1].name, st->tensors[i].name) == 0)
             return hy_err_set(err, HY_EFORMAT, "tensor '%s' appears twice (%s and %s)",
-                              st->tensors[i].name, st->tensors[i - 1].file,
-                              st->tensors[i].file);
+                              st->tensors[i].name, st->tensors[i - 1].file, st->tensors[i].file);
     return HY_OK;
 }
 
@@ -338,21 +346,21 @@ static int open_index(hy_st *st, const char *dir, const char *index_path, hy_err
     char *text = NULL;
     int rc = hy_read_file(index_path, 64u << 20, &text, NULL, err);
     if (rc != HY_OK) return rc;
-    cJSON *root = cJSON_Parse(text);
+    cJSON *root = cJSON_ParseWithOpts(text, NULL, 1); /* no trailing garbage */
     hy_free(text);
     const cJSON *wm = root ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
     if (!root || !cJSON_IsObject(root) || !cJSON_IsObject(wm)) {
         cJSON_Delete(root);
-        return hy_err_set(err, HY_EFORMAT,
-                          "%s: not a JSON object with a 'weight_map' object", index_path);
+        return hy_err_set(err, HY_EFORMAT, "%s: not a JSON object with a 'weight_map' object",
+                          index_path);
     }
     /* Distinct shard names, in first-seen order. */
     const char **shards = NULL;
     size_t nshards = 0;
     for (const cJSON *e = wm->child; e && rc == HY_OK; e = e->next) {
         if (!cJSON_IsString(e)) {
-            rc = hy_err_set(err, HY_EFORMAT, "%s: weight_map['%s'] is not a file name",
-                            index_path, e->string);
+            rc = hy_err_set(err, HY_EFORMAT, "%s: weight_map['%s'] is not a file name", index_path,
+                            e->string);
             break;
         }
         const char *fn = e->valuestring;
@@ -437,7 +445,9 @@ int hy_st_read_f32(const hy_st_tensor *t, float *dst, hy_err *err)
     size_t n = (size_t)t->numel;
     const unsigned char *src = t->data;
     switch (t->dtype) {
-    case HY_DT_F32: memcpy(dst, src, n * 4); break;
+    case HY_DT_F32:
+        memcpy(dst, src, n * 4);
+        break;
     case HY_DT_BF16:
         for (size_t i = 0; i < n; i++) {
             uint16_t h;
@@ -461,8 +471,8 @@ int hy_st_read_f32(const hy_st_tensor *t, float *dst, hy_err *err)
         break;
     default:
         return hy_err_set(err, HY_EUNSUPPORTED,
-                          "%s: tensor '%s' has dtype %s, expected a floating-point type",
-                          t->file, t->name, hy_dtype_name(t->dtype));
+                          "%s: tensor '%s' has dtype %s, expected a floating-point type", t->file,
+                          t->name, hy_dtype_name(t->dtype));
     }
     return HY_OK;
 }

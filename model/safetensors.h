@@ -22,8 +22,8 @@
 #include "common/hy_common.h"
 
 #define HY_ST_MAX_HEADER (100u << 20) /* bytes of JSON header, as the reference library */
-#define HY_ST_MAX_DIMS 8
-#define HY_ST_MAX_FILES 4096
+#define HY_ST_MAX_DIMS   8
+#define HY_ST_MAX_FILES  4096
 
 typedef enum hy_dtype {
     HY_DT_F32 = 0,

@@ -87,8 +87,7 @@ int hy_state_reserve(hy_state *s, int64_t need, hy_err *err)
     if (cap < need) cap = need;
     size_t bytes;
     if (hy_mul_size((size_t)cap, kv_row(c) * sizeof(float), &bytes) != HY_OK)
-        return hy_err_set(err, HY_ERANGE, "KV cache of %lld positions overflows",
-                          (long long)cap);
+        return hy_err_set(err, HY_ERANGE, "KV cache of %lld positions overflows", (long long)cap);
     for (int i = 0; i < c->n_layers; i++) {
         if (c->layer_kind[i] != HY_LAYER_ATTENTION) continue;
         float *nk = realloc(s->k[i], bytes);
@@ -96,7 +95,8 @@ int hy_state_reserve(hy_state *s, int64_t need, hy_err *err)
         float *nv = nk ? realloc(s->v[i], bytes) : NULL;
         if (nv) s->v[i] = nv;
         if (!nk || !nv)
-            return hy_err_set(err, HY_ENOMEM, "out of memory growing the KV cache to %lld positions",
+            return hy_err_set(err, HY_ENOMEM,
+                              "out of memory growing the KV cache to %lld positions",
                               (long long)cap);
     }
     s->kv_cap = cap;
@@ -106,8 +106,7 @@ int hy_state_reserve(hy_state *s, int64_t need, hy_err *err)
 int hy_state_copy(hy_state *dst, const hy_state *src, hy_err *err)
 {
     const hy_model_config *c = &src->m->cfg;
-    if (dst->m != src->m)
-        return hy_err_set(err, HY_EINVAL, "state copy between different models");
+    if (dst->m != src->m) return hy_err_set(err, HY_EINVAL, "state copy between different models");
     int rc = hy_state_reserve(dst, src->pos, err);
     if (rc) return rc;
     for (int i = 0; i < c->n_layers; i++) {

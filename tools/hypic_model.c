@@ -21,13 +21,12 @@
 
 static int usage(void)
 {
-    fprintf(stderr,
-            "usage:\n"
-            "  hypic-model init --preset NAME --seed N --out DIR [--dtype F32|BF16]\n"
-            "  hypic-model info DIR\n"
-            "  hypic-model run DIR (--tokens FILE | --text STR) [--top K] [--recurrent] "
-            "[--batch N]\n"
-            "presets:");
+    fprintf(stderr, "usage:\n"
+                    "  hypic-model init --preset NAME --seed N --out DIR [--dtype F32|BF16]\n"
+                    "  hypic-model info DIR\n"
+                    "  hypic-model run DIR (--tokens FILE | --text STR) [--top K] [--recurrent] "
+                    "[--batch N]\n"
+                    "presets:");
     for (int i = 0; hy_presets[i]; i++) fprintf(stderr, " %s", hy_presets[i]);
     fputc('\n', stderr);
     return 2;
@@ -62,7 +61,8 @@ static int cmd_init(int argc, char **argv)
             dtype = argv[++i];
         else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) {
             if (parse_long(argv[++i], 0, 0x7fffffffffffffffL, &seed)) {
-                fprintf(stderr, "hypic-model: --seed '%s' is not a non-negative integer\n", argv[i]);
+                fprintf(stderr, "hypic-model: --seed '%s' is not a non-negative integer\n",
+                        argv[i]);
                 return 2;
             }
         } else
@@ -102,11 +102,12 @@ static int cmd_info(int argc, char **argv)
     printf("architecture %s (model_type %s)\n", c->arch_name, c->model_type);
     printf("parameters   %zu (%.2f M)\n", params, (double)params / 1e6);
     printf("vocab %d, hidden %d, layers %d (%d linear, %d attention, %d MoE), %s embeddings\n",
-           c->vocab, c->hidden, c->n_layers, nlin, natt, nmoe, c->tie_embeddings ? "tied" : "untied");
+           c->vocab, c->hidden, c->n_layers, nlin, natt, nmoe,
+           c->tie_embeddings ? "tied" : "untied");
     printf("attention    %d q heads, %d kv heads, head_dim %d, rotary dims %d, theta %g\n",
            c->n_heads, c->n_kv_heads, c->head_dim, c->rotary_dim, c->rope_theta);
-    printf("linear (GDN) %d key heads x %d, %d value heads x %d, conv kernel %d\n",
-           c->lin_k_heads, c->lin_dk, c->lin_v_heads, c->lin_dv, c->conv_kernel);
+    printf("linear (GDN) %d key heads x %d, %d value heads x %d, conv kernel %d\n", c->lin_k_heads,
+           c->lin_dk, c->lin_v_heads, c->lin_dv, c->conv_kernel);
     if (c->n_experts)
         printf("MoE          %d experts, top-%d, expert width %d, shared %d, renormalised %s\n",
                c->n_experts, c->top_k, c->moe_intermediate, c->shared_intermediate,
@@ -205,8 +206,10 @@ static int cmd_run(int argc, char **argv)
         size_t len = strlen(text);
         tokens = malloc((len + 1) * sizeof *tokens);
         n = tokens ? hy_tokenize_bytes(text, tokens, len, c->vocab) : 0;
-        if (!tokens) rc = hy_err_set(&e, HY_ENOMEM, "out of memory");
-        else if (n == 0) rc = hy_err_set(&e, HY_EINVAL, "--text is empty");
+        if (!tokens)
+            rc = hy_err_set(&e, HY_ENOMEM, "out of memory");
+        else if (n == 0)
+            rc = hy_err_set(&e, HY_EINVAL, "--text is empty");
     }
     if (!rc) rc = hy_state_new(m, &st, &e);
     if (!rc) rc = hy_exec_new(m, (int)batch, &ex, &e);

@@ -103,8 +103,8 @@ static void check_case(const gdn_case *c, uint64_t seed, int against_double)
     float *work = malloc(hy_gdn_chunked_scratch(c->dk, c->dv) * sizeof(float));
     memcpy(Sr, d.S0, SS * sizeof(float));
     memcpy(Sc, d.S0, SS * sizeof(float));
-    hy_gdn_recurrent(c->n, c->dk, c->dv, d.q, d.ld, d.k, d.ld, d.v, d.ld, d.g, d.b, d.ldgb, Sr,
-                     orr, c->dv);
+    hy_gdn_recurrent(c->n, c->dk, c->dv, d.q, d.ld, d.k, d.ld, d.v, d.ld, d.g, d.b, d.ldgb, Sr, orr,
+                     c->dv);
     hy_gdn_chunked(c->n, c->dk, c->dv, d.q, d.ld, d.k, d.ld, d.v, d.ld, d.g, d.b, d.ldgb, Sc, oc,
                    c->dv, work);
     double es = hy_rel_diff(Sc, Sr, SS), eo = hy_rel_diff(oc, orr, OS);
@@ -143,9 +143,8 @@ static void test_recurrent_matches_definition(void)
 static void test_chunked_matches_recurrent(void)
 {
     const gdn_case cases[] = {
-        {1, 16, 16, -1, 0, 1},          {2, 16, 16, -1, 0, 0},
-        {63, 32, 32, -1, 0, 1},         {64, 32, 32, -1, 0, 1},
-        {65, 32, 32, -1, 0, 1},         {127, 16, 48, -0.3, -0.1, 1},
+        {1, 16, 16, -1, 0, 1},          {2, 16, 16, -1, 0, 0},  {63, 32, 32, -1, 0, 1},
+        {64, 32, 32, -1, 0, 1},         {65, 32, 32, -1, 0, 1}, {127, 16, 48, -0.3, -0.1, 1},
         {300, 64, 64, -1e-4, 0.0, 1},   /* near-zero decay: the delta rule alone */
         {300, 64, 64, -12.0, -6.0, 1},  /* strong decay: state forgets within a token */
         {2048, 128, 128, -0.5, 0.0, 1}, /* the real head size, a long segment */

@@ -151,22 +151,37 @@ static void run_decode(const char *name)
 }
 
 #define MODEL_TESTS(i)                                                                             \
-    static void t_chunked_##i(void) { run_prefills(k_models[i], HY_GDN_CHUNKED, 0); }              \
-    static void t_recurrent_##i(void) { run_prefills(k_models[i], HY_GDN_RECURRENT, 0); }          \
-    static void t_split_##i(void) { run_prefills(k_models[i], HY_GDN_CHUNKED, 50); }               \
-    static void t_decode_##i(void) { run_decode(k_models[i]); }
+    static void t_chunked_##i(void)                                                                \
+    {                                                                                              \
+        run_prefills(k_models[i], HY_GDN_CHUNKED, 0);                                              \
+    }                                                                                              \
+    static void t_recurrent_##i(void)                                                              \
+    {                                                                                              \
+        run_prefills(k_models[i], HY_GDN_RECURRENT, 0);                                            \
+    }                                                                                              \
+    static void t_split_##i(void)                                                                  \
+    {                                                                                              \
+        run_prefills(k_models[i], HY_GDN_CHUNKED, 50);                                             \
+    }                                                                                              \
+    static void t_decode_##i(void)                                                                 \
+    {                                                                                              \
+        run_decode(k_models[i]);                                                                   \
+    }
 MODEL_TESTS(0)
 MODEL_TESTS(1)
 MODEL_TESTS(2)
 MODEL_TESTS(3)
 
 #define MODEL_CASES(i)                                                                             \
-    {"prefill_chunked", t_chunked_##i}, {"prefill_recurrent", t_recurrent_##i},                  \
-        {"prefill_in_steps_of_50", t_split_##i}, {"prefill_then_decode", t_decode_##i}
+    {"prefill_chunked", t_chunked_##i}, {"prefill_recurrent", t_recurrent_##i},                    \
+        {"prefill_in_steps_of_50", t_split_##i},                                                   \
+    {                                                                                              \
+        "prefill_then_decode", t_decode_##i                                                        \
+    }
 
 int main(void)
 {
-    static const hy_test_case cases[] = {MODEL_CASES(0), MODEL_CASES(1), MODEL_CASES(2),
-                                         MODEL_CASES(3), {NULL, NULL}};
+    static const hy_test_case cases[] = {
+        MODEL_CASES(0), MODEL_CASES(1), MODEL_CASES(2), MODEL_CASES(3), {NULL, NULL}};
     return hy_test_main("golden_vs_transformers", cases);
 }
