@@ -222,6 +222,18 @@ int hy_bench_executor(int argc, char **argv)
     }
     rec_frac /= sgemm;
     printf("  recurrent: %.2f of the limit\n", rec_frac);
+
+    /* Decode: the same tokens one call each (every GEMM a GEMV). */
+    double dec_rate = 0;
+    {
+        const int nd = quick ? 64 : 256;
+        hy_exec_set_gdn_mode(ex, HY_GDN_CHUNKED);
+        hy_state_reset(st);
+        double t0 = hy_now_s();
+        for (int i = 0; i < nd && !rc; i++) rc = hy_exec_decode(ex, st, tok[i], logits, &e);
+        dec_rate = nd / (hy_now_s() - t0);
+        printf("\ndecode, one token per call (%d tokens): %.0f tokens/s\n", nd, dec_rate);
+    }
     const int ri = quick ? 0 : 1; /* the recurrent run's length: 2048 (512 with --quick) */
     double ratio = rate[ri] / rec_rate, dr_chunked = 0, dr_recurrent = 0;
     time_delta_rule(c, lens[ri], &dr_chunked, &dr_recurrent);
@@ -237,13 +249,13 @@ int hy_bench_executor(int argc, char **argv)
     printf(
         "{\"bench\":\"executor\",\"model_params_m\":%.2f,\"sgemm_gflops\":%.2f,"
         "\"prefill_tok_s_512\":%.1f,\"prefill_tok_s_2048\":%.1f,\"prefill_tok_s_8192\":%.1f,"
-        "\"recurrent_tok_s_2048\":%.1f,\"chunked_over_recurrent_2048\":%.3f,"
+        "\"recurrent_tok_s_2048\":%.1f,\"decode_tok_s\":%.1f,\"chunked_over_recurrent_2048\":%.3f,"
         "\"delta_rule_chunked_over_recurrent_2048\":%.3f,"
         "\"fraction_of_sgemm_limit_512\":%.3f,\"fraction_of_sgemm_limit_2048\":%.3f,"
         "\"fraction_of_sgemm_limit_8192\":%.3f,\"peak_rss_mb\":%.1f,\"threads\":%d,\"quick\":%s}\n",
         (double)hy_config_param_count(c) / 1e6, sgemm / 1e9, rate[0], rate[1], rate[2], rec_rate,
-        ratio, dr_recurrent / dr_chunked, frac[0], frac[1], frac[2], rss, omp_get_max_threads(),
-        quick ? "true" : "false");
+        dec_rate, ratio, dr_recurrent / dr_chunked, frac[0], frac[1], frac[2], rss,
+        omp_get_max_threads(), quick ? "true" : "false");
     free(tok), free(logits);
     hy_state_free(st);
     hy_exec_free(ex);

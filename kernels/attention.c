@@ -22,13 +22,16 @@ void hy_attention(int n, int hd, int64_t pos0, const float *q, size_t ldq, const
             float *row = scores + (size_t)i * ctx;
             const int valid = (int)(pos0 + b0 + i) + 1;
             float mx = row[0];
+#pragma omp simd reduction(max : mx)
             for (int j = 1; j < valid; j++) mx = row[j] > mx ? row[j] : mx;
             float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
             for (int j = 0; j < valid; j++) {
-                row[j] = expf(row[j] - mx);
+                row[j] = hy_expf(row[j] - mx);
                 sum += row[j];
             }
             const float inv = 1.0f / sum;
+#pragma omp simd
             for (int j = 0; j < valid; j++) row[j] *= inv;
             if (valid < ctx) memset(row + valid, 0, (size_t)(ctx - valid) * sizeof *row);
         }

@@ -23,6 +23,13 @@ static void blas_on_caller_thread(void)
 static void gemm1(int ta, int tb, int m, int n, int k, float alpha, const float *A, size_t lda,
                   const float *B, size_t ldb, float beta, float *C, size_t ldc)
 {
+    if (m == 1 && !ta) { /* a single row (decode): GEMV streams B without packing it */
+        if (tb)
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, alpha, B, (int)ldb, A, 1, beta, C, 1);
+        else
+            cblas_sgemv(CblasRowMajor, CblasTrans, k, n, alpha, B, (int)ldb, A, 1, beta, C, 1);
+        return;
+    }
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
                 k, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
 }
@@ -33,8 +40,10 @@ void hy_gemm(int ta, int tb, int m, int n, int k, float alpha, const float *A, s
     if (m <= 0 || n <= 0) return;
     pthread_once(&g_blas_once, blas_on_caller_thread);
     const int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+    /* Worth splitting: enough arithmetic, or (a GEMV in decode) enough of B
+     * to stream that two cores' bandwidth beats one. */
     const double flops = 2.0 * m * n * (double)k;
-    if (nt == 1 || flops < 4e6) {
+    if (nt == 1 || (flops < 4e6 && (double)n * k < 262144.0)) {
         gemm1(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
@@ -99,6 +108,7 @@ void hy_conv1d_silu(int n, int C, int K, const float *in, size_t ldi, float *sta
             const float *wr = w + (size_t)j * C;
             for (int c = 0; c < C; c++) orow[c] += wr[c] * xr[c];
         }
+#pragma omp simd
         for (int c = 0; c < C; c++) orow[c] = hy_siluf(orow[c]);
     }
     /* The new state is the last P inputs of (state ++ in). */

@@ -29,7 +29,7 @@ void hy_gdn_recurrent(int n, int dk, int dv, const float *q, size_t ldq, const f
         const float *qt = q + (size_t)t * ldq, *kt = k + (size_t)t * ldk;
         const float *vt = v + (size_t)t * ldv;
         float *ot = o + (size_t)t * ldo;
-        const float a = expf(g[(size_t)t * ldgb]), b = beta[(size_t)t * ldgb];
+        const float a = hy_expf(g[(size_t)t * ldgb]), b = beta[(size_t)t * ldgb];
         memset(u, 0, sizeof u);
         for (int i = 0; i < dk; i++) {
             float *Si = S + (size_t)i * dv;
@@ -81,7 +81,7 @@ void hy_gdn_chunked(int n, int dk, int dv, const float *q, size_t ldq, const flo
         for (int i = 0; i < L; i++) {
             acc += g[(size_t)(c0 + i) * ldgb];
             G[i] = acc;
-            eG[i] = expf(acc);
+            eG[i] = hy_expf(acc);
         }
         const float GL = G[L - 1], eGL = eG[L - 1];
 
@@ -90,7 +90,8 @@ void hy_gdn_chunked(int n, int dk, int dv, const float *q, size_t ldq, const flo
         for (int i = 0; i < L; i++) {
             const float bi = beta[(size_t)(c0 + i) * ldgb];
             float *Ai = A + (size_t)i * CL;
-            for (int j = 0; j < i; j++) Ai[j] *= bi * expf(G[i] - G[j]);
+#pragma omp simd
+            for (int j = 0; j < i; j++) Ai[j] *= bi * hy_expf(G[i] - G[j]);
         }
         memset(T, 0, (size_t)CL * CL * sizeof *T);
         for (int i = 0; i < L; i++) {
@@ -111,7 +112,7 @@ void hy_gdn_chunked(int n, int dk, int dv, const float *q, size_t ldq, const flo
             const float *vi = vc + (size_t)i * ldv;
             float *wi = Wk + (size_t)i * dk, *qg = Qg + (size_t)i * dk, *kd = Kd + (size_t)i * dk;
             float *vn = Vn + (size_t)i * dv;
-            const float e = eG[i], ed = expf(GL - G[i]);
+            const float e = eG[i], ed = hy_expf(GL - G[i]);
             for (int j = 0; j < dk; j++) {
                 wi[j] = bi * e * ki[j];
                 qg[j] = e * qi[j];
@@ -132,7 +133,8 @@ void hy_gdn_chunked(int n, int dk, int dv, const float *q, size_t ldq, const flo
         hy_gemm(0, 1, L, L, dk, 1.0f, qc, ldq, kc, ldk, 0.0f, A, (size_t)CL);
         for (int i = 0; i < L; i++) {
             float *Ai = A + (size_t)i * CL;
-            for (int j = 0; j <= i; j++) Ai[j] *= expf(G[i] - G[j]);
+#pragma omp simd
+            for (int j = 0; j <= i; j++) Ai[j] *= hy_expf(G[i] - G[j]);
             for (int j = i + 1; j < L; j++) Ai[j] = 0.0f;
         }
         hy_gemm(0, 0, L, dv, L, 1.0f, A, (size_t)CL, Vn, (size_t)dv, 1.0f, oc, ldo);

@@ -154,6 +154,7 @@ static void swiglu_mlp(const hy_mlp_w *w, int n, int H, const float *xin, float 
     for (int t = 0; t < n; t++) {
         const float *gr = gu + (size_t)t * 2 * I;
         float *hr = h + (size_t)t * I;
+#pragma omp simd
         for (int j = 0; j < I; j++) hr[j] = hy_siluf(gr[j]) * gr[I + j];
     }
     hy_linear(n, I, H, h, (size_t)I, w->w_down, out, (size_t)H);
@@ -170,7 +171,7 @@ static void moe_mlp(hy_exec *ex, const hy_layer_w *L, int n)
         float *p = logits + (size_t)t * E;
         float mx = p[0], sum = 0.0f;
         for (int e = 1; e < E; e++) mx = p[e] > mx ? p[e] : mx;
-        for (int e = 0; e < E; e++) sum += (p[e] = expf(p[e] - mx));
+        for (int e = 0; e < E; e++) sum += (p[e] = hy_expf(p[e] - mx));
         for (int e = 0; e < E; e++) p[e] /= sum;
         float *tw = ex->topw + (size_t)t * k, wsum = 0.0f;
         int *ti = ex->topi + (size_t)t * k;
@@ -274,6 +275,7 @@ static void gdn_layer(hy_exec *ex, hy_state *st, int li, int n)
             float *oh = ex->o + (size_t)t * Vd + (size_t)h * dv;
             const float *z = proj + (size_t)t * P + C + (size_t)h * dv;
             hy_rmsnorm(1, dv, oh, (size_t)dv, w->norm_w, c->rms_eps, oh, (size_t)dv);
+#pragma omp simd
             for (int j = 0; j < dv; j++) oh[j] *= hy_siluf(z[j]);
         }
     }
@@ -326,6 +328,7 @@ static void attn_layer(hy_exec *ex, hy_state *st, int li, int n)
         for (int h = 0; h < Hq; h++) {
             float *oh = ob + (size_t)t * Qd + (size_t)h * hd;
             const float *gate = proj + (size_t)t * P + (size_t)h * 2 * hd + hd;
+#pragma omp simd
             for (int j = 0; j < hd; j++) oh[j] *= hy_sigmoidf(gate[j]);
         }
     hy_linear(n, Qd, H, ob, (size_t)Qd, w->w_o, ex->y, (size_t)H);
