@@ -148,6 +148,61 @@ static void test_gemm_transposes(void)
     CU_ASSERT(memcmp(Y, want, sizeof Y) == 0);
 }
 
+/* Products large enough to be split over threads, and single rows (GEMV),
+ * in every transpose combination, against a double-precision product. */
+static void test_gemm_split_and_gemv(void)
+{
+    hy_rng r;
+    hy_rng_seed(&r, 9);
+    const int shapes[][3] = {{300, 257, 130}, {1, 3000, 200}, {1, 700, 513}, {40, 2000, 96},
+                             {2048, 64, 64}};
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+        const int m = shapes[si][0], n = shapes[si][1], k = shapes[si][2];
+        float *A = randn(&r, (size_t)m * k), *B = randn(&r, (size_t)n * k);
+        float *C = malloc((size_t)m * n * 4), *C0 = randn(&r, (size_t)m * n);
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++) {
+                if (ta && m == 1) continue;
+                memcpy(C, C0, (size_t)m * n * 4);
+                /* A as [m][k] (or [k][m]), B as [k][n] (or [n][k]); beta 0.5 accumulates */
+                hy_gemm(ta, tb, m, n, k, 1.5f, A, ta ? (size_t)m : (size_t)k, B,
+                        tb ? (size_t)k : (size_t)n, 0.5f, C, (size_t)n);
+                double worst = 0;
+                for (int i = 0; i < m; i++)
+                    for (int j = 0; j < n; j++) {
+                        double acc = 0;
+                        for (int q = 0; q < k; q++) {
+                            double a = ta ? A[(size_t)q * m + i] : A[(size_t)i * k + q];
+                            double b = tb ? B[(size_t)j * k + q] : B[(size_t)q * n + j];
+                            acc += a * b;
+                        }
+                        acc = 1.5 * acc + 0.5 * C0[(size_t)i * n + j];
+                        worst = fmax(worst, fabs(acc - C[(size_t)i * n + j]));
+                    }
+                if (worst > 1e-3)
+                    printf("\n    %dx%dx%d ta=%d tb=%d: error %.2e", m, n, k, ta, tb, worst);
+                CU_ASSERT(worst <= 1e-3);
+            }
+        free(A), free(B), free(C), free(C0);
+    }
+}
+
+static void test_fast_exp(void)
+{
+    double worst = 0;
+    for (double x = -87.0; x <= 88.0; x += 0.0137) {
+        /* relative to exp of the float argument actually passed */
+        double want = exp((double)(float)x), got = hy_expf((float)x);
+        worst = fmax(worst, fabs(got - want) / want);
+    }
+    printf("\n    hy_expf max relative error over [-87, 88]: %.2e", worst);
+    CU_ASSERT(worst < 5e-7);
+    CU_ASSERT(hy_expf(-1000.0f) < 2e-38f);
+    CU_ASSERT(hy_expf(0.0f) == 1.0f);
+    CU_ASSERT_DOUBLE_EQUAL(hy_sigmoidf(0.0f), 0.5, 1e-7);
+    CU_ASSERT_DOUBLE_EQUAL(hy_siluf(2.0f), 2.0 / (1.0 + exp(-2.0)), 1e-6);
+}
+
 int main(void)
 {
     static const hy_test_case cases[] = {
@@ -156,6 +211,8 @@ int main(void)
         {"rope_rotate_half_and_composition", test_rope},
         {"rms_and_l2_norms", test_norms},
         {"gemm_transposes", test_gemm_transposes},
+        {"gemm_split_over_threads_and_gemv", test_gemm_split_and_gemv},
+        {"fast_exp_accuracy", test_fast_exp},
         {NULL, NULL},
     };
     return hy_test_main("dense_kernels", cases);
