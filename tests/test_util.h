@@ -7,6 +7,7 @@
 #define HY_TEST_UTIL_H
 
 #include <CUnit/Basic.h>
+#include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +47,29 @@ static inline double hy_rel_diff(const float *a, const float *ref, size_t n)
     double s = 1e-30;
     for (size_t i = 0; i < n; i++) s = fmax(s, fabs((double)ref[i]));
     return hy_max_abs_diff(a, ref, n) / s;
+}
+
+static inline int hy_test_rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *f)
+{
+    (void)sb, (void)flag, (void)f;
+    return remove(p);
+}
+
+/* Creates a fresh directory /tmp/<prefix>XXXXXX in dir (at least 64 bytes). */
+static inline int hy_test_mkdtemp(const char *prefix, char *dir, size_t cap)
+{
+    snprintf(dir, cap, "/tmp/%sXXXXXX", prefix);
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        return -1;
+    }
+    return 0;
+}
+
+/* rm -rf dir */
+static inline void hy_test_rmtree(const char *dir)
+{
+    nftw(dir, hy_test_rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 #endif

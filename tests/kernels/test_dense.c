@@ -154,8 +154,8 @@ static void test_gemm_split_and_gemv(void)
 {
     hy_rng r;
     hy_rng_seed(&r, 9);
-    const int shapes[][3] = {{300, 257, 130}, {1, 3000, 200}, {1, 700, 513}, {40, 2000, 96},
-                             {2048, 64, 64}};
+    const int shapes[][3] = {
+        {300, 257, 130}, {1, 3000, 200}, {1, 700, 513}, {40, 2000, 96}, {2048, 64, 64}};
     for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
         const int m = shapes[si][0], n = shapes[si][1], k = shapes[si][2];
         float *A = randn(&r, (size_t)m * k), *B = randn(&r, (size_t)n * k);

@@ -15,7 +15,6 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <ftw.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -1012,26 +1011,14 @@ static void test_bf16_tiny_opens(void)
 
 /* --- the suite ------------------------------------------------------------- */
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
 int main(void)
 {
-    snprintf(g_dir, sizeof g_dir, "/tmp/hy_test_cfg_XXXXXX");
-    if (!mkdtemp(g_dir)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    if (hy_test_mkdtemp("hy_test_cfg_", g_dir, sizeof g_dir)) return 1;
     snprintf(g_intact, sizeof g_intact, "%s/tiny", g_dir);
     hy_err e = {0};
     if (hy_model_init("tiny", 1, g_intact, "F32", &e) != HY_OK) {
         fprintf(stderr, "hy_model_init: %s\n", e.msg);
-        nftw(g_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+        hy_test_rmtree(g_dir);
         return 1;
     }
     static const hy_test_case cases[] = {
@@ -1062,6 +1049,6 @@ int main(void)
         {NULL, NULL},
     };
     int rc = hy_test_main("config", cases);
-    nftw(g_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    hy_test_rmtree(g_dir);
     return rc;
 }

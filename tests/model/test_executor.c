@@ -7,17 +7,10 @@
 #include "model/internal.h"
 #include "tests/test_util.h"
 
-#include <ftw.h>
 #include <string.h>
 #include <unistd.h>
 
 static char g_tmp[64];
-
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb, (void)flag, (void)ftw;
-    return remove(p);
-}
 
 static void make_model(const char *preset, uint64_t seed, const char *name, char *dir, size_t n)
 {
@@ -208,8 +201,7 @@ static void test_init_deterministic(void)
 
 int main(void)
 {
-    snprintf(g_tmp, sizeof g_tmp, "/tmp/hypic-test-exec-XXXXXX");
-    if (!mkdtemp(g_tmp)) return 1;
+    if (hy_test_mkdtemp("hy_test_exec_", g_tmp, sizeof g_tmp)) return 1;
     static const hy_test_case cases[] = {
         {"pieces_and_decodes_equal_one_prefill", test_split_tiny},
         {"pieces_equal_one_prefill_moe", test_split_moe},
@@ -219,6 +211,6 @@ int main(void)
         {NULL, NULL},
     };
     int rc = hy_test_main("executor", cases);
-    nftw(g_tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    hy_test_rmtree(g_tmp);
     return rc;
 }

@@ -10,7 +10,6 @@
 #include "model/safetensors.h"
 #include "tests/test_util.h"
 
-#include <ftw.h>
 #include <math.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -869,7 +868,9 @@ static void check_views_in_bounds(const hy_st *st, size_t file_size)
     }
 }
 
-static void test_every_truncation_fails(void)
+/* Writes a valid two-tensor file (F32 [2,2] and BF16 [3]) named `name` and
+ * reads its bytes into buf; returns the length. */
+static size_t sample_bytes(const char *name, unsigned char *buf, size_t cap)
 {
     float a[4] = {1, 2, 3, 4};
     uint16_t b[3] = {1, 2, 3};
@@ -878,13 +879,21 @@ static void test_every_truncation_fails(void)
         {.name = "b", .dtype = HY_DT_BF16, .ndim = 1, .shape = {3}, .data = b},
     };
     char src[256];
-    snprintf(src, sizeof src, "%s/full.safetensors", g_dir);
+    snprintf(src, sizeof src, "%s/%s", g_dir, name);
     hy_err e = {0};
     CU_ASSERT_EQUAL_FATAL(hy_st_write(src, ts, 2, &e), HY_OK);
     FILE *f = fopen(src, "rb");
-    unsigned char buf[1024];
-    size_t n = fread(buf, 1, sizeof buf, f);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    size_t n = fread(buf, 1, cap, f);
     fclose(f);
+    return n;
+}
+
+static void test_every_truncation_fails(void)
+{
+    unsigned char buf[1024];
+    size_t n = sample_bytes("full.safetensors", buf, sizeof buf);
+    hy_err e = {0};
     CU_ASSERT_FATAL(n > 8 && n < sizeof buf);
     for (size_t len = 0; len < n; len++) {
         char p[256];
@@ -901,20 +910,9 @@ static void test_every_truncation_fails(void)
 
 static void test_byte_mutations_never_escape(void)
 {
-    float a[4] = {1, 2, 3, 4};
-    uint16_t b[3] = {1, 2, 3};
-    const hy_st_wtensor ts[] = {
-        {.name = "a", .dtype = HY_DT_F32, .ndim = 2, .shape = {2, 2}, .data = a},
-        {.name = "b", .dtype = HY_DT_BF16, .ndim = 1, .shape = {3}, .data = b},
-    };
-    char src[256];
-    snprintf(src, sizeof src, "%s/mut_src.safetensors", g_dir);
-    hy_err e = {0};
-    CU_ASSERT_EQUAL_FATAL(hy_st_write(src, ts, 2, &e), HY_OK);
-    FILE *f = fopen(src, "rb");
     unsigned char buf[1024];
-    size_t n = fread(buf, 1, sizeof buf, f);
-    fclose(f);
+    size_t n = sample_bytes("mut_src.safetensors", buf, sizeof buf);
+    hy_err e = {0};
     static const unsigned char vals[] = {0x00, 0x01, '0', '9', '-', '"',  '{', '}',
                                          '[',  ']',  ',', ' ', 'e', 0x7F, 0xFF};
     int opened = 0, refused = 0;
@@ -948,21 +946,9 @@ static void test_byte_mutations_never_escape(void)
 
 /* --- the suite ------------------------------------------------------------- */
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
 int main(void)
 {
-    snprintf(g_dir, sizeof g_dir, "/tmp/hy_test_st_XXXXXX");
-    if (!mkdtemp(g_dir)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    if (hy_test_mkdtemp("hy_test_st_", g_dir, sizeof g_dir)) return 1;
     static const hy_test_case cases[] = {
         {"file shorter than the length field", test_file_shorter_than_length_field},
         {"header longer than the file", test_header_longer_than_file},
@@ -1000,6 +986,6 @@ int main(void)
         {NULL, NULL},
     };
     int rc = hy_test_main("safetensors", cases);
-    nftw(g_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    hy_test_rmtree(g_dir);
     return rc;
 }
