@@ -43,15 +43,24 @@ static void time_delta_rule(const hy_model_config *c, int n, double *chunked, do
             double t0 = hy_now_s();
 #pragma omp parallel for schedule(dynamic, 1)
             for (int h = 0; h < Hv; h++) {
-                const float *q = x + (h / r) * dk, *k = x + Kd + (h / r) * dk,
-                            *v = x + 2 * Kd + h * dv;
+                const hy_gdn_in in = {.n = n,
+                                      .dk = dk,
+                                      .dv = dv,
+                                      .q = x + (h / r) * dk,
+                                      .k = x + Kd + (h / r) * dk,
+                                      .v = x + 2 * Kd + h * dv,
+                                      .ldq = (size_t)C,
+                                      .ldk = (size_t)C,
+                                      .ldv = (size_t)C,
+                                      .g = g + h,
+                                      .beta = b + h,
+                                      .ldgb = (size_t)Hv};
                 float *Sh = S + (size_t)h * dk * dv, *oh = o + (size_t)h * dv;
                 if (mode == 0)
-                    hy_gdn_chunked(n, dk, dv, q, C, k, C, v, C, g + h, b + h, Hv, Sh, oh,
-                                   (size_t)Hv * dv, work + per * omp_get_thread_num());
+                    hy_gdn_chunked(&in, Sh, oh, (size_t)Hv * dv, NULL,
+                                   work + per * omp_get_thread_num());
                 else
-                    hy_gdn_recurrent(n, dk, dv, q, C, k, C, v, C, g + h, b + h, Hv, Sh, oh,
-                                     (size_t)Hv * dv);
+                    hy_gdn_recurrent(&in, Sh, oh, (size_t)Hv * dv, NULL);
             }
             double dt = hy_now_s() - t0;
             if (dt < best) best = dt;

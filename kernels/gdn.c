@@ -14,130 +14,157 @@
  *     o  = (q exp(G)) S + mask_{j≤i}(q kᵀ exp(G_i − G_j)) V'
  *     S  ← exp(G_L) S + (k exp(G_L − G))ᵀ V'
  * Everything but the triangular solve is a small GEMM.
+ *
+ * Both can also advance a transition operator T [dk][dk] (HYPIC's T_C): the
+ * map S ↦ S_end is affine, S_end = T·S_0 + S(C|0), and T is what the same
+ * recurrence does to a start state of I with all values zero. In the chunked
+ * form that is T ← exp(G_L)·T − Kdᵀ·(W·T): it reuses the chunk's W and Kd.
  */
 #include "kernels/hy_kernels.h"
 
 #include <cblas.h>
 #include <string.h>
 
-void hy_gdn_recurrent(int n, int dk, int dv, const float *q, size_t ldq, const float *k, size_t ldk,
-                      const float *v, size_t ldv, const float *g, const float *beta, size_t ldgb,
-                      float *S, float *o, size_t ldo)
+/* One token of the recurrence on a state of width w (S or T): X ← a·X, then
+ * X ← X + k·(b(v − Xᵀk))ᵀ (v NULL: zero values); out = Xᵀq when q != NULL. */
+static void step(float *X, int dk, int w, float a, float b, const float *k, const float *v,
+                 const float *q, float *out, float *u)
 {
-    float u[dv], d[dv];
-    for (int t = 0; t < n; t++) {
-        const float *qt = q + (size_t)t * ldq, *kt = k + (size_t)t * ldk;
-        const float *vt = v + (size_t)t * ldv;
-        float *ot = o + (size_t)t * ldo;
-        const float a = hy_expf(g[(size_t)t * ldgb]), b = beta[(size_t)t * ldgb];
-        memset(u, 0, sizeof u);
-        for (int i = 0; i < dk; i++) {
-            float *Si = S + (size_t)i * dv;
-            const float ki = kt[i];
-            for (int j = 0; j < dv; j++) {
-                Si[j] *= a;
-                u[j] += ki * Si[j];
-            }
+    memset(u, 0, (size_t)w * sizeof *u);
+    for (int i = 0; i < dk; i++) {
+        float *Xi = X + (size_t)i * w;
+        const float ki = k[i];
+        for (int j = 0; j < w; j++) {
+            Xi[j] *= a;
+            u[j] += ki * Xi[j];
         }
-        for (int j = 0; j < dv; j++) d[j] = b * (vt[j] - u[j]);
-        memset(ot, 0, (size_t)dv * sizeof *ot);
-        for (int i = 0; i < dk; i++) {
-            float *Si = S + (size_t)i * dv;
-            const float ki = kt[i], qi = qt[i];
-            for (int j = 0; j < dv; j++) {
-                Si[j] += ki * d[j];
-                ot[j] += qi * Si[j];
-            }
+    }
+    for (int j = 0; j < w; j++) u[j] = b * ((v ? v[j] : 0.0f) - u[j]);
+    if (q) memset(out, 0, (size_t)w * sizeof *out);
+    for (int i = 0; i < dk; i++) {
+        float *Xi = X + (size_t)i * w;
+        const float ki = k[i];
+        for (int j = 0; j < w; j++) Xi[j] += ki * u[j];
+        if (q) {
+            const float qi = q[i];
+            for (int j = 0; j < w; j++) out[j] += qi * Xi[j];
         }
+    }
+}
+
+void hy_gdn_recurrent(const hy_gdn_in *in, float *S, float *o, size_t ldo, float *T)
+{
+    const int dk = in->dk, dv = in->dv;
+    float u[dv > dk ? dv : dk];
+    for (int t = 0; t < in->n; t++) {
+        const float *kt = in->k + (size_t)t * in->ldk;
+        const float a = hy_expf(in->g[(size_t)t * in->ldgb]), b = in->beta[(size_t)t * in->ldgb];
+        const float *qt = o ? in->q + (size_t)t * in->ldq : NULL;
+        step(S, dk, dv, a, b, kt, in->v + (size_t)t * in->ldv, qt, o ? o + (size_t)t * ldo : NULL,
+             u);
+        if (T) step(T, dk, dk, a, b, kt, NULL, NULL, NULL, u);
     }
 }
 
 size_t hy_gdn_chunked_scratch(int dk, int dv)
 {
     const size_t L = HY_GDN_CHUNK;
-    return 2 * L + 2 * L * L + 3 * L * (size_t)dk + L * (size_t)dv;
+    return 2 * L + 2 * L * L + 4 * L * (size_t)dk + L * (size_t)dv;
 }
 
-void hy_gdn_chunked(int n, int dk, int dv, const float *q, size_t ldq, const float *k, size_t ldk,
-                    const float *v, size_t ldv, const float *g, const float *beta, size_t ldgb,
-                    float *S, float *o, size_t ldo, float *work)
+void hy_gdn_chunked(const hy_gdn_in *in, float *S, float *o, size_t ldo, float *T, float *work)
 {
-    const int CL = HY_GDN_CHUNK;
+    const int CL = HY_GDN_CHUNK, n = in->n, dk = in->dk, dv = in->dv;
+    const size_t ldq = in->ldq, ldk = in->ldk, ldv = in->ldv, ldgb = in->ldgb;
     float *G = work;                  /* [L] cumulative log-decay */
     float *eG = G + CL;               /* [L] exp(G) */
-    float *T = eG + CL;               /* [L][L] (I + Lm)^-1, unit lower */
-    float *A = T + (size_t)CL * CL;   /* [L][L] k kᵀ, then the masked q kᵀ */
+    float *Tm = eG + CL;              /* [L][L] (I + Lm)^-1, unit lower */
+    float *A = Tm + (size_t)CL * CL;  /* [L][L] k kᵀ, then the masked q kᵀ */
     float *Wk = A + (size_t)CL * CL;  /* [L][dk] β k exp(G) -> W */
     float *Qg = Wk + (size_t)CL * dk; /* [L][dk] q exp(G) */
     float *Kd = Qg + (size_t)CL * dk; /* [L][dk] k exp(G_L - G) */
-    float *Vn = Kd + (size_t)CL * dk; /* [L][dv] β v -> U -> V' */
+    float *Vt = Kd + (size_t)CL * dk; /* [L][dk] −W·T */
+    float *Vn = Vt + (size_t)CL * dk; /* [L][dv] β v -> U -> V' */
 
     for (int c0 = 0; c0 < n; c0 += CL) {
         const int L = HY_MIN_INT(CL, n - c0);
-        const float *qc = q + (size_t)c0 * ldq, *kc = k + (size_t)c0 * ldk;
-        const float *vc = v + (size_t)c0 * ldv;
-        float *oc = o + (size_t)c0 * ldo;
+        const float *qc = o ? in->q + (size_t)c0 * ldq : NULL, *kc = in->k + (size_t)c0 * ldk;
+        const float *vc = in->v + (size_t)c0 * ldv, *gc = in->g + (size_t)c0 * ldgb;
+        const float *bc = in->beta + (size_t)c0 * ldgb;
         float acc = 0.0f;
         for (int i = 0; i < L; i++) {
-            acc += g[(size_t)(c0 + i) * ldgb];
+            acc += gc[(size_t)i * ldgb];
             G[i] = acc;
             eG[i] = hy_expf(acc);
         }
         const float GL = G[L - 1], eGL = eG[L - 1];
 
-        /* Lm and its inverse by forward substitution: (I + Lm) T = I. */
+        /* Lm and its inverse by forward substitution: (I + Lm) Tm = I. */
         hy_gemm(0, 1, L, L, dk, 1.0f, kc, ldk, kc, ldk, 0.0f, A, (size_t)CL);
         for (int i = 0; i < L; i++) {
-            const float bi = beta[(size_t)(c0 + i) * ldgb];
+            const float bi = bc[(size_t)i * ldgb];
             float *Ai = A + (size_t)i * CL;
 #pragma omp simd
             for (int j = 0; j < i; j++) Ai[j] *= bi * hy_expf(G[i] - G[j]);
         }
-        memset(T, 0, (size_t)CL * CL * sizeof *T);
+        memset(Tm, 0, (size_t)CL * CL * sizeof *Tm);
         for (int i = 0; i < L; i++) {
-            float *Ti = T + (size_t)i * CL;
+            float *Ti = Tm + (size_t)i * CL;
             const float *Ai = A + (size_t)i * CL;
             for (int j = 0; j < i; j++) {
                 float s = 0.0f;
-                for (int m = j; m < i; m++) s += Ai[m] * T[(size_t)m * CL + j];
+                for (int m = j; m < i; m++) s += Ai[m] * Tm[(size_t)m * CL + j];
                 Ti[j] = -s;
             }
             Ti[i] = 1.0f;
         }
 
-        /* U = T (β v), W = T (β k exp(G)), and the q / k scalings. */
+        /* U = Tm (β v), W = Tm (β k exp(G)), and the q / k scalings. */
         for (int i = 0; i < L; i++) {
-            const float bi = beta[(size_t)(c0 + i) * ldgb];
-            const float *ki = kc + (size_t)i * ldk, *qi = qc + (size_t)i * ldq;
-            const float *vi = vc + (size_t)i * ldv;
-            float *wi = Wk + (size_t)i * dk, *qg = Qg + (size_t)i * dk, *kd = Kd + (size_t)i * dk;
+            const float bi = bc[(size_t)i * ldgb];
+            const float *ki = kc + (size_t)i * ldk, *vi = vc + (size_t)i * ldv;
+            float *wi = Wk + (size_t)i * dk, *kd = Kd + (size_t)i * dk;
             float *vn = Vn + (size_t)i * dv;
             const float e = eG[i], ed = hy_expf(GL - G[i]);
             for (int j = 0; j < dk; j++) {
                 wi[j] = bi * e * ki[j];
-                qg[j] = e * qi[j];
                 kd[j] = ed * ki[j];
+            }
+            if (o) {
+                const float *qi = qc + (size_t)i * ldq;
+                float *qg = Qg + (size_t)i * dk;
+                for (int j = 0; j < dk; j++) qg[j] = e * qi[j];
             }
             for (int j = 0; j < dv; j++) vn[j] = bi * vi[j];
         }
-        cblas_strmm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, L, dv, 1.0f, T,
+        cblas_strmm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, L, dv, 1.0f, Tm,
                     CL, Vn, dv);
-        cblas_strmm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, L, dk, 1.0f, T,
+        cblas_strmm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, L, dk, 1.0f, Tm,
                     CL, Wk, dk);
+
+        /* The transition operator: T ← exp(G_L) T + Kdᵀ (−W T). */
+        if (T) {
+            hy_gemm(0, 0, L, dk, dk, -1.0f, Wk, (size_t)dk, T, (size_t)dk, 0.0f, Vt, (size_t)dk);
+            for (size_t i = 0; i < (size_t)dk * dk; i++) T[i] *= eGL;
+            hy_gemm(1, 0, dk, dk, L, 1.0f, Kd, (size_t)dk, Vt, (size_t)dk, 1.0f, T, (size_t)dk);
+        }
 
         /* V' = U − W S */
         hy_gemm(0, 0, L, dv, dk, -1.0f, Wk, (size_t)dk, S, (size_t)dv, 1.0f, Vn, (size_t)dv);
 
         /* o = (q exp(G)) S + mask(q kᵀ exp(G_i − G_j)) V' */
-        hy_gemm(0, 0, L, dv, dk, 1.0f, Qg, (size_t)dk, S, (size_t)dv, 0.0f, oc, ldo);
-        hy_gemm(0, 1, L, L, dk, 1.0f, qc, ldq, kc, ldk, 0.0f, A, (size_t)CL);
-        for (int i = 0; i < L; i++) {
-            float *Ai = A + (size_t)i * CL;
+        if (o) {
+            float *oc = o + (size_t)c0 * ldo;
+            hy_gemm(0, 0, L, dv, dk, 1.0f, Qg, (size_t)dk, S, (size_t)dv, 0.0f, oc, ldo);
+            hy_gemm(0, 1, L, L, dk, 1.0f, qc, ldq, kc, ldk, 0.0f, A, (size_t)CL);
+            for (int i = 0; i < L; i++) {
+                float *Ai = A + (size_t)i * CL;
 #pragma omp simd
-            for (int j = 0; j <= i; j++) Ai[j] *= hy_expf(G[i] - G[j]);
-            for (int j = i + 1; j < L; j++) Ai[j] = 0.0f;
+                for (int j = 0; j <= i; j++) Ai[j] *= hy_expf(G[i] - G[j]);
+                for (int j = i + 1; j < L; j++) Ai[j] = 0.0f;
+            }
+            hy_gemm(0, 0, L, dv, L, 1.0f, A, (size_t)CL, Vn, (size_t)dv, 1.0f, oc, ldo);
         }
-        hy_gemm(0, 0, L, dv, L, 1.0f, A, (size_t)CL, Vn, (size_t)dv, 1.0f, oc, ldo);
 
         /* S ← exp(G_L) S + (k exp(G_L − G))ᵀ V' */
         for (size_t i = 0; i < (size_t)dk * dv; i++) S[i] *= eGL;

@@ -88,12 +88,22 @@ void hy_rope_inv_freq(int rd, double theta, float *inv_freq);
 /* Rotates x[0..rd) in place for position pos (pairs i and i + rd/2). */
 void hy_rope_apply(float *x, int rd, const float *inv_freq, int64_t pos);
 
-/* Gated delta rule, one head, token by token.
- * q,k: [n] rows of dk (strides ldq, ldk); v: [n] rows of dv (ldv);
- * g, beta: [n] (stride ldgb); S: [dk][dv] in/out; o: [n] rows of dv (ldo). */
-void hy_gdn_recurrent(int n, int dk, int dv, const float *q, size_t ldq, const float *k, size_t ldk,
-                      const float *v, size_t ldv, const float *g, const float *beta, size_t ldgb,
-                      float *S, float *o, size_t ldo);
+/* Inputs of one head of the gated delta rule, rows per token with strides:
+ * q, k: [n] rows of dk (q L2-normalised and scaled, k L2-normalised);
+ * v: [n] rows of dv; g (log decay) and beta: [n] scalars with stride ldgb. */
+typedef struct hy_gdn_in {
+    int n, dk, dv;
+    const float *q, *k, *v;
+    size_t ldq, ldk, ldv;
+    const float *g, *beta;
+    size_t ldgb;
+} hy_gdn_in;
+
+/* Gated delta rule, one head, token by token. S: [dk][dv] in/out; o: [n]
+ * rows of dv (stride ldo), or NULL when only the state is wanted; T: NULL, or
+ * [dk][dk] in/out advanced as T ← A_n⋯A_1·T with A_t = exp(g_t)(I − β_t k_t k_tᵀ),
+ * the transition operator that maps any start state through these tokens. */
+void hy_gdn_recurrent(const hy_gdn_in *in, float *S, float *o, size_t ldo, float *T);
 
 #define HY_GDN_CHUNK     64
 #define HY_MIN_INT(a, b) ((a) < (b) ? (a) : (b))
@@ -103,9 +113,7 @@ size_t hy_gdn_chunked_scratch(int dk, int dv);
  * with the WY/UT form (the intra-chunk work becomes small GEMMs). Chunks are
  * counted from the first token of this call. work: hy_gdn_chunked_scratch()
  * floats. */
-void hy_gdn_chunked(int n, int dk, int dv, const float *q, size_t ldq, const float *k, size_t ldk,
-                    const float *v, size_t ldv, const float *g, const float *beta, size_t ldgb,
-                    float *S, float *o, size_t ldo, float *work);
+void hy_gdn_chunked(const hy_gdn_in *in, float *S, float *o, size_t ldo, float *T, float *work);
 
 /* Causal softmax attention of one query head over a KV cache.
  * q: [n] rows of hd (ldq), already rotated, for positions pos0 .. pos0+n-1;

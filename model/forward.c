@@ -256,15 +256,24 @@ static void gdn_layer(hy_exec *ex, hy_state *st, int li, int n)
 #pragma omp parallel for schedule(dynamic, 1)
     for (int h = 0; h < Hv; h++) {
         const int hk = h / r;
-        const float *q = cv + hk * dk, *k = cv + Kd + hk * dk, *v = cv + 2 * Kd + h * dv;
+        const hy_gdn_in in = {.n = n,
+                              .dk = dk,
+                              .dv = dv,
+                              .q = cv + hk * dk,
+                              .k = cv + Kd + hk * dk,
+                              .v = cv + 2 * Kd + h * dv,
+                              .ldq = (size_t)C,
+                              .ldk = (size_t)C,
+                              .ldv = (size_t)C,
+                              .g = ex->g + h,
+                              .beta = ex->beta + h,
+                              .ldgb = (size_t)Hv};
         float *S = st->S[li] + (size_t)h * dk * dv, *o = ex->o + (size_t)h * dv;
         if (chunked) {
             float *work = ex->scratch + (size_t)omp_get_thread_num() * ex->scratch_per_thread;
-            hy_gdn_chunked(n, dk, dv, q, (size_t)C, k, (size_t)C, v, (size_t)C, ex->g + h,
-                           ex->beta + h, (size_t)Hv, S, o, (size_t)Vd, work);
+            hy_gdn_chunked(&in, S, o, (size_t)Vd, NULL, work);
         } else {
-            hy_gdn_recurrent(n, dk, dv, q, (size_t)C, k, (size_t)C, v, (size_t)C, ex->g + h,
-                             ex->beta + h, (size_t)Hv, S, o, (size_t)Vd);
+            hy_gdn_recurrent(&in, S, o, (size_t)Vd, NULL);
         }
     }
 

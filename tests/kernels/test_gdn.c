@@ -49,6 +49,23 @@ static gdn_data make(const gdn_case *c, uint64_t seed)
     return d;
 }
 
+/* The kernel inputs for tokens [a, a + n) of d. */
+static hy_gdn_in in_of(const gdn_data *d, int a, int n)
+{
+    return (hy_gdn_in){.n = n,
+                       .dk = d->dk,
+                       .dv = d->dv,
+                       .q = d->q + (size_t)a * d->ld,
+                       .k = d->k + (size_t)a * d->ld,
+                       .v = d->v + (size_t)a * d->ld,
+                       .ldq = (size_t)d->ld,
+                       .ldk = (size_t)d->ld,
+                       .ldv = (size_t)d->ld,
+                       .g = d->g + (size_t)a * d->ldgb,
+                       .beta = d->b + (size_t)a * d->ldgb,
+                       .ldgb = (size_t)d->ldgb};
+}
+
 static void drop(gdn_data *d)
 {
     free(d->q);
@@ -103,10 +120,9 @@ static void check_case(const gdn_case *c, uint64_t seed, int against_double)
     float *work = malloc(hy_gdn_chunked_scratch(c->dk, c->dv) * sizeof(float));
     memcpy(Sr, d.S0, SS * sizeof(float));
     memcpy(Sc, d.S0, SS * sizeof(float));
-    hy_gdn_recurrent(c->n, c->dk, c->dv, d.q, d.ld, d.k, d.ld, d.v, d.ld, d.g, d.b, d.ldgb, Sr, orr,
-                     c->dv);
-    hy_gdn_chunked(c->n, c->dk, c->dv, d.q, d.ld, d.k, d.ld, d.v, d.ld, d.g, d.b, d.ldgb, Sc, oc,
-                   c->dv, work);
+    const hy_gdn_in in = in_of(&d, 0, c->n);
+    hy_gdn_recurrent(&in, Sr, orr, c->dv, NULL);
+    hy_gdn_chunked(&in, Sc, oc, c->dv, NULL, work);
     double es = hy_rel_diff(Sc, Sr, SS), eo = hy_rel_diff(oc, orr, OS);
     printf("\n    n=%-4d dk=%-3d dv=%-3d g in [%g, %g]%s: chunked vs recurrent S %.1e o %.1e", c->n,
            c->dk, c->dv, c->g_lo, c->g_hi, c->warm_state ? " warm" : "", es, eo);
@@ -162,14 +178,13 @@ static void test_state_carries_across_calls(void)
     float *work = malloc(hy_gdn_chunked_scratch(c.dk, c.dv) * sizeof(float));
     memcpy(S1, d.S0, SS * 4);
     memcpy(S2, d.S0, SS * 4);
-    hy_gdn_chunked(c.n, c.dk, c.dv, d.q, d.ld, d.k, d.ld, d.v, d.ld, d.g, d.b, d.ldgb, S1, o1, c.dv,
-                   work);
+    const hy_gdn_in all = in_of(&d, 0, c.n);
+    hy_gdn_chunked(&all, S1, o1, c.dv, NULL, work);
     const int cuts[] = {0, 37, 38, 101, 150};
     for (int i = 0; i + 1 < 5; i++) {
         const int a = cuts[i], n = cuts[i + 1] - cuts[i];
-        hy_gdn_chunked(n, c.dk, c.dv, d.q + (size_t)a * d.ld, d.ld, d.k + (size_t)a * d.ld, d.ld,
-                       d.v + (size_t)a * d.ld, d.ld, d.g + (size_t)a * d.ldgb,
-                       d.b + (size_t)a * d.ldgb, d.ldgb, S2, o2 + (size_t)a * c.dv, c.dv, work);
+        const hy_gdn_in part = in_of(&d, a, n);
+        hy_gdn_chunked(&part, S2, o2 + (size_t)a * c.dv, c.dv, NULL, work);
     }
     CU_ASSERT(hy_rel_diff(S2, S1, SS) <= 1e-5);
     CU_ASSERT(hy_rel_diff(o2, o1, OS) <= 1e-5);
@@ -181,12 +196,50 @@ static void test_state_carries_across_calls(void)
     drop(&d);
 }
 
+/* The transition operator: both forms give the same T from I, and the state
+ * map is affine with it: S_end(S0) = T·S0 + S_end(0). */
+static void test_transition_operator(void)
+{
+    const gdn_case cases[] = {{1, 16, 24, -1, 0, 1},
+                              {100, 32, 16, -0.5, 0, 1},
+                              {300, 64, 64, -1e-4, 0, 1},
+                              {257, 32, 32, -6, -2, 1}};
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+        const gdn_case *c = &cases[ci];
+        gdn_data d = make(c, 300 + ci);
+        const int dk = c->dk, dv = c->dv;
+        const size_t SS = (size_t)dk * dv, TT = (size_t)dk * dk;
+        float *Tr = calloc(TT, 4), *Tc = calloc(TT, 4), *S0c = calloc(SS, 4), *Sw = malloc(SS * 4);
+        float *Sz = calloc(SS, 4), *pred = malloc(SS * 4), *scratch = calloc(SS, 4);
+        float *work = malloc(hy_gdn_chunked_scratch(dk, dv) * 4);
+        for (int i = 0; i < dk; i++) Tr[i * dk + i] = Tc[i * dk + i] = 1.0f;
+        const hy_gdn_in in = in_of(&d, 0, c->n);
+        hy_gdn_recurrent(&in, scratch, NULL, 0, Tr);
+        memcpy(Sw, d.S0, SS * 4);
+        hy_gdn_chunked(&in, Sw, NULL, 0, Tc, work);   /* warm start, with T */
+        hy_gdn_chunked(&in, Sz, NULL, 0, NULL, work); /* zero start */
+        double et = hy_rel_diff(Tc, Tr, TT);
+        /* pred = T·S0 + S(C|0) */
+        hy_gemm(0, 0, dk, dv, dk, 1.0f, Tc, dk, d.S0, dv, 0.0f, pred, dv);
+        for (size_t i = 0; i < SS; i++) pred[i] += Sz[i];
+        double ea = hy_rel_diff(pred, Sw, SS);
+        printf("\n    n=%-4d dk=%-3d dv=%-3d: T chunked vs recurrent %.1e, T·S0 + S(C|0) vs S_end "
+               "%.1e",
+               c->n, dk, dv, et, ea);
+        CU_ASSERT(et <= 1e-5);
+        CU_ASSERT(ea <= 1e-5);
+        free(Tr), free(Tc), free(S0c), free(Sw), free(Sz), free(pred), free(scratch), free(work);
+        drop(&d);
+    }
+}
+
 int main(void)
 {
     static const hy_test_case cases[] = {
         {"recurrent_matches_fp64_definition", test_recurrent_matches_definition},
         {"chunked_matches_recurrent", test_chunked_matches_recurrent},
         {"state_carries_across_calls", test_state_carries_across_calls},
+        {"transition_operator_is_affine_map", test_transition_operator},
         {NULL, NULL},
     };
     return hy_test_main("gated_delta_rule", cases);
