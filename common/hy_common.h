@@ -73,6 +73,19 @@ uint16_t hy_f32_to_f16(float f);  /* round to nearest even; overflow to inf */
  * Refuses files larger than max_bytes. */
 int hy_read_file(const char *path, size_t max_bytes, char **out, size_t *len, hy_err *err);
 
+/* --- hashing (common/hash.c) --------------------------------------------- */
+/* SHA-256 (OpenSSL), incrementally or in one call. begin fails only on ENOMEM;
+ * end frees the context. */
+typedef struct hy_sha256_ctx hy_sha256_ctx;
+int hy_sha256_begin(hy_sha256_ctx **out);
+void hy_sha256_add(hy_sha256_ctx *h, const void *data, size_t n);
+void hy_sha256_end(hy_sha256_ctx *h, uint8_t digest[32]);
+int hy_sha256(const void *data, size_t n, uint8_t digest[32]);
+/* XXH3-64 (libxxhash): section checksums. */
+uint64_t hy_xxh3(const void *data, size_t n);
+/* Lower-case hex of n bytes into out (2n + 1 chars). */
+void hy_hex(const uint8_t *bytes, size_t n, char *out);
+
 /* --- deterministic random numbers (xoshiro256**) ---------------------------- */
 typedef struct hy_rng {
     uint64_t s[4];

@@ -124,4 +124,8 @@ void hy_attention(int n, int hd, int64_t pos0, const float *q, size_t ldq, const
                   size_t ldk, const float *V, size_t ldv, float scale, float *o, size_t ldo,
                   float *scores);
 
+/* Every linear-attention family (RetNet … KDA), its transition operator and
+ * the composition of cached segments: hy_la_*. */
+#include "kernels/linear_attn.h"
+
 #endif

@@ -32,6 +32,7 @@ struct hy_exec {
     /* views into ws, for the current step size */
     float *x, *xn, *y, *big, *mid, *o, *g, *beta, *h, *gu, *xe, *ye, *topw;
     int *topi, *rows;
+    hy_capture *cap; /* set while an entry is being built */
 };
 
 /* --- workspace planning -------------------------------------------------- */
@@ -136,6 +137,11 @@ void hy_exec_free(hy_exec *ex)
     hy_free(ex->ws);
     hy_free(ex->scratch);
     free(ex);
+}
+
+void hy_exec_set_capture(hy_exec *ex, hy_capture *cap)
+{
+    ex->cap = cap;
 }
 
 void hy_exec_set_gdn_mode(hy_exec *ex, hy_gdn_mode mode)
@@ -269,11 +275,12 @@ static void gdn_layer(hy_exec *ex, hy_state *st, int li, int n)
                               .beta = ex->beta + h,
                               .ldgb = (size_t)Hv};
         float *S = st->S[li] + (size_t)h * dk * dv, *o = ex->o + (size_t)h * dv;
+        float *T = ex->cap ? ex->cap->T[li] + (size_t)h * dk * dk : NULL;
         if (chunked) {
             float *work = ex->scratch + (size_t)omp_get_thread_num() * ex->scratch_per_thread;
-            hy_gdn_chunked(&in, S, o, (size_t)Vd, NULL, work);
+            hy_gdn_chunked(&in, S, o, (size_t)Vd, T, work);
         } else {
-            hy_gdn_recurrent(&in, S, o, (size_t)Vd, NULL);
+            hy_gdn_recurrent(&in, S, o, (size_t)Vd, T);
         }
     }
 
@@ -312,13 +319,18 @@ static void attn_layer(hy_exec *ex, hy_state *st, int li, int n)
             hy_rope_apply(qh, c->rotary_dim, ex->m->rope_inv_freq, pos);
         }
         float *krow = Kc + (size_t)pos * KV, *vrow = Vc + (size_t)pos * KV;
+        float *ck = ex->cap ? ex->cap->K[li] + (size_t)(ex->cap->row + t) * KV : NULL;
         for (int g = 0; g < Hkv; g++) {
             float *kh = krow + (size_t)g * hd;
             hy_rmsnorm(1, hd, row + Q2 + (size_t)g * hd, (size_t)hd, w->k_norm1, c->rms_eps, kh,
                        (size_t)hd);
+            if (ck) memcpy(ck + (size_t)g * hd, kh, (size_t)hd * sizeof(float)); /* canonical */
             hy_rope_apply(kh, c->rotary_dim, ex->m->rope_inv_freq, pos);
         }
         memcpy(vrow, row + Q2 + KV, (size_t)KV * sizeof(float));
+        if (ex->cap)
+            memcpy(ex->cap->V[li] + (size_t)(ex->cap->row + t) * KV, vrow,
+                   (size_t)KV * sizeof(float));
     }
 
     const float scale = 1.0f / sqrtf((float)hd);
@@ -373,6 +385,7 @@ static void step(hy_exec *ex, hy_state *st, const int32_t *tokens, int n, float 
         add_rows(ex->x, ex->y, (size_t)n * H);
     }
     st->pos += n;
+    if (ex->cap) ex->cap->row += n;
     if (logits) {
         float *last = ex->xn; /* row 0 of xn is free now */
         hy_rmsnorm(1, H, ex->x + (size_t)(n - 1) * H, (size_t)H, m->final_norm1, c->rms_eps, last,

@@ -98,6 +98,123 @@ int hy_exec_prefill(hy_exec *ex, hy_state *st, const int32_t *tokens, size_t n, 
 /* One token (the recurrent path throughout). */
 int hy_exec_decode(hy_exec *ex, hy_state *st, int32_t token, float *logits, hy_err *err);
 
+/* Identity of the checkpoint (SHA-256 of config.json and the safetensors
+ * headers and sizes): part of every entry and cache key. */
+void hy_model_fingerprint(const hy_model *m, uint8_t fp[32]);
+
+/* --- segment entries (model/entry.c; format in docs/entry-format.md) ------
+ * An entry is what HYPIC caches for one segment of n tokens: its first
+ * w = min(W, n − 1) tokens are the seam, recomputed under the true prefix at
+ * every reuse; the rest, the body, is cached: per linear layer the body's
+ * transition operator T [Hv][dk][dk] (fp32), its state from zero S(body|0)
+ * [Hv][dk][dv] (fp32 or bf16) and the conv tail [K−1][conv_dim]; per
+ * attention layer the body's canonical K (after k_norm, before RoPE) and V.
+ * W = 0 (no seam) caches the whole segment: the ablation `noseam`. */
+#define HY_ENTRY_VERSION 1
+#define HY_SEAM_DEFAULT  8
+typedef enum hy_entry_dtype { HY_ENTRY_F32 = 0, HY_ENTRY_BF16 = 1 } hy_entry_dtype;
+typedef struct hy_entry hy_entry;
+
+/* The seam width of an n-token segment under setting W; HY_EUNSUPPORTED
+ * (with the reason) when the segment is too short to cache: a seam narrower
+ * than the conv window (K − 1) would let the body's conv read another
+ * segment. Such segments are simply prefilled. */
+int hy_entry_seam(const hy_model_config *c, size_t n, int W, int *w, hy_err *err);
+
+/* Prefills the segment from st (advancing it exactly as hy_exec_prefill
+ * would; logits of its last token when not NULL) and builds its entry from
+ * the same activations. From an empty st this is the independent build; from
+ * a request's running state, the inline build. */
+int hy_entry_build(hy_exec *ex, hy_state *st, const int32_t *tokens, size_t n, int W,
+                   hy_entry_dtype dtype, float *logits, hy_entry **out, hy_err *err);
+
+/* Reuses an entry after st: recomputes the seam through every layer, then
+ * composes the body (linear: S ← T·S + S_body, or S ← S + S_body when
+ * !use_T, the `naive` ablation; conv state ← tail; attention: K rotated to
+ * its true positions and V appended). Refuses a foreign entry. */
+int hy_entry_apply(hy_exec *ex, hy_state *st, const hy_entry *e, bool use_T, hy_err *err);
+
+void hy_entry_free(hy_entry *e);
+int hy_entry_tokens(const hy_entry *e, const int32_t **tokens); /* returns n */
+int hy_entry_seam_width(const hy_entry *e);
+int hy_entry_body_tokens(const hy_entry *e);
+size_t hy_entry_payload_bytes(const hy_entry *e);
+
+/* Serialised form: a header, a section table with an XXH3 checksum per
+ * section, the sections. serialize returns a malloc'd buffer. */
+int hy_entry_serialize(const hy_entry *e, void **buf, size_t *len, hy_err *err);
+/* Validates everything before trusting a byte: magic, version, sizes against
+ * the model's config, offsets, checksums, model fingerprint. */
+int hy_entry_deserialize(const hy_model *m, const void *buf, size_t len, hy_entry **out,
+                         hy_err *err);
+
+/* Cache key: SHA-256 over (tenant, model fingerprint, entry version, W,
+ * storage dtype, token ids as little-endian u32). */
+int hy_entry_key(const char *tenant, const uint8_t model_fp[32], int W, hy_entry_dtype dtype,
+                 const int32_t *tokens, size_t n, uint8_t key[32]);
+
+/* --- the combiner (model/combiner.c) -------------------------------------
+ * A request is [segment_1 … segment_k, query]. Modes, all on the same
+ * executor so comparisons are fair:
+ *   full    no reuse: every token is prefilled;
+ *   prefix  the prefix-cache baseline: the state after the longest run of
+ *           leading segments seen before (one checkpoint per segment
+ *           boundary, in a hy_prefix_cache) is restored, the rest prefilled;
+ *   pic     HYPIC: a segment with an entry is reused (seam recomputed, body
+ *           composed); a miss is prefilled under its true prefix and its
+ *           entry built inline;
+ *   noseam  pic with W = 0 entries (ablation);
+ *   naive   pic without T: S ← S + S_body (ablation; wrong for decaying layers).
+ * Then the query is prefilled and the first generated token's logits returned. */
+typedef enum hy_mode {
+    HY_MODE_FULL = 0,
+    HY_MODE_PREFIX,
+    HY_MODE_PIC,
+    HY_MODE_NOSEAM,
+    HY_MODE_NAIVE,
+    HY_MODE_COUNT
+} hy_mode;
+const char *hy_mode_name(hy_mode mode);
+int hy_mode_parse(const char *s, hy_mode *out);
+
+typedef struct hy_segment {
+    const int32_t *tokens;
+    size_t n;
+    const hy_entry *entry; /* a cached entry of exactly these tokens, or NULL (a miss) */
+} hy_segment;
+
+/* State checkpoints at segment boundaries for the `prefix` mode, keyed by
+ * the chain of segment contents, evicted least-recently-used past max_bytes. */
+typedef struct hy_prefix_cache hy_prefix_cache;
+int hy_prefix_cache_new(size_t max_bytes, hy_prefix_cache **out, hy_err *err);
+void hy_prefix_cache_free(hy_prefix_cache *pc);
+
+typedef struct hy_request {
+    const hy_segment *segs;
+    size_t nsegs;
+    const int32_t *query;
+    size_t nq; /* must be >= 1: the logits come from the query's last token */
+    hy_mode mode;
+    int W;                   /* seam of the entries used and built (pic, naive); noseam uses 0 */
+    hy_entry_dtype dtype;    /* storage of entries built inline */
+    hy_prefix_cache *prefix; /* required by HY_MODE_PREFIX */
+} hy_request;
+
+typedef struct hy_result {
+    hy_entry **built; /* [nsegs], filled for pic-family modes: entries built
+                       * inline for misses (the caller owns them), else NULL */
+    int hits, misses, uncacheable, prefix_segments;
+    int64_t prefilled; /* tokens that went through the forward pass */
+} hy_result;
+
+/* Runs a request from the empty state (st is reset first). built must hold
+ * nsegs pointers or be NULL (entries built inline are then freed). */
+int hy_combine(hy_exec *ex, hy_state *st, const hy_request *rq, float *logits, hy_result *res,
+               hy_err *err);
+
+/* Bytes a state holds now (S, conv and the K/V of every position). */
+size_t hy_state_bytes(const hy_state *s);
+
 /* --- generated checkpoints --------------------------------------------- */
 /* Names of the built-in presets, NULL-terminated. */
 extern const char *const hy_presets[];

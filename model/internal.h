@@ -47,9 +47,10 @@ typedef struct hy_layer_w {
 
 struct hy_model {
     hy_model_config cfg;
-    float *embed;       /* [V][H] */
-    float *lm_head;     /* [V][H]; == embed when tied */
-    float *final_norm1; /* [H], 1 + weight */
+    uint8_t fingerprint[32]; /* SHA-256 of config.json and the safetensors headers */
+    float *embed;            /* [V][H] */
+    float *lm_head;          /* [V][H]; == embed when tied */
+    float *final_norm1;      /* [H], 1 + weight */
     hy_layer_w *layers;
     float *rope_inv_freq; /* [rotary_dim / 2] */
     void **owned;
@@ -63,6 +64,37 @@ struct hy_state {
     float **k, **v;    /* per layer; NULL for linear layers; [kv_cap][Hkv][hd] */
     int64_t kv_cap;
 };
+
+/* What a prefill records for an entry while it runs (model/entry.c): per
+ * linear layer the transition operator of the tokens so far, per attention
+ * layer the canonical K (after k_norm, before RoPE) and V of each token. */
+typedef struct hy_capture {
+    float **T;      /* per layer: [Hv][dk][dk], advanced in place; NULL for attention */
+    float **K, **V; /* per layer: [rows][Hkv][hd]; NULL for linear layers */
+    int64_t row;    /* the row the next token writes */
+} hy_capture;
+
+/* Sets (or clears, with NULL) the capture of the executor's next prefills. */
+void hy_exec_set_capture(hy_exec *ex, hy_capture *cap);
+/* Per-thread scratch floats available to callers between prefills. */
+
+struct hy_entry {
+    hy_model_config cfg;  /* the shapes its sections have (from its model) */
+    int W, w, n, nb;      /* seam setting, seam width, segment and body tokens */
+    hy_entry_dtype dtype; /* storage of S */
+    uint8_t model_fp[32];
+    int n_layers;
+    int32_t *tokens; /* [n], the whole segment */
+    float **T;       /* per linear layer: [Hv][dk][dk] */
+    void **S;        /* per linear layer: [Hv][dk][dv] in dtype */
+    float **tail;    /* per linear layer: [K-1][conv_dim] */
+    float **K, **V;  /* per attention layer: [nb][Hkv][hd], K canonical */
+};
+
+/* Allocates an entry of n tokens with seam w for model m (sections
+ * uninitialised). */
+int hy_entry_alloc(const hy_model *m, int W, int w, int n, hy_entry_dtype dt, hy_entry **out,
+                   hy_err *err);
 
 /* Grows the KV cache of every attention layer to hold at least `need`
  * positions. */

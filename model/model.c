@@ -304,6 +304,34 @@ static int load_all(loader *ld)
     return HY_OK;
 }
 
+/* The model's identity for cache keys: config.json's bytes and each
+ * safetensors file's header and size. A changed checkpoint never reuses old
+ * entries; the tensor bytes themselves are not read (the headers pin their
+ * names, shapes and offsets). */
+static int fingerprint(hy_model *m, const char *dir, const hy_st *st, hy_err *err)
+{
+    char path[512], *text = NULL;
+    size_t len = 0;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    int rc = hy_read_file(path, 16u << 20, &text, &len, err);
+    if (rc) return rc;
+    hy_sha256_ctx *h;
+    if (hy_sha256_begin(&h)) {
+        hy_free(text);
+        return hy_err_set(err, HY_ENOMEM, "out of memory");
+    }
+    hy_sha256_add(h, text, len);
+    hy_st_fingerprint(st, h);
+    hy_sha256_end(h, m->fingerprint);
+    hy_free(text);
+    return HY_OK;
+}
+
+void hy_model_fingerprint(const hy_model *m, uint8_t fp[32])
+{
+    memcpy(fp, m->fingerprint, 32);
+}
+
 int hy_model_open(hy_model **out, const char *dir, hy_err *err)
 {
     *out = NULL;
@@ -313,6 +341,7 @@ int hy_model_open(hy_model **out, const char *dir, hy_err *err)
     int rc = hy_config_load(dir, &m->cfg, err);
     if (rc == HY_OK) rc = hy_st_open_dir(&ld.st, dir, err);
     if (rc == HY_OK) rc = load_all(&ld);
+    if (rc == HY_OK) rc = fingerprint(m, dir, ld.st, err);
     hy_st_close(ld.st); /* every weight now lives in owned fp32 buffers */
     if (rc != HY_OK) {
         hy_model_close(m);

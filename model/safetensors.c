@@ -440,6 +440,43 @@ int hy_st_open_dir(hy_st **out, const char *dir, hy_err *err)
     return HY_OK;
 }
 
+static int cmp_file(const void *a, const void *b)
+{
+    return strcmp(((const st_file *)a)->path, ((const st_file *)b)->path);
+}
+
+void hy_st_fingerprint(const hy_st *st, hy_sha256_ctx *h)
+{
+    st_file *files = malloc(st->nfiles * sizeof *files + 1);
+    if (!files) return;
+    memcpy(files, st->files, st->nfiles * sizeof *files);
+    qsort(files, st->nfiles, sizeof *files, cmp_file);
+    for (size_t i = 0; i < st->nfiles; i++) {
+        const char *slash = strrchr(files[i].path, '/');
+        const char *base = slash ? slash + 1 : files[i].path;
+        const unsigned char *p = files[i].map;
+        uint64_t hlen = 0, size = files[i].size;
+        for (int b = 7; b >= 0; b--) hlen = (hlen << 8) | p[b];
+        hy_sha256_add(h, base, strlen(base) + 1);
+        hy_sha256_add(h, &size, sizeof size);
+        hy_sha256_add(h, p, (size_t)(8 + hlen)); /* validated at open: inside the file */
+    }
+    free(files);
+    /* Samples of every tensor's bytes (start, middle, end): two checkpoints of
+     * one architecture have identical headers, and a fine-tune changes nearly
+     * every weight, so a few hundred bytes per tensor tell them apart without
+     * reading gigabytes. */
+    for (size_t i = 0; i < st->ntensors; i++) {
+        const hy_st_tensor *t = &st->tensors[i];
+        const unsigned char *d = t->data;
+        const size_t k = t->nbytes < 256 ? t->nbytes : 256;
+        hy_sha256_add(h, t->name, strlen(t->name) + 1);
+        hy_sha256_add(h, d, k);
+        hy_sha256_add(h, d + (t->nbytes - k) / 2, k);
+        hy_sha256_add(h, d + (t->nbytes - k), k);
+    }
+}
+
 int hy_st_read_f32(const hy_st_tensor *t, float *dst, hy_err *err)
 {
     size_t n = (size_t)t->numel;

@@ -121,6 +121,16 @@ int hy_state_copy(hy_state *dst, const hy_state *src, hy_err *err)
     return HY_OK;
 }
 
+size_t hy_state_bytes(const hy_state *s)
+{
+    const hy_model_config *c = &s->m->cfg;
+    size_t b = 0;
+    for (int i = 0; i < c->n_layers; i++)
+        b += c->layer_kind[i] == HY_LAYER_LINEAR ? (s_floats(c) + conv_floats(c)) * sizeof(float)
+                                                 : 2 * (size_t)s->pos * kv_row(c) * sizeof(float);
+    return b;
+}
+
 int64_t hy_state_pos(const hy_state *s)
 {
     return s->pos;

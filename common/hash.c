@@ -1,0 +1,66 @@
+/*
+ * Hashes, from well-kept libraries: SHA-256 through OpenSSL's EVP interface
+ * (keys and model fingerprints are a security boundary, so a cryptographic
+ * hash) and XXH3-64 from libxxhash (section checksums: fast, not secret).
+ */
+#include "common/hy_common.h"
+
+#include <openssl/evp.h>
+#include <xxhash.h>
+
+struct hy_sha256_ctx {
+    EVP_MD_CTX *ctx;
+};
+
+int hy_sha256_begin(hy_sha256_ctx **out)
+{
+    *out = NULL;
+    hy_sha256_ctx *h = hy_calloc(sizeof *h);
+    if (!h) return HY_ENOMEM;
+    h->ctx = EVP_MD_CTX_new();
+    if (!h->ctx || EVP_DigestInit_ex(h->ctx, EVP_sha256(), NULL) != 1) {
+        EVP_MD_CTX_free(h->ctx);
+        hy_free(h);
+        return HY_ENOMEM;
+    }
+    *out = h;
+    return HY_OK;
+}
+
+void hy_sha256_add(hy_sha256_ctx *h, const void *data, size_t n)
+{
+    if (n) EVP_DigestUpdate(h->ctx, data, n);
+}
+
+void hy_sha256_end(hy_sha256_ctx *h, uint8_t digest[32])
+{
+    unsigned int len = 32;
+    EVP_DigestFinal_ex(h->ctx, digest, &len);
+    EVP_MD_CTX_free(h->ctx);
+    hy_free(h);
+}
+
+int hy_sha256(const void *data, size_t n, uint8_t digest[32])
+{
+    hy_sha256_ctx *h;
+    int rc = hy_sha256_begin(&h);
+    if (rc) return rc;
+    hy_sha256_add(h, data, n);
+    hy_sha256_end(h, digest);
+    return HY_OK;
+}
+
+uint64_t hy_xxh3(const void *data, size_t n)
+{
+    return XXH3_64bits(data, n);
+}
+
+void hy_hex(const uint8_t *bytes, size_t n, char *out)
+{
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = digits[bytes[i] >> 4];
+        out[2 * i + 1] = digits[bytes[i] & 15];
+    }
+    out[2 * n] = '\0';
+}

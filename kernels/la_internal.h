@@ -1,0 +1,16 @@
+/*
+ * Private to kernels/: what linear_attn.c dispatches to in the other
+ * linear-attention files.
+ */
+#ifndef HY_LA_INTERNAL_H
+#define HY_LA_INTERNAL_H
+
+#include "kernels/hy_kernels.h"
+
+/* Kimi Delta Attention (kda.c), the contracts of hy_la_recurrent and
+ * hy_la_chunked for in->family == HY_LA_KDA. */
+void hy_la_kda_recurrent(const hy_la_in *in, float *S, float *o, size_t ldo, float *T);
+size_t hy_la_kda_scratch(int dk, int dv);
+void hy_la_kda_chunked(const hy_la_in *in, float *S, float *o, size_t ldo, float *T, float *work);
+
+#endif

@@ -1,0 +1,244 @@
+/*
+ * The combiner: one request, [segment_1 … segment_k, query], in one of the
+ * modes of hy_model.h, from the empty state. Segments are processed in order
+ * on one running state; a segment with an entry is reused (hy_entry_apply),
+ * a miss is prefilled under its true prefix — building its entry inline when
+ * the mode caches — and the query is prefilled last for the first token's
+ * logits.
+ *
+ * The `prefix` baseline keeps a state checkpoint after every segment
+ * boundary it has seen (hy_prefix_cache), keyed by SHA-256 over the chain of
+ * segment contents, so only a run of leading segments identical to an earlier
+ * request's can be reused — what a radix prefix cache with per-segment state
+ * checkpoints does for hybrid models.
+ */
+#include "model/internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char *k_modes[HY_MODE_COUNT] = {"full", "prefix", "pic", "noseam", "naive"};
+
+const char *hy_mode_name(hy_mode mode)
+{
+    return (unsigned)mode < HY_MODE_COUNT ? k_modes[mode] : "?";
+}
+
+int hy_mode_parse(const char *s, hy_mode *out)
+{
+    for (int i = 0; i < HY_MODE_COUNT; i++)
+        if (strcmp(s, k_modes[i]) == 0) {
+            *out = (hy_mode)i;
+            return HY_OK;
+        }
+    return HY_EINVAL;
+}
+
+/* --- prefix cache ----------------------------------------------------------- */
+
+typedef struct pc_slot {
+    uint8_t key[32];
+    hy_state *st;
+    size_t bytes;
+    uint64_t used;
+} pc_slot;
+
+struct hy_prefix_cache {
+    pc_slot *slots;
+    size_t n, cap, bytes, max_bytes;
+    uint64_t clock;
+};
+
+int hy_prefix_cache_new(size_t max_bytes, hy_prefix_cache **out, hy_err *err)
+{
+    *out = calloc(1, sizeof **out);
+    if (!*out) return hy_err_set(err, HY_ENOMEM, "out of memory");
+    (*out)->max_bytes = max_bytes;
+    return HY_OK;
+}
+
+void hy_prefix_cache_free(hy_prefix_cache *pc)
+{
+    if (!pc) return;
+    for (size_t i = 0; i < pc->n; i++) hy_state_free(pc->slots[i].st);
+    free(pc->slots);
+    free(pc);
+}
+
+static pc_slot *pc_find(hy_prefix_cache *pc, const uint8_t key[32])
+{
+    for (size_t i = 0; i < pc->n; i++)
+        if (memcmp(pc->slots[i].key, key, 32) == 0) {
+            pc->slots[i].used = ++pc->clock;
+            return &pc->slots[i];
+        }
+    return NULL;
+}
+
+/* Keeps a copy of st under key, evicting least-recently-used checkpoints to
+ * stay within the byte budget. A checkpoint larger than the budget is not kept. */
+static int pc_put(hy_prefix_cache *pc, const uint8_t key[32], const hy_state *st, hy_err *err)
+{
+    const size_t bytes = hy_state_bytes(st);
+    if (bytes > pc->max_bytes || pc_find(pc, key)) return HY_OK;
+    while (pc->bytes + bytes > pc->max_bytes && pc->n > 0) {
+        size_t lru = 0;
+        for (size_t i = 1; i < pc->n; i++)
+            if (pc->slots[i].used < pc->slots[lru].used) lru = i;
+        pc->bytes -= pc->slots[lru].bytes;
+        hy_state_free(pc->slots[lru].st);
+        pc->slots[lru] = pc->slots[--pc->n];
+    }
+    if (pc->n == pc->cap) {
+        size_t nc = pc->cap ? 2 * pc->cap : 16;
+        pc_slot *ns = realloc(pc->slots, nc * sizeof *ns);
+        if (!ns) return hy_err_set(err, HY_ENOMEM, "out of memory");
+        pc->slots = ns;
+        pc->cap = nc;
+    }
+    pc_slot *s = &pc->slots[pc->n];
+    int rc = hy_state_new(st->m, &s->st, err);
+    if (rc == HY_OK && (rc = hy_state_copy(s->st, st, err)) != HY_OK) hy_state_free(s->st);
+    if (rc) return rc;
+    memcpy(s->key, key, 32);
+    s->bytes = bytes;
+    s->used = ++pc->clock;
+    pc->bytes += bytes;
+    pc->n++;
+    return HY_OK;
+}
+
+/* chain[i+1] = SHA-256(chain[i] ‖ tokens of segment i). */
+static int chain_next(const uint8_t prev[32], const hy_segment *s, uint8_t out[32])
+{
+    hy_sha256_ctx *h;
+    if (hy_sha256_begin(&h)) return HY_ENOMEM;
+    uint64_t n = s->n;
+    hy_sha256_add(h, prev, 32);
+    hy_sha256_add(h, &n, sizeof n);
+    hy_sha256_add(h, s->tokens, s->n * sizeof *s->tokens);
+    hy_sha256_end(h, out);
+    return HY_OK;
+}
+
+/* --- one request --------------------------------------------------------------- */
+
+static int run_prefix(hy_exec *ex, hy_state *st, const hy_request *rq, hy_result *res,
+                      hy_err *err)
+{
+    if (!rq->prefix)
+        return hy_err_set(err, HY_EINVAL, "mode 'prefix' needs a prefix cache in the request");
+    uint8_t(*chain)[32] = calloc(rq->nsegs + 1, 32);
+    if (!chain) return hy_err_set(err, HY_ENOMEM, "out of memory");
+    int rc = HY_OK;
+    for (size_t i = 0; i < rq->nsegs && !rc; i++)
+        if (chain_next(chain[i], &rq->segs[i], chain[i + 1]))
+            rc = hy_err_set(err, HY_ENOMEM, "out of memory");
+    size_t start = 0;
+    for (size_t i = rq->nsegs; i > 0 && !rc; i--) {
+        pc_slot *s = pc_find(rq->prefix, chain[i]);
+        if (s) {
+            rc = hy_state_copy(st, s->st, err);
+            start = i;
+            break;
+        }
+    }
+    res->prefix_segments = (int)start;
+    for (size_t i = start; i < rq->nsegs && !rc; i++) {
+        rc = hy_exec_prefill(ex, st, rq->segs[i].tokens, rq->segs[i].n, NULL, err);
+        res->prefilled += (int64_t)rq->segs[i].n;
+        if (!rc) rc = pc_put(rq->prefix, chain[i + 1], st, err);
+    }
+    free(chain);
+    return rc;
+}
+
+/* Checks that a cached entry is for exactly this segment under this mode. */
+static int check_entry(const hy_entry *e, const hy_segment *s, int W, size_t i, hy_err *err)
+{
+    if ((size_t)e->n != s->n || memcmp(e->tokens, s->tokens, s->n * sizeof *s->tokens) != 0)
+        return hy_err_set(err, HY_EINVAL,
+                          "segment %zu: its entry holds other tokens (a hash collision or a "
+                          "caller bug); refusing to use it",
+                          i);
+    if (e->W != W)
+        return hy_err_set(err, HY_EINVAL, "segment %zu: entry built with seam W = %d, mode needs %d",
+                          i, e->W, W);
+    return HY_OK;
+}
+
+static int run_pic(hy_exec *ex, hy_state *st, const hy_request *rq, int W, bool use_T,
+                   hy_result *res, hy_err *err)
+{
+    const hy_model_config *c = &st->m->cfg;
+    for (size_t i = 0; i < rq->nsegs; i++) {
+        const hy_segment *s = &rq->segs[i];
+        int rc, w;
+        if (s->entry) {
+            if ((rc = check_entry(s->entry, s, W, i, err)) ||
+                (rc = hy_entry_apply(ex, st, s->entry, use_T, err)))
+                return rc;
+            res->hits++;
+            res->prefilled += s->entry->w;
+            continue;
+        }
+        res->prefilled += (int64_t)s->n;
+        hy_err ignored = {0};
+        if (hy_entry_seam(c, s->n, W, &w, &ignored) != HY_OK) { /* too short: just prefill */
+            res->uncacheable++;
+            if ((rc = hy_exec_prefill(ex, st, s->tokens, s->n, NULL, err))) return rc;
+            continue;
+        }
+        hy_entry *e = NULL;
+        if ((rc = hy_entry_build(ex, st, s->tokens, s->n, W, rq->dtype, NULL, &e, err))) return rc;
+        res->misses++;
+        if (res->built)
+            res->built[i] = e;
+        else
+            hy_entry_free(e);
+    }
+    return HY_OK;
+}
+
+int hy_combine(hy_exec *ex, hy_state *st, const hy_request *rq, float *logits, hy_result *res,
+               hy_err *err)
+{
+    hy_entry **built = res->built;
+    memset(res, 0, sizeof *res);
+    res->built = built;
+    if (built) memset(built, 0, rq->nsegs * sizeof *built);
+    if ((unsigned)rq->mode >= HY_MODE_COUNT)
+        return hy_err_set(err, HY_EINVAL, "unknown mode %d", (int)rq->mode);
+    if (rq->nq == 0 || !rq->query)
+        return hy_err_set(err, HY_EINVAL,
+                          "the query is empty: a request needs at least one query token, whose "
+                          "logits it returns");
+    for (size_t i = 0; i < rq->nsegs; i++)
+        if (rq->segs[i].n == 0 || !rq->segs[i].tokens)
+            return hy_err_set(err, HY_EINVAL, "segment %zu is empty", i);
+    hy_state_reset(st);
+    int rc = HY_OK;
+    switch (rq->mode) {
+    case HY_MODE_FULL:
+        for (size_t i = 0; i < rq->nsegs && !rc; i++) {
+            rc = hy_exec_prefill(ex, st, rq->segs[i].tokens, rq->segs[i].n, NULL, err);
+            res->prefilled += (int64_t)rq->segs[i].n;
+        }
+        break;
+    case HY_MODE_PREFIX: rc = run_prefix(ex, st, rq, res, err); break;
+    case HY_MODE_PIC: rc = run_pic(ex, st, rq, rq->W, true, res, err); break;
+    case HY_MODE_NOSEAM: rc = run_pic(ex, st, rq, 0, true, res, err); break;
+    case HY_MODE_NAIVE: rc = run_pic(ex, st, rq, rq->W, false, res, err); break;
+    default: break;
+    }
+    if (!rc) {
+        rc = hy_exec_prefill(ex, st, rq->query, rq->nq, logits, err);
+        res->prefilled += (int64_t)rq->nq;
+    }
+    if (rc && built)
+        for (size_t i = 0; i < rq->nsegs; i++) {
+            hy_entry_free(built[i]);
+            built[i] = NULL;
+        }
+    return rc;
+}

@@ -1,0 +1,236 @@
+/*
+ * The serialised entry (docs/entry-format.md). Little-endian; a fixed header,
+ * a section table, then the sections, each 64-byte aligned, so a reader can
+ * validate the header and the table before touching a payload byte and check
+ * every section against its XXH3-64 before trusting it.
+ *
+ *   0   magic "HYPICENT"              48  model fingerprint (32 bytes)
+ *   8   u32 version                   80  u64 XXH3 of header + table, taken
+ *   12  u32 header bytes                  with this field zero
+ *   16  u32 section count             88  u64 total bytes
+ *   20  u32 S dtype (0 F32, 1 BF16)   96  u64 zero
+ *   24  u32 W      28  u32 w          104 section table, count × 32 bytes:
+ *   32  u32 n      36  u32 body tokens      u32 kind, u32 layer, u64 offset,
+ *   40  u32 layers 44  u32 zero             u64 length, u64 XXH3
+ *
+ * Sections in order: TOKENS (n × u32), then per layer either T, S, TAIL
+ * (linear) or K, V (attention).
+ */
+#include "model/internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { SEC_TOKENS = 1, SEC_T = 2, SEC_S = 3, SEC_TAIL = 4, SEC_K = 5, SEC_V = 6 };
+#define HDR_FIXED 104u
+#define SEC_BYTES 32u
+#define ALIGN 64u
+#define MAX_SECTIONS (1 + 3 * HY_MAX_LAYERS)
+
+static const char k_magic[8] = {'H', 'Y', 'P', 'I', 'C', 'E', 'N', 'T'};
+static const char *k_kind[] = {"?", "TOKENS", "T", "S", "TAIL", "K", "V"};
+
+static void put32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static void put64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static uint32_t get32(const unsigned char *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+static uint64_t get64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+
+typedef struct section {
+    uint32_t kind, layer;
+    void *data;
+    size_t bytes;
+} section;
+
+/* The sections of entry e (its shapes from e->cfg), in file order. */
+static size_t list_sections(const hy_entry *e, section *out)
+{
+    const hy_model_config *c = &e->cfg;
+    const size_t se = e->dtype == HY_ENTRY_BF16 ? 2 : 4;
+    size_t k = 0;
+    out[k++] = (section){SEC_TOKENS, 0, e->tokens, (size_t)e->n * 4};
+    for (int i = 0; i < c->n_layers; i++) {
+        if (c->layer_kind[i] == HY_LAYER_LINEAR) {
+            const size_t ts = (size_t)c->lin_v_heads * c->lin_dk * c->lin_dk * 4;
+            const size_t ss = (size_t)c->lin_v_heads * c->lin_dk * c->lin_dv * se;
+            const size_t tl = (size_t)(c->conv_kernel - 1) * (size_t)hy_config_conv_dim(c) * 4;
+            out[k++] = (section){SEC_T, (uint32_t)i, e->T[i], ts};
+            out[k++] = (section){SEC_S, (uint32_t)i, e->S[i], ss};
+            out[k++] = (section){SEC_TAIL, (uint32_t)i, e->tail[i], tl};
+        } else {
+            const size_t kv = (size_t)e->nb * c->n_kv_heads * c->head_dim * 4;
+            out[k++] = (section){SEC_K, (uint32_t)i, e->K[i], kv};
+            out[k++] = (section){SEC_V, (uint32_t)i, e->V[i], kv};
+        }
+    }
+    return k;
+}
+
+static size_t align_up(size_t x)
+{
+    return (x + ALIGN - 1) & ~(size_t)(ALIGN - 1);
+}
+
+size_t hy_entry_payload_bytes(const hy_entry *e)
+{
+    section *s = malloc(MAX_SECTIONS * sizeof *s);
+    if (!s) return 0;
+    size_t n = list_sections(e, s), b = 0;
+    for (size_t i = 0; i < n; i++) b += s[i].bytes;
+    free(s);
+    return b;
+}
+
+int hy_entry_serialize(const hy_entry *e, void **buf, size_t *len, hy_err *err)
+{
+    *buf = NULL;
+    section *secs = malloc(MAX_SECTIONS * sizeof *secs);
+    if (!secs) return hy_err_set(err, HY_ENOMEM, "out of memory");
+    const size_t ns = list_sections(e, secs);
+    const size_t hdr = HDR_FIXED + ns * SEC_BYTES;
+    size_t total = align_up(hdr);
+    for (size_t i = 0; i < ns; i++) total = align_up(total + secs[i].bytes);
+    unsigned char *p = calloc(1, total);
+    if (!p) {
+        free(secs);
+        return hy_err_set(err, HY_ENOMEM, "out of memory for a %zu-byte entry", total);
+    }
+    memcpy(p, k_magic, 8);
+    put32(p + 8, HY_ENTRY_VERSION);
+    put32(p + 12, (uint32_t)hdr);
+    put32(p + 16, (uint32_t)ns);
+    put32(p + 20, (uint32_t)e->dtype);
+    put32(p + 24, (uint32_t)e->W);
+    put32(p + 28, (uint32_t)e->w);
+    put32(p + 32, (uint32_t)e->n);
+    put32(p + 36, (uint32_t)e->nb);
+    put32(p + 40, (uint32_t)e->n_layers);
+    memcpy(p + 48, e->model_fp, 32);
+    put64(p + 88, total);
+    size_t off = align_up(hdr);
+    for (size_t i = 0; i < ns; i++) {
+        unsigned char *t = p + HDR_FIXED + i * SEC_BYTES;
+        memcpy(p + off, secs[i].data, secs[i].bytes);
+        put32(t, secs[i].kind);
+        put32(t + 4, secs[i].layer);
+        put64(t + 8, off);
+        put64(t + 16, secs[i].bytes);
+        put64(t + 24, hy_xxh3(p + off, secs[i].bytes));
+        off = align_up(off + secs[i].bytes);
+    }
+    put64(p + 80, hy_xxh3(p, hdr));
+    free(secs);
+    *buf = p;
+    *len = total;
+    return HY_OK;
+}
+
+int hy_entry_deserialize(const hy_model *m, const void *buf, size_t len, hy_entry **out,
+                         hy_err *err)
+{
+    const hy_model_config *c = &m->cfg;
+    const unsigned char *p = buf;
+    *out = NULL;
+    if (len < HDR_FIXED)
+        return hy_err_set(err, HY_EFORMAT, "entry: %zu bytes is shorter than its %u-byte header",
+                          len, HDR_FIXED);
+    if (memcmp(p, k_magic, 8) != 0) return hy_err_set(err, HY_EFORMAT, "entry: bad magic");
+    const uint32_t ver = get32(p + 8), hdr = get32(p + 12), ns = get32(p + 16);
+    if (ver != HY_ENTRY_VERSION)
+        return hy_err_set(err, HY_EUNSUPPORTED, "entry: format version %u, this build reads %d",
+                          ver, HY_ENTRY_VERSION);
+    if (ns == 0 || ns > MAX_SECTIONS || hdr != HDR_FIXED + ns * SEC_BYTES || hdr > len)
+        return hy_err_set(err, HY_EFORMAT,
+                          "entry: header of %u bytes with %u sections does not fit %zu bytes",
+                          hdr, ns, len);
+    if (get64(p + 88) != len)
+        return hy_err_set(err, HY_EFORMAT, "entry: header says %llu bytes, got %zu (truncated?)",
+                          (unsigned long long)get64(p + 88), len);
+    unsigned char *h = malloc(hdr);
+    if (!h) return hy_err_set(err, HY_ENOMEM, "out of memory");
+    memcpy(h, p, hdr);
+    put64(h + 80, 0);
+    const uint64_t hsum = hy_xxh3(h, hdr);
+    free(h);
+    if (hsum != get64(p + 80))
+        return hy_err_set(err, HY_EFORMAT, "entry: header checksum mismatch (corrupt header)");
+    if (memcmp(p + 48, m->fingerprint, 32) != 0)
+        return hy_err_set(err, HY_EINVAL,
+                          "entry: built for another model (fingerprint differs from this one's)");
+    const uint32_t dt = get32(p + 20), W = get32(p + 24), w = get32(p + 28), n = get32(p + 32);
+    const uint32_t nb = get32(p + 36), nl = get32(p + 40);
+    if (dt > HY_ENTRY_BF16) return hy_err_set(err, HY_EFORMAT, "entry: unknown S dtype %u", dt);
+    if (nl != (uint32_t)c->n_layers)
+        return hy_err_set(err, HY_EFORMAT, "entry: %u layers, the model has %d", nl, c->n_layers);
+    int want_w;
+    if (W > 1u << 20 || n == 0 || n > 1u << 30 || hy_entry_seam(c, n, (int)W, &want_w, err) ||
+        (uint32_t)want_w != w || nb != n - w)
+        return hy_err_set(err, HY_EFORMAT,
+                          "entry: inconsistent sizes (W %u, seam %u, n %u, body %u)", W, w, n, nb);
+
+    hy_entry *e;
+    int rc = hy_entry_alloc(m, (int)W, (int)w, (int)n, (hy_entry_dtype)dt, &e, err);
+    if (rc) return rc;
+    section *secs = malloc(MAX_SECTIONS * sizeof *secs);
+    if (!secs) {
+        hy_entry_free(e);
+        return hy_err_set(err, HY_ENOMEM, "out of memory");
+    }
+    const size_t want = list_sections(e, secs);
+    if (want != ns)
+        rc = hy_err_set(err, HY_EFORMAT, "entry: %u sections, this model's entries have %zu", ns,
+                        want);
+    size_t prev_end = hdr;
+    for (size_t i = 0; i < want && !rc; i++) {
+        const unsigned char *t = p + HDR_FIXED + i * SEC_BYTES;
+        const uint32_t kind = get32(t), layer = get32(t + 4);
+        const uint64_t off = get64(t + 8), bytes = get64(t + 16), sum = get64(t + 24);
+        const char *kn = secs[i].kind < 7 ? k_kind[secs[i].kind] : "?";
+        if (kind != secs[i].kind || layer != secs[i].layer)
+            rc = hy_err_set(err, HY_EFORMAT,
+                            "entry: section %zu is kind %u layer %u, expected %s of layer %u", i,
+                            kind, layer, kn, secs[i].layer);
+        else if (bytes != secs[i].bytes)
+            rc = hy_err_set(err, HY_EFORMAT,
+                            "entry: section %s of layer %u has %llu bytes, the model needs %zu",
+                            kn, layer, (unsigned long long)bytes, secs[i].bytes);
+        else if (off % ALIGN || off < prev_end || off > len || bytes > len - off)
+            rc = hy_err_set(err, HY_EFORMAT,
+                            "entry: section %s of layer %u at [%llu, +%llu) is misplaced in %zu "
+                            "bytes",
+                            kn, layer, (unsigned long long)off, (unsigned long long)bytes, len);
+        else if (hy_xxh3(p + off, bytes) != sum)
+            rc = hy_err_set(err, HY_EFORMAT, "entry: section %s of layer %u fails its checksum",
+                            kn, layer);
+        else {
+            memcpy(secs[i].data, p + off, bytes);
+            prev_end = off + bytes;
+        }
+    }
+    for (int i = 0; i < e->n && !rc; i++)
+        if (e->tokens[i] < 0 || e->tokens[i] >= c->vocab)
+            rc = hy_err_set(err, HY_EFORMAT, "entry: token %d has id %d, outside the vocabulary",
+                            i, (int)e->tokens[i]);
+    free(secs);
+    if (rc) {
+        hy_entry_free(e);
+        return rc;
+    }
+    *out = e;
+    return HY_OK;
+}
