@@ -1,11 +1,28 @@
-/* The benchmarks of hypic-bench, one function each (argv after the name). */
+/* The benchmarks of hypic-bench, one function each (argv after the name), and
+ * what they share. */
 #ifndef HY_BENCH_H
 #define HY_BENCH_H
 
+#include "model/hy_model.h"
+
 int hy_bench_executor(int argc, char **argv);
+int hy_bench_pic(int argc, char **argv);
 
 /* Best-of-reps sgemm rate (FLOP/s) on an m×k·k×n product using every core:
  * the machine's limit for GEMM-bound work. */
 double hy_bench_sgemm_flops(int m, int n, int k, int reps);
+
+typedef struct hy_bench_model {
+    hy_model *m;
+    hy_exec *ex;
+    hy_state *st;
+    const hy_model_config *c;
+    char tmp[64]; /* the generated model's directory, removed on close */
+} hy_bench_model;
+
+/* Opens `model`, or generates the `small` preset when it is NULL; prints a
+ * line about it. Returns 0, or 1 after printing the error. */
+int hy_bench_open(hy_bench_model *b, const char *model);
+void hy_bench_close(hy_bench_model *b);
 
 #endif

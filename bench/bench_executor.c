@@ -12,7 +12,6 @@
 #include "model/hy_model.h"
 
 #include <cblas.h>
-#include <ftw.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -111,12 +110,6 @@ double hy_bench_sgemm_flops(int m, int n, int k, int reps)
     return 2.0 * m * n * k / best;
 }
 
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb, (void)flag, (void)ftw;
-    return remove(p);
-}
-
 /* Best-of-reps seconds to prefill n tokens from the empty state. */
 static int time_prefill(hy_exec *ex, hy_state *st, const int32_t *tok, int n, int reps,
                         float *logits, double *best, hy_err *e)
@@ -148,31 +141,11 @@ int hy_bench_executor(int argc, char **argv)
         }
     }
     hy_err e = {0};
-    char tmp[64] = "";
-    if (!model) {
-        snprintf(tmp, sizeof tmp, "/tmp/hypic-bench-XXXXXX");
-        if (!mkdtemp(tmp)) {
-            perror("mkdtemp");
-            return 1;
-        }
-        printf("generating the 'small' preset in %s ...\n", tmp);
-        fflush(stdout);
-        if (hy_model_init("small", 1, tmp, "F32", &e)) {
-            fprintf(stderr, "hypic-bench: %s\n", e.msg);
-            return 1;
-        }
-        model = tmp;
-    }
-    hy_model *m = NULL;
-    hy_exec *ex = NULL;
-    hy_state *st = NULL;
-    if (hy_model_open(&m, model, &e) || hy_exec_new(m, 0, &ex, &e) || hy_state_new(m, &st, &e)) {
-        fprintf(stderr, "hypic-bench: %s\n", e.msg);
-        return 1;
-    }
-    const hy_model_config *c = hy_model_cfg(m);
-    printf("model %s: %.1f M parameters, hidden %d, %d layers\n", model,
-           (double)hy_config_param_count(c) / 1e6, c->hidden, c->n_layers);
+    hy_bench_model bm;
+    if (hy_bench_open(&bm, model)) return 1;
+    hy_exec *ex = bm.ex;
+    hy_state *st = bm.st;
+    const hy_model_config *c = bm.c;
 
     /* The limit: the best sgemm rate seen, measured before and after the
      * prefills (the machine is shared; a lower reading would flatter us). */
@@ -266,9 +239,6 @@ int hy_bench_executor(int argc, char **argv)
         dec_rate, ratio, dr_recurrent / dr_chunked, frac[0], frac[1], frac[2], rss,
         omp_get_max_threads(), quick ? "true" : "false");
     free(tok), free(logits);
-    hy_state_free(st);
-    hy_exec_free(ex);
-    hy_model_close(m);
-    if (tmp[0]) nftw(tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    hy_bench_close(&bm);
     return 0;
 }

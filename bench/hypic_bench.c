@@ -4,6 +4,7 @@
  * run, next to the physical limit they approach.
  *
  *   hypic-bench executor [--model DIR] [--quick]
+ *   hypic-bench pic [--model DIR] [--requests N] [--seed N]
  */
 #include "bench/bench.h"
 
@@ -16,6 +17,8 @@ static const struct {
     const char *what;
 } k_benches[] = {
     {"executor", hy_bench_executor, "prefill throughput of the CPU executor vs the sgemm limit"},
+    {"pic", hy_bench_pic,
+     "TTFT and quality of full / prefix / pic / noseam / naive on RAG requests"},
 };
 
 int main(int argc, char **argv)

@@ -102,14 +102,14 @@ void hy_la_kda_chunked(const hy_la_in *in, float *S, float *o, size_t ldo, float
 {
     const int CL = HY_LA_CHUNK, n = in->n, dk = in->dk, dv = in->dv;
     const size_t ldq = in->ldq, ldk = in->ldk, ldv = in->ldv, ldg = in->ldg, ldb = in->ldb;
-    float *G = work;                  /* [L][dk] cumulative log-decay */
-    float *Tm = G + (size_t)CL * dk;  /* [L][L] (I + Lm)^-1, unit lower */
-    float *A = Tm + (size_t)CL * CL;  /* [L][L] Lm, then the masked decayed q kᵀ */
-    float *Wk = A + (size_t)CL * CL;  /* [L][dk] β k ⊙ exp(G) -> W */
-    float *Qg = Wk + (size_t)CL * dk; /* [L][dk] q ⊙ exp(G) */
-    float *Kd = Qg + (size_t)CL * dk; /* [L][dk] k ⊙ exp(G_L − G) */
-    float *Vt = Kd + (size_t)CL * dk; /* [L][dk] −W·T */
-    float *Vn = Vt + (size_t)CL * dk; /* [L][dv] β v -> U -> V' */
+    float *G = work;                   /* [L][dk] cumulative log-decay */
+    float *Tm = G + (size_t)CL * dk;   /* [L][L] (I + Lm)^-1, unit lower */
+    float *A = Tm + (size_t)CL * CL;   /* [L][L] Lm, then the masked decayed q kᵀ */
+    float *Wk = A + (size_t)CL * CL;   /* [L][dk] β k ⊙ exp(G) -> W */
+    float *Qg = Wk + (size_t)CL * dk;  /* [L][dk] q ⊙ exp(G) */
+    float *Kd = Qg + (size_t)CL * dk;  /* [L][dk] k ⊙ exp(G_L − G) */
+    float *Vt = Kd + (size_t)CL * dk;  /* [L][dk] −W·T */
+    float *Vn = Vt + (size_t)CL * dk;  /* [L][dv] β v -> U -> V' */
     float *eGL = Vn + (size_t)CL * dv; /* [dk] exp(G_L) */
 
     for (int c0 = 0; c0 < n; c0 += CL) {

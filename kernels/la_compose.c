@@ -26,7 +26,9 @@
 void hy_la_t_identity(hy_la_tkind kind, int dk, float *T)
 {
     switch (kind) {
-    case HY_LA_T_SCALAR: T[0] = 1.0f; return;
+    case HY_LA_T_SCALAR:
+        T[0] = 1.0f;
+        return;
     case HY_LA_T_DIAG:
         for (int i = 0; i < dk; i++) T[i] = 1.0f;
         return;
@@ -43,8 +45,8 @@ size_t hy_la_compose_scratch(hy_la_tkind kind, int dk, int dv)
 }
 
 /* X ← T·X + Y for X, Y of width w (Y NULL: zero). */
-static void left_mul_add(hy_la_tkind kind, int dk, int w, const float *T, float *X,
-                         const float *Y, float *work)
+static void left_mul_add(hy_la_tkind kind, int dk, int w, const float *T, float *X, const float *Y,
+                         float *work)
 {
     const size_t n = (size_t)dk * w;
     switch (kind) {
@@ -92,8 +94,8 @@ void hy_la_fold(hy_la_tkind kind, int dk, int dv, int k, const float *const *Ti,
     for (int i = 0; i < k; i++) hy_la_compose(kind, dk, dv, Ti[i], Si[i], T, S, work);
 }
 
-void hy_la_reduce_tree(hy_la_tkind kind, int dk, int dv, int k, float *const *Ti,
-                       float *const *Si, float *work)
+void hy_la_reduce_tree(hy_la_tkind kind, int dk, int dv, int k, float *const *Ti, float *const *Si,
+                       float *work)
 {
     for (int stride = 1; stride < k; stride *= 2)
         for (int i = 0; i + stride < k; i += 2 * stride)
@@ -130,7 +132,8 @@ int hy_la_rope_transition(hy_la_tkind kind, int dk, int rd, const float *inv_fre
         return hy_err_set(err, HY_EINVAL, "rotary dims %d: must be even and at most dk = %d", rd,
                           dk);
     switch (kind) {
-    case HY_LA_T_SCALAR: return HY_OK;
+    case HY_LA_T_SCALAR:
+        return HY_OK;
     case HY_LA_T_DIAG:
         for (int i = 0; i < rd / 2; i++)
             if (T[i] != T[i + rd / 2])
@@ -139,7 +142,8 @@ int hy_la_rope_transition(hy_la_tkind kind, int dk, int rd, const float *inv_fre
                                   "it does not commute with RoPE",
                                   i, i + rd / 2, (double)T[i], (double)T[i + rd / 2]);
         return HY_OK;
-    case HY_LA_T_DENSE: break;
+    case HY_LA_T_DENSE:
+        break;
     }
     /* T ← R·T (rows), then (R·T)·Rᵀ: the same rotation of every row as a vector. */
     rotate_rows(T, dk, rd, inv_freq, s);
@@ -155,4 +159,16 @@ int hy_la_rope_transition(hy_la_tkind kind, int dk, int rd, const float *inv_fre
         }
     }
     return HY_OK;
+}
+
+int hy_la_rope_commutes(const hy_la_in *in, int rd)
+{
+    if (in->family != HY_LA_GLA && in->family != HY_LA_KDA) return 1;
+    const int h = rd / 2;
+    for (int t = 0; t < in->n; t++) {
+        const float *gt = in->g + (size_t)t * in->ldg;
+        for (int i = 0; i < h; i++)
+            if (gt[i] != gt[i + h]) return 0;
+    }
+    return 1;
 }

@@ -7,7 +7,8 @@
  * Gated families, one head, decay vector a_t = exp(g_t) (a scalar broadcast
  * over the key axis, or GLA's dk-vector):
  *
- * recurrent — S ← Diag(a_t)·S + k vᵀ;  o = Sᵀq.
+ * recurrent — S ← Diag(a_t)·S + k vᵀ;  o = Sᵀq, with a_t carried in two
+ * floats (split_decay) so a constant decay near 1 does not drift.
  *
  * chunked — chunks of L ≤ 64 tokens. With G_i = g_1 + … + g_i (per key dim
  * for GLA) and log-decays ≤ 0, every ratio exp(G_i − G_j), j ≤ i, is ≤ 1:
@@ -60,9 +61,12 @@ hy_la_tkind hy_la_t_kind(hy_la_family f)
 size_t hy_la_t_size(hy_la_family f, int dk)
 {
     switch (hy_la_t_kind(f)) {
-    case HY_LA_T_SCALAR: return 1;
-    case HY_LA_T_DIAG: return (size_t)dk;
-    case HY_LA_T_DENSE: return (size_t)dk * (size_t)dk;
+    case HY_LA_T_SCALAR:
+        return 1;
+    case HY_LA_T_DIAG:
+        return (size_t)dk;
+    case HY_LA_T_DENSE:
+        return (size_t)dk * (size_t)dk;
     }
     return 0;
 }
@@ -109,7 +113,8 @@ int hy_la_log_transition(const hy_la_in *in, double *logT)
             for (int d = 0; d < in->dk; d++) logT[d] += gt[d];
         }
         return HY_OK;
-    case HY_LA_T_DENSE: break;
+    case HY_LA_T_DENSE:
+        break;
     }
     return HY_EINVAL;
 }
@@ -124,20 +129,33 @@ static void advance_decay_t(const hy_la_in *in, float *T)
     for (int d = 0; d < w; d++) T[d] = (float)((double)T[d] * exp(logT[d]));
 }
 
+/* A decay a = exp(g) as hi + lo, hi = fl(a): a decay near 1 rounded to fp32 is
+ * off by up to 2^-25 in the same direction at every token, which a constant
+ * decay (RetNet, Lightning) compounds to n·2^-25 over n tokens (6e-5 at 2048);
+ * carrying lo keeps the recurrence within the random rounding of S itself. */
+static void split_decay(float g, float *hi, float *lo)
+{
+    const double a = exp((double)g);
+    *hi = (float)a;
+    *lo = (float)(a - (double)*hi);
+}
+
 static void gated_recurrent(const hy_la_in *in, float *S, float *o, size_t ldo)
 {
     const int dk = in->dk, dv = in->dv, diag = in->family == HY_LA_GLA;
     for (int t = 0; t < in->n; t++) {
         const float *kt = in->k + (size_t)t * in->ldk, *vt = in->v + (size_t)t * in->ldv;
         const float *gt = diag ? in->g + (size_t)t * in->ldg : NULL;
-        const float a = diag ? 0.0f : hy_expf(scalar_gate(in, t));
+        float hi = 0.0f, lo = 0.0f;
+        if (!diag) split_decay(scalar_gate(in, t), &hi, &lo);
         float *ot = o ? o + (size_t)t * ldo : NULL;
         const float *qt = o ? in->q + (size_t)t * in->ldq : NULL;
         if (ot) memset(ot, 0, (size_t)dv * sizeof *ot);
         for (int i = 0; i < dk; i++) {
-            const float ai = diag ? hy_expf(gt[i]) : a, ki = kt[i];
+            if (diag) split_decay(gt[i], &hi, &lo);
+            const float ki = kt[i];
             float *Si = S + (size_t)i * dv;
-            for (int j = 0; j < dv; j++) Si[j] = ai * Si[j] + ki * vt[j];
+            for (int j = 0; j < dv; j++) Si[j] = hi * Si[j] + (lo * Si[j] + ki * vt[j]);
             if (ot) {
                 const float qi = qt[i];
                 for (int j = 0; j < dv; j++) ot[j] += qi * Si[j];
@@ -263,8 +281,12 @@ void hy_la_recurrent(const hy_la_in *in, float *S, float *o, size_t ldo, float *
 {
     switch (in->family) {
     case HY_LA_DELTANET:
-    case HY_LA_GDN: delta_run(in, S, o, ldo, T, NULL); return;
-    case HY_LA_KDA: hy_la_kda_recurrent(in, S, o, ldo, T); return;
+    case HY_LA_GDN:
+        delta_run(in, S, o, ldo, T, NULL);
+        return;
+    case HY_LA_KDA:
+        hy_la_kda_recurrent(in, S, o, ldo, T);
+        return;
     default:
         assert((unsigned)in->family < HY_LA_NFAMILIES);
         gated_recurrent(in, S, o, ldo);
@@ -277,9 +299,12 @@ size_t hy_la_chunked_scratch(hy_la_family f, int dk, int dv)
 {
     switch (f) {
     case HY_LA_DELTANET:
-    case HY_LA_GDN: return hy_gdn_chunked_scratch(dk, dv);
-    case HY_LA_KDA: return hy_la_kda_scratch(dk, dv);
-    default: return gated_scratch(dk);
+    case HY_LA_GDN:
+        return hy_gdn_chunked_scratch(dk, dv);
+    case HY_LA_KDA:
+        return hy_la_kda_scratch(dk, dv);
+    default:
+        return gated_scratch(dk);
     }
 }
 
@@ -288,24 +313,16 @@ void hy_la_chunked(const hy_la_in *in, float *S, float *o, size_t ldo, float *T,
     assert(work);
     switch (in->family) {
     case HY_LA_DELTANET:
-    case HY_LA_GDN: delta_run(in, S, o, ldo, T, work); return;
-    case HY_LA_KDA: hy_la_kda_chunked(in, S, o, ldo, T, work); return;
+    case HY_LA_GDN:
+        delta_run(in, S, o, ldo, T, work);
+        return;
+    case HY_LA_KDA:
+        hy_la_kda_chunked(in, S, o, ldo, T, work);
+        return;
     default:
         assert((unsigned)in->family < HY_LA_NFAMILIES);
         gated_chunked(in, S, o, ldo, work);
         if (T) advance_decay_t(in, T);
         return;
     }
-}
-
-int hy_la_rope_commutes(const hy_la_in *in, int rd)
-{
-    if (in->family != HY_LA_GLA && in->family != HY_LA_KDA) return 1;
-    const int h = rd / 2;
-    for (int t = 0; t < in->n; t++) {
-        const float *gt = in->g + (size_t)t * in->ldg;
-        for (int i = 0; i < h; i++)
-            if (gt[i] != gt[i + h]) return 0;
-    }
-    return 1;
 }

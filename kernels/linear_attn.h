@@ -131,8 +131,8 @@ void hy_la_fold(hy_la_tkind kind, int dk, int dv, int k, const float *const *Ti,
  * level's pairs independent): the pair of the concatenation ends in Ti[0],
  * Si[0]; the other entries are overwritten. Equal to hy_la_fold from (I, 0)
  * up to fp32 rounding (composition is associative). */
-void hy_la_reduce_tree(hy_la_tkind kind, int dk, int dv, int k, float *const *Ti,
-                       float *const *Si, float *work);
+void hy_la_reduce_tree(hy_la_tkind kind, int dk, int dv, int k, float *const *Ti, float *const *Si,
+                       float *work);
 
 /* --- RoPE on the key axis (la_compose.c) ---------------------------------- */
 

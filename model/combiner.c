@@ -123,8 +123,7 @@ static int chain_next(const uint8_t prev[32], const hy_segment *s, uint8_t out[3
 
 /* --- one request --------------------------------------------------------------- */
 
-static int run_prefix(hy_exec *ex, hy_state *st, const hy_request *rq, hy_result *res,
-                      hy_err *err)
+static int run_prefix(hy_exec *ex, hy_state *st, const hy_request *rq, hy_result *res, hy_err *err)
 {
     if (!rq->prefix)
         return hy_err_set(err, HY_EINVAL, "mode 'prefix' needs a prefix cache in the request");
@@ -162,8 +161,8 @@ static int check_entry(const hy_entry *e, const hy_segment *s, int W, size_t i, 
                           "caller bug); refusing to use it",
                           i);
     if (e->W != W)
-        return hy_err_set(err, HY_EINVAL, "segment %zu: entry built with seam W = %d, mode needs %d",
-                          i, e->W, W);
+        return hy_err_set(err, HY_EINVAL,
+                          "segment %zu: entry built with seam W = %d, mode needs %d", i, e->W, W);
     return HY_OK;
 }
 
@@ -225,11 +224,20 @@ int hy_combine(hy_exec *ex, hy_state *st, const hy_request *rq, float *logits, h
             res->prefilled += (int64_t)rq->segs[i].n;
         }
         break;
-    case HY_MODE_PREFIX: rc = run_prefix(ex, st, rq, res, err); break;
-    case HY_MODE_PIC: rc = run_pic(ex, st, rq, rq->W, true, res, err); break;
-    case HY_MODE_NOSEAM: rc = run_pic(ex, st, rq, 0, true, res, err); break;
-    case HY_MODE_NAIVE: rc = run_pic(ex, st, rq, rq->W, false, res, err); break;
-    default: break;
+    case HY_MODE_PREFIX:
+        rc = run_prefix(ex, st, rq, res, err);
+        break;
+    case HY_MODE_PIC:
+        rc = run_pic(ex, st, rq, rq->W, true, res, err);
+        break;
+    case HY_MODE_NOSEAM:
+        rc = run_pic(ex, st, rq, 0, true, res, err);
+        break;
+    case HY_MODE_NAIVE:
+        rc = run_pic(ex, st, rq, rq->W, false, res, err);
+        break;
+    default:
+        break;
     }
     if (!rc) {
         rc = hy_exec_prefill(ex, st, rq->query, rq->nq, logits, err);

@@ -79,7 +79,7 @@ void hy_entry_free(hy_entry *e)
 
 /* Allocates an entry's sections for the model (contents undefined). */
 int hy_entry_alloc(const hy_model *m, int W, int w, int n, hy_entry_dtype dt, hy_entry **out,
-                       hy_err *err)
+                   hy_err *err)
 {
     const hy_model_config *c = &m->cfg;
     hy_entry *e = calloc(1, sizeof *e);
@@ -199,8 +199,9 @@ int hy_entry_apply(hy_exec *ex, hy_state *st, const hy_entry *e, bool use_T, hy_
     const hy_model *m = st->m;
     const hy_model_config *c = &m->cfg;
     if (memcmp(e->model_fp, m->fingerprint, 32) != 0)
-        return hy_err_set(err, HY_EINVAL, "the entry was built for another model (fingerprint "
-                                          "differs)");
+        return hy_err_set(err, HY_EINVAL,
+                          "the entry was built for another model (fingerprint "
+                          "differs)");
     if (e->n_layers != c->n_layers)
         return hy_err_set(err, HY_EINVAL, "the entry has %d layers, the model %d", e->n_layers,
                           c->n_layers);
@@ -287,8 +288,8 @@ int hy_entry_key(const char *tenant, const uint8_t model_fp[32], int W, hy_entry
     hy_sha256_add(h, &hdr[1], 12);
     for (size_t i = 0; i < n; i++) {
         uint32_t v = (uint32_t)tokens[i];
-        unsigned char le[4] = {(unsigned char)v, (unsigned char)(v >> 8),
-                               (unsigned char)(v >> 16), (unsigned char)(v >> 24)};
+        unsigned char le[4] = {(unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16),
+                               (unsigned char)(v >> 24)};
         hy_sha256_add(h, le, 4);
     }
     hy_sha256_end(h, key);

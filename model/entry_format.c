@@ -22,9 +22,9 @@
 #include <string.h>
 
 enum { SEC_TOKENS = 1, SEC_T = 2, SEC_S = 3, SEC_TAIL = 4, SEC_K = 5, SEC_V = 6 };
-#define HDR_FIXED 104u
-#define SEC_BYTES 32u
-#define ALIGN 64u
+#define HDR_FIXED    104u
+#define SEC_BYTES    32u
+#define ALIGN        64u
 #define MAX_SECTIONS (1 + 3 * HY_MAX_LAYERS)
 
 static const char k_magic[8] = {'H', 'Y', 'P', 'I', 'C', 'E', 'N', 'T'};
@@ -156,8 +156,8 @@ int hy_entry_deserialize(const hy_model *m, const void *buf, size_t len, hy_entr
                           ver, HY_ENTRY_VERSION);
     if (ns == 0 || ns > MAX_SECTIONS || hdr != HDR_FIXED + ns * SEC_BYTES || hdr > len)
         return hy_err_set(err, HY_EFORMAT,
-                          "entry: header of %u bytes with %u sections does not fit %zu bytes",
-                          hdr, ns, len);
+                          "entry: header of %u bytes with %u sections does not fit %zu bytes", hdr,
+                          ns, len);
     if (get64(p + 88) != len)
         return hy_err_set(err, HY_EFORMAT, "entry: header says %llu bytes, got %zu (truncated?)",
                           (unsigned long long)get64(p + 88), len);
@@ -207,16 +207,16 @@ int hy_entry_deserialize(const hy_model *m, const void *buf, size_t len, hy_entr
                             kind, layer, kn, secs[i].layer);
         else if (bytes != secs[i].bytes)
             rc = hy_err_set(err, HY_EFORMAT,
-                            "entry: section %s of layer %u has %llu bytes, the model needs %zu",
-                            kn, layer, (unsigned long long)bytes, secs[i].bytes);
+                            "entry: section %s of layer %u has %llu bytes, the model needs %zu", kn,
+                            layer, (unsigned long long)bytes, secs[i].bytes);
         else if (off % ALIGN || off < prev_end || off > len || bytes > len - off)
             rc = hy_err_set(err, HY_EFORMAT,
                             "entry: section %s of layer %u at [%llu, +%llu) is misplaced in %zu "
                             "bytes",
                             kn, layer, (unsigned long long)off, (unsigned long long)bytes, len);
         else if (hy_xxh3(p + off, bytes) != sum)
-            rc = hy_err_set(err, HY_EFORMAT, "entry: section %s of layer %u fails its checksum",
-                            kn, layer);
+            rc = hy_err_set(err, HY_EFORMAT, "entry: section %s of layer %u fails its checksum", kn,
+                            layer);
         else {
             memcpy(secs[i].data, p + off, bytes);
             prev_end = off + bytes;
@@ -224,8 +224,8 @@ int hy_entry_deserialize(const hy_model *m, const void *buf, size_t len, hy_entr
     }
     for (int i = 0; i < e->n && !rc; i++)
         if (e->tokens[i] < 0 || e->tokens[i] >= c->vocab)
-            rc = hy_err_set(err, HY_EFORMAT, "entry: token %d has id %d, outside the vocabulary",
-                            i, (int)e->tokens[i]);
+            rc = hy_err_set(err, HY_EFORMAT, "entry: token %d has id %d, outside the vocabulary", i,
+                            (int)e->tokens[i]);
     free(secs);
     if (rc) {
         hy_entry_free(e);

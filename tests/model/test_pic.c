@@ -359,8 +359,8 @@ static void test_prefix_mode(void)
             *c = tokens(30, f.c->vocab, 3), *q = tokens(4, f.c->vocab, 4);
     hy_segment s1[3] = {{a, 40, NULL}, {b, 60, NULL}, {c, 30, NULL}};
     hy_segment s2[3] = {{a, 40, NULL}, {c, 30, NULL}, {b, 60, NULL}};
-    hy_request rq = {.segs = s1, .nsegs = 3, .query = q, .nq = 4, .mode = HY_MODE_PREFIX,
-                     .prefix = pc};
+    hy_request rq = {
+        .segs = s1, .nsegs = 3, .query = q, .nq = 4, .mode = HY_MODE_PREFIX, .prefix = pc};
     hy_result res = {0};
     CU_ASSERT_EQUAL_FATAL(hy_combine(f.ex, f.st, &rq, f.lp, &res, &e), 0);
     CU_ASSERT_EQUAL(res.prefix_segments, 0);

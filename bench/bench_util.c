@@ -1,0 +1,57 @@
+/*
+ * What every hypic-bench benchmark shares: the model under test (a directory
+ * given with --model, or the `small` preset generated into a temporary
+ * directory that is removed afterwards) with its executor and state.
+ */
+#include "bench/bench.h"
+
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)flag, (void)ftw;
+    return remove(p);
+}
+
+int hy_bench_open(hy_bench_model *b, const char *model)
+{
+    hy_err e = {0};
+    memset(b, 0, sizeof *b);
+    if (!model) {
+        snprintf(b->tmp, sizeof b->tmp, "/tmp/hypic-bench-XXXXXX");
+        if (!mkdtemp(b->tmp)) {
+            perror("hypic-bench: mkdtemp");
+            return 1;
+        }
+        printf("generating the 'small' preset in %s ...\n", b->tmp);
+        fflush(stdout);
+        if (hy_model_init("small", 1, b->tmp, "F32", &e)) {
+            fprintf(stderr, "hypic-bench: %s\n", e.msg);
+            hy_bench_close(b);
+            return 1;
+        }
+        model = b->tmp;
+    }
+    if (hy_model_open(&b->m, model, &e) || hy_exec_new(b->m, 0, &b->ex, &e) ||
+        hy_state_new(b->m, &b->st, &e)) {
+        fprintf(stderr, "hypic-bench: %s\n", e.msg);
+        hy_bench_close(b);
+        return 1;
+    }
+    b->c = hy_model_cfg(b->m);
+    printf("model %s: %.1f M parameters, hidden %d, %d layers\n", model,
+           (double)hy_config_param_count(b->c) / 1e6, b->c->hidden, b->c->n_layers);
+    return 0;
+}
+
+void hy_bench_close(hy_bench_model *b)
+{
+    hy_state_free(b->st);
+    hy_exec_free(b->ex);
+    hy_model_close(b->m);
+    if (b->tmp[0]) nftw(b->tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    memset(b, 0, sizeof *b);
+}
