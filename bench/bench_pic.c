@@ -95,8 +95,8 @@ int hy_bench_pic(int argc, char **argv)
         S.tok[d] = random_tokens(&r, S.len[d], V);
         double t0 = hy_now_s();
         hy_state_reset(bm.st);
-        rc = hy_entry_build(bm.ex, bm.st, S.tok[d], (size_t)S.len[d], HY_SEAM_DEFAULT,
-                            HY_ENTRY_F32, NULL, &S.e8[d], &e);
+        rc = hy_entry_build(bm.ex, bm.st, S.tok[d], (size_t)S.len[d], HY_SEAM_DEFAULT, HY_ENTRY_F32,
+                            NULL, &S.e8[d], &e);
         t_build += hy_now_s() - t0;
         hy_state_reset(bm.st);
         if (!rc)
@@ -139,8 +139,13 @@ int hy_bench_pic(int argc, char **argv)
             seg[1 + i] = (hy_segment){S.tok[d], (size_t)S.len[d], NULL};
         }
         int32_t *query = random_tokens(&r, QUERY, V);
-        hy_request rq = {.segs = seg, .nsegs = NSEG, .query = query, .nq = QUERY,
-                         .W = HY_SEAM_DEFAULT, .dtype = HY_ENTRY_F32, .prefix = pc};
+        hy_request rq = {.segs = seg,
+                         .nsegs = NSEG,
+                         .query = query,
+                         .nq = QUERY,
+                         .W = HY_SEAM_DEFAULT,
+                         .dtype = HY_ENTRY_F32,
+                         .prefix = pc};
         hy_result res = {0};
         if (q == -n_over - 1) { /* seed the prefix cache, as earlier traffic would */
             rq.mode = HY_MODE_PREFIX;
@@ -192,8 +197,8 @@ int hy_bench_pic(int argc, char **argv)
     printf("\n mode     TTFT ms   tokens prefilled   KL vs full   top-1 agree\n");
     for (int mode = 0; mode < HY_MODE_COUNT; mode++)
         printf(" %-7s %8.1f   %16.0f   %10.2e   %10.2f\n", hy_mode_name((hy_mode)mode),
-               ttft[mode] / N * 1e3, (double)prefilled[mode] / N,
-               mode ? kl[mode] / N : 0.0, mode ? agree[mode] / N : 1.0);
+               ttft[mode] / N * 1e3, (double)prefilled[mode] / N, mode ? kl[mode] / N : 0.0,
+               mode ? agree[mode] / N : 1.0);
     const double sp_prefix = ttft[HY_MODE_PREFIX] / ttft[HY_MODE_PIC];
     const double sp_full = ttft[HY_MODE_FULL] / ttft[HY_MODE_PIC];
     const double overhead = (over_pic - over_full) / over_full * 100.0;

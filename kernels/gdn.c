@@ -20,22 +20,23 @@
  * recurrence does to a start state of I with all values zero. In the chunked
  * form that is T ← exp(G_L)·T − Kdᵀ·(W·T): it reuses the chunk's W and Kd.
  */
-#include "kernels/hy_kernels.h"
+#include "kernels/la_internal.h"
 
 #include <cblas.h>
 #include <string.h>
 
-/* One token of the recurrence on a state of width w (S or T): X ← a·X, then
- * X ← X + k·(b(v − Xᵀk))ᵀ (v NULL: zero values); out = Xᵀq when q != NULL. */
-static void step(float *X, int dk, int w, float a, float b, const float *k, const float *v,
-                 const float *q, float *out, float *u)
+/* One token of the delta rule on a state of width w (S, or T with w = dk):
+ * X ← Diag(a)·X, then X ← X + k·(b(v − Xᵀk))ᵀ (v NULL: zero values);
+ * out = Xᵀq when q != NULL. a: [dk] per-row decays (all equal for GDN). */
+void hy_delta_step(float *X, int dk, int w, const float *a, float b, const float *k, const float *v,
+                   const float *q, float *out, float *u)
 {
     memset(u, 0, (size_t)w * sizeof *u);
     for (int i = 0; i < dk; i++) {
         float *Xi = X + (size_t)i * w;
-        const float ki = k[i];
+        const float ai = a[i], ki = k[i];
         for (int j = 0; j < w; j++) {
-            Xi[j] *= a;
+            Xi[j] *= ai;
             u[j] += ki * Xi[j];
         }
     }
@@ -52,17 +53,35 @@ static void step(float *X, int dk, int w, float a, float b, const float *k, cons
     }
 }
 
+/* Tm = (I + Lm)^-1 for Lm strictly lower triangular (its rows in A, stride
+ * ld; the diagonal and above are ignored), by forward substitution. */
+void hy_unit_lower_inverse(int L, const float *A, float *Tm, int ld)
+{
+    memset(Tm, 0, (size_t)L * ld * sizeof *Tm);
+    for (int i = 0; i < L; i++) {
+        float *Ti = Tm + (size_t)i * ld;
+        const float *Ai = A + (size_t)i * ld;
+        for (int j = 0; j < i; j++) {
+            float s = 0.0f;
+            for (int m = j; m < i; m++) s += Ai[m] * Tm[(size_t)m * ld + j];
+            Ti[j] = -s;
+        }
+        Ti[i] = 1.0f;
+    }
+}
+
 void hy_gdn_recurrent(const hy_gdn_in *in, float *S, float *o, size_t ldo, float *T)
 {
     const int dk = in->dk, dv = in->dv;
-    float u[dv > dk ? dv : dk];
+    float u[dv > dk ? dv : dk], a[dk];
     for (int t = 0; t < in->n; t++) {
         const float *kt = in->k + (size_t)t * in->ldk;
-        const float a = hy_expf(in->g[(size_t)t * in->ldgb]), b = in->beta[(size_t)t * in->ldgb];
+        const float at = hy_expf(in->g[(size_t)t * in->ldgb]), b = in->beta[(size_t)t * in->ldgb];
+        for (int i = 0; i < dk; i++) a[i] = at;
         const float *qt = o ? in->q + (size_t)t * in->ldq : NULL;
-        step(S, dk, dv, a, b, kt, in->v + (size_t)t * in->ldv, qt, o ? o + (size_t)t * ldo : NULL,
-             u);
-        if (T) step(T, dk, dk, a, b, kt, NULL, NULL, NULL, u);
+        hy_delta_step(S, dk, dv, a, b, kt, in->v + (size_t)t * in->ldv, qt,
+                      o ? o + (size_t)t * ldo : NULL, u);
+        if (T) hy_delta_step(T, dk, dk, a, b, kt, NULL, NULL, NULL, u);
     }
 }
 
@@ -107,17 +126,7 @@ void hy_gdn_chunked(const hy_gdn_in *in, float *S, float *o, size_t ldo, float *
 #pragma omp simd
             for (int j = 0; j < i; j++) Ai[j] *= bi * hy_expf(G[i] - G[j]);
         }
-        memset(Tm, 0, (size_t)CL * CL * sizeof *Tm);
-        for (int i = 0; i < L; i++) {
-            float *Ti = Tm + (size_t)i * CL;
-            const float *Ai = A + (size_t)i * CL;
-            for (int j = 0; j < i; j++) {
-                float s = 0.0f;
-                for (int m = j; m < i; m++) s += Ai[m] * Tm[(size_t)m * CL + j];
-                Ti[j] = -s;
-            }
-            Ti[i] = 1.0f;
-        }
+        hy_unit_lower_inverse(L, A, Tm, CL);
 
         /* U = Tm (β v), W = Tm (β k exp(G)), and the q / k scalings. */
         for (int i = 0; i < L; i++) {

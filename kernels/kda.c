@@ -30,33 +30,6 @@
 #include <cblas.h>
 #include <string.h>
 
-/* One token on a state of width w (S or T): X ← Diag(a)·X, then
- * X ← X + k·(b(v − Xᵀk))ᵀ (v NULL: zero values); out = Xᵀq when q != NULL. */
-static void step(float *X, int dk, int w, const float *a, float b, const float *k, const float *v,
-                 const float *q, float *out, float *u)
-{
-    memset(u, 0, (size_t)w * sizeof *u);
-    for (int i = 0; i < dk; i++) {
-        float *Xi = X + (size_t)i * w;
-        const float ai = a[i], ki = k[i];
-        for (int j = 0; j < w; j++) {
-            Xi[j] *= ai;
-            u[j] += ki * Xi[j];
-        }
-    }
-    for (int j = 0; j < w; j++) u[j] = b * ((v ? v[j] : 0.0f) - u[j]);
-    if (q) memset(out, 0, (size_t)w * sizeof *out);
-    for (int i = 0; i < dk; i++) {
-        float *Xi = X + (size_t)i * w;
-        const float ki = k[i];
-        for (int j = 0; j < w; j++) Xi[j] += ki * u[j];
-        if (q) {
-            const float qi = q[i];
-            for (int j = 0; j < w; j++) out[j] += qi * Xi[j];
-        }
-    }
-}
-
 void hy_la_kda_recurrent(const hy_la_in *in, float *S, float *o, size_t ldo, float *T)
 {
     const int dk = in->dk, dv = in->dv;
@@ -66,9 +39,9 @@ void hy_la_kda_recurrent(const hy_la_in *in, float *S, float *o, size_t ldo, flo
         const float b = in->beta[(size_t)t * in->ldb];
         for (int i = 0; i < dk; i++) a[i] = hy_expf(gt[i]);
         const float *qt = o ? in->q + (size_t)t * in->ldq : NULL;
-        step(S, dk, dv, a, b, kt, in->v + (size_t)t * in->ldv, qt, o ? o + (size_t)t * ldo : NULL,
-             u);
-        if (T) step(T, dk, dk, a, b, kt, NULL, NULL, NULL, u);
+        hy_delta_step(S, dk, dv, a, b, kt, in->v + (size_t)t * in->ldv, qt,
+                      o ? o + (size_t)t * ldo : NULL, u);
+        if (T) hy_delta_step(T, dk, dk, a, b, kt, NULL, NULL, NULL, u);
     }
 }
 
@@ -127,17 +100,7 @@ void hy_la_kda_chunked(const hy_la_in *in, float *S, float *o, size_t ldo, float
 
         /* Lm and its inverse by forward substitution: (I + Lm) Tm = I. */
         decayed_scores(L, dk, kc, ldk, kc, ldk, G, 0, bc, ldb, A, CL);
-        memset(Tm, 0, (size_t)CL * CL * sizeof *Tm);
-        for (int i = 0; i < L; i++) {
-            float *Ti = Tm + (size_t)i * CL;
-            const float *Ai = A + (size_t)i * CL;
-            for (int j = 0; j < i; j++) {
-                float s = 0.0f;
-                for (int m = j; m < i; m++) s += Ai[m] * Tm[(size_t)m * CL + j];
-                Ti[j] = -s;
-            }
-            Ti[i] = 1.0f;
-        }
+        hy_unit_lower_inverse(L, A, Tm, CL);
 
         /* U = Tm (β v), W = Tm (β k ⊙ exp(G)), and the q / k scalings. */
         for (int i = 0; i < L; i++) {
