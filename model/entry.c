@@ -1,11 +1,12 @@
 /*
  * Segment entries: build, reuse, serialise (DESIGN.md §1–2, issue 3).
  *
- * Build. The segment's seam [0, w) is prefilled as usual; then the body
- * [w, n) is prefilled with a capture set on the executor, which advances each
- * linear layer's transition operator T (from I) alongside the real state and
- * records each attention layer's canonical K and V. With S_w the state when
- * the body starts and S_n the state after it, the body's zero-start state is
+ * Build. The segment is prefilled in one call with a capture set on the
+ * executor from the body's start (token w): the seam runs as usual; from the
+ * body on each linear layer's transition operator T (from I) advances
+ * alongside the real state and each attention layer's canonical K and V are
+ * recorded. With S_w the state when the body starts and S_n the state after
+ * it, the body's zero-start state is
  *     S_body = S_n − T·S_w            (S_n = T·S_w + S_body: the map is affine)
  * so one extra T pass, not a second state pass, builds the entry — the same
  * code serves the independent build (st empty) and the inline one (st the
@@ -136,25 +137,23 @@ int hy_entry_build(hy_exec *ex, hy_state *st, const int32_t *tokens, size_t n, i
     float **S_w = calloc((size_t)c->n_layers, sizeof *S_w);
     if (!S_w) rc = hy_err_set(err, HY_ENOMEM, "out of memory");
 
-    /* The seam, as any prefill. */
-    if (!rc && w > 0) rc = hy_exec_prefill(ex, st, tokens, (size_t)w, NULL, err);
-
-    /* The body with a capture: T from I, canonical K/V; S_w kept aside. */
+    /* One prefill of the whole segment with a capture from the body's start:
+     * the seam runs as usual, the body also advances T (from I) and records
+     * canonical K/V, and the state at the body's start lands in S_w. */
     for (int i = 0; i < c->n_layers && !rc; i++) {
         if (c->layer_kind[i] != HY_LAYER_LINEAR) continue;
         if (!(S_w[i] = hy_alloc(s_floats(c) * 4))) {
             rc = hy_err_set(err, HY_ENOMEM, "out of memory");
             break;
         }
-        memcpy(S_w[i], st->S[i], s_floats(c) * 4);
         memset(e->T[i], 0, t_floats(c) * 4);
         for (int h = 0; h < Hv; h++)
             for (int d = 0; d < dk; d++) e->T[i][(size_t)h * dk * dk + (size_t)d * dk + d] = 1.0f;
     }
     if (!rc) {
-        hy_capture cap = {.T = e->T, .K = e->K, .V = e->V, .row = 0};
+        hy_capture cap = {.start = st->pos + w, .S_w = S_w, .T = e->T, .K = e->K, .V = e->V};
         hy_exec_set_capture(ex, &cap);
-        rc = hy_exec_prefill(ex, st, tokens + w, n - (size_t)w, logits, err);
+        rc = hy_exec_prefill(ex, st, tokens, n, logits, err);
         hy_exec_set_capture(ex, NULL);
     }
 

@@ -275,12 +275,29 @@ static void gdn_layer(hy_exec *ex, hy_state *st, int li, int n)
                               .beta = ex->beta + h,
                               .ldgb = (size_t)Hv};
         float *S = st->S[li] + (size_t)h * dk * dv, *o = ex->o + (size_t)h * dv;
-        float *T = ex->cap ? ex->cap->T[li] + (size_t)h * dk * dk : NULL;
-        if (chunked) {
-            float *work = ex->scratch + (size_t)omp_get_thread_num() * ex->scratch_per_thread;
-            hy_gdn_chunked(&in, S, o, (size_t)Vd, T, work);
-        } else {
-            hy_gdn_recurrent(&in, S, o, (size_t)Vd, T);
+        float *work = ex->scratch + (size_t)omp_get_thread_num() * ex->scratch_per_thread;
+        /* With a capture, tokens [0, s) run without T, the state is kept at
+         * s (the body's start), and tokens [s, n) advance T too. */
+        const hy_capture *cap = ex->cap;
+        int s = n;
+        if (cap) s = cap->start <= st->pos ? 0 : (int)HY_MIN(cap->start - st->pos, (int64_t)n);
+        for (int part = 0; part < 2; part++) {
+            hy_gdn_in p = in;
+            p.n = part ? n - s : s;
+            if (p.n > 0 && part) {
+                p.q += (size_t)s * C, p.k += (size_t)s * C, p.v += (size_t)s * C;
+                p.g += (size_t)s * Hv, p.beta += (size_t)s * Hv;
+            }
+            if (p.n > 0) {
+                float *T = part ? cap->T[li] + (size_t)h * dk * dk : NULL;
+                float *op = o + (size_t)(part ? s : 0) * Vd;
+                if (chunked && p.n > 1)
+                    hy_gdn_chunked(&p, S, op, (size_t)Vd, T, work);
+                else
+                    hy_gdn_recurrent(&p, S, op, (size_t)Vd, T);
+            }
+            if (part == 0 && cap && st->pos + s == cap->start)
+                memcpy(cap->S_w[li] + (size_t)h * dk * dv, S, (size_t)dk * dv * sizeof(float));
         }
     }
 
@@ -319,7 +336,8 @@ static void attn_layer(hy_exec *ex, hy_state *st, int li, int n)
             hy_rope_apply(qh, c->rotary_dim, ex->m->rope_inv_freq, pos);
         }
         float *krow = Kc + (size_t)pos * KV, *vrow = Vc + (size_t)pos * KV;
-        float *ck = ex->cap ? ex->cap->K[li] + (size_t)(ex->cap->row + t) * KV : NULL;
+        const int64_t crow = ex->cap ? pos - ex->cap->start : -1; /* capture row */
+        float *ck = crow >= 0 ? ex->cap->K[li] + (size_t)crow * KV : NULL;
         for (int g = 0; g < Hkv; g++) {
             float *kh = krow + (size_t)g * hd;
             hy_rmsnorm(1, hd, row + Q2 + (size_t)g * hd, (size_t)hd, w->k_norm1, c->rms_eps, kh,
@@ -328,9 +346,7 @@ static void attn_layer(hy_exec *ex, hy_state *st, int li, int n)
             hy_rope_apply(kh, c->rotary_dim, ex->m->rope_inv_freq, pos);
         }
         memcpy(vrow, row + Q2 + KV, (size_t)KV * sizeof(float));
-        if (ex->cap)
-            memcpy(ex->cap->V[li] + (size_t)(ex->cap->row + t) * KV, vrow,
-                   (size_t)KV * sizeof(float));
+        if (ck) memcpy(ex->cap->V[li] + (size_t)crow * KV, vrow, (size_t)KV * sizeof(float));
     }
 
     const float scale = 1.0f / sqrtf((float)hd);
@@ -385,7 +401,6 @@ static void step(hy_exec *ex, hy_state *st, const int32_t *tokens, int n, float 
         add_rows(ex->x, ex->y, (size_t)n * H);
     }
     st->pos += n;
-    if (ex->cap) ex->cap->row += n;
     if (logits) {
         float *last = ex->xn; /* row 0 of xn is free now */
         hy_rmsnorm(1, H, ex->x + (size_t)(n - 1) * H, (size_t)H, m->final_norm1, c->rms_eps, last,

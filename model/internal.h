@@ -65,13 +65,17 @@ struct hy_state {
     int64_t kv_cap;
 };
 
-/* What a prefill records for an entry while it runs (model/entry.c): per
- * linear layer the transition operator of the tokens so far, per attention
- * layer the canonical K (after k_norm, before RoPE) and V of each token. */
+/* What a prefill records for an entry while it runs (model/entry.c), from
+ * absolute position `start` (the body's first token) on: per linear layer the
+ * state at `start` (S_w) and the transition operator of the tokens since
+ * (T, from I), per attention layer the canonical K (after k_norm, before
+ * RoPE) and V of each token. Tokens before `start` (the seam) run as usual in
+ * the same forward steps, so the seam costs no extra pass over the weights. */
 typedef struct hy_capture {
+    int64_t start;
+    float **S_w;    /* per layer: [Hv][dk][dv], written when `start` is reached */
     float **T;      /* per layer: [Hv][dk][dk], advanced in place; NULL for attention */
-    float **K, **V; /* per layer: [rows][Hkv][hd]; NULL for linear layers */
-    int64_t row;    /* the row the next token writes */
+    float **K, **V; /* per layer: [rows][Hkv][hd], row = position − start */
 } hy_capture;
 
 /* Sets (or clears, with NULL) the capture of the executor's next prefills. */
