@@ -5,6 +5,7 @@
  *
  *   hypic-bench executor [--model DIR] [--quick]
  *   hypic-bench pic [--model DIR] [--requests N] [--seed N]
+ *   hypic-bench policies [--trace FILE | --zipf ...] [--params P] [--min-tokens N]
  */
 #include "bench/bench.h"
 
@@ -19,6 +20,8 @@ static const struct {
     {"executor", hy_bench_executor, "prefill throughput of the CPU executor vs the sgemm limit"},
     {"pic", hy_bench_pic,
      "TTFT and quality of full / prefix / pic / noseam / naive on RAG requests"},
+    {"policies", hy_bench_policies,
+     "hit rate and FLOPs saved of every eviction x admission policy on a trace"},
 };
 
 int main(int argc, char **argv)

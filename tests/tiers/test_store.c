@@ -1,0 +1,388 @@
+/*
+ * The tier manager over the host arena and the NVMe tier: two-phase puts,
+ * leases that block eviction and outlive invalidation, demotion on eviction
+ * and promotion on a hit (with checksums), persistence across a restart,
+ * TTL, tenant quotas, invalidation by key/tag/tenant/model, listing with
+ * paging, corruption never served, and a multi-threaded stress run in which
+ * every read is verified.
+ */
+#include "tests/test_util.h"
+#include "tiers/store.h"
+
+#include <pthread.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static char g_tmp[64];
+static const size_t MB = 1u << 20;
+
+static hy_key key_of(uint64_t n)
+{
+    hy_key k;
+    uint8_t seed[8];
+    memcpy(seed, &n, 8);
+    hy_sha256(seed, 8, k.b);
+    return k;
+}
+
+static hy_meta meta_of(uint64_t n, size_t bytes, const char *tenant, const char *tag)
+{
+    hy_meta m;
+    memset(&m, 0, sizeof m);
+    m.key = key_of(n);
+    snprintf(m.tenant, sizeof m.tenant, "%s", tenant);
+    m.model[0] = (uint8_t)(n % 3);
+    if (tag) {
+        m.ntags = 1;
+        snprintf(m.tags[0], sizeof m.tags[0], "%s", tag);
+    }
+    m.tokens = 100 + (uint32_t)(n % 400);
+    m.flops = 2.0 * m.tokens * 33e6;
+    m.bytes = bytes;
+    return m;
+}
+
+/* The payload of entry n: a pattern derived from n. */
+static void fill(void *buf, uint64_t n, size_t bytes)
+{
+    uint64_t *p = buf, x = n * 0x9e3779b97f4a7c15ull + 1;
+    for (size_t i = 0; i < bytes / 8; i++) p[i] = (x ^= x << 13, x ^= x >> 7, x ^= x << 17);
+    memset((char *)buf + bytes / 8 * 8, (int)(n & 0xff), bytes % 8);
+}
+
+static bool check(const void *buf, uint64_t n, size_t bytes)
+{
+    void *want = malloc(bytes);
+    fill(want, n, bytes);
+    bool ok = memcmp(want, buf, bytes) == 0;
+    free(want);
+    return ok;
+}
+
+static int put(hy_store *s, uint64_t n, size_t bytes, const char *tenant, const char *tag,
+               hy_tier_id *placed, hy_err *e)
+{
+    hy_meta m = meta_of(n, bytes, tenant, tag);
+    hy_put *p;
+    void *buf;
+    int rc = hy_store_reserve(s, &m, &p, &buf, e);
+    if (rc) return rc;
+    fill(buf, n, bytes);
+    return hy_store_commit(s, p, placed, e);
+}
+
+/* 0 when entry n reads back intact, else the error code (HY_EFORMAT for a
+ * wrong byte). */
+static int get_check(hy_store *s, uint64_t n, size_t bytes)
+{
+    hy_key k = key_of(n);
+    hy_lease *l;
+    hy_err e = {0};
+    int rc = hy_store_acquire(s, &k, &l, &e);
+    if (rc) return rc;
+    rc = hy_lease_meta(l)->bytes == bytes && check(hy_lease_data(l), n, bytes) ? 0 : HY_EFORMAT;
+    hy_store_release(s, l);
+    return rc;
+}
+
+static hy_store_config config(size_t host_mb, const char *nvme_sub)
+{
+    static char dir[128];
+    hy_store_config c;
+    memset(&c, 0, sizeof c);
+    c.host_bytes = host_mb * MB;
+    c.host_policy.evict = HY_EVICT_LRU;
+    c.nvme_policy.evict = HY_EVICT_LRU;
+    if (nvme_sub) {
+        snprintf(dir, sizeof dir, "%s/%s", g_tmp, nvme_sub);
+        c.nvme_dir = dir;
+        c.nvme.extent_bytes = 16 * MB;
+        c.nvme.max_extents = 8;
+    }
+    return c;
+}
+
+static void test_two_phase_put(void)
+{
+    hy_store_config c = config(16, NULL);
+    hy_store *s;
+    hy_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(hy_store_open(&c, &s, &e), 0);
+    hy_meta m = meta_of(1, 3 * MB, "t", NULL);
+    hy_put *p;
+    void *buf;
+    CU_ASSERT_EQUAL_FATAL(hy_store_reserve(s, &m, &p, &buf, &e), 0);
+    fill(buf, 1, 3 * MB);
+    CU_ASSERT_EQUAL(get_check(s, 1, 3 * MB), HY_ENOTFOUND); /* nothing visible before commit */
+    hy_tier_id where;
+    CU_ASSERT_EQUAL(hy_store_commit(s, p, &where, &e), 0);
+    CU_ASSERT_EQUAL(where, HY_TIER_HOST);
+    CU_ASSERT_EQUAL(get_check(s, 1, 3 * MB), 0);
+    /* abort: never visible, space back */
+    hy_store_stats st0, st1;
+    hy_store_stats_get(s, &st0);
+    m = meta_of(2, 5 * MB, "t", NULL);
+    CU_ASSERT_EQUAL_FATAL(hy_store_reserve(s, &m, &p, &buf, &e), 0);
+    hy_store_abort(s, p);
+    hy_store_stats_get(s, &st1);
+    CU_ASSERT_EQUAL(st0.arena.used, st1.arena.used);
+    CU_ASSERT_EQUAL(get_check(s, 2, 5 * MB), HY_ENOTFOUND);
+    /* bad metadata and an entry larger than the tier are refused */
+    m = meta_of(3, 0, "t", NULL);
+    CU_ASSERT_EQUAL(hy_store_reserve(s, &m, &p, &buf, &e), HY_EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "bytes"));
+    m = meta_of(3, 17 * MB, "t", NULL);
+    CU_ASSERT_EQUAL(hy_store_reserve(s, &m, &p, &buf, &e), HY_ERANGE);
+    /* replace */
+    CU_ASSERT_EQUAL(put(s, 1, 2 * MB, "t", NULL, NULL, &e), 0);
+    CU_ASSERT_EQUAL(get_check(s, 1, 2 * MB), 0);
+    hy_store_close(s);
+}
+
+static void test_leases_block_eviction(void)
+{
+    hy_store_config c = config(8, NULL);
+    hy_store *s;
+    hy_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(hy_store_open(&c, &s, &e), 0);
+    CU_ASSERT_EQUAL(put(s, 10, 2 * MB, "t", NULL, NULL, &e), 0);
+    hy_key k = key_of(10);
+    hy_lease *l;
+    CU_ASSERT_EQUAL_FATAL(hy_store_acquire(s, &k, &l, &e), 0);
+    for (uint64_t n = 11; n < 30; n++) CU_ASSERT_EQUAL(put(s, n, 2 * MB, "t", NULL, NULL, &e), 0);
+    CU_ASSERT(check(hy_lease_data(l), 10, 2 * MB)); /* still there, intact */
+    CU_ASSERT_EQUAL(get_check(s, 10, 2 * MB), 0);   /* and still visible: never evicted */
+    hy_store_stats st;
+    hy_store_stats_get(s, &st);
+    CU_ASSERT(st.evictions >= 15);
+    /* invalidated while leased: gone from lookups, bytes live until release */
+    hy_store_filter f = {.key = &k};
+    size_t removed;
+    CU_ASSERT_EQUAL(hy_store_invalidate(s, &f, &removed, &e), 0);
+    CU_ASSERT_EQUAL(removed, 1);
+    CU_ASSERT_EQUAL(get_check(s, 10, 2 * MB), HY_ENOTFOUND);
+    CU_ASSERT(check(hy_lease_data(l), 10, 2 * MB));
+    hy_store_stats st0, st1;
+    hy_store_stats_get(s, &st0);
+    hy_store_release(s, l);
+    hy_store_stats_get(s, &st1);
+    CU_ASSERT_EQUAL(st0.arena.used - st1.arena.used, 2 * MB);
+    /* every resident leased: a put that needs room fails cleanly */
+    CU_ASSERT_EQUAL(put(s, 98, 2 * MB, "t", NULL, NULL, &e), 0); /* 27, 28, 29, 98 resident */
+    const uint64_t resident[4] = {27, 28, 29, 98};
+    hy_lease *ls[4];
+    int nl = 0;
+    for (int i = 0; i < 4; i++) {
+        hy_key kk = key_of(resident[i]);
+        if (hy_store_acquire(s, &kk, &ls[nl], &e) == 0) nl++;
+    }
+    CU_ASSERT_EQUAL(nl, 4);
+    CU_ASSERT_EQUAL(put(s, 99, 2 * MB, "t", NULL, NULL, &e), HY_ENOMEM);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "leased"));
+    for (int i = 0; i < nl; i++) hy_store_release(s, ls[i]);
+    CU_ASSERT_EQUAL(put(s, 99, 2 * MB, "t", NULL, NULL, &e), 0);
+    hy_store_close(s);
+}
+
+static void test_demote_promote_restart(void)
+{
+    hy_store_config c = config(8, "nvme1");
+    hy_store *s;
+    hy_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(hy_store_open(&c, &s, &e), 0);
+    for (uint64_t n = 0; n < 20; n++) CU_ASSERT_EQUAL(put(s, n, 3 * MB / 2, "t", NULL, NULL, &e), 0);
+    hy_store_stats st;
+    hy_store_stats_get(s, &st);
+    CU_ASSERT(st.demotions >= 14);
+    CU_ASSERT_EQUAL(st.entries, 20);
+    for (uint64_t n = 0; n < 20; n++) CU_ASSERT_EQUAL(get_check(s, n, 3 * MB / 2), 0);
+    hy_store_stats_get(s, &st);
+    CU_ASSERT(st.promotions > 0);
+    CU_ASSERT(st.hits_nvme > 0);
+    hy_store_close(s);
+    /* after a restart, what reached NVMe is back; write-through keeps everything */
+    CU_ASSERT_EQUAL_FATAL(hy_store_open(&c, &s, &e), 0);
+    hy_store_stats_get(s, &st);
+    CU_ASSERT(st.entries >= 14);
+    size_t back = 0;
+    for (uint64_t n = 0; n < 20; n++) back += get_check(s, n, 3 * MB / 2) == 0;
+    CU_ASSERT_EQUAL(back, st.entries);
+    hy_store_close(s);
+    c = config(8, "nvme2");
+    c.write_through = true;
+    CU_ASSERT_EQUAL_FATAL(hy_store_open(&c, &s, &e), 0);
+    for (uint64_t n = 100; n < 104; n++) CU_ASSERT_EQUAL(put(s, n, MB, "t", NULL, NULL, &e), 0);
+    hy_store_close(s);
+    CU_ASSERT_EQUAL_FATAL(hy_store_open(&c, &s, &e), 0);
+    for (uint64_t n = 100; n < 104; n++) CU_ASSERT_EQUAL(get_check(s, n, MB), 0);
+    hy_store_close(s);
+}
+
+static void test_corrupt_never_served(void)
+{
+    hy_store_config c = config(4, "nvme3");
+    hy_store *s;
+    hy_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(hy_store_open(&c, &s, &e), 0);
+    CU_ASSERT_EQUAL(put(s, 1, 3 * MB, "t", NULL, NULL, &e), 0);
+    CU_ASSERT_EQUAL(put(s, 2, 3 * MB, "t", NULL, NULL, &e), 0); /* demotes 1 */
+    hy_store_close(s);
+    /* flip bytes all over the extents: entry 1's payload is among them */
+    char path[256];
+    snprintf(path, sizeof path, "%s/nvme3/extents/extent-000000.dat", g_tmp);
+    FILE *f = fopen(path, "r+b");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    for (long off = 4096; off < (long)(6 * MB); off += 65536) {
+        fseek(f, off, SEEK_SET);
+        int ch = fgetc(f);
+        fseek(f, off, SEEK_SET);
+        fputc(ch ^ 0x5a, f);
+    }
+    fclose(f);
+    CU_ASSERT_EQUAL_FATAL(hy_store_open(&c, &s, &e), 0);
+    int rc = get_check(s, 1, 3 * MB);
+    CU_ASSERT(rc == HY_EFORMAT || rc == HY_ENOTFOUND);
+    CU_ASSERT_EQUAL(get_check(s, 1, 3 * MB), HY_ENOTFOUND); /* dropped, not served */
+    hy_store_stats st;
+    hy_store_stats_get(s, &st);
+    CU_ASSERT(st.checksum_failures >= 1 || st.nvme.dropped_on_open >= 1);
+    hy_store_close(s);
+}
+
+static void test_ttl_quota_invalidate_list(void)
+{
+    hy_store_config c = config(32, NULL);
+    c.tenant_quota = 3 * MB;
+    hy_store *s;
+    hy_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(hy_store_open(&c, &s, &e), 0);
+    for (uint64_t n = 0; n < 3; n++) CU_ASSERT_EQUAL(put(s, n, MB, "alice", "doc-a", NULL, &e), 0);
+    CU_ASSERT_EQUAL(put(s, 3, MB, "alice", "doc-b", NULL, &e), HY_ERANGE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "alice"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "quota"));
+    for (uint64_t n = 10; n < 13; n++) CU_ASSERT_EQUAL(put(s, n, MB, "bob", "doc-b", NULL, &e), 0);
+    hy_meta out[8];
+    size_t n, total;
+    hy_store_filter fa = {.tenant = "alice"};
+    CU_ASSERT_EQUAL(hy_store_list(s, &fa, 0, out, 8, &n, &total, &e), 0);
+    CU_ASSERT_EQUAL(n, 3);
+    CU_ASSERT_EQUAL(total, 3);
+    CU_ASSERT_EQUAL(hy_store_list(s, NULL, 4, out, 8, &n, &total, &e), 0); /* paging */
+    CU_ASSERT_EQUAL(total, 6);
+    CU_ASSERT_EQUAL(n, 2);
+    CU_ASSERT(memcmp(out[0].key.b, out[1].key.b, 32) < 0);
+    /* by tag: a changed document takes its entries with it */
+    hy_store_filter ft = {.tag = "doc-b"};
+    size_t removed;
+    CU_ASSERT_EQUAL(hy_store_invalidate(s, &ft, &removed, &e), 0);
+    CU_ASSERT_EQUAL(removed, 3);
+    CU_ASSERT_EQUAL(get_check(s, 10, MB), HY_ENOTFOUND);
+    /* by tenant frees its quota */
+    CU_ASSERT_EQUAL(hy_store_invalidate(s, &fa, &removed, &e), 0);
+    CU_ASSERT_EQUAL(removed, 3);
+    CU_ASSERT_EQUAL(put(s, 3, MB, "alice", NULL, NULL, &e), 0);
+    /* by model */
+    uint8_t model[32] = {0};
+    model[0] = 0; /* entry 3 has model[0] = 3 % 3 = 0 */
+    hy_store_filter fm = {.model = model};
+    CU_ASSERT_EQUAL(hy_store_invalidate(s, &fm, &removed, &e), 0);
+    CU_ASSERT_EQUAL(removed, 1);
+    hy_store_close(s);
+    /* TTL */
+    c = config(16, NULL);
+    c.default_ttl_ns = 50 * 1000000ull;
+    CU_ASSERT_EQUAL_FATAL(hy_store_open(&c, &s, &e), 0);
+    CU_ASSERT_EQUAL(put(s, 1, MB, "t", NULL, NULL, &e), 0);
+    CU_ASSERT_EQUAL(get_check(s, 1, MB), 0);
+    usleep(80000);
+    CU_ASSERT_EQUAL(get_check(s, 1, MB), HY_ENOTFOUND);
+    hy_store_stats st;
+    hy_store_stats_get(s, &st);
+    CU_ASSERT_EQUAL(st.expired, 1);
+    hy_store_close(s);
+}
+
+/* --- stress: threads putting, getting, leasing and invalidating ---------------- */
+
+typedef struct stress {
+    hy_store *s;
+    int seed;
+    int bad, ops;
+} stress;
+
+static void *stress_run(void *arg)
+{
+    stress *w = arg;
+    hy_rng r;
+    hy_rng_seed(&r, (uint64_t)w->seed);
+    const double end = hy_now_s() + 2.0;
+    while (hy_now_s() < end) {
+        const uint64_t n = hy_rng_next(&r) % 40;
+        const size_t bytes = (size_t)(64 * 1024 + (n % 7) * 300 * 1024);
+        const int op = (int)(hy_rng_next(&r) % 10);
+        hy_err e = {0};
+        if (op < 3) {
+            put(w->s, n, bytes, "t", NULL, NULL, &e);
+        } else if (op < 9) {
+            hy_key k = key_of(n);
+            hy_lease *l;
+            if (hy_store_acquire(w->s, &k, &l, &e) == 0) {
+                if (!check(hy_lease_data(l), n, bytes)) w->bad++;
+                hy_store_release(w->s, l);
+            }
+        } else {
+            hy_key k = key_of(n);
+            hy_store_filter f = {.key = &k};
+            hy_store_invalidate(w->s, &f, NULL, &e);
+        }
+        w->ops++;
+    }
+    return NULL;
+}
+
+static void test_threads_stress(void)
+{
+    hy_store_config c = config(6, "nvme4");
+    hy_store *s;
+    hy_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(hy_store_open(&c, &s, &e), 0);
+    pthread_t th[4];
+    stress w[4];
+    for (int i = 0; i < 4; i++) {
+        w[i] = (stress){.s = s, .seed = i + 1};
+        pthread_create(&th[i], NULL, stress_run, &w[i]);
+    }
+    int bad = 0, ops = 0;
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        bad += w[i].bad;
+        ops += w[i].ops;
+    }
+    hy_store_stats st;
+    hy_store_stats_get(s, &st);
+    printf("\n    4 threads, %d operations: %d bad reads; %llu evictions, %llu demotions, %llu "
+           "promotions",
+           ops, bad, (unsigned long long)st.evictions, (unsigned long long)st.demotions,
+           (unsigned long long)st.promotions);
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT(ops > 100);
+    hy_store_close(s);
+}
+
+int main(void)
+{
+    if (hy_test_mkdtemp("hy_test_store_", g_tmp, sizeof g_tmp)) return 1;
+    static const hy_test_case cases[] = {
+        {"two_phase_put", test_two_phase_put},
+        {"leases_block_eviction_and_outlive_invalidation", test_leases_block_eviction},
+        {"demote_promote_and_restart", test_demote_promote_restart},
+        {"corrupt_bytes_never_served", test_corrupt_never_served},
+        {"ttl_quota_invalidation_listing", test_ttl_quota_invalidate_list},
+        {"threads_stress", test_threads_stress},
+        {NULL, NULL},
+    };
+    int rc = hy_test_main("store", cases);
+    hy_test_rmtree(g_tmp);
+    return rc;
+}

@@ -1,0 +1,62 @@
+/*
+ * The host tier's memory: one arena allocated at start and carved into
+ * page-aligned blocks for MB-sized payloads. Pinned with cudaHostAlloc when
+ * built with CUDA and a device exists (not in this build yet), else mmap'd
+ * 2 MiB-aligned, transparent huge pages requested (MADV_HUGEPAGE) and then
+ * populated (the advice must come first: MAP_POPULATE would fault 4 KiB
+ * pages in before it), and mlock'd best-effort (a failure to lock is
+ * reported in stats, not an error).
+ *
+ * Allocation: first fit over an offset-sorted tree of free extents with
+ * coalescing on free, at HY_PAGE granularity (payloads go straight to and
+ * from O_DIRECT I/O, which needs 4 KiB alignment). Fragmentation is reported
+ * as 1 − largest free extent / total free bytes.
+ *
+ * Thread safety: none inside; the store serialises calls (store.c holds its
+ * lock around them).
+ */
+#ifndef HY_ARENA_H
+#define HY_ARENA_H
+
+#include "tiers/hy_tiers.h"
+
+typedef struct hy_arena hy_arena;
+
+typedef struct hy_arena_stats {
+    size_t capacity;      /* bytes */
+    size_t used;          /* bytes in live blocks (rounded to pages) */
+    size_t free_bytes;    /* capacity − used */
+    size_t largest_free;  /* the largest block an allocation could get now */
+    size_t free_extents;  /* number of free extents */
+    size_t blocks;        /* live blocks */
+    double fragmentation; /* 1 − largest_free / free_bytes (0 when nothing is free) */
+    bool locked;          /* mlock succeeded */
+    bool huge_pages;      /* MADV_HUGEPAGE accepted */
+} hy_arena_stats;
+
+/* Creates an arena of `bytes` (rounded up to HY_PAGE). */
+int hy_arena_new(size_t bytes, hy_arena **out, hy_err *err);
+void hy_arena_free_all(hy_arena *a); /* destroys the arena */
+
+/* Reserves a block of at least `bytes`; *off is its offset (a multiple of
+ * HY_PAGE). HY_ENOMEM when no free extent is large enough (the caller evicts
+ * and retries). HY_EINVAL for 0 bytes and HY_ERANGE for more than the
+ * capacity (no eviction could help); neither changes the arena. */
+int hy_arena_alloc(hy_arena *a, size_t bytes, size_t *off);
+/* Returns a block (its offset as returned by alloc). Freeing an offset that
+ * is not a live block is a broken invariant: assert (it aborts in every
+ * build, NDEBUG included, since carrying on would hand bytes out twice).
+ * Never allocates, so it cannot fail. */
+void hy_arena_release(hy_arena *a, size_t off);
+/* The address of a block. */
+void *hy_arena_ptr(hy_arena *a, size_t off);
+/* The rounded size of a live block; 0 when off is not one. */
+size_t hy_arena_block_size(const hy_arena *a, size_t off);
+void hy_arena_stats_get(const hy_arena *a, hy_arena_stats *st);
+/* Verifies the allocator's invariants (free extents sorted, disjoint and
+ * maximal, live blocks in bounds, used + free == capacity, the counters);
+ * O(extents + table size), for tests and debugging. HY_EFORMAT naming the
+ * broken one. */
+int hy_arena_check(const hy_arena *a, hy_err *err);
+
+#endif

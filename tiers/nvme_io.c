@@ -1,0 +1,222 @@
+/*
+ * Payload transfers through io_uring. A transfer (one put's or one get's
+ * bytes) is cut into NV_IO_PIECE requests and keeps up to queue_depth of them
+ * in flight, so a multi-MB payload keeps the device busy without one huge
+ * request the kernel would split anyway.
+ *
+ * Rings: a pool. A transfer takes an idle ring (creating one when every ring
+ * is busy) and gives it back when it ends, so each ring has one user at a
+ * time without a lock around the I/O itself and without per-thread rings
+ * that outlive the tier; the pool grows to the number of threads transferring
+ * at once and the rings are freed with the tier.
+ *
+ * A transfer returns only once every request it submitted has completed,
+ * errors included: the caller's buffer is never left under the kernel.
+ */
+#include "tiers/nvme_internal.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <liburing.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct nv_ring {
+    struct io_uring ring;
+    struct nv_ring *next;
+} nv_ring;
+
+struct nv_io {
+    pthread_mutex_t mu; /* guards idle */
+    nv_ring *idle;
+    uint32_t depth;
+    atomic_int inject[2]; /* completions still to fail, per direction */
+};
+
+static int ring_new(nv_io *io, nv_ring **out, hy_err *err)
+{
+    nv_ring *r = calloc(1, sizeof *r);
+    if (!r) return hy_err_set(err, HY_ENOMEM, "out of memory for an io_uring");
+    int rc = io_uring_queue_init(io->depth, &r->ring, 0);
+    if (rc < 0) {
+        free(r);
+        return hy_err_set(err, HY_EIO, "io_uring_queue_init(%u entries) failed: %s", io->depth,
+                          strerror(-rc));
+    }
+    *out = r;
+    return HY_OK;
+}
+
+static void ring_put(nv_io *io, nv_ring *r)
+{
+    pthread_mutex_lock(&io->mu);
+    r->next = io->idle;
+    io->idle = r;
+    pthread_mutex_unlock(&io->mu);
+}
+
+static int ring_get(nv_io *io, nv_ring **out, hy_err *err)
+{
+    pthread_mutex_lock(&io->mu);
+    nv_ring *r = io->idle;
+    if (r) io->idle = r->next;
+    pthread_mutex_unlock(&io->mu);
+    if (r) {
+        *out = r;
+        return HY_OK;
+    }
+    return ring_new(io, out, err);
+}
+
+int nv_io_new(uint32_t queue_depth, nv_io **out, hy_err *err)
+{
+    nv_io *io = calloc(1, sizeof *io);
+    if (!io) return hy_err_set(err, HY_ENOMEM, "out of memory for the io_uring pool");
+    pthread_mutex_init(&io->mu, NULL);
+    io->depth = queue_depth;
+    nv_ring *r = NULL;
+    int rc = ring_new(io, &r, err);
+    if (rc) {
+        nv_io_free(io);
+        return rc;
+    }
+    ring_put(io, r);
+    *out = io;
+    return HY_OK;
+}
+
+void nv_io_free(nv_io *io)
+{
+    if (!io) return;
+    while (io->idle) {
+        nv_ring *r = io->idle;
+        io->idle = r->next;
+        io_uring_queue_exit(&r->ring);
+        free(r);
+    }
+    pthread_mutex_destroy(&io->mu);
+    free(io);
+}
+
+void nv_io_inject(nv_io *io, int dir, int count)
+{
+    atomic_store(&io->inject[dir ? 1 : 0], count > 0 ? count : 0);
+}
+
+/* Whether this completion should fail: takes one injected error if any. */
+static bool take_injected(nv_io *io, int dir)
+{
+    int left = atomic_load(&io->inject[dir]);
+    while (left > 0)
+        if (atomic_compare_exchange_weak(&io->inject[dir], &left, left - 1)) return true;
+    return false;
+}
+
+/* One request: the bytes of its piece not yet transferred. */
+typedef struct slot {
+    uint8_t *buf;
+    uint64_t off, left;
+} slot;
+
+static void prep(struct io_uring *ring, int dir, int fd, const slot *s, uint64_t id)
+{
+    struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+    assert(sqe); /* at most queue_depth requests exist, and the ring has that many entries */
+    unsigned n = (unsigned)HY_MIN(s->left, (uint64_t)NV_IO_PIECE);
+    if (dir == NV_WRITE)
+        io_uring_prep_write(sqe, fd, s->buf, n, s->off);
+    else
+        io_uring_prep_read(sqe, fd, s->buf, n, s->off);
+    io_uring_sqe_set_data64(sqe, id);
+}
+
+/* Waits for a completion. A failure other than an interruption leaves
+ * requests the kernel may still complete into the caller's buffer, which no
+ * error return could make safe: that is a broken invariant, not an error. */
+static struct io_uring_cqe *wait_one(struct io_uring *ring)
+{
+    for (;;) {
+        struct io_uring_cqe *cqe;
+        int w = io_uring_wait_cqe(ring, &cqe);
+        if (w == 0) return cqe;
+        if (w != -EINTR && w != -EAGAIN && w != -ETIME) {
+            hy_log(HY_LOG_ERROR, "nvme: io_uring_wait_cqe failed with requests in flight: %s",
+                   strerror(-w));
+            abort();
+        }
+    }
+}
+
+int nv_io_transfer(nv_io *io, int dir, int fd, void *buf, uint64_t off, uint64_t len, hy_err *err)
+{
+    assert(off % HY_PAGE == 0 && len % HY_PAGE == 0 && (uintptr_t)buf % HY_PAGE == 0);
+    dir = dir == NV_WRITE ? NV_WRITE : NV_READ;
+    nv_ring *r = NULL;
+    int rc = ring_get(io, &r, err);
+    if (rc) return rc;
+    slot *slots = calloc(io->depth, sizeof *slots);
+    uint32_t *idle = calloc(io->depth, sizeof *idle); /* a stack of free slot ids */
+    if (!slots || !idle) {
+        free(slots), free(idle), ring_put(io, r);
+        return hy_err_set(err, HY_ENOMEM, "out of memory for an io_uring transfer");
+    }
+    uint32_t nidle = 0;
+    for (uint32_t i = io->depth; i-- > 0;) idle[nidle++] = i;
+    uint64_t next = 0;             /* the first byte not yet given to a request */
+    uint32_t pending = 0, ios = 0; /* prepared but not submitted; submitted, not completed */
+    int fail = 0;                  /* the first error, -errno; -ENODATA: end of file */
+    uint64_t fail_off = 0;
+    bool broken = false; /* a submit failed: the ring is discarded afterwards */
+    for (;;) {
+        while (fail == 0 && next < len && nidle > 0) {
+            uint32_t id = idle[--nidle];
+            slots[id] = (slot){(uint8_t *)buf + next, off + next, HY_MIN(len - next, NV_IO_PIECE)};
+            prep(&r->ring, dir, fd, &slots[id], id);
+            next += slots[id].left, pending++;
+        }
+        if (pending > 0 && !broken) {
+            int s = io_uring_submit(&r->ring);
+            if (s <= 0) {
+                if (fail == 0) fail = s < 0 ? s : -EAGAIN, fail_off = off + next;
+                broken = true;
+            } else {
+                pending -= (uint32_t)s, ios += (uint32_t)s;
+            }
+        }
+        if (ios == 0) break; /* all done, or failed with nothing in flight */
+        struct io_uring_cqe *cqe = wait_one(&r->ring);
+        do {
+            uint32_t id = (uint32_t)io_uring_cqe_get_data64(cqe);
+            int res = cqe->res;
+            io_uring_cqe_seen(&r->ring, cqe);
+            ios--;
+            slot *s = &slots[id];
+            if (res >= 0 && take_injected(io, dir)) res = -EIO;
+            if (res <= 0) {
+                if (fail == 0) fail = res < 0 ? res : -ENODATA, fail_off = s->off;
+                idle[nidle++] = id;
+                continue;
+            }
+            s->buf += res, s->off += (uint64_t)res, s->left -= (uint64_t)res;
+            if (s->left > 0 && fail == 0 && !broken) { /* short: the rest of the piece */
+                prep(&r->ring, dir, fd, s, id);
+                pending++;
+            } else {
+                idle[nidle++] = id;
+            }
+        } while (io_uring_peek_cqe(&r->ring, &cqe) == 0);
+    }
+    free(slots), free(idle);
+    if (broken) { /* unsubmitted requests stay in its queue: never reuse it */
+        io_uring_queue_exit(&r->ring);
+        free(r);
+    } else {
+        ring_put(io, r);
+    }
+    if (fail == 0) return HY_OK;
+    return hy_err_set(err, HY_EIO, "%s at offset %llu failed: %s",
+                      dir == NV_WRITE ? "write" : "read", (unsigned long long)fail_off,
+                      fail == -ENODATA ? "unexpected end of file" : strerror(-fail));
+}

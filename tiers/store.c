@@ -1,0 +1,659 @@
+/*
+ * The tier manager (store.h). One mutex guards the index (a chained hash
+ * table of entries by key), the arena, the policies and the quotas. Payload
+ * copies, checksums and NVMe I/O of a commit or a promotion run outside it:
+ * the entry or reservation involved is pinned, so nothing frees its bytes
+ * meanwhile. Demotion on eviction writes to NVMe under the lock for now (a
+ * background mover with a bounded queue is the next step; see the issue).
+ */
+#include "tiers/store.h"
+
+#include <assert.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct obj {
+    hy_meta meta;
+    uint64_t sum; /* XXH3-64 of the payload, checked on promotion */
+    bool in_host, in_nvme, dead;
+    size_t off; /* host block, when in_host */
+    int pins;   /* leases and in-flight copies */
+    struct obj *next;
+} obj;
+
+typedef struct quota {
+    char tenant[HY_TENANT_MAX];
+    uint64_t bytes;
+    struct quota *next;
+} quota;
+
+struct hy_store {
+    hy_store_config cfg;
+    pthread_mutex_t mu;
+    hy_arena *arena;
+    hy_nvme *nvme;
+    hy_evictor *ev[2];
+    hy_admitter *ad[2];
+    obj **buckets;
+    size_t nbuckets, count;
+    quota *quotas;
+    uint64_t tick;
+    hy_store_stats st;
+};
+
+struct hy_put {
+    hy_meta meta;
+    size_t off;
+};
+
+struct hy_lease {
+    obj *o;
+    const void *data;
+    bool tmp; /* data is a temporary block (promotion not admitted) */
+    size_t tmp_off;
+};
+
+static size_t round_page(uint64_t b)
+{
+    return (size_t)((b + HY_PAGE - 1) / HY_PAGE * HY_PAGE);
+}
+
+/* --- index ------------------------------------------------------------------ */
+
+static obj **slot(hy_store *s, const hy_key *k)
+{
+    obj **p = &s->buckets[hy_key_id(k) & (s->nbuckets - 1)];
+    while (*p && memcmp((*p)->meta.key.b, k->b, HY_KEY_BYTES) != 0) p = &(*p)->next;
+    return p;
+}
+
+static obj *idx_find(hy_store *s, const hy_key *k)
+{
+    return *slot(s, k);
+}
+
+static int idx_grow(hy_store *s)
+{
+    size_t nb = s->nbuckets * 2;
+    obj **b = calloc(nb, sizeof *b);
+    if (!b) return HY_ENOMEM;
+    for (size_t i = 0; i < s->nbuckets; i++)
+        for (obj *o = s->buckets[i], *nx; o; o = nx) {
+            nx = o->next;
+            obj **h = &b[hy_key_id(&o->meta.key) & (nb - 1)];
+            o->next = *h;
+            *h = o;
+        }
+    free(s->buckets);
+    s->buckets = b;
+    s->nbuckets = nb;
+    return HY_OK;
+}
+
+static void idx_insert(hy_store *s, obj *o)
+{
+    if (s->count >= s->nbuckets) idx_grow(s); /* on failure chains just get longer */
+    obj **h = &s->buckets[hy_key_id(&o->meta.key) & (s->nbuckets - 1)];
+    o->next = *h;
+    *h = o;
+    s->count++;
+}
+
+static void idx_unlink(hy_store *s, obj *o)
+{
+    obj **p = slot(s, &o->meta.key);
+    assert(*p == o);
+    *p = o->next;
+    o->next = NULL;
+    s->count--;
+}
+
+/* --- quotas -------------------------------------------------------------------- */
+
+static quota *quota_of(hy_store *s, const char *tenant, bool create)
+{
+    for (quota *q = s->quotas; q; q = q->next)
+        if (strcmp(q->tenant, tenant) == 0) return q;
+    if (!create) return NULL;
+    quota *q = calloc(1, sizeof *q);
+    if (!q) return NULL;
+    snprintf(q->tenant, sizeof q->tenant, "%s", tenant);
+    q->next = s->quotas;
+    s->quotas = q;
+    return q;
+}
+
+static void quota_add(hy_store *s, const hy_meta *m, int64_t sign)
+{
+    quota *q = quota_of(s, m->tenant, true);
+    if (q) q->bytes += (uint64_t)(sign * (int64_t)m->bytes);
+}
+
+/* --- removal and eviction -------------------------------------------------------- */
+
+/* Frees what an unpinned, unlinked entry still holds. */
+static void obj_destroy(hy_store *s, obj *o)
+{
+    assert(o->pins == 0);
+    if (o->in_host) hy_arena_release(s->arena, o->off);
+    free(o);
+}
+
+/* Takes an entry out of every tier and the index; its memory goes now or
+ * with the last pin. */
+static void obj_remove(hy_store *s, obj *o)
+{
+    idx_unlink(s, o);
+    quota_add(s, &o->meta, -1);
+    if (o->in_host) {
+        hy_evictor_remove(s->ev[HY_TIER_HOST], hy_key_id(&o->meta.key));
+        s->st.host_entries--;
+    }
+    if (o->in_nvme) {
+        hy_evictor_remove(s->ev[HY_TIER_NVME], hy_key_id(&o->meta.key));
+        hy_err ignored = {0};
+        hy_nvme_remove(s->nvme, &o->meta.key, &ignored);
+        o->in_nvme = false;
+        s->st.nvme_entries--;
+    }
+    o->dead = true;
+    if (o->pins == 0) obj_destroy(s, o);
+}
+
+/* The entry whose key starts with id (the policies know entries by id; two
+ * SHA-256 keys sharing 64 leading bits is a 2^-64 event we accept). The id
+ * also picks the bucket, so this is a chain walk. */
+static obj *find_by_id(hy_store *s, uint64_t id)
+{
+    for (obj *o = s->buckets[id & (s->nbuckets - 1)]; o; o = o->next)
+        if (hy_key_id(&o->meta.key) == id) return o;
+    return NULL;
+}
+
+static bool pinned_cb(void *ctx, uint64_t id)
+{
+    obj *o = find_by_id(ctx, id);
+    return o && o->pins > 0;
+}
+
+/* Writes an entry to NVMe, dropping NVMe victims while it is full (entries
+ * also in host keep their host copy). Called with the lock held; drops it
+ * around each write, so the caller must pin what `data` points into. */
+static int nvme_put_evicting(hy_store *s, const hy_meta *m, const void *data, hy_err *err)
+{
+    for (;;) {
+        pthread_mutex_unlock(&s->mu);
+        int rc = hy_nvme_put(s->nvme, m, data, err);
+        pthread_mutex_lock(&s->mu);
+        if (rc != HY_ENOMEM) return rc;
+        uint64_t vid;
+        if (hy_evictor_victim(s->ev[HY_TIER_NVME], &vid, NULL, NULL) != HY_OK) return rc;
+        obj *v = find_by_id(s, vid);
+        s->st.evictions++;
+        if (!v || v->in_host) {
+            hy_evictor_remove(s->ev[HY_TIER_NVME], vid);
+            if (!v) continue;
+            hy_err ignored = {0};
+            hy_nvme_remove(s->nvme, &v->meta.key, &ignored);
+            v->in_nvme = false;
+            s->st.nvme_entries--;
+        } else {
+            obj_remove(s, v);
+        }
+    }
+}
+
+/* Evicts one unpinned host entry: demoted to NVMe when there is one and it
+ * admits it, else dropped. Called with the lock held (dropped during the
+ * demotion's write, with the victim pinned). */
+static int evict_one_host(hy_store *s, hy_err *err)
+{
+    uint64_t vid;
+    if (hy_evictor_victim(s->ev[HY_TIER_HOST], &vid, pinned_cb, s) != HY_OK)
+        return hy_err_set(err, HY_ENOMEM,
+                          "host tier full (%zu bytes) and every resident entry is leased",
+                          s->cfg.host_bytes);
+    obj *v = find_by_id(s, vid);
+    if (!v) {
+        hy_evictor_remove(s->ev[HY_TIER_HOST], vid);
+        return HY_OK;
+    }
+    s->st.evictions++;
+    hy_evictor_remove(s->ev[HY_TIER_HOST], vid); /* not a candidate while it moves */
+    if (s->nvme && !v->in_nvme && hy_admitter_admit(s->ad[HY_TIER_NVME], vid, v->meta.tokens, 0)) {
+        hy_err e2 = {0};
+        v->pins++;
+        int rc = nvme_put_evicting(s, &v->meta, hy_arena_ptr(s->arena, v->off), &e2);
+        v->pins--;
+        if (v->dead) { /* invalidated while it was being written */
+            if (rc == HY_OK) hy_nvme_remove(s->nvme, &v->meta.key, &e2);
+            if (v->pins == 0) obj_destroy(s, v);
+            return HY_OK;
+        }
+        if (rc == HY_OK) {
+            v->in_nvme = true;
+            s->st.nvme_entries++;
+            s->st.demotions++;
+            hy_evictor_insert(s->ev[HY_TIER_NVME], vid, v->meta.bytes, v->meta.flops,
+                              v->meta.tokens, ++s->tick);
+        } else {
+            hy_log(HY_LOG_WARN, "demotion to NVMe failed, dropping the entry: %s", e2.msg);
+        }
+    }
+    if (v->pins > 0) { /* leased meanwhile: its host bytes stay */
+        hy_evictor_insert(s->ev[HY_TIER_HOST], vid, v->meta.bytes, v->meta.flops, v->meta.tokens,
+                          ++s->tick);
+        return HY_OK;
+    }
+    if (!v->in_nvme) {
+        obj_remove(s, v);
+        return HY_OK;
+    }
+    hy_arena_release(s->arena, v->off);
+    v->in_host = false;
+    s->st.host_entries--;
+    return HY_OK;
+}
+
+/* A host block of `bytes`, evicting as needed. */
+static int host_alloc(hy_store *s, uint64_t bytes, size_t *off, hy_err *err)
+{
+    if (round_page(bytes) > s->cfg.host_bytes)
+        return hy_err_set(err, HY_ERANGE, "an entry of %llu bytes exceeds the host tier (%zu bytes)",
+                          (unsigned long long)bytes, s->cfg.host_bytes);
+    for (;;) {
+        if (hy_arena_alloc(s->arena, round_page(bytes), off) == HY_OK) return HY_OK;
+        int rc = evict_one_host(s, err);
+        if (rc) return rc;
+    }
+}
+
+/* --- open / close ------------------------------------------------------------------ */
+
+static int load_nvme_entry(void *ctx, const hy_meta *m)
+{
+    hy_store *s = ctx;
+    obj *o = calloc(1, sizeof *o);
+    if (!o) return HY_ENOMEM;
+    o->meta = *m;
+    o->in_nvme = true;
+    idx_insert(s, o);
+    quota_add(s, m, +1);
+    s->st.nvme_entries++;
+    hy_evictor_insert(s->ev[HY_TIER_NVME], hy_key_id(&m->key), m->bytes, m->flops, m->tokens,
+                      ++s->tick);
+    return 0;
+}
+
+int hy_store_open(const hy_store_config *cfg, hy_store **out, hy_err *err)
+{
+    *out = NULL;
+    if (cfg->host_bytes == 0) return hy_err_set(err, HY_EINVAL, "store: host_bytes is 0");
+    hy_store *s = calloc(1, sizeof *s);
+    if (!s) return hy_err_set(err, HY_ENOMEM, "out of memory");
+    s->cfg = *cfg;
+    s->cfg.nvme_dir = NULL; /* not kept: the caller's string */
+    pthread_mutex_init(&s->mu, NULL);
+    s->nbuckets = 1024;
+    s->buckets = calloc(s->nbuckets, sizeof *s->buckets);
+    int rc = s->buckets ? HY_OK : hy_err_set(err, HY_ENOMEM, "out of memory");
+    hy_policy_config hp = cfg->host_policy, np = cfg->nvme_policy;
+    hp.capacity = cfg->host_bytes;
+    if (!rc) rc = hy_arena_new(cfg->host_bytes, &s->arena, err);
+    if (!rc) rc = hy_evictor_new(&hp, &s->ev[HY_TIER_HOST], err);
+    if (!rc) rc = hy_admitter_new(&hp, &s->ad[HY_TIER_HOST], err);
+    if (!rc && cfg->nvme_dir) {
+        const uint32_t ne = cfg->nvme.max_extents ? cfg->nvme.max_extents : 64;
+        np.capacity = (uint64_t)ne * (cfg->nvme.extent_bytes ? cfg->nvme.extent_bytes : 256u << 20);
+        rc = hy_evictor_new(&np, &s->ev[HY_TIER_NVME], err);
+        if (!rc) rc = hy_admitter_new(&np, &s->ad[HY_TIER_NVME], err);
+        if (!rc) rc = hy_nvme_open(cfg->nvme_dir, &cfg->nvme, &s->nvme, err);
+        if (!rc) rc = hy_nvme_foreach(s->nvme, load_nvme_entry, s, err);
+    }
+    s->st.host_capacity = cfg->host_bytes;
+    if (rc) {
+        hy_store_close(s);
+        return rc;
+    }
+    *out = s;
+    return HY_OK;
+}
+
+void hy_store_close(hy_store *s)
+{
+    if (!s) return;
+    for (size_t i = 0; s->buckets && i < s->nbuckets; i++)
+        for (obj *o = s->buckets[i], *nx; o; o = nx) {
+            nx = o->next;
+            assert(o->pins == 0 && "hy_store_close with leases outstanding");
+            free(o); /* the arena goes whole */
+        }
+    free(s->buckets);
+    for (quota *q = s->quotas, *nx; q; q = nx) nx = q->next, free(q);
+    for (int t = 0; t < 2; t++) hy_evictor_free(s->ev[t]), hy_admitter_free(s->ad[t]);
+    hy_nvme_close(s->nvme);
+    hy_arena_free_all(s->arena);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+/* --- put ---------------------------------------------------------------------------- */
+
+int hy_store_reserve(hy_store *s, const hy_meta *meta, hy_put **out, void **buf, hy_err *err)
+{
+    *out = NULL;
+    int rc = hy_meta_validate(meta, err);
+    if (rc) return rc;
+    hy_put *p = calloc(1, sizeof *p);
+    if (!p) return hy_err_set(err, HY_ENOMEM, "out of memory");
+    p->meta = *meta;
+    pthread_mutex_lock(&s->mu);
+    quota *q = quota_of(s, meta->tenant, false);
+    const uint64_t used = q ? q->bytes : 0;
+    if (s->cfg.tenant_quota && used + meta->bytes > s->cfg.tenant_quota)
+        rc = hy_err_set(err, HY_ERANGE,
+                        "tenant '%s': %llu bytes stored + %llu would exceed its quota of %llu",
+                        meta->tenant, (unsigned long long)used, (unsigned long long)meta->bytes,
+                        (unsigned long long)s->cfg.tenant_quota);
+    if (!rc) rc = host_alloc(s, meta->bytes, &p->off, err);
+    void *b = rc ? NULL : hy_arena_ptr(s->arena, p->off);
+    pthread_mutex_unlock(&s->mu);
+    if (rc) {
+        free(p);
+        return rc;
+    }
+    *out = p;
+    *buf = b;
+    return HY_OK;
+}
+
+void hy_store_abort(hy_store *s, hy_put *p)
+{
+    if (!p) return;
+    pthread_mutex_lock(&s->mu);
+    hy_arena_release(s->arena, p->off);
+    pthread_mutex_unlock(&s->mu);
+    free(p);
+}
+
+int hy_store_commit(hy_store *s, hy_put *p, hy_tier_id *placed, hy_err *err)
+{
+    hy_meta *m = &p->meta;
+    const uint64_t id = hy_key_id(&m->key);
+    void *data = hy_arena_ptr(s->arena, p->off); /* the arena never moves */
+    const uint64_t sum = hy_xxh3(data, m->bytes);
+    m->created_ns = m->last_access_ns = hy_wall_ns();
+    m->hits = 0;
+    if (!m->expires_ns && s->cfg.default_ttl_ns) m->expires_ns = m->created_ns + s->cfg.default_ttl_ns;
+
+    pthread_mutex_lock(&s->mu);
+    s->st.puts++;
+    uint64_t vid = 0;
+    hy_arena_stats as;
+    hy_arena_stats_get(s->arena, &as);
+    if (as.largest_free < round_page(m->bytes))
+        hy_evictor_victim(s->ev[HY_TIER_HOST], &vid, pinned_cb, s);
+    const bool to_host = hy_admitter_admit(s->ad[HY_TIER_HOST], id, m->tokens, vid);
+    const bool to_nvme = s->nvme && (s->cfg.write_through || !to_host) &&
+                         hy_admitter_admit(s->ad[HY_TIER_NVME], id, m->tokens, 0);
+    int rc = to_nvme ? nvme_put_evicting(s, m, data, err) : HY_OK; /* the block is ours alone */
+    obj *old = idx_find(s, &m->key);
+    if (old) {
+        if (old->in_nvme && to_nvme && !rc) { /* the record on disk is the new one already */
+            hy_evictor_remove(s->ev[HY_TIER_NVME], id);
+            old->in_nvme = false;
+            s->st.nvme_entries--;
+        }
+        obj_remove(s, old);
+    }
+    obj *o = NULL;
+    if (!rc && (to_host || to_nvme)) {
+        o = calloc(1, sizeof *o);
+        if (!o) rc = hy_err_set(err, HY_ENOMEM, "out of memory");
+    }
+    hy_tier_id where = HY_TIER_NONE;
+    if (o) {
+        o->meta = *m;
+        o->sum = sum;
+        if (to_nvme) {
+            o->in_nvme = true;
+            s->st.nvme_entries++;
+            hy_evictor_insert(s->ev[HY_TIER_NVME], id, m->bytes, m->flops, m->tokens, ++s->tick);
+            where = HY_TIER_NVME;
+        }
+        if (to_host) {
+            o->in_host = true;
+            o->off = p->off;
+            s->st.host_entries++;
+            hy_evictor_insert(s->ev[HY_TIER_HOST], id, m->bytes, m->flops, m->tokens, ++s->tick);
+            where = HY_TIER_HOST;
+        }
+        idx_insert(s, o);
+        quota_add(s, m, +1);
+    } else if (!rc) {
+        s->st.puts_dropped++;
+    }
+    if (!o || !o->in_host) hy_arena_release(s->arena, p->off);
+    pthread_mutex_unlock(&s->mu);
+    free(p);
+    if (placed) *placed = where;
+    return rc;
+}
+
+/* --- get ---------------------------------------------------------------------------- */
+
+static bool expired(const obj *o, uint64_t now)
+{
+    return o->meta.expires_ns && now >= o->meta.expires_ns;
+}
+
+int hy_store_acquire(hy_store *s, const hy_key *key, hy_lease **out, hy_err *err)
+{
+    *out = NULL;
+    hy_lease *l = calloc(1, sizeof *l);
+    if (!l) return hy_err_set(err, HY_ENOMEM, "out of memory");
+    const uint64_t id = hy_key_id(key), now = hy_wall_ns();
+    pthread_mutex_lock(&s->mu);
+    hy_admitter_record(s->ad[HY_TIER_HOST], id);
+    obj *o = idx_find(s, key);
+    if (o && expired(o, now)) {
+        obj_remove(s, o);
+        s->st.expired++;
+        o = NULL;
+    }
+    if (!o) {
+        s->st.misses++;
+        pthread_mutex_unlock(&s->mu);
+        free(l);
+        return HY_ENOTFOUND;
+    }
+    int rc = HY_OK;
+    if (!o->in_host) { /* promote from NVMe, verifying on the way */
+        const bool keep = hy_admitter_admit(s->ad[HY_TIER_HOST], id, o->meta.tokens, 0);
+        size_t off;
+        o->pins++;
+        rc = host_alloc(s, o->meta.bytes, &off, err);
+        if (!rc) {
+            void *dst = hy_arena_ptr(s->arena, off);
+            const hy_key k = o->meta.key;
+            const size_t cap = round_page(o->meta.bytes);
+            pthread_mutex_unlock(&s->mu);
+            rc = hy_nvme_get(s->nvme, &k, dst, cap, NULL, err);
+            if (!rc && o->sum && hy_xxh3(dst, o->meta.bytes) != o->sum)
+                rc = hy_err_set(err, HY_EFORMAT, "entry changed between commit and promotion");
+            pthread_mutex_lock(&s->mu);
+            if (rc || o->dead) {
+                hy_arena_release(s->arena, off);
+                if (rc == HY_EFORMAT) s->st.checksum_failures++;
+                if (!o->dead && rc == HY_EFORMAT) { /* the NVMe tier dropped it: so do we */
+                    o->in_nvme = false;
+                    s->st.nvme_entries--;
+                    hy_evictor_remove(s->ev[HY_TIER_NVME], id);
+                    obj_remove(s, o);
+                }
+                if (!rc) rc = HY_ENOTFOUND; /* invalidated meanwhile */
+            } else if (keep && !o->in_host) {
+                o->in_host = true;
+                o->off = off;
+                s->st.host_entries++;
+                s->st.promotions++;
+                hy_evictor_insert(s->ev[HY_TIER_HOST], id, o->meta.bytes, o->meta.flops,
+                                  o->meta.tokens, ++s->tick);
+            } else if (o->in_host) { /* another thread promoted it first */
+                hy_arena_release(s->arena, off);
+            } else {
+                l->tmp = true;
+                l->tmp_off = off;
+            }
+        }
+        o->pins--;
+        if (o->dead && o->pins == 0) obj_destroy(s, o);
+        if (!rc) s->st.hits_nvme++;
+    } else {
+        s->st.hits_host++;
+        hy_evictor_access(s->ev[HY_TIER_HOST], id, ++s->tick);
+    }
+    if (rc) {
+        if (rc == HY_ENOTFOUND) s->st.misses++;
+        pthread_mutex_unlock(&s->mu);
+        free(l);
+        return rc;
+    }
+    o->pins++;
+    o->meta.hits++;
+    o->meta.last_access_ns = now;
+    if (o->in_nvme) hy_evictor_access(s->ev[HY_TIER_NVME], id, ++s->tick);
+    l->o = o;
+    l->data = hy_arena_ptr(s->arena, l->tmp ? l->tmp_off : o->off);
+    pthread_mutex_unlock(&s->mu);
+    *out = l;
+    return HY_OK;
+}
+
+const void *hy_lease_data(const hy_lease *l)
+{
+    return l->data;
+}
+
+const hy_meta *hy_lease_meta(const hy_lease *l)
+{
+    return &l->o->meta;
+}
+
+void hy_store_release(hy_store *s, hy_lease *l)
+{
+    if (!l) return;
+    pthread_mutex_lock(&s->mu);
+    obj *o = l->o;
+    assert(o->pins > 0);
+    if (l->tmp) hy_arena_release(s->arena, l->tmp_off);
+    if (--o->pins == 0 && o->dead) obj_destroy(s, o);
+    pthread_mutex_unlock(&s->mu);
+    free(l);
+}
+
+/* --- invalidation, listing, policies, stats ------------------------------------------ */
+
+static bool matches(const hy_meta *m, const hy_store_filter *f)
+{
+    if (!f) return true;
+    if (f->key && memcmp(f->key->b, m->key.b, HY_KEY_BYTES) != 0) return false;
+    if (f->tenant && f->tenant[0] && strcmp(f->tenant, m->tenant) != 0) return false;
+    if (f->model && memcmp(f->model, m->model, 32) != 0) return false;
+    if (f->tag && f->tag[0]) {
+        bool any = false;
+        for (uint32_t i = 0; i < m->ntags && !any; i++) any = strcmp(m->tags[i], f->tag) == 0;
+        if (!any) return false;
+    }
+    return true;
+}
+
+int hy_store_invalidate(hy_store *s, const hy_store_filter *f, size_t *removed, hy_err *err)
+{
+    (void)err;
+    size_t n = 0;
+    pthread_mutex_lock(&s->mu);
+    if (f && f->key) {
+        obj *o = idx_find(s, f->key);
+        if (o && matches(&o->meta, f)) obj_remove(s, o), n++;
+    } else {
+        for (size_t i = 0; i < s->nbuckets; i++)
+            for (obj *o = s->buckets[i], *nx; o; o = nx) {
+                nx = o->next;
+                if (matches(&o->meta, f)) obj_remove(s, o), n++;
+            }
+    }
+    s->st.invalidated += n;
+    pthread_mutex_unlock(&s->mu);
+    if (removed) *removed = n;
+    return HY_OK;
+}
+
+static int cmp_meta_key(const void *a, const void *b)
+{
+    return memcmp(((const hy_meta *)a)->key.b, ((const hy_meta *)b)->key.b, HY_KEY_BYTES);
+}
+
+int hy_store_list(hy_store *s, const hy_store_filter *f, size_t offset, hy_meta *out, size_t cap,
+                  size_t *n, size_t *total, hy_err *err)
+{
+    pthread_mutex_lock(&s->mu);
+    hy_meta *all = malloc((s->count + 1) * sizeof *all);
+    size_t k = 0;
+    for (size_t i = 0; all && i < s->nbuckets; i++)
+        for (obj *o = s->buckets[i]; o; o = o->next)
+            if (matches(&o->meta, f)) all[k++] = o->meta;
+    pthread_mutex_unlock(&s->mu);
+    if (!all) return hy_err_set(err, HY_ENOMEM, "out of memory listing %zu entries", s->count);
+    qsort(all, k, sizeof *all, cmp_meta_key);
+    size_t m = 0;
+    for (size_t i = offset; i < k && m < cap; i++) out[m++] = all[i];
+    free(all);
+    *n = m;
+    if (total) *total = k;
+    return HY_OK;
+}
+
+int hy_store_set_policy(hy_store *s, hy_tier_id tier, const hy_policy_config *p, hy_err *err)
+{
+    if (tier != HY_TIER_HOST && !(tier == HY_TIER_NVME && s->nvme))
+        return hy_err_set(err, HY_EINVAL, "set_policy: tier %d does not exist in this store",
+                          (int)tier);
+    hy_policy_config pc = *p;
+    pc.capacity = tier == HY_TIER_HOST ? s->cfg.host_bytes : s->cfg.nvme_policy.capacity;
+    hy_evictor *ev;
+    hy_admitter *ad;
+    int rc = hy_evictor_new(&pc, &ev, err);
+    if (rc) return rc;
+    if ((rc = hy_admitter_new(&pc, &ad, err))) {
+        hy_evictor_free(ev);
+        return rc;
+    }
+    pthread_mutex_lock(&s->mu);
+    for (size_t i = 0; i < s->nbuckets; i++)
+        for (obj *o = s->buckets[i]; o; o = o->next)
+            if (tier == HY_TIER_HOST ? o->in_host : o->in_nvme)
+                hy_evictor_insert(ev, hy_key_id(&o->meta.key), o->meta.bytes, o->meta.flops,
+                                  o->meta.tokens, ++s->tick);
+    hy_evictor_free(s->ev[tier]);
+    hy_admitter_free(s->ad[tier]);
+    s->ev[tier] = ev;
+    s->ad[tier] = ad;
+    if (tier == HY_TIER_HOST) s->cfg.host_policy = pc;
+    else s->cfg.nvme_policy = pc;
+    pthread_mutex_unlock(&s->mu);
+    return HY_OK;
+}
+
+void hy_store_stats_get(hy_store *s, hy_store_stats *st)
+{
+    pthread_mutex_lock(&s->mu);
+    *st = s->st;
+    st->entries = s->count;
+    hy_arena_stats_get(s->arena, &st->arena);
+    st->host_bytes = st->arena.used;
+    if (s->nvme) hy_nvme_stats_get(s->nvme, &st->nvme);
+    pthread_mutex_unlock(&s->mu);
+}
