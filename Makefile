@@ -4,11 +4,12 @@
 
 BUILD   ?= build
 ASAN    ?= build-asan
+TSAN    ?= build-tsan
 JOBS    ?= $(shell nproc)
 MAKEFLAGS += --no-print-directory
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build test run sanitize format clean
+.PHONY: all deps configure build test run sanitize tsan format clean
 
 all: build
 
@@ -38,8 +39,16 @@ sanitize: deps
 	@cmake --build $(ASAN) -j$(JOBS)
 	@cd $(ASAN) && ctest --output-on-failure -j$(JOBS)
 
+# ThreadSanitizer over the store's multi-threaded tests (the store does not
+# use OpenMP, whose runtime TSan cannot see into).
+TSAN_TESTS = test_store test_nvme test_arena test_policy
+tsan: deps
+	@cmake -S . -B $(TSAN) -DCMAKE_BUILD_TYPE=Debug -DHY_TSAN=ON >/dev/null
+	@cmake --build $(TSAN) -j$(JOBS) --target $(TSAN_TESTS)
+	@cd $(TSAN) && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --output-on-failure -R "^($(shell echo $(TSAN_TESTS) | tr ' ' '|'))$$"
+
 format:
 	@git ls-files '*.c' '*.h' | xargs clang-format -i
 
 clean:
-	rm -rf $(BUILD) $(ASAN)
+	rm -rf $(BUILD) $(ASAN) $(TSAN)

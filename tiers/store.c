@@ -183,9 +183,10 @@ static bool pinned_cb(void *ctx, uint64_t id)
  * around each write, so the caller must pin what `data` points into. */
 static int nvme_put_evicting(hy_store *s, const hy_meta *m, const void *data, hy_err *err)
 {
+    const hy_meta snap = *m; /* taken under the lock: hits and times change under it */
     for (;;) {
         pthread_mutex_unlock(&s->mu);
-        int rc = hy_nvme_put(s->nvme, m, data, err);
+        int rc = hy_nvme_put(s->nvme, &snap, data, err);
         pthread_mutex_lock(&s->mu);
         if (rc != HY_ENOMEM) return rc;
         uint64_t vid;
