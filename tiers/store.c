@@ -3,8 +3,10 @@
  * table of entries by key), the arena, the policies and the quotas. Payload
  * copies, checksums and NVMe I/O of a commit or a promotion run outside it:
  * the entry or reservation involved is pinned, so nothing frees its bytes
- * meanwhile. Demotion on eviction writes to NVMe under the lock for now (a
- * background mover with a bounded queue is the next step; see the issue).
+ * meanwhile. Demotion drops the lock around its NVMe write with the victim
+ * pinned. With an NVMe tier a mover thread takes requests from a bounded
+ * queue and demotes in the background between the watermarks; a put that
+ * still finds no room evicts in the foreground.
  */
 #include "tiers/store.h"
 
@@ -29,9 +31,16 @@ typedef struct quota {
     struct quota *next;
 } quota;
 
+enum { MOVE_MAKE_ROOM = 1 };
+
 struct hy_store {
     hy_store_config cfg;
     pthread_mutex_t mu;
+    pthread_cond_t cv; /* the mover waits on it for requests */
+    pthread_t mover;
+    bool mover_running, stop;
+    int *queue; /* ring of move requests */
+    size_t qhead, qlen;
     hy_arena *arena;
     hy_nvme *nvme;
     hy_evictor *ev[2];
@@ -262,13 +271,61 @@ static int evict_one_host(hy_store *s, hy_err *err)
 static int host_alloc(hy_store *s, uint64_t bytes, size_t *off, hy_err *err)
 {
     if (round_page(bytes) > s->cfg.host_bytes)
-        return hy_err_set(err, HY_ERANGE, "an entry of %llu bytes exceeds the host tier (%zu bytes)",
+        return hy_err_set(err, HY_ERANGE,
+                          "an entry of %llu bytes exceeds the host tier (%zu bytes)",
                           (unsigned long long)bytes, s->cfg.host_bytes);
     for (;;) {
         if (hy_arena_alloc(s->arena, round_page(bytes), off) == HY_OK) return HY_OK;
         int rc = evict_one_host(s, err);
         if (rc) return rc;
     }
+}
+
+/* --- background moves ----------------------------------------------------------------- */
+
+static bool above(const hy_store *s, double frac)
+{
+    hy_arena_stats as;
+    hy_arena_stats_get(s->arena, &as);
+    return (double)as.used > frac * (double)s->cfg.host_bytes;
+}
+
+/* Queues a request unless one is already pending or the queue is full.
+ * Called with the lock held. */
+static void move_request(hy_store *s, int kind)
+{
+    if (!s->mover_running) return;
+    for (size_t i = 0; i < s->qlen; i++)
+        if (s->queue[(s->qhead + i) % s->cfg.move_queue] == kind) return;
+    if (s->qlen == s->cfg.move_queue) {
+        s->st.moves_dropped++;
+        return;
+    }
+    s->queue[(s->qhead + s->qlen++) % s->cfg.move_queue] = kind;
+    s->st.moves_queued++;
+    pthread_cond_signal(&s->cv);
+}
+
+static void *mover_main(void *arg)
+{
+    hy_store *s = arg;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->stop && s->qlen == 0) pthread_cond_wait(&s->cv, &s->mu);
+        if (s->stop) break;
+        const int kind = s->queue[s->qhead];
+        s->qhead = (s->qhead + 1) % s->cfg.move_queue;
+        s->qlen--;
+        if (kind == MOVE_MAKE_ROOM) {
+            hy_err ignored = {0};
+            while (!s->stop && above(s, s->cfg.low_watermark) &&
+                   evict_one_host(s, &ignored) == HY_OK)
+                ;
+        }
+        s->st.moves_done++;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
 }
 
 /* --- open / close ------------------------------------------------------------------ */
@@ -297,6 +354,7 @@ int hy_store_open(const hy_store_config *cfg, hy_store **out, hy_err *err)
     s->cfg = *cfg;
     s->cfg.nvme_dir = NULL; /* not kept: the caller's string */
     pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
     s->nbuckets = 1024;
     s->buckets = calloc(s->nbuckets, sizeof *s->buckets);
     int rc = s->buckets ? HY_OK : hy_err_set(err, HY_ENOMEM, "out of memory");
@@ -314,6 +372,21 @@ int hy_store_open(const hy_store_config *cfg, hy_store **out, hy_err *err)
         if (!rc) rc = hy_nvme_foreach(s->nvme, load_nvme_entry, s, err);
     }
     s->st.host_capacity = cfg->host_bytes;
+    if (!s->cfg.high_watermark) s->cfg.high_watermark = 0.9;
+    if (!s->cfg.low_watermark) s->cfg.low_watermark = 0.75;
+    if (!s->cfg.move_queue) s->cfg.move_queue = 64;
+    if (!rc && !(s->cfg.low_watermark > 0 && s->cfg.low_watermark < s->cfg.high_watermark &&
+                 s->cfg.high_watermark <= 1))
+        rc = hy_err_set(err, HY_EINVAL,
+                        "store: watermarks must satisfy 0 < low (%g) < high (%g) <= 1",
+                        s->cfg.low_watermark, s->cfg.high_watermark);
+    if (!rc && s->nvme) {
+        s->queue = calloc(s->cfg.move_queue, sizeof *s->queue);
+        if (!s->queue || pthread_create(&s->mover, NULL, mover_main, s) != 0)
+            rc = hy_err_set(err, HY_ENOMEM, "store: cannot start the mover thread");
+        else
+            s->mover_running = true;
+    }
     if (rc) {
         hy_store_close(s);
         return rc;
@@ -325,6 +398,15 @@ int hy_store_open(const hy_store_config *cfg, hy_store **out, hy_err *err)
 void hy_store_close(hy_store *s)
 {
     if (!s) return;
+    if (s->mover_running) {
+        pthread_mutex_lock(&s->mu);
+        s->stop = true;
+        pthread_cond_signal(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->mover, NULL);
+    }
+    free(s->queue);
+    pthread_cond_destroy(&s->cv);
     for (size_t i = 0; s->buckets && i < s->nbuckets; i++)
         for (obj *o = s->buckets[i], *nx; o; o = nx) {
             nx = o->next;
@@ -387,7 +469,8 @@ int hy_store_commit(hy_store *s, hy_put *p, hy_tier_id *placed, hy_err *err)
     const uint64_t sum = hy_xxh3(data, m->bytes);
     m->created_ns = m->last_access_ns = hy_wall_ns();
     m->hits = 0;
-    if (!m->expires_ns && s->cfg.default_ttl_ns) m->expires_ns = m->created_ns + s->cfg.default_ttl_ns;
+    if (!m->expires_ns && s->cfg.default_ttl_ns)
+        m->expires_ns = m->created_ns + s->cfg.default_ttl_ns;
 
     pthread_mutex_lock(&s->mu);
     s->st.puts++;
@@ -437,6 +520,7 @@ int hy_store_commit(hy_store *s, hy_put *p, hy_tier_id *placed, hy_err *err)
         s->st.puts_dropped++;
     }
     if (!o || !o->in_host) hy_arena_release(s->arena, p->off);
+    if (above(s, s->cfg.high_watermark)) move_request(s, MOVE_MAKE_ROOM);
     pthread_mutex_unlock(&s->mu);
     free(p);
     if (placed) *placed = where;
@@ -642,8 +726,10 @@ int hy_store_set_policy(hy_store *s, hy_tier_id tier, const hy_policy_config *p,
     hy_admitter_free(s->ad[tier]);
     s->ev[tier] = ev;
     s->ad[tier] = ad;
-    if (tier == HY_TIER_HOST) s->cfg.host_policy = pc;
-    else s->cfg.nvme_policy = pc;
+    if (tier == HY_TIER_HOST)
+        s->cfg.host_policy = pc;
+    else
+        s->cfg.nvme_policy = pc;
     pthread_mutex_unlock(&s->mu);
     return HY_OK;
 }

@@ -23,7 +23,8 @@
  * counted once per entry), TTL (expired entries are misses and are removed
  * when seen). Invalidation by key, tag, tenant or model. Listing with
  * filters and paging. All calls are thread-safe (one mutex for the index;
- * payload copies and I/O run outside it with the entry pinned).
+ * payload copies and I/O run outside it with the entry pinned). With an NVMe
+ * tier a mover thread demotes in the background (see the watermarks).
  */
 #ifndef HY_STORE_H
 #define HY_STORE_H
@@ -36,14 +37,22 @@
 typedef enum hy_tier_id { HY_TIER_NONE = -1, HY_TIER_HOST = 0, HY_TIER_NVME = 1 } hy_tier_id;
 
 typedef struct hy_store_config {
-    size_t host_bytes;        /* host arena capacity (> 0) */
+    size_t host_bytes; /* host arena capacity (> 0) */
     hy_policy_config host_policy;
-    const char *nvme_dir;     /* NULL: no NVMe tier */
+    const char *nvme_dir; /* NULL: no NVMe tier */
     hy_nvme_config nvme;
     hy_policy_config nvme_policy;
-    bool write_through;       /* commit also writes NVMe; else only on demotion */
-    uint64_t default_ttl_ns;  /* applied when a put's meta has none; 0: none */
-    uint64_t tenant_quota;    /* bytes per tenant; 0: unlimited */
+    bool write_through;      /* commit also writes NVMe; else only on demotion */
+    uint64_t default_ttl_ns; /* applied when a put's meta has none; 0: none */
+    uint64_t tenant_quota;   /* bytes per tenant; 0: unlimited */
+    /* Background moves: when the host tier fills past high_watermark (a
+     * fraction of host_bytes; default 0.9) a request goes on a bounded queue
+     * (move_queue entries; default 64; a full queue drops the request) and the
+     * mover thread demotes victims to NVMe until usage falls below
+     * low_watermark (default 0.75), so puts rarely wait on NVMe writes. A put
+     * that finds no room still evicts in the foreground. Only with NVMe. */
+    double high_watermark, low_watermark;
+    uint32_t move_queue;
 } hy_store_config;
 
 typedef struct hy_store hy_store;
@@ -61,8 +70,9 @@ typedef struct hy_store_filter {
 typedef struct hy_store_stats {
     uint64_t entries, host_entries, nvme_entries;
     uint64_t host_bytes, host_capacity;
-    uint64_t hits_host, hits_nvme, misses, puts, puts_dropped, evictions, demotions,
-        promotions, expired, invalidated, checksum_failures;
+    uint64_t hits_host, hits_nvme, misses, puts, puts_dropped, evictions, demotions, promotions,
+        expired, invalidated, checksum_failures;
+    uint64_t moves_queued, moves_dropped, moves_done; /* background queue */
     hy_arena_stats arena;
     hy_nvme_stats nvme; /* zeros without an NVMe tier */
 } hy_store_stats;

@@ -191,7 +191,8 @@ static void test_demote_promote_restart(void)
     hy_store *s;
     hy_err e = {0};
     CU_ASSERT_EQUAL_FATAL(hy_store_open(&c, &s, &e), 0);
-    for (uint64_t n = 0; n < 20; n++) CU_ASSERT_EQUAL(put(s, n, 3 * MB / 2, "t", NULL, NULL, &e), 0);
+    for (uint64_t n = 0; n < 20; n++)
+        CU_ASSERT_EQUAL(put(s, n, 3 * MB / 2, "t", NULL, NULL, &e), 0);
     hy_store_stats st;
     hy_store_stats_get(s, &st);
     CU_ASSERT(st.demotions >= 14);
@@ -303,6 +304,36 @@ static void test_ttl_quota_invalidate_list(void)
     hy_store_close(s);
 }
 
+/* The mover demotes in the background once the host tier passes its high
+ * watermark, down to the low one, without a put having to wait for it. */
+static void test_background_mover(void)
+{
+    hy_store_config c = config(16, "nvme5");
+    hy_store *s;
+    hy_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(hy_store_open(&c, &s, &e), 0);
+    for (uint64_t n = 0; n < 15; n++) CU_ASSERT_EQUAL(put(s, n, MB, "t", NULL, NULL, &e), 0);
+    hy_store_stats st;
+    for (int i = 0; i < 200; i++) { /* up to 2 s for the mover */
+        hy_store_stats_get(s, &st);
+        if (st.moves_done >= 1 && st.arena.used <= 12 * MB) break;
+        usleep(10000);
+    }
+    printf("\n    after 15 MiB into a 16 MiB host tier: %llu MiB used, %llu demotions, %llu moves "
+           "queued, %llu done",
+           (unsigned long long)(st.arena.used / MB), (unsigned long long)st.demotions,
+           (unsigned long long)st.moves_queued, (unsigned long long)st.moves_done);
+    CU_ASSERT(st.moves_done >= 1);
+    CU_ASSERT(st.arena.used <= 12 * MB); /* at most the low watermark */
+    CU_ASSERT(st.demotions >= 3);
+    for (uint64_t n = 0; n < 15; n++) CU_ASSERT_EQUAL(get_check(s, n, MB), 0);
+    /* bad watermarks are refused */
+    hy_store_close(s);
+    c.high_watermark = 0.5, c.low_watermark = 0.6;
+    CU_ASSERT_EQUAL(hy_store_open(&c, &s, &e), HY_EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "watermarks"));
+}
+
 /* --- stress: threads putting, getting, leasing and invalidating ---------------- */
 
 typedef struct stress {
@@ -379,6 +410,7 @@ int main(void)
         {"demote_promote_and_restart", test_demote_promote_restart},
         {"corrupt_bytes_never_served", test_corrupt_never_served},
         {"ttl_quota_invalidation_listing", test_ttl_quota_invalidate_list},
+        {"background_mover_keeps_headroom", test_background_mover},
         {"threads_stress", test_threads_stress},
         {NULL, NULL},
     };
