@@ -6,6 +6,7 @@
  *   hypic-bench executor [--model DIR] [--quick]
  *   hypic-bench pic [--model DIR] [--requests N] [--seed N]
  *   hypic-bench policies [--trace FILE | --zipf ...] [--params P] [--min-tokens N]
+ *   hypic-bench tiers [--dir DIR] [--quick]
  */
 #include "bench/bench.h"
 
@@ -22,6 +23,8 @@ static const struct {
      "TTFT and quality of full / prefix / pic / noseam / naive on RAG requests"},
     {"policies", hy_bench_policies,
      "hit rate and FLOPs saved of every eviction x admission policy on a trace"},
+    {"tiers", hy_bench_tiers,
+     "host and NVMe tier throughput vs memcpy and raw O_DIRECT io_uring; catalog lookups/s"},
 };
 
 int main(int argc, char **argv)

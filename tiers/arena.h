@@ -7,10 +7,11 @@
  * pages in before it), and mlock'd best-effort (a failure to lock is
  * reported in stats, not an error).
  *
- * Allocation: first fit over an offset-sorted tree of free extents with
- * coalescing on free, at HY_PAGE granularity (payloads go straight to and
- * from O_DIRECT I/O, which needs 4 KiB alignment). Fragmentation is reported
- * as 1 − largest free extent / total free bytes.
+ * Allocation (extents.c, shared with the hbm tier): first fit over an
+ * offset-sorted tree of free extents with coalescing on free, at HY_PAGE
+ * granularity (payloads go straight to and from O_DIRECT I/O, which needs
+ * 4 KiB alignment). Fragmentation is reported as 1 − largest free extent /
+ * total free bytes.
  *
  * Thread safety: none inside; the store serialises calls (store.c holds its
  * lock around them).

@@ -18,11 +18,11 @@
 
 #include <stdbool.h>
 
-#define HY_KEY_BYTES 32
+#define HY_KEY_BYTES  32
 #define HY_TENANT_MAX 64 /* bytes, including the NUL */
-#define HY_TAG_MAX 64    /* bytes per tag, including the NUL */
-#define HY_MAX_TAGS 8
-#define HY_PAGE 4096u    /* O_DIRECT and arena granularity */
+#define HY_TAG_MAX    64 /* bytes per tag, including the NUL */
+#define HY_MAX_TAGS   8
+#define HY_PAGE       4096u /* O_DIRECT and arena granularity */
 
 /* A content key: SHA-256 over (tenant, model, format version, W, dtype,
  * tokens) — hy_entry_key() in model/ computes it. */
@@ -34,7 +34,7 @@ typedef struct hy_key {
 typedef struct hy_meta {
     hy_key key;
     char tenant[HY_TENANT_MAX];
-    uint8_t model[32];                   /* model fingerprint */
+    uint8_t model[32]; /* model fingerprint */
     uint32_t ntags;
     char tags[HY_MAX_TAGS][HY_TAG_MAX];  /* e.g. document ids: invalidation by tag */
     uint32_t tokens;                     /* the segment's token count */

@@ -18,7 +18,6 @@
 
 typedef struct obj {
     hy_meta meta;
-    uint64_t sum; /* XXH3-64 of the payload, checked on promotion */
     bool in_host, in_nvme, dead;
     size_t off; /* host block, when in_host */
     int pins;   /* leases and in-flight copies */
@@ -466,7 +465,6 @@ int hy_store_commit(hy_store *s, hy_put *p, hy_tier_id *placed, hy_err *err)
     hy_meta *m = &p->meta;
     const uint64_t id = hy_key_id(&m->key);
     void *data = hy_arena_ptr(s->arena, p->off); /* the arena never moves */
-    const uint64_t sum = hy_xxh3(data, m->bytes);
     m->created_ns = m->last_access_ns = hy_wall_ns();
     m->hits = 0;
     if (!m->expires_ns && s->cfg.default_ttl_ns)
@@ -483,7 +481,7 @@ int hy_store_commit(hy_store *s, hy_put *p, hy_tier_id *placed, hy_err *err)
     const bool to_nvme = s->nvme && (s->cfg.write_through || !to_host) &&
                          hy_admitter_admit(s->ad[HY_TIER_NVME], id, m->tokens, 0);
     int rc = to_nvme ? nvme_put_evicting(s, m, data, err) : HY_OK; /* the block is ours alone */
-    obj *old = idx_find(s, &m->key);
+    obj *old = rc ? NULL : idx_find(s, &m->key); /* a failed replace keeps the old entry */
     if (old) {
         if (old->in_nvme && to_nvme && !rc) { /* the record on disk is the new one already */
             hy_evictor_remove(s->ev[HY_TIER_NVME], id);
@@ -500,7 +498,6 @@ int hy_store_commit(hy_store *s, hy_put *p, hy_tier_id *placed, hy_err *err)
     hy_tier_id where = HY_TIER_NONE;
     if (o) {
         o->meta = *m;
-        o->sum = sum;
         if (to_nvme) {
             o->in_nvme = true;
             s->st.nvme_entries++;
@@ -565,9 +562,7 @@ int hy_store_acquire(hy_store *s, const hy_key *key, hy_lease **out, hy_err *err
             const hy_key k = o->meta.key;
             const size_t cap = round_page(o->meta.bytes);
             pthread_mutex_unlock(&s->mu);
-            rc = hy_nvme_get(s->nvme, &k, dst, cap, NULL, err);
-            if (!rc && o->sum && hy_xxh3(dst, o->meta.bytes) != o->sum)
-                rc = hy_err_set(err, HY_EFORMAT, "entry changed between commit and promotion");
+            rc = hy_nvme_get(s->nvme, &k, dst, cap, NULL, err); /* verifies every chunk */
             pthread_mutex_lock(&s->mu);
             if (rc || o->dead) {
                 hy_arena_release(s->arena, off);

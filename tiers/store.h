@@ -7,7 +7,7 @@
  *            (space is made by evicting unleased entries); invisible;
  *   commit   the entry becomes visible: admission picks its tier — host (and
  *            NVMe too when write-through), NVMe only, or none (the put is
- *            dropped, reported in *placed); a checksum of the payload is kept;
+ *            dropped, reported in *placed);
  *   abort    the reservation is dropped, nothing was ever visible.
  *   acquire  a lease on the entry's bytes in host memory: while any lease is
  *            held the bytes are neither evicted nor freed, even if the entry

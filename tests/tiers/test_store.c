@@ -304,6 +304,23 @@ static void test_ttl_quota_invalidate_list(void)
     hy_store_close(s);
 }
 
+/* A replace whose NVMe write fails leaves the old entry in place. */
+static void test_failed_replace_keeps_old(void)
+{
+    hy_store_config c = config(48, "nvme6");
+    c.write_through = true;
+    hy_store *s;
+    hy_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(hy_store_open(&c, &s, &e), 0);
+    CU_ASSERT_EQUAL(put(s, 7, MB, "t", NULL, NULL, &e), 0);
+    CU_ASSERT_NOT_EQUAL(put(s, 7, 20 * MB, "t", NULL, NULL, &e), 0); /* larger than an extent */
+    CU_ASSERT_EQUAL(get_check(s, 7, MB), 0);
+    hy_store_close(s);
+    CU_ASSERT_EQUAL_FATAL(hy_store_open(&c, &s, &e), 0);
+    CU_ASSERT_EQUAL(get_check(s, 7, MB), 0);
+    hy_store_close(s);
+}
+
 /* The mover demotes in the background once the host tier passes its high
  * watermark, down to the low one, without a put having to wait for it. */
 static void test_background_mover(void)
@@ -410,6 +427,7 @@ int main(void)
         {"demote_promote_and_restart", test_demote_promote_restart},
         {"corrupt_bytes_never_served", test_corrupt_never_served},
         {"ttl_quota_invalidation_listing", test_ttl_quota_invalidate_list},
+        {"failed_replace_keeps_old_entry", test_failed_replace_keeps_old},
         {"background_mover_keeps_headroom", test_background_mover},
         {"threads_stress", test_threads_stress},
         {NULL, NULL},

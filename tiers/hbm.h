@@ -1,0 +1,110 @@
+/*
+ * The hbm tier: one region of GPU memory (cudaMalloc'd at open) carved into
+ * page-aligned blocks by the same first-fit, coalescing allocator as the host
+ * arena (extents.h), with copies between host buffers and blocks. It exists
+ * only when the build has CUDA (HY_WITH_CUDA, which defines HY_HAVE_CUDA) and
+ * the machine has a device; otherwise hy_hbm_open refuses with
+ * HY_EUNSUPPORTED and says why. It is never emulated in host memory.
+ *
+ * How the store uses it (DESIGN.md §4; tiers/store.c, to come). hbm is the
+ * top tier, above host:
+ *   open     with a configured hbm capacity, the store asks
+ *            hy_hbm_available(); when false it logs the reason and runs with
+ *            host (+ NVMe) only, as on the CPU build machines;
+ *   commit   payloads are always written into a host-arena buffer first
+ *            (reserve → write → commit); when the hbm admitter takes the
+ *            entry, a block is allocated and hy_hbm_write copies the payload
+ *            up; the host copy may stay (inclusive) or be freed;
+ *   acquire  a GPU consumer's lease carries hy_hbm_device_ptr() of the block;
+ *            a host-resident hit is promoted with hy_hbm_write after its
+ *            checksum is verified (hy_tiers.h: every promotion is checked);
+ *   evict    an hbm victim is demoted to host, never dropped: a host block is
+ *            allocated (evicting host → NVMe if needed), hy_hbm_read copies
+ *            the bytes down, then hy_hbm_release frees the device block.
+ *
+ * Transfers run on a stream the tier owns (non-blocking with respect to the
+ * legacy default stream, so cache copies do not serialise with the model's
+ * kernels on it) and are synchronous for the caller: write and read return
+ * once the bytes have arrived, so a device pointer handed out afterwards
+ * needs no further ordering.
+ *
+ * Thread safety: none inside, as the arena. write and read look the block up
+ * in the allocator, so they too must be serialised with alloc and release
+ * (the store holds its lock, or an hbm mutex of its own around copies).
+ */
+#ifndef HY_HBM_H
+#define HY_HBM_H
+
+#include "tiers/hy_tiers.h"
+
+typedef struct hy_hbm hy_hbm;
+
+typedef struct hy_hbm_stats {
+    int device;             /* the CUDA device index */
+    size_t capacity;        /* bytes of device memory owned by the tier */
+    size_t used;            /* bytes in live blocks (rounded to pages) */
+    size_t free_bytes;      /* capacity − used */
+    size_t largest_free;    /* the largest block an allocation could get now */
+    size_t free_extents;    /* number of free extents */
+    size_t blocks;          /* live blocks */
+    double fragmentation;   /* 1 − largest_free / free_bytes (0 when nothing is free) */
+    uint64_t writes, reads; /* completed host→device, device→host copies */
+    uint64_t bytes_written, bytes_read; /* their bytes */
+    uint64_t write_ns, read_ns;         /* wall time spent in them: bytes / ns = GB/s */
+    uint64_t pageable;                  /* copies whose host buffer was not pinned */
+} hy_hbm_stats;
+
+/* Whether hy_hbm_open can succeed on this machine: the build has CUDA and
+ * cudaGetDeviceCount reports at least one device. Fills why (n bytes, may be
+ * NULL) with the reason when false ("built without CUDA ..." or "no CUDA
+ * device: <cudaGetErrorString>"), or with the device count when true.
+ * Initialises the CUDA runtime on first call; never fails otherwise. */
+bool hy_hbm_available(char *why, size_t n);
+
+/* Allocates `bytes` (rounded up to HY_PAGE) of memory on CUDA device
+ * `device` and a stream for copies. HY_EUNSUPPORTED when hy_hbm_available()
+ * is false (the message carries its reason); HY_EINVAL for 0 bytes or a
+ * device index that does not exist; HY_ERANGE past 2^48 bytes; HY_ENOMEM
+ * when the device cannot hold the region (the message gives cudaMalloc's
+ * error and the device's free and total bytes); HY_EIO for other CUDA
+ * failures. *out is NULL on failure. */
+int hy_hbm_open(size_t bytes, int device, hy_hbm **out, hy_err *err);
+/* Frees the device memory and the stream. Device pointers into the tier
+ * die with it. NULL is a no-op. */
+void hy_hbm_close(hy_hbm *h);
+
+/* Allocation, with hy_arena_alloc's contract (arena.h): *off is a multiple
+ * of HY_PAGE; HY_ENOMEM when no free extent is large enough (the caller
+ * demotes and retries), HY_EINVAL for 0 bytes, HY_ERANGE for more than the
+ * capacity. */
+int hy_hbm_alloc(hy_hbm *h, size_t bytes, size_t *off);
+/* Returns a block; an offset that is not a live block aborts (a broken
+ * invariant, as in the arena). Cannot fail. */
+void hy_hbm_release(hy_hbm *h, size_t off);
+/* The rounded size of a live block; 0 when off is not one. */
+size_t hy_hbm_block_size(const hy_hbm *h, size_t off);
+
+/* Copies n bytes from host memory into the start of the live block at off
+ * (write), or from that block into host memory (read), and waits for the
+ * copy to finish. The host buffer may be pageable or pinned: pinned memory
+ * (cudaHostAlloc, or registered with cudaHostRegister) is copied by DMA at
+ * the link's full rate; pageable memory — the host arena's mmap'd region
+ * until it is pinned — goes through the driver's staging buffers at a
+ * fraction of it (stats count those copies as `pageable`). HY_EINVAL when
+ * off is not a live block or a buffer is NULL, HY_ERANGE when n is 0 or
+ * larger than the block, HY_EIO when CUDA reports an error (a sticky one,
+ * such as an illegal address, leaves the device unusable for this process),
+ * HY_EUNSUPPORTED in a build without CUDA. */
+int hy_hbm_write(hy_hbm *h, size_t off, const void *host_src, size_t n, hy_err *err);
+int hy_hbm_read(hy_hbm *h, size_t off, void *host_dst, size_t n, hy_err *err);
+
+/* The device address of the block at off, for GPU consumers (kernels, or
+ * cudaMemcpy between devices); valid until the block is released or the
+ * tier closed. Never dereference it on the host. */
+void *hy_hbm_device_ptr(hy_hbm *h, size_t off);
+
+void hy_hbm_stats_get(const hy_hbm *h, hy_hbm_stats *st);
+/* The allocator's invariants (hy_arena_check); for tests and debugging. */
+int hy_hbm_check(const hy_hbm *h, hy_err *err);
+
+#endif
