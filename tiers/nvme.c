@@ -235,6 +235,19 @@ static int catalog_delete(hy_nvme *n, const hy_key *k, hy_err *err)
 
 /* --- put, get, remove ---------------------------------------------------------------- */
 
+typedef struct sum_job {
+    const void *data;
+    uint64_t bytes;
+    uint64_t *sums;
+} sum_job;
+
+static void *sum_main(void *arg)
+{
+    sum_job *j = arg;
+    nv_checksum_payload(j->data, j->bytes, j->sums);
+    return NULL;
+}
+
 int hy_nvme_put(hy_nvme *n, const hy_meta *meta, const void *data, hy_err *err)
 {
     if (!n || !meta || !data) return hy_err_set(err, HY_EINVAL, "hy_nvme_put: NULL argument");
@@ -264,13 +277,20 @@ int hy_nvme_put(hy_nvme *n, const hy_meta *meta, const void *data, hy_err *err)
     if (m->created_ns == 0) m->created_ns = hy_wall_ns();
     if (m->last_access_ns == 0) m->last_access_ns = m->created_ns;
     e->rec.nchunks = nv_chunk_count(m->bytes);
-    nv_checksum_payload(data, m->bytes, e->rec.sums);
+    /* The checksums of a large payload are computed on a second thread while
+     * the write is in flight (they are only needed by the catalog record). */
+    sum_job job = {data, m->bytes, e->rec.sums};
+    pthread_t sum_thread;
+    const bool overlap =
+        m->bytes >= 4ull * HY_NVME_CHUNK && pthread_create(&sum_thread, NULL, sum_main, &job) == 0;
+    if (!overlap) sum_main(&job);
 
     int fd = -1;
     pthread_mutex_lock(&n->mu);
     rc = space_alloc(n, stored, &e->rec.loc, &fd, err);
     pthread_mutex_unlock(&n->mu);
     if (rc) {
+        if (overlap) pthread_join(sum_thread, NULL);
         nv_entry_free(e);
         hy_err_prefix(err, "nvme put of key %s", k);
         return rc;
@@ -281,6 +301,7 @@ int hy_nvme_put(hy_nvme *n, const hy_meta *meta, const void *data, hy_err *err)
     if (rc == HY_OK && fdatasync(fd) != 0)
         rc = hy_err_set(err, HY_EIO, "fdatasync: %s", strerror(errno));
     if (rc) hy_err_prefix(err, "nvme put of key %s: %s", k, path);
+    if (overlap) pthread_join(sum_thread, NULL);
 
     pthread_mutex_lock(&n->mu);
     if (rc == HY_OK) rc = catalog_put(n, &e->rec, true, err);
