@@ -344,6 +344,18 @@ static int load_nvme_entry(void *ctx, const hy_meta *m)
     return 0;
 }
 
+void hy_store_config_default(hy_store_config *cfg, size_t host_bytes, const char *nvme_dir)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->host_bytes = host_bytes;
+    cfg->host_policy = (hy_policy_config){.evict = HY_EVICT_GDSF, .admit = HY_ADMIT_TINYLFU};
+    cfg->nvme_dir = nvme_dir;
+    cfg->nvme_policy = (hy_policy_config){.evict = HY_EVICT_GDSF, .admit = HY_ADMIT_ALWAYS};
+    cfg->high_watermark = 0.9;
+    cfg->low_watermark = 0.75;
+    cfg->move_queue = 64;
+}
+
 int hy_store_open(const hy_store_config *cfg, hy_store **out, hy_err *err)
 {
     *out = NULL;

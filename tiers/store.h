@@ -77,6 +77,13 @@ typedef struct hy_store_stats {
     hy_nvme_stats nvme; /* zeros without an NVMe tier */
 } hy_store_stats;
 
+/* The recommended configuration for a host tier of host_bytes and, when
+ * nvme_dir is not NULL, an NVMe tier there: policies chosen from
+ * `hypic-bench policies` (docs/policies.md) — gdsf eviction with tinylfu
+ * admission in the host tier, gdsf with admit-always in NVMe — write-back,
+ * watermarks 0.9 / 0.75, a move queue of 64. */
+void hy_store_config_default(hy_store_config *cfg, size_t host_bytes, const char *nvme_dir);
+
 int hy_store_open(const hy_store_config *cfg, hy_store **out, hy_err *err);
 void hy_store_close(hy_store *s); /* every lease and reservation must be gone */
 

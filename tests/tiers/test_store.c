@@ -304,6 +304,28 @@ static void test_ttl_quota_invalidate_list(void)
     hy_store_close(s);
 }
 
+/* The recommended configuration opens and serves (gdsf + tinylfu on host). */
+static void test_default_config(void)
+{
+    char dir[160];
+    snprintf(dir, sizeof dir, "%s/nvme7", g_tmp);
+    hy_store_config c;
+    hy_store_config_default(&c, 8 * MB, dir);
+    CU_ASSERT_EQUAL(c.host_policy.evict, HY_EVICT_GDSF);
+    CU_ASSERT_EQUAL(c.host_policy.admit, HY_ADMIT_TINYLFU);
+    CU_ASSERT_EQUAL(c.nvme_policy.admit, HY_ADMIT_ALWAYS);
+    hy_store *s;
+    hy_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(hy_store_open(&c, &s, &e), 0);
+    for (uint64_t n = 0; n < 12; n++) {
+        hy_tier_id where;
+        CU_ASSERT_EQUAL(put(s, n, MB, "t", NULL, &where, &e), 0);
+        CU_ASSERT(where != HY_TIER_NONE); /* admitted somewhere: NVMe admits always */
+    }
+    for (uint64_t n = 0; n < 12; n++) CU_ASSERT_EQUAL(get_check(s, n, MB), 0);
+    hy_store_close(s);
+}
+
 /* A replace whose NVMe write fails leaves the old entry in place. */
 static void test_failed_replace_keeps_old(void)
 {
@@ -428,6 +450,7 @@ int main(void)
         {"corrupt_bytes_never_served", test_corrupt_never_served},
         {"ttl_quota_invalidation_listing", test_ttl_quota_invalidate_list},
         {"failed_replace_keeps_old_entry", test_failed_replace_keeps_old},
+        {"recommended_config_serves", test_default_config},
         {"background_mover_keeps_headroom", test_background_mover},
         {"threads_stress", test_threads_stress},
         {NULL, NULL},
