@@ -19,20 +19,15 @@
 #ifndef HY_ARENA_H
 #define HY_ARENA_H
 
+#include "tiers/extents.h"
 #include "tiers/hy_tiers.h"
 
 typedef struct hy_arena hy_arena;
 
 typedef struct hy_arena_stats {
-    size_t capacity;      /* bytes */
-    size_t used;          /* bytes in live blocks (rounded to pages) */
-    size_t free_bytes;    /* capacity − used */
-    size_t largest_free;  /* the largest block an allocation could get now */
-    size_t free_extents;  /* number of free extents */
-    size_t blocks;        /* live blocks */
-    double fragmentation; /* 1 − largest_free / free_bytes (0 when nothing is free) */
-    bool locked;          /* mlock succeeded */
-    bool huge_pages;      /* MADV_HUGEPAGE accepted */
+    HY_EXTENTS_STATS_FIELDS
+    bool locked;     /* mlock succeeded */
+    bool huge_pages; /* MADV_HUGEPAGE accepted */
 } hy_arena_stats;
 
 /* Creates an arena of `bytes` (rounded up to HY_PAGE). */

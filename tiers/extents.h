@@ -19,14 +19,19 @@
 
 typedef struct hy_extents hy_extents;
 
-typedef struct hy_extents_stats {
-    size_t capacity;      /* bytes */
-    size_t used;          /* bytes in live blocks (rounded to pages) */
-    size_t free_bytes;    /* capacity − used */
-    size_t largest_free;  /* the largest block an allocation could get now */
-    size_t free_extents;  /* number of free extents */
-    size_t blocks;        /* live blocks */
+/* The allocator's figures, shared by the stats of every tier built on it
+ * (hy_extents_stats, hy_arena_stats, hy_hbm_stats). */
+#define HY_EXTENTS_STATS_FIELDS                                                                    \
+    size_t capacity;      /* bytes */                                                              \
+    size_t used;          /* bytes in live blocks (rounded to pages) */                            \
+    size_t free_bytes;    /* capacity − used */                                                  \
+    size_t largest_free;  /* the largest block an allocation could get now */                      \
+    size_t free_extents;  /* number of free extents */                                             \
+    size_t blocks;        /* live blocks */                                                        \
     double fragmentation; /* 1 − largest_free / free_bytes (0 when nothing is free) */
+
+typedef struct hy_extents_stats {
+    HY_EXTENTS_STATS_FIELDS
 } hy_extents_stats;
 
 /* An allocator over [0, capacity): capacity > 0, a multiple of HY_PAGE, at

@@ -35,20 +35,16 @@
 #ifndef HY_HBM_H
 #define HY_HBM_H
 
+#include "tiers/extents.h"
 #include "tiers/hy_tiers.h"
 
 typedef struct hy_hbm hy_hbm;
 
 typedef struct hy_hbm_stats {
     int device;             /* the CUDA device index */
-    size_t capacity;        /* bytes of device memory owned by the tier */
-    size_t used;            /* bytes in live blocks (rounded to pages) */
-    size_t free_bytes;      /* capacity − used */
-    size_t largest_free;    /* the largest block an allocation could get now */
-    size_t free_extents;    /* number of free extents */
-    size_t blocks;          /* live blocks */
-    double fragmentation;   /* 1 − largest_free / free_bytes (0 when nothing is free) */
-    uint64_t writes, reads; /* completed host→device, device→host copies */
+    HY_EXTENTS_STATS_FIELDS /* capacity: bytes of device memory owned by the tier */
+        uint64_t writes,
+        reads;                          /* completed host→device, device→host copies */
     uint64_t bytes_written, bytes_read; /* their bytes */
     uint64_t write_ns, read_ns;         /* wall time spent in them: bytes / ns = GB/s */
     uint64_t pageable;                  /* copies whose host buffer was not pinned */
