@@ -19,9 +19,9 @@ int hy_err_set(hy_err *err, int code, const char *fmt, ...)
     return code;
 }
 
-int hy_err_prefix(hy_err *err, const char *fmt, ...)
+void hy_err_prefix(hy_err *err, const char *fmt, ...)
 {
-    if (!err) return HY_EINVAL;
+    if (!err) return;
     char head[256], old[sizeof err->msg];
     va_list ap;
     va_start(ap, fmt);
@@ -36,7 +36,6 @@ int hy_err_prefix(hy_err *err, const char *fmt, ...)
     size_t ol = strnlen(old, rest);
     memcpy(err->msg + h + 2, old, ol);
     err->msg[h + 2 + ol] = '\0';
-    return err->code;
 }
 
 const char *hy_strerror(int code)

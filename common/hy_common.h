@@ -36,8 +36,9 @@ typedef struct hy_err {
  * `return hy_err_set(err, HY_EINVAL, "...", ...)`. */
 int hy_err_set(hy_err *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-/* Prefixes err->msg with "context: " (e.g. a file name); returns err->code. */
-int hy_err_prefix(hy_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prefixes err->msg with "context: " (e.g. a file name); no-op when err is
+ * NULL. Callers return their own status code. */
+void hy_err_prefix(hy_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* A short name of a status code, e.g. "EFORMAT". */
 const char *hy_strerror(int code);
