@@ -6,14 +6,15 @@
  * nvme_io.c moves the bytes (docs/store-format.md: the on-disk side).
  *
  * The in-memory index (a hash table of entries, each with its decoded record)
- * is the live view; the catalog is its durable copy. One mutex guards the
- * index, the free space, the counters and every catalog write, so the order of
- * catalog writes is the order of index changes. Payload I/O, fdatasync and
- * checksumming run outside the mutex.
+ * is the live view; the catalog is its durable copy. One mutex (mu) guards
+ * the index, the free space and the counters; a second (cat_mu, taken before
+ * mu) orders the catalog writes of puts and removes, so the order of catalog
+ * writes is the order of index changes while gets and lookups never wait on a
+ * WAL fsync. Payload I/O, fdatasync and checksumming run outside both.
  *
- * A put allocates space (under the mutex), writes and syncs the payload (not
- * under it), then, under the mutex again, writes the record with a synced WAL
- * write and swaps the entry into the index. A get pins its entry (readers++)
+ * A put allocates space (under mu), writes and syncs the payload (under
+ * neither), writes the record with a synced WAL write (under cat_mu), then
+ * swaps the entry into the index (under both). A get pins its entry (readers++)
  * for the read, so a concurrent remove or replace cannot free the bytes under
  * it: a removed entry leaves the index at once but its space goes back to the
  * free runs when the last reader unpins it. Removing syncs the catalog delete
@@ -202,7 +203,7 @@ static int space_alloc(hy_nvme *n, uint64_t stored, nv_loc *loc, int *fd, hy_err
     return HY_OK;
 }
 
-/* --- catalog writes (under the mutex) ----------------------------------------------- */
+/* --- catalog writes (puts and removes: under cat_mu, outside mu) ----------------------- */
 
 static int catalog_put(hy_nvme *n, const nv_record *r, bool sync, hy_err *err)
 {
@@ -303,11 +304,13 @@ int hy_nvme_put(hy_nvme *n, const hy_meta *meta, const void *data, hy_err *err)
     if (rc) hy_err_prefix(err, "nvme put of key %s: %s", k, path);
     if (overlap) pthread_join(sum_thread, NULL);
 
-    pthread_mutex_lock(&n->mu);
+    pthread_mutex_lock(&n->cat_mu); /* the synced write runs outside mu */
     if (rc == HY_OK) rc = catalog_put(n, &e->rec, true, err);
+    pthread_mutex_lock(&n->mu);
     if (rc) {
         space_release(n, &e->rec.loc);
         pthread_mutex_unlock(&n->mu);
+        pthread_mutex_unlock(&n->cat_mu);
         nv_entry_free(e);
         return rc;
     }
@@ -320,6 +323,7 @@ int hy_nvme_put(hy_nvme *n, const hy_meta *meta, const void *data, hy_err *err)
     nv_index_insert(n, e);
     n->writes++;
     pthread_mutex_unlock(&n->mu);
+    pthread_mutex_unlock(&n->cat_mu);
     return HY_OK;
 }
 
@@ -335,9 +339,17 @@ static void drop_corrupt(hy_nvme *n, nv_entry *e, int64_t chunk, const char *pat
            k.s, (long long)chunk, path, (unsigned long long)e->rec.loc.off);
     if (!e->dead) {
         hy_err de = {0};
-        if (catalog_delete(n, &e->rec.meta.key, &de)) {
-            hy_log(HY_LOG_ERROR, "nvme: %s; its bytes are kept out of use", de.msg);
+        /* Only when no put or remove is writing the catalog (we hold mu, so
+         * try-lock); otherwise the record stays until the next open, where
+         * its checksums fail again, and its bytes stay out of use. */
+        if (pthread_mutex_trylock(&n->cat_mu) != 0) {
             e->keep_space = true;
+        } else {
+            if (catalog_delete(n, &e->rec.meta.key, &de)) {
+                hy_log(HY_LOG_ERROR, "nvme: %s; its bytes are kept out of use", de.msg);
+                e->keep_space = true;
+            }
+            pthread_mutex_unlock(&n->cat_mu);
         }
         index_remove(n, e);
         e->dead = true;
@@ -388,9 +400,15 @@ int hy_nvme_get(hy_nvme *n, const hy_key *key, void *dst, size_t cap, hy_meta *m
         m->hits++;
         m->last_access_ns = hy_wall_ns();
         e->dirty = true;
+        /* Hits are persisted lazily (an unsynced write), and only when no put
+         * or remove is writing the catalog: an older record must not land
+         * after a newer one. */
         if (!e->dead && m->last_access_ns - e->persisted_ns >= NV_HIT_PERSIST_NS &&
-            catalog_put(n, &e->rec, false, NULL) == HY_OK)
-            e->persisted_ns = m->last_access_ns, e->dirty = false;
+            pthread_mutex_trylock(&n->cat_mu) == 0) {
+            if (catalog_put(n, &e->rec, false, NULL) == HY_OK)
+                e->persisted_ns = m->last_access_ns, e->dirty = false;
+            pthread_mutex_unlock(&n->cat_mu);
+        }
         if (meta) *meta = *m;
         n->reads++;
     }
@@ -422,16 +440,23 @@ int hy_nvme_locate(hy_nvme *n, const hy_key *key, hy_nvme_loc *loc)
 int hy_nvme_remove(hy_nvme *n, const hy_key *key, hy_err *err)
 {
     if (!n || !key) return hy_err_set(err, HY_EINVAL, "hy_nvme_remove: NULL argument");
+    pthread_mutex_lock(&n->cat_mu); /* the synced delete runs outside mu */
     pthread_mutex_lock(&n->mu);
-    nv_entry *e = index_find(n, key);
-    int rc =
-        e ? catalog_delete(n, key, err)
-          : hy_err_set(err, HY_ENOTFOUND, "key %s is not in the nvme tier %s", hex(key).s, n->dir);
-    if (rc == HY_OK) {
-        index_remove(n, e);
-        entry_retire(n, e);
-    }
+    const bool found = index_find(n, key) != NULL;
     pthread_mutex_unlock(&n->mu);
+    int rc = found ? catalog_delete(n, key, err)
+                   : hy_err_set(err, HY_ENOTFOUND, "key %s is not in the nvme tier %s", hex(key).s,
+                                n->dir);
+    if (rc == HY_OK) {
+        pthread_mutex_lock(&n->mu);
+        nv_entry *e = index_find(n, key); /* a corrupt read may have dropped it meanwhile */
+        if (e) {
+            index_remove(n, e);
+            entry_retire(n, e);
+        }
+        pthread_mutex_unlock(&n->mu);
+    }
+    pthread_mutex_unlock(&n->cat_mu);
     return rc;
 }
 

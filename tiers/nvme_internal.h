@@ -153,6 +153,10 @@ struct hy_nvme {
     uint64_t extent_bytes;
     uint32_t max_extents;
 
+    /* Orders the synced catalog writes of puts and removes, which run outside
+     * mu so that gets and lookups never wait on a WAL fsync. Lock order:
+     * cat_mu before mu; code holding mu only ever try-locks cat_mu. */
+    pthread_mutex_t cat_mu;
     pthread_mutex_t mu; /* everything below */
     nv_extent *ext;     /* [ncap], indexed by extent id; never reallocated */
     uint32_t ncap, nextents;

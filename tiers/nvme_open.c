@@ -308,6 +308,7 @@ int hy_nvme_open(const char *dir, const hy_nvme_config *cfg, hy_nvme **out, hy_e
         return hy_err_set(err, HY_ENOMEM, "out of memory opening %s", dir);
     }
     pthread_mutex_init(&n->mu, NULL);
+    pthread_mutex_init(&n->cat_mu, NULL);
     n->lock_fd = -1;
     n->max_extents = c.max_extents;
     n->nbuckets = 64;
@@ -382,6 +383,7 @@ void hy_nvme_close(hy_nvme *n)
     free(n->ext);
     if (n->lock_fd >= 0) close(n->lock_fd); /* releases the flock */
     pthread_mutex_destroy(&n->mu);
+    pthread_mutex_destroy(&n->cat_mu);
     free(n->dir);
     free(n);
 }
