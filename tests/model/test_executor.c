@@ -40,22 +40,48 @@ static double state_diff(hy_state *a, hy_state *b, const hy_model_config *c)
     return worst;
 }
 
-static void split_equals_whole(const char *preset)
-{
-    char dir[128];
-    make_model(preset, 3, preset, dir, sizeof dir);
-    hy_err e = {0};
+/* A generated model with an executor, two states and two logits buffers. */
+typedef struct pair {
     hy_model *m;
-    CU_ASSERT_EQUAL_FATAL(hy_model_open(&m, dir, &e), 0);
-    const hy_model_config *c = hy_model_cfg(m);
     hy_exec *ex;
     hy_state *a, *b;
-    CU_ASSERT_EQUAL_FATAL(hy_exec_new(m, 0, &ex, &e), 0);
-    CU_ASSERT_EQUAL_FATAL(hy_state_new(m, &a, &e), 0);
-    CU_ASSERT_EQUAL_FATAL(hy_state_new(m, &b, &e), 0);
+    float *la, *lb;
+} pair;
+
+static const hy_model_config *open_pair(pair *p, const char *preset, uint64_t seed,
+                                        const char *name)
+{
+    char dir[128];
+    hy_err e = {0};
+    make_model(preset, seed, name, dir, sizeof dir);
+    CU_ASSERT_EQUAL_FATAL(hy_model_open(&p->m, dir, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_exec_new(p->m, 0, &p->ex, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_state_new(p->m, &p->a, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_state_new(p->m, &p->b, &e), 0);
+    const hy_model_config *c = hy_model_cfg(p->m);
+    p->la = malloc((size_t)c->vocab * 4);
+    p->lb = malloc((size_t)c->vocab * 4);
+    return c;
+}
+
+static void close_pair(pair *p)
+{
+    free(p->la), free(p->lb);
+    hy_state_free(p->a), hy_state_free(p->b);
+    hy_exec_free(p->ex);
+    hy_model_close(p->m);
+}
+
+static void split_equals_whole(const char *preset)
+{
+    pair p;
+    const hy_model_config *c = open_pair(&p, preset, 3, preset);
+    hy_exec *ex = p.ex;
+    hy_state *a = p.a, *b = p.b;
+    float *la = p.la, *lb = p.lb;
+    hy_err e = {0};
     const int n = 200;
     int32_t *tok = random_tokens(n, c->vocab, 11);
-    float *la = malloc((size_t)c->vocab * 4), *lb = malloc((size_t)c->vocab * 4);
     CU_ASSERT_EQUAL_FATAL(hy_exec_prefill(ex, a, tok, n, la, &e), 0);
     const int cuts[] = {0, 1, 64, 65, 66, 135, 200};
     for (int i = 0; i + 1 < 7; i++) {
@@ -70,10 +96,8 @@ static void split_equals_whole(const char *preset)
     CU_ASSERT(se <= 1e-5);
     CU_ASSERT_EQUAL(hy_state_pos(a), n);
     CU_ASSERT_EQUAL(hy_state_pos(b), n);
-    free(tok), free(la), free(lb);
-    hy_state_free(a), hy_state_free(b);
-    hy_exec_free(ex);
-    hy_model_close(m);
+    free(tok);
+    close_pair(&p);
 }
 
 static void test_split_tiny(void)
@@ -88,19 +112,13 @@ static void test_split_moe(void)
 
 static void test_copy_continues_identically(void)
 {
-    char dir[128];
-    make_model("tiny", 4, "copy", dir, sizeof dir);
+    pair p;
+    const hy_model_config *c = open_pair(&p, "tiny", 4, "copy");
+    hy_exec *ex = p.ex;
+    hy_state *a = p.a, *b = p.b;
+    float *la = p.la, *lb = p.lb;
     hy_err e = {0};
-    hy_model *m;
-    CU_ASSERT_EQUAL_FATAL(hy_model_open(&m, dir, &e), 0);
-    const hy_model_config *c = hy_model_cfg(m);
-    hy_exec *ex;
-    hy_state *a, *b;
-    CU_ASSERT_EQUAL_FATAL(hy_exec_new(m, 0, &ex, &e), 0);
-    CU_ASSERT_EQUAL_FATAL(hy_state_new(m, &a, &e), 0);
-    CU_ASSERT_EQUAL_FATAL(hy_state_new(m, &b, &e), 0);
     int32_t *tok = random_tokens(400, c->vocab, 5);
-    float *la = malloc((size_t)c->vocab * 4), *lb = malloc((size_t)c->vocab * 4);
     CU_ASSERT_EQUAL_FATAL(hy_exec_prefill(ex, a, tok, 300, NULL, &e), 0);
     CU_ASSERT_EQUAL_FATAL(hy_state_copy(b, a, &e), 0);
     CU_ASSERT_EQUAL(hy_state_pos(b), 300);
@@ -113,10 +131,8 @@ static void test_copy_continues_identically(void)
     CU_ASSERT_EQUAL_FATAL(hy_exec_prefill(ex, b, tok, 300, NULL, &e), 0);
     CU_ASSERT_EQUAL_FATAL(hy_exec_prefill(ex, b, tok + 300, 100, lb, &e), 0);
     CU_ASSERT(memcmp(la, lb, (size_t)c->vocab * 4) == 0);
-    free(tok), free(la), free(lb);
-    hy_state_free(a), hy_state_free(b);
-    hy_exec_free(ex);
-    hy_model_close(m);
+    free(tok);
+    close_pair(&p);
 }
 
 static void test_bad_input_leaves_state(void)
