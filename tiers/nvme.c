@@ -60,7 +60,7 @@ static nv_entry **slot_of(hy_nvme *n, const hy_key *k)
     return p;
 }
 
-static nv_entry *index_find(hy_nvme *n, const hy_key *k)
+nv_entry *nv_index_find(hy_nvme *n, const hy_key *k)
 {
     return *slot_of(n, k);
 }
@@ -90,7 +90,7 @@ void nv_index_insert(hy_nvme *n, nv_entry *e)
     n->live_bytes += e->rec.meta.bytes;
 }
 
-static void index_remove(hy_nvme *n, nv_entry *e)
+void nv_index_remove(hy_nvme *n, nv_entry *e)
 {
     nv_entry **p = slot_of(n, &e->rec.meta.key);
     assert(*p == e);
@@ -136,6 +136,20 @@ static int fsync_dir(const char *path)
     return rc;
 }
 
+int nv_extent_init(hy_nvme *n, nv_extent *x)
+{
+    if (nv_space_init(&x->space, n->extent_bytes)) return HY_ENOMEM;
+    x->slots = calloc(n->jslots, sizeof *x->slots);
+    if (!x->slots || nv_space_take(&x->space, 0, (uint64_t)n->jslots * HY_PAGE)) {
+        free(x->slots);
+        x->slots = NULL;
+        nv_space_release(&x->space);
+        return HY_ENOMEM;
+    }
+    x->jcur = 0;
+    return HY_OK;
+}
+
 /* Creates the lowest free extent id, preallocated and synced (file and
  * directory) before any record can name it. Under the mutex. */
 static int extent_create(hy_nvme *n, uint32_t *out, hy_err *err)
@@ -148,6 +162,17 @@ static int extent_create(hy_nvme *n, uint32_t *out, hy_err *err)
     int fd = open(path, O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0644);
     if (fd < 0) return hy_err_set(err, HY_EIO, "creating %s (O_DIRECT): %s", path, strerror(errno));
     int rc = fallocate(fd, 0, 0, (off_t)n->extent_bytes);
+    /* The journal's slots are written once now (zeros: no block), so that a
+     * put's slot write overwrites written blocks and its fdatasync need not
+     * also commit the filesystem's conversion of unwritten extents. */
+    const uint64_t jb = (uint64_t)n->jslots * HY_PAGE;
+    void *zeros = rc == 0 ? aligned_alloc(HY_PAGE, jb) : NULL;
+    if (zeros) { /* plain pwrite: extent creation is rare */
+        memset(zeros, 0, jb);
+        if (pwrite(fd, zeros, jb, 0) != (ssize_t)jb)
+            hy_log(HY_LOG_WARN, "nvme: zeroing the journal of %s: %s", path, strerror(errno));
+        free(zeros);
+    }
     if (rc == 0) rc = fsync(fd);
     snprintf(dir, sizeof dir, "%s/extents", n->dir);
     if (rc == 0) rc = fsync_dir(dir);
@@ -159,7 +184,7 @@ static int extent_create(hy_nvme *n, uint32_t *out, hy_err *err)
                           (unsigned long long)n->extent_bytes, path, strerror(e));
     }
     nv_extent *x = &n->ext[id];
-    if (nv_space_init(&x->space, n->extent_bytes)) {
+    if (nv_extent_init(n, x)) {
         close(fd);
         unlink(path);
         return hy_err_set(err, HY_ENOMEM, "out of memory for the free space of %s", path);
@@ -203,8 +228,9 @@ static int space_alloc(hy_nvme *n, uint64_t stored, nv_loc *loc, int *fd, hy_err
     return HY_OK;
 }
 
-/* --- catalog writes (puts and removes: under cat_mu, outside mu) ----------------------- */
+/* --- catalog writes ------------------------------------------------------------------ */
 
+/* The lazy rewrite of a record (hit counts): unsynced, no floor. */
 static int catalog_put(hy_nvme *n, const nv_record *r, bool sync, hy_err *err)
 {
     uint8_t *v;
@@ -223,6 +249,34 @@ static int catalog_put(hy_nvme *n, const nv_record *r, bool sync, hy_err *err)
     return rc;
 }
 
+/* A put's record (r) or a removal of key (r NULL), with the floor, in one
+ * batch; synced or left to the OS (nvme_journal.c). Under cat_mu. */
+static int catalog_change(hy_nvme *n, const hy_key *key, const nv_record *r, uint64_t floor,
+                          bool sync, hy_err *err)
+{
+    uint8_t *v = NULL;
+    size_t len = 0;
+    if (r && nv_record_encode(r, &v, &len))
+        return hy_err_set(err, HY_ENOMEM, "out of memory encoding the record of key %s",
+                          hex(key).s);
+    rocksdb_writebatch_t *b = rocksdb_writebatch_create();
+    if (r)
+        rocksdb_writebatch_put(b, (const char *)key->b, HY_KEY_BYTES, (const char *)v, len);
+    else
+        rocksdb_writebatch_delete(b, (const char *)key->b, HY_KEY_BYTES);
+    nv_journal_batch_floor(b, floor);
+    char *e = NULL;
+    rocksdb_write(n->db, sync ? n->wsync : n->wlazy, b, &e);
+    rocksdb_writebatch_destroy(b);
+    free(v);
+    if (!e) return HY_OK;
+    int rc = hy_err_set(err, HY_EIO, "%s the catalog record of key %s in %s/catalog: %s",
+                        r ? "writing" : "deleting", hex(key).s, n->dir, e);
+    rocksdb_free(e);
+    return rc;
+}
+
+/* A synced delete outside the journal (a corrupt entry found by a get). */
 static int catalog_delete(hy_nvme *n, const hy_key *k, hy_err *err)
 {
     char *e = NULL;
@@ -286,9 +340,15 @@ int hy_nvme_put(hy_nvme *n, const hy_meta *meta, const void *data, hy_err *err)
         m->bytes >= 4ull * HY_NVME_CHUNK && pthread_create(&sum_thread, NULL, sum_main, &job) == 0;
     if (!overlap) sum_main(&job);
 
+    /* A record too large for a journal slot gets a number but no slot, and a
+     * synced catalog write. */
+    const bool journal = nv_journal_fits(&e->rec);
     int fd = -1;
+    nv_op op;
     pthread_mutex_lock(&n->mu);
     rc = space_alloc(n, stored, &e->rec.loc, &fd, err);
+    if (rc == HY_OK && (rc = nv_journal_begin(n, e->rec.loc.extent, journal, &op, err)))
+        space_release(n, &e->rec.loc);
     pthread_mutex_unlock(&n->mu);
     if (rc) {
         if (overlap) pthread_join(sum_thread, NULL);
@@ -296,18 +356,45 @@ int hy_nvme_put(hy_nvme *n, const hy_meta *meta, const void *data, hy_err *err)
         hy_err_prefix(err, "nvme put of key %s", k);
         return rc;
     }
+    e->rec.seq = op.seq;
     char path[4096];
     nv_extent_path(n, e->rec.loc.extent, path, sizeof path);
-    rc = nv_io_transfer(n->io, NV_WRITE, fd, (void *)data, e->rec.loc.off, stored, err);
+    /* The payload and the journal block go in one transfer when the
+     * checksums the block carries are ready; a large payload's are computed
+     * during its write, and its block follows. Either way a block may reach
+     * the device before its payload does: replay verifies the payload (a put
+     * cut short between the two is not replayed). */
+    const nv_seg pay = {(void *)data, e->rec.loc.off, stored};
+    if (op.has_slot && !overlap) {
+        rc = nv_journal_write(n, &op, NV_JPUT, &m->key, &e->rec, &pay, err);
+    } else {
+        rc = nv_io_transfer(n->io, NV_WRITE, fd, (void *)data, e->rec.loc.off, stored, err);
+        if (overlap) pthread_join(sum_thread, NULL);
+        if (rc == HY_OK && op.has_slot)
+            rc = nv_journal_write(n, &op, NV_JPUT, &m->key, &e->rec, NULL, err);
+    }
     if (rc == HY_OK && fdatasync(fd) != 0)
         rc = hy_err_set(err, HY_EIO, "fdatasync: %s", strerror(errno));
     if (rc) hy_err_prefix(err, "nvme put of key %s: %s", k, path);
-    if (overlap) pthread_join(sum_thread, NULL);
 
-    pthread_mutex_lock(&n->cat_mu); /* the synced write runs outside mu */
-    if (rc == HY_OK) rc = catalog_put(n, &e->rec, true, err);
+    pthread_mutex_lock(&n->cat_mu); /* the catalog write runs outside mu */
     pthread_mutex_lock(&n->mu);
-    if (rc) {
+    /* A put or removal of this key numbered above ours got there first: ours
+     * is superseded, as a replay would have it. */
+    nv_entry *cur = nv_index_find(n, &m->key);
+    const bool superseded = rc == HY_OK && ((cur && cur->rec.seq > op.seq) ||
+                                            nv_journal_tombed_after(n, &m->key, op.seq));
+    const uint64_t floor = nv_journal_floor(n);
+    pthread_mutex_unlock(&n->mu);
+    bool synced = false;
+    if (rc == HY_OK && !superseded) {
+        synced = nv_journal_want_sync(n, &op);
+        rc = catalog_change(n, &m->key, &e->rec, floor, synced, err);
+    }
+    if (rc) nv_journal_wipe(n, &op);
+    pthread_mutex_lock(&n->mu);
+    nv_journal_end(n, &op, synced && rc == HY_OK, floor);
+    if (rc || superseded) {
         space_release(n, &e->rec.loc);
         pthread_mutex_unlock(&n->mu);
         pthread_mutex_unlock(&n->cat_mu);
@@ -315,9 +402,9 @@ int hy_nvme_put(hy_nvme *n, const hy_meta *meta, const void *data, hy_err *err)
         return rc;
     }
     e->persisted_ns = hy_wall_ns();
-    nv_entry *old = index_find(n, &m->key);
+    nv_entry *old = nv_index_find(n, &m->key);
     if (old) {
-        index_remove(n, old);
+        nv_index_remove(n, old);
         entry_retire(n, old);
     }
     nv_index_insert(n, e);
@@ -351,7 +438,7 @@ static void drop_corrupt(hy_nvme *n, nv_entry *e, int64_t chunk, const char *pat
             }
             pthread_mutex_unlock(&n->cat_mu);
         }
-        index_remove(n, e);
+        nv_index_remove(n, e);
         e->dead = true;
     }
 }
@@ -364,7 +451,7 @@ int hy_nvme_get(hy_nvme *n, const hy_key *key, void *dst, size_t cap, hy_meta *m
         return hy_err_set(err, HY_EINVAL, "nvme get of key %s: dst is not %u-byte aligned", k.s,
                           HY_PAGE);
     pthread_mutex_lock(&n->mu);
-    nv_entry *e = index_find(n, key);
+    nv_entry *e = nv_index_find(n, key);
     if (!e) {
         pthread_mutex_unlock(&n->mu);
         return hy_err_set(err, HY_ENOTFOUND, "key %s is not in the nvme tier %s", k.s, n->dir);
@@ -421,7 +508,7 @@ int hy_nvme_lookup(hy_nvme *n, const hy_key *key, hy_meta *meta)
 {
     if (!n || !key) return HY_EINVAL;
     pthread_mutex_lock(&n->mu);
-    nv_entry *e = index_find(n, key);
+    nv_entry *e = nv_index_find(n, key);
     if (e && meta) *meta = e->rec.meta;
     pthread_mutex_unlock(&n->mu);
     return e ? HY_OK : HY_ENOTFOUND;
@@ -431,7 +518,7 @@ int hy_nvme_locate(hy_nvme *n, const hy_key *key, hy_nvme_loc *loc)
 {
     if (!n || !key || !loc) return HY_EINVAL;
     pthread_mutex_lock(&n->mu);
-    nv_entry *e = index_find(n, key);
+    nv_entry *e = nv_index_find(n, key);
     if (e) *loc = (hy_nvme_loc){e->rec.loc.extent, e->rec.loc.off, e->rec.loc.stored};
     pthread_mutex_unlock(&n->mu);
     return e ? HY_OK : HY_ENOTFOUND;
@@ -440,22 +527,45 @@ int hy_nvme_locate(hy_nvme *n, const hy_key *key, hy_nvme_loc *loc)
 int hy_nvme_remove(hy_nvme *n, const hy_key *key, hy_err *err)
 {
     if (!n || !key) return hy_err_set(err, HY_EINVAL, "hy_nvme_remove: NULL argument");
-    pthread_mutex_lock(&n->cat_mu); /* the synced delete runs outside mu */
     pthread_mutex_lock(&n->mu);
-    const bool found = index_find(n, key) != NULL;
+    nv_entry *e = nv_index_find(n, key);
+    nv_op op;
+    int rc = e ? nv_journal_begin(n, e->rec.loc.extent, true, &op, err)
+               : hy_err_set(err, HY_ENOTFOUND, "key %s is not in the nvme tier %s", hex(key).s,
+                            n->dir);
+    pthread_mutex_unlock(&n->mu); /* e may be gone from here on: only op is ours */
+    if (rc) return rc;
+    /* The tombstone is durable before the catalog delete and before the
+     * entry's bytes can be reused. */
+    const int fd = n->ext[op.extent].fd;
+    rc = nv_journal_write(n, &op, NV_JTOMB, key, NULL, NULL, err);
+    if (rc == HY_OK && fdatasync(fd) != 0)
+        rc = hy_err_set(err, HY_EIO, "fdatasync: %s", strerror(errno));
+    if (rc) hy_err_prefix(err, "nvme remove of key %s", hex(key).s);
+
+    pthread_mutex_lock(&n->cat_mu);
+    pthread_mutex_lock(&n->mu);
+    nv_entry *cur = nv_index_find(n, key); /* a newer put may have landed meanwhile */
+    const bool take = cur && cur->rec.seq < op.seq;
+    const uint64_t floor = nv_journal_floor(n);
     pthread_mutex_unlock(&n->mu);
-    int rc = found ? catalog_delete(n, key, err)
-                   : hy_err_set(err, HY_ENOTFOUND, "key %s is not in the nvme tier %s", hex(key).s,
-                                n->dir);
-    if (rc == HY_OK) {
-        pthread_mutex_lock(&n->mu);
-        nv_entry *e = index_find(n, key); /* a corrupt read may have dropped it meanwhile */
-        if (e) {
-            index_remove(n, e);
-            entry_retire(n, e);
-        }
-        pthread_mutex_unlock(&n->mu);
+    bool synced = false;
+    if (rc == HY_OK && take) {
+        synced = nv_journal_want_sync(n, &op);
+        rc = catalog_change(n, key, NULL, floor, synced, err);
     }
+    if (rc) nv_journal_wipe(n, &op);
+    pthread_mutex_lock(&n->mu);
+    nv_journal_end(n, &op, synced && rc == HY_OK, floor);
+    if (rc == HY_OK) {
+        nv_journal_tomb(n, key, op.seq);
+        cur = nv_index_find(n, key);
+        if (cur && cur->rec.seq < op.seq) {
+            nv_index_remove(n, cur);
+            entry_retire(n, cur);
+        }
+    }
+    pthread_mutex_unlock(&n->mu);
     pthread_mutex_unlock(&n->cat_mu);
     return rc;
 }
@@ -500,6 +610,9 @@ void hy_nvme_stats_get(hy_nvme *n, hy_nvme_stats *st)
         .writes = n->writes,
         .checksum_failures = n->checksum_failures,
         .dropped_on_open = n->dropped_on_open,
+        .journal_replayed = n->journal_replayed,
+        .journal_rejected = n->journal_rejected,
+        .journal_syncs = n->journal_syncs,
     };
     pthread_mutex_unlock(&n->mu);
     st->space_amplification =

@@ -11,15 +11,21 @@
  * hy_meta (model, tenant, tags, tokens, flops, created, last access, hits,
  * expiry). Format in docs/store-format.md.
  *
- * Durability: put writes the payload, fdatasyncs the extent, then writes the
- * catalog record with a synced WAL write: the catalog never points at bytes
- * that were not written, and an entry is visible only once its record is.
- * On open the catalog is scanned and the extents' free space rebuilt from the
- * live records; a record whose extent is missing or too short is dropped and
- * logged. Every read verifies the chunk checksums; a mismatch drops the entry
- * (record deleted, space freed), logs it, and returns HY_EFORMAT — never the
- * bytes. Free space inside extents is reused (first fit, coalescing); space
- * amplification = extent bytes allocated / live payload bytes.
+ * Durability (nvme_journal.c): each extent file begins with a ring of
+ * journal slots. A put writes its payload and its record (into the next slot
+ * of the same file), fdatasyncs the extent once, then writes the catalog
+ * record with an unsynced WAL write (every 64th is synced). A removal writes
+ * a tombstone into a slot and fdatasyncs it before its catalog delete and
+ * before its bytes can be reused. Slots are overwritten only once the
+ * catalog holds their effect durably. On open, the catalog is scanned, the
+ * journals are read and every operation above the catalog's floor is
+ * replayed (newest per key wins; a replayed put's payload is verified first),
+ * and the extents' free space is rebuilt from the live records; a record
+ * whose extent is missing or too short is dropped and logged. Every read
+ * verifies the chunk checksums; a mismatch drops the entry (record deleted,
+ * space freed), logs it, and returns HY_EFORMAT — never the bytes. Free space
+ * inside extents is reused (first fit, coalescing); space amplification =
+ * extent bytes allocated / live payload bytes.
  *
  * Thread safety: every call may come from any thread; the tier serialises
  * catalog updates and allocation internally and keeps one io_uring per
@@ -48,6 +54,9 @@ typedef struct hy_nvme_stats {
     uint64_t entries, live_bytes, allocated_bytes, extent_bytes_total;
     double space_amplification; /* extent_bytes_total / live (1 when empty) */
     uint64_t reads, writes, checksum_failures, dropped_on_open;
+    /* The journal (one flush per put): operations replayed on open, puts
+     * found cut short there (not replayed), synced catalog writes. */
+    uint64_t journal_replayed, journal_rejected, journal_syncs;
 } hy_nvme_stats;
 
 typedef struct hy_nvme hy_nvme;

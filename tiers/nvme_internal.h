@@ -24,11 +24,24 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#define NV_RECORD_VERSION 1u
-#define NV_FORMAT_VERSION 1u
+#define NV_RECORD_VERSION 2u
+#define NV_FORMAT_VERSION 2u
 #define NV_FORMAT_KEY     "hypic-nvme-format" /* never 32 bytes: entry keys are */
-#define NV_FORMAT_BYTES   32u
+#define NV_FORMAT_BYTES   36u
+#define NV_FLOOR_KEY      "hypic-nvme-floor" /* the catalog's replay floor (journal) */
+#define NV_FLOOR_BYTES    16u
 #define NV_IO_PIECE       (2u << 20) /* bytes per io_uring request */
+#define NV_JOURNAL_MAGIC  "HYNJ"
+#define NV_JOURNAL_VER    1u
+#define NV_SYNC_EVERY     64u /* catalog writes between two synced ones (replay bound) */
+
+/* Journal slots at the head of each extent (one HY_PAGE each): enough that a
+ * ring wraps rarely between two synced catalog writes, at most 1 MiB. */
+static inline uint32_t nv_journal_slots_for(uint64_t extent_bytes)
+{
+    uint64_t j = extent_bytes / (64u * HY_PAGE);
+    return (uint32_t)(j < 16 ? 16 : j > 256 ? 256 : j);
+}
 
 /* Bytes a payload of `bytes` takes in an extent: rounded up to HY_PAGE. */
 static inline uint64_t nv_stored_bytes(uint64_t bytes)
@@ -54,6 +67,7 @@ typedef struct nv_loc {
 /* One catalog entry, decoded. meta.key is the catalog key. */
 typedef struct nv_record {
     hy_meta meta;
+    uint64_t seq; /* the put's operation number (journal.c): newest wins on replay */
     nv_loc loc;
     uint32_t nchunks; /* nv_chunk_count(meta.bytes) */
     uint64_t *sums;   /* [nchunks] XXH3-64 of each chunk; malloc'd, owned */
@@ -72,10 +86,37 @@ int nv_record_encode(const nv_record *r, uint8_t **out, size_t *len);
  * extents (nvme.c does that). */
 int nv_record_decode(const hy_key *key, const void *val, size_t len, nv_record *r, hy_err *err);
 
-/* The store's format record (key NV_FORMAT_KEY): fixes extent_bytes for the
- * life of the directory. */
-void nv_format_encode(uint64_t extent_bytes, uint8_t out[NV_FORMAT_BYTES]);
-int nv_format_decode(const void *val, size_t len, uint64_t *extent_bytes, hy_err *err);
+/* The store's format record (key NV_FORMAT_KEY): fixes extent_bytes and the
+ * journal slots per extent for the life of the directory. */
+void nv_format_encode(uint64_t extent_bytes, uint32_t jslots, uint8_t out[NV_FORMAT_BYTES]);
+int nv_format_decode(const void *val, size_t len, uint64_t *extent_bytes, uint32_t *jslots,
+                     hy_err *err);
+
+/* The floor record (key NV_FLOOR_KEY): every operation numbered <= floor is
+ * reflected in the catalog (journal.c). */
+void nv_floor_encode(uint64_t floor, uint8_t out[NV_FLOOR_BYTES]);
+int nv_floor_decode(const void *val, size_t len, uint64_t *floor, hy_err *err);
+
+/* One journal slot (HY_PAGE bytes at slot × HY_PAGE of an extent): a put's
+ * record or a removal's tombstone, with the operation's number. */
+enum { NV_JPUT = 1, NV_JTOMB = 2 };
+typedef struct nv_jrec {
+    int kind; /* NV_JPUT or NV_JTOMB */
+    uint64_t seq;
+    hy_key key;
+    nv_record rec; /* NV_JPUT: decoded (rec.sums malloc'd); else zeros */
+} nv_jrec;
+/* Fills block (HY_PAGE bytes); r is NULL for a tombstone. HY_ERANGE when the
+ * record does not fit in a slot (huge payloads: many chunk checksums),
+ * HY_ENOMEM. */
+int nv_journal_encode(int kind, uint64_t seq, const hy_key *key, const nv_record *r,
+                      uint8_t *block);
+/* Whether r's journal block fits in one slot. */
+bool nv_journal_fits(const nv_record *r);
+/* HY_ENOTFOUND for a slot that holds no valid block (never written, zeroed,
+ * torn or foreign bytes); HY_EFORMAT when the block is intact but its record
+ * is not (message says why); HY_ENOMEM. */
+int nv_journal_decode(const uint8_t *block, nv_jrec *out, hy_err *err);
 
 /* --- free space of one extent (nvme_space.c) ---------------------------- */
 
@@ -121,6 +162,13 @@ void nv_io_free(nv_io *io);
  * flight. Returns only once no request is in flight. HY_EIO with "read at
  * offset X: <reason>" (the caller names the file). */
 int nv_io_transfer(nv_io *io, int dir, int fd, void *buf, uint64_t off, uint64_t len, hy_err *err);
+/* Several ranges of one file in one transfer (their requests in flight
+ * together, in no particular order of completion): each as nv_io_transfer's. */
+typedef struct nv_seg {
+    void *buf;
+    uint64_t off, len;
+} nv_seg;
+int nv_io_transferv(nv_io *io, int dir, int fd, const nv_seg *segs, uint32_t nsegs, hy_err *err);
 /* The next `count` completions of direction dir report -EIO. */
 void nv_io_inject(nv_io *io, int dir, int count);
 
@@ -136,12 +184,40 @@ typedef struct nv_entry {
     struct nv_entry *next; /* hash chain */
 } nv_entry;
 
+/* A journal slot's state in memory: the number of the operation whose block
+ * it holds (0: none) and whether that operation is still in flight. A slot
+ * may be overwritten only when its operation is done and numbered at or
+ * below the durable floor: its effect is then safely in the catalog. */
+typedef struct nv_jslot {
+    uint64_t seq;
+    bool pending;
+} nv_jslot;
+
 typedef struct nv_extent {
     bool present;
     int fd;              /* O_RDWR | O_DIRECT */
     uint64_t file_bytes; /* size found on open */
     nv_space space;
+    nv_jslot *slots; /* [jslots] */
+    uint32_t jcur;   /* the next slot to write, in ring order */
 } nv_extent;
+
+/* One put or remove in flight, on its caller's stack: numbered, holding a
+ * journal slot (or none when its record is too large for one), linked in
+ * the tier's in-flight list (ascending numbers) until its catalog write. */
+typedef struct nv_op {
+    uint64_t seq;
+    uint32_t extent, slot;
+    bool has_slot;
+    struct nv_op *prev, *next;
+} nv_op;
+
+/* A removal not yet covered by the durable floor: a put numbered below it
+ * that lands later is superseded (journal.c). */
+typedef struct nv_tomb {
+    hy_key key;
+    uint64_t seq;
+} nv_tomb;
 
 struct hy_nvme {
     char *dir;
@@ -164,13 +240,70 @@ struct hy_nvme {
     size_t nbuckets, nentries;
     uint64_t live_bytes, used_bytes;
     uint64_t reads, writes, checksum_failures, dropped_on_open;
+
+    /* The journal (journal.c); all under mu except where said. */
+    uint32_t jslots;              /* slots per extent */
+    pthread_cond_t jcv;           /* an operation finished: a pending slot freed */
+    uint64_t seq_next;            /* the next operation number */
+    uint64_t floor_durable;       /* the floor carried by the last synced catalog write */
+    nv_op *inflight, *inflight_tail;
+    nv_tomb *tombs;
+    size_t ntombs, ctombs;
+    uint32_t unsynced; /* catalog writes since the last synced one (under cat_mu) */
+    uint64_t journal_replayed, journal_rejected, journal_syncs;
 };
 
+/* --- the journal (nvme_journal.c) ---------------------------------------- */
+
+/* Numbers an operation on extent `extent` and takes that extent's next
+ * journal slot (want_slot false: a number only). Called with mu held; may
+ * drop and retake it (to wait for a pending slot, or to sync the catalog
+ * under cat_mu so that the slot's old block may go) — so the caller must
+ * not hold cat_mu and must revalidate what it read under mu before. */
+int nv_journal_begin(hy_nvme *n, uint32_t extent, bool want_slot, nv_op *op, hy_err *err);
+/* Writes op's journal block (put: r; tombstone: r NULL) into its slot,
+ * together with `with` (NULL: nothing; a put: its payload) in one transfer.
+ * No lock held. The caller fdatasyncs the extent afterwards. */
+int nv_journal_write(hy_nvme *n, const nv_op *op, int kind, const hy_key *key,
+                     const nv_record *r, const nv_seg *with, hy_err *err);
+/* Best effort after a failed operation: zeroes op's slot so that a replay
+ * never revives it. No lock held. */
+void nv_journal_wipe(hy_nvme *n, const nv_op *op);
+/* The floor to write with a catalog change now: one below the oldest
+ * operation in flight (op itself included). Under mu. */
+uint64_t nv_journal_floor(const hy_nvme *n);
+/* Whether this catalog write should be synced (every NV_SYNC_EVERY, or when
+ * op has no slot); counts it. Under cat_mu. */
+bool nv_journal_want_sync(hy_nvme *n, const nv_op *op);
+/* op's catalog write is done (synced: it carried `floor`): op leaves the
+ * in-flight list and its slot is no longer pending. Under mu (and cat_mu). */
+void nv_journal_end(hy_nvme *n, nv_op *op, bool synced, uint64_t floor);
+/* A removal numbered seq of key is done: remembered until the floor passes. */
+void nv_journal_tomb(hy_nvme *n, const hy_key *key, uint64_t seq);
+/* Whether a removal numbered above seq of key is remembered. Under mu. */
+bool nv_journal_tombed_after(const hy_nvme *n, const hy_key *key, uint64_t seq);
+/* A synced catalog write of the floor alone. Under cat_mu, not mu. */
+int nv_journal_sync(hy_nvme *n, hy_err *err);
+/* Adds the floor record to a catalog batch. */
+void nv_journal_batch_floor(rocksdb_writebatch_t *b, uint64_t floor);
+/* Recovery: reads every extent's journal and replays the operations above
+ * the catalog's floor onto the loaded index (newest number wins per key; a
+ * replayed put's payload is read and verified first, and an older state is
+ * kept when it fails), then writes the result and a new floor in one synced
+ * batch. Sets seq_next, floor_durable and the rings' cursors. On open only. */
+int nv_journal_recover(hy_nvme *n, uint64_t floor, hy_err *err);
+
+/* An extent's memory: free space with the journal's slots taken, the slots'
+ * states. HY_ENOMEM. */
+int nv_extent_init(hy_nvme *n, nv_extent *x);
 /* extents/extent-NNNNNN.dat of the tier's directory. */
 void nv_extent_path(const hy_nvme *n, uint32_t id, char *out, size_t cap);
 /* Adds e (its key absent) to the index and its bytes to live_bytes. Under
  * the mutex (or before the tier is shared, on open). */
 void nv_index_insert(hy_nvme *n, nv_entry *e);
+nv_entry *nv_index_find(hy_nvme *n, const hy_key *k);
+/* Takes e out of the index (its bytes stay allocated: the caller decides). */
+void nv_index_remove(hy_nvme *n, nv_entry *e);
 void nv_entry_free(nv_entry *e);
 
 #endif

@@ -151,7 +151,15 @@ static struct io_uring_cqe *wait_one(struct io_uring *ring)
 
 int nv_io_transfer(nv_io *io, int dir, int fd, void *buf, uint64_t off, uint64_t len, hy_err *err)
 {
-    assert(off % HY_PAGE == 0 && len % HY_PAGE == 0 && (uintptr_t)buf % HY_PAGE == 0);
+    const nv_seg seg = {buf, off, len};
+    return nv_io_transferv(io, dir, fd, &seg, 1, err);
+}
+
+int nv_io_transferv(nv_io *io, int dir, int fd, const nv_seg *segs, uint32_t nsegs, hy_err *err)
+{
+    for (uint32_t i = 0; i < nsegs; i++)
+        assert(segs[i].off % HY_PAGE == 0 && segs[i].len % HY_PAGE == 0 &&
+               (uintptr_t)segs[i].buf % HY_PAGE == 0);
     dir = dir == NV_WRITE ? NV_WRITE : NV_READ;
     nv_ring *r = NULL;
     int rc = ring_get(io, &r, err);
@@ -164,22 +172,29 @@ int nv_io_transfer(nv_io *io, int dir, int fd, void *buf, uint64_t off, uint64_t
     }
     uint32_t nidle = 0;
     for (uint32_t i = io->depth; i-- > 0;) idle[nidle++] = i;
-    uint64_t next = 0;             /* the first byte not yet given to a request */
+    uint32_t seg = 0;              /* the segment being cut into requests */
+    uint64_t next = 0;             /* its first byte not yet given to a request */
     uint32_t pending = 0, ios = 0; /* prepared but not submitted; submitted, not completed */
     int fail = 0;                  /* the first error, -errno; -ENODATA: end of file */
     uint64_t fail_off = 0;
     bool broken = false; /* a submit failed: the ring is discarded afterwards */
     for (;;) {
-        while (fail == 0 && next < len && nidle > 0) {
+        while (seg < nsegs && next == segs[seg].len) seg++, next = 0;
+        while (fail == 0 && seg < nsegs && nidle > 0) {
+            const nv_seg *g = &segs[seg];
             uint32_t id = idle[--nidle];
-            slots[id] = (slot){(uint8_t *)buf + next, off + next, HY_MIN(len - next, NV_IO_PIECE)};
+            slots[id] = (slot){(uint8_t *)g->buf + next, g->off + next,
+                               HY_MIN(g->len - next, NV_IO_PIECE)};
             prep(&r->ring, dir, fd, &slots[id], id);
             next += slots[id].left, pending++;
+            while (seg < nsegs && next == segs[seg].len) seg++, next = 0;
         }
         if (pending > 0 && !broken) {
             int s = io_uring_submit(&r->ring);
             if (s <= 0) {
-                if (fail == 0) fail = s < 0 ? s : -EAGAIN, fail_off = off + next;
+                if (fail == 0)
+                    fail = s < 0 ? s : -EAGAIN,
+                    fail_off = seg < nsegs ? segs[seg].off + next : segs[nsegs - 1].off;
                 broken = true;
             } else {
                 pending -= (uint32_t)s, ios += (uint32_t)s;

@@ -60,6 +60,26 @@ static int lock_dir(hy_nvme *n, hy_err *err)
     return HY_OK;
 }
 
+/* Reads the floor record; 0 when there is none (a new or an empty catalog). */
+static int read_floor(hy_nvme *n, uint64_t *floor, hy_err *err)
+{
+    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
+    size_t len = 0;
+    char *e = NULL;
+    char *v = rocksdb_get(n->db, ro, NV_FLOOR_KEY, strlen(NV_FLOOR_KEY), &len, &e);
+    rocksdb_readoptions_destroy(ro);
+    *floor = 0;
+    int rc = HY_OK;
+    if (e) {
+        rc = hy_err_set(err, HY_EIO, "reading %s from %s/catalog: %s", NV_FLOOR_KEY, n->dir, e);
+        rocksdb_free(e);
+    } else if (v && (rc = nv_floor_decode(v, len, floor, err))) {
+        hy_err_prefix(err, "%s/catalog", n->dir);
+    }
+    rocksdb_free(v);
+    return rc;
+}
+
 static int open_catalog(hy_nvme *n, uint64_t want_extent_bytes, hy_err *err)
 {
     char path[4096];
@@ -90,7 +110,7 @@ static int open_catalog(hy_nvme *n, uint64_t want_extent_bytes, hy_err *err)
         return rc;
     }
     if (v) {
-        int rc = nv_format_decode(v, len, &n->extent_bytes, err);
+        int rc = nv_format_decode(v, len, &n->extent_bytes, &n->jslots, err);
         rocksdb_free(v);
         if (rc) {
             hy_err_prefix(err, "%s, key %s", path, NV_FORMAT_KEY);
@@ -105,7 +125,8 @@ static int open_catalog(hy_nvme *n, uint64_t want_extent_bytes, hy_err *err)
     }
     uint8_t f[NV_FORMAT_BYTES];
     n->extent_bytes = want_extent_bytes;
-    nv_format_encode(n->extent_bytes, f);
+    n->jslots = nv_journal_slots_for(want_extent_bytes);
+    nv_format_encode(n->extent_bytes, n->jslots, f);
     rocksdb_put(n->db, n->wsync, NV_FORMAT_KEY, strlen(NV_FORMAT_KEY), (const char *)f, sizeof f,
                 &e);
     if (e) {
@@ -159,7 +180,7 @@ static int open_extents(hy_nvme *n, hy_err *err)
         x->fd = open(path, O_RDWR | O_DIRECT | O_CLOEXEC);
         if (x->fd < 0 || fstat(x->fd, &st) != 0) {
             rc = hy_err_set(err, HY_EIO, "opening %s (O_DIRECT): %s", path, strerror(errno));
-        } else if (nv_space_init(&x->space, n->extent_bytes)) {
+        } else if (nv_extent_init(n, x)) {
             rc = hy_err_set(err, HY_ENOMEM, "out of memory for the free space of %s", path);
         } else {
             x->present = true, x->file_bytes = (uint64_t)st.st_size;
@@ -211,7 +232,9 @@ static int load_catalog(hy_nvme *n, hy_err *err)
         size_t klen, vlen;
         const char *k = rocksdb_iter_key(it, &klen), *v = rocksdb_iter_value(it, &vlen);
         if (klen != HY_KEY_BYTES) {
-            if (klen != strlen(NV_FORMAT_KEY) || memcmp(k, NV_FORMAT_KEY, klen) != 0)
+            const bool known = (klen == strlen(NV_FORMAT_KEY) && !memcmp(k, NV_FORMAT_KEY, klen)) ||
+                               (klen == strlen(NV_FLOOR_KEY) && !memcmp(k, NV_FLOOR_KEY, klen));
+            if (!known)
                 hy_log(HY_LOG_WARN, "nvme: %s/catalog: ignoring a key of %zu bytes", n->dir, klen);
             continue;
         }
@@ -276,10 +299,14 @@ static int check_config(const hy_nvme_config *c, hy_nvme_config *out, hy_err *er
     if (out->extent_bytes == 0) out->extent_bytes = NV_DEFAULT_EXTENT;
     if (out->max_extents == 0) out->max_extents = NV_DEFAULT_EXTENTS;
     if (out->queue_depth == 0) out->queue_depth = NV_DEFAULT_DEPTH;
-    if (out->extent_bytes % HY_PAGE || out->extent_bytes > (1ull << 40))
+    const uint64_t journal = (uint64_t)nv_journal_slots_for(out->extent_bytes) * HY_PAGE;
+    if (out->extent_bytes % HY_PAGE || out->extent_bytes > (1ull << 40) ||
+        out->extent_bytes < 2 * journal)
         return hy_err_set(err, HY_ERANGE,
-                          "nvme config: extent_bytes = %llu is not a multiple of %u up to 1 TiB",
-                          (unsigned long long)out->extent_bytes, HY_PAGE);
+                          "nvme config: extent_bytes = %llu is not a multiple of %u from %llu "
+                          "(twice its journal) up to 1 TiB",
+                          (unsigned long long)out->extent_bytes, HY_PAGE,
+                          (unsigned long long)(2 * journal));
     if (out->max_extents > NV_MAX_EXTENT_ID + 1)
         return hy_err_set(err, HY_ERANGE, "nvme config: max_extents = %u exceeds %u",
                           out->max_extents, NV_MAX_EXTENT_ID + 1);
@@ -309,6 +336,7 @@ int hy_nvme_open(const char *dir, const hy_nvme_config *cfg, hy_nvme **out, hy_e
     }
     pthread_mutex_init(&n->mu, NULL);
     pthread_mutex_init(&n->cat_mu, NULL);
+    pthread_cond_init(&n->jcv, NULL);
     n->lock_fd = -1;
     n->max_extents = c.max_extents;
     n->nbuckets = 64;
@@ -322,12 +350,15 @@ int hy_nvme_open(const char *dir, const hy_nvme_config *cfg, hy_nvme **out, hy_e
     if (!rc) rc = open_catalog(n, c.extent_bytes, err);
     if (!rc) rc = open_extents(n, err);
     if (!rc) rc = nv_io_new(c.queue_depth, &n->io, err);
+    uint64_t floor = 0;
+    if (!rc) rc = read_floor(n, &floor, err);
     if (!rc) rc = load_catalog(n, err);
+    if (!rc) repair_short_extents(n);
+    if (!rc) rc = nv_journal_recover(n, floor, err);
     if (rc) {
         hy_nvme_close(n);
         return rc;
     }
-    repair_short_extents(n);
     if (n->dropped_on_open)
         hy_log(HY_LOG_WARN, "nvme: %s: %llu records dropped on open, %zu entries kept", dir,
                (unsigned long long)n->dropped_on_open, n->nentries);
@@ -335,10 +366,12 @@ int hy_nvme_open(const char *dir, const hy_nvme_config *cfg, hy_nvme **out, hy_e
     return HY_OK;
 }
 
-/* Writes the hit counts not yet persisted, in one synced batch. */
+/* Writes the hit counts not yet persisted and the floor (nothing is in
+ * flight: every operation is in the catalog), in one synced batch. */
 static void persist_dirty(hy_nvme *n)
 {
     rocksdb_writebatch_t *b = rocksdb_writebatch_create();
+    nv_journal_batch_floor(b, n->seq_next - 1);
     size_t count = 0;
     for (size_t i = 0; i < n->nbuckets; i++)
         for (nv_entry *e = n->buckets[i]; e; e = e->next) {
@@ -351,7 +384,7 @@ static void persist_dirty(hy_nvme *n)
             count++;
         }
     char *err = NULL;
-    if (count) rocksdb_write(n->db, n->wsync, b, &err);
+    rocksdb_write(n->db, n->wsync, b, &err);
     if (err) {
         hy_log(HY_LOG_WARN, "nvme: %s/catalog: hit counts of %zu entries not saved: %s", n->dir,
                count, err);
@@ -363,7 +396,7 @@ static void persist_dirty(hy_nvme *n)
 void hy_nvme_close(hy_nvme *n)
 {
     if (!n) return;
-    if (n->db && n->buckets) persist_dirty(n);
+    if (n->db && n->buckets && n->seq_next) persist_dirty(n); /* seq_next: recovered */
     for (size_t i = 0; n->buckets && i < n->nbuckets; i++)
         for (nv_entry *e = n->buckets[i], *nx; e; e = nx) {
             nx = e->next;
@@ -379,11 +412,14 @@ void hy_nvme_close(hy_nvme *n)
     for (uint32_t i = 0; n->ext && i < n->ncap; i++) {
         if (n->ext[i].fd >= 0) close(n->ext[i].fd);
         nv_space_release(&n->ext[i].space);
+        free(n->ext[i].slots);
     }
     free(n->ext);
+    free(n->tombs);
     if (n->lock_fd >= 0) close(n->lock_fd); /* releases the flock */
     pthread_mutex_destroy(&n->mu);
     pthread_mutex_destroy(&n->cat_mu);
+    pthread_cond_destroy(&n->jcv);
     free(n->dir);
     free(n);
 }

@@ -5,8 +5,8 @@
  * injected I/O errors fail cleanly, one directory is opened once, and four
  * threads mixing puts, gets and removes never read a wrong byte.
  */
-#include "tiers/nvme.h"
-#include "tests/test_util.h"
+#include "tests/tiers/nvme_fixture.h"
+#include "tiers/nvme_internal.h" /* the journal's size */
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -14,114 +14,6 @@
 #include <stdatomic.h>
 #include <string.h>
 #include <unistd.h>
-
-#define MiB (1ull << 20)
-
-static char g_tmp[64];
-static int g_case;
-
-/* A fresh directory per case under g_tmp. */
-static void case_dir(char *dir, size_t cap)
-{
-    snprintf(dir, cap, "%s/case%d", g_tmp, g_case++);
-}
-
-static hy_nvme *open_tier(const char *dir, uint64_t extent, uint32_t max_extents)
-{
-    hy_nvme_config c = {.extent_bytes = extent, .max_extents = max_extents, .queue_depth = 8};
-    hy_err e = {0};
-    hy_nvme *n = NULL;
-    int rc = hy_nvme_open(dir, &c, &n, &e);
-    if (rc) fprintf(stderr, "\n  %s\n", e.msg);
-    CU_ASSERT_EQUAL_FATAL(rc, 0);
-    return n;
-}
-
-static uint64_t padded(uint64_t bytes)
-{
-    return (bytes + HY_PAGE - 1) / HY_PAGE * HY_PAGE;
-}
-
-/* A page-aligned buffer holding `bytes` of a sequence determined by seed,
- * zero padding after them. */
-static uint8_t *payload(uint64_t bytes, uint64_t seed)
-{
-    uint8_t *p = aligned_alloc(HY_PAGE, padded(bytes));
-    CU_ASSERT_PTR_NOT_NULL_FATAL(p);
-    memset(p + bytes, 0, padded(bytes) - bytes);
-    hy_rng r;
-    hy_rng_seed(&r, seed);
-    for (uint64_t i = 0; i < bytes; i += 8) {
-        uint64_t v = hy_rng_next(&r);
-        memcpy(p + i, &v, HY_MIN(8, bytes - i));
-    }
-    return p;
-}
-
-static hy_key key_of(uint64_t seed)
-{
-    hy_key k;
-    hy_rng r;
-    hy_rng_seed(&r, seed ^ 0x6b6579);
-    for (int i = 0; i < HY_KEY_BYTES; i += 8) {
-        uint64_t v = hy_rng_next(&r);
-        memcpy(k.b + i, &v, 8);
-    }
-    return k;
-}
-
-static hy_meta meta_of(uint64_t seed, uint64_t bytes)
-{
-    hy_meta m = {.key = key_of(seed), .bytes = bytes, .tokens = (uint32_t)seed, .ntags = 2};
-    snprintf(m.tenant, sizeof m.tenant, "tenant-%llu", (unsigned long long)(seed % 3));
-    snprintf(m.tags[0], HY_TAG_MAX, "doc-%llu", (unsigned long long)seed);
-    snprintf(m.tags[1], HY_TAG_MAX, "shared");
-    for (int i = 0; i < 32; i++) m.model[i] = (uint8_t)(i * 7 + seed);
-    m.flops = 1.5e12 * (double)(seed + 1);
-    m.expires_ns = seed * 1000;
-    return m;
-}
-
-static int put(hy_nvme *n, uint64_t seed, uint64_t bytes)
-{
-    hy_meta m = meta_of(seed, bytes);
-    uint8_t *p = payload(bytes, seed);
-    hy_err e = {0};
-    int rc = hy_nvme_put(n, &m, p, &e);
-    if (rc && rc != HY_ENOMEM) fprintf(stderr, "\n  put: %s\n", e.msg);
-    free(p);
-    return rc;
-}
-
-/* get → 0 when the bytes and the meta are those put with (seed, bytes). */
-static int check(hy_nvme *n, uint64_t seed, uint64_t bytes)
-{
-    hy_meta want = meta_of(seed, bytes), got;
-    uint8_t *ref = payload(bytes, seed), *buf = aligned_alloc(HY_PAGE, padded(bytes));
-    memset(buf, 0xee, padded(bytes));
-    hy_err e = {0};
-    int rc = hy_nvme_get(n, &want.key, buf, padded(bytes), &got, &e);
-    if (rc == 0 && (memcmp(buf, ref, bytes) != 0 || got.bytes != bytes ||
-                    strcmp(got.tenant, want.tenant) != 0 || got.ntags != 2 ||
-                    strcmp(got.tags[0], want.tags[0]) != 0 || got.tokens != want.tokens ||
-                    got.flops != want.flops || got.expires_ns != want.expires_ns ||
-                    memcmp(got.model, want.model, 32) != 0 || got.created_ns == 0))
-        rc = -100;
-    free(ref), free(buf);
-    return rc;
-}
-
-static hy_nvme_stats stats(hy_nvme *n)
-{
-    hy_nvme_stats s;
-    hy_nvme_stats_get(n, &s);
-    return s;
-}
-
-static void extent_file(const char *dir, uint32_t id, char *out, size_t cap)
-{
-    snprintf(out, cap, "%s/extents/extent-%06u.dat", dir, id);
-}
 
 /* --- cases ----------------------------------------------------------------------- */
 
@@ -217,15 +109,23 @@ static void test_replace(void)
     hy_nvme_close(n);
 }
 
+/* The bytes at the head of each extent that its journal takes. */
+static uint64_t journal_bytes(uint64_t extent)
+{
+    return (uint64_t)nv_journal_slots_for(extent) * HY_PAGE;
+}
+
 static void test_remove_reuses_space(void)
 {
     char dir[128];
     case_dir(dir, sizeof dir);
     hy_nvme *n = open_tier(dir, 16 * MiB, 4);
-    for (int i = 0; i < 4; i++) CU_ASSERT_EQUAL(put(n, 10 + i, 4 * MiB), 0);
+    const uint64_t J = journal_bytes(16 * MiB), q = (16 * MiB - J) / 4; /* four fill it */
+    CU_ASSERT_EQUAL(q % HY_PAGE, 0);
+    for (int i = 0; i < 4; i++) CU_ASSERT_EQUAL(put(n, 10 + i, q), 0);
     hy_nvme_stats s = stats(n);
     CU_ASSERT_EQUAL(s.extent_bytes_total, 16 * MiB);
-    CU_ASSERT_DOUBLE_EQUAL(s.space_amplification, 1.0, 1e-9);
+    CU_ASSERT_DOUBLE_EQUAL(s.space_amplification, 16.0 * MiB / (4 * q), 1e-9);
     hy_err e = {0};
     hy_key k1 = key_of(11), k2 = key_of(12);
     CU_ASSERT_EQUAL(hy_nvme_remove(n, &k1, &e), 0);
@@ -233,21 +133,21 @@ static void test_remove_reuses_space(void)
     CU_ASSERT_EQUAL(hy_nvme_lookup(n, &k1, NULL), HY_ENOTFOUND);
     s = stats(n);
     CU_ASSERT_EQUAL(s.entries, 2);
-    CU_ASSERT_EQUAL(s.allocated_bytes, 8 * MiB);
-    CU_ASSERT_DOUBLE_EQUAL(s.space_amplification, 2.0, 1e-9);
-    /* one 8 MiB payload fits only in the two freed runs merged into one */
-    CU_ASSERT_EQUAL(put(n, 20, 8 * MiB), 0);
+    CU_ASSERT_EQUAL(s.allocated_bytes, 2 * q);
+    CU_ASSERT_DOUBLE_EQUAL(s.space_amplification, 16.0 * MiB / (2 * q), 1e-9);
+    /* one payload of 2q fits only in the two freed runs merged into one */
+    CU_ASSERT_EQUAL(put(n, 20, 2 * q), 0);
     hy_nvme_loc l;
     hy_key k20 = key_of(20);
     CU_ASSERT_EQUAL(hy_nvme_locate(n, &k20, &l), 0);
     CU_ASSERT_EQUAL(l.extent, 0);
-    CU_ASSERT_EQUAL(l.offset, 4 * MiB);
+    CU_ASSERT_EQUAL(l.offset, J + q);
     s = stats(n);
     CU_ASSERT_EQUAL(s.extent_bytes_total, 16 * MiB);
-    CU_ASSERT_DOUBLE_EQUAL(s.space_amplification, 1.0, 1e-9);
-    CU_ASSERT_EQUAL(check(n, 10, 4 * MiB), 0);
-    CU_ASSERT_EQUAL(check(n, 13, 4 * MiB), 0);
-    CU_ASSERT_EQUAL(check(n, 20, 8 * MiB), 0);
+    CU_ASSERT_DOUBLE_EQUAL(s.space_amplification, 16.0 * MiB / (4 * q), 1e-9);
+    CU_ASSERT_EQUAL(check(n, 10, q), 0);
+    CU_ASSERT_EQUAL(check(n, 13, q), 0);
+    CU_ASSERT_EQUAL(check(n, 20, 2 * q), 0);
     hy_nvme_close(n);
 }
 
@@ -420,19 +320,20 @@ static void test_full(void)
     char dir[128];
     case_dir(dir, sizeof dir);
     hy_nvme *n = open_tier(dir, 4 * MiB, 2);
-    for (int i = 0; i < 4; i++) CU_ASSERT_EQUAL(put(n, 90 + i, 2 * MiB), 0);
-    hy_meta m = meta_of(94, 2 * MiB);
-    uint8_t *p = payload(2 * MiB, 94);
+    const uint64_t q = (4 * MiB - journal_bytes(4 * MiB)) / 2; /* two fill an extent */
+    for (int i = 0; i < 4; i++) CU_ASSERT_EQUAL(put(n, 90 + i, q), 0);
+    hy_meta m = meta_of(94, q);
+    uint8_t *p = payload(q, 94);
     hy_err e = {0};
     CU_ASSERT_EQUAL(hy_nvme_put(n, &m, p, &e), HY_ENOMEM);
     CU_ASSERT(strstr(e.msg, "full") != NULL);
     CU_ASSERT_EQUAL(hy_nvme_put(n, &m, p, NULL), HY_ENOMEM); /* the code without a message */
     CU_ASSERT_EQUAL(hy_nvme_lookup(n, &m.key, NULL), HY_ENOTFOUND);
-    CU_ASSERT_EQUAL(stats(n).allocated_bytes, 8 * MiB);
+    CU_ASSERT_EQUAL(stats(n).allocated_bytes, 4 * q);
     hy_key k = key_of(92);
     CU_ASSERT_EQUAL(hy_nvme_remove(n, &k, &e), 0);
     CU_ASSERT_EQUAL(hy_nvme_put(n, &m, p, &e), 0);
-    CU_ASSERT_EQUAL(check(n, 94, 2 * MiB), 0);
+    CU_ASSERT_EQUAL(check(n, 94, q), 0);
     CU_ASSERT_EQUAL(stats(n).extent_bytes_total, 8 * MiB);
     free(p);
     hy_nvme_close(n);
