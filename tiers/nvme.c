@@ -530,9 +530,9 @@ int hy_nvme_remove(hy_nvme *n, const hy_key *key, hy_err *err)
     pthread_mutex_lock(&n->mu);
     nv_entry *e = nv_index_find(n, key);
     nv_op op;
-    int rc = e ? nv_journal_begin(n, e->rec.loc.extent, true, &op, err)
-               : hy_err_set(err, HY_ENOTFOUND, "key %s is not in the nvme tier %s", hex(key).s,
-                            n->dir);
+    int rc =
+        e ? nv_journal_begin(n, e->rec.loc.extent, true, &op, err)
+          : hy_err_set(err, HY_ENOTFOUND, "key %s is not in the nvme tier %s", hex(key).s, n->dir);
     pthread_mutex_unlock(&n->mu); /* e may be gone from here on: only op is ours */
     if (rc) return rc;
     /* The tombstone is durable before the catalog delete and before the

@@ -242,10 +242,10 @@ struct hy_nvme {
     uint64_t reads, writes, checksum_failures, dropped_on_open;
 
     /* The journal (journal.c); all under mu except where said. */
-    uint32_t jslots;              /* slots per extent */
-    pthread_cond_t jcv;           /* an operation finished: a pending slot freed */
-    uint64_t seq_next;            /* the next operation number */
-    uint64_t floor_durable;       /* the floor carried by the last synced catalog write */
+    uint32_t jslots;        /* slots per extent */
+    pthread_cond_t jcv;     /* an operation finished: a pending slot freed */
+    uint64_t seq_next;      /* the next operation number */
+    uint64_t floor_durable; /* the floor carried by the last synced catalog write */
     nv_op *inflight, *inflight_tail;
     nv_tomb *tombs;
     size_t ntombs, ctombs;
@@ -264,8 +264,8 @@ int nv_journal_begin(hy_nvme *n, uint32_t extent, bool want_slot, nv_op *op, hy_
 /* Writes op's journal block (put: r; tombstone: r NULL) into its slot,
  * together with `with` (NULL: nothing; a put: its payload) in one transfer.
  * No lock held. The caller fdatasyncs the extent afterwards. */
-int nv_journal_write(hy_nvme *n, const nv_op *op, int kind, const hy_key *key,
-                     const nv_record *r, const nv_seg *with, hy_err *err);
+int nv_journal_write(hy_nvme *n, const nv_op *op, int kind, const hy_key *key, const nv_record *r,
+                     const nv_seg *with, hy_err *err);
 /* Best effort after a failed operation: zeroes op's slot so that a replay
  * never revives it. No lock held. */
 void nv_journal_wipe(hy_nvme *n, const nv_op *op);

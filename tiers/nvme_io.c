@@ -183,8 +183,8 @@ int nv_io_transferv(nv_io *io, int dir, int fd, const nv_seg *segs, uint32_t nse
         while (fail == 0 && seg < nsegs && nidle > 0) {
             const nv_seg *g = &segs[seg];
             uint32_t id = idle[--nidle];
-            slots[id] = (slot){(uint8_t *)g->buf + next, g->off + next,
-                               HY_MIN(g->len - next, NV_IO_PIECE)};
+            slots[id] =
+                (slot){(uint8_t *)g->buf + next, g->off + next, HY_MIN(g->len - next, NV_IO_PIECE)};
             prep(&r->ring, dir, fd, &slots[id], id);
             next += slots[id].left, pending++;
             while (seg < nsegs && next == segs[seg].len) seg++, next = 0;

@@ -187,8 +187,8 @@ int nv_journal_sync(hy_nvme *n, hy_err *err)
 
 /* --- slot I/O ------------------------------------------------------------------------ */
 
-int nv_journal_write(hy_nvme *n, const nv_op *op, int kind, const hy_key *key,
-                     const nv_record *r, const nv_seg *with, hy_err *err)
+int nv_journal_write(hy_nvme *n, const nv_op *op, int kind, const hy_key *key, const nv_record *r,
+                     const nv_seg *with, hy_err *err)
 {
     assert(op->has_slot);
     uint8_t *block = aligned_alloc(HY_PAGE, HY_PAGE);
@@ -415,8 +415,9 @@ int nv_journal_recover(hy_nvme *n, uint64_t floor, hy_err *err)
         if (rc == HY_OK) {
             char hex[65];
             hy_key_hex(&e->rec.meta.key, hex);
-            hy_log(HY_LOG_WARN, "nvme: %s/catalog: dropped the record of key %s: it overlaps "
-                                "a replayed entry's bytes",
+            hy_log(HY_LOG_WARN,
+                   "nvme: %s/catalog: dropped the record of key %s: it overlaps "
+                   "a replayed entry's bytes",
                    n->dir, hex);
             n->dropped_on_open++;
             rocksdb_writebatch_delete(b, (const char *)e->rec.meta.key.b, HY_KEY_BYTES);

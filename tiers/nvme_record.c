@@ -284,7 +284,8 @@ void nv_floor_encode(uint64_t floor, uint8_t out[NV_FLOOR_BYTES])
 
 int nv_floor_decode(const void *val, size_t len, uint64_t *floor, hy_err *err)
 {
-    if (len != NV_FLOOR_BYTES || hy_xxh3(val, 8) != get_le(&(rd){(const uint8_t *)val + 8, 8, false}, 8))
+    if (len != NV_FLOOR_BYTES ||
+        hy_xxh3(val, 8) != get_le(&(rd){(const uint8_t *)val + 8, 8, false}, 8))
         return hy_err_set(err, HY_EFORMAT, "floor record malformed (%zu bytes)", len);
     *floor = get_le(&(rd){val, 8, false}, 8);
     return HY_OK;
@@ -292,8 +293,7 @@ int nv_floor_decode(const void *val, size_t len, uint64_t *floor, hy_err *err)
 
 /* --- journal blocks -------------------------------------------------------------- */
 
-int nv_journal_encode(int kind, uint64_t seq, const hy_key *key, const nv_record *r,
-                      uint8_t *block)
+int nv_journal_encode(int kind, uint64_t seq, const hy_key *key, const nv_record *r, uint8_t *block)
 {
     uint8_t *rec = NULL;
     size_t rlen = 0;
