@@ -290,19 +290,6 @@ static int catalog_delete(hy_nvme *n, const hy_key *k, hy_err *err)
 
 /* --- put, get, remove ---------------------------------------------------------------- */
 
-typedef struct sum_job {
-    const void *data;
-    uint64_t bytes;
-    uint64_t *sums;
-} sum_job;
-
-static void *sum_main(void *arg)
-{
-    sum_job *j = arg;
-    nv_checksum_payload(j->data, j->bytes, j->sums);
-    return NULL;
-}
-
 int hy_nvme_put(hy_nvme *n, const hy_meta *meta, const void *data, hy_err *err)
 {
     if (!n || !meta || !data) return hy_err_set(err, HY_EINVAL, "hy_nvme_put: NULL argument");
@@ -332,13 +319,6 @@ int hy_nvme_put(hy_nvme *n, const hy_meta *meta, const void *data, hy_err *err)
     if (m->created_ns == 0) m->created_ns = hy_wall_ns();
     if (m->last_access_ns == 0) m->last_access_ns = m->created_ns;
     e->rec.nchunks = nv_chunk_count(m->bytes);
-    /* The checksums of a large payload are computed on a second thread while
-     * the write is in flight (they are only needed by the catalog record). */
-    sum_job job = {data, m->bytes, e->rec.sums};
-    pthread_t sum_thread;
-    const bool overlap =
-        m->bytes >= 4ull * HY_NVME_CHUNK && pthread_create(&sum_thread, NULL, sum_main, &job) == 0;
-    if (!overlap) sum_main(&job);
 
     /* A record too large for a journal slot gets a number but no slot, and a
      * synced catalog write. */
@@ -351,7 +331,6 @@ int hy_nvme_put(hy_nvme *n, const hy_meta *meta, const void *data, hy_err *err)
         space_release(n, &e->rec.loc);
     pthread_mutex_unlock(&n->mu);
     if (rc) {
-        if (overlap) pthread_join(sum_thread, NULL);
         nv_entry_free(e);
         hy_err_prefix(err, "nvme put of key %s", k);
         return rc;
@@ -359,20 +338,12 @@ int hy_nvme_put(hy_nvme *n, const hy_meta *meta, const void *data, hy_err *err)
     e->rec.seq = op.seq;
     char path[4096];
     nv_extent_path(n, e->rec.loc.extent, path, sizeof path);
-    /* The payload and the journal block go in one transfer when the
-     * checksums the block carries are ready; a large payload's are computed
-     * during its write, and its block follows. Either way a block may reach
-     * the device before its payload does: replay verifies the payload (a put
-     * cut short between the two is not replayed). */
+    /* The payload, then its journal block, in one transfer; the checksums
+     * the block carries are computed while the payload is in flight. A block
+     * may reach the device before all of its payload: replay verifies the
+     * payload (a put cut short between the two is not replayed). */
     const nv_seg pay = {(void *)data, e->rec.loc.off, stored};
-    if (op.has_slot && !overlap) {
-        rc = nv_journal_write(n, &op, NV_JPUT, &m->key, &e->rec, &pay, err);
-    } else {
-        rc = nv_io_transfer(n->io, NV_WRITE, fd, (void *)data, e->rec.loc.off, stored, err);
-        if (overlap) pthread_join(sum_thread, NULL);
-        if (rc == HY_OK && op.has_slot)
-            rc = nv_journal_write(n, &op, NV_JPUT, &m->key, &e->rec, NULL, err);
-    }
+    rc = nv_journal_put(n, &op, &e->rec, &pay, err);
     if (rc == HY_OK && fdatasync(fd) != 0)
         rc = hy_err_set(err, HY_EIO, "fdatasync: %s", strerror(errno));
     if (rc) hy_err_prefix(err, "nvme put of key %s: %s", k, path);
@@ -538,7 +509,7 @@ int hy_nvme_remove(hy_nvme *n, const hy_key *key, hy_err *err)
     /* The tombstone is durable before the catalog delete and before the
      * entry's bytes can be reused. */
     const int fd = n->ext[op.extent].fd;
-    rc = nv_journal_write(n, &op, NV_JTOMB, key, NULL, NULL, err);
+    rc = nv_journal_tombstone(n, &op, key, err);
     if (rc == HY_OK && fdatasync(fd) != 0)
         rc = hy_err_set(err, HY_EIO, "fdatasync: %s", strerror(errno));
     if (rc) hy_err_prefix(err, "nvme remove of key %s", hex(key).s);

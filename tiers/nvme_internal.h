@@ -163,12 +163,23 @@ void nv_io_free(nv_io *io);
  * offset X: <reason>" (the caller names the file). */
 int nv_io_transfer(nv_io *io, int dir, int fd, void *buf, uint64_t off, uint64_t len, hy_err *err);
 /* Several ranges of one file in one transfer (their requests in flight
- * together, in no particular order of completion): each as nv_io_transfer's. */
+ * together, in no particular order of completion): each as nv_io_transfer's.
+ * With a hook, fn runs once, on the caller's thread, as soon as the first
+ * requests are submitted — work that overlaps the I/O — and segments from
+ * index `hold` on are started only after it returned (fn may fill them).
+ * A failing fn (its HY_* code and message) ends the transfer once the
+ * requests in flight complete. */
 typedef struct nv_seg {
     void *buf;
     uint64_t off, len;
 } nv_seg;
-int nv_io_transferv(nv_io *io, int dir, int fd, const nv_seg *segs, uint32_t nsegs, hy_err *err);
+typedef struct nv_hook {
+    int (*fn)(void *ctx, hy_err *err);
+    void *ctx;
+    uint32_t hold;
+} nv_hook;
+int nv_io_transferv(nv_io *io, int dir, int fd, const nv_seg *segs, uint32_t nsegs,
+                    const nv_hook *hook, hy_err *err);
 /* The next `count` completions of direction dir report -EIO. */
 void nv_io_inject(nv_io *io, int dir, int count);
 
@@ -261,11 +272,15 @@ struct hy_nvme {
  * under cat_mu so that the slot's old block may go) — so the caller must
  * not hold cat_mu and must revalidate what it read under mu before. */
 int nv_journal_begin(hy_nvme *n, uint32_t extent, bool want_slot, nv_op *op, hy_err *err);
-/* Writes op's journal block (put: r; tombstone: r NULL) into its slot,
- * together with `with` (NULL: nothing; a put: its payload) in one transfer.
- * No lock held. The caller fdatasyncs the extent afterwards. */
-int nv_journal_write(hy_nvme *n, const nv_op *op, int kind, const hy_key *key, const nv_record *r,
-                     const nv_seg *with, hy_err *err);
+/* Writes a put's payload (pay) and its journal block into op's slot in one
+ * transfer, computing the payload's chunk checksums into r->sums while the
+ * payload's first requests are in flight; the block (which carries them)
+ * follows. Without a slot (op->has_slot false) the payload alone, checksums
+ * overlapped likewise. No lock held; the caller fdatasyncs afterwards. */
+int nv_journal_put(hy_nvme *n, const nv_op *op, nv_record *r, const nv_seg *pay, hy_err *err);
+/* Writes op's tombstone of key into its slot. No lock held; the caller
+ * fdatasyncs afterwards. */
+int nv_journal_tombstone(hy_nvme *n, const nv_op *op, const hy_key *key, hy_err *err);
 /* Best effort after a failed operation: zeroes op's slot so that a replay
  * never revives it. No lock held. */
 void nv_journal_wipe(hy_nvme *n, const nv_op *op);

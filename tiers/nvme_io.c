@@ -152,10 +152,11 @@ static struct io_uring_cqe *wait_one(struct io_uring *ring)
 int nv_io_transfer(nv_io *io, int dir, int fd, void *buf, uint64_t off, uint64_t len, hy_err *err)
 {
     const nv_seg seg = {buf, off, len};
-    return nv_io_transferv(io, dir, fd, &seg, 1, err);
+    return nv_io_transferv(io, dir, fd, &seg, 1, NULL, err);
 }
 
-int nv_io_transferv(nv_io *io, int dir, int fd, const nv_seg *segs, uint32_t nsegs, hy_err *err)
+int nv_io_transferv(nv_io *io, int dir, int fd, const nv_seg *segs, uint32_t nsegs,
+                    const nv_hook *hook, hy_err *err)
 {
     for (uint32_t i = 0; i < nsegs; i++)
         assert(segs[i].off % HY_PAGE == 0 && segs[i].len % HY_PAGE == 0 &&
@@ -178,9 +179,12 @@ int nv_io_transferv(nv_io *io, int dir, int fd, const nv_seg *segs, uint32_t nse
     int fail = 0;                  /* the first error, -errno; -ENODATA: end of file */
     uint64_t fail_off = 0;
     bool broken = false; /* a submit failed: the ring is discarded afterwards */
+    bool hooked = hook == NULL;
+    int hook_rc = HY_OK;
     for (;;) {
+        const uint32_t ready = hooked ? nsegs : HY_MIN(hook->hold, nsegs);
         while (seg < nsegs && next == segs[seg].len) seg++, next = 0;
-        while (fail == 0 && seg < nsegs && nidle > 0) {
+        while (fail == 0 && seg < ready && nidle > 0) {
             const nv_seg *g = &segs[seg];
             uint32_t id = idle[--nidle];
             slots[id] =
@@ -199,6 +203,12 @@ int nv_io_transferv(nv_io *io, int dir, int fd, const nv_seg *segs, uint32_t nse
             } else {
                 pending -= (uint32_t)s, ios += (uint32_t)s;
             }
+        }
+        if (!hooked) { /* the first requests are in flight: the caller's work now */
+            hooked = true;
+            hook_rc = hook->fn(hook->ctx, err);
+            if (hook_rc && fail == 0) fail = -ECANCELED;
+            continue;
         }
         if (ios == 0) break; /* all done, or failed with nothing in flight */
         struct io_uring_cqe *cqe = wait_one(&r->ring);
@@ -231,6 +241,7 @@ int nv_io_transferv(nv_io *io, int dir, int fd, const nv_seg *segs, uint32_t nse
         ring_put(io, r);
     }
     if (fail == 0) return HY_OK;
+    if (hook_rc) return hook_rc; /* the hook's message stands */
     return hy_err_set(err, HY_EIO, "%s at offset %llu failed: %s",
                       dir == NV_WRITE ? "write" : "read", (unsigned long long)fail_off,
                       fail == -ENODATA ? "unexpected end of file" : strerror(-fail));

@@ -187,22 +187,47 @@ int nv_journal_sync(hy_nvme *n, hy_err *err)
 
 /* --- slot I/O ------------------------------------------------------------------------ */
 
-int nv_journal_write(hy_nvme *n, const nv_op *op, int kind, const hy_key *key, const nv_record *r,
-                     const nv_seg *with, hy_err *err)
+typedef struct put_job {
+    const nv_op *op;
+    nv_record *r;
+    const void *data;
+    uint8_t *block; /* NULL: no slot */
+} put_job;
+
+/* Runs while the payload's first requests are in flight. */
+static int put_hook(void *ctx, hy_err *err)
+{
+    put_job *j = ctx;
+    nv_checksum_payload(j->data, j->r->meta.bytes, j->r->sums);
+    if (!j->block) return HY_OK;
+    int rc = nv_journal_encode(NV_JPUT, j->op->seq, &j->r->meta.key, j->r, j->block);
+    assert(rc != HY_ERANGE); /* the caller took a slot only for a record that fits */
+    return rc ? hy_err_set(err, rc, "out of memory encoding a journal block") : HY_OK;
+}
+
+int nv_journal_put(hy_nvme *n, const nv_op *op, nv_record *r, const nv_seg *pay, hy_err *err)
+{
+    put_job j = {op, r, pay->buf, NULL};
+    if (op->has_slot && !(j.block = aligned_alloc(HY_PAGE, HY_PAGE)))
+        return hy_err_set(err, HY_ENOMEM, "out of memory for a journal block");
+    const nv_seg segs[2] = {*pay, {j.block, (uint64_t)op->slot * HY_PAGE, HY_PAGE}};
+    const nv_hook hook = {put_hook, &j, 1};
+    int rc =
+        nv_io_transferv(n->io, NV_WRITE, n->ext[op->extent].fd, segs, j.block ? 2 : 1, &hook, err);
+    free(j.block);
+    return rc;
+}
+
+int nv_journal_tombstone(hy_nvme *n, const nv_op *op, const hy_key *key, hy_err *err)
 {
     assert(op->has_slot);
     uint8_t *block = aligned_alloc(HY_PAGE, HY_PAGE);
     if (!block) return hy_err_set(err, HY_ENOMEM, "out of memory for a journal block");
-    int rc = nv_journal_encode(kind, op->seq, key, r, block);
-    assert(rc != HY_ERANGE); /* the caller took a slot only for a record that fits */
-    nv_seg segs[2] = {{block, (uint64_t)op->slot * HY_PAGE, HY_PAGE}};
-    if (with) segs[1] = segs[0], segs[0] = *with;
-    if (rc == HY_OK)
-        rc = nv_io_transferv(n->io, NV_WRITE, n->ext[op->extent].fd, segs, with ? 2 : 1, err);
-    else
-        hy_err_set(err, rc, "out of memory encoding a journal block");
+    nv_journal_encode(NV_JTOMB, op->seq, key, NULL, block); /* a tombstone always fits */
+    int rc = nv_io_transfer(n->io, NV_WRITE, n->ext[op->extent].fd, block,
+                            (uint64_t)op->slot * HY_PAGE, HY_PAGE, err);
     free(block);
-    if (rc) hy_err_prefix(err, "payload and journal slot %u", op->slot);
+    if (rc) hy_err_prefix(err, "journal slot %u", op->slot);
     return rc;
 }
 
