@@ -12,13 +12,15 @@
  * writes is the order of index changes while gets and lookups never wait on a
  * WAL fsync. Payload I/O, fdatasync and checksumming run outside both.
  *
- * A put allocates space (under mu), writes and syncs the payload (under
- * neither), writes the record with a synced WAL write (under cat_mu), then
- * swaps the entry into the index (under both). A get pins its entry (readers++)
- * for the read, so a concurrent remove or replace cannot free the bytes under
- * it: a removed entry leaves the index at once but its space goes back to the
- * free runs when the last reader unpins it. Removing syncs the catalog delete
- * before the bytes can be reused, so after a crash no record points at bytes
+ * A put allocates space and takes an operation number and a journal slot
+ * (under mu; nvme_journal.c), writes the payload and its journal block and
+ * fdatasyncs them once (under neither), writes the record and the floor with
+ * an unsynced WAL write (under cat_mu), then swaps the entry into the index
+ * (under both). A get pins its entry (readers++) for the read, so a
+ * concurrent remove or replace cannot free the bytes under it: a removed
+ * entry leaves the index at once but its space goes back to the free runs
+ * when the last reader unpins it. Removing makes its tombstone durable before
+ * the bytes can be reused, so after a crash no replayed state names bytes
  * another entry has overwritten (the chunk checksums would catch it anyway).
  */
 #include "tiers/nvme_internal.h"
