@@ -31,7 +31,7 @@ struct hy_arena {
     size_t capacity;
     void *map; /* what mmap returned, for munmap */
     size_t map_len;
-    bool locked, huge_pages;
+    bool locked, huge_pages, pinned;
     hy_extents *ext; /* which blocks of [0, capacity) are live */
 };
 
@@ -108,6 +108,19 @@ void *hy_arena_ptr(hy_arena *a, size_t off)
     return a->base + off;
 }
 
+void *hy_arena_region(hy_arena *a, size_t *bytes)
+{
+    assert(a && bytes);
+    *bytes = a->capacity;
+    return a->base;
+}
+
+void hy_arena_set_pinned(hy_arena *a, bool pinned)
+{
+    assert(a);
+    a->pinned = pinned;
+}
+
 size_t hy_arena_block_size(const hy_arena *a, size_t off)
 {
     return hy_extents_block_size(a->ext, off);
@@ -127,6 +140,7 @@ void hy_arena_stats_get(const hy_arena *a, hy_arena_stats *st)
         .fragmentation = x.fragmentation,
         .locked = a->locked,
         .huge_pages = a->huge_pages,
+        .pinned = a->pinned,
     };
 }
 

@@ -1,11 +1,17 @@
 /*
  * The host tier's memory: one arena allocated at start and carved into
- * page-aligned blocks for MB-sized payloads. Pinned with cudaHostAlloc when
- * built with CUDA and a device exists (not in this build yet), else mmap'd
- * 2 MiB-aligned, transparent huge pages requested (MADV_HUGEPAGE) and then
- * populated (the advice must come first: MAP_POPULATE would fault 4 KiB
- * pages in before it), and mlock'd best-effort (a failure to lock is
- * reported in stats, not an error).
+ * page-aligned blocks for MB-sized payloads. mmap'd 2 MiB-aligned,
+ * transparent huge pages requested (MADV_HUGEPAGE) and then populated (the
+ * advice must come first: MAP_POPULATE would fault 4 KiB pages in before
+ * it), and mlock'd best-effort (a failure to lock is reported in stats, not
+ * an error).
+ *
+ * Pinned for the GPU when the store has an hbm tier: the store registers the
+ * whole region with the CUDA driver (hy_hbm_pin_host, cudaHostRegister) right
+ * after opening the tier, and unregisters it before the arena is freed, so
+ * host ↔ hbm copies run by DMA at the link's rate. The arena itself makes no
+ * CUDA call; whoever pins it says so with hy_arena_set_pinned, and stats
+ * report it. A failure to pin is a warning: copies still work, pageable.
  *
  * Allocation (extents.c, shared with the hbm tier): first fit over an
  * offset-sorted tree of free extents with coalescing on free, at HY_PAGE
@@ -28,6 +34,7 @@ typedef struct hy_arena_stats {
     HY_EXTENTS_STATS_FIELDS
     bool locked;     /* mlock succeeded */
     bool huge_pages; /* MADV_HUGEPAGE accepted */
+    bool pinned;     /* registered with the CUDA driver (hy_arena_set_pinned) */
 } hy_arena_stats;
 
 /* Creates an arena of `bytes` (rounded up to HY_PAGE). */
@@ -46,6 +53,12 @@ int hy_arena_alloc(hy_arena *a, size_t bytes, size_t *off);
 void hy_arena_release(hy_arena *a, size_t off);
 /* The address of a block. */
 void *hy_arena_ptr(hy_arena *a, size_t off);
+/* The whole region: its base address (HY_PAGE-aligned, 2 MiB-aligned in
+ * fact) and, in *bytes, its capacity; for registering it with a device. */
+void *hy_arena_region(hy_arena *a, size_t *bytes);
+/* Records whether the region is pinned (registered with the CUDA driver by
+ * the caller); reported in stats. */
+void hy_arena_set_pinned(hy_arena *a, bool pinned);
 /* The rounded size of a live block; 0 when off is not one. */
 size_t hy_arena_block_size(const hy_arena *a, size_t off);
 void hy_arena_stats_get(const hy_arena *a, hy_arena_stats *st);

@@ -10,12 +10,20 @@
  * than pretend).
  *
  * Every call that touches CUDA first selects the tier's device: the current
- * device is per host thread, and the store may call from its mover thread.
+ * device is per host thread, and the store may call from any of its callers'
+ * threads.
+ *
+ * Locking: `mu` guards the allocator (ext) and the counters. A copy takes it
+ * to check its block and again to count, never across the transfer, so
+ * transfers of different blocks from different threads run concurrently
+ * (they queue on the one stream; each caller waits on the stream, which may
+ * include a neighbour's copy queued before its own).
  */
 #include "tiers/hbm.h"
 #include "tiers/extents.h"
 
 #include <assert.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -32,27 +40,50 @@ struct hy_hbm {
 #if HY_HAVE_CUDA
     cudaStream_t stream;
 #endif
-    hy_extents *ext; /* which blocks of [0, capacity) are live */
+    pthread_mutex_t mu; /* guards ext and the counters (top of the file) */
+    hy_extents *ext;    /* which blocks of [0, capacity) are live */
     uint64_t writes, reads, bytes_written, bytes_read, write_ns, read_ns, pageable;
 };
 
+/* The mutex of a tier the caller only reads (stats, lookups): locking is not
+ * a change of the tier's state. */
+static pthread_mutex_t *mu_of(const hy_hbm *h)
+{
+    return (pthread_mutex_t *)&h->mu;
+}
+
 /* --- what works the same with or without CUDA ------------------------------ */
+
+static void hbm_free(hy_hbm *h)
+{
+    pthread_mutex_destroy(&h->mu);
+    hy_extents_free(h->ext);
+    free(h);
+}
 
 int hy_hbm_alloc(hy_hbm *h, size_t bytes, size_t *off)
 {
     assert(h && off);
-    return hy_extents_alloc(h->ext, bytes, off);
+    pthread_mutex_lock(&h->mu);
+    int rc = hy_extents_alloc(h->ext, bytes, off);
+    pthread_mutex_unlock(&h->mu);
+    return rc;
 }
 
 void hy_hbm_release(hy_hbm *h, size_t off)
 {
     assert(h);
+    pthread_mutex_lock(&h->mu);
     hy_extents_release(h->ext, off);
+    pthread_mutex_unlock(&h->mu);
 }
 
 size_t hy_hbm_block_size(const hy_hbm *h, size_t off)
 {
-    return hy_extents_block_size(h->ext, off);
+    pthread_mutex_lock(mu_of(h));
+    size_t n = hy_extents_block_size(h->ext, off);
+    pthread_mutex_unlock(mu_of(h));
+    return n;
 }
 
 void *hy_hbm_device_ptr(hy_hbm *h, size_t off)
@@ -64,6 +95,7 @@ void *hy_hbm_device_ptr(hy_hbm *h, size_t off)
 void hy_hbm_stats_get(const hy_hbm *h, hy_hbm_stats *st)
 {
     hy_extents_stats x;
+    pthread_mutex_lock(mu_of(h));
     hy_extents_stats_get(h->ext, &x);
     *st = (hy_hbm_stats){
         .device = h->device,
@@ -82,11 +114,15 @@ void hy_hbm_stats_get(const hy_hbm *h, hy_hbm_stats *st)
         .read_ns = h->read_ns,
         .pageable = h->pageable,
     };
+    pthread_mutex_unlock(mu_of(h));
 }
 
 int hy_hbm_check(const hy_hbm *h, hy_err *err)
 {
-    return hy_extents_check(h->ext, err);
+    pthread_mutex_lock(mu_of(h));
+    int rc = hy_extents_check(h->ext, err);
+    pthread_mutex_unlock(mu_of(h));
+    return rc;
 }
 
 /* The arguments of a copy: a live block that holds n bytes, a host buffer. */
@@ -94,7 +130,7 @@ static int check_copy(const hy_hbm *h, size_t off, const void *host, size_t n, h
 {
     assert(h);
     if (!host) return hy_err_set(err, HY_EINVAL, "hbm: host buffer is NULL");
-    size_t size = hy_extents_block_size(h->ext, off);
+    size_t size = hy_hbm_block_size(h, off);
     if (!size) return hy_err_set(err, HY_EINVAL, "hbm: offset %zu is not a live block", off);
     if (n == 0 || n > size)
         return hy_err_set(err, HY_ERANGE, "hbm: %zu bytes for the block at %zu (%zu bytes)", n, off,
@@ -124,6 +160,20 @@ bool hy_hbm_available(char *why, size_t n)
     return true;
 }
 
+/* A handle with its allocator and mutex, or NULL when out of host memory. */
+static hy_hbm *hbm_new(size_t capacity)
+{
+    hy_hbm *h = calloc(1, sizeof *h);
+    if (!h) return NULL;
+    if (hy_extents_new("hbm", capacity, &h->ext)) {
+        free(h);
+        return NULL;
+    }
+    pthread_mutex_init(&h->mu, NULL);
+    h->capacity = capacity;
+    return h;
+}
+
 /* A CUDA failure as HY_EIO (or code), naming the call. */
 static int cuda_fail(hy_err *err, int code, const char *call, cudaError_t e)
 {
@@ -149,13 +199,9 @@ int hy_hbm_open(size_t bytes, int device, hy_hbm **out, hy_err *err)
 
     cudaError_t e = cudaSetDevice(device);
     if (e != cudaSuccess) return cuda_fail(err, HY_EIO, "cudaSetDevice", e);
-    hy_hbm *h = calloc(1, sizeof *h);
-    if (!h || hy_extents_new("hbm", bytes, &h->ext)) {
-        free(h);
-        return hy_err_set(err, HY_ENOMEM, "hbm: out of host memory");
-    }
+    hy_hbm *h = hbm_new(bytes);
+    if (!h) return hy_err_set(err, HY_ENOMEM, "hbm: out of host memory");
     h->device = device;
-    h->capacity = bytes;
     e = cudaMalloc(&h->base, bytes);
     if (e != cudaSuccess) {
         size_t dfree = 0, dtotal = 0;
@@ -191,8 +237,7 @@ void hy_hbm_close(hy_hbm *h)
             hy_log(HY_LOG_WARN, "hbm: freeing device %d's stream and memory: %s", h->device,
                    cudaGetErrorString(e));
     }
-    hy_extents_free(h->ext);
-    free(h);
+    hbm_free(h);
 }
 
 /* Whether host memory is pinned (page-locked and known to CUDA). */
@@ -221,11 +266,13 @@ static int copy(hy_hbm *h, void *dst, const void *src, size_t n, enum cudaMemcpy
         return hy_err_set(err, HY_EIO, "hbm: %s copy of %zu bytes: %s (%s)", what, n,
                           cudaGetErrorString(e), cudaGetErrorName(e));
     uint64_t dt = hy_now_ns() - t0;
+    pthread_mutex_lock(&h->mu);
     if (!pinned) h->pageable++;
     if (kind == cudaMemcpyHostToDevice)
         h->writes++, h->bytes_written += n, h->write_ns += dt;
     else
         h->reads++, h->bytes_read += n, h->read_ns += dt;
+    pthread_mutex_unlock(&h->mu);
     return HY_OK;
 }
 
@@ -241,6 +288,32 @@ int hy_hbm_read(hy_hbm *h, size_t off, void *host_dst, size_t n, hy_err *err)
     int rc = check_copy(h, off, host_dst, n, err);
     if (rc) return rc;
     return copy(h, host_dst, (uint8_t *)h->base + off, n, cudaMemcpyDeviceToHost, host_dst, err);
+}
+
+int hy_hbm_pin_host(hy_hbm *h, void *p, size_t n, hy_err *err)
+{
+    assert(h);
+    if (!p || n == 0)
+        return hy_err_set(err, HY_EINVAL, "hbm: nothing to pin (%p, %zu bytes)", p, n);
+    cudaError_t e = cudaSetDevice(h->device);
+    if (e == cudaSuccess) e = cudaHostRegister(p, n, cudaHostRegisterPortable);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* a refused registration is not sticky */
+        return hy_err_set(err, HY_EIO, "hbm: cudaHostRegister of %zu bytes: %s (%s)", n,
+                          cudaGetErrorString(e), cudaGetErrorName(e));
+    }
+    return HY_OK;
+}
+
+void hy_hbm_unpin_host(hy_hbm *h, void *p)
+{
+    if (!h || !p) return;
+    cudaError_t e = cudaSetDevice(h->device);
+    if (e == cudaSuccess) e = cudaHostUnregister(p);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        hy_log(HY_LOG_WARN, "hbm: cudaHostUnregister: %s", cudaGetErrorString(e));
+    }
 }
 
 #else /* !HY_HAVE_CUDA */
@@ -262,9 +335,7 @@ int hy_hbm_open(size_t bytes, int device, hy_hbm **out, hy_err *err)
 
 void hy_hbm_close(hy_hbm *h)
 {
-    if (!h) return;
-    hy_extents_free(h->ext);
-    free(h);
+    if (h) hbm_free(h);
 }
 
 int hy_hbm_write(hy_hbm *h, size_t off, const void *host_src, size_t n, hy_err *err)
@@ -277,6 +348,17 @@ int hy_hbm_read(hy_hbm *h, size_t off, void *host_dst, size_t n, hy_err *err)
 {
     int rc = check_copy(h, off, host_dst, n, err);
     return rc ? rc : hy_err_set(err, HY_EUNSUPPORTED, "hbm: %s", WITHOUT_CUDA);
+}
+
+int hy_hbm_pin_host(hy_hbm *h, void *p, size_t n, hy_err *err)
+{
+    (void)h, (void)p, (void)n;
+    return hy_err_set(err, HY_EUNSUPPORTED, "hbm: %s", WITHOUT_CUDA);
+}
+
+void hy_hbm_unpin_host(hy_hbm *h, void *p)
+{
+    (void)h, (void)p;
 }
 
 #endif

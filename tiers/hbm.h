@@ -6,21 +6,29 @@
  * the machine has a device; otherwise hy_hbm_open refuses with
  * HY_EUNSUPPORTED and says why. It is never emulated in host memory.
  *
- * How the store uses it (DESIGN.md §4; tiers/store.c, to come). hbm is the
- * top tier, above host:
+ * How the store uses it (DESIGN.md §4; tiers/store_hbm.c). hbm is the top
+ * tier, above host; the store reaches it through a table of calls
+ * (tiers/devtier.h) whose only implementation in the product wraps this
+ * file:
  *   open     with a configured hbm capacity, the store asks
  *            hy_hbm_available(); when false it logs the reason and runs with
- *            host (+ NVMe) only, as on the CPU build machines;
+ *            host (+ NVMe) only, as on the CPU build machines (its stats say
+ *            why); when true it opens the tier and pins its host arena with
+ *            hy_hbm_pin_host so copies between the two run by DMA;
  *   commit   payloads are always written into a host-arena buffer first
  *            (reserve → write → commit); when the hbm admitter takes the
  *            entry, a block is allocated and hy_hbm_write copies the payload
- *            up; the host copy may stay (inclusive) or be freed;
- *   acquire  a GPU consumer's lease carries hy_hbm_device_ptr() of the block;
- *            a host-resident hit is promoted with hy_hbm_write after its
- *            checksum is verified (hy_tiers.h: every promotion is checked);
+ *            up; the host admitter then decides whether the host copy stays;
+ *   acquire  a device lease (hy_store_acquire_device) carries
+ *            hy_hbm_device_ptr() of the block; an entry not in hbm is
+ *            promoted with hy_hbm_write from its host copy, or from bytes
+ *            read from NVMe, whose checksums are verified on the way (host
+ *            copies never left the process); a host lease on an entry held
+ *            only in hbm is copied down with hy_hbm_read;
  *   evict    an hbm victim is demoted to host, never dropped: a host block is
  *            allocated (evicting host → NVMe if needed), hy_hbm_read copies
- *            the bytes down, then hy_hbm_release frees the device block.
+ *            the bytes down, then hy_hbm_release frees the device block (a
+ *            victim that already has a host copy just loses its block).
  *
  * Transfers run on a stream the tier owns (non-blocking with respect to the
  * legacy default stream, so cache copies do not serialise with the model's
@@ -28,9 +36,13 @@
  * once the bytes have arrived, so a device pointer handed out afterwards
  * needs no further ordering.
  *
- * Thread safety: none inside, as the arena. write and read look the block up
- * in the allocator, so they too must be serialised with alloc and release
- * (the store holds its lock, or an hbm mutex of its own around copies).
+ * Thread safety: the tier has a mutex of its own around its allocator and
+ * counters. alloc, release, block_size, stats and check may be called from
+ * any thread; write and read hold the mutex only to look their block up and
+ * to count, and run the transfer itself unlocked, so copies of different
+ * blocks from different threads overlap with each other and with
+ * allocations. The caller guarantees that a block is not released (nor the
+ * tier closed) while a copy to or from it runs: the store pins the entry.
  */
 #ifndef HY_HBM_H
 #define HY_HBM_H
@@ -100,6 +112,18 @@ int hy_hbm_read(hy_hbm *h, size_t off, void *host_dst, size_t n, hy_err *err);
 void *hy_hbm_device_ptr(hy_hbm *h, size_t off);
 
 void hy_hbm_stats_get(const hy_hbm *h, hy_hbm_stats *st);
+
+/* Registers host memory [p, p + n) with the CUDA driver (cudaHostRegister,
+ * portable: pinned for every device and context), so copies between it and
+ * the tier run by DMA at the link's rate instead of through the driver's
+ * staging buffers. p and n should be page-aligned (the host arena's region
+ * is). HY_EINVAL for NULL or 0 bytes, HY_EIO when the driver refuses (the
+ * message says why: e.g. the memory lock limit), HY_EUNSUPPORTED in a build
+ * without CUDA. A failure leaves the memory usable, only pageable. */
+int hy_hbm_pin_host(hy_hbm *h, void *p, size_t n, hy_err *err);
+/* Unregisters memory pinned by hy_hbm_pin_host (p as passed to it); before
+ * the memory is unmapped. A failure is logged; NULL is a no-op. */
+void hy_hbm_unpin_host(hy_hbm *h, void *p);
 /* The allocator's invariants (hy_arena_check); for tests and debugging. */
 int hy_hbm_check(const hy_hbm *h, hy_err *err);
 

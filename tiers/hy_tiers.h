@@ -9,7 +9,8 @@
  *
  * This header holds what every part of the store shares: keys, metadata and
  * the fixed limits. The parts: arena.h (host memory), policy.h (eviction and
- * admission), nvme.h (the persistent tier), store.h (the tier manager).
+ * admission), nvme.h (the persistent tier), hbm.h (GPU memory), store.h (the
+ * tier manager).
  */
 #ifndef HY_TIERS_H
 #define HY_TIERS_H

@@ -1,28 +1,35 @@
 /*
- * The tier manager (store.h). One mutex guards the index (a chained hash
- * table of entries by key), the arena, the policies and the quotas. Payload
- * copies, checksums and NVMe I/O of a commit or a promotion run outside it:
- * the entry or reservation involved is pinned, so nothing frees its bytes
- * meanwhile. Demotion drops the lock around its NVMe write with the victim
- * pinned. With an NVMe tier a mover thread takes requests from a bounded
- * queue and demotes in the background between the watermarks; a put that
- * still finds no room evicts in the foreground.
+ * The tier manager (store.h), host and NVMe side; the hbm moves are in
+ * store_hbm.c and the state both share in store_internal.h (which also says
+ * how locking and residency work). One mutex guards the index (a chained
+ * hash table of entries by key), the arena, the policies and the quotas.
+ * Payload copies, checksums and NVMe I/O of a commit or a promotion run
+ * outside it: the entry or reservation involved is pinned, so nothing frees
+ * its bytes meanwhile. Demotion drops the lock around its NVMe write with the
+ * victim pinned. With an NVMe tier a mover thread takes requests from a
+ * bounded queue and demotes in the background between the watermarks; a put
+ * that still finds no room evicts in the foreground.
+ *
+ * NVMe records are keyed by key alone, while two entries may share a key for
+ * a while (a replace, a put racing an invalidation or a demotion of the old
+ * one). So puts of one key are serialised (s->nvme_busy), and a removal of a
+ * key's record while a put of that key is in flight is left to the put,
+ * which replaces the record, or removes it if it fails: otherwise the
+ * removal could land after the put and take the newer entry's record.
  */
-#include "tiers/store.h"
+#include "tiers/store_internal.h"
 
 #include <assert.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct obj {
-    hy_meta meta;
-    bool in_host, in_nvme, dead;
-    size_t off; /* host block, when in_host */
-    int pins;   /* leases and in-flight copies */
-    struct obj *next;
-} obj;
+/* A key whose NVMe put is in flight (lives on the putting thread's stack). */
+typedef struct nvme_busy {
+    hy_key key;
+    bool removed; /* a removal of the key's record met the put: left to it */
+    struct nvme_busy *next;
+} nvme_busy;
 
 typedef struct quota {
     char tenant[HY_TENANT_MAX];
@@ -32,41 +39,10 @@ typedef struct quota {
 
 enum { MOVE_MAKE_ROOM = 1 };
 
-struct hy_store {
-    hy_store_config cfg;
-    pthread_mutex_t mu;
-    pthread_cond_t cv; /* the mover waits on it for requests */
-    pthread_t mover;
-    bool mover_running, stop;
-    int *queue; /* ring of move requests */
-    size_t qhead, qlen;
-    hy_arena *arena;
-    hy_nvme *nvme;
-    hy_evictor *ev[2];
-    hy_admitter *ad[2];
-    obj **buckets;
-    size_t nbuckets, count;
-    quota *quotas;
-    uint64_t tick;
-    hy_store_stats st;
-};
-
 struct hy_put {
     hy_meta meta;
     size_t off;
 };
-
-struct hy_lease {
-    obj *o;
-    const void *data;
-    bool tmp; /* data is a temporary block (promotion not admitted) */
-    size_t tmp_off;
-};
-
-static size_t round_page(uint64_t b)
-{
-    return (size_t)((b + HY_PAGE - 1) / HY_PAGE * HY_PAGE);
-}
 
 /* --- index ------------------------------------------------------------------ */
 
@@ -139,92 +115,163 @@ static void quota_add(hy_store *s, const hy_meta *m, int64_t sign)
     if (q) q->bytes += (uint64_t)(sign * (int64_t)m->bytes);
 }
 
-/* --- removal and eviction -------------------------------------------------------- */
+/* --- copies and removal ---------------------------------------------------------- */
+
+static bool resident(const obj *o, hy_tier_id t)
+{
+    return t == HY_TIER_HBM ? o->in_hbm : t == HY_TIER_HOST ? o->in_host : o->in_nvme;
+}
+
+void st_copy_add(hy_store *s, obj *o, hy_tier_id t, size_t off)
+{
+    assert(!resident(o, t) && !o->dead);
+    switch (t) {
+    case HY_TIER_HBM:
+        o->in_hbm = true, o->doff = off, s->st.hbm_entries++;
+        break;
+    case HY_TIER_HOST:
+        o->in_host = true, o->off = off, s->st.host_entries++;
+        break;
+    default:
+        o->in_nvme = true, s->st.nvme_entries++;
+    }
+    hy_evictor_insert(s->ev[t], hy_key_id(&o->meta.key), o->meta.bytes, o->meta.flops,
+                      o->meta.tokens, ++s->tick);
+}
+
+static nvme_busy *nvme_busy_find(hy_store *s, const hy_key *k)
+{
+    for (nvme_busy *b = s->nvme_busy; b; b = b->next)
+        if (memcmp(b->key.b, k->b, HY_KEY_BYTES) == 0) return b;
+    return NULL;
+}
+
+/* Removes the NVMe record of key k, or leaves it to the put of k in flight
+ * (top of the file). */
+static void nvme_remove_key(hy_store *s, const hy_key *k)
+{
+    nvme_busy *b = nvme_busy_find(s, k);
+    if (b) {
+        b->removed = true;
+        return;
+    }
+    hy_err ignored = {0};
+    hy_nvme_remove(s->nvme, k, &ignored);
+}
+
+void st_copy_drop(hy_store *s, obj *o, hy_tier_id t)
+{
+    assert(resident(o, t) && !o->dead);
+    hy_evictor_remove(s->ev[t], hy_key_id(&o->meta.key)); /* no-op when moving */
+    switch (t) {
+    case HY_TIER_HBM:
+        st_hbm_release(s, o->doff);
+        o->in_hbm = false, s->st.hbm_entries--;
+        break;
+    case HY_TIER_HOST:
+        hy_arena_release(s->arena, o->off);
+        o->in_host = false, s->st.host_entries--;
+        break;
+    default:
+        nvme_remove_key(s, &o->meta.key);
+        o->in_nvme = false, s->st.nvme_entries--;
+    }
+}
 
 /* Frees what an unpinned, unlinked entry still holds. */
 static void obj_destroy(hy_store *s, obj *o)
 {
     assert(o->pins == 0);
     if (o->in_host) hy_arena_release(s->arena, o->off);
+    if (o->in_hbm) st_hbm_release(s, o->doff);
     free(o);
 }
 
-/* Takes an entry out of every tier and the index; its memory goes now or
- * with the last pin. */
-static void obj_remove(hy_store *s, obj *o)
+void st_unpin(hy_store *s, obj *o)
 {
+    assert(o->pins > 0);
+    if (--o->pins == 0 && o->dead) obj_destroy(s, o);
+}
+
+void st_obj_remove(hy_store *s, obj *o)
+{
+    const uint64_t id = hy_key_id(&o->meta.key);
     idx_unlink(s, o);
     quota_add(s, &o->meta, -1);
-    if (o->in_host) {
-        hy_evictor_remove(s->ev[HY_TIER_HOST], hy_key_id(&o->meta.key));
-        s->st.host_entries--;
-    }
-    if (o->in_nvme) {
-        hy_evictor_remove(s->ev[HY_TIER_NVME], hy_key_id(&o->meta.key));
-        hy_err ignored = {0};
-        hy_nvme_remove(s->nvme, &o->meta.key, &ignored);
-        o->in_nvme = false;
-        s->st.nvme_entries--;
-    }
+    if (o->in_nvme) st_copy_drop(s, o, HY_TIER_NVME);
+    /* host and hbm blocks stay until the last pin: only their registration goes */
+    if (o->in_host) hy_evictor_remove(s->ev[HY_TIER_HOST], id), s->st.host_entries--;
+    if (o->in_hbm) hy_evictor_remove(s->ev[HY_TIER_HBM], id), s->st.hbm_entries--;
     o->dead = true;
     if (o->pins == 0) obj_destroy(s, o);
 }
 
+/* --- host and NVMe eviction ------------------------------------------------------- */
+
 /* The entry whose key starts with id (the policies know entries by id; two
  * SHA-256 keys sharing 64 leading bits is a 2^-64 event we accept). The id
  * also picks the bucket, so this is a chain walk. */
-static obj *find_by_id(hy_store *s, uint64_t id)
+obj *st_find_by_id(hy_store *s, uint64_t id)
 {
     for (obj *o = s->buckets[id & (s->nbuckets - 1)]; o; o = o->next)
         if (hy_key_id(&o->meta.key) == id) return o;
     return NULL;
 }
 
-static bool pinned_cb(void *ctx, uint64_t id)
+bool st_pinned_cb(void *ctx, uint64_t id)
 {
-    obj *o = find_by_id(ctx, id);
+    obj *o = st_find_by_id(ctx, id);
     return o && o->pins > 0;
 }
 
-/* Writes an entry to NVMe, dropping NVMe victims while it is full (entries
- * also in host keep their host copy). Called with the lock held; drops it
- * around each write, so the caller must pin what `data` points into. */
+/* Writes an entry to NVMe, evicting unpinned NVMe copies while it is full
+ * (an entry with a copy in another tier keeps it). Called with the lock held;
+ * drops it around each write (and while another put of the key is in
+ * flight), so the caller must pin what `data` points into. */
 static int nvme_put_evicting(hy_store *s, const hy_meta *m, const void *data, hy_err *err)
 {
     const hy_meta snap = *m; /* taken under the lock: hits and times change under it */
     for (;;) {
+        while (nvme_busy_find(s, &snap.key)) pthread_cond_wait(&s->nvme_cv, &s->mu);
+        nvme_busy busy = {.key = snap.key, .next = s->nvme_busy};
+        s->nvme_busy = &busy;
         pthread_mutex_unlock(&s->mu);
         int rc = hy_nvme_put(s->nvme, &snap, data, err);
         pthread_mutex_lock(&s->mu);
+        nvme_busy **p = &s->nvme_busy;
+        while (*p != &busy) p = &(*p)->next;
+        *p = busy.next;
+        pthread_cond_broadcast(&s->nvme_cv);
+        if (rc && busy.removed) { /* the record left on disk, if any, was a removed entry's */
+            hy_err ignored = {0};
+            hy_nvme_remove(s->nvme, &snap.key, &ignored);
+        }
         if (rc != HY_ENOMEM) return rc;
         uint64_t vid;
-        if (hy_evictor_victim(s->ev[HY_TIER_NVME], &vid, NULL, NULL) != HY_OK) return rc;
-        obj *v = find_by_id(s, vid);
+        if (hy_evictor_victim(s->ev[HY_TIER_NVME], &vid, st_pinned_cb, s) != HY_OK) return rc;
+        obj *v = st_find_by_id(s, vid);
         s->st.evictions++;
-        if (!v || v->in_host) {
+        if (!v)
             hy_evictor_remove(s->ev[HY_TIER_NVME], vid);
-            if (!v) continue;
-            hy_err ignored = {0};
-            hy_nvme_remove(s->nvme, &v->meta.key, &ignored);
-            v->in_nvme = false;
-            s->st.nvme_entries--;
-        } else {
-            obj_remove(s, v);
-        }
+        else if (v->in_host || v->in_hbm)
+            st_copy_drop(s, v, HY_TIER_NVME);
+        else
+            st_obj_remove(s, v);
     }
 }
 
-/* Evicts one unpinned host entry: demoted to NVMe when there is one and it
- * admits it, else dropped. Called with the lock held (dropped during the
- * demotion's write, with the victim pinned). */
+/* Evicts one unpinned host copy: demoted to NVMe when there is one and it
+ * admits it; the entry is dropped when no copy is left (none in NVMe or
+ * hbm). Called with the lock held (dropped during the demotion's write, with
+ * the victim pinned). */
 static int evict_one_host(hy_store *s, hy_err *err)
 {
     uint64_t vid;
-    if (hy_evictor_victim(s->ev[HY_TIER_HOST], &vid, pinned_cb, s) != HY_OK)
+    if (hy_evictor_victim(s->ev[HY_TIER_HOST], &vid, st_pinned_cb, s) != HY_OK)
         return hy_err_set(err, HY_ENOMEM,
                           "host tier full (%zu bytes) and every resident entry is leased",
                           s->cfg.host_bytes);
-    obj *v = find_by_id(s, vid);
+    obj *v = st_find_by_id(s, vid);
     if (!v) {
         hy_evictor_remove(s->ev[HY_TIER_HOST], vid);
         return HY_OK;
@@ -237,18 +284,16 @@ static int evict_one_host(hy_store *s, hy_err *err)
         int rc = nvme_put_evicting(s, &v->meta, hy_arena_ptr(s->arena, v->off), &e2);
         v->pins--;
         if (v->dead) { /* invalidated while it was being written */
-            if (rc == HY_OK) hy_nvme_remove(s->nvme, &v->meta.key, &e2);
+            if (rc == HY_OK) nvme_remove_key(s, &v->meta.key);
             if (v->pins == 0) obj_destroy(s, v);
             return HY_OK;
         }
         if (rc == HY_OK) {
-            v->in_nvme = true;
-            s->st.nvme_entries++;
+            st_copy_add(s, v, HY_TIER_NVME, 0);
             s->st.demotions++;
-            hy_evictor_insert(s->ev[HY_TIER_NVME], vid, v->meta.bytes, v->meta.flops,
-                              v->meta.tokens, ++s->tick);
         } else {
-            hy_log(HY_LOG_WARN, "demotion to NVMe failed, dropping the entry: %s", e2.msg);
+            hy_log(HY_LOG_WARN, "demotion to NVMe failed, %s: %s",
+                   v->in_hbm ? "the entry keeps its hbm copy" : "dropping the entry", e2.msg);
         }
     }
     if (v->pins > 0) { /* leased meanwhile: its host bytes stay */
@@ -256,25 +301,21 @@ static int evict_one_host(hy_store *s, hy_err *err)
                           ++s->tick);
         return HY_OK;
     }
-    if (!v->in_nvme) {
-        obj_remove(s, v);
-        return HY_OK;
-    }
-    hy_arena_release(s->arena, v->off);
-    v->in_host = false;
-    s->st.host_entries--;
+    if (!v->in_nvme && !v->in_hbm)
+        st_obj_remove(s, v);
+    else
+        st_copy_drop(s, v, HY_TIER_HOST);
     return HY_OK;
 }
 
-/* A host block of `bytes`, evicting as needed. */
-static int host_alloc(hy_store *s, uint64_t bytes, size_t *off, hy_err *err)
+int st_host_alloc(hy_store *s, uint64_t bytes, size_t *off, hy_err *err)
 {
-    if (round_page(bytes) > s->cfg.host_bytes)
+    if (st_round_page(bytes) > s->cfg.host_bytes)
         return hy_err_set(err, HY_ERANGE,
                           "an entry of %llu bytes exceeds the host tier (%zu bytes)",
                           (unsigned long long)bytes, s->cfg.host_bytes);
     for (;;) {
-        if (hy_arena_alloc(s->arena, round_page(bytes), off) == HY_OK) return HY_OK;
+        if (hy_arena_alloc(s->arena, st_round_page(bytes), off) == HY_OK) return HY_OK;
         int rc = evict_one_host(s, err);
         if (rc) return rc;
     }
@@ -335,12 +376,9 @@ static int load_nvme_entry(void *ctx, const hy_meta *m)
     obj *o = calloc(1, sizeof *o);
     if (!o) return HY_ENOMEM;
     o->meta = *m;
-    o->in_nvme = true;
     idx_insert(s, o);
     quota_add(s, m, +1);
-    s->st.nvme_entries++;
-    hy_evictor_insert(s->ev[HY_TIER_NVME], hy_key_id(&m->key), m->bytes, m->flops, m->tokens,
-                      ++s->tick);
+    st_copy_add(s, o, HY_TIER_NVME, 0);
     return 0;
 }
 
@@ -349,6 +387,7 @@ void hy_store_config_default(hy_store_config *cfg, size_t host_bytes, const char
     memset(cfg, 0, sizeof *cfg);
     cfg->host_bytes = host_bytes;
     cfg->host_policy = (hy_policy_config){.evict = HY_EVICT_GDSF, .admit = HY_ADMIT_TINYLFU};
+    cfg->hbm_policy = cfg->host_policy;
     cfg->nvme_dir = nvme_dir;
     cfg->nvme_policy = (hy_policy_config){.evict = HY_EVICT_GDSF, .admit = HY_ADMIT_ALWAYS};
     cfg->high_watermark = 0.9;
@@ -356,29 +395,40 @@ void hy_store_config_default(hy_store_config *cfg, size_t host_bytes, const char
     cfg->move_queue = 64;
 }
 
-int hy_store_open(const hy_store_config *cfg, hy_store **out, hy_err *err)
+/* hy_store_open with the device tier decided (ops NULL: none; `why` says
+ * what it is or why there is none). Owns ctx from the call on. */
+static int store_open(const hy_store_config *cfg, const hy_devtier_ops *ops, void *ctx,
+                      const char *why, hy_store **out, hy_err *err)
 {
     *out = NULL;
-    if (cfg->host_bytes == 0) return hy_err_set(err, HY_EINVAL, "store: host_bytes is 0");
     hy_store *s = calloc(1, sizeof *s);
-    if (!s) return hy_err_set(err, HY_ENOMEM, "out of memory");
+    if (!s) {
+        if (ops) ops->close(ctx);
+        return hy_err_set(err, HY_ENOMEM, "out of memory");
+    }
+    s->dev = ops, s->dev_ctx = ctx; /* closed by hy_store_close from here on */
+    snprintf(s->hbm_why, sizeof s->hbm_why, "%s", why);
     s->cfg = *cfg;
     s->cfg.nvme_dir = NULL; /* not kept: the caller's string */
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
+    pthread_cond_init(&s->nvme_cv, NULL);
     s->nbuckets = 1024;
     s->buckets = calloc(s->nbuckets, sizeof *s->buckets);
     int rc = s->buckets ? HY_OK : hy_err_set(err, HY_ENOMEM, "out of memory");
-    hy_policy_config hp = cfg->host_policy, np = cfg->nvme_policy;
-    hp.capacity = cfg->host_bytes;
+    if (!rc && cfg->host_bytes == 0) rc = hy_err_set(err, HY_EINVAL, "store: host_bytes is 0");
+    s->cfg.host_policy.capacity = cfg->host_bytes;
     if (!rc) rc = hy_arena_new(cfg->host_bytes, &s->arena, err);
-    if (!rc) rc = hy_evictor_new(&hp, &s->ev[HY_TIER_HOST], err);
-    if (!rc) rc = hy_admitter_new(&hp, &s->ad[HY_TIER_HOST], err);
+    if (!rc) rc = hy_evictor_new(&s->cfg.host_policy, &s->ev[HY_TIER_HOST], err);
+    if (!rc) rc = hy_admitter_new(&s->cfg.host_policy, &s->ad[HY_TIER_HOST], err);
+    if (!rc && s->dev) rc = st_hbm_attach(s, err);
     if (!rc && cfg->nvme_dir) {
         const uint32_t ne = cfg->nvme.max_extents ? cfg->nvme.max_extents : 64;
-        np.capacity = (uint64_t)ne * (cfg->nvme.extent_bytes ? cfg->nvme.extent_bytes : 256u << 20);
-        rc = hy_evictor_new(&np, &s->ev[HY_TIER_NVME], err);
-        if (!rc) rc = hy_admitter_new(&np, &s->ad[HY_TIER_NVME], err);
+        hy_policy_config *np = &s->cfg.nvme_policy;
+        np->capacity =
+            (uint64_t)ne * (cfg->nvme.extent_bytes ? cfg->nvme.extent_bytes : 256u << 20);
+        rc = hy_evictor_new(np, &s->ev[HY_TIER_NVME], err);
+        if (!rc) rc = hy_admitter_new(np, &s->ad[HY_TIER_NVME], err);
         if (!rc) rc = hy_nvme_open(cfg->nvme_dir, &cfg->nvme, &s->nvme, err);
         if (!rc) rc = hy_nvme_foreach(s->nvme, load_nvme_entry, s, err);
     }
@@ -406,6 +456,27 @@ int hy_store_open(const hy_store_config *cfg, hy_store **out, hy_err *err)
     return HY_OK;
 }
 
+int hy_store_open(const hy_store_config *cfg, hy_store **out, hy_err *err)
+{
+    *out = NULL;
+    if (cfg->host_bytes == 0) return hy_err_set(err, HY_EINVAL, "store: host_bytes is 0");
+    char why[128] = "not configured (hbm_bytes is 0)";
+    const hy_devtier_ops *ops = NULL;
+    void *ctx = NULL;
+    if (cfg->hbm_bytes) {
+        int rc = st_hbm_open_device(cfg, &ops, &ctx, why, sizeof why, err);
+        if (rc) return rc;
+    }
+    return store_open(cfg, ops, ctx, why, out, err);
+}
+
+int hy_store_open_with_devtier(const hy_store_config *cfg, const hy_devtier_ops *ops, void *ctx,
+                               hy_store **out, hy_err *err)
+{
+    assert(ops && ops->close);
+    return store_open(cfg, ops, ctx, ops->name, out, err);
+}
+
 void hy_store_close(hy_store *s)
 {
     if (!s) return;
@@ -418,16 +489,18 @@ void hy_store_close(hy_store *s)
     }
     free(s->queue);
     pthread_cond_destroy(&s->cv);
+    pthread_cond_destroy(&s->nvme_cv);
     for (size_t i = 0; s->buckets && i < s->nbuckets; i++)
         for (obj *o = s->buckets[i], *nx; o; o = nx) {
             nx = o->next;
             assert(o->pins == 0 && "hy_store_close with leases outstanding");
-            free(o); /* the arena goes whole */
+            free(o); /* the arena and the device tier go whole */
         }
     free(s->buckets);
     for (quota *q = s->quotas, *nx; q; q = nx) nx = q->next, free(q);
-    for (int t = 0; t < 2; t++) hy_evictor_free(s->ev[t]), hy_admitter_free(s->ad[t]);
+    for (int t = 0; t < HY_TIER_COUNT; t++) hy_evictor_free(s->ev[t]), hy_admitter_free(s->ad[t]);
     hy_nvme_close(s->nvme);
+    st_hbm_detach(s); /* unpins the arena: before it is unmapped */
     hy_arena_free_all(s->arena);
     pthread_mutex_destroy(&s->mu);
     free(s);
@@ -451,7 +524,7 @@ int hy_store_reserve(hy_store *s, const hy_meta *meta, hy_put **out, void **buf,
                         "tenant '%s': %llu bytes stored + %llu would exceed its quota of %llu",
                         meta->tenant, (unsigned long long)used, (unsigned long long)meta->bytes,
                         (unsigned long long)s->cfg.tenant_quota);
-    if (!rc) rc = host_alloc(s, meta->bytes, &p->off, err);
+    if (!rc) rc = st_host_alloc(s, meta->bytes, &p->off, err);
     void *b = rc ? NULL : hy_arena_ptr(s->arena, p->off);
     pthread_mutex_unlock(&s->mu);
     if (rc) {
@@ -472,6 +545,8 @@ void hy_store_abort(hy_store *s, hy_put *p)
     free(p);
 }
 
+/* Placement, in order: hbm (its admitter, a copy up from the reservation),
+ * then whether the reservation stays as the host copy, then NVMe. */
 int hy_store_commit(hy_store *s, hy_put *p, hy_tier_id *placed, hy_err *err)
 {
     hy_meta *m = &p->meta;
@@ -484,15 +559,18 @@ int hy_store_commit(hy_store *s, hy_put *p, hy_tier_id *placed, hy_err *err)
 
     pthread_mutex_lock(&s->mu);
     s->st.puts++;
+    size_t doff = 0;
+    const bool to_hbm = st_hbm_place(s, m, data, &doff); /* the block is ours alone */
     uint64_t vid = 0;
     hy_arena_stats as;
     hy_arena_stats_get(s->arena, &as);
-    if (as.largest_free < round_page(m->bytes))
-        hy_evictor_victim(s->ev[HY_TIER_HOST], &vid, pinned_cb, s);
+    if (as.largest_free < st_round_page(m->bytes) &&
+        hy_evictor_victim(s->ev[HY_TIER_HOST], &vid, st_pinned_cb, s) != HY_OK)
+        vid = 0;
     const bool to_host = hy_admitter_admit(s->ad[HY_TIER_HOST], id, m->tokens, vid);
     const bool to_nvme = s->nvme && (s->cfg.write_through || !to_host) &&
                          hy_admitter_admit(s->ad[HY_TIER_NVME], id, m->tokens, 0);
-    int rc = to_nvme ? nvme_put_evicting(s, m, data, err) : HY_OK; /* the block is ours alone */
+    int rc = to_nvme ? nvme_put_evicting(s, m, data, err) : HY_OK;
     obj *old = rc ? NULL : idx_find(s, &m->key); /* a failed replace keeps the old entry */
     if (old) {
         if (old->in_nvme && to_nvme && !rc) { /* the record on disk is the new one already */
@@ -500,34 +578,26 @@ int hy_store_commit(hy_store *s, hy_put *p, hy_tier_id *placed, hy_err *err)
             old->in_nvme = false;
             s->st.nvme_entries--;
         }
-        obj_remove(s, old);
+        st_obj_remove(s, old);
     }
     obj *o = NULL;
-    if (!rc && (to_host || to_nvme)) {
+    if (!rc && (to_hbm || to_host || to_nvme)) {
         o = calloc(1, sizeof *o);
         if (!o) rc = hy_err_set(err, HY_ENOMEM, "out of memory");
     }
     hy_tier_id where = HY_TIER_NONE;
     if (o) {
         o->meta = *m;
-        if (to_nvme) {
-            o->in_nvme = true;
-            s->st.nvme_entries++;
-            hy_evictor_insert(s->ev[HY_TIER_NVME], id, m->bytes, m->flops, m->tokens, ++s->tick);
-            where = HY_TIER_NVME;
-        }
-        if (to_host) {
-            o->in_host = true;
-            o->off = p->off;
-            s->st.host_entries++;
-            hy_evictor_insert(s->ev[HY_TIER_HOST], id, m->bytes, m->flops, m->tokens, ++s->tick);
-            where = HY_TIER_HOST;
-        }
+        if (to_nvme) st_copy_add(s, o, HY_TIER_NVME, 0), where = HY_TIER_NVME;
+        if (to_host) st_copy_add(s, o, HY_TIER_HOST, p->off), where = HY_TIER_HOST;
+        if (to_hbm) st_copy_add(s, o, HY_TIER_HBM, doff), where = HY_TIER_HBM;
+        if (to_hbm) s->st.hbm_placed++;
         idx_insert(s, o);
         quota_add(s, m, +1);
     } else if (!rc) {
         s->st.puts_dropped++;
     }
+    if (to_hbm && !o) st_hbm_release(s, doff);
     if (!o || !o->in_host) hy_arena_release(s->arena, p->off);
     if (above(s, s->cfg.high_watermark)) move_request(s, MOVE_MAKE_ROOM);
     pthread_mutex_unlock(&s->mu);
@@ -543,82 +613,112 @@ static bool expired(const obj *o, uint64_t now)
     return o->meta.expires_ns && now >= o->meta.expires_ns;
 }
 
+obj *st_lookup(hy_store *s, const hy_key *key, uint64_t now)
+{
+    const uint64_t id = hy_key_id(key);
+    hy_admitter_record(s->ad[HY_TIER_HOST], id);
+    if (s->ad[HY_TIER_HBM]) hy_admitter_record(s->ad[HY_TIER_HBM], id);
+    obj *o = idx_find(s, key);
+    if (o && expired(o, now)) {
+        st_obj_remove(s, o);
+        s->st.expired++;
+        o = NULL;
+    }
+    if (!o) s->st.misses++;
+    return o;
+}
+
+void st_served(hy_store *s, obj *o, hy_tier_id from, uint64_t now)
+{
+    const uint64_t id = hy_key_id(&o->meta.key);
+    if (from == HY_TIER_HBM)
+        s->st.hits_hbm++;
+    else if (from == HY_TIER_HOST)
+        s->st.hits_host++;
+    else
+        s->st.hits_nvme++;
+    o->meta.hits++;
+    o->meta.last_access_ns = now;
+    for (int t = 0; t < HY_TIER_COUNT; t++)
+        if (resident(o, (hy_tier_id)t)) hy_evictor_access(s->ev[t], id, ++s->tick);
+}
+
+int st_fetch_host(hy_store *s, obj *o, size_t *off, bool *tmp, hy_err *err)
+{
+    assert(o->pins > 0 && !o->in_host && (o->in_hbm || o->in_nvme));
+    const uint64_t id = hy_key_id(&o->meta.key);
+    const bool keep = hy_admitter_admit(s->ad[HY_TIER_HOST], id, o->meta.tokens, 0);
+    size_t blk;
+    *tmp = false;
+    int rc = st_host_alloc(s, o->meta.bytes, &blk, err); /* may drop the lock */
+    if (rc) return rc;
+    const bool from_hbm = o->in_hbm; /* pinned: the copy stays while we read it */
+    if (o->dead || o->in_host) {
+        /* nothing to copy: gone, or another thread brought it down meanwhile */
+    } else if (from_hbm) {
+        rc = st_hbm_copy_down(s, o->doff, hy_arena_ptr(s->arena, blk), o->meta.bytes, err);
+    } else {
+        void *dst = hy_arena_ptr(s->arena, blk);
+        const hy_key k = o->meta.key;
+        const size_t cap = st_round_page(o->meta.bytes);
+        pthread_mutex_unlock(&s->mu);
+        rc = hy_nvme_get(s->nvme, &k, dst, cap, NULL, err); /* verifies every chunk */
+        pthread_mutex_lock(&s->mu);
+    }
+    if (rc || o->dead || o->in_host) {
+        hy_arena_release(s->arena, blk);
+        if (!from_hbm && rc == HY_EFORMAT) {
+            s->st.checksum_failures++;
+            if (!o->dead) { /* the NVMe tier dropped it: so do we */
+                hy_evictor_remove(s->ev[HY_TIER_NVME], id);
+                o->in_nvme = false;
+                s->st.nvme_entries--;
+                st_obj_remove(s, o);
+            }
+        }
+        if (!rc && o->dead) rc = HY_ENOTFOUND; /* invalidated meanwhile */
+        if (!rc) *off = o->off;                /* another thread's host copy */
+        return rc;
+    }
+    if (from_hbm) s->st.hbm_copies_down++;
+    if (keep) {
+        st_copy_add(s, o, HY_TIER_HOST, blk);
+        if (!from_hbm) s->st.promotions++;
+    } else {
+        *tmp = true;
+    }
+    *off = blk;
+    return HY_OK;
+}
+
 int hy_store_acquire(hy_store *s, const hy_key *key, hy_lease **out, hy_err *err)
 {
     *out = NULL;
     hy_lease *l = calloc(1, sizeof *l);
     if (!l) return hy_err_set(err, HY_ENOMEM, "out of memory");
-    const uint64_t id = hy_key_id(key), now = hy_wall_ns();
+    const uint64_t now = hy_wall_ns();
     pthread_mutex_lock(&s->mu);
-    hy_admitter_record(s->ad[HY_TIER_HOST], id);
-    obj *o = idx_find(s, key);
-    if (o && expired(o, now)) {
-        obj_remove(s, o);
-        s->st.expired++;
-        o = NULL;
-    }
+    obj *o = st_lookup(s, key, now);
     if (!o) {
-        s->st.misses++;
         pthread_mutex_unlock(&s->mu);
         free(l);
         return HY_ENOTFOUND;
     }
-    int rc = HY_OK;
-    if (!o->in_host) { /* promote from NVMe, verifying on the way */
-        const bool keep = hy_admitter_admit(s->ad[HY_TIER_HOST], id, o->meta.tokens, 0);
-        size_t off;
-        o->pins++;
-        rc = host_alloc(s, o->meta.bytes, &off, err);
-        if (!rc) {
-            void *dst = hy_arena_ptr(s->arena, off);
-            const hy_key k = o->meta.key;
-            const size_t cap = round_page(o->meta.bytes);
-            pthread_mutex_unlock(&s->mu);
-            rc = hy_nvme_get(s->nvme, &k, dst, cap, NULL, err); /* verifies every chunk */
-            pthread_mutex_lock(&s->mu);
-            if (rc || o->dead) {
-                hy_arena_release(s->arena, off);
-                if (rc == HY_EFORMAT) s->st.checksum_failures++;
-                if (!o->dead && rc == HY_EFORMAT) { /* the NVMe tier dropped it: so do we */
-                    o->in_nvme = false;
-                    s->st.nvme_entries--;
-                    hy_evictor_remove(s->ev[HY_TIER_NVME], id);
-                    obj_remove(s, o);
-                }
-                if (!rc) rc = HY_ENOTFOUND; /* invalidated meanwhile */
-            } else if (keep && !o->in_host) {
-                o->in_host = true;
-                o->off = off;
-                s->st.host_entries++;
-                s->st.promotions++;
-                hy_evictor_insert(s->ev[HY_TIER_HOST], id, o->meta.bytes, o->meta.flops,
-                                  o->meta.tokens, ++s->tick);
-            } else if (o->in_host) { /* another thread promoted it first */
-                hy_arena_release(s->arena, off);
-            } else {
-                l->tmp = true;
-                l->tmp_off = off;
-            }
-        }
-        o->pins--;
-        if (o->dead && o->pins == 0) obj_destroy(s, o);
-        if (!rc) s->st.hits_nvme++;
-    } else {
-        s->st.hits_host++;
-        hy_evictor_access(s->ev[HY_TIER_HOST], id, ++s->tick);
-    }
+    o->pins++; /* the lease's pin, taken now so the copies below are protected */
+    const hy_tier_id from = o->in_host ? HY_TIER_HOST : o->in_hbm ? HY_TIER_HBM : HY_TIER_NVME;
+    size_t off = o->off;
+    int rc = o->in_host ? HY_OK : st_fetch_host(s, o, &off, &l->tmp, err);
     if (rc) {
         if (rc == HY_ENOTFOUND) s->st.misses++;
+        st_unpin(s, o);
         pthread_mutex_unlock(&s->mu);
         free(l);
         return rc;
     }
-    o->pins++;
-    o->meta.hits++;
-    o->meta.last_access_ns = now;
-    if (o->in_nvme) hy_evictor_access(s->ev[HY_TIER_NVME], id, ++s->tick);
+    st_served(s, o, from, now);
     l->o = o;
-    l->data = hy_arena_ptr(s->arena, l->tmp ? l->tmp_off : o->off);
+    l->tmp_off = off;
+    l->data = hy_arena_ptr(s->arena, off);
     pthread_mutex_unlock(&s->mu);
     *out = l;
     return HY_OK;
@@ -627,6 +727,11 @@ int hy_store_acquire(hy_store *s, const hy_key *key, hy_lease **out, hy_err *err
 const void *hy_lease_data(const hy_lease *l)
 {
     return l->data;
+}
+
+void *hy_lease_device_ptr(const hy_lease *l)
+{
+    return l->dev;
 }
 
 const hy_meta *hy_lease_meta(const hy_lease *l)
@@ -638,12 +743,23 @@ void hy_store_release(hy_store *s, hy_lease *l)
 {
     if (!l) return;
     pthread_mutex_lock(&s->mu);
-    obj *o = l->o;
-    assert(o->pins > 0);
     if (l->tmp) hy_arena_release(s->arena, l->tmp_off);
-    if (--o->pins == 0 && o->dead) obj_destroy(s, o);
+    if (l->dtmp) st_hbm_release(s, l->dtmp_off);
+    st_unpin(s, l->o);
     pthread_mutex_unlock(&s->mu);
     free(l);
+}
+
+int hy_store_tiers_of(hy_store *s, const hy_key *key, unsigned *mask)
+{
+    pthread_mutex_lock(&s->mu);
+    const obj *o = idx_find(s, key);
+    unsigned m = 0;
+    for (int t = 0; o && t < HY_TIER_COUNT; t++)
+        if (resident(o, (hy_tier_id)t)) m |= 1u << t;
+    pthread_mutex_unlock(&s->mu);
+    *mask = m;
+    return o ? HY_OK : HY_ENOTFOUND;
 }
 
 /* --- invalidation, listing, policies, stats ------------------------------------------ */
@@ -669,12 +785,12 @@ int hy_store_invalidate(hy_store *s, const hy_store_filter *f, size_t *removed, 
     pthread_mutex_lock(&s->mu);
     if (f && f->key) {
         obj *o = idx_find(s, f->key);
-        if (o && matches(&o->meta, f)) obj_remove(s, o), n++;
+        if (o && matches(&o->meta, f)) st_obj_remove(s, o), n++;
     } else {
         for (size_t i = 0; i < s->nbuckets; i++)
             for (obj *o = s->buckets[i], *nx; o; o = nx) {
                 nx = o->next;
-                if (matches(&o->meta, f)) obj_remove(s, o), n++;
+                if (matches(&o->meta, f)) st_obj_remove(s, o), n++;
             }
     }
     s->st.invalidated += n;
@@ -710,11 +826,15 @@ int hy_store_list(hy_store *s, const hy_store_filter *f, size_t offset, hy_meta 
 
 int hy_store_set_policy(hy_store *s, hy_tier_id tier, const hy_policy_config *p, hy_err *err)
 {
-    if (tier != HY_TIER_HOST && !(tier == HY_TIER_NVME && s->nvme))
+    if (tier != HY_TIER_HOST && !(tier == HY_TIER_NVME && s->nvme) &&
+        !(tier == HY_TIER_HBM && s->dev))
         return hy_err_set(err, HY_EINVAL, "set_policy: tier %d does not exist in this store",
                           (int)tier);
+    hy_policy_config *cur = tier == HY_TIER_HOST  ? &s->cfg.host_policy
+                            : tier == HY_TIER_HBM ? &s->cfg.hbm_policy
+                                                  : &s->cfg.nvme_policy;
     hy_policy_config pc = *p;
-    pc.capacity = tier == HY_TIER_HOST ? s->cfg.host_bytes : s->cfg.nvme_policy.capacity;
+    pc.capacity = cur->capacity; /* set at open, never changed */
     hy_evictor *ev;
     hy_admitter *ad;
     int rc = hy_evictor_new(&pc, &ev, err);
@@ -726,17 +846,14 @@ int hy_store_set_policy(hy_store *s, hy_tier_id tier, const hy_policy_config *p,
     pthread_mutex_lock(&s->mu);
     for (size_t i = 0; i < s->nbuckets; i++)
         for (obj *o = s->buckets[i]; o; o = o->next)
-            if (tier == HY_TIER_HOST ? o->in_host : o->in_nvme)
+            if (resident(o, tier))
                 hy_evictor_insert(ev, hy_key_id(&o->meta.key), o->meta.bytes, o->meta.flops,
                                   o->meta.tokens, ++s->tick);
     hy_evictor_free(s->ev[tier]);
     hy_admitter_free(s->ad[tier]);
     s->ev[tier] = ev;
     s->ad[tier] = ad;
-    if (tier == HY_TIER_HOST)
-        s->cfg.host_policy = pc;
-    else
-        s->cfg.nvme_policy = pc;
+    *cur = pc;
     pthread_mutex_unlock(&s->mu);
     return HY_OK;
 }
@@ -749,5 +866,6 @@ void hy_store_stats_get(hy_store *s, hy_store_stats *st)
     hy_arena_stats_get(s->arena, &st->arena);
     st->host_bytes = st->arena.used;
     if (s->nvme) hy_nvme_stats_get(s->nvme, &st->nvme);
+    st_hbm_stats(s, st);
     pthread_mutex_unlock(&s->mu);
 }

@@ -1,40 +1,67 @@
 /*
- * The tier manager: one store over the host arena and, when configured, the
- * NVMe tier, with a policy per tier (DESIGN.md §4).
+ * The tier manager: one store over up to three tiers, fastest first — hbm
+ * (GPU memory, when configured and a CUDA device exists), the host arena, and
+ * NVMe when configured — with a policy per tier (DESIGN.md §4).
  *
- * Lifecycle of an entry:
+ * An entry may have a copy in any subset of {hbm, host, nvme}; the copies
+ * are identical bytes. Lifecycle:
  *   reserve  a page-aligned host buffer of meta.bytes for the caller to fill
  *            (space is made by evicting unleased entries); invisible;
- *   commit   the entry becomes visible: admission picks its tier — host (and
- *            NVMe too when write-through), NVMe only, or none (the put is
- *            dropped, reported in *placed);
- *   abort    the reservation is dropped, nothing was ever visible.
+ *   commit   the entry becomes visible: the hbm admitter decides whether it
+ *            also goes up to hbm (a device block, evicting hbm victims as
+ *            needed); the host admitter whether the host copy stays; NVMe
+ *            takes it when write-through, or when host refused, if its
+ *            admitter agrees. Admitted nowhere, the put is dropped. *placed
+ *            reports the highest tier it landed in;
+ *   abort    the reservation is dropped, nothing was ever visible;
  *   acquire  a lease on the entry's bytes in host memory: while any lease is
- *            held the bytes are neither evicted nor freed, even if the entry
- *            is invalidated meanwhile (it disappears from lookups at once and
- *            its memory goes with the last release). A hit in NVMe promotes
- *            the entry to host (if the host admitter agrees; otherwise it is
- *            read into a temporary buffer that lives as long as the lease),
- *            verifying its checksums on the way.
- *   evict    host victims are demoted to NVMe (written first unless already
- *            there) when it exists, else dropped; NVMe victims are dropped.
+ *            held no copy of the entry is evicted and its bytes are not
+ *            freed, even if the entry is invalidated meanwhile (it
+ *            disappears from lookups at once and its memory goes with the
+ *            last release). An entry not in host is brought down from hbm
+ *            (if it is there) or promoted from NVMe, verifying its checksums
+ *            on the way; the block becomes its host copy if the host
+ *            admitter agrees, else it is a temporary buffer that lives as
+ *            long as the lease;
+ *   acquire_device  the same for GPU consumers: a lease on the bytes in hbm
+ *            (hy_lease_device_ptr). An entry not in hbm is copied up from its
+ *            host copy (obtained from NVMe first, verified, if need be); the
+ *            device block becomes its hbm copy if the hbm admitter agrees,
+ *            else a temporary block that lives as long as the lease;
+ *   evict    hbm victims are demoted to host, never dropped (one that already
+ *            has a host copy just loses its device block); host victims are
+ *            demoted to NVMe (written first unless already there) when it
+ *            exists and admits them, else their host copy is dropped — and
+ *            with it the entry, unless it still has an hbm or NVMe copy; NVMe
+ *            victims (unleased, like all victims) lose their NVMe copy likewise.
  *
- * Limits: capacity per tier, a byte quota per tenant (host + NVMe residency
- * counted once per entry), TTL (expired entries are misses and are removed
- * when seen). Invalidation by key, tag, tenant or model. Listing with
- * filters and paging. All calls are thread-safe (one mutex for the index;
- * payload copies and I/O run outside it with the entry pinned). With an NVMe
- * tier a mover thread demotes in the background (see the watermarks).
+ * Limits: capacity per tier, a byte quota per tenant (counted once per entry,
+ * whatever its copies), TTL (expired entries are misses and are removed when
+ * seen). Invalidation by key, tag, tenant or model. Listing with filters and
+ * paging. All calls are thread-safe: one mutex guards the index, the arena
+ * and the policies; payload copies, hbm transfers and NVMe I/O run outside it
+ * with the entry pinned (the hbm tier guards its own allocator: hbm.h). With
+ * an NVMe tier a mover thread demotes host victims in the background (see
+ * the watermarks). With an hbm tier the host arena is pinned for DMA
+ * (arena.h).
  */
 #ifndef HY_STORE_H
 #define HY_STORE_H
 
 #include "tiers/arena.h"
+#include "tiers/hbm.h"
 #include "tiers/hy_tiers.h"
 #include "tiers/nvme.h"
 #include "tiers/policy.h"
 
-typedef enum hy_tier_id { HY_TIER_NONE = -1, HY_TIER_HOST = 0, HY_TIER_NVME = 1 } hy_tier_id;
+typedef enum hy_tier_id {
+    HY_TIER_NONE = -1,
+    HY_TIER_HOST = 0,
+    HY_TIER_NVME = 1,
+    HY_TIER_HBM = 2,
+} hy_tier_id;
+
+#define HY_TIER_COUNT 3
 
 typedef struct hy_store_config {
     size_t host_bytes; /* host arena capacity (> 0) */
@@ -42,6 +69,10 @@ typedef struct hy_store_config {
     const char *nvme_dir; /* NULL: no NVMe tier */
     hy_nvme_config nvme;
     hy_policy_config nvme_policy;
+    size_t hbm_bytes; /* hbm tier capacity; 0: no hbm tier. Without a CUDA
+                       * device the store logs why and runs without it */
+    int hbm_device;   /* its CUDA device index */
+    hy_policy_config hbm_policy;
     bool write_through;      /* commit also writes NVMe; else only on demotion */
     uint64_t default_ttl_ns; /* applied when a put's meta has none; 0: none */
     uint64_t tenant_quota;   /* bytes per tenant; 0: unlimited */
@@ -67,37 +98,80 @@ typedef struct hy_store_filter {
     const uint8_t *model; /* 32 bytes */
 } hy_store_filter;
 
+/* Counters since open. hits_hbm + hits_host + hits_nvme counts the acquires
+ * served (host and device leases), each by the tier its bytes came from: a
+ * host lease is a host hit when the entry had a host copy, else an hbm hit
+ * when it had an hbm copy, else an NVMe hit; a device lease is an hbm hit,
+ * else a host hit, else an NVMe hit. evictions, demotions and promotions
+ * concern host and NVMe (host → NVMe, NVMe → host); the hbm_* counters the
+ * moves into and out of hbm. */
 typedef struct hy_store_stats {
-    uint64_t entries, host_entries, nvme_entries;
+    uint64_t entries, host_entries, nvme_entries, hbm_entries; /* copies per tier */
     uint64_t host_bytes, host_capacity;
-    uint64_t hits_host, hits_nvme, misses, puts, puts_dropped, evictions, demotions, promotions,
-        expired, invalidated, checksum_failures;
+    uint64_t hits_hbm, hits_host, hits_nvme, misses, puts, puts_dropped, evictions, demotions,
+        promotions, expired, invalidated, checksum_failures;
     uint64_t moves_queued, moves_dropped, moves_done; /* background queue */
+    /* hbm: whether the store has the tier, and else why not */
+    bool hbm_present;
+    char hbm_why[128];
+    uint64_t hbm_bytes, hbm_capacity; /* device bytes in use (leases' temporary blocks too) */
+    uint64_t hbm_placed;              /* commits that put a copy in hbm */
+    uint64_t hbm_promotions;          /* device acquires that copied an entry up to stay */
+    uint64_t hbm_tmp_leases;          /* device acquires served from a temporary block */
+    uint64_t hbm_demotions;           /* hbm victims copied down to host */
+    uint64_t hbm_evictions;           /* hbm victims (demoted, or released beside a host copy) */
+    uint64_t hbm_copies_down;         /* host acquires of an entry with no host copy, from hbm */
     hy_arena_stats arena;
     hy_nvme_stats nvme; /* zeros without an NVMe tier */
+    hy_hbm_stats hbm;   /* zeros without an hbm tier */
 } hy_store_stats;
 
 /* The recommended configuration for a host tier of host_bytes and, when
  * nvme_dir is not NULL, an NVMe tier there: policies chosen from
  * `hypic-bench policies` (docs/policies.md) — gdsf eviction with tinylfu
  * admission in the host tier, gdsf with admit-always in NVMe — write-back,
- * watermarks 0.9 / 0.75, a move queue of 64. */
+ * watermarks 0.9 / 0.75, a move queue of 64. No hbm tier (hbm_bytes 0: set
+ * it to have one), but hbm_policy is the host tier's (gdsf + tinylfu), on
+ * device 0. */
 void hy_store_config_default(hy_store_config *cfg, size_t host_bytes, const char *nvme_dir);
 
+/* With cfg->hbm_bytes > 0: when hy_hbm_available() is false the store logs a
+ * warning with the reason and opens without hbm (stats say why); when true a
+ * failure to open the hbm tier fails the open with hy_hbm_open's message. */
 int hy_store_open(const hy_store_config *cfg, hy_store **out, hy_err *err);
 void hy_store_close(hy_store *s); /* every lease and reservation must be gone */
 
 int hy_store_reserve(hy_store *s, const hy_meta *meta, hy_put **out, void **buf, hy_err *err);
-/* placed (optional): the tier the entry went to, HY_TIER_NONE when admission
- * dropped it (not an error). Replaces an existing entry with the same key. */
+/* placed (optional): the highest tier the entry went to (HY_TIER_HBM, then
+ * HY_TIER_HOST, then HY_TIER_NVME), HY_TIER_NONE when admission dropped it
+ * (not an error). A failure to place a copy in hbm (no room beside leased
+ * entries, a failed copy) is not an error either: the entry skips hbm.
+ * Replaces an existing entry with the same key. */
 int hy_store_commit(hy_store *s, hy_put *p, hy_tier_id *placed, hy_err *err);
 void hy_store_abort(hy_store *s, hy_put *p);
 
-/* HY_ENOTFOUND on a miss (or an expired entry). */
+/* A host lease. HY_ENOTFOUND on a miss (or an expired entry); HY_EFORMAT when
+ * the only copy (NVMe) fails its checksum (the entry is dropped); HY_ENOMEM
+ * when host memory is full of leased entries. */
 int hy_store_acquire(hy_store *s, const hy_key *key, hy_lease **out, hy_err *err);
+/* A device lease: hy_lease_device_ptr is the entry's bytes in GPU memory.
+ * HY_EUNSUPPORTED (saying why) when the store has no hbm tier; otherwise as
+ * hy_store_acquire, plus HY_ENOMEM when hbm is full of leased entries (or
+ * HY_ERANGE for an entry larger than it) and HY_EIO when a copy fails. */
+int hy_store_acquire_device(hy_store *s, const hy_key *key, hy_lease **out, hy_err *err);
+/* The bytes of a host lease (NULL for a device lease). */
 const void *hy_lease_data(const hy_lease *l);
+/* The device address of a device lease's bytes (NULL for a host lease): valid
+ * until the release; never dereference it on the host. */
+void *hy_lease_device_ptr(const hy_lease *l);
 const hy_meta *hy_lease_meta(const hy_lease *l);
-void hy_store_release(hy_store *s, hy_lease *l);
+void hy_store_release(hy_store *s, hy_lease *l); /* either kind */
+
+/* Which tiers hold a copy of the entry: bit (1u << t) of *mask for each
+ * hy_tier_id t. Not an access (no hit, no admission record, no TTL removal).
+ * HY_ENOTFOUND when the index has no such entry. For introspection and
+ * tests. */
+int hy_store_tiers_of(hy_store *s, const hy_key *key, unsigned *mask);
 
 /* Removes every entry matching f (leased ones vanish from lookups now and
  * free their bytes on last release); *removed counts them. */
@@ -106,7 +180,8 @@ int hy_store_invalidate(hy_store *s, const hy_store_filter *f, size_t *removed, 
  * order; *total (optional) is the number matching. */
 int hy_store_list(hy_store *s, const hy_store_filter *f, size_t offset, hy_meta *out, size_t cap,
                   size_t *n, size_t *total, hy_err *err);
-/* Replaces a tier's policy at runtime (residents are re-registered). */
+/* Replaces a tier's policy at runtime (residents are re-registered);
+ * HY_EINVAL for a tier the store does not have. */
 int hy_store_set_policy(hy_store *s, hy_tier_id tier, const hy_policy_config *p, hy_err *err);
 void hy_store_stats_get(hy_store *s, hy_store_stats *st);
 
