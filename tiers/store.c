@@ -691,7 +691,7 @@ int st_fetch_host(hy_store *s, obj *o, size_t *off, bool *tmp, hy_err *err)
     return HY_OK;
 }
 
-int hy_store_acquire(hy_store *s, const hy_key *key, hy_lease **out, hy_err *err)
+int st_acquire(hy_store *s, const hy_key *key, bool device, hy_lease **out, hy_err *err)
 {
     *out = NULL;
     hy_lease *l = calloc(1, sizeof *l);
@@ -705,9 +705,13 @@ int hy_store_acquire(hy_store *s, const hy_key *key, hy_lease **out, hy_err *err
         return HY_ENOTFOUND;
     }
     o->pins++; /* the lease's pin, taken now so the copies below are protected */
-    const hy_tier_id from = o->in_host ? HY_TIER_HOST : o->in_hbm ? HY_TIER_HBM : HY_TIER_NVME;
-    size_t off = o->off;
-    int rc = o->in_host ? HY_OK : st_fetch_host(s, o, &off, &l->tmp, err);
+    const hy_tier_id near = device ? HY_TIER_HBM : HY_TIER_HOST;
+    const hy_tier_id other = device ? HY_TIER_HOST : HY_TIER_HBM;
+    const hy_tier_id from = resident(o, near) ? near : resident(o, other) ? other : HY_TIER_NVME;
+    int rc = HY_OK;
+    if (device && !o->in_hbm) rc = st_hbm_promote(s, o, l, err);
+    l->tmp_off = o->off;
+    if (!device && !o->in_host) rc = st_fetch_host(s, o, &l->tmp_off, &l->tmp, err);
     if (rc) {
         if (rc == HY_ENOTFOUND) s->st.misses++;
         st_unpin(s, o);
@@ -717,11 +721,18 @@ int hy_store_acquire(hy_store *s, const hy_key *key, hy_lease **out, hy_err *err
     }
     st_served(s, o, from, now);
     l->o = o;
-    l->tmp_off = off;
-    l->data = hy_arena_ptr(s->arena, off);
+    if (device)
+        l->dev = s->dev->device_ptr(s->dev_ctx, l->dtmp ? l->dtmp_off : o->doff);
+    else
+        l->data = hy_arena_ptr(s->arena, l->tmp_off);
     pthread_mutex_unlock(&s->mu);
     *out = l;
     return HY_OK;
+}
+
+int hy_store_acquire(hy_store *s, const hy_key *key, hy_lease **out, hy_err *err)
+{
+    return st_acquire(s, key, false, out, err);
 }
 
 const void *hy_lease_data(const hy_lease *l)

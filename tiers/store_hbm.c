@@ -234,7 +234,7 @@ bool st_hbm_place(hy_store *s, const hy_meta *m, const void *data, size_t *doff)
  * source is o's host copy, or bytes brought from NVMe (verified) into host
  * first. The block becomes o's hbm copy if the hbm admitter agrees, else it
  * is l's temporary block. Drops the lock around copies. */
-static int promote(hy_store *s, obj *o, hy_lease *l, hy_err *err)
+int st_hbm_promote(hy_store *s, obj *o, hy_lease *l, hy_err *err)
 {
     const uint64_t id = hy_key_id(&o->meta.key), bytes = o->meta.bytes;
     size_t hoff = o->off;
@@ -271,32 +271,7 @@ int hy_store_acquire_device(hy_store *s, const hy_key *key, hy_lease **out, hy_e
     if (!s->dev)
         return hy_err_set(err, HY_EUNSUPPORTED, "store: no hbm tier for a device lease: %s",
                           s->hbm_why);
-    hy_lease *l = calloc(1, sizeof *l);
-    if (!l) return hy_err_set(err, HY_ENOMEM, "out of memory");
-    const uint64_t now = hy_wall_ns();
-    pthread_mutex_lock(&s->mu);
-    obj *o = st_lookup(s, key, now);
-    if (!o) {
-        pthread_mutex_unlock(&s->mu);
-        free(l);
-        return HY_ENOTFOUND;
-    }
-    o->pins++; /* the lease's pin, taken now so the copies below are protected */
-    const hy_tier_id from = o->in_hbm ? HY_TIER_HBM : o->in_host ? HY_TIER_HOST : HY_TIER_NVME;
-    int rc = o->in_hbm ? HY_OK : promote(s, o, l, err);
-    if (rc) {
-        if (rc == HY_ENOTFOUND) s->st.misses++;
-        st_unpin(s, o);
-        pthread_mutex_unlock(&s->mu);
-        free(l);
-        return rc;
-    }
-    st_served(s, o, from, now);
-    l->o = o;
-    l->dev = s->dev->device_ptr(s->dev_ctx, l->dtmp ? l->dtmp_off : o->doff);
-    pthread_mutex_unlock(&s->mu);
-    *out = l;
-    return HY_OK;
+    return st_acquire(s, key, true, out, err);
 }
 
 /* --- stats ----------------------------------------------------------------------- */

@@ -122,6 +122,11 @@ int st_host_alloc(hy_store *s, uint64_t bytes, size_t *off, hy_err *err);
  * entry is dropped). */
 int st_fetch_host(hy_store *s, obj *o, size_t *off, bool *tmp, hy_err *err);
 
+/* Both acquires (without s->mu): looks the entry up, pins it for the lease,
+ * brings its bytes to host memory (device false) or into hbm (device true),
+ * counts the hit by the tier that served it. */
+int st_acquire(hy_store *s, const hy_key *key, bool device, hy_lease **out, hy_err *err);
+
 /* --- store_hbm.c (all with s->mu held unless said) --- */
 
 /* At hy_store_open with cfg->hbm_bytes > 0 (without s->mu; no store yet):
@@ -146,6 +151,10 @@ void st_hbm_release(hy_store *s, size_t doff);
 /* Copies n bytes from o's hbm copy into host memory at dst, with the lock
  * dropped; the caller pins o and owns dst. */
 int st_hbm_copy_down(hy_store *s, size_t doff, void *dst, size_t n, hy_err *err);
+/* Gives o (pinned, not in hbm) a device copy for lease l: kept in hbm when
+ * its admitter agrees, else a temporary block of the lease (l->dtmp). Drops
+ * the lock around the copies. */
+int st_hbm_promote(hy_store *s, obj *o, hy_lease *l, hy_err *err);
 /* Fills the hbm part of st. */
 void st_hbm_stats(hy_store *s, hy_store_stats *st);
 

@@ -7,6 +7,7 @@
  * every read is verified and the store's NVMe copies match the tier's records.
  */
 #include "tests/test_util.h"
+#include "tests/tiers/store_fixture.h"
 #include "tiers/store.h"
 
 #include <pthread.h>
@@ -16,15 +17,6 @@
 
 static char g_tmp[64];
 static const size_t MB = 1u << 20;
-
-static hy_key key_of(uint64_t n)
-{
-    hy_key k;
-    uint8_t seed[8];
-    memcpy(seed, &n, 8);
-    hy_sha256(seed, 8, k.b);
-    return k;
-}
 
 static hy_meta meta_of(uint64_t n, size_t bytes, const char *tenant, const char *tag)
 {
@@ -41,23 +33,6 @@ static hy_meta meta_of(uint64_t n, size_t bytes, const char *tenant, const char 
     m.flops = 2.0 * m.tokens * 33e6;
     m.bytes = bytes;
     return m;
-}
-
-/* The payload of entry n: a pattern derived from n. */
-static void fill(void *buf, uint64_t n, size_t bytes)
-{
-    uint64_t *p = buf, x = n * 0x9e3779b97f4a7c15ull + 1;
-    for (size_t i = 0; i < bytes / 8; i++) p[i] = (x ^= x << 13, x ^= x >> 7, x ^= x << 17);
-    memset((char *)buf + bytes / 8 * 8, (int)(n & 0xff), bytes % 8);
-}
-
-static bool check(const void *buf, uint64_t n, size_t bytes)
-{
-    void *want = malloc(bytes);
-    fill(want, n, bytes);
-    bool ok = memcmp(want, buf, bytes) == 0;
-    free(want);
-    return ok;
 }
 
 static int put(hy_store *s, uint64_t n, size_t bytes, const char *tenant, const char *tag,

@@ -17,6 +17,7 @@
  * cudaMemcpy; without a device they print "SKIPPED: no CUDA device".
  */
 #include "tests/test_util.h"
+#include "tests/tiers/store_fixture.h"
 #include "tiers/devtier.h"
 #include "tiers/extents.h"
 #include "tiers/store.h"
@@ -182,15 +183,6 @@ static fake_hbm *fake_new(size_t bytes)
 
 /* ===== entries ================================================================== */
 
-static hy_key key_of(uint64_t n)
-{
-    hy_key k;
-    uint8_t seed[8];
-    memcpy(seed, &n, 8);
-    hy_sha256(seed, 8, k.b);
-    return k;
-}
-
 static hy_meta meta_of(uint64_t n, size_t bytes)
 {
     hy_meta m;
@@ -201,24 +193,6 @@ static hy_meta meta_of(uint64_t n, size_t bytes)
     m.flops = 2.0 * m.tokens * 33e6;
     m.bytes = bytes;
     return m;
-}
-
-/* The payload of entry n: a pattern derived from n (and its size, so a
- * replaced entry reads differently). */
-static void fill(void *buf, uint64_t n, size_t bytes)
-{
-    uint64_t *p = buf, x = (n ^ (uint64_t)bytes << 20) * 0x9e3779b97f4a7c15ull + 1;
-    for (size_t i = 0; i < bytes / 8; i++) p[i] = (x ^= x << 13, x ^= x >> 7, x ^= x << 17);
-    memset((char *)buf + bytes / 8 * 8, (int)(n & 0xff), bytes % 8);
-}
-
-static bool check(const void *buf, uint64_t n, size_t bytes)
-{
-    void *want = malloc(bytes);
-    fill(want, n, bytes);
-    bool ok = memcmp(want, buf, bytes) == 0;
-    free(want);
-    return ok;
 }
 
 /* Device bytes against the pattern: read with cudaMemcpy from the real tier,
