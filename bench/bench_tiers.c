@@ -19,12 +19,15 @@
  *           (2 MiB, NV_IO_PIECE in tiers/nvme_io.c), the same queue depth
  *           (32, the tier's default, passed explicitly) and, after every
  *           write, an fdatasync as the tier does. The limit is the device.
- *           What the tier adds: chunk checksums (XXH3 before a write, after a
- *           read, not overlapped with the I/O) and a catalog record written
- *           with a synced WAL write.
+ *           What the tier adds: chunk checksums (XXH3 while a write's first
+ *           requests are in flight; after a read, not overlapped), a 4 KiB
+ *           journal block in the same transfer and flush as the payload, and
+ *           an unsynced catalog write (every 64th synced).
  *   catalog hy_nvme_lookup of random existing keys (an index in memory) and
  *           hy_store_acquire/release hits on host-resident entries, per
  *           second.
+ *   hbm     with a CUDA device: the hbm tier's copies against cudaMemcpy on
+ *           the same pinned buffer (bench_tiers_hbm.c; the link's limit).
  *
  * Each figure is the best of three timed passes after an untimed one (five
  * on the device); the tier and its raw counterpart alternate pass by pass.
@@ -33,6 +36,7 @@
  * passes; about 20 s instead of 50 on 2 cores).
  */
 #include "bench/bench.h"
+#include "bench/bench_tiers.h"
 #include "common/hy_common.h"
 #include "tiers/store.h"
 
@@ -485,7 +489,20 @@ int hy_bench_tiers(int argc, char **argv)
     if (!rc) rc = run_nvme(dir, &b, nvme_pass, nlookup, &r, nr, &lr, &e);
     nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     free(b.src), free(b.dst2[0]), free(b.dst2[1]), free(b.out);
+    hbm_result hb = {0};
+    if (!rc) rc = bench_tiers_hbm(k_sizes, NSIZES, quick, &hb, &e);
     if (rc) return fail(&e);
+    printf("\n");
+    if (!hb.present) printf("hbm: not measured: %s\n", hb.why);
+    for (int i = 0; hb.present && i < NSIZES; i++)
+        printf("hbm  %4llu MiB: write %6.2f GB/s vs cudaMemcpy %6.2f (%.2f), read %6.2f vs %6.2f "
+               "(%.2f)%s\n",
+               (unsigned long long)(k_sizes[i] / MIB), hb.write[i], hb.raw_h2d[i],
+               hb.write[i] / hb.raw_h2d[i], hb.read[i], hb.raw_d2h[i], hb.read[i] / hb.raw_d2h[i],
+               i == 0 ? " (pinned host buffer; the limit is the host-device link)" : "");
+    if (hb.present && hb.pageable)
+        printf("hbm: %llu copies found the host buffer pageable (pinning failed)\n",
+               (unsigned long long)hb.pageable);
 
     printf("\ntargets: host >= 0.8 of memcpy, nvme >= 0.8 of raw (ratios in parentheses); "
            "%.0f s\n",
@@ -505,6 +522,14 @@ int hy_bench_tiers(int argc, char **argv)
                k, hr[i].memcpy_put, k, hr[i].get, k, hr[i].put, k, hr[i].xxh3, k, hr[i].copy_hash,
                k, nr[i].read, k, nr[i].raw_read, k, nr[i].write, k, nr[i].raw_write);
     }
+    printf(",\"hbm_available\":%s", hb.present ? "true" : "false");
+    for (int i = 0; hb.present && i < NSIZES; i++)
+        printf(",\"hbm_write_over_memcpy_%s\":%.3f,\"hbm_read_over_memcpy_%s\":%.3f,"
+               "\"hbm_write_gbs_%s\":%.2f,\"hbm_read_gbs_%s\":%.2f,\"cuda_h2d_gbs_%s\":%.2f,"
+               "\"cuda_d2h_gbs_%s\":%.2f",
+               k_names[i], hb.write[i] / hb.raw_h2d[i], k_names[i], hb.read[i] / hb.raw_d2h[i],
+               k_names[i], hb.write[i], k_names[i], hb.read[i], k_names[i], hb.raw_h2d[i],
+               k_names[i], hb.raw_d2h[i]);
     printf(",\"catalog_lookups_per_s\":%.0f,\"store_acquire_release_per_s\":%.0f,"
            "\"nvme_small_puts_per_s\":%.0f,\"catalog_entries\":%u,\"quick\":%s}\n",
            lr.nvme_per_s, lr.store_per_s, lr.small_puts_per_s, nlookup, quick ? "true" : "false");

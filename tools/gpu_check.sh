@@ -6,17 +6,20 @@
 # HY_GPU_ASAN=0) under AddressSanitizer through ctest, which supplies the
 # ASan/LSan settings the CUDA driver needs (tests/CMakeLists.txt). Builds only
 # the targets it runs, in build-cuda and build-cuda-asan. Fails when either
-# test skipped its device part: on a GPU machine it must run.
+# test skipped its device part: on a GPU machine it must run. Last (unless
+# HY_GPU_BENCH=0), `hypic-bench tiers --quick` from the Release build: its
+# hbm lines and the JSON's hbm_* fields are the tier's copies against
+# cudaMemcpy (the link's limit).
 #
 #   sh tools/gpu_check.sh            # about a minute on 16 cores
-#   HY_GPU_ASAN=0 sh tools/gpu_check.sh
+#   HY_GPU_ASAN=0 HY_GPU_BENCH=0 sh tools/gpu_check.sh
 set -eu
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
 command -v nvidia-smi >/dev/null && nvidia-smi -L || echo "gpu_check: no nvidia-smi"
 
 cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DHY_WITH_CUDA=ON >/dev/null
-cmake --build build-cuda -j"$jobs" --target test_hbm test_arena test_store_tiers3
+cmake --build build-cuda -j"$jobs" --target test_hbm test_arena test_store_tiers3 hypic-bench
 build-cuda/tests/test_arena >/dev/null || { echo "gpu_check: test_arena FAILED"; exit 1; }
 for t in test_hbm test_store_tiers3; do
     rc=0
@@ -46,4 +49,10 @@ if [ "${HY_GPU_ASAN:-1}" != 0 ]; then
         fi
         echo "gpu_check: $t passed (ASan)"
     done
+fi
+
+if [ "${HY_GPU_BENCH:-1}" != 0 ]; then
+    build-cuda/bench/hypic-bench tiers --quick | tee build-cuda/bench_tiers.log
+    grep -q '"hbm_available":true' build-cuda/bench_tiers.log ||
+        { echo "gpu_check: hypic-bench tiers did not measure the hbm tier"; exit 1; }
 fi
