@@ -3,7 +3,8 @@
  * each ratio measured in the same run.
  *
  *   host    put (reserve, memcpy from a source buffer into the reservation,
- *           commit — which computes an XXH3-64 of the payload) and get
+ *           commit; no payload hash: checksums are computed when an entry
+ *           goes to NVMe) and get
  *           (acquire, memcpy out of the lease, release) of 1, 16 and 64 MiB
  *           entries through hy_store (host tier only), against plain memcpy
  *           of the same sizes in the same access pattern (one source and two
@@ -11,8 +12,8 @@
  *           alternates between two blocks when an entry is replaced; one
  *           source and one destination for gets), between huge-page buffers
  *           as the arena's. The limit is memory bandwidth. XXH3 alone and
- *           memcpy followed by XXH3 of the copy (a put's floor while commit
- *           hashes) are timed too, to say where a put's time goes.
+ *           memcpy followed by XXH3 of the copy (what a put would cost if
+ *           commit hashed the payload) are timed too, for reference.
  *   nvme    hy_nvme_put and hy_nvme_get of the same sizes against raw
  *           O_DIRECT io_uring writes and reads of the same sizes to a
  *           preallocated file in the same directory: the same request size
