@@ -5,7 +5,10 @@
  * memory, when built with CUDA and a device exists), host (one arena in RAM),
  * nvme (a RocksDB catalog plus extent files read and written with io_uring
  * and O_DIRECT). A wrong byte served is worse than a miss: payloads carry
- * checksums verified on every read from NVMe and on every promotion.
+ * checksums (XXH3 per MiB) verified on every read from NVMe, so on every
+ * promotion out of it. Copies between host and hbm never leave the process's
+ * memory and are not re-hashed (the payload's own section checksums,
+ * docs/entry-format.md, are checked by whoever decodes it).
  *
  * This header holds what every part of the store shares: keys, metadata and
  * the fixed limits. The parts: arena.h (host memory), policy.h (eviction and
