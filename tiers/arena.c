@@ -131,13 +131,7 @@ void hy_arena_stats_get(const hy_arena *a, hy_arena_stats *st)
     hy_extents_stats x;
     hy_extents_stats_get(a->ext, &x);
     *st = (hy_arena_stats){
-        .capacity = x.capacity,
-        .used = x.used,
-        .free_bytes = x.free_bytes,
-        .largest_free = x.largest_free,
-        .free_extents = x.free_extents,
-        .blocks = x.blocks,
-        .fragmentation = x.fragmentation,
+        HY_EXTENTS_STATS_INIT(x),
         .locked = a->locked,
         .huge_pages = a->huge_pages,
         .pinned = a->pinned,

@@ -34,6 +34,13 @@ typedef struct hy_extents_stats {
     HY_EXTENTS_STATS_FIELDS
 } hy_extents_stats;
 
+/* Designated initialisers of those fields from a hy_extents_stats x, for the
+ * stats structs that embed them. */
+#define HY_EXTENTS_STATS_INIT(x)                                                                   \
+    .capacity = (x).capacity, .used = (x).used, .free_bytes = (x).free_bytes,                      \
+    .largest_free = (x).largest_free, .free_extents = (x).free_extents, .blocks = (x).blocks,      \
+    .fragmentation = (x).fragmentation
+
 /* An allocator over [0, capacity): capacity > 0, a multiple of HY_PAGE, at
  * most 2^48 (the caller checks and names the limit). `name` (a string that
  * outlives the allocator, e.g. "arena") prefixes its messages. HY_ENOMEM is

@@ -99,13 +99,7 @@ void hy_hbm_stats_get(const hy_hbm *h, hy_hbm_stats *st)
     hy_extents_stats_get(h->ext, &x);
     *st = (hy_hbm_stats){
         .device = h->device,
-        .capacity = x.capacity,
-        .used = x.used,
-        .free_bytes = x.free_bytes,
-        .largest_free = x.largest_free,
-        .free_extents = x.free_extents,
-        .blocks = x.blocks,
-        .fragmentation = x.fragmentation,
+        HY_EXTENTS_STATS_INIT(x),
         .writes = h->writes,
         .reads = h->reads,
         .bytes_written = h->bytes_written,

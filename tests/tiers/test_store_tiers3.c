@@ -131,13 +131,7 @@ static void fake_stats(void *ctx, hy_hbm_stats *st)
     hy_extents_stats_get(f->ext, &x);
     *st = (hy_hbm_stats){
         .device = -1,
-        .capacity = x.capacity,
-        .used = x.used,
-        .free_bytes = x.free_bytes,
-        .largest_free = x.largest_free,
-        .free_extents = x.free_extents,
-        .blocks = x.blocks,
-        .fragmentation = x.fragmentation,
+        HY_EXTENTS_STATS_INIT(x),
         .writes = f->writes,
         .reads = f->reads,
         .bytes_written = f->bytes_written,
