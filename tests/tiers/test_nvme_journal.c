@@ -122,6 +122,20 @@ static void cat_forget(cat *c, uint64_t seed)
 
 #define EXT (16 * MiB)
 
+/* Phase one of a case: a fresh directory in dir holding entry `seed` of
+ * `bytes`, closed; returns the floor the close wrote. */
+static uint64_t one_entry_closed(char *dir, size_t cap, uint64_t seed, uint64_t bytes)
+{
+    case_dir(dir, cap);
+    hy_nvme *n = open_tier(dir, EXT, 4);
+    CU_ASSERT_EQUAL(put(n, seed, bytes), 0);
+    hy_nvme_close(n);
+    cat c = cat_open(dir);
+    const uint64_t floor = cat_floor(&c);
+    cat_close(&c);
+    return floor;
+}
+
 /* Puts (new keys and a replacement) and a removal whose catalog changes are
  * lost come back from the journal. The replacement's new payload takes the
  * space the removed entry freed, so the stale records put back overlap it. */
@@ -186,16 +200,12 @@ static void test_lost_catalog_tail_replayed(void)
 static void test_cut_short_put_keeps_older(void)
 {
     char dir[128];
-    case_dir(dir, sizeof dir);
-    hy_nvme *n = open_tier(dir, EXT, 4);
-    CU_ASSERT_EQUAL(put(n, 7, 2 * MiB), 0);
-    hy_nvme_close(n);
+    const uint64_t floor1 = one_entry_closed(dir, sizeof dir, 7, 2 * MiB);
     cat c = cat_open(dir);
-    const uint64_t floor1 = cat_floor(&c);
     saved old7 = cat_save(&c, 7);
     cat_close(&c);
 
-    n = open_tier(dir, EXT, 4);
+    hy_nvme *n = open_tier(dir, EXT, 4);
     hy_meta m = meta_of(7, 2 * MiB);
     uint8_t *p = payload(m.bytes, 707);
     hy_err e = {0};
@@ -231,14 +241,8 @@ static void test_cut_short_put_keeps_older(void)
 static void test_damaged_block_ignored(void)
 {
     char dir[128];
-    case_dir(dir, sizeof dir);
+    const uint64_t floor1 = one_entry_closed(dir, sizeof dir, 8, 1 * MiB);
     hy_nvme *n = open_tier(dir, EXT, 4);
-    CU_ASSERT_EQUAL(put(n, 8, 1 * MiB), 0);
-    hy_nvme_close(n);
-    cat c = cat_open(dir);
-    const uint64_t floor1 = cat_floor(&c);
-    cat_close(&c);
-    n = open_tier(dir, EXT, 4);
     CU_ASSERT_EQUAL(put(n, 9, 1 * MiB), 0);
     hy_nvme_close(n);
 
@@ -263,7 +267,7 @@ static void test_damaged_block_ignored(void)
     CU_ASSERT_EQUAL(pwrite(fd, &b, 1, (off_t)found * HY_PAGE + 100), 1);
     close(fd);
     free(ring);
-    c = cat_open(dir);
+    cat c = cat_open(dir);
     cat_forget(&c, 9);
     cat_set_floor(&c, floor1);
     cat_close(&c);
