@@ -3,7 +3,7 @@
 #ifndef HY_BENCH_H
 #define HY_BENCH_H
 
-#include "model/hy_model.h"
+#include "hy_model.h"
 
 int hy_bench_executor(int argc, char **argv);
 int hy_bench_pic(int argc, char **argv);

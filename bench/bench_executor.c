@@ -6,10 +6,10 @@
  * FLOPs of each prefill divided by the sgemm rate measured here, as a
  * fraction of the time actually taken.
  */
-#include "bench/bench.h"
-#include "common/hy_common.h"
-#include "kernels/hy_kernels.h"
-#include "model/hy_model.h"
+#include "bench.h"
+#include "hy_common.h"
+#include "hy_kernels.h"
+#include "hy_model.h"
 
 #include <cblas.h>
 #include <math.h>

@@ -13,8 +13,8 @@
  * The physical limit next to TTFT: the tokens each mode sends through the
  * forward pass (pic recomputes 8-token seams and the query only).
  */
-#include "bench/bench.h"
-#include "common/hy_common.h"
+#include "bench.h"
+#include "hy_common.h"
 
 #include <math.h>
 #include <stdio.h>

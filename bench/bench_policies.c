@@ -23,9 +23,9 @@
  * clamped to 64–8192, and entry bytes = 6 MiB of linear state + 4 KiB per
  * token, so bytes vary little while recompute cost grows with tokens.
  */
-#include "bench/bench.h"
-#include "common/hy_common.h"
-#include "tiers/policy.h"
+#include "bench.h"
+#include "hy_common.h"
+#include "policy_internal.h"
 
 #include <ctype.h>
 #include <errno.h>

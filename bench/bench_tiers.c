@@ -36,10 +36,11 @@
  * (default /tmp), removed at the end. Options: --dir DIR, --quick (smaller
  * passes; about 20 s instead of 50 on 2 cores).
  */
-#include "bench/bench.h"
-#include "bench/bench_tiers.h"
-#include "common/hy_common.h"
-#include "tiers/store.h"
+#include "bench.h"
+#include "bench_tiers.h"
+#include "hy_common.h"
+#include "hy_tiers.h"
+#include "nvme_internal.h" /* the NVMe tier alone, against raw I/O */
 
 #include <errno.h>
 #include <fcntl.h>

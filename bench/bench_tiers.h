@@ -2,7 +2,7 @@
 #ifndef HY_BENCH_TIERS_H
 #define HY_BENCH_TIERS_H
 
-#include "common/hy_common.h"
+#include "hy_common.h"
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -8,8 +8,8 @@
  * machines). Without a device (or a CUDA build) it reports why and measures
  * nothing; the JSON then says "hbm_available": false.
  */
-#include "bench/bench_tiers.h"
-#include "tiers/hbm.h"
+#include "bench_tiers.h"
+#include "hbm_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>

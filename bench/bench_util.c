@@ -3,7 +3,7 @@
  * given with --model, or the `small` preset generated into a temporary
  * directory that is removed afterwards) with its executor and state.
  */
-#include "bench/bench.h"
+#include "bench.h"
 
 #include <ftw.h>
 #include <stdio.h>

@@ -8,7 +8,7 @@
  *   hypic-bench policies [--trace FILE | --zipf ...] [--params P] [--min-tokens N]
  *   hypic-bench tiers [--dir DIR] [--quick]
  */
-#include "bench/bench.h"
+#include "bench.h"
 
 #include <stdio.h>
 #include <string.h>

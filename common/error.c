@@ -2,7 +2,7 @@
  * Status codes and error messages. Messages are formatted into the caller's
  * hy_err so that no error path allocates.
  */
-#include "common/hy_common.h"
+#include "hy_common.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -3,7 +3,7 @@
  * (keys and model fingerprints are a security boundary, so a cryptographic
  * hash) and XXH3-64 from libxxhash (section checksums: fast, not secret).
  */
-#include "common/hy_common.h"
+#include "hy_common.h"
 
 #include <openssl/evp.h>
 /* Inlined from the header so XXH3 is compiled for this build's target (AVX2):

@@ -3,7 +3,7 @@
  * half-precision conversions and a seeded random generator (xoshiro256**,
  * seeded through splitmix64) so that generated models are reproducible.
  */
-#include "common/hy_common.h"
+#include "hy_common.h"
 
 #include <errno.h>
 #include <math.h>

@@ -5,7 +5,7 @@
  * holds every earlier position, so a block at positions p0..p1 reads keys
  * [0, p1]; keys after a row's own position get probability 0.
  */
-#include "kernels/hy_kernels.h"
+#include "hy_kernels.h"
 
 #include <string.h>
 

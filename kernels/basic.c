@@ -2,7 +2,7 @@
  * Dense building blocks: BLAS wrappers, RMS and L2 norms, the short causal
  * convolution of the linear-attention layers, and rotary embeddings.
  */
-#include "kernels/hy_kernels.h"
+#include "hy_kernels.h"
 
 #include <cblas.h>
 #include <omp.h>

@@ -20,7 +20,7 @@
  * recurrence does to a start state of I with all values zero. In the chunked
  * form that is T ← exp(G_L)·T − Kdᵀ·(W·T): it reuses the chunk's W and Kd.
  */
-#include "kernels/la_internal.h"
+#include "la_internal.h"
 
 #include <cblas.h>
 #include <string.h>

@@ -24,8 +24,8 @@
  * exp(−88). Lm's entries are bounded by β·|k_i||k_j| ≤ 1, the same regime
  * as gdn.c's forward substitution.
  */
-#include "kernels/hy_kernels.h"
-#include "kernels/la_internal.h"
+#include "hy_kernels.h"
+#include "la_internal.h"
 
 #include <cblas.h>
 #include <string.h>

@@ -18,7 +18,7 @@
  * since Rᵀ·Diag(d)·R mixes the pair's two decays otherwise. Then
  * S = R(s)·S' and T = R(s)·T'·R(s)ᵀ (scalar T unchanged).
  */
-#include "kernels/hy_kernels.h"
+#include "hy_kernels.h"
 
 #include <assert.h>
 #include <string.h>

@@ -5,7 +5,7 @@
 #ifndef HY_LA_INTERNAL_H
 #define HY_LA_INTERNAL_H
 
-#include "kernels/hy_kernels.h"
+#include "hy_kernels.h"
 
 /* The delta rule's shared pieces (gdn.c): one recurrent token on a state of
  * width w with per-row decays a [dk], and the unit-lower-triangular inverse

@@ -26,8 +26,8 @@
  * copied contiguous, because hy_gdn_in shares one stride between them; the
  * blocks are whole chunks, so chunks still count from this call's first token.
  */
-#include "kernels/hy_kernels.h"
-#include "kernels/la_internal.h"
+#include "hy_kernels.h"
+#include "la_internal.h"
 
 #include <assert.h>
 #include <string.h>

@@ -12,7 +12,7 @@
  * request's can be reused — what a radix prefix cache with per-segment state
  * checkpoints does for hybrid models.
  */
-#include "model/internal.h"
+#include "model_internal.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -6,7 +6,7 @@
  * under "text_config"; that object is used when present. Every refusal names
  * the file, the key and the limit.
  */
-#include "model/hy_model.h"
+#include "hy_model.h"
 
 #include <cjson/cJSON.h>
 #include <limits.h>

@@ -17,8 +17,8 @@
  * then the body is composed: S ← T·S + S_body, conv state ← tail, K rotated
  * to its true positions and V appended.
  */
-#include "kernels/hy_kernels.h"
-#include "model/internal.h"
+#include "hy_kernels.h"
+#include "model_internal.h"
 
 #include <stdlib.h>
 #include <string.h>

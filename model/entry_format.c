@@ -16,7 +16,7 @@
  * Sections in order: TOKENS (n × u32), then per layer either T, S, TAIL
  * (linear) or K, V (attention).
  */
-#include "model/internal.h"
+#include "model_internal.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -13,8 +13,8 @@
  * starts; per-thread scratch (delta-rule chunks, attention scores) is sized
  * for the call's final context. Nothing is allocated per token.
  */
-#include "kernels/hy_kernels.h"
-#include "model/internal.h"
+#include "hy_kernels.h"
+#include "model_internal.h"
 
 #include <omp.h>
 #include <stdlib.h>

@@ -13,7 +13,7 @@
  * g = −A·softplus(a + dt_bias) spans memories of a few to a few hundred
  * tokens and a segment's state matters to what follows.
  */
-#include "model/internal.h"
+#include "model_internal.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

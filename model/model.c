@@ -12,8 +12,8 @@
  *     layout) or fused as experts.gate_up_proj [E][2I][H] / down_proj [E][H][I].
  * Tensors the architecture does not use (mtp.*, vision towers) are ignored.
  */
-#include "model/internal.h"
-#include "kernels/hy_kernels.h"
+#include "model_internal.h"
+#include "hy_kernels.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -4,7 +4,7 @@
  * hy_st that opened successfully only hands out in-bounds, well-sized views.
  * See safetensors.h for the rules enforced.
  */
-#include "model/safetensors.h"
+#include "safetensors_internal.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

@@ -5,7 +5,7 @@
  * ([pos][Hkv][hd]), grown geometrically. Copying a state is how callers
  * checkpoint a prefix.
  */
-#include "model/internal.h"
+#include "model_internal.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -21,8 +21,8 @@
  * one slot per HY_ADMIT_OBJ_BYTES of capacity (entries are MBs each, so this
  * leaves room for several times the resident objects), between 256 and 2^22.
  */
-#include "tiers/idmap.h"
-#include "tiers/policy.h"
+#include "idmap_internal.h"
+#include "policy_internal.h"
 
 #include <stdlib.h>
 #include <string.h>

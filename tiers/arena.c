@@ -11,8 +11,8 @@
  * faults pages in), else by MADV_POPULATE_WRITE, else by touching each page.
  * Neither the advice nor the lock is required: stats say whether each took.
  */
-#include "tiers/arena.h"
-#include "tiers/extents.h"
+#include "arena_internal.h"
+#include "extents_internal.h"
 
 #include <assert.h>
 #include <errno.h>

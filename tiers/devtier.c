@@ -2,7 +2,7 @@
  * The device tier table (devtier.h) over the hbm tier (hbm.h): the one
  * implementation the product has. Adapters only: ctx is the hy_hbm handle.
  */
-#include "tiers/devtier.h"
+#include "devtier_internal.h"
 
 static int hbm_alloc(void *ctx, size_t bytes, size_t *off)
 {

@@ -45,8 +45,8 @@
  * report a failure (its contract returns nothing): when growth fails the
  * object is left untracked and an error is logged.
  */
-#include "tiers/idmap.h"
-#include "tiers/policy.h"
+#include "idmap_internal.h"
+#include "policy_internal.h"
 
 #include <assert.h>
 #include <math.h>

@@ -19,7 +19,7 @@
  * and the hash table before it commits, so an out-of-memory can only surface
  * as HY_ENOMEM from alloc.
  */
-#include "tiers/extents.h"
+#include "extents_internal.h"
 
 #include <assert.h>
 #include <stdio.h>

@@ -19,8 +19,8 @@
  * (they queue on the one stream; each caller waits on the stream, which may
  * include a neighbour's copy queued before its own).
  */
-#include "tiers/hbm.h"
-#include "tiers/extents.h"
+#include "hbm_internal.h"
+#include "extents_internal.h"
 
 #include <assert.h>
 #include <pthread.h>

@@ -2,8 +2,8 @@
  * The policies' id map (idmap.h): linear probing, at most half full, with
  * backward-shift deletion.
  */
-#include "tiers/idmap.h"
-#include "common/hy_common.h"
+#include "idmap_internal.h"
+#include "hy_common.h"
 
 #include <assert.h>
 #include <stdlib.h>

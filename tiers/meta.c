@@ -2,7 +2,7 @@
  * Keys and metadata shared by every tier: hex forms, validation, the clock
  * that timestamps entries.
  */
-#include "tiers/hy_tiers.h"
+#include "hy_tiers.h"
 
 #include <string.h>
 #include <time.h>

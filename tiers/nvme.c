@@ -23,7 +23,7 @@
  * the bytes can be reused, so after a crash no replayed state names bytes
  * another entry has overwritten (the chunk checksums would catch it anyway).
  */
-#include "tiers/nvme_internal.h"
+#include "nvme_internal.h"
 
 #include <assert.h>
 #include <errno.h>

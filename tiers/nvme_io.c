@@ -13,7 +13,7 @@
  * A transfer returns only once every request it submitted has completed,
  * errors included: the caller's buffer is never left under the kernel.
  */
-#include "tiers/nvme_internal.h"
+#include "nvme_internal.h"
 
 #include <assert.h>
 #include <errno.h>

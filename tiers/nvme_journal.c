@@ -42,7 +42,7 @@
  * one checksum per MiB) takes a number but no slot, and its catalog write is
  * synced, as before the journal.
  */
-#include "tiers/nvme_internal.h"
+#include "nvme_internal.h"
 
 #include <assert.h>
 #include <errno.h>

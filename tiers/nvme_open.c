@@ -12,7 +12,7 @@
  * is extended back to the extent size. Close saves the hit counts not yet
  * persisted and releases everything, the LOCK last.
  */
-#include "tiers/nvme_internal.h"
+#include "nvme_internal.h"
 
 #include <assert.h>
 #include <dirent.h>

@@ -23,7 +23,7 @@
  * entry record (puts; none for tombstones), u64 XXH3-64 of every byte before
  * it, zeros to the end of the page.
  */
-#include "tiers/nvme_internal.h"
+#include "nvme_internal.h"
 
 #include <assert.h>
 #include <stdlib.h>

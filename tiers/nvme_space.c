@@ -10,7 +10,7 @@
  * persisted; nvme.c rebuilds it on open from the catalog's records with
  * nv_space_take().
  */
-#include "tiers/nvme_internal.h"
+#include "nvme_internal.h"
 
 #include <assert.h>
 #include <stdlib.h>

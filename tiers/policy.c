@@ -3,7 +3,7 @@
  * YAML spellings of eviction and admission kinds to the enums. The policies
  * themselves live in evict.c and admit.c.
  */
-#include "tiers/policy.h"
+#include "policy_internal.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -17,7 +17,7 @@
  * which replaces the record, or removes it if it fails: otherwise the
  * removal could land after the put and take the newer entry's record.
  */
-#include "tiers/store_internal.h"
+#include "store_internal.h"
 
 #include <assert.h>
 #include <stdio.h>

@@ -25,7 +25,7 @@
  * (devtier.h). After a copy each path rechecks the entry: invalidated
  * (dead), or given the same copy by another thread (then ours is freed).
  */
-#include "tiers/store_internal.h"
+#include "store_internal.h"
 
 #include <assert.h>
 #include <stdio.h>

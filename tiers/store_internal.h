@@ -30,8 +30,12 @@
 #ifndef HY_STORE_INTERNAL_H
 #define HY_STORE_INTERNAL_H
 
-#include "tiers/devtier.h"
-#include "tiers/store.h"
+#include "arena_internal.h"
+#include "devtier_internal.h"
+#include "hbm_internal.h"
+#include "hy_tiers.h"
+#include "nvme_internal.h"
+#include "policy_internal.h"
 
 #include <pthread.h>
 

@@ -10,7 +10,7 @@
  * whitespace-separated token ids; --text uses the embedded models' byte
  * tokenizer (byte + 3).
  */
-#include "model/hy_model.h"
+#include "hy_model.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -5,9 +5,9 @@
  * re-rotating cached keys relies on), RMS and L2 norms, and the GEMM wrapper's
  * transpose flags.
  */
-#include "common/hy_common.h"
-#include "kernels/hy_kernels.h"
-#include "tests/test_util.h"
+#include "hy_common.h"
+#include "hy_kernels.h"
+#include "test_util.h"
 
 #include <string.h>
 

@@ -6,9 +6,9 @@
  * size and up to 2048 tokens. Inputs are read through row strides, as the
  * executor does.
  */
-#include "common/hy_common.h"
-#include "kernels/hy_kernels.h"
-#include "tests/test_util.h"
+#include "hy_common.h"
+#include "hy_kernels.h"
+#include "test_util.h"
 
 #include <string.h>
 

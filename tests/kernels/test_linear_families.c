@@ -12,9 +12,9 @@
  *     with its keys rotated at their absolute positions.
  * Each case prints its measured errors so the margins are visible.
  */
-#include "common/hy_common.h"
-#include "kernels/hy_kernels.h"
-#include "tests/test_util.h"
+#include "hy_common.h"
+#include "hy_kernels.h"
+#include "test_util.h"
 
 #include <string.h>
 

@@ -10,8 +10,8 @@
  * fail naming the tensor, and the intact checkpoint must still open after
  * every failure.
  */
-#include "model/internal.h"
-#include "tests/test_util.h"
+#include "model_internal.h"
+#include "test_util.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

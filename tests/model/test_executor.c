@@ -4,8 +4,8 @@
  * state continues exactly like the original; bad input is refused without
  * touching the state; generated checkpoints are deterministic per seed.
  */
-#include "model/internal.h"
-#include "tests/test_util.h"
+#include "model_internal.h"
+#include "test_util.h"
 
 #include <string.h>
 #include <unistd.h>

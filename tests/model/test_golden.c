@@ -7,8 +7,8 @@
  * chunked and the recurrent delta rule, and with prefills split in steps.
  * Limits: logits max abs error 1e-4, states 1e-4 relative.
  */
-#include "model/internal.h"
-#include "tests/test_util.h"
+#include "model_internal.h"
+#include "test_util.h"
 
 #include <string.h>
 

@@ -10,9 +10,9 @@
  * and entries survive serialisation and refuse corruption, foreign models
  * and truncation. Also: `naive` (no T) is far from `full` on decaying layers.
  */
-#include "kernels/hy_kernels.h"
-#include "model/internal.h"
-#include "tests/test_util.h"
+#include "hy_kernels.h"
+#include "model_internal.h"
+#include "test_util.h"
 
 #include <string.h>
 

@@ -7,8 +7,8 @@
  * directories and their index, and that no truncation or byte mutation of a
  * valid file opens into out-of-bounds views.
  */
-#include "model/safetensors.h"
-#include "tests/test_util.h"
+#include "safetensors_internal.h"
+#include "test_util.h"
 
 #include <math.h>
 #include <string.h>

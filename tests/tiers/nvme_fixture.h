@@ -6,8 +6,8 @@
 #ifndef HY_TEST_NVME_FIXTURE_H
 #define HY_TEST_NVME_FIXTURE_H
 
-#include "tests/test_util.h"
-#include "tiers/nvme.h"
+#include "test_util.h"
+#include "nvme_internal.h"
 
 #include <string.h>
 

@@ -7,8 +7,8 @@
 #ifndef HY_TEST_STORE_FIXTURE_H
 #define HY_TEST_STORE_FIXTURE_H
 
-#include "common/hy_common.h"
-#include "tiers/hy_tiers.h"
+#include "hy_common.h"
+#include "hy_tiers.h"
 
 #include <stdbool.h>
 #include <stdlib.h>

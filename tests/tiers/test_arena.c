@@ -7,8 +7,8 @@
  * a page map of the arena (same first-fit offsets, same free-space shape);
  * block contents survive everything done around them.
  */
-#include "tiers/arena.h"
-#include "tests/test_util.h"
+#include "arena_internal.h"
+#include "test_util.h"
 
 #include <signal.h>
 #include <string.h>

@@ -36,8 +36,9 @@
  * Environment: HY_CRASH_SEED (default 1) seeds the delays and the writers;
  * HY_CRASH_ITERS (default 200) sets the number of kills.
  */
-#include "tests/test_util.h"
-#include "tiers/store.h"
+#include "test_util.h"
+#include "hy_tiers.h"
+#include "nvme_internal.h" /* the NVMe tier alone: damaging payloads on purpose */
 
 #include <dlfcn.h>
 #include <errno.h>

@@ -9,9 +9,9 @@
  * a region larger than the device fails with HY_ENOMEM naming cudaMalloc;
  * device pointers are non-NULL and offset like the blocks.
  */
-#include "tiers/arena.h"
-#include "tiers/hbm.h"
-#include "tests/test_util.h"
+#include "arena_internal.h"
+#include "hbm_internal.h"
+#include "test_util.h"
 
 #include <string.h>
 

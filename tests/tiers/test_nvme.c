@@ -5,8 +5,8 @@
  * injected I/O errors fail cleanly, one directory is opened once, and four
  * threads mixing puts, gets and removes never read a wrong byte.
  */
-#include "tests/tiers/nvme_fixture.h"
-#include "tiers/nvme_internal.h" /* the journal's size */
+#include "nvme_fixture.h"
+#include "nvme_internal.h" /* the journal's size */
 
 #include <fcntl.h>
 #include <pthread.h>

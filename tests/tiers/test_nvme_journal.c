@@ -12,8 +12,8 @@
  * ignored, and, for concurrent puts and removals of the same keys, a state
  * rebuilt from the journal alone equal to the live one.
  */
-#include "tests/tiers/nvme_fixture.h"
-#include "tiers/nvme_internal.h" /* the floor record and journal blocks */
+#include "nvme_fixture.h"
+#include "nvme_internal.h" /* the floor record and journal blocks */
 
 #include <fcntl.h>
 #include <pthread.h>

@@ -5,8 +5,8 @@
  * GDSF, hybrid) or keep S3-FIFO's invariants; each admission kind admits what
  * it should; hy_policy_parse names bad values.
  */
-#include "tiers/policy.h"
-#include "tests/test_util.h"
+#include "policy_internal.h"
+#include "test_util.h"
 
 #include <string.h>
 

@@ -6,9 +6,9 @@
  * paging, corruption never served, and a multi-threaded stress run in which
  * every read is verified and the store's NVMe copies match the tier's records.
  */
-#include "tests/test_util.h"
-#include "tests/tiers/store_fixture.h"
-#include "tiers/store.h"
+#include "test_util.h"
+#include "store_fixture.h"
+#include "hy_tiers.h"
 
 #include <pthread.h>
 #include <string.h>

@@ -16,11 +16,11 @@
  * the real hbm tier when hy_hbm_available(), checking device bytes with
  * cudaMemcpy; without a device they print "SKIPPED: no CUDA device".
  */
-#include "tests/test_util.h"
-#include "tests/tiers/store_fixture.h"
-#include "tiers/devtier.h"
-#include "tiers/extents.h"
-#include "tiers/store.h"
+#include "test_util.h"
+#include "store_fixture.h"
+#include "devtier_internal.h"
+#include "extents_internal.h"
+#include "hy_tiers.h"
 
 #include <pthread.h>
 #include <string.h>

@@ -15,21 +15,12 @@
 #ifndef HY_EXTENTS_H
 #define HY_EXTENTS_H
 
-#include "tiers/hy_tiers.h"
+#include "hy_tiers.h"
 
 typedef struct hy_extents hy_extents;
 
-/* The allocator's figures, shared by the stats of every tier built on it
- * (hy_extents_stats, hy_arena_stats, hy_hbm_stats). */
-#define HY_EXTENTS_STATS_FIELDS                                                                    \
-    size_t capacity;      /* bytes */                                                              \
-    size_t used;          /* bytes in live blocks (rounded to pages) */                            \
-    size_t free_bytes;    /* capacity − used */                                                  \
-    size_t largest_free;  /* the largest block an allocation could get now */                      \
-    size_t free_extents;  /* number of free extents */                                             \
-    size_t blocks;        /* live blocks */                                                        \
-    double fragmentation; /* 1 − largest_free / free_bytes (0 when nothing is free) */
-
+/* HY_EXTENTS_STATS_FIELDS (hy_tiers.h): the allocator's figures, shared by the
+ * stats of every tier built on it. */
 typedef struct hy_extents_stats {
     HY_EXTENTS_STATS_FIELDS
 } hy_extents_stats;

@@ -16,7 +16,7 @@
 #ifndef HY_MODEL_H
 #define HY_MODEL_H
 
-#include "common/hy_common.h"
+#include "hy_common.h"
 
 #include <stdbool.h>
 

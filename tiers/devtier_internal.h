@@ -27,8 +27,8 @@
 #ifndef HY_DEVTIER_H
 #define HY_DEVTIER_H
 
-#include "tiers/hbm.h"
-#include "tiers/store.h"
+#include "hbm_internal.h"
+#include "hy_tiers.h"
 
 typedef struct hy_devtier_ops {
     const char *name; /* for logs and hy_store_stats.hbm_why */

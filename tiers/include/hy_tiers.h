@@ -1,4 +1,200 @@
 /*
+ * tiers: the segment-state store — the one header other modules and users
+ * include (docs/architecture.md#the-store). Entries are opaque, immutable
+ * byte payloads (a serialised segment entry, MBs each) with metadata; the
+ * store knows nothing of the model. Tiers, fastest first: hbm (GPU memory,
+ * when built with CUDA and a device exists), host (one arena in RAM), nvme (a
+ * RocksDB catalog plus extent files read and written with io_uring and
+ * O_DIRECT). A wrong byte served is worse than a miss: payloads carry
+ * checksums (XXH3 per MiB) verified on every read from NVMe, so on every
+ * promotion out of it. Copies between host and hbm never leave the process's
+ * memory and are not re-hashed (the payload's own section checksums,
+ * docs/entry-format.md, are checked by whoever decodes it).
+ *
+ * Contents: keys and metadata; the policies' names and configuration; the
+ * tiers' configuration and statistics; the tier manager (hy_store_*), which
+ * is the API. The parts behind it are private to tiers/: arena_internal.h
+ * (host memory), extents_internal.h (the block allocator), policy_internal.h
+ * (eviction and admission engines), nvme_internal.h (the persistent tier),
+ * hbm_internal.h (GPU memory), store_internal.h (the manager's state).
+ */
+#ifndef HY_TIERS_H
+#define HY_TIERS_H
+
+#include "hy_common.h"
+
+#include <stdbool.h>
+
+
+#define HY_KEY_BYTES  32
+#define HY_TENANT_MAX 64 /* bytes, including the NUL */
+#define HY_TAG_MAX    64 /* bytes per tag, including the NUL */
+#define HY_MAX_TAGS   8
+#define HY_PAGE       4096u /* O_DIRECT and arena granularity */
+
+/* A content key: SHA-256 over (tenant, model, format version, W, dtype,
+ * tokens) — hy_entry_key() in model/ computes it. */
+typedef struct hy_key {
+    uint8_t b[HY_KEY_BYTES];
+} hy_key;
+
+/* What the store keeps about an entry besides its bytes. */
+typedef struct hy_meta {
+    hy_key key;
+    char tenant[HY_TENANT_MAX];
+    uint8_t model[32]; /* model fingerprint */
+    uint32_t ntags;
+    char tags[HY_MAX_TAGS][HY_TAG_MAX];  /* e.g. document ids: invalidation by tag */
+    uint32_t tokens;                     /* the segment's token count */
+    double flops;                        /* recompute cost the entry saves, FLOPs */
+    uint64_t bytes;                      /* payload bytes */
+    uint64_t created_ns, last_access_ns; /* CLOCK_REALTIME, so they survive restarts */
+    uint64_t expires_ns;                 /* 0: no TTL */
+    uint64_t hits;
+} hy_meta;
+
+/* 64-bit id of a key for hash tables and policies (its first 8 bytes: keys
+ * are uniformly distributed). */
+static inline uint64_t hy_key_id(const hy_key *k)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v = (v << 8) | k->b[i];
+    return v;
+}
+
+/* Lower-case hex of a key (65 bytes with the NUL). */
+void hy_key_hex(const hy_key *k, char out[65]);
+/* Parses 64 hex digits. */
+int hy_key_parse(const char *hex, hy_key *out);
+/* Wall-clock nanoseconds (CLOCK_REALTIME). */
+uint64_t hy_wall_ns(void);
+/* Checks a meta's fields: tenant and tags NUL-terminated and within limits,
+ * ntags <= HY_MAX_TAGS, bytes > 0. Names the offending field. */
+int hy_meta_validate(const hy_meta *m, hy_err *err);
+
+/* ---- Policies, per tier ---- */
+
+/*
+ * Eviction and admission policies, per tier (DESIGN.md §4). Pure logic over
+ * object ids (hy_key_id) with sizes and costs; the store calls them under its
+ * lock, and `hypic-bench policies` replays traces through them.
+ *
+ * Eviction (hy_evictor): the store reports inserts, accesses and removals;
+ * victim() names the object to evict next, skipping those the caller says are
+ * pinned (leased). Kinds:
+ *   lru     least recently used;
+ *   lfu     least frequently used (ties: least recent);
+ *   s3fifo  S3-FIFO (a small FIFO of ~10% of capacity for new objects, a main
+ *           FIFO with reinsertion of objects accessed while queued, and a ghost
+ *           FIFO of recently evicted ids that sends re-inserted ones to main);
+ *   gdsf    GreedyDual-Size-Frequency: priority = clock + frequency × cost /
+ *           bytes, the clock rising to each victim's priority;
+ *   hybrid  recency plus FLOPs saved per byte: priority = clock + cost/bytes ×
+ *           (1 + log2(1 + frequency)) with LRU aging — a segment's recompute
+ *           cost grows with its tokens while its bytes are mostly the
+ *           constant-size linear states, so long segments are worth more per
+ *           byte.
+ * Admission (hy_admitter): decides whether a put enters a tier at all:
+ *   always; second-hit (admit an id seen before within a window of recent
+ *   ids); tinylfu (a count-min sketch with periodic halving; admit when the
+ *   newcomer's estimated frequency is at least the would-be victim's);
+ *   min-tokens N (admit segments of at least N tokens).
+ */
+
+typedef enum hy_evict_kind {
+    HY_EVICT_LRU = 0,
+    HY_EVICT_LFU,
+    HY_EVICT_S3FIFO,
+    HY_EVICT_GDSF,
+    HY_EVICT_HYBRID,
+    HY_EVICT_COUNT
+} hy_evict_kind;
+
+typedef enum hy_admit_kind {
+    HY_ADMIT_ALWAYS = 0,
+    HY_ADMIT_SECOND_HIT,
+    HY_ADMIT_TINYLFU,
+    HY_ADMIT_MIN_TOKENS,
+    HY_ADMIT_COUNT
+} hy_admit_kind;
+
+typedef struct hy_policy_config {
+    hy_evict_kind evict;
+    hy_admit_kind admit;
+    uint32_t min_tokens; /* for HY_ADMIT_MIN_TOKENS */
+    uint64_t capacity;   /* bytes of the tier: sizes S3-FIFO's small queue, the sketch */
+} hy_policy_config;
+
+const char *hy_evict_name(hy_evict_kind k);
+const char *hy_admit_name(hy_admit_kind k);
+/* Parses "lru", "lfu", "s3fifo", "gdsf", "hybrid" / "always", "second-hit",
+ * "tinylfu", "min-tokens N" (the number after a space). Names the bad value. */
+int hy_policy_parse(const char *evict, const char *admit, hy_policy_config *out, hy_err *err);
+
+/* ---- The tiers' configuration and figures ---- */
+
+/* The allocator's figures, shared by the stats of every tier built on it
+ * (hy_extents_stats, hy_arena_stats, hy_hbm_stats). */
+#define HY_EXTENTS_STATS_FIELDS                                                                    \
+    size_t capacity;      /* bytes */                                                              \
+    size_t used;          /* bytes in live blocks (rounded to pages) */                            \
+    size_t free_bytes;    /* capacity − used */                                                  \
+    size_t largest_free;  /* the largest block an allocation could get now */                      \
+    size_t free_extents;  /* number of free extents */                                             \
+    size_t blocks;        /* live blocks */                                                        \
+    double fragmentation; /* 1 − largest_free / free_bytes (0 when nothing is free) */
+
+
+typedef struct hy_arena_stats {
+    HY_EXTENTS_STATS_FIELDS
+    bool locked;     /* mlock succeeded */
+    bool huge_pages; /* MADV_HUGEPAGE accepted */
+    bool pinned;     /* registered with the CUDA driver (hy_arena_set_pinned) */
+} hy_arena_stats;
+
+#define HY_NVME_CHUNK (1u << 20) /* bytes per payload checksum */
+
+typedef struct hy_nvme_config {
+    uint64_t extent_bytes; /* size of one extent file (default 256 MiB) */
+    uint32_t max_extents;  /* capacity = max_extents × extent_bytes; 0: 64 */
+    uint32_t queue_depth;  /* io_uring entries (default 32) */
+} hy_nvme_config;
+
+/* live_bytes: payload bytes of the entries; allocated_bytes: extent bytes
+ * handed out (payloads padded to HY_PAGE, plus puts in flight and removed
+ * entries still being read); extent_bytes_total: the extent files' bytes
+ * (fallocated). space_amplification = extent_bytes_total / live_bytes, the
+ * disk taken per live byte: it rises when entries are removed and falls back
+ * as new puts reuse their space. reads, writes: gets and puts completed. */
+typedef struct hy_nvme_stats {
+    uint64_t entries, live_bytes, allocated_bytes, extent_bytes_total;
+    double space_amplification; /* extent_bytes_total / live (1 when empty) */
+    uint64_t reads, writes, checksum_failures, dropped_on_open;
+    /* The journal (one flush per put): operations replayed on open, puts
+     * found cut short there (not replayed), synced catalog writes. */
+    uint64_t journal_replayed, journal_rejected, journal_syncs;
+} hy_nvme_stats;
+
+typedef struct hy_hbm_stats {
+    int device;             /* the CUDA device index */
+    HY_EXTENTS_STATS_FIELDS /* capacity: bytes of device memory owned by the tier */
+        uint64_t writes,
+        reads;                          /* completed host→device, device→host copies */
+    uint64_t bytes_written, bytes_read; /* their bytes */
+    uint64_t write_ns, read_ns;         /* wall time spent in them: bytes / ns = GB/s */
+    uint64_t pageable;                  /* copies whose host buffer was not pinned */
+} hy_hbm_stats;
+
+/* Whether hy_hbm_open can succeed on this machine: the build has CUDA and
+ * cudaGetDeviceCount reports at least one device. Fills why (n bytes, may be
+ * NULL) with the reason when false ("built without CUDA ..." or "no CUDA
+ * device: <cudaGetErrorString>"), or with the device count when true.
+ * Initialises the CUDA runtime on first call; never fails otherwise. */
+bool hy_hbm_available(char *why, size_t n);
+
+/* ---- The tier manager ---- */
+
+/*
  * The tier manager: one store over up to three tiers, fastest first — hbm
  * (GPU memory, when configured and a CUDA device exists), the host arena, and
  * NVMe when configured — with a policy per tier (DESIGN.md §4).
@@ -45,14 +241,6 @@
  * the watermarks). With an hbm tier the host arena is pinned for DMA
  * (arena.h).
  */
-#ifndef HY_STORE_H
-#define HY_STORE_H
-
-#include "tiers/arena.h"
-#include "tiers/hbm.h"
-#include "tiers/hy_tiers.h"
-#include "tiers/nvme.h"
-#include "tiers/policy.h"
 
 typedef enum hy_tier_id {
     HY_TIER_NONE = -1,

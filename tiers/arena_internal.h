@@ -25,17 +25,11 @@
 #ifndef HY_ARENA_H
 #define HY_ARENA_H
 
-#include "tiers/extents.h"
-#include "tiers/hy_tiers.h"
+#include "extents_internal.h"
+#include "hy_tiers.h"
 
 typedef struct hy_arena hy_arena;
 
-typedef struct hy_arena_stats {
-    HY_EXTENTS_STATS_FIELDS
-    bool locked;     /* mlock succeeded */
-    bool huge_pages; /* MADV_HUGEPAGE accepted */
-    bool pinned;     /* registered with the CUDA driver (hy_arena_set_pinned) */
-} hy_arena_stats;
 
 /* Creates an arena of `bytes` (rounded up to HY_PAGE). */
 int hy_arena_new(size_t bytes, hy_arena **out, hy_err *err);

@@ -27,37 +27,8 @@
 #ifndef HY_POLICY_H
 #define HY_POLICY_H
 
-#include "tiers/hy_tiers.h"
+#include "hy_tiers.h"
 
-typedef enum hy_evict_kind {
-    HY_EVICT_LRU = 0,
-    HY_EVICT_LFU,
-    HY_EVICT_S3FIFO,
-    HY_EVICT_GDSF,
-    HY_EVICT_HYBRID,
-    HY_EVICT_COUNT
-} hy_evict_kind;
-
-typedef enum hy_admit_kind {
-    HY_ADMIT_ALWAYS = 0,
-    HY_ADMIT_SECOND_HIT,
-    HY_ADMIT_TINYLFU,
-    HY_ADMIT_MIN_TOKENS,
-    HY_ADMIT_COUNT
-} hy_admit_kind;
-
-typedef struct hy_policy_config {
-    hy_evict_kind evict;
-    hy_admit_kind admit;
-    uint32_t min_tokens; /* for HY_ADMIT_MIN_TOKENS */
-    uint64_t capacity;   /* bytes of the tier: sizes S3-FIFO's small queue, the sketch */
-} hy_policy_config;
-
-const char *hy_evict_name(hy_evict_kind k);
-const char *hy_admit_name(hy_admit_kind k);
-/* Parses "lru", "lfu", "s3fifo", "gdsf", "hybrid" / "always", "second-hit",
- * "tinylfu", "min-tokens N" (the number after a space). Names the bad value. */
-int hy_policy_parse(const char *evict, const char *admit, hy_policy_config *out, hy_err *err);
 
 typedef struct hy_evictor hy_evictor;
 int hy_evictor_new(const hy_policy_config *cfg, hy_evictor **out, hy_err *err);

@@ -47,27 +47,12 @@
 #ifndef HY_HBM_H
 #define HY_HBM_H
 
-#include "tiers/extents.h"
-#include "tiers/hy_tiers.h"
+#include "extents_internal.h"
+#include "hy_tiers.h"
 
 typedef struct hy_hbm hy_hbm;
 
-typedef struct hy_hbm_stats {
-    int device;             /* the CUDA device index */
-    HY_EXTENTS_STATS_FIELDS /* capacity: bytes of device memory owned by the tier */
-        uint64_t writes,
-        reads;                          /* completed host→device, device→host copies */
-    uint64_t bytes_written, bytes_read; /* their bytes */
-    uint64_t write_ns, read_ns;         /* wall time spent in them: bytes / ns = GB/s */
-    uint64_t pageable;                  /* copies whose host buffer was not pinned */
-} hy_hbm_stats;
 
-/* Whether hy_hbm_open can succeed on this machine: the build has CUDA and
- * cudaGetDeviceCount reports at least one device. Fills why (n bytes, may be
- * NULL) with the reason when false ("built without CUDA ..." or "no CUDA
- * device: <cudaGetErrorString>"), or with the device count when true.
- * Initialises the CUDA runtime on first call; never fails otherwise. */
-bool hy_hbm_available(char *why, size_t n);
 
 /* Allocates `bytes` (rounded up to HY_PAGE) of memory on CUDA device
  * `device` and a stream for copies. HY_EUNSUPPORTED when hy_hbm_available()

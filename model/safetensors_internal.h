@@ -19,7 +19,7 @@
 #ifndef HY_SAFETENSORS_H
 #define HY_SAFETENSORS_H
 
-#include "common/hy_common.h"
+#include "hy_common.h"
 
 #define HY_ST_MAX_HEADER (100u << 20) /* bytes of JSON header, as the reference library */
 #define HY_ST_MAX_DIMS   8

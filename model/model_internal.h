@@ -7,8 +7,8 @@
 #ifndef HY_MODEL_INTERNAL_H
 #define HY_MODEL_INTERNAL_H
 
-#include "model/hy_model.h"
-#include "model/safetensors.h"
+#include "hy_model.h"
+#include "safetensors_internal.h"
 
 typedef struct hy_mlp_w {
     int inter;
