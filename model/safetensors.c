@@ -2,7 +2,7 @@
  * safetensors reader and writer. Reading maps each file read-only and builds
  * one table of tensors sorted by name; all validation happens at open, so a
  * hy_st that opened successfully only hands out in-bounds, well-sized views.
- * See safetensors.h for the rules enforced.
+ * See safetensors_internal.h for the rules enforced.
  */
 #include "safetensors_internal.h"
 

@@ -1,5 +1,5 @@
 /*
- * Admission policies (policy.h): whether a put enters a tier at all.
+ * Admission policies (policy_internal.h): whether a put enters a tier at all.
  *
  *   always      every put enters.
  *   second-hit  a sliding window of the last W recorded lookups (a ring of

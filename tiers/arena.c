@@ -1,5 +1,5 @@
 /*
- * The host tier's arena (arena.h): one anonymous mapping carved into
+ * The host tier's arena (arena_internal.h): one anonymous mapping carved into
  * page-aligned blocks by the allocator it shares with the hbm tier
  * (extents.c, which manages offsets only).
  *

@@ -30,7 +30,6 @@
 
 typedef struct hy_arena hy_arena;
 
-
 /* Creates an arena of `bytes` (rounded up to HY_PAGE). */
 int hy_arena_new(size_t bytes, hy_arena **out, hy_err *err);
 void hy_arena_free_all(hy_arena *a); /* destroys the arena */

@@ -1,5 +1,5 @@
 /*
- * The device tier table (devtier.h) over the hbm tier (hbm.h): the one
+ * The device tier table (devtier_internal.h) over the hbm tier (hbm_internal.h): the one
  * implementation the product has. Adapters only: ctx is the hy_hbm handle.
  */
 #include "devtier_internal.h"

@@ -3,7 +3,7 @@
  * store makes every call into GPU memory through this table, so its
  * three-tier logic (placement, demotion, promotion, leases) is one piece of
  * code whatever sits behind it. The product has exactly one implementation,
- * hy_devtier_hbm (devtier.c), which wraps hbm.h; hbm is never emulated in
+ * hy_devtier_hbm (devtier.c), which wraps hbm_internal.h; hbm is never emulated in
  * the product.
  *
  * hy_store_open_with_devtier exists for tests: it opens a store over an
@@ -12,7 +12,7 @@
  * defined in the test itself (tests/tiers/test_store_tiers3.c). Nothing else
  * should call it.
  *
- * Contract of an implementation (hbm.h's, which the test double mirrors):
+ * Contract of an implementation (hbm_internal.h's, which the test double mirrors):
  *   - blocks are page-aligned offsets in [0, capacity), from alloc, with
  *     hy_arena_alloc's codes (HY_ENOMEM: full, the store evicts and retries);
  *   - alloc, release, block_size, stats, pin_host and unpin_host are called
@@ -46,7 +46,7 @@ typedef struct hy_devtier_ops {
     void (*close)(void *ctx);
 } hy_devtier_ops;
 
-/* The hbm tier (hbm.h); ctx is a hy_hbm *. */
+/* The hbm tier (hbm_internal.h); ctx is a hy_hbm *. */
 extern const hy_devtier_ops hy_devtier_hbm;
 
 /* For tests only (see the top of the file): hy_store_open with the device

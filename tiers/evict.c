@@ -1,8 +1,8 @@
 /*
- * Eviction policies (policy.h): which resident object a tier gives up next.
+ * Eviction policies (policy_internal.h): which resident object a tier gives up next.
  *
  * Every kind keeps one node per tracked id in a pool, found through an
- * open-addressing map (idmap.h), and orders the nodes with either intrusive
+ * open-addressing map (idmap_internal.h), and orders the nodes with either intrusive
  * doubly-linked lists or a binary min-heap:
  *
  *   lru     one list, most recent at the head; access moves a node to the

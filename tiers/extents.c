@@ -1,5 +1,5 @@
 /*
- * The block allocator of the host arena and the hbm tier (extents.h): offsets
+ * The block allocator of the host arena and the hbm tier (extents_internal.h): offsets
  * only, no memory of its own.
  *
  * Free extents live in a treap keyed by offset, each node also holding the

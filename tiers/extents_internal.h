@@ -40,7 +40,7 @@ int hy_extents_new(const char *name, size_t capacity, hy_extents **out);
 void hy_extents_free(hy_extents *x);
 
 /* The contracts of hy_arena_alloc, _release, _block_size, _stats_get and
- * _check (arena.h), which are these: alloc returns HY_EINVAL for 0 bytes,
+ * _check (arena_internal.h), which are these: alloc returns HY_EINVAL for 0 bytes,
  * HY_ERANGE for more than the capacity, HY_ENOMEM when no free extent is
  * large enough; release of an offset that is not a live block aborts in
  * every build. */

@@ -1,5 +1,5 @@
 /*
- * The hbm tier (hbm.h): one cudaMalloc'd region, the shared block allocator
+ * The hbm tier (hbm_internal.h): one cudaMalloc'd region, the shared block allocator
  * (extents.c) over its offsets, and one stream for copies.
  *
  * The CUDA runtime's C API (cuda_runtime_api.h) is enough here: no kernels,

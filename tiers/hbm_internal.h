@@ -1,14 +1,14 @@
 /*
  * The hbm tier: one region of GPU memory (cudaMalloc'd at open) carved into
  * page-aligned blocks by the same first-fit, coalescing allocator as the host
- * arena (extents.h), with copies between host buffers and blocks. It exists
+ * arena (extents_internal.h), with copies between host buffers and blocks. It exists
  * only when the build has CUDA (HY_WITH_CUDA, which defines HY_HAVE_CUDA) and
  * the machine has a device; otherwise hy_hbm_open refuses with
  * HY_EUNSUPPORTED and says why. It is never emulated in host memory.
  *
  * How the store uses it (DESIGN.md §4; tiers/store_hbm.c). hbm is the top
  * tier, above host; the store reaches it through a table of calls
- * (tiers/devtier.h) whose only implementation in the product wraps this
+ * (tiers/devtier_internal.h) whose only implementation in the product wraps this
  * file:
  *   open     with a configured hbm capacity, the store asks
  *            hy_hbm_available(); when false it logs the reason and runs with
@@ -52,8 +52,6 @@
 
 typedef struct hy_hbm hy_hbm;
 
-
-
 /* Allocates `bytes` (rounded up to HY_PAGE) of memory on CUDA device
  * `device` and a stream for copies. HY_EUNSUPPORTED when hy_hbm_available()
  * is false (the message carries its reason); HY_EINVAL for 0 bytes or a
@@ -66,7 +64,7 @@ int hy_hbm_open(size_t bytes, int device, hy_hbm **out, hy_err *err);
  * die with it. NULL is a no-op. */
 void hy_hbm_close(hy_hbm *h);
 
-/* Allocation, with hy_arena_alloc's contract (arena.h): *off is a multiple
+/* Allocation, with hy_arena_alloc's contract (arena_internal.h): *off is a multiple
  * of HY_PAGE; HY_ENOMEM when no free extent is large enough (the caller
  * demotes and retries), HY_EINVAL for 0 bytes, HY_ERANGE for more than the
  * capacity. */

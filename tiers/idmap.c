@@ -1,5 +1,5 @@
 /*
- * The policies' id map (idmap.h): linear probing, at most half full, with
+ * The policies' id map (idmap_internal.h): linear probing, at most half full, with
  * backward-shift deletion.
  */
 #include "idmap_internal.h"

@@ -1,5 +1,5 @@
 /*
- * The persistent tier's requests (nvme.h): put, get, remove, lookup, listing
+ * The persistent tier's requests (nvme_internal.h): put, get, remove, lookup, listing
  * and counters, over a RocksDB catalog of records and payload bytes in
  * preallocated extent files. nvme_open.c opens, recovers and closes the tier;
  * nvme_record.c encodes records, nvme_space.c keeps each extent's free space,

@@ -82,7 +82,6 @@ int hy_nvme_locate(hy_nvme *n, const hy_key *key, hy_nvme_loc *loc);
  * given direction (0 read, 1 write) report -EIO. */
 void hy_nvme_inject_io_error(hy_nvme *n, int direction, int count);
 
-
 /* ---- Private to the nvme*.c files ---- */
 
 /*

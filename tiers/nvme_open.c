@@ -1,5 +1,5 @@
 /*
- * Opening, recovering and closing the nvme tier (nvme.h). Open takes the
+ * Opening, recovering and closing the nvme tier (nvme_internal.h). Open takes the
  * directory's LOCK (flock: one open per directory, across and within
  * processes), opens the RocksDB catalog and its format record (which fixes
  * the extent size for the directory's life), opens every extent file, then

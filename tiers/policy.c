@@ -1,5 +1,5 @@
 /*
- * Policy names and their parsing (policy.h): the one place that maps the
+ * Policy names and their parsing (policy_internal.h): the one place that maps the
  * YAML spellings of eviction and admission kinds to the enums. The policies
  * themselves live in evict.c and admit.c.
  */

@@ -29,7 +29,6 @@
 
 #include "hy_tiers.h"
 
-
 typedef struct hy_evictor hy_evictor;
 int hy_evictor_new(const hy_policy_config *cfg, hy_evictor **out, hy_err *err);
 void hy_evictor_free(hy_evictor *ev);

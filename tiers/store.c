@@ -1,5 +1,5 @@
 /*
- * The tier manager (store.h), host and NVMe side; the hbm moves are in
+ * The tier manager (hy_tiers.h), host and NVMe side; the hbm moves are in
  * store_hbm.c and the state both share in store_internal.h (which also says
  * how locking and residency work). One mutex guards the index (a chained
  * hash table of entries by key), the arena, the policies and the quotas.

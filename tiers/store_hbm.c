@@ -1,5 +1,5 @@
 /*
- * The tier manager's hbm side (store.h; shared state and locking in
+ * The tier manager's hbm side (hy_tiers.h; shared state and locking in
  * store_internal.h): every move of bytes into or out of GPU memory.
  *
  *   open     hy_hbm_available() decides whether the tier exists; when it
@@ -22,7 +22,7 @@
  *
  * Copies run with the store's lock dropped and the entry pinned; the device
  * tier's own mutex (hbm.c) keeps its allocator consistent meanwhile
- * (devtier.h). After a copy each path rechecks the entry: invalidated
+ * (devtier_internal.h). After a copy each path rechecks the entry: invalidated
  * (dead), or given the same copy by another thread (then ours is freed).
  */
 #include "store_internal.h"

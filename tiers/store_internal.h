@@ -1,5 +1,5 @@
 /*
- * Private to the tier manager (store.h): the store's state and what its two
+ * Private to the tier manager (hy_tiers.h): the store's state and what its two
  * files offer each other.
  *
  *   store.c      the index, quotas, removal, host and NVMe eviction, the
@@ -14,7 +14,7 @@
  * transfers) pins the entry (pins > 0: no copy of it is evicted or freed)
  * and drops s->mu around the copy; after retaking it the path rechecks what
  * may have changed meanwhile (dead, another thread's copy). The device tier
- * guards its own allocator (devtier.h), so its alloc/release run under s->mu
+ * guards its own allocator (devtier_internal.h), so its alloc/release run under s->mu
  * and its transfers under nothing of the store's: lock order s->mu → the
  * tier's mutex, never the reverse. NVMe puts of one key are serialised
  * (s->nvme_busy, s->nvme_cv: see store.c), since records are keyed by key.

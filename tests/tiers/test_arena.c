@@ -1,5 +1,5 @@
 /*
- * The host arena (tiers/arena.h): MB-sized blocks come back page-aligned and
+ * The host arena (tiers/arena_internal.h): MB-sized blocks come back page-aligned and
  * disjoint; released neighbours merge back into one extent; fragmentation is
  * reported and HY_ENOMEM returned when free bytes are split too finely;
  * bad arguments are refused without touching the arena; releasing a block

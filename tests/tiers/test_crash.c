@@ -1,5 +1,5 @@
 /*
- * Crash safety of the store (tiers/store.h over tiers/nvme.h, write-through).
+ * Crash safety of the store (tiers/include/hy_tiers.h over tiers/nvme_internal.h, write-through).
  *
  * The crash loop: a writer process puts, replaces and removes entries and is
  * SIGKILLed at a random moment, hundreds of times, always on the same
@@ -723,7 +723,7 @@ static void test_truncated_extent(void)
     hy_store_close(s);
 }
 
-/* store.h: "NVMe victims are dropped" — a full NVMe tier under write-through
+/* hy_tiers.h: "NVMe victims are dropped" — a full NVMe tier under write-through
  * makes room by policy (LRU here) and the commit succeeds; an entry that can
  * never fit an extent fails its commit cleanly. */
 static void test_full_disk(void)

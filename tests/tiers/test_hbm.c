@@ -1,5 +1,5 @@
 /*
- * The hbm tier (tiers/hbm.h). Without a CUDA device (or in a build without
+ * The hbm tier (tiers/hbm_internal.h). Without a CUDA device (or in a build without
  * CUDA) the machine cannot run it: the program prints "SKIPPED: <why>",
  * checks only that hy_hbm_open refuses with HY_EUNSUPPORTED and that reason,
  * and ctest reports the test as skipped. With a device: blocks come back

@@ -1,5 +1,5 @@
 /*
- * The persistent tier (tiers/nvme.h) on a real directory: payloads come back
+ * The persistent tier (tiers/nvme_internal.h) on a real directory: payloads come back
  * byte-identical, space is reused, the catalog survives a reopen, damaged
  * bytes or files are detected and dropped (never served), a full tier and
  * injected I/O errors fail cleanly, one directory is opened once, and four

@@ -1,5 +1,5 @@
 /*
- * Eviction and admission policies (tiers/policy.h): each eviction kind names
+ * Eviction and admission policies (tiers/policy_internal.h): each eviction kind names
  * the victim it should on hand-made sequences; pinned ids are skipped and not
  * lost; 100k random operations agree with a brute-force reference (LRU, LFU,
  * GDSF, hybrid) or keep S3-FIFO's invariants; each admission kind admits what

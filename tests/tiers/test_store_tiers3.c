@@ -1,5 +1,5 @@
 /*
- * The tier manager with hbm as its top tier (store.h, store_hbm.c): an entry
+ * The tier manager with hbm as its top tier (hy_tiers.h, store_hbm.c): an entry
  * placed in hbm at commit; hbm victims demoted to host and host victims to
  * NVMe (or, with an hbm copy left, just released), so an entry travels hbm → host → nvme and reads
  * back byte-identical through host and device leases; device leases that block eviction and outlive
@@ -10,7 +10,7 @@
  *
  * Cases named double_* run on every machine against a TEST DOUBLE: host
  * memory standing in for the hbm tier, defined below and handed to the store
- * through the test-only hy_store_open_with_devtier (tiers/devtier.h). The
+ * through the test-only hy_store_open_with_devtier (tiers/devtier_internal.h). The
  * product never emulates hbm; the double only lets the manager's three-tier
  * logic run without a GPU. Cases named real_hbm_* run the same paths against
  * the real hbm tier when hy_hbm_available(), checking device bytes with
@@ -41,8 +41,8 @@ static char g_why[256]; /* hy_hbm_available's answer */
 static int g_nvme_dirs; /* a fresh NVMe directory per store */
 
 /* ===== TEST DOUBLE: host memory standing in for the hbm tier ===================
- * Implements devtier.h's table as hbm.c does — the same block allocator
- * (extents.h) behind a mutex, synchronous copies, a device pointer per block —
+ * Implements devtier_internal.h's table as hbm.c does — the same block allocator
+ * (extents_internal.h) behind a mutex, synchronous copies, a device pointer per block —
  * but in malloc'd host memory, so device pointers can be read with memcmp.
  * Faults can be injected: the next fail_writes / fail_reads copies fail with
  * HY_EIO. Test-only; never part of the product. */

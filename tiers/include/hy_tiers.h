@@ -25,7 +25,6 @@
 
 #include <stdbool.h>
 
-
 #define HY_KEY_BYTES  32
 #define HY_TENANT_MAX 64 /* bytes, including the NUL */
 #define HY_TAG_MAX    64 /* bytes per tag, including the NUL */
@@ -75,7 +74,7 @@ int hy_meta_validate(const hy_meta *m, hy_err *err);
 /* ---- Policies, per tier ---- */
 
 /*
- * Eviction and admission policies, per tier (DESIGN.md §4). Pure logic over
+ * Eviction and admission policies, per tier (docs/policies.md). Pure logic over
  * object ids (hy_key_id) with sizes and costs; the store calls them under its
  * lock, and `hypic-bench policies` replays traces through them.
  *
@@ -144,7 +143,6 @@ int hy_policy_parse(const char *evict, const char *admit, hy_policy_config *out,
     size_t blocks;        /* live blocks */                                                        \
     double fragmentation; /* 1 − largest_free / free_bytes (0 when nothing is free) */
 
-
 typedef struct hy_arena_stats {
     HY_EXTENTS_STATS_FIELDS
     bool locked;     /* mlock succeeded */
@@ -176,10 +174,10 @@ typedef struct hy_nvme_stats {
 } hy_nvme_stats;
 
 typedef struct hy_hbm_stats {
-    int device;             /* the CUDA device index */
-    HY_EXTENTS_STATS_FIELDS /* capacity: bytes of device memory owned by the tier */
-        uint64_t writes,
-        reads;                          /* completed host→device, device→host copies */
+    int device; /* the CUDA device index */
+    /* capacity: bytes of device memory owned by the tier */
+    HY_EXTENTS_STATS_FIELDS
+    uint64_t writes, reads;             /* completed host→device, device→host copies */
     uint64_t bytes_written, bytes_read; /* their bytes */
     uint64_t write_ns, read_ns;         /* wall time spent in them: bytes / ns = GB/s */
     uint64_t pageable;                  /* copies whose host buffer was not pinned */
@@ -197,7 +195,7 @@ bool hy_hbm_available(char *why, size_t n);
 /*
  * The tier manager: one store over up to three tiers, fastest first — hbm
  * (GPU memory, when configured and a CUDA device exists), the host arena, and
- * NVMe when configured — with a policy per tier (DESIGN.md §4).
+ * NVMe when configured — with a policy per tier.
  *
  * An entry may have a copy in any subset of {hbm, host, nvme}; the copies
  * are identical bytes. Lifecycle:
@@ -236,10 +234,10 @@ bool hy_hbm_available(char *why, size_t n);
  * seen). Invalidation by key, tag, tenant or model. Listing with filters and
  * paging. All calls are thread-safe: one mutex guards the index, the arena
  * and the policies; payload copies, hbm transfers and NVMe I/O run outside it
- * with the entry pinned (the hbm tier guards its own allocator: hbm.h). With
+ * with the entry pinned (the hbm tier guards its own allocator: hbm_internal.h). With
  * an NVMe tier a mover thread demotes host victims in the background (see
  * the watermarks). With an hbm tier the host arena is pinned for DMA
- * (arena.h).
+ * (arena_internal.h).
  */
 
 typedef enum hy_tier_id {
