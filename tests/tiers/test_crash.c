@@ -28,10 +28,11 @@
  * One kill in eight comes at a random time after the exec rather than after
  * "O", so that some land in the middle of recovery.
  *
- * Then the faults of issue 4 at the store level, each ending in a clean error
- * or a dropped entry with the store still serving: a flipped byte in an
- * extent, a truncated extent file, a full NVMe tier, and failed io_uring
- * completions during a demotion and a promotion.
+ * Then injected faults at the store level (test_nvme.c injects them into the
+ * tier alone), each ending in a clean error or a dropped entry with the store
+ * still serving: a flipped byte in an extent, a truncated extent file, a full
+ * NVMe tier, and failed io_uring completions during a demotion and a
+ * promotion.
  *
  * Environment: HY_CRASH_SEED (default 1) seeds the delays and the writers;
  * HY_CRASH_ITERS (default 200) sets the number of kills.

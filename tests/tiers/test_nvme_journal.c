@@ -1,16 +1,21 @@
 /*
  * The nvme tier's journal (tiers/nvme_journal.c): a put flushes once, its
- * catalog write is left to the OS, and recovery replays from the extents'
- * journal rings what the catalog lost. A SIGKILL keeps RocksDB's unsynced WAL
- * (it is in the page cache), so test_crash cannot lose it; a power cut can.
- * These cases make the catalog lose it on purpose — between a close and the
- * next open they edit the catalog directly, putting back older records,
- * deleting newer ones and lowering the floor, as a WAL cut short would leave
- * it — and check that the reopened tier is the one that was closed: puts
- * replayed byte-identical, removals replayed, a put whose payload never
- * became durable not replayed (the older entry kept), a damaged journal block
- * ignored, and, for concurrent puts and removals of the same keys, a state
- * rebuilt from the journal alone equal to the live one.
+ * catalog write is left unsynced, and recovery replays from the extents'
+ * journal rings what the catalog lost. The catalog runs with manual WAL
+ * flush: unsynced writes wait in RocksDB's buffer inside the process until
+ * the next synced one (at most NV_SYNC_EVERY catalog writes later), so a
+ * SIGKILL loses them as a power cut would, and test_crash exercises the
+ * replay at random moments. These cases make the loss deterministic and aim
+ * it. A close ends with a synced write, so the closed catalog holds
+ * everything; between a close and the next open they edit it directly — putting
+ * back older records, deleting newer ones and lowering the floor, as a
+ * catalog that lost its unsynced tail would be — and check that the reopened
+ * tier is the one that was closed: puts replayed byte-identical, removals
+ * replayed, a put whose payload never became durable not replayed (the older
+ * entry kept), a damaged journal block ignored, rings that wrap only over
+ * blocks the catalog holds durably, and, for concurrent puts and removals of
+ * the same keys, a state rebuilt from the journal alone equal to the live
+ * one.
  */
 #include "nvme_fixture.h"
 #include "nvme_internal.h" /* the floor record and journal blocks */
