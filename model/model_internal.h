@@ -80,7 +80,6 @@ typedef struct hy_capture {
 
 /* Sets (or clears, with NULL) the capture of the executor's next prefills. */
 void hy_exec_set_capture(hy_exec *ex, hy_capture *cap);
-/* Per-thread scratch floats available to callers between prefills. */
 
 struct hy_entry {
     hy_model_config cfg;  /* the shapes its sections have (from its model) */

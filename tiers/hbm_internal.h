@@ -6,7 +6,7 @@
  * the machine has a device; otherwise hy_hbm_open refuses with
  * HY_EUNSUPPORTED and says why. It is never emulated in host memory.
  *
- * How the store uses it (DESIGN.md §4; tiers/store_hbm.c). hbm is the top
+ * How the store uses it (docs/architecture.md#the-store; tiers/store_hbm.c). hbm is the top
  * tier, above host; the store reaches it through a table of calls
  * (tiers/devtier_internal.h) whose only implementation in the product wraps this
  * file:

@@ -28,8 +28,8 @@
  * extent bytes allocated / live payload bytes.
  *
  * Thread safety: every call may come from any thread; the tier serialises
- * catalog updates and allocation internally and keeps one io_uring per
- * thread or under a lock.
+ * catalog updates and allocation internally; transfers take an io_uring
+ * from a pool (one user per ring at a time, nvme_io.c).
  */
 #ifndef HY_NVME_INTERNAL_H
 #define HY_NVME_INTERNAL_H

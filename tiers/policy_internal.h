@@ -1,5 +1,5 @@
 /*
- * Eviction and admission policies, per tier (DESIGN.md §4). Pure logic over
+ * Eviction and admission policies, per tier (docs/policies.md). Pure logic over
  * object ids (hy_key_id) with sizes and costs; the store calls them under its
  * lock, and `hypic-bench policies` replays traces through them.
  *

@@ -1,6 +1,6 @@
 #!/bin/sh
-# The GPU half of DESIGN.md §8, for a session that has a machine with a CUDA
-# device: builds with CUDA forced on and runs the hbm tier's tests (test_hbm)
+# The checks that need a CUDA device (everywhere else the CUDA code only has
+# to build, and its tests skip saying why), for a machine that has one: builds with CUDA forced on and runs the hbm tier's tests (test_hbm)
 # and the tier manager's with hbm as its top tier (test_store_tiers3, whose
 # real_hbm_* cases need the device), first in a Release build, then (unless
 # HY_GPU_ASAN=0) under AddressSanitizer through ctest, which supplies the

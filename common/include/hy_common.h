@@ -3,7 +3,7 @@
  * error messages, logging, clocks, aligned allocation and the half-precision
  * conversions used when checkpoint tensors are widened to fp32.
  *
- * Error convention (STYLE.md): a function returns 0 or a negative HY_E* code,
+ * Error convention, in every module: a function returns 0 or a negative HY_E* code,
  * and fills an optional hy_err with a message that names the file, the field
  * and the limit involved. Bad input never aborts; assert() is for broken
  * invariants only.

@@ -2,7 +2,7 @@
  * model: hybrid-attention checkpoints and the CPU executor that runs them.
  *
  * A model is a Hugging Face directory (config.json + safetensors) of one of
- * the supported architectures (DESIGN.md §7): Qwen3NextForCausalLM and Qwen3.5
+ * the supported architectures (docs/executor.md): Qwen3NextForCausalLM and Qwen3.5
  * text (qwen3_5_text, and its MoE variant qwen3_5_moe_text). Loading validates
  * the config and every tensor the architecture needs (presence, shape, dtype)
  * and widens the weights to fp32 in the executor's own layouts.
