@@ -1,99 +1,320 @@
 /*
- * config.json of the supported hybrid architectures, parsed into one
- * validated hy_model_config. Keys and defaults follow transformers'
- * Qwen3NextConfig / Qwen3_5TextConfig; sizes have no defaults (a checkpoint
- * must state them). A Qwen3.5 vision-language config nests the text model
- * under "text_config"; that object is used when present. Every refusal names
- * the file, the key and the limit.
+ * config.json of the supported hybrid architectures, read as transformers
+ * 5.23 reads it and validated into one hy_model_config.
+ *
+ * One declarative table, k_keys, lists every key the loader reads: where it
+ * is read (the text model's object or the top level), its type, the default
+ * of each architecture's transformers config class (Qwen3NextConfig,
+ * Qwen3_5TextConfig, Qwen3_5MoeTextConfig), the values the executor runs and
+ * what the key means. Parsing is driven by it; docs/config-keys.md renders it
+ * (test_config keeps the two equal) and explains the rules, which are
+ * transformers' own:
+ *   - an absent key takes the class's default; a key the class does not
+ *     define is ignored, as transformers keeps it as an attribute no module
+ *     reads (one log line names such keys);
+ *   - null is refused, as strict dataclass validation refuses it, except for
+ *     the Optional fields (layer_types, mlp_only_layers, the RoPE objects,
+ *     text_config), where it means absent;
+ *   - a composite config (model_type qwen3_5 / qwen3_5_moe) nests the text
+ *     model under text_config, whose class is fixed by the composite's
+ *     model_type (text_config's own model_type is not consulted; absent, every
+ *     text key takes its default). tie_word_embeddings is read at the top
+ *     level: ...ForConditionalGeneration ties by its own flag, never by
+ *     text_config's.
+ * What transformers accepts but the executor cannot run is refused with a
+ * message naming the file, the key and the limit; no value is ever replaced
+ * silently.
  */
-#include "hy_model.h"
+#include "model_internal.h"
 
+#include <assert.h>
 #include <cjson/cJSON.h>
 #include <limits.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-    const cJSON *obj;
+enum { N_ARCH = 3, MAX_KEYS = 48 };
+_Static_assert(HY_ARCH_QWEN3_NEXT == 0 && HY_ARCH_QWEN3_5 == 1 && HY_ARCH_QWEN3_5_MOE == 2,
+               "k_keys' default columns are indexed by hy_arch");
+
+/* The text model type of each architecture, as transformers names it. */
+static const char *const k_text_type[N_ARCH] = {"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"};
+
+typedef enum key_type { KT_INT, KT_NUM, KT_BOOL, KT_OTHER } key_type;
+typedef enum key_where { AT_TEXT, AT_TOP } key_where;
+
+/* What the scalar keys are read into before hy_model_config is derived. */
+typedef struct cfg_vals {
+    hy_model_config c;
+    double rms_eps, rope_theta, partial_rotary;
+    int sparse_step;
+    bool attention_bias;
+    bool mlp_only[HY_MAX_LAYERS];
+} cfg_vals;
+
+typedef struct cfg_ctx {
+    const cJSON *root; /* the file's object */
+    const cJSON *text; /* the text model's keys: text_config when nested, else root */
+    bool nested;
+    hy_arch arch;
     const char *path;
     hy_err *err;
+    cfg_vals v;
+    bool given[MAX_KEYS]; /* k_keys[i] was present in config.json */
 } cfg_ctx;
 
-/* Reads integer key into *out: required (no default) unless has_def. */
-static int get_int(cfg_ctx *c, const char *key, int has_def, long def, long lo, long hi, int *out)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(c->obj, key);
-    if (!v || cJSON_IsNull(v)) {
-        if (!has_def)
-            return hy_err_set(c->err, HY_EINVAL, "%s: required key '%s' is missing", c->path, key);
-        *out = (int)def;
-        return HY_OK;
+typedef struct cfg_key cfg_key;
+struct cfg_key {
+    const char *name;
+    key_where where;
+    key_type type;
+    size_t off; /* KT_INT (int), KT_NUM (double), KT_BOOL (bool): the field of cfg_vals */
+    /* transformers' default per hy_arch: JSON text for scalars, words for
+     * KT_OTHER; NULL where the class has no such key (then it is ignored) */
+    const char *def[N_ARCH];
+    double lo, hi; /* KT_INT, KT_NUM: what the executor runs; KT_BOOL: lo == hi is the only value */
+    int (*read)(cfg_ctx *, const cfg_key *); /* KT_OTHER: reads the key */
+    const char *tname;                       /* KT_OTHER: its JSON type, in words */
+    const char *runs;                        /* KT_OTHER: what the executor runs, in words */
+    const char *meaning;
+    bool deferred; /* read by read_identity or with another key, not in table order */
+};
+
+static int read_act(cfg_ctx *c, const cfg_key *k);
+static int read_rope(cfg_ctx *c, const cfg_key *k);
+static int read_layers(cfg_ctx *c, const cfg_key *k);
+static int read_mlp_only(cfg_ctx *c, const cfg_key *k);
+
+#define V(f) offsetof(cfg_vals, f)
+/* Table rows: a scalar key read in table order, or one with its own reader. */
+#define SCALAR(nm, at, ty, field, d0, d1, d2, lo_, hi_, what)                                      \
+    {                                                                                              \
+        .name = nm, .where = at, .type = ty, .off = V(field), .def = {d0, d1, d2}, .lo = lo_,      \
+        .hi = hi_, .meaning = what                                                                 \
     }
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble))
-        return hy_err_set(c->err, HY_EINVAL, "%s: '%s' must be an integer", c->path, key);
-    if (v->valuedouble < (double)lo || v->valuedouble > (double)hi)
-        return hy_err_set(c->err, HY_ERANGE, "%s: '%s' = %.0f is outside [%ld, %ld]", c->path, key,
-                          v->valuedouble, lo, hi);
-    *out = (int)v->valuedouble;
+#define OTHER(nm, at, tn, d0, d1, d2, reader, runs_, what, later)                                  \
+    {                                                                                              \
+        .name = nm, .where = at, .type = KT_OTHER, .def = {d0, d1, d2}, .read = reader,            \
+        .tname = tn, .runs = runs_, .meaning = what, .deferred = later                             \
+    }
+
+/* Every key the loader reads, in the order it reads them. Defaults are
+ * transformers 5.23's (configuration_qwen3_next.py, configuration_qwen3_5.py,
+ * configuration_qwen3_5_moe.py; RoPE defaults from modeling_rope_utils.py). */
+static const cfg_key k_keys[] = {
+    OTHER("model_type", AT_TOP, "string", "required", "required", "required", NULL,
+          "`qwen3_next`; `qwen3_5_text` or `qwen3_5` (nested); `qwen3_5_moe_text` or "
+          "`qwen3_5_moe` (nested)",
+          "selects the architecture; `qwen3_5` and `qwen3_5_moe` are the vision-language "
+          "composites whose text model is under `text_config`",
+          true),
+    OTHER("architectures", AT_TOP, "list of strings", "none", "none", "none", NULL, "any",
+          "recorded (the first entry) for reports; the executor is chosen by `model_type`", true),
+    OTHER("text_config", AT_TOP, "object", NULL, "`{}` (all defaults)", "`{}` (all defaults)", NULL,
+          "an object or null",
+          "the text model's keys of a composite config; its own `model_type` is not consulted",
+          true),
+    SCALAR("vocab_size", AT_TEXT, KT_INT, c.vocab, "151936", "248320", "248320", 1, 1 << 24,
+           "rows of the embedding and of the LM head"),
+    SCALAR("hidden_size", AT_TEXT, KT_INT, c.hidden, "2048", "4096", "2048", 1, 1 << 16,
+           "width of the residual stream"),
+    SCALAR("num_hidden_layers", AT_TEXT, KT_INT, c.n_layers, "48", "32", "40", 1, HY_MAX_LAYERS,
+           "decoder layers; a tensor of a layer beyond them is an error"),
+    SCALAR("intermediate_size", AT_TEXT, KT_INT, c.intermediate, "5632", "12288", NULL, 0, 1 << 20,
+           "width of a dense (SwiGLU) MLP; 0 only where no layer is dense"),
+    SCALAR("num_attention_heads", AT_TEXT, KT_INT, c.n_heads, "16", "16", "16", 1, 1024,
+           "query heads of a full-attention layer; a multiple of `num_key_value_heads`"),
+    SCALAR("num_key_value_heads", AT_TEXT, KT_INT, c.n_kv_heads, "2", "4", "2", 1, 1024,
+           "key/value heads of a full-attention layer (GQA)"),
+    SCALAR("head_dim", AT_TEXT, KT_INT, c.head_dim, "256", "256", "256", 2, 4096,
+           "width of a full-attention head"),
+    OTHER("hidden_act", AT_TEXT, "string", "`\"silu\"`", "`\"silu\"`", "`\"silu\"`", read_act,
+          "`\"silu\"` only", "activation of every MLP", false),
+    SCALAR("attention_bias", AT_TEXT, KT_BOOL, attention_bias, "false", "false", "false", 0, 0,
+           "biases on the q/k/v/o projections"),
+    SCALAR("rms_norm_eps", AT_TEXT, KT_NUM, rms_eps, "1e-06", "1e-06", "1e-06", 0, 1,
+           "epsilon of every RMSNorm"),
+    SCALAR("linear_num_key_heads", AT_TEXT, KT_INT, c.lin_k_heads, "16", "16", "16", 1, 1024,
+           "query/key heads of a Gated DeltaNet layer"),
+    SCALAR("linear_num_value_heads", AT_TEXT, KT_INT, c.lin_v_heads, "32", "32", "32", 1, 1024,
+           "value heads of a Gated DeltaNet layer; a multiple of `linear_num_key_heads`"),
+    SCALAR("linear_key_head_dim", AT_TEXT, KT_INT, c.lin_dk, "128", "128", "128", 1, 1024,
+           "key width of a Gated DeltaNet head"),
+    SCALAR("linear_value_head_dim", AT_TEXT, KT_INT, c.lin_dv, "128", "128", "128", 1, 1024,
+           "value width of a Gated DeltaNet head"),
+    SCALAR("linear_conv_kernel_dim", AT_TEXT, KT_INT, c.conv_kernel, "4", "4", "4", 1, 16,
+           "taps of the causal short convolution before the delta rule"),
+    SCALAR("rope_theta", AT_TEXT, KT_NUM, rope_theta, "10000.0", "10000.0", "10000.0", 1, 1e12,
+           "RoPE base where the RoPE object does not give one"),
+    SCALAR("partial_rotary_factor", AT_TEXT, KT_NUM, partial_rotary, "0.25", "0.25", "0.25", 0, 1,
+           "rotated fraction of `head_dim` where the RoPE object does not give one; "
+           "int(head_dim x factor) must be even and >= 2"),
+    OTHER("rope_parameters", AT_TEXT, "object", "`null`", "`null`", "`null`", read_rope,
+          "`rope_type` (or `type`) `\"default\"`; M-RoPE sections accepted",
+          "RoPE settings (`rope_theta`, `partial_rotary_factor`) that win over the top-level "
+          "keys; for text every M-RoPE section sees the same position, which is plain RoPE",
+          false),
+    OTHER("rope_scaling", AT_TEXT, "object", "`null`", "`null`", "`null`", NULL,
+          "as `rope_parameters`",
+          "the older name: when a non-empty object it replaces `rope_parameters` entirely", true),
+    OTHER("layer_types", AT_TEXT, "list of strings", "`null`", "`null`", "`null`", read_layers,
+          "`num_hidden_layers` entries, each `\"linear_attention\"` or `\"full_attention\"`",
+          "the token mixer of each layer; null derives it from `full_attention_interval`", false),
+    {.name = "full_attention_interval",
+     .where = AT_TEXT,
+     .type = KT_INT,
+     .def = {"4", "4", "4"},
+     .lo = 1,
+     .hi = HY_MAX_LAYERS,
+     .meaning = "read only when `layer_types` is null: layer i has full attention when "
+                "(i + 1) % interval == 0, else linear attention",
+     .deferred = true},
+    SCALAR("num_experts", AT_TEXT, KT_INT, c.n_experts, "512", NULL, "256", 0, 4096,
+           "routed experts per MoE layer; 0 (Qwen3-Next only) makes every layer dense"),
+    SCALAR("num_experts_per_tok", AT_TEXT, KT_INT, c.top_k, "10", NULL, "8", 1, 4096,
+           "experts each token is routed to; at most `num_experts`"),
+    SCALAR("moe_intermediate_size", AT_TEXT, KT_INT, c.moe_intermediate, "512", NULL, "512", 1,
+           1 << 20, "width of a routed expert's SwiGLU"),
+    SCALAR("shared_expert_intermediate_size", AT_TEXT, KT_INT, c.shared_intermediate, "512", NULL,
+           "512", 0, 1 << 20,
+           "width of the sigmoid-gated shared expert of every MoE layer; 0: none (its tensors "
+           "must then be absent)"),
+    SCALAR("norm_topk_prob", AT_TEXT, KT_BOOL, c.norm_topk, "true", NULL, NULL, 0, 1,
+           "renormalise the top-k routing weights to sum 1; the Qwen3.5 MoE router always does, "
+           "whatever the key says"),
+    SCALAR("decoder_sparse_step", AT_TEXT, KT_INT, sparse_step, "1", NULL, NULL, 1, HY_MAX_LAYERS,
+           "layer i is MoE when (i + 1) % step == 0 and i is not in `mlp_only_layers` (Qwen3.5 "
+           "MoE routes every layer)"),
+    OTHER("mlp_only_layers", AT_TEXT, "list of ints", "`[]`", NULL, NULL, read_mlp_only,
+          "integers; those outside [0, num_hidden_layers) match no layer",
+          "layers with a dense MLP although the sparse step would route them", false),
+    SCALAR("tie_word_embeddings", AT_TOP, KT_BOOL, c.tie_embeddings, "false", "false", "false", 0,
+           1,
+           "the LM head is the embedding matrix (`lm_head.weight` may then be absent; when present "
+           "it is used, as transformers does); a composite config ties by its own flag, never by "
+           "`text_config`'s"),
+};
+#undef SCALAR
+#undef OTHER
+#define N_KEYS (sizeof k_keys / sizeof *k_keys)
+_Static_assert(sizeof k_keys / sizeof *k_keys <= MAX_KEYS, "raise MAX_KEYS");
+
+static const cJSON *get(const cJSON *obj, const char *key)
+{
+    return cJSON_GetObjectItemCaseSensitive(obj, key);
+}
+
+static size_t key_index(const char *name)
+{
+    for (size_t i = 0; i < N_KEYS; i++)
+        if (strcmp(k_keys[i].name, name) == 0) return i;
+    assert(!"a key of k_keys");
+    return 0;
+}
+
+/* Reads a number of type t (KT_INT or KT_NUM) from obj[key] into *out,
+ * def (JSON text) when absent; null and values outside [lo, hi] are refused. */
+static int read_number(cfg_ctx *c, const cJSON *obj, const char *key, key_type t, const char *def,
+                       double lo, double hi, double *out)
+{
+    const cJSON *v = get(obj, key);
+    double x;
+    if (!v) {
+        x = strtod(def, NULL);
+    } else if (!cJSON_IsNumber(v) || (t == KT_INT && v->valuedouble != floor(v->valuedouble))) {
+        return hy_err_set(c->err, HY_EINVAL, "%s: '%s' must be %s%s", c->path, key,
+                          t == KT_INT ? "an integer" : "a number",
+                          cJSON_IsNull(v) ? ", not null" : "");
+    } else {
+        x = v->valuedouble;
+    }
+    if (!(x >= lo && x <= hi)) {
+        if (t == KT_INT)
+            return hy_err_set(c->err, HY_ERANGE, "%s: '%s' = %.0f is outside [%.0f, %.0f]", c->path,
+                              key, x, lo, hi);
+        return hy_err_set(c->err, HY_ERANGE, "%s: '%s' = %g is outside [%g, %g]", c->path, key, x,
+                          lo, hi);
+    }
+    *out = x;
     return HY_OK;
 }
 
-static int get_num(cfg_ctx *c, const cJSON *obj, const char *key, double def, double lo, double hi,
-                   double *out)
+/* Reads one KT_INT / KT_NUM / KT_BOOL key of the table into its field. */
+static int read_scalar(cfg_ctx *c, const cfg_key *k)
 {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
-    if (!v || cJSON_IsNull(v)) {
-        *out = def;
+    const cJSON *obj = k->where == AT_TOP ? c->root : c->text;
+    const char *def = k->def[c->arch];
+    char *field = (char *)&c->v + k->off;
+    if (k->type == KT_BOOL) {
+        const cJSON *v = get(obj, k->name);
+        if (v && !cJSON_IsBool(v))
+            return hy_err_set(c->err, HY_EINVAL, "%s: '%s' must be true or false%s", c->path,
+                              k->name, cJSON_IsNull(v) ? ", not null" : "");
+        bool b = v ? cJSON_IsTrue(v) : strcmp(def, "true") == 0;
+        if (k->lo == k->hi && b != (k->lo != 0))
+            return hy_err_set(c->err, HY_EUNSUPPORTED, "%s: %s %s is not supported", c->path,
+                              k->name, b ? "true" : "false");
+        *(bool *)field = b;
         return HY_OK;
     }
-    if (!cJSON_IsNumber(v))
-        return hy_err_set(c->err, HY_EINVAL, "%s: '%s' must be a number", c->path, key);
-    if (!(v->valuedouble >= lo && v->valuedouble <= hi))
-        return hy_err_set(c->err, HY_ERANGE, "%s: '%s' = %g is outside [%g, %g]", c->path, key,
-                          v->valuedouble, lo, hi);
-    *out = v->valuedouble;
+    double x;
+    int rc = read_number(c, obj, k->name, k->type, def, k->lo, k->hi, &x);
+    if (rc) return rc;
+    if (k->type == KT_INT)
+        *(int *)field = (int)x;
+    else
+        *(double *)field = x;
     return HY_OK;
 }
 
-static int get_bool(cfg_ctx *c, const char *key, bool def, bool *out)
+static int read_act(cfg_ctx *c, const cfg_key *k)
 {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(c->obj, key);
-    if (!v || cJSON_IsNull(v)) {
-        *out = def;
-        return HY_OK;
-    }
-    if (!cJSON_IsBool(v))
-        return hy_err_set(c->err, HY_EINVAL, "%s: '%s' must be true or false", c->path, key);
-    *out = cJSON_IsTrue(v);
+    const cJSON *act = get(c->text, k->name);
+    if (act && (!cJSON_IsString(act) || strcmp(act->valuestring, "silu") != 0))
+        return hy_err_set(c->err, HY_EUNSUPPORTED, "%s: hidden_act must be 'silu'", c->path);
     return HY_OK;
 }
 
-/* RoPE: transformers 5 keeps theta and the partial factor in "rope_parameters";
- * older files have them at top level. Only plain RoPE is supported; M-RoPE
- * sections are accepted because for text every section sees the same position,
- * which makes it plain RoPE. */
-static int parse_rope(cfg_ctx *c, hy_model_config *cfg)
+/* transformers' convert_rope_params_to_dict: rope_scaling, when a non-empty
+ * object, replaces rope_parameters; inside the chosen object rope_theta and
+ * partial_rotary_factor win over the top-level keys (already read). */
+static int read_rope(cfg_ctx *c, const cfg_key *k)
 {
-    int rc;
-    double theta, partial;
-    if ((rc = get_num(c, c->obj, "rope_theta", 10000.0, 1.0, 1e12, &theta))) return rc;
-    if ((rc = get_num(c, c->obj, "partial_rotary_factor", 0.25, 0.0, 1.0, &partial))) return rc;
-    const char *keys[] = {"rope_parameters", "rope_scaling"};
+    (void)k;
+    static const char *const names[2] = {"rope_scaling", "rope_parameters"};
+    const cJSON *use = NULL;
+    const char *which = NULL;
     for (int i = 0; i < 2; i++) {
-        const cJSON *rp = cJSON_GetObjectItemCaseSensitive(c->obj, keys[i]);
+        const cJSON *rp = get(c->text, names[i]);
         if (!rp || cJSON_IsNull(rp)) continue;
         if (!cJSON_IsObject(rp))
-            return hy_err_set(c->err, HY_EINVAL, "%s: '%s' must be an object", c->path, keys[i]);
-        const cJSON *ty = cJSON_GetObjectItemCaseSensitive(rp, "rope_type");
-        if (!ty) ty = cJSON_GetObjectItemCaseSensitive(rp, "type");
+            return hy_err_set(c->err, HY_EINVAL, "%s: '%s' must be an object", c->path, names[i]);
+        if (!use && (i == 1 || rp->child)) {
+            use = rp;
+            which = names[i];
+        }
+    }
+    double theta = c->v.rope_theta, partial = c->v.partial_rotary;
+    if (use) {
+        const cJSON *ty = get(use, "rope_type");
+        if (!ty) ty = get(use, "type");
         if (ty && (!cJSON_IsString(ty) || strcmp(ty->valuestring, "default") != 0))
             return hy_err_set(c->err, HY_EUNSUPPORTED,
                               "%s: %s.rope_type '%s' is not supported (only 'default')", c->path,
-                              keys[i], cJSON_IsString(ty) ? ty->valuestring : "?");
-        if ((rc = get_num(c, rp, "rope_theta", theta, 1.0, 1e12, &theta))) return rc;
-        if ((rc = get_num(c, rp, "partial_rotary_factor", partial, 0.0, 1.0, &partial))) return rc;
+                              which, cJSON_IsString(ty) ? ty->valuestring : "?");
+        char dflt[2][32];
+        snprintf(dflt[0], sizeof dflt[0], "%.17g", theta);
+        snprintf(dflt[1], sizeof dflt[1], "%.17g", partial);
+        int rc;
+        if ((rc = read_number(c, use, "rope_theta", KT_NUM, dflt[0], 1.0, 1e12, &theta)) ||
+            (rc =
+                 read_number(c, use, "partial_rotary_factor", KT_NUM, dflt[1], 0.0, 1.0, &partial)))
+            return rc;
     }
+    hy_model_config *cfg = &c->v.c;
     cfg->rope_theta = theta;
     cfg->rotary_dim = (int)(cfg->head_dim * partial);
     if (cfg->rotary_dim < 2 || cfg->rotary_dim % 2)
@@ -104,9 +325,10 @@ static int parse_rope(cfg_ctx *c, hy_model_config *cfg)
     return HY_OK;
 }
 
-static int parse_layers(cfg_ctx *c, hy_model_config *cfg)
+static int read_layers(cfg_ctx *c, const cfg_key *k)
 {
-    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(c->obj, "layer_types");
+    hy_model_config *cfg = &c->v.c;
+    const cJSON *lt = get(c->text, k->name);
     if (lt && !cJSON_IsNull(lt)) {
         if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != cfg->n_layers)
             return hy_err_set(c->err, HY_EINVAL,
@@ -125,56 +347,162 @@ static int parse_layers(cfg_ctx *c, hy_model_config *cfg)
                                   "'full_attention'",
                                   c->path, i);
         }
-    } else {
-        int interval, rc;
-        if ((rc = get_int(c, "full_attention_interval", 1, 4, 1, HY_MAX_LAYERS, &interval)))
-            return rc;
-        for (int i = 0; i < cfg->n_layers; i++)
-            cfg->layer_kind[i] = (i + 1) % interval == 0 ? HY_LAYER_ATTENTION : HY_LAYER_LINEAR;
+        return HY_OK;
+    }
+    /* transformers pops full_attention_interval only here, so with layer_types
+     * given it is never read (nor checked) */
+    const cfg_key *fi = &k_keys[key_index("full_attention_interval")];
+    c->given[fi - k_keys] = get(c->text, fi->name) != NULL;
+    double interval;
+    int rc = read_number(c, c->text, fi->name, KT_INT, fi->def[c->arch], fi->lo, fi->hi, &interval);
+    if (rc) return rc;
+    for (int i = 0; i < cfg->n_layers; i++)
+        cfg->layer_kind[i] = (i + 1) % (int)interval == 0 ? HY_LAYER_ATTENTION : HY_LAYER_LINEAR;
+    return HY_OK;
+}
+
+/* Qwen3NextDecoderLayer tests `layer_idx not in mlp_only_layers`: integers
+ * outside the layer range simply match nothing. */
+static int read_mlp_only(cfg_ctx *c, const cfg_key *k)
+{
+    const cJSON *mo = get(c->text, k->name);
+    if (!mo || cJSON_IsNull(mo)) return HY_OK;
+    if (!cJSON_IsArray(mo))
+        return hy_err_set(c->err, HY_EINVAL, "%s: 'mlp_only_layers' must be an array", c->path);
+    int i = 0;
+    for (const cJSON *e = mo->child; e; e = e->next, i++) {
+        if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble))
+            return hy_err_set(c->err, HY_EINVAL, "%s: mlp_only_layers[%d] must be an integer",
+                              c->path, i);
+        if (e->valuedouble >= 0 && e->valuedouble < c->v.c.n_layers)
+            c->v.mlp_only[(int)e->valuedouble] = true;
     }
     return HY_OK;
 }
 
-static int parse_moe(cfg_ctx *c, hy_model_config *cfg)
+/* Selects the architecture and the object holding the text model's keys. */
+static int read_identity(cfg_ctx *c, cJSON **empty)
 {
-    int rc;
-    bool qwen3_next = cfg->arch == HY_ARCH_QWEN3_NEXT;
-    if (cfg->arch == HY_ARCH_QWEN3_5) return HY_OK; /* dense everywhere */
-    /* Qwen3NextConfig's defaults apply when a key is absent (512 experts,
-     * top-10, width 512, shared 512); the Qwen3.5 MoE text config must state them. */
-    const int d = qwen3_next;
-    if ((rc = get_int(c, "num_experts", d, 512, qwen3_next ? 0 : 1, 4096, &cfg->n_experts)))
-        return rc;
-    if (cfg->n_experts == 0) return HY_OK;
-    if ((rc = get_int(c, "num_experts_per_tok", d, HY_MIN(10, cfg->n_experts), 1, cfg->n_experts,
-                      &cfg->top_k)))
-        return rc;
-    if ((rc = get_int(c, "moe_intermediate_size", d, 512, 1, 1 << 20, &cfg->moe_intermediate)))
-        return rc;
-    if ((rc = get_int(c, "shared_expert_intermediate_size", 1, d ? 512 : 0, 0, 1 << 20,
-                      &cfg->shared_intermediate)))
-        return rc;
-    if ((rc = get_bool(c, "norm_topk_prob", true, &cfg->norm_topk))) return rc;
-    /* Qwen3.5 MoE routes every layer (transformers ignores mlp_only_layers
-     * there); Qwen3-Next routes layer i when (i + 1) % decoder_sparse_step == 0
-     * and i is not in mlp_only_layers. */
-    for (int i = 0; i < cfg->n_layers; i++) cfg->layer_moe[i] = true;
-    if (!qwen3_next) return HY_OK;
-    int step = 1;
-    if ((rc = get_int(c, "decoder_sparse_step", 1, 1, 1, HY_MAX_LAYERS, &step))) return rc;
-    for (int i = 0; i < cfg->n_layers; i++) cfg->layer_moe[i] = (i + 1) % step == 0;
-    const cJSON *mo = cJSON_GetObjectItemCaseSensitive(c->obj, "mlp_only_layers");
-    if (mo && !cJSON_IsNull(mo)) {
-        if (!cJSON_IsArray(mo))
-            return hy_err_set(c->err, HY_EINVAL, "%s: 'mlp_only_layers' must be an array", c->path);
-        for (const cJSON *e = mo->child; e; e = e->next) {
-            if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble >= cfg->n_layers ||
-                e->valuedouble != floor(e->valuedouble))
-                return hy_err_set(
-                    c->err, HY_ERANGE, "%s: mlp_only_layers holds %g, not a layer index in [0, %d)",
-                    c->path, cJSON_IsNumber(e) ? e->valuedouble : -1.0, cfg->n_layers);
-            cfg->layer_moe[(int)e->valuedouble] = false;
+    hy_model_config *cfg = &c->v.c;
+    const cJSON *archs = get(c->root, "architectures");
+    const cJSON *a0 = cJSON_IsArray(archs) ? cJSON_GetArrayItem(archs, 0) : NULL;
+    snprintf(cfg->arch_name, sizeof cfg->arch_name, "%s",
+             cJSON_IsString(a0) ? a0->valuestring : "(none)");
+    const cJSON *mt = get(c->root, "model_type");
+    if (!cJSON_IsString(mt))
+        return hy_err_set(c->err, HY_EINVAL, "%s: 'model_type' is missing", c->path);
+    static const struct {
+        const char *type;
+        hy_arch arch;
+        bool nested;
+    } types[] = {
+        {"qwen3_next", HY_ARCH_QWEN3_NEXT, false},
+        {"qwen3_5_text", HY_ARCH_QWEN3_5, false},
+        {"qwen3_5", HY_ARCH_QWEN3_5, true},
+        {"qwen3_5_moe_text", HY_ARCH_QWEN3_5_MOE, false},
+        {"qwen3_5_moe", HY_ARCH_QWEN3_5_MOE, true},
+    };
+    size_t t = 0;
+    while (t < sizeof types / sizeof *types && strcmp(types[t].type, mt->valuestring) != 0) t++;
+    if (t == sizeof types / sizeof *types)
+        return hy_err_set(c->err, HY_EUNSUPPORTED,
+                          "%s: model_type '%s' is not supported (qwen3_next, qwen3_5_text, "
+                          "qwen3_5, qwen3_5_moe_text, qwen3_5_moe)",
+                          c->path, mt->valuestring);
+    c->arch = types[t].arch;
+    c->nested = types[t].nested;
+    cfg->arch = c->arch;
+    snprintf(cfg->model_type, sizeof cfg->model_type, "%s", k_text_type[c->arch]);
+    c->text = c->root;
+    if (c->nested) {
+        const cJSON *tc = get(c->root, "text_config");
+        if (tc && !cJSON_IsNull(tc) && !cJSON_IsObject(tc))
+            return hy_err_set(c->err, HY_EINVAL, "%s: 'text_config' must be an object", c->path);
+        if (cJSON_IsObject(tc)) {
+            c->text = tc;
+        } else { /* transformers builds the text config from its defaults */
+            if (!(*empty = cJSON_CreateObject()))
+                return hy_err_set(c->err, HY_ENOMEM, "out of memory");
+            c->text = *empty;
         }
+    }
+    return HY_OK;
+}
+
+/* Log lines (one each) for what config.json says but transformers does not
+ * read: keys this architecture's class does not define, a composite's text
+ * keys at the top level, and text_config's own tie flag when it disagrees. */
+static void log_ignored(const cfg_ctx *c)
+{
+    char undefined[400] = "", top[400] = "";
+    size_t nu = 0, nt = 0;
+    for (size_t i = 0; i < N_KEYS; i++) {
+        const cfg_key *k = &k_keys[i];
+        /* text_config is a composite's key only: a flat config's is ignored */
+        bool defined = k->def[c->arch] && (c->nested || strcmp(k->name, "text_config") != 0);
+        if (!defined && get(k->where == AT_TOP ? c->root : c->text, k->name)) {
+            if (nu < sizeof undefined)
+                nu += (size_t)snprintf(undefined + nu, sizeof undefined - nu, "%s%s",
+                                       nu ? ", " : "", k->name);
+        } else if (c->nested && k->where == AT_TEXT && defined && get(c->root, k->name)) {
+            if (nt < sizeof top)
+                nt += (size_t)snprintf(top + nt, sizeof top - nt, "%s%s", nt ? ", " : "", k->name);
+        }
+    }
+    if (nu)
+        hy_log(HY_LOG_INFO, "%s: ignoring %s: not a setting of %s, which transformers ignores too",
+               c->path, undefined, k_text_type[c->arch]);
+    if (nt)
+        hy_log(HY_LOG_INFO,
+               "%s: ignoring top-level %s: a composite config's text settings are those of "
+               "text_config",
+               c->path, top);
+    const cJSON *tt = c->nested ? get(c->text, "tie_word_embeddings") : NULL;
+    if (cJSON_IsBool(tt) && cJSON_IsTrue(tt) != c->v.c.tie_embeddings)
+        hy_log(HY_LOG_INFO,
+               "%s: text_config.tie_word_embeddings is %s but the top-level flag (%s) decides, "
+               "as in transformers' ...ForConditionalGeneration",
+               c->path, cJSON_IsTrue(tt) ? "true" : "false",
+               c->v.c.tie_embeddings ? "true" : "false");
+}
+
+/* What follows from the keys together: head multiples, the MoE layers, the
+ * routing rule, dense widths. */
+static int derive(cfg_ctx *c, hy_model_config *cfg)
+{
+    *cfg = c->v.c;
+    cfg->rms_eps = (float)c->v.rms_eps;
+    if (cfg->n_heads % cfg->n_kv_heads)
+        return hy_err_set(c->err, HY_EINVAL,
+                          "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d",
+                          c->path, cfg->n_heads, cfg->n_kv_heads);
+    if (cfg->lin_v_heads % cfg->lin_k_heads)
+        return hy_err_set(c->err, HY_EINVAL,
+                          "%s: linear_num_value_heads %d is not a multiple of "
+                          "linear_num_key_heads %d",
+                          c->path, cfg->lin_v_heads, cfg->lin_k_heads);
+    if (c->arch == HY_ARCH_QWEN3_5_MOE && cfg->n_experts == 0)
+        return hy_err_set(c->err, HY_ERANGE,
+                          "%s: 'num_experts' = 0 is outside [1, 4096] (%s routes every layer)",
+                          c->path, k_text_type[c->arch]);
+    if (cfg->n_experts > 0 && cfg->top_k > cfg->n_experts)
+        return hy_err_set(c->err, HY_ERANGE, "%s: 'num_experts_per_tok' = %d%s is outside [1, %d]",
+                          c->path, cfg->top_k,
+                          c->given[key_index("num_experts_per_tok")] ? ""
+                                                                     : " (transformers' default)",
+                          cfg->n_experts);
+    /* Qwen3_5MoeTopKRouter renormalises unconditionally (no such setting). */
+    if (c->arch == HY_ARCH_QWEN3_5_MOE) cfg->norm_topk = true;
+    for (int i = 0; i < cfg->n_layers; i++) {
+        if (c->arch == HY_ARCH_QWEN3_NEXT)
+            cfg->layer_moe[i] =
+                cfg->n_experts > 0 && (i + 1) % c->v.sparse_step == 0 && !c->v.mlp_only[i];
+        else
+            cfg->layer_moe[i] = c->arch == HY_ARCH_QWEN3_5_MOE;
+        if (!cfg->layer_moe[i] && cfg->intermediate == 0)
+            return hy_err_set(c->err, HY_EINVAL,
+                              "%s: layer %d has a dense MLP but 'intermediate_size' is 0", c->path,
+                              i);
     }
     return HY_OK;
 }
@@ -182,96 +510,33 @@ static int parse_moe(cfg_ctx *c, hy_model_config *cfg)
 int hy_config_parse(const char *text, const char *path, hy_model_config *cfg, hy_err *err)
 {
     memset(cfg, 0, sizeof *cfg);
-    cJSON *root = cJSON_Parse(text);
+    cJSON *root = cJSON_Parse(text), *empty = NULL;
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return hy_err_set(err, HY_EFORMAT, "%s: not a well-formed JSON object", path);
     }
-    const cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "text_config");
-    cfg_ctx c = {cJSON_IsObject(tc) ? tc : root, path, err};
-    int rc = HY_OK;
-
-    const cJSON *archs = cJSON_GetObjectItemCaseSensitive(root, "architectures");
-    const cJSON *a0 = cJSON_IsArray(archs) ? cJSON_GetArrayItem(archs, 0) : NULL;
-    snprintf(cfg->arch_name, sizeof cfg->arch_name, "%s",
-             cJSON_IsString(a0) ? a0->valuestring : "(none)");
-    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(c.obj, "model_type");
-    if (!cJSON_IsString(mt)) {
-        rc = hy_err_set(err, HY_EINVAL, "%s: 'model_type' is missing", path);
-        goto out;
+    cfg_ctx *c = calloc(1, sizeof *c);
+    if (!c) {
+        cJSON_Delete(root);
+        return hy_err_set(err, HY_ENOMEM, "out of memory");
     }
-    snprintf(cfg->model_type, sizeof cfg->model_type, "%s", mt->valuestring);
-    if (strcmp(mt->valuestring, "qwen3_next") == 0)
-        cfg->arch = HY_ARCH_QWEN3_NEXT;
-    else if (strcmp(mt->valuestring, "qwen3_5_text") == 0 ||
-             strcmp(mt->valuestring, "qwen3_5") == 0)
-        cfg->arch = HY_ARCH_QWEN3_5;
-    else if (strcmp(mt->valuestring, "qwen3_5_moe_text") == 0 ||
-             strcmp(mt->valuestring, "qwen3_5_moe") == 0)
-        cfg->arch = HY_ARCH_QWEN3_5_MOE;
-    else {
-        rc = hy_err_set(err, HY_EUNSUPPORTED,
-                        "%s: model_type '%s' is not supported (qwen3_next, qwen3_5_text, "
-                        "qwen3_5_moe_text)",
-                        path, mt->valuestring);
-        goto out;
+    c->root = root;
+    c->path = path;
+    c->err = err;
+    int rc = read_identity(c, &empty);
+    for (size_t i = 0; rc == HY_OK && i < N_KEYS; i++) {
+        const cfg_key *k = &k_keys[i];
+        if (!k->def[c->arch] || k->deferred) continue; /* not a key of this class */
+        c->given[i] = get(k->where == AT_TOP ? root : c->text, k->name) != NULL;
+        rc = k->read ? k->read(c, k) : read_scalar(c, k);
     }
-    const cJSON *act = cJSON_GetObjectItemCaseSensitive(c.obj, "hidden_act");
-    if (act && (!cJSON_IsString(act) || strcmp(act->valuestring, "silu") != 0)) {
-        rc = hy_err_set(err, HY_EUNSUPPORTED, "%s: hidden_act must be 'silu'", path);
-        goto out;
-    }
-    bool abias = false;
-    if ((rc = get_bool(&c, "attention_bias", false, &abias))) goto out;
-    if (abias) {
-        rc = hy_err_set(err, HY_EUNSUPPORTED, "%s: attention_bias true is not supported", path);
-        goto out;
-    }
-    double eps;
-    if ((rc = get_int(&c, "vocab_size", 0, 0, 1, 1 << 24, &cfg->vocab)) ||
-        (rc = get_int(&c, "hidden_size", 0, 0, 1, 1 << 16, &cfg->hidden)) ||
-        (rc = get_int(&c, "num_hidden_layers", 0, 0, 1, HY_MAX_LAYERS, &cfg->n_layers)) ||
-        (rc = get_int(&c, "intermediate_size", cfg->arch == HY_ARCH_QWEN3_5_MOE, 0, 0, 1 << 20,
-                      &cfg->intermediate)) ||
-        (rc = get_int(&c, "num_attention_heads", 0, 0, 1, 1024, &cfg->n_heads)) ||
-        (rc = get_int(&c, "num_key_value_heads", 0, 0, 1, 1024, &cfg->n_kv_heads)) ||
-        (rc = get_int(&c, "head_dim", 1, 256, 2, 4096, &cfg->head_dim)) ||
-        (rc = get_int(&c, "linear_num_key_heads", 0, 0, 1, 1024, &cfg->lin_k_heads)) ||
-        (rc = get_int(&c, "linear_num_value_heads", 0, 0, 1, 1024, &cfg->lin_v_heads)) ||
-        (rc = get_int(&c, "linear_key_head_dim", 0, 0, 1, 1024, &cfg->lin_dk)) ||
-        (rc = get_int(&c, "linear_value_head_dim", 0, 0, 1, 1024, &cfg->lin_dv)) ||
-        (rc = get_int(&c, "linear_conv_kernel_dim", 1, 4, 1, 16, &cfg->conv_kernel)) ||
-        (rc = get_num(&c, c.obj, "rms_norm_eps", 1e-6, 0.0, 1.0, &eps)) ||
-        (rc = get_bool(&c, "tie_word_embeddings", false, &cfg->tie_embeddings)))
-        goto out;
-    if (!cJSON_GetObjectItemCaseSensitive(c.obj, "tie_word_embeddings") && c.obj != root &&
-        (rc = get_bool(&(cfg_ctx){root, path, err}, "tie_word_embeddings", false,
-                       &cfg->tie_embeddings)))
-        goto out;
-    cfg->rms_eps = (float)eps;
-    if (cfg->n_heads % cfg->n_kv_heads) {
-        rc = hy_err_set(err, HY_EINVAL,
-                        "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d",
-                        path, cfg->n_heads, cfg->n_kv_heads);
-        goto out;
-    }
-    if (cfg->lin_v_heads % cfg->lin_k_heads) {
-        rc = hy_err_set(err, HY_EINVAL,
-                        "%s: linear_num_value_heads %d is not a multiple of "
-                        "linear_num_key_heads %d",
-                        path, cfg->lin_v_heads, cfg->lin_k_heads);
-        goto out;
-    }
-    if ((rc = parse_rope(&c, cfg)) || (rc = parse_layers(&c, cfg)) || (rc = parse_moe(&c, cfg)))
-        goto out;
-    for (int i = 0; i < cfg->n_layers; i++)
-        if (!cfg->layer_moe[i] && cfg->intermediate == 0) {
-            rc = hy_err_set(
-                err, HY_EINVAL, "%s: layer %d has a dense MLP but 'intermediate_size' is %s", path,
-                i, cJSON_GetObjectItemCaseSensitive(c.obj, "intermediate_size") ? "0" : "missing");
-            goto out;
-        }
-out:
+    if (rc == HY_OK) rc = derive(c, cfg);
+    if (rc == HY_OK)
+        log_ignored(c);
+    else
+        memset(cfg, 0, sizeof *cfg);
+    free(c);
+    cJSON_Delete(empty);
     cJSON_Delete(root);
     return rc;
 }
@@ -343,4 +608,45 @@ double hy_config_prefill_flops(const hy_model_config *c, int64_t ctx0, int64_t n
         }
     }
     return f;
+}
+
+int hy_config_keys_markdown(char *buf, size_t cap)
+{
+    size_t len = 0;
+#define OUT(...)                                                                                   \
+    do {                                                                                           \
+        int n_ = snprintf(len < cap ? buf + len : NULL, len < cap ? cap - len : 0, __VA_ARGS__);   \
+        if (n_ < 0) return HY_EINVAL;                                                              \
+        len += (size_t)n_;                                                                         \
+    } while (0)
+    OUT("| key | read from | type | qwen3_next | qwen3_5_text | qwen3_5_moe_text | the executor "
+        "runs | meaning |\n");
+    OUT("|---|---|---|---|---|---|---|---|\n");
+    static const char *const tnames[] = {"int", "number", "bool"};
+    for (size_t i = 0; i < N_KEYS; i++) {
+        const cfg_key *k = &k_keys[i];
+        OUT("| `%s` | %s | %s |", k->name, k->where == AT_TOP ? "top level" : "text",
+            k->type == KT_OTHER ? k->tname : tnames[k->type]);
+        for (int a = 0; a < N_ARCH; a++) {
+            if (!k->def[a])
+                OUT(" — |");
+            else if (k->type == KT_OTHER)
+                OUT(" %s |", k->def[a]);
+            else
+                OUT(" `%s` |", k->def[a]);
+        }
+        if (k->type == KT_INT)
+            OUT(" [%.0f, %.0f] |", k->lo, k->hi);
+        else if (k->type == KT_NUM)
+            OUT(" [%g, %g] |", k->lo, k->hi);
+        else if (k->type == KT_BOOL)
+            OUT(" %s |", k->lo != k->hi ? "`true`, `false`"
+                         : k->lo        ? "`true` only"
+                                        : "`false` only");
+        else
+            OUT(" %s |", k->runs);
+        OUT(" %s |\n", k->meaning);
+    }
+#undef OUT
+    return len < cap ? (int)len : HY_ERANGE;
 }

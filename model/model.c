@@ -10,11 +10,18 @@
  *   - zero-centred RMSNorm weights become 1 + w.
  *   - routed experts come either one tensor per expert (the Hugging Face hub
  *     layout) or fused as experts.gate_up_proj [E][2I][H] / down_proj [E][H][I].
- * Tensors the architecture does not use (mtp.*, vision towers) are ignored.
+ * Every tensor of the files must be used: one the configuration leaves unused
+ * is an error naming it (config.json and the weights disagree). Two parts of
+ * real checkpoints that the text executor does not run are skipped with one
+ * log line each: the vision tower of a Qwen3.5 vision-language checkpoint
+ * (model.visual.*) and the multi-token-prediction head (mtp.*), which
+ * transformers' Qwen3-Next / Qwen3.5 models ignore as well
+ * (_keys_to_ignore_on_load_unexpected) and next-token logits never use.
  */
 #include "model_internal.h"
 #include "hy_kernels.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +32,7 @@ typedef struct loader {
     hy_model *m;
     hy_st *st;
     char prefix[64]; /* "model." or "model.language_model." */
+    uint8_t *used;   /* [hy_st_count]: the tensor was loaded */
     hy_err *err;
 } loader;
 
@@ -52,7 +60,16 @@ static float *own_alloc(hy_model *m, size_t floats)
     return own(m, hy_alloc(floats * sizeof(float)));
 }
 
-/* Finds `name` (already prefixed) and checks its shape against dims[0..nd). */
+/* The position of t in the checkpoint's name-ordered table. */
+static size_t tensor_index(const loader *ld, const hy_st_tensor *t)
+{
+    size_t i = (size_t)(t - hy_st_at(ld->st, 0));
+    assert(i < hy_st_count(ld->st) && hy_st_at(ld->st, i) == t);
+    return i;
+}
+
+/* Finds `name` (already prefixed) and checks its shape against dims[0..nd);
+ * marks it used. */
 static int find_checked(loader *ld, const char *name, int nd, const int64_t *dims,
                         const hy_st_tensor **out)
 {
@@ -60,6 +77,7 @@ static int find_checked(loader *ld, const char *name, int nd, const int64_t *dim
     if (!t)
         return hy_err_set(ld->err, HY_ENOTFOUND, "%s: tensor '%s' is missing from the checkpoint",
                           ld->dir, name);
+    ld->used[tensor_index(ld, t)] = 1;
     char want[128] = "", got[128] = "";
     int ok = t->ndim == nd;
     for (int i = 0; i < nd; i++) {
@@ -247,22 +265,129 @@ static int load_attn(loader *ld, int i, hy_attn_w *w)
     return load_norm1(ld, n, hd, &w->k_norm1);
 }
 
+/* The embedding and the LM head, tied as transformers' tie_weights() ties
+ * them when loading: with tie_word_embeddings the head is the embedding, but
+ * a head present in the file is used (equal values tie to the same thing;
+ * different ones are not tied, with a warning), and a missing embedding is
+ * taken from the head. Untied, lm_head.weight is required. */
+static int load_embeddings(loader *ld)
+{
+    hy_model *m = ld->m;
+    const int64_t H = m->cfg.hidden, V = m->cfg.vocab;
+    char emb[128];
+    snprintf(emb, sizeof emb, "%sembed_tokens.weight", ld->prefix);
+    const bool has_head = hy_st_find(ld->st, "lm_head.weight") != NULL;
+    int rc;
+    if (!m->cfg.tie_embeddings) {
+        if ((rc = LOAD(ld, "embed_tokens.weight", NULL, &m->embed, V, H))) return rc;
+        return LOAD(ld, "/lm_head.weight", NULL, &m->lm_head, V, H);
+    }
+    if (!hy_st_find(ld->st, emb) && has_head) {
+        if ((rc = LOAD(ld, "/lm_head.weight", NULL, &m->embed, V, H))) return rc;
+        m->lm_head = m->embed;
+        return HY_OK;
+    }
+    if ((rc = LOAD(ld, "embed_tokens.weight", NULL, &m->embed, V, H))) return rc;
+    m->lm_head = m->embed;
+    if (!has_head) return HY_OK;
+    if ((rc = LOAD(ld, "/lm_head.weight", NULL, &m->lm_head, V, H))) return rc;
+    if (memcmp(m->lm_head, m->embed, (size_t)(V * H) * sizeof(float)) != 0)
+        hy_log(HY_LOG_WARN,
+               "%s: tie_word_embeddings is true but lm_head.weight differs from %s; using "
+               "lm_head.weight untied, as transformers does",
+               ld->dir, emb);
+    return HY_OK;
+}
+
+/* Why a tensor of layer li may be unused, for the error message. */
+static const char *unused_reason(const hy_model_config *c, const char *rest, int li)
+{
+    if (strstr(rest, ".mlp.shared_expert") && c->layer_moe[li] && c->shared_intermediate == 0)
+        return "shared_expert_intermediate_size is 0";
+    if ((strstr(rest, ".mlp.experts") || strstr(rest, ".mlp.gate.") ||
+         strstr(rest, ".mlp.shared_expert")) &&
+        !c->layer_moe[li])
+        return "the layer has a dense MLP (num_experts, decoder_sparse_step, mlp_only_layers)";
+    if (c->layer_moe[li] && strstr(rest, ".mlp.") && !strstr(rest, ".mlp.experts") &&
+        !strstr(rest, ".mlp.gate.") && !strstr(rest, ".mlp.shared_expert"))
+        return "the layer is routed (MoE); it has no dense MLP";
+    if (strstr(rest, ".self_attn.") && c->layer_kind[li] == HY_LAYER_LINEAR)
+        return "the layer is a linear-attention layer (layer_types, full_attention_interval)";
+    if (strstr(rest, ".linear_attn.") && c->layer_kind[li] == HY_LAYER_ATTENTION)
+        return "the layer is a full-attention layer (layer_types, full_attention_interval)";
+    return "no part of the configured model has this name";
+}
+
+/* Every tensor not loaded is either part of a model the text executor does
+ * not run (skipped, one log line per part) or an error naming it. */
+static int check_all_used(loader *ld)
+{
+    const hy_model_config *c = &ld->m->cfg;
+    size_t n = hy_st_count(ld->st), vision = 0, mtp = 0, unused = 0;
+    const hy_st_tensor *first = NULL;
+    for (size_t i = 0; i < n; i++) {
+        const hy_st_tensor *t = hy_st_at(ld->st, i);
+        if (ld->used[i]) continue;
+        if (strncmp(t->name, "model.visual.", 13) == 0)
+            vision++;
+        else if (strncmp(t->name, "mtp.", 4) == 0)
+            mtp++;
+        else if (!unused++)
+            first = t;
+    }
+    if (first) {
+        char more[48] = "";
+        if (unused > 1) snprintf(more, sizeof more, " (and %zu more unused)", unused - 1);
+        const size_t pl = strlen(ld->prefix);
+        char *end = NULL;
+        long li = strncmp(first->name, ld->prefix, pl) == 0 &&
+                          strncmp(first->name + pl, "layers.", 7) == 0
+                      ? strtol(first->name + pl + 7, &end, 10)
+                      : -1;
+        if (end == first->name + pl + 7) li = -1; /* "layers." without a number */
+        if (li >= c->n_layers)
+            return hy_err_set(ld->err, HY_EFORMAT,
+                              "%s: tensor '%s' belongs to layer %ld but config.json declares "
+                              "num_hidden_layers = %d%s",
+                              first->file, first->name, li, c->n_layers, more);
+        return hy_err_set(ld->err, HY_EFORMAT,
+                          "%s: tensor '%s' is in the checkpoint but config.json leaves it unused "
+                          "(%s)%s",
+                          first->file, first->name,
+                          li >= 0 ? unused_reason(c, end, (int)li)
+                                  : "no part of the configured model has this name",
+                          more);
+    }
+    if (vision)
+        hy_log(HY_LOG_INFO,
+               "%s: skipping the vision tower (%zu tensors model.visual.*): the text executor "
+               "does not run it",
+               ld->dir, vision);
+    if (mtp)
+        hy_log(HY_LOG_INFO,
+               "%s: skipping the multi-token-prediction head (%zu tensors mtp.*), as "
+               "transformers does: next-token logits do not use it",
+               ld->dir, mtp);
+    return HY_OK;
+}
+
 static int load_all(loader *ld)
 {
     hy_model *m = ld->m;
     const hy_model_config *c = &m->cfg;
-    const int64_t H = c->hidden, V = c->vocab;
-    char probe[128];
-    snprintf(probe, sizeof probe, "model.language_model.embed_tokens.weight");
-    snprintf(ld->prefix, sizeof ld->prefix, "%s",
-             hy_st_find(ld->st, probe) ? "model.language_model." : "model.");
+    const int64_t H = c->hidden;
+    /* a vision-language checkpoint keeps the text model under model.language_model. */
+    snprintf(ld->prefix, sizeof ld->prefix, "model.");
+    for (size_t i = 0; i < hy_st_count(ld->st); i++)
+        if (strncmp(hy_st_at(ld->st, i)->name, "model.language_model.", 21) == 0) {
+            snprintf(ld->prefix, sizeof ld->prefix, "model.language_model.");
+            break;
+        }
+    if (!(ld->used = calloc(hy_st_count(ld->st) + 1, 1)))
+        return hy_err_set(ld->err, HY_ENOMEM, "out of memory");
     int rc;
-    if ((rc = LOAD(ld, "embed_tokens.weight", NULL, &m->embed, V, H))) return rc;
+    if ((rc = load_embeddings(ld))) return rc;
     if ((rc = load_norm1(ld, "norm.weight", H, &m->final_norm1))) return rc;
-    if (c->tie_embeddings)
-        m->lm_head = m->embed;
-    else if ((rc = LOAD(ld, "/lm_head.weight", NULL, &m->lm_head, V, H)))
-        return rc;
     if (!(m->layers = calloc((size_t)c->n_layers, sizeof *m->layers)))
         return hy_err_set(ld->err, HY_ENOMEM, "out of memory");
     for (int i = 0; i < c->n_layers; i++) {
@@ -284,20 +409,7 @@ static int load_all(loader *ld)
         }
         if (rc) return rc;
     }
-    /* A checkpoint with more layers than config.json declares is a mismatch,
-     * not something to ignore. */
-    char lp[96];
-    size_t lpl = (size_t)snprintf(lp, sizeof lp, "%slayers.", ld->prefix);
-    for (size_t i = 0; i < hy_st_count(ld->st); i++) {
-        const hy_st_tensor *t = hy_st_at(ld->st, i);
-        if (strncmp(t->name, lp, lpl) != 0) continue;
-        long li = strtol(t->name + lpl, NULL, 10);
-        if (li >= c->n_layers)
-            return hy_err_set(ld->err, HY_EFORMAT,
-                              "%s: tensor '%s' belongs to layer %ld but config.json declares "
-                              "num_hidden_layers = %d",
-                              t->file, t->name, li, c->n_layers);
-    }
+    if ((rc = check_all_used(ld))) return rc;
     if (!(m->rope_inv_freq = own_alloc(m, (size_t)c->rotary_dim / 2)))
         return hy_err_set(ld->err, HY_ENOMEM, "out of memory");
     hy_rope_inv_freq(c->rotary_dim, c->rope_theta, m->rope_inv_freq);
@@ -343,6 +455,7 @@ int hy_model_open(hy_model **out, const char *dir, hy_err *err)
     if (rc == HY_OK) rc = load_all(&ld);
     if (rc == HY_OK) rc = fingerprint(m, dir, ld.st, err);
     hy_st_close(ld.st); /* every weight now lives in owned fp32 buffers */
+    free(ld.used);
     if (rc != HY_OK) {
         hy_model_close(m);
         return rc;

@@ -99,6 +99,11 @@ struct hy_entry {
 int hy_entry_alloc(const hy_model *m, int W, int w, int n, hy_entry_dtype dt, hy_entry **out,
                    hy_err *err);
 
+/* The table of config.json keys the loader reads (model/config.c), rendered
+ * as the Markdown table docs/config-keys.md holds. Returns its length, or
+ * HY_ERANGE when it needs more than cap bytes. */
+int hy_config_keys_markdown(char *buf, size_t cap);
+
 /* Grows the KV cache of every attention layer to hold at least `need`
  * positions. */
 int hy_state_reserve(hy_state *s, int64_t need, hy_err *err);

@@ -2,19 +2,25 @@
  * config.json parsing and hy_model_open against broken checkpoints.
  *
  * The parser is fed JSON texts derived from one minimal Qwen3-Next config by
- * patching keys, and must derive what transformers derives (layer pattern,
- * rotary dims, which layers are MoE) and refuse every bad value with a code
- * and a message naming the file, the key and the limit. Then a generated
- * "tiny" checkpoint is rewritten with every tensor in turn missing, reshaped
- * or retyped, and with configs that disagree with its tensors; each open must
- * fail naming the tensor, and the intact checkpoint must still open after
- * every failure.
+ * patching keys, and must read them as transformers 5.23 does (defaults of
+ * each architecture's config class, layer pattern, rotary dims, which layers
+ * are MoE, how a nested vision-language config is read; the expected values
+ * here are transformers' own, written out independently of the loader's
+ * table) and refuse every bad value with a code and a message naming the
+ * file, the key and the limit. Then a generated "tiny" checkpoint is
+ * rewritten with every tensor in turn missing, reshaped or retyped, with
+ * tensors the configuration leaves unused, with a vision tower and an MTP
+ * head (skipped, one log line each), and with configs that disagree with its
+ * tensors; each open must fail naming the tensor, and the intact checkpoint
+ * must still open after every failure. docs/config-keys.md must hold the
+ * loader's table of keys verbatim.
  */
 #include "model_internal.h"
 #include "test_util.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -65,11 +71,26 @@ static int parse(const char *patch, const char *drop, hy_model_config *cfg, hy_e
     return rc;
 }
 
-static void parse_ok(const char *patch, hy_model_config *cfg)
+static void parse_ok_without(const char *patch, const char *drop, hy_model_config *cfg)
 {
     hy_err e = {0};
-    int rc = parse(patch, NULL, cfg, &e);
-    if (rc) fprintf(stderr, "\n  patch %s: %s\n", patch ? patch : "(none)", e.msg);
+    int rc = parse(patch, drop, cfg, &e);
+    if (rc)
+        fprintf(stderr, "\n  patch %s without %s: %s\n", patch ? patch : "(none)",
+                drop ? drop : "(none)", e.msg);
+    CU_ASSERT_EQUAL_FATAL(rc, HY_OK);
+}
+
+static void parse_ok(const char *patch, hy_model_config *cfg)
+{
+    parse_ok_without(patch, NULL, cfg);
+}
+
+static void parse_ok_text(const char *text, hy_model_config *cfg)
+{
+    hy_err e = {0};
+    int rc = hy_config_parse(text, CFG_PATH, cfg, &e);
+    if (rc) fprintf(stderr, "\n  %.300s: %s\n", text, e.msg);
     CU_ASSERT_EQUAL_FATAL(rc, HY_OK);
 }
 
@@ -97,6 +118,66 @@ static void patch_fails(const char *patch, const char *drop, int code, const cha
     char *text = patched(k_base, patch, drop);
     text_fails(text, code, frag1, frag2);
     free(text);
+}
+
+/* Calls fn(arg) with stderr redirected to a file and returns what it wrote
+ * (free with hy_free); *rc gets fn's result. */
+static char *capture_stderr(int (*fn)(void *), void *arg, int *rc)
+{
+    char path[128];
+    snprintf(path, sizeof path, "%s/stderr.txt", g_dir);
+    fflush(stderr);
+    int saved = dup(2), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    CU_ASSERT_FATAL(saved >= 0 && fd >= 0);
+    CU_ASSERT_FATAL(dup2(fd, 2) == 2);
+    close(fd);
+    *rc = fn(arg);
+    fflush(stderr);
+    CU_ASSERT_FATAL(dup2(saved, 2) == 2);
+    close(saved);
+    char *text = NULL;
+    hy_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(hy_read_file(path, 1u << 20, &text, NULL, &e), HY_OK);
+    return text;
+}
+
+/* Lines of text containing frag. */
+static int count_lines(const char *text, const char *frag)
+{
+    int n = 0;
+    for (const char *l = text; *l;) {
+        const char *end = strchr(l, '\n');
+        size_t len = end ? (size_t)(end - l) : strlen(l);
+        char line[1024];
+        snprintf(line, sizeof line, "%.*s", (int)HY_MIN(len, sizeof line - 1), l);
+        n += strstr(line, frag) != NULL;
+        l += len + (end != NULL);
+    }
+    return n;
+}
+
+typedef struct parse_job {
+    const char *text;
+    hy_model_config cfg;
+    hy_err err;
+} parse_job;
+
+static int run_parse(void *arg)
+{
+    parse_job *j = arg;
+    return hy_config_parse(j->text, CFG_PATH, &j->cfg, &j->err);
+}
+
+/* Parses text (must succeed) and returns its log (free with hy_free). */
+static char *parse_logged(const char *text, hy_model_config *cfg)
+{
+    parse_job j = {.text = text};
+    int rc;
+    char *log = capture_stderr(run_parse, &j, &rc);
+    if (rc) fprintf(stderr, "\n  %.300s: %s\n", text, j.err.msg);
+    CU_ASSERT_EQUAL_FATAL(rc, HY_OK);
+    *cfg = j.cfg;
+    return log;
 }
 
 /* What transformers derives: layer i is MoE when the model has experts,
@@ -149,7 +230,7 @@ static void test_layer_pattern_from_interval(void)
 {
     hy_model_config c;
     /* the default interval is 4 */
-    parse_ok("{\"num_hidden_layers\": 8, \"full_attention_interval\": null}", &c);
+    parse_ok_without("{\"num_hidden_layers\": 8}", "full_attention_interval", &c);
     for (int i = 0; i < 8; i++)
         CU_ASSERT_EQUAL(c.layer_kind[i], i == 3 || i == 7 ? HY_LAYER_ATTENTION : HY_LAYER_LINEAR);
     parse_ok("{\"num_hidden_layers\": 5, \"full_attention_interval\": 1}", &c);
@@ -168,7 +249,7 @@ static void test_rotary_dim(void)
     CU_ASSERT_EQUAL(c.rotary_dim, 8);
     CU_ASSERT_DOUBLE_EQUAL(c.rope_theta, 1e6, 0);
     /* absent: 0.25 */
-    parse_ok("{\"partial_rotary_factor\": null, \"head_dim\": 64}", &c);
+    parse_ok_without("{\"head_dim\": 64}", "partial_rotary_factor", &c);
     CU_ASSERT_EQUAL(c.rotary_dim, 16);
     /* rope_parameters (transformers 5) wins over the top level */
     parse_ok("{\"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 10000000,"
@@ -245,21 +326,24 @@ static void test_qwen3_5_text_config(void)
         CU_ASSERT_FALSE(c.layer_moe[i]);
     }
 
-    /* a key text_config lacks is not taken from the top level */
-    char *bad = patched(text, NULL, NULL);
-    cJSON *root = cJSON_Parse(bad);
+    /* a key text_config lacks takes Qwen3_5TextConfig's default, never the
+     * top level's value */
+    char *cut = patched(text, NULL, NULL);
+    cJSON *root = cJSON_Parse(cut);
     cJSON_DeleteItemFromObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "text_config"),
                                             "hidden_size");
-    free(bad);
-    bad = cJSON_PrintUnformatted(root);
+    free(cut);
+    cut = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
-    text_fails(bad, HY_EINVAL, "required key 'hidden_size' is missing", NULL);
-    free(bad);
+    CU_ASSERT_EQUAL_FATAL(hy_config_parse(cut, CFG_PATH, &c, &e), HY_OK);
+    CU_ASSERT_EQUAL(c.hidden, 4096);
+    free(cut);
 
     /* the MoE variant: every layer routed, intermediate_size optional */
     const char *moe =
-        "{\"architectures\": [\"Qwen3_5MoeForConditionalGeneration\"],"
-        " \"text_config\": {\"model_type\": \"qwen3_5_moe_text\", \"vocab_size\": 300,"
+        "{\"architectures\": [\"Qwen3_5MoeForConditionalGeneration\"], \"model_type\": "
+        "\"qwen3_5_moe\", \"text_config\": {\"model_type\": \"qwen3_5_moe_text\", \"vocab_size\": "
+        "300,"
         " \"hidden_size\": 64, \"num_hidden_layers\": 4, \"num_attention_heads\": 8,"
         " \"num_key_value_heads\": 2, \"head_dim\": 32, \"linear_num_key_heads\": 4,"
         " \"linear_num_value_heads\": 8, \"linear_key_head_dim\": 16,"
@@ -323,6 +407,125 @@ static void test_moe_layers_as_transformers(void)
     for (int i = 0; i < 6; i++) CU_ASSERT_FALSE(c.layer_moe[i]);
 }
 
+/* A small text model of each Qwen3.5 kind, as a JSON object's members. */
+#define TEXT35                                                                                     \
+    "\"vocab_size\": 100, \"hidden_size\": 32, \"num_hidden_layers\": 4,"                          \
+    " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 16,"                   \
+    " \"linear_num_key_heads\": 2, \"linear_num_value_heads\": 4, \"linear_key_head_dim\": 8,"     \
+    " \"linear_value_head_dim\": 8"
+#define MOE35                                                                                      \
+    TEXT35 ", \"num_experts\": 4, \"num_experts_per_tok\": 2, \"moe_intermediate_size\": 16"
+
+/* The four readings where a loader can part from transformers. */
+static void test_four_readings(void)
+{
+    hy_model_config c;
+    char *log;
+    /* (1) Qwen3_5MoeTopKRouter renormalises whatever config.json says; the key
+     * is not a setting of Qwen3_5MoeTextConfig (one log line says it is
+     * ignored). Qwen3-Next honours it. */
+    log = parse_logged(
+        "{\"model_type\": \"qwen3_5_moe_text\", " MOE35 ", \"norm_topk_prob\": false}", &c);
+    CU_ASSERT_TRUE(c.norm_topk);
+    CU_ASSERT_EQUAL(count_lines(log, "ignoring norm_topk_prob: not a setting of qwen3_5_moe_text"),
+                    1);
+    hy_free(log);
+    log = parse_logged("{\"model_type\": \"qwen3_5_moe\", \"text_config\": {" MOE35
+                       ", \"norm_topk_prob\": false}}",
+                       &c);
+    CU_ASSERT_TRUE(c.norm_topk);
+    hy_free(log);
+    parse_ok("{\"num_experts\": 4, \"num_experts_per_tok\": 2, \"norm_topk_prob\": false}", &c);
+    CU_ASSERT_FALSE(c.norm_topk);
+    /* (2) shared_expert_intermediate_size absent: the class default, 512 */
+    log = parse_logged("{\"model_type\": \"qwen3_5_moe_text\", " MOE35 "}", &c);
+    CU_ASSERT_EQUAL(c.shared_intermediate, 512);
+    CU_ASSERT_EQUAL(log[0], '\0'); /* nothing ignored, nothing logged */
+    hy_free(log);
+    parse_ok(
+        "{\"num_experts\": 4, \"num_experts_per_tok\": 2, \"shared_expert_intermediate_size\": "
+        "0}",
+        &c);
+    CU_ASSERT_EQUAL(c.shared_intermediate, 0);
+    /* (3) nested: the top-level flag ties, text_config's is not read */
+    log = parse_logged("{\"model_type\": \"qwen3_5\", \"tie_word_embeddings\": true,"
+                       " \"text_config\": {" TEXT35 ", \"tie_word_embeddings\": false}}",
+                       &c);
+    CU_ASSERT_TRUE(c.tie_embeddings);
+    CU_ASSERT_EQUAL(count_lines(log, "text_config.tie_word_embeddings is false but the top-level "
+                                     "flag (true) decides"),
+                    1);
+    hy_free(log);
+    /* (4) and the other way round; absent at the top level it is false */
+    parse_ok_text("{\"model_type\": \"qwen3_5_moe\", \"tie_word_embeddings\": false,"
+                  " \"text_config\": {" MOE35 ", \"tie_word_embeddings\": true}}",
+                  &c);
+    CU_ASSERT_FALSE(c.tie_embeddings);
+    parse_ok_text("{\"model_type\": \"qwen3_5\", \"text_config\": {" TEXT35
+                  ", \"tie_word_embeddings\": true}}",
+                  &c);
+    CU_ASSERT_FALSE(c.tie_embeddings);
+    /* a flat config has one level: its own flag */
+    parse_ok_text("{\"model_type\": \"qwen3_5_text\", \"tie_word_embeddings\": true, " TEXT35 "}",
+                  &c);
+    CU_ASSERT_TRUE(c.tie_embeddings);
+}
+
+/* How a composite config is read besides the tie flag. */
+static void test_composite_reading(void)
+{
+    hy_model_config c;
+    /* the text class follows the composite's model_type, not text_config's */
+    parse_ok_text("{\"model_type\": \"qwen3_5\", \"text_config\": {\"model_type\": "
+                  "\"qwen3_5_moe_text\", " MOE35 ", \"intermediate_size\": 64}}",
+                  &c);
+    CU_ASSERT_EQUAL(c.arch, HY_ARCH_QWEN3_5);
+    CU_ASSERT_STRING_EQUAL(c.model_type, "qwen3_5_text");
+    CU_ASSERT_EQUAL(c.n_experts, 0);
+    CU_ASSERT_EQUAL(c.intermediate, 64);
+    /* a flat config ignores a text_config key (it is no field of the class) */
+    char *log = parse_logged("{\"model_type\": \"qwen3_next\", " TEXT35
+                             ", \"intermediate_size\": 64, \"num_experts\": 0,"
+                             " \"text_config\": {\"hidden_size\": 8}}",
+                             &c);
+    CU_ASSERT_EQUAL(c.hidden, 32);
+    CU_ASSERT_EQUAL(count_lines(log, "ignoring text_config"), 1);
+    hy_free(log);
+    log = parse_logged("{\"model_type\": \"qwen3_5_text\", " TEXT35
+                       ", \"text_config\": {\"hidden_size\": 8}}",
+                       &c);
+    CU_ASSERT_EQUAL(c.hidden, 32);
+    CU_ASSERT_EQUAL(count_lines(log, "ignoring text_config: not a setting of qwen3_5_text"), 1);
+    hy_free(log);
+    text_fails("{\"model_type\": \"qwen3_5\", \"text_config\": [1]}", HY_EINVAL,
+               "'text_config' must be an object", NULL);
+    /* text keys at a composite's top level are not read, and say so once */
+    log = parse_logged("{\"model_type\": \"qwen3_5\", \"hidden_size\": 8, \"vocab_size\": 7,"
+                       " \"text_config\": {" TEXT35 ", \"intermediate_size\": 64}}",
+                       &c);
+    CU_ASSERT_EQUAL(c.hidden, 32);
+    CU_ASSERT_EQUAL(c.vocab, 100);
+    CU_ASSERT_EQUAL(count_lines(log, "ignoring top-level vocab_size, hidden_size"), 1);
+    hy_free(log);
+}
+
+/* convert_rope_params_to_dict: a non-empty rope_scaling replaces
+ * rope_parameters entirely (its missing keys come from the top level). */
+static void test_rope_scaling_replaces(void)
+{
+    hy_model_config c;
+    parse_ok("{\"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 5.0,"
+             " \"partial_rotary_factor\": 0.5}, \"rope_scaling\": {\"type\": \"default\","
+             " \"rope_theta\": 7.0}}",
+             &c);
+    CU_ASSERT_DOUBLE_EQUAL(c.rope_theta, 7.0, 0);
+    CU_ASSERT_EQUAL(c.rotary_dim, 4); /* 0.25 (top-level default), not 0.5 */
+    parse_ok("{\"rope_parameters\": {\"rope_theta\": 5.0}, \"rope_scaling\": {}}", &c);
+    CU_ASSERT_DOUBLE_EQUAL(c.rope_theta, 5.0, 0); /* an empty rope_scaling is no object */
+    parse_ok("{\"rope_theta\": 99.0, \"rope_parameters\": {}}", &c);
+    CU_ASSERT_DOUBLE_EQUAL(c.rope_theta, 99.0, 0);
+}
+
 /* --- refusals ---------------------------------------------------------------- */
 
 static void test_not_json(void)
@@ -333,31 +536,115 @@ static void test_not_json(void)
     text_fails("\"qwen3_next\"", HY_EFORMAT, "not a well-formed JSON object", NULL);
 }
 
-static void test_missing_required_keys(void)
+/* transformers 5.23's defaults, per config class (configuration_qwen3_next.py,
+ * configuration_qwen3_5.py, configuration_qwen3_5_moe.py; rope_theta from
+ * RotaryEmbeddingConfigMixin.default_theta, partial_rotary_factor set in each
+ * class's __post_init__). */
+static const struct {
+    const char *model_type;
+    hy_arch arch;
+    int vocab, hidden, layers, inter, heads, kv, head_dim, lk, lv, dk, dv, conv, experts, top_k,
+        moe_inter, shared;
+    bool norm_topk;
+} k_defaults[] = {
+    {"qwen3_next", HY_ARCH_QWEN3_NEXT, 151936, 2048, 48, 5632, 16, 2, 256, 16, 32, 128, 128, 4, 512,
+     10, 512, 512, true},
+    {"qwen3_5_text", HY_ARCH_QWEN3_5, 248320, 4096, 32, 12288, 16, 4, 256, 16, 32, 128, 128, 4, 0,
+     0, 0, 0, false},
+    {"qwen3_5_moe_text", HY_ARCH_QWEN3_5_MOE, 248320, 2048, 40, 0, 16, 2, 256, 16, 32, 128, 128, 4,
+     256, 8, 512, 512, true},
+};
+
+static void check_defaults(const hy_model_config *c, size_t d)
 {
-    static const char *keys[] = {
-        "vocab_size",
-        "hidden_size",
-        "num_hidden_layers",
-        "num_attention_heads",
-        "num_key_value_heads",
-        "linear_num_key_heads",
-        "linear_num_value_heads",
-        "linear_key_head_dim",
-        "linear_value_head_dim",
-        "intermediate_size",
-    };
-    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
-        char want[96];
-        snprintf(want, sizeof want, "required key '%s' is missing", keys[i]);
-        patch_fails(NULL, keys[i], HY_EINVAL, want, NULL);
-        char patch[96]; /* null counts as missing */
-        snprintf(patch, sizeof patch, "{\"%s\": null}", keys[i]);
-        patch_fails(patch, NULL, HY_EINVAL, want, NULL);
+    CU_ASSERT_EQUAL(c->arch, k_defaults[d].arch);
+    CU_ASSERT_EQUAL(c->vocab, k_defaults[d].vocab);
+    CU_ASSERT_EQUAL(c->hidden, k_defaults[d].hidden);
+    CU_ASSERT_EQUAL(c->n_layers, k_defaults[d].layers);
+    CU_ASSERT_EQUAL(c->intermediate, k_defaults[d].inter);
+    CU_ASSERT_EQUAL(c->n_heads, k_defaults[d].heads);
+    CU_ASSERT_EQUAL(c->n_kv_heads, k_defaults[d].kv);
+    CU_ASSERT_EQUAL(c->head_dim, k_defaults[d].head_dim);
+    CU_ASSERT_EQUAL(c->lin_k_heads, k_defaults[d].lk);
+    CU_ASSERT_EQUAL(c->lin_v_heads, k_defaults[d].lv);
+    CU_ASSERT_EQUAL(c->lin_dk, k_defaults[d].dk);
+    CU_ASSERT_EQUAL(c->lin_dv, k_defaults[d].dv);
+    CU_ASSERT_EQUAL(c->conv_kernel, k_defaults[d].conv);
+    CU_ASSERT_EQUAL(c->n_experts, k_defaults[d].experts);
+    if (k_defaults[d].experts) {
+        CU_ASSERT_EQUAL(c->top_k, k_defaults[d].top_k);
+        CU_ASSERT_EQUAL(c->moe_intermediate, k_defaults[d].moe_inter);
+        CU_ASSERT_EQUAL(c->shared_intermediate, k_defaults[d].shared);
+        CU_ASSERT_EQUAL(c->norm_topk, k_defaults[d].norm_topk);
     }
+    CU_ASSERT(c->rms_eps == 1e-6f);
+    CU_ASSERT_DOUBLE_EQUAL(c->rope_theta, 10000.0, 0);
+    CU_ASSERT_EQUAL(c->rotary_dim, 64); /* 256 x 0.25 */
+    CU_ASSERT_FALSE(c->tie_embeddings);
+    for (int i = 0; i < c->n_layers; i++) {
+        CU_ASSERT_EQUAL(c->layer_kind[i], (i + 1) % 4 ? HY_LAYER_LINEAR : HY_LAYER_ATTENTION);
+        CU_ASSERT_EQUAL(c->layer_moe[i], k_defaults[d].experts > 0);
+    }
+}
+
+static void test_transformers_defaults(void)
+{
+    /* a config naming only its model_type is the class's default model */
+    for (size_t d = 0; d < sizeof k_defaults / sizeof *k_defaults; d++) {
+        char text[96];
+        hy_model_config c;
+        hy_err e = {0};
+        snprintf(text, sizeof text, "{\"model_type\": \"%s\"}", k_defaults[d].model_type);
+        int rc = hy_config_parse(text, CFG_PATH, &c, &e);
+        if (rc) fprintf(stderr, "\n  %s: %s\n", text, e.msg);
+        CU_ASSERT_EQUAL_FATAL(rc, HY_OK);
+        CU_ASSERT_STRING_EQUAL(c.model_type, k_defaults[d].model_type);
+        check_defaults(&c, d);
+    }
+    /* so is a composite without text_config: transformers builds the text
+     * config from its defaults, and text keys at the top level are not read */
+    static const char *const composite[] = {
+        "{\"model_type\": \"qwen3_5\", \"hidden_size\": 64, \"vocab_size\": 100}",
+        "{\"model_type\": \"qwen3_5_moe\", \"text_config\": null, \"num_experts\": 4}"};
+    for (int k = 0; k < 2; k++) {
+        hy_model_config c;
+        hy_err e = {0};
+        CU_ASSERT_EQUAL_FATAL(hy_config_parse(composite[k], CFG_PATH, &c, &e), HY_OK);
+        check_defaults(&c, (size_t)(k + 1));
+        CU_ASSERT_STRING_EQUAL(c.model_type, k_defaults[k + 1].model_type);
+    }
+    /* one key at a time, from the minimal Qwen3-Next config */
+    static const struct {
+        const char *key;
+        size_t field;
+        int want;
+    } one[] = {
+        {"vocab_size", offsetof(hy_model_config, vocab), 151936},
+        {"hidden_size", offsetof(hy_model_config, hidden), 2048},
+        {"intermediate_size", offsetof(hy_model_config, intermediate), 5632},
+        {"num_attention_heads", offsetof(hy_model_config, n_heads), 16},
+        {"linear_num_value_heads", offsetof(hy_model_config, lin_v_heads), 32},
+        {"linear_key_head_dim", offsetof(hy_model_config, lin_dk), 128},
+        {"linear_value_head_dim", offsetof(hy_model_config, lin_dv), 128},
+        {"head_dim", offsetof(hy_model_config, head_dim), 256},
+    };
+    for (size_t i = 0; i < sizeof one / sizeof *one; i++) {
+        char *text = patched(k_base, NULL, one[i].key);
+        hy_model_config c;
+        hy_err e = {0};
+        int rc = hy_config_parse(text, CFG_PATH, &c, &e);
+        if (rc) fprintf(stderr, "\n  without %s: %s\n", one[i].key, e.msg);
+        CU_ASSERT_EQUAL(rc, HY_OK);
+        CU_ASSERT_EQUAL(*(const int *)((const char *)&c + one[i].field), one[i].want);
+        free(text);
+    }
+    /* a default that breaks a relation is refused like a written value:
+     * 16 key heads do not divide 4 value heads */
+    patch_fails(NULL, "linear_num_key_heads", HY_EINVAL,
+                "linear_num_value_heads 4 is not a multiple of linear_num_key_heads 16", NULL);
     patch_fails(NULL, "model_type", HY_EINVAL, "'model_type' is missing", NULL);
     /* qwen3_next without num_experts is Qwen3NextConfig's default: 512 routed
-     * experts on every layer (the checkpoint must then hold them) */
+     * experts, top-10, on every layer (the checkpoint must then hold them) */
     {
         char *text = patched(k_base, NULL, "num_experts");
         hy_model_config c0;
@@ -379,29 +666,67 @@ static void test_missing_required_keys(void)
              " \"moe_intermediate_size\": 16}",
              &c); /* every layer routed */
     /* qwen3_5_moe_text routes every layer: transformers ignores mlp_only_layers
-     * there, so no dense width is needed; its MoE sizes have no defaults */
+     * there, and its class has no intermediate_size */
     const char *moe = "{\"model_type\": \"qwen3_5_moe_text\", \"vocab_size\": 100,"
                       " \"hidden_size\": 32, \"num_hidden_layers\": 4,"
                       " \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
                       " \"linear_num_key_heads\": 2, \"linear_num_value_heads\": 4,"
                       " \"linear_key_head_dim\": 8, \"linear_value_head_dim\": 8,"
                       " \"head_dim\": 16, \"num_experts\": 4, \"num_experts_per_tok\": 2,"
-                      " \"moe_intermediate_size\": 16, \"mlp_only_layers\": [2]}";
+                      " \"moe_intermediate_size\": 16, \"mlp_only_layers\": [2],"
+                      " \"intermediate_size\": 0}";
     hy_err e = {0};
     CU_ASSERT_EQUAL_FATAL(hy_config_parse(moe, CFG_PATH, &c, &e), HY_OK);
     for (int i = 0; i < 4; i++) CU_ASSERT(c.layer_moe[i]);
+    CU_ASSERT_EQUAL(c.intermediate, 0);
+    /* without num_experts_per_tok its default (8) exceeds the 4 experts */
     char *cut = strdup(moe);
     char *at = strstr(cut, " \"num_experts_per_tok\": 2,");
     memmove(at, at + strlen(" \"num_experts_per_tok\": 2,"),
             strlen(at + strlen(" \"num_experts_per_tok\": 2,")) + 1);
-    text_fails(cut, HY_EINVAL, "required key 'num_experts_per_tok' is missing", NULL);
+    text_fails(cut, HY_ERANGE,
+               "'num_experts_per_tok' = 8 (transformers' default) is outside [1, 4]", NULL);
     free(cut);
-    /* qwen3_next takes Qwen3NextConfig's defaults: top-10 (at most E), widths 512 */
-    parse_ok("{\"num_experts\": 4, \"moe_intermediate_size\": 16}", &c);
-    CU_ASSERT_EQUAL(c.top_k, 4);
-    CU_ASSERT_EQUAL(c.shared_intermediate, 512);
+    /* qwen3_next: top-10 by default, more than 4 experts; widths 512 */
+    patch_fails("{\"num_experts\": 4, \"moe_intermediate_size\": 16}", NULL, HY_ERANGE,
+                "'num_experts_per_tok' = 10 (transformers' default) is outside [1, 4]", NULL);
     parse_ok("{\"num_experts\": 4, \"num_experts_per_tok\": 2}", &c);
     CU_ASSERT_EQUAL(c.moe_intermediate, 512);
+    CU_ASSERT_EQUAL(c.shared_intermediate, 512);
+    /* 0 experts: the routing keys keep their defaults but nothing is routed */
+    parse_ok("{\"num_experts\": 0}", &c);
+    CU_ASSERT_EQUAL(c.n_experts, 0);
+    for (int i = 0; i < 6; i++) CU_ASSERT_FALSE(c.layer_moe[i]);
+}
+
+/* null is refused where transformers' strict validation refuses it, and means
+ * absent for the Optional fields */
+static void test_null(void)
+{
+    static const char *const refused[] = {
+        "vocab_size",        "hidden_size",          "num_hidden_layers",
+        "intermediate_size", "num_attention_heads",  "num_key_value_heads",
+        "head_dim",          "linear_num_key_heads", "linear_conv_kernel_dim",
+        "num_experts",       "rope_theta",           "partial_rotary_factor",
+        "rms_norm_eps",      "tie_word_embeddings",  "norm_topk_prob",
+        "attention_bias",    "decoder_sparse_step",
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+        char patch[96], want[96];
+        snprintf(patch, sizeof patch, "{\"%s\": null}", refused[i]);
+        snprintf(want, sizeof want, "'%s' must be", refused[i]);
+        patch_fails(patch, NULL, HY_EINVAL, want, "not null");
+    }
+    patch_fails("{\"layer_types\": null, \"full_attention_interval\": null}", NULL, HY_EINVAL,
+                "'full_attention_interval' must be an integer, not null", NULL);
+    patch_fails("{\"rope_parameters\": {\"rope_theta\": null}}", NULL, HY_EINVAL,
+                "'rope_theta' must be a number, not null", NULL);
+    hy_model_config c;
+    parse_ok("{\"layer_types\": null, \"rope_parameters\": null, \"rope_scaling\": null}", &c);
+    CU_ASSERT_EQUAL(c.layer_kind[2], HY_LAYER_ATTENTION);
+    CU_ASSERT_EQUAL(c.rotary_dim, 4);
+    parse_ok("{\"num_experts\": 4, \"num_experts_per_tok\": 2, \"mlp_only_layers\": null}", &c);
+    for (int i = 0; i < 6; i++) CU_ASSERT_TRUE(c.layer_moe[i]);
 }
 
 static void test_wrong_types(void)
@@ -512,25 +837,24 @@ static void test_bad_layer_types(void)
     patch_fails("{\"layer_types\": []}", NULL, HY_EINVAL, "num_hidden_layers (6)", NULL);
 }
 
-static void test_mlp_only_layers_range(void)
+static void test_mlp_only_layers_values(void)
 {
-    static const struct {
-        const char *list, *frag;
-    } bad[] = {
-        {"[6]", "mlp_only_layers holds 6, not a layer index in [0, 6)"},
-        {"[0, 100]", "mlp_only_layers holds 100"},
-        {"[-1]", "mlp_only_layers holds -1"},
-        {"[1.5]", "mlp_only_layers holds 1.5"},
-        {"[\"0\"]", "not a layer index in [0, 6)"},
-    };
+    static const char *const bad[] = {"[1.5]", "[\"0\"]", "[0, true]", "[[1]]"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         char patch[256];
         snprintf(patch, sizeof patch,
                  "{\"num_experts\": 4, \"num_experts_per_tok\": 2, \"moe_intermediate_size\": 16,"
                  " \"mlp_only_layers\": %s}",
-                 bad[i].list);
-        patch_fails(patch, NULL, HY_ERANGE, bad[i].frag, NULL);
+                 bad[i]);
+        patch_fails(patch, NULL, HY_EINVAL, "mlp_only_layers[", "must be an integer");
     }
+    /* transformers tests `layer_idx not in mlp_only_layers`: an integer that is
+     * no layer index matches nothing */
+    hy_model_config c;
+    parse_ok("{\"num_experts\": 4, \"num_experts_per_tok\": 2, \"moe_intermediate_size\": 16,"
+             " \"mlp_only_layers\": [6, -1, 100, 2]}",
+             &c);
+    for (int i = 0; i < 6; i++) CU_ASSERT_EQUAL(c.layer_moe[i], i != 2);
 }
 
 static void test_config_load_paths(void)
@@ -551,7 +875,7 @@ static void test_config_load_paths(void)
     CU_ASSERT_EQUAL(hy_config_load(dir, &c, &e), HY_OK);
     CU_ASSERT_EQUAL(c.hidden, 32);
     f = fopen(path, "w");
-    fputs("{\"model_type\": \"qwen3_next\", \"vocab_size\": 100}", f);
+    fputs("{\"model_type\": \"qwen3_next\", \"hidden_size\": \"wide\"}", f);
     fclose(f);
     e = (hy_err){0};
     CU_ASSERT_EQUAL(hy_config_load(dir, &c, &e), HY_EINVAL);
@@ -596,28 +920,35 @@ static void copy_file(const char *from, const char *to)
 
 /* How to rewrite the intact tensors. */
 typedef struct edit {
+    const char *src;       /* the checkpoint rewritten; NULL: the intact tiny */
     const char *drop;      /* left out */
     const char *transpose; /* dims reversed */
     const char *add_dim;   /* a trailing dimension of 1 appended */
     const char *as_i32;    /* an F32 tensor relabelled I32 */
+    const char *rename_from, *rename_to;
+    const hy_st_wtensor *extra; /* tensors added */
+    size_t n_extra;
+    const char *text_patch; /* keys set in config.json's text_config */
 } edit;
 
-/* Writes dir/model.safetensors as the intact one with `ed` applied, and
- * dir/config.json as the intact one (with patch applied when given). */
+/* Writes dir/model.safetensors as the source's with `ed` applied, and
+ * dir/config.json as the source's (with patch applied at the top level and
+ * ed.text_patch in text_config, when given). */
 static void write_variant(const char *dir, edit ed, const char *patch)
 {
     char p[256];
     hy_st *st = NULL;
     hy_err e = {0};
-    snprintf(p, sizeof p, "%s/model.safetensors", g_intact);
+    const char *src = ed.src ? ed.src : g_intact;
+    snprintf(p, sizeof p, "%s/model.safetensors", src);
     CU_ASSERT_EQUAL_FATAL(hy_st_open_file(&st, p, &e), HY_OK);
     size_t n = hy_st_count(st), k = 0;
-    hy_st_wtensor *ts = calloc(n, sizeof *ts);
+    hy_st_wtensor *ts = calloc(n + ed.n_extra, sizeof *ts);
     for (size_t i = 0; i < n; i++) {
         const hy_st_tensor *t = hy_st_at(st, i);
         if (ed.drop && strcmp(t->name, ed.drop) == 0) continue;
         hy_st_wtensor *w = &ts[k++];
-        w->name = t->name;
+        w->name = ed.rename_from && strcmp(t->name, ed.rename_from) == 0 ? ed.rename_to : t->name;
         w->dtype = t->dtype;
         w->ndim = t->ndim;
         memcpy(w->shape, t->shape, sizeof w->shape);
@@ -631,15 +962,16 @@ static void write_variant(const char *dir, edit ed, const char *patch)
         }
     }
     CU_ASSERT_EQUAL(k, ed.drop ? n - 1 : n); /* the dropped name exists */
+    for (size_t i = 0; i < ed.n_extra; i++) ts[k++] = ed.extra[i];
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
     CU_ASSERT_EQUAL_FATAL(hy_st_write(p, ts, k, &e), HY_OK);
     free(ts);
     hy_st_close(st);
 
     char from[256];
-    snprintf(from, sizeof from, "%s/config.json", g_intact);
+    snprintf(from, sizeof from, "%s/config.json", src);
     snprintf(p, sizeof p, "%s/config.json", dir);
-    if (!patch) {
+    if (!patch && !ed.text_patch) {
         copy_file(from, p);
         return;
     }
@@ -647,6 +979,19 @@ static void write_variant(const char *dir, edit ed, const char *patch)
     CU_ASSERT_EQUAL_FATAL(hy_read_file(from, 1u << 20, &text, NULL, &e), HY_OK);
     char *out = patched(text, patch, NULL);
     hy_free(text);
+    if (ed.text_patch) {
+        cJSON *root = cJSON_Parse(out);
+        cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "text_config");
+        CU_ASSERT_PTR_NOT_NULL_FATAL(tc);
+        char *sub = cJSON_PrintUnformatted(tc);
+        char *subp = patched(sub, ed.text_patch, NULL);
+        cJSON_ReplaceItemInObjectCaseSensitive(root, "text_config", cJSON_Parse(subp));
+        free(sub);
+        free(subp);
+        free(out);
+        out = cJSON_Print(root);
+        cJSON_Delete(root);
+    }
     FILE *f = fopen(p, "w");
     CU_ASSERT_PTR_NOT_NULL_FATAL(f);
     fputs(out, f);
@@ -1009,6 +1354,239 @@ static void test_bf16_tiny_opens(void)
     hy_model_close(m32);
 }
 
+/* --- every tensor used, or a part the text executor does not run ------------ */
+
+typedef struct open_job {
+    const char *dir;
+    hy_model *m;
+    hy_err err;
+} open_job;
+
+static int run_open(void *arg)
+{
+    open_job *j = arg;
+    return hy_model_open(&j->m, j->dir, &j->err);
+}
+
+/* Opens dir (must succeed) with its log captured (free with hy_free). */
+static hy_model *open_logged(const char *dir, char **log)
+{
+    open_job j = {.dir = dir};
+    int rc;
+    *log = capture_stderr(run_open, &j, &rc);
+    if (rc) fprintf(stderr, "\n  %s: %s\n", dir, j.err.msg);
+    CU_ASSERT_EQUAL_FATAL(rc, HY_OK);
+    return j.m;
+}
+
+/* A small F32 tensor to add to a checkpoint. */
+static hy_st_wtensor small_tensor(const char *name)
+{
+    static const float zeros[4] = {0};
+    return (hy_st_wtensor){
+        .name = name, .dtype = HY_DT_F32, .ndim = 1, .shape = {4}, .data = zeros};
+}
+
+static void golden_dir(const char *name, char *dir, size_t cap)
+{
+    snprintf(dir, cap, "%s/golden/%s", HY_FIXTURES_DIR, name);
+}
+
+static void test_unused_tensor_is_an_error(void)
+{
+    static const struct {
+        const char *added[2];
+        const char *frag1, *frag2;
+    } cases[] = {
+        {{"model.layers.1.mlp.shared_expert.gate_proj.weight"},
+         "tensor 'model.layers.1.mlp.shared_expert.gate_proj.weight' is in the checkpoint but "
+         "config.json leaves it unused",
+         "the layer has a dense MLP"},
+        {{"model.layers.2.mlp.gate.weight"}, "'model.layers.2.mlp.gate.weight'", "dense MLP"},
+        {{"model.layers.7.input_layernorm.weight"},
+         "tensor 'model.layers.7.input_layernorm.weight' belongs to layer 7",
+         "num_hidden_layers = 4"},
+        {{"model.layers.0.self_attn.q_proj.weight"},
+         "'model.layers.0.self_attn.q_proj.weight'",
+         "linear-attention layer"},
+        {{"model.layers.3.linear_attn.A_log"},
+         "'model.layers.3.linear_attn.A_log'",
+         "full-attention layer"},
+        {{"model.extra.weight", "model.layers.2.mlp.experts.0.up_proj.weight"},
+         "tensor 'model.extra.weight'",
+         "(and 1 more unused)"},
+        {{"visual.blocks.0.norm1.weight"},
+         "tensor 'visual.blocks.0.norm1.weight'",
+         "no part of the configured model"},
+    };
+    char dir[128];
+    make_dir("var_unused", dir, sizeof dir);
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        hy_st_wtensor extra[2] = {small_tensor(cases[i].added[0])};
+        size_t n = 1;
+        if (cases[i].added[1]) extra[n++] = small_tensor(cases[i].added[1]);
+        write_variant(dir, (edit){.extra = extra, .n_extra = n}, NULL);
+        open_fails(dir, HY_EFORMAT, "/model.safetensors: ", cases[i].frag1, cases[i].frag2);
+    }
+    /* a routed layer holds no dense MLP */
+    char moe[128];
+    make_dir("var_unused_moe", moe, sizeof moe);
+    hy_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(hy_model_init("tiny-moe", 7, moe, "F32", &e), HY_OK);
+    hy_st_wtensor dense = small_tensor("model.layers.1.mlp.up_proj.weight");
+    write_variant(dir, (edit){.src = moe, .extra = &dense, .n_extra = 1}, NULL);
+    open_fails(dir, HY_EFORMAT, "'model.layers.1.mlp.up_proj.weight'", "routed (MoE)", NULL);
+    /* shared-expert tensors with no shared expert configured */
+    write_variant(dir, (edit){.src = moe}, "{\"shared_expert_intermediate_size\": 0}");
+    open_fails(dir, HY_EFORMAT, "tensor 'model.layers.1.mlp.shared_expert.down_proj.weight'",
+               "shared_expert_intermediate_size is 0", "more unused");
+    char q35[256];
+    golden_dir("qwen35_moe", q35, sizeof q35);
+    write_variant(dir, (edit){.src = q35}, "{\"shared_expert_intermediate_size\": 0}");
+    open_fails(dir, HY_EFORMAT, "tensor 'model.layers.0.mlp.shared_expert.down_proj.weight'",
+               "shared_expert_intermediate_size is 0", NULL);
+}
+
+static void test_vision_and_mtp_skipped(void)
+{
+    char dir[128];
+    make_dir("var_skip", dir, sizeof dir);
+    hy_st_wtensor extra[] = {small_tensor("model.visual.blocks.0.attn.qkv.weight"),
+                             small_tensor("model.visual.merger.linear_fc2.weight"),
+                             small_tensor("model.visual.patch_embed.proj.bias"),
+                             small_tensor("mtp.fc.weight"),
+                             small_tensor("mtp.layers.0.input_layernorm.weight")};
+    write_variant(dir, (edit){.extra = extra, .n_extra = 5}, NULL);
+    char *log;
+    hy_model *m = open_logged(dir, &log);
+    CU_ASSERT_EQUAL(count_lines(log, "hypic"), 2); /* one line each, nothing else */
+    CU_ASSERT_EQUAL(count_lines(log, "skipping the vision tower (3 tensors model.visual.*): the "
+                                     "text executor does not run it"),
+                    1);
+    CU_ASSERT_EQUAL(count_lines(log, "skipping the multi-token-prediction head (2 tensors mtp.*)"),
+                    1);
+    if (count_lines(log, "hypic") != 2) fprintf(stderr, "\n  log:\n%s", log);
+    hy_free(log);
+    hy_model_close(m);
+    /* only the vision tower: one line */
+    write_variant(dir, (edit){.extra = extra, .n_extra = 1}, NULL);
+    m = open_logged(dir, &log);
+    CU_ASSERT_EQUAL(count_lines(log, "hypic"), 1);
+    CU_ASSERT_EQUAL(count_lines(log, "vision tower (1 tensors"), 1);
+    hy_free(log);
+    hy_model_close(m);
+    /* a real composite checkpoint (transformers' save_pretrained) */
+    char gd[256];
+    golden_dir("qwen35_nested_tie_top", gd, sizeof gd);
+    m = open_logged(gd, &log);
+    CU_ASSERT_EQUAL(count_lines(log, "skipping the vision tower (21 tensors"), 1);
+    hy_free(log);
+    hy_model_close(m);
+}
+
+static void test_tie_at_open(void)
+{
+    char dir[128];
+    make_dir("var_tie", dir, sizeof dir);
+    hy_model *intact = NULL;
+    hy_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(hy_model_open(&intact, g_intact, &e), HY_OK);
+    const hy_model_config *c = hy_model_cfg(intact);
+    CU_ASSERT_TRUE_FATAL(c->tie_embeddings);
+    const size_t VH = (size_t)c->vocab * c->hidden;
+    /* tied, and lm_head.weight present: used, as transformers does (equal
+     * values tie; different ones stay apart, with a warning) */
+    float *head = malloc(VH * sizeof(float));
+    for (size_t i = 0; i < VH; i++) head[i] = intact->embed[i];
+    hy_st_wtensor lm = {.name = "lm_head.weight",
+                        .dtype = HY_DT_F32,
+                        .ndim = 2,
+                        .shape = {c->vocab, c->hidden},
+                        .data = head};
+    write_variant(dir, (edit){.extra = &lm, .n_extra = 1}, NULL);
+    char *log;
+    hy_model *m = open_logged(dir, &log);
+    CU_ASSERT_EQUAL(memcmp(m->lm_head, intact->embed, VH * sizeof(float)), 0);
+    CU_ASSERT_EQUAL(count_lines(log, "differs"), 0);
+    hy_free(log);
+    hy_model_close(m);
+    for (size_t i = 0; i < VH; i++) head[i] = 2.0f * intact->embed[i];
+    write_variant(dir, (edit){.extra = &lm, .n_extra = 1}, NULL);
+    m = open_logged(dir, &log);
+    CU_ASSERT_PTR_NOT_EQUAL(m->lm_head, m->embed);
+    CU_ASSERT_EQUAL(memcmp(m->lm_head, head, VH * sizeof(float)), 0);
+    CU_ASSERT_EQUAL(memcmp(m->embed, intact->embed, VH * sizeof(float)), 0);
+    CU_ASSERT_EQUAL(count_lines(log, "tie_word_embeddings is true but lm_head.weight differs"), 1);
+    hy_free(log);
+    hy_model_close(m);
+    free(head);
+    /* tied, only lm_head.weight: the embedding is taken from it */
+    write_variant(dir,
+                  (edit){.rename_from = "model.embed_tokens.weight", .rename_to = "lm_head.weight"},
+                  NULL);
+    m = open_logged(dir, &log);
+    CU_ASSERT_PTR_EQUAL(m->lm_head, m->embed);
+    CU_ASSERT_EQUAL(memcmp(m->embed, intact->embed, VH * sizeof(float)), 0);
+    hy_free(log);
+    hy_model_close(m);
+    hy_model_close(intact);
+
+    /* composites: the top-level flag decides */
+    char tied[256], untied[256];
+    golden_dir("qwen35_nested_tie_top", tied, sizeof tied);
+    golden_dir("qwen35_moe_nested_untie_top", untied, sizeof untied);
+    write_variant(dir, (edit){.src = tied}, "{\"tie_word_embeddings\": false}");
+    open_fails(dir, HY_ENOTFOUND, "tensor 'lm_head.weight' is missing", NULL, NULL);
+    write_variant(dir, (edit){.src = tied, .text_patch = "{\"tie_word_embeddings\": true}"}, NULL);
+    m = open_logged(dir, &log);
+    CU_ASSERT_PTR_EQUAL(m->lm_head, m->embed);
+    hy_free(log);
+    hy_model_close(m);
+    write_variant(dir, (edit){.src = untied, .drop = "lm_head.weight"}, NULL);
+    open_fails(dir, HY_ENOTFOUND, "tensor 'lm_head.weight' is missing", NULL, NULL);
+    write_variant(dir, (edit){.src = untied, .text_patch = "{\"tie_word_embeddings\": false}"},
+                  "{\"tie_word_embeddings\": true}");
+    m = open_logged(dir, &log);
+    CU_ASSERT_TRUE(hy_model_cfg(m)->tie_embeddings);
+    CU_ASSERT_PTR_NOT_EQUAL(m->lm_head, m->embed); /* its own head, which differs */
+    CU_ASSERT_EQUAL(count_lines(log, "lm_head.weight differs"), 1);
+    hy_free(log);
+    hy_model_close(m);
+}
+
+/* docs/config-keys.md holds the loader's table of keys verbatim (between its
+ * markers), so the documentation cannot drift from the code. */
+static void test_doc_table_matches(void)
+{
+    char *want = malloc(1 << 16), path[512], *doc = NULL;
+    int n = hy_config_keys_markdown(want, 1 << 16);
+    CU_ASSERT_FATAL(n > 0);
+    CU_ASSERT(hy_config_keys_markdown(want, (size_t)n) == HY_ERANGE); /* no room for the NUL */
+    CU_ASSERT_EQUAL(hy_config_keys_markdown(want, 1 << 16), n);
+    snprintf(path, sizeof path, "%s/../../docs/config-keys.md", HY_FIXTURES_DIR);
+    hy_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(hy_read_file(path, 1u << 20, &doc, NULL, &e), HY_OK);
+    static const char begin[] = "<!-- BEGIN keys table: generated from model/config.c -->\n",
+                      end[] = "<!-- END keys table -->";
+    char *b = strstr(doc, begin), *t = b ? b + strlen(begin) : NULL, *x = t ? strstr(t, end) : NULL;
+    CU_ASSERT_PTR_NOT_NULL(x);
+    bool same = x && (size_t)(x - t) == (size_t)n && memcmp(t, want, (size_t)n) == 0;
+    CU_ASSERT(same);
+    if (!same) {
+        FILE *f = fopen("config-keys.table.md", "w");
+        if (f) {
+            fputs(want, f);
+            fclose(f);
+        }
+        fprintf(stderr,
+                "\n  %s: the table between the markers differs from model/config.c's; the "
+                "expected table is in ./config-keys.table.md\n",
+                path);
+    }
+    hy_free(doc);
+    free(want);
+}
+
 /* --- the suite ------------------------------------------------------------- */
 
 int main(void)
@@ -1028,14 +1606,18 @@ int main(void)
         {"explicit layer_types", test_explicit_layer_types},
         {"qwen3_5 text_config (dense and MoE)", test_qwen3_5_text_config},
         {"MoE layers as transformers derives them", test_moe_layers_as_transformers},
+        {"the four readings (norm_topk_prob, shared expert, tie x2)", test_four_readings},
+        {"composite configs", test_composite_reading},
+        {"rope_scaling replaces rope_parameters", test_rope_scaling_replaces},
         {"not JSON", test_not_json},
-        {"missing required keys", test_missing_required_keys},
+        {"absent keys take transformers' defaults", test_transformers_defaults},
+        {"null refused except for Optional fields", test_null},
         {"wrong types", test_wrong_types},
         {"out-of-range values name the limit", test_out_of_range},
         {"unsupported model_type, rope_type, act, bias", test_unsupported},
         {"head counts not multiples", test_head_counts},
         {"layer_types wrong length or unknown", test_bad_layer_types},
-        {"mlp_only_layers out of range", test_mlp_only_layers_range},
+        {"mlp_only_layers: integers, any value", test_mlp_only_layers_values},
         {"hy_config_load paths", test_config_load_paths},
         {"intact tiny opens", test_intact_tiny_opens},
         {"open: a tensor missing", test_missing_tensor},
@@ -1046,6 +1628,10 @@ int main(void)
         {"open: sharded tiny", test_sharded_tiny_opens},
         {"open: tiny-moe", test_tiny_moe_opens},
         {"open: BF16 tiny", test_bf16_tiny_opens},
+        {"open: a tensor the configuration leaves unused", test_unused_tensor_is_an_error},
+        {"open: vision tower and MTP head skipped, one line each", test_vision_and_mtp_skipped},
+        {"open: tie_word_embeddings as transformers ties", test_tie_at_open},
+        {"docs/config-keys.md holds the table", test_doc_table_matches},
         {NULL, NULL},
     };
     int rc = hy_test_main("config", cases);

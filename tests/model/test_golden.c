@@ -6,13 +6,29 @@
  * a 64-token prefill followed by 20 decode steps. Each is checked with the
  * chunked and the recurrent delta rule, and with prefills split in steps.
  * Limits: logits max abs error 1e-4, states 1e-4 relative.
+ *
+ * Four fixtures pin how config.json is read (docs/config-keys.md): a Qwen3.5
+ * MoE config saying norm_topk_prob false (its router renormalises anyway),
+ * one without shared_expert_intermediate_size (512 by default), and two
+ * nested vision-language checkpoints whose top-level tie_word_embeddings
+ * disagrees with text_config's (the top level decides). Besides the checks
+ * above, each must open with the reading transformers makes, and the other
+ * reading must move the logits far beyond the tolerance, so the fixture
+ * really tells the two apart.
  */
 #include "model_internal.h"
 #include "test_util.h"
 
 #include <string.h>
 
-static const char *k_models[] = {"qwen3next_moe", "qwen3next_dense", "qwen35_dense", "qwen35_moe"};
+static const char *k_models[] = {"qwen3next_moe",
+                                 "qwen3next_dense",
+                                 "qwen35_dense",
+                                 "qwen35_moe",
+                                 "qwen35_moe_norm_topk_false",
+                                 "qwen35_moe_shared_default",
+                                 "qwen35_nested_tie_top",
+                                 "qwen35_moe_nested_untie_top"};
 static const int k_lengths[] = {1, 63, 64, 65, 300};
 
 typedef struct golden {
@@ -171,6 +187,109 @@ MODEL_TESTS(0)
 MODEL_TESTS(1)
 MODEL_TESTS(2)
 MODEL_TESTS(3)
+MODEL_TESTS(4)
+MODEL_TESTS(5)
+MODEL_TESTS(6)
+MODEL_TESTS(7)
+
+/* Last logits of the fixture's 64-token prefill under m as it is now; returns
+ * the max abs error against transformers. */
+static double prefill64_error(golden *g)
+{
+    const hy_model_config *c = hy_model_cfg(g->m);
+    hy_err e = {0};
+    hy_exec *ex = NULL;
+    hy_state *st = NULL;
+    CU_ASSERT_EQUAL_FATAL(hy_exec_new(g->m, 0, &ex, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_state_new(g->m, &st, &e), 0);
+    const hy_st_tensor *tt = gt(g, "prefill.%d.tokens", 64, 0),
+                       *tl = gt(g, "prefill.%d.logits", 64, 0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(tt);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(tl);
+    float *logits = malloc((size_t)c->vocab * sizeof(float));
+    CU_ASSERT_EQUAL_FATAL(hy_exec_prefill(ex, st, tt->data, 64, logits, &e), 0);
+    double err = hy_max_abs_diff(logits, tl->data, (size_t)c->vocab);
+    free(logits);
+    hy_state_free(st);
+    hy_exec_free(ex);
+    return err;
+}
+
+/* Checks the reading transformers makes (already asserted by the model's
+ * cases) and that `wrong`, the other reading applied to the loaded model,
+ * misses transformers' logits by far more than the tolerance. */
+static void reading_matters(int i, const char *what, void (*wrong)(hy_model *))
+{
+    golden g = {0};
+    CU_ASSERT_EQUAL_FATAL(open_golden(k_models[i], &g), 0);
+    double right = prefill64_error(&g);
+    wrong(g.m);
+    double other = prefill64_error(&g);
+    printf("\n    %-28s %s: logits error %.2e; read the other way %.2e", k_models[i], what, right,
+           other);
+    CU_ASSERT(right <= 1e-4);
+    CU_ASSERT(other > 1e-2);
+    close_golden(&g);
+}
+
+static void no_renormalising(hy_model *m)
+{
+    m->cfg.norm_topk = false;
+}
+
+static void no_shared_expert(hy_model *m)
+{
+    for (int i = 0; i < m->cfg.n_layers; i++) m->layers[i].shared.inter = 0;
+}
+
+static void head_tied(hy_model *m)
+{
+    m->lm_head = m->embed;
+}
+
+static void t_norm_topk_ignored(void)
+{
+    golden g = {0};
+    CU_ASSERT_EQUAL_FATAL(open_golden(k_models[4], &g), 0);
+    CU_ASSERT_TRUE(hy_model_cfg(g.m)->norm_topk); /* config.json says false */
+    close_golden(&g);
+    reading_matters(4, "norm_topk_prob false ignored", no_renormalising);
+}
+
+static void t_shared_default(void)
+{
+    golden g = {0};
+    CU_ASSERT_EQUAL_FATAL(open_golden(k_models[5], &g), 0);
+    CU_ASSERT_EQUAL(hy_model_cfg(g.m)->shared_intermediate, 512); /* key absent */
+    close_golden(&g);
+    reading_matters(5, "shared expert width 512 by default", no_shared_expert);
+}
+
+static void t_tied_by_top_level(void)
+{
+    golden g = {0};
+    CU_ASSERT_EQUAL_FATAL(open_golden(k_models[6], &g), 0); /* no lm_head.weight in the file */
+    CU_ASSERT_TRUE(hy_model_cfg(g.m)->tie_embeddings);
+    CU_ASSERT_PTR_EQUAL(g.m->lm_head, g.m->embed);
+    CU_ASSERT_PTR_NULL(hy_st_find(g.g, "lm_head.weight"));
+    close_golden(&g);
+    double err;
+    CU_ASSERT_EQUAL_FATAL(open_golden(k_models[6], &g), 0);
+    err = prefill64_error(&g);
+    printf("\n    %-28s tied by the top-level flag: logits error %.2e", k_models[6], err);
+    CU_ASSERT(err <= 1e-4);
+    close_golden(&g);
+}
+
+static void t_untied_by_top_level(void)
+{
+    golden g = {0};
+    CU_ASSERT_EQUAL_FATAL(open_golden(k_models[7], &g), 0);
+    CU_ASSERT_FALSE(hy_model_cfg(g.m)->tie_embeddings); /* text_config says true */
+    CU_ASSERT_PTR_NOT_EQUAL(g.m->lm_head, g.m->embed);
+    close_golden(&g);
+    reading_matters(7, "untied by the top-level flag", head_tied);
+}
 
 #define MODEL_CASES(i)                                                                             \
     {"prefill_chunked", t_chunked_##i}, {"prefill_recurrent", t_recurrent_##i},                    \
@@ -182,6 +301,18 @@ MODEL_TESTS(3)
 int main(void)
 {
     static const hy_test_case cases[] = {
-        MODEL_CASES(0), MODEL_CASES(1), MODEL_CASES(2), MODEL_CASES(3), {NULL, NULL}};
+        MODEL_CASES(0),
+        MODEL_CASES(1),
+        MODEL_CASES(2),
+        MODEL_CASES(3),
+        MODEL_CASES(4),
+        MODEL_CASES(5),
+        MODEL_CASES(6),
+        MODEL_CASES(7),
+        {"qwen3_5_moe: norm_topk_prob false is ignored", t_norm_topk_ignored},
+        {"qwen3_5_moe: shared expert width defaults to 512", t_shared_default},
+        {"nested: tied by the top-level flag", t_tied_by_top_level},
+        {"nested: untied by the top-level flag", t_untied_by_top_level},
+        {NULL, NULL}};
     return hy_test_main("golden_vs_transformers", cases);
 }

@@ -11,6 +11,12 @@ The goldens are computed from the model *reloaded from those files* with
 from_pretrained(dtype=float32), so a BF16/F16 checkpoint is evaluated in fp32 on exactly
 the rounded values that are on disk.
 
+Four fixtures pin how transformers *reads config.json* where a reader could go wrong:
+a Qwen3.5 MoE config.json saying norm_topk_prob=false (ignored: the router always
+renormalises), one without shared_expert_intermediate_size (default 512), and two nested
+vision-language checkpoints whose top-level tie_word_embeddings disagrees with
+text_config's (the top-level flag decides).
+
 Run through make_golden.sh (it builds the pinned venv). See README.md.
 """
 
@@ -46,6 +52,8 @@ import torch
 import transformers
 from safetensors.torch import load_file, save_file
 from transformers import AutoConfig
+from transformers.models.qwen3_5 import configuration_qwen3_5 as c35
+from transformers.models.qwen3_5_moe import configuration_qwen3_5_moe as c35moe
 from transformers.integrations import hub_kernels
 from transformers.models.qwen3_5 import modeling_qwen3_5 as m35
 from transformers.models.qwen3_5_moe import modeling_qwen3_5_moe as m35moe
@@ -112,6 +120,19 @@ def _rope(theta, head_dim, factor, mrope=False):
         r.update({"mrope_section": s, "mrope_interleaved": True})
     return r
 
+
+# Shared by the config-semantics fixtures: a small Qwen3.5 text model, and a tiny vision
+# tower for the composite ones (its weights are saved but never run by the goldens).
+_TEXT35 = dict(
+    vocab_size=331, hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+    rope_parameters=_rope(10000, 16, 0.25, mrope=True),
+    linear_num_key_heads=2, linear_num_value_heads=4,
+    linear_key_head_dim=16, linear_value_head_dim=16, linear_conv_kernel_dim=4,
+    rms_norm_eps=1e-6, max_position_embeddings=4096,
+)
+_VISION = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, patch_size=2,
+               temporal_patch_size=2, spatial_merge_size=2, out_hidden_size=32,
+               num_position_embeddings=16)
 
 SPECS = [
     dict(
@@ -193,6 +214,70 @@ SPECS = [
             tie_word_embeddings=False, rms_norm_eps=1e-6, max_position_embeddings=4096,
         ),
     ),
+] + [
+    # ---- config-semantics fixtures: how transformers reads config.json ------------------
+    # SPECS index fixes the seed (SEED + 100 * index): new fixtures go at the end so the
+    # seeds of the ones above never change.
+    dict(
+        name="qwen35_moe_norm_topk_false",
+        family="qwen3_5",
+        cls=m35moe.Qwen3_5MoeForCausalLM,
+        cfg_cls=m35moe.Qwen3_5MoeTextConfig,
+        storage=torch.float32,
+        on_disk_interval="keep",
+        # Qwen3_5MoeTextConfig has no norm_topk_prob: the key is kept as an attribute that
+        # Qwen3_5MoeTopKRouter never reads (it always divides by the top-k sum).
+        config_edit={"set": {"norm_topk_prob": False}},
+        check_router_sums=True,
+        cfg=dict(_TEXT35, num_hidden_layers=3,
+                 layer_types=["linear_attention", "linear_attention", "full_attention"],
+                 num_experts=8, num_experts_per_tok=2, moe_intermediate_size=16,
+                 shared_expert_intermediate_size=24, tie_word_embeddings=False),
+    ),
+    dict(
+        name="qwen35_moe_shared_default",
+        family="qwen3_5",
+        cls=m35moe.Qwen3_5MoeForCausalLM,
+        cfg_cls=m35moe.Qwen3_5MoeTextConfig,
+        storage=torch.bfloat16,
+        on_disk_interval="keep",
+        # built with the class default (512) and the key then removed from config.json:
+        # the reload must take 512 again
+        config_edit={"drop": ["shared_expert_intermediate_size"]},
+        expect_attrs={"shared_expert_intermediate_size": 512},
+        cfg=dict(_TEXT35, num_hidden_layers=3,
+                 layer_types=["linear_attention", "full_attention", "linear_attention"],
+                 num_experts=6, num_experts_per_tok=2, moe_intermediate_size=16,
+                 tie_word_embeddings=False),
+    ),
+    dict(
+        name="qwen35_nested_tie_top",
+        family="qwen3_5",
+        cls=m35.Qwen3_5ForConditionalGeneration,
+        cfg_cls=c35.Qwen3_5Config,
+        storage=torch.float32,
+        on_disk_interval="keep",
+        # the composite ties by its own flag: no lm_head.weight in the file
+        composite=dict(tie_word_embeddings=True, vision_config=_VISION),
+        cfg=dict(_TEXT35, num_hidden_layers=4,
+                 layer_types=["linear_attention", "linear_attention", "full_attention",
+                              "linear_attention"],
+                 intermediate_size=48, tie_word_embeddings=False),
+    ),
+    dict(
+        name="qwen35_moe_nested_untie_top",
+        family="qwen3_5",
+        cls=m35moe.Qwen3_5MoeForConditionalGeneration,
+        cfg_cls=c35moe.Qwen3_5MoeConfig,
+        storage=torch.float32,
+        on_disk_interval="keep",
+        # text_config says tie, the composite does not: lm_head.weight is its own matrix
+        composite=dict(tie_word_embeddings=False, vision_config=_VISION),
+        cfg=dict(_TEXT35, num_hidden_layers=3,
+                 layer_types=["full_attention", "linear_attention", "linear_attention"],
+                 num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
+                 shared_expert_intermediate_size=16, tie_word_embeddings=True),
+    ),
 ]
 
 
@@ -208,11 +293,15 @@ def init_params(model, gen):
     def randn(shape, std, mean=0.0):
         return torch.randn(shape, generator=gen, dtype=torch.float32) * std + mean
 
-    tied = bool(model.config.tie_word_embeddings)
+    tied = bool(model.config.tie_word_embeddings)  # a composite's own flag decides
     handled = set()
     for name, p in model.named_parameters():
         shp = tuple(p.shape)
-        if name.endswith(ZERO_CENTRED_NORMS) or name == "model.norm.weight":
+        full_name = name
+        name = name.replace("model.language_model.", "model.", 1)
+        if name.startswith("model.visual."):
+            v = randn(shp, 0.02)                     # vision tower: saved, never run
+        elif name.endswith(ZERO_CENTRED_NORMS) or name == "model.norm.weight":
             v = randn(shp, 0.1)                      # used as (1 + w)
         elif name.endswith("linear_attn.norm.weight"):
             v = randn(shp, 0.1, 1.0)                 # gated RMSNorm: plain weight
@@ -233,7 +322,7 @@ def init_params(model, gen):
         else:
             raise RuntimeError(f"no init rule for parameter {name} {shp}")
         p.copy_(v)
-        handled.add(name)
+        handled.add(full_name)
     assert handled == {n for n, _ in model.named_parameters()}
 
 
@@ -245,6 +334,7 @@ class RouterMargin:
 
     def __init__(self, model):
         self.min = math.inf
+        self.max_sum_dev = 0.0  # max |sum of a token's top-k routing weights - 1|
         self.handles = []
         for mod in model.modules():
             if type(mod).__name__.endswith("TopKRouter"):
@@ -254,6 +344,7 @@ class RouterMargin:
         probs = torch.softmax(out[0].float(), dim=-1)
         top = torch.topk(probs, mod.top_k + 1, dim=-1).values
         self.min = min(self.min, float((top[:, -2] - top[:, -1]).min()))
+        self.max_sum_dev = max(self.max_sum_dev, float((out[1].float().sum(-1) - 1).abs().max()))
 
 
 @torch.no_grad()
@@ -341,8 +432,12 @@ def build(spec, root, seed, capture):
 
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
-    cfg = spec["cfg_cls"](**spec["cfg"])
-    expected_types = list(cfg.layer_types)
+    composite = spec.get("composite")
+    if composite:
+        cfg = spec["cfg_cls"](text_config=dict(spec["cfg"]), **composite)
+    else:
+        cfg = spec["cfg_cls"](**spec["cfg"])
+    expected_types = list(cfg.get_text_config().layer_types)
     model = spec["cls"](cfg).to(torch.float32)
     init_params(model, gen)
     model.to(spec["storage"]).save_pretrained(d, safe_serialization=True)
@@ -356,22 +451,40 @@ def build(spec, root, seed, capture):
         if spec["on_disk_interval"] is not None:
             cj["full_attention_interval"] = spec["on_disk_interval"]
         cpath.write_text(json.dumps(cj, indent=2, sort_keys=True) + "\n")
+    # The config-semantics fixtures: the keys whose reading is under test.
+    edit = spec.get("config_edit")
+    if edit:
+        for k in edit.get("drop", ()):
+            assert k in cj, k
+            del cj[k]
+        cj.update(edit.get("set", {}))
+        cpath.write_text(json.dumps(cj, indent=2, sort_keys=True) + "\n")
+    if composite:
+        assert "text_config" in cj and cj["model_type"] == spec["cfg_cls"].model_type, cj
+        assert cj["tie_word_embeddings"] == composite["tie_word_embeddings"]
+        assert cj["text_config"]["tie_word_embeddings"] == spec["cfg"]["tie_word_embeddings"]
+        assert cj["tie_word_embeddings"] != cj["text_config"]["tie_word_embeddings"]
 
     # Reload exactly what is on disk, in fp32, eager attention, eager experts.
     kw = dict(dtype=torch.float32, attn_implementation="eager", local_files_only=True)
     if "moe" in spec["cls"].__name__.lower() or "num_experts" in cj:
         kw["experts_implementation"] = "eager"
     model = spec["cls"].from_pretrained(d, **kw).eval()
-    cfg = model.config
-    assert type(cfg) is spec["cfg_cls"], type(cfg)
+    top_cfg = model.config
+    assert type(top_cfg) is spec["cfg_cls"], type(top_cfg)
     assert AutoConfig.from_pretrained(d).model_type == spec["cfg_cls"].model_type
+    cfg = top_cfg.get_text_config()  # the text model's settings (itself when not composite)
+    assert (cfg is not top_cfg) == bool(composite)
+    text_model = model.model.language_model if composite else model.model
     assert list(cfg.layer_types) == expected_types, (cfg.layer_types, expected_types)
+    for k, want in spec.get("expect_attrs", {}).items():
+        assert getattr(cfg, k) == want, (k, getattr(cfg, k), want)
     assert cfg._attn_implementation == "eager", cfg._attn_implementation
     if "experts_implementation" in kw:
         assert cfg._experts_implementation == "eager", cfg._experts_implementation
     assert getattr(model, "_use_kernels", False) is False
     rot_dim = int(cfg.head_dim * cfg.rope_parameters["partial_rotary_factor"])
-    assert rot_dim < cfg.head_dim and model.model.rotary_emb.inv_freq.numel() == rot_dim // 2
+    assert rot_dim < cfg.head_dim and text_model.rotary_emb.inv_freq.numel() == rot_dim // 2
     for pn, p in model.named_parameters():
         assert p.dtype == torch.float32, (pn, p.dtype)
     # Everything on disk must equal the fp32 model (which therefore holds the rounded values).
@@ -382,7 +495,15 @@ def build(spec, root, seed, capture):
     if spec["storage"] != torch.float32:
         for pn, p in params.items():
             assert torch.equal(p, p.to(spec["storage"]).float()), f"{pn} not storage-rounded"
-    assert ("lm_head.weight" in disk) == (not cfg.tie_word_embeddings)
+    # Tying: a composite's own flag decides (PreTrainedModel.get_expanded_tied_weights_keys
+    # reads self.config, the composite config), never text_config's.
+    tied = model.lm_head.weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
+    assert tied == bool(top_cfg.tie_word_embeddings), (tied, top_cfg.tie_word_embeddings)
+    assert ("lm_head.weight" in disk) == (not top_cfg.tie_word_embeddings)
+    if composite:
+        assert any(k.startswith("model.visual.") for k in disk)
+        assert all(k.startswith(("model.visual.", "model.language_model.", "lm_head."))
+                   for k in disk)
 
     lin_layers = [i for i, t in enumerate(cfg.layer_types) if t == "linear_attention"]
     full_layers = [i for i, t in enumerate(cfg.layer_types) if t == "full_attention"]
@@ -390,6 +511,11 @@ def build(spec, root, seed, capture):
     golden, sanity = compute_golden(model, cfg, lin_layers,
                                     torch.Generator().manual_seed(seed + 1))
     sanity["min_router_margin"] = None if margin.min == math.inf else margin.min
+    if spec.get("check_router_sums"):
+        # the router renormalised whatever config.json says
+        assert getattr(cfg, "norm_topk_prob") is False, "config.json's key was not kept"
+        assert 0.0 <= margin.max_sum_dev < 1e-5, margin.max_sum_dev
+        sanity["router_weight_sum_max_abs_dev"] = margin.max_sum_dev
     for h in margin.handles:
         h.remove()
     if sanity["min_router_margin"] is not None and sanity["min_router_margin"] <= MIN_ROUTER_MARGIN:
@@ -404,6 +530,7 @@ def build(spec, root, seed, capture):
     K = cfg.linear_conv_kernel_dim
     Hk, Hv = cfg.linear_num_key_heads, cfg.linear_num_value_heads
     dk, dv = cfg.linear_key_head_dim, cfg.linear_value_head_dim
+    tj = cj.get("text_config", cj) if composite else cj  # the text model's keys on disk
     meta = {
         "model": name,
         "architecture": spec["cls"].__name__,
@@ -418,8 +545,8 @@ def build(spec, root, seed, capture):
         "layer_types": list(cfg.layer_types),
         "linear_layers": lin_layers,
         "full_attention_layers": full_layers,
-        "config_json_layer_pattern": ("layer_types" if "layer_types" in cj else
-                                      f"full_attention_interval={cj.get('full_attention_interval', 'default(4)')}"),
+        "config_json_layer_pattern": ("layer_types" if "layer_types" in tj else
+                                      f"full_attention_interval={tj.get('full_attention_interval', 'default(4)')}"),
         "prefill_lengths": list(PREFILL_LENS),
         "decode": {"prompt": DECODE_PROMPT, "steps": DECODE_STEPS},
         "layouts": {
@@ -433,6 +560,16 @@ def build(spec, root, seed, capture):
         "sanity": sanity,
         "weights": {k: list(v.shape) for k, v in sorted(disk.items())},
     }
+    if edit or composite:  # only the config-semantics fixtures carry this
+        meta["config_semantics"] = {
+            "config_json_edits": edit or {},
+            "top_level_tie_word_embeddings": top_cfg.tie_word_embeddings,
+            "text_config_tie_word_embeddings": cfg.tie_word_embeddings if composite else None,
+            "lm_head_tied_to_embedding": tied,
+            "shared_expert_intermediate_size": getattr(cfg, "shared_expert_intermediate_size", None),
+            "norm_topk_prob_attribute": getattr(cfg, "norm_topk_prob", None),
+            "config_json_model_type": top_cfg.model_type,
+        }
     (d / "golden.json").write_text(json.dumps(meta, indent=2) + "\n")
 
     for f in d.iterdir():
