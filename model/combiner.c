@@ -11,9 +11,14 @@
  * segment contents, so only a run of leading segments identical to an earlier
  * request's can be reused — what a radix prefix cache with per-segment state
  * checkpoints does for hybrid models.
+ *
+ * Every mode advances the state by exactly the request's tokens, segment by
+ * segment, whatever each segment costs (a reuse, a build, a prefill, a
+ * restored checkpoint): the assertions below hold the positions to that.
  */
 #include "model_internal.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -96,6 +101,8 @@ static int pc_put(hy_prefix_cache *pc, const uint8_t key[32], const hy_state *st
         pc->slots = ns;
         pc->cap = nc;
     }
+    /* the evictions made room, or there was nothing left to evict */
+    assert(pc->bytes + bytes <= pc->max_bytes || (pc->n == 0 && pc->bytes == 0));
     pc_slot *s = &pc->slots[pc->n];
     int rc = hy_state_new(st->m, &s->st, err);
     if (rc == HY_OK && (rc = hy_state_copy(s->st, st, err)) != HY_OK) hy_state_free(s->st);
@@ -142,11 +149,18 @@ static int run_prefix(hy_exec *ex, hy_state *st, const hy_request *rq, hy_result
             break;
         }
     }
+    int64_t at = 0; /* positions of the segments before `start` */
+    for (size_t i = 0; i < start; i++) at += (int64_t)rq->segs[i].n;
+    /* a checkpoint's key chains the contents and lengths of the segments
+     * before it, so its position is theirs */
+    assert(rc || st->pos == at);
     res->prefix_segments = (int)start;
     for (size_t i = start; i < rq->nsegs && !rc; i++) {
         rc = hy_exec_prefill(ex, st, rq->segs[i].tokens, rq->segs[i].n, NULL, err);
         res->prefilled += (int64_t)rq->segs[i].n;
         if (!rc) rc = pc_put(rq->prefix, chain[i + 1], st, err);
+        at += (int64_t)rq->segs[i].n;
+        assert(rc || st->pos == at);
     }
     free(chain);
     return rc;
@@ -172,11 +186,15 @@ static int run_pic(hy_exec *ex, hy_state *st, const hy_request *rq, int W, bool 
     const hy_model_config *c = &st->m->cfg;
     for (size_t i = 0; i < rq->nsegs; i++) {
         const hy_segment *s = &rq->segs[i];
+        const int64_t at = st->pos; /* read by the assertions only */
+        (void)at;
         int rc, w;
         if (s->entry) {
             if ((rc = check_entry(s->entry, s, W, i, err)) ||
                 (rc = hy_entry_apply(ex, st, s->entry, use_T, err)))
                 return rc;
+            /* seam recomputed, body composed: the whole segment's positions */
+            assert(st->pos == at + (int64_t)s->n);
             res->hits++;
             res->prefilled += s->entry->w;
             continue;
@@ -190,6 +208,7 @@ static int run_pic(hy_exec *ex, hy_state *st, const hy_request *rq, int W, bool 
         }
         hy_entry *e = NULL;
         if ((rc = hy_entry_build(ex, st, s->tokens, s->n, W, rq->dtype, NULL, &e, err))) return rc;
+        assert(st->pos == at + (int64_t)s->n);
         res->misses++;
         if (res->built)
             res->built[i] = e;
@@ -212,9 +231,12 @@ int hy_combine(hy_exec *ex, hy_state *st, const hy_request *rq, float *logits, h
         return hy_err_set(err, HY_EINVAL,
                           "the query is empty: a request needs at least one query token, whose "
                           "logits it returns");
-    for (size_t i = 0; i < rq->nsegs; i++)
+    int64_t total = (int64_t)rq->nq; /* the positions the request fills */
+    for (size_t i = 0; i < rq->nsegs; i++) {
         if (rq->segs[i].n == 0 || !rq->segs[i].tokens)
             return hy_err_set(err, HY_EINVAL, "segment %zu is empty", i);
+        total += (int64_t)rq->segs[i].n;
+    }
     hy_state_reset(st);
     int rc = HY_OK;
     switch (rq->mode) {
@@ -243,6 +265,8 @@ int hy_combine(hy_exec *ex, hy_state *st, const hy_request *rq, float *logits, h
         rc = hy_exec_prefill(ex, st, rq->query, rq->nq, logits, err);
         res->prefilled += (int64_t)rq->nq;
     }
+    assert(rc || st->pos == total);
+    (void)total; /* read by the assertion only */
     if (rc && built)
         for (size_t i = 0; i < rq->nsegs; i++) {
             hy_entry_free(built[i]);

@@ -11,11 +11,15 @@
  * max_batch tokens (each step is an exact continuation of the previous one).
  * Activations live in one workspace sized for a full step when the call
  * starts; per-thread scratch (delta-rule chunks, attention scores) is sized
- * for the call's final context. Nothing is allocated per token.
+ * for the call's final context and for the OpenMP thread count at that
+ * moment (a caller may change it between calls). Nothing is allocated per
+ * token. The assertions state what each step relies on: the workspace, the
+ * scratch and the KV cache hold the step, the layer shapes are the config's.
  */
 #include "hy_kernels.h"
 #include "model_internal.h"
 
+#include <assert.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +32,9 @@ struct hy_exec {
     size_t ws_floats;
     float *scratch; /* nthreads × scratch_per_thread */
     size_t scratch_per_thread, scratch_floats;
-    int nthreads;
+    int nthreads;    /* scratch slots: OpenMP threads when the call started */
+    size_t step_cap; /* tokens per step the views below are sized for */
+    int64_t ctx_cap; /* context (positions) the scratch is sized for */
     /* views into ws, for the current step size */
     float *x, *xn, *y, *big, *mid, *o, *g, *beta, *h, *gu, *xe, *ye, *topw;
     int *topi, *rows;
@@ -48,6 +54,7 @@ static size_t widest_mlp(const hy_model_config *c)
  * assigns the views. */
 static size_t plan(hy_exec *ex, size_t B, float *base)
 {
+    static_assert(sizeof(int) == sizeof(float), "int views take float-sized slots");
     const hy_model_config *c = &ex->m->cfg;
     const size_t H = (size_t)c->hidden, C = (size_t)hy_config_conv_dim(c);
     const size_t Vd = (size_t)c->lin_v_heads * c->lin_dv;
@@ -92,6 +99,10 @@ static size_t plan(hy_exec *ex, size_t B, float *base)
 static int ensure_workspace(hy_exec *ex, size_t B, int64_t ctx, hy_err *err)
 {
     const hy_model_config *c = &ex->m->cfg;
+    assert(B >= 1 && B <= (size_t)ex->max_batch && ctx >= (int64_t)B);
+    /* The parallel regions below run on as many threads as the caller's
+     * OpenMP setting gives now, each indexing its own scratch slot. */
+    ex->nthreads = omp_get_max_threads();
     size_t need = plan(ex, B, NULL);
     if (need > ex->ws_floats) {
         float *nw = hy_alloc(need * sizeof(float));
@@ -101,6 +112,7 @@ static int ensure_workspace(hy_exec *ex, size_t B, int64_t ctx, hy_err *err)
         ex->ws_floats = need;
     }
     plan(ex, B, ex->ws);
+    ex->step_cap = 0; /* until the scratch is in place too */
     size_t per = hy_gdn_chunked_scratch(c->lin_dk, c->lin_dv);
     per = HY_MAX(per, (size_t)HY_ATTN_BLOCK * (size_t)ctx);
     size_t total = per * (size_t)ex->nthreads;
@@ -114,6 +126,8 @@ static int ensure_workspace(hy_exec *ex, size_t B, int64_t ctx, hy_err *err)
         ex->scratch_floats = total;
     }
     ex->scratch_per_thread = per;
+    ex->step_cap = B;
+    ex->ctx_cap = ctx;
     return HY_OK;
 }
 
@@ -126,7 +140,6 @@ int hy_exec_new(const hy_model *m, int max_batch, hy_exec **out, hy_err *err)
     if (!ex) return hy_err_set(err, HY_ENOMEM, "out of memory");
     ex->m = m;
     ex->max_batch = max_batch ? max_batch : 1024;
-    ex->nthreads = omp_get_max_threads();
     *out = ex;
     return HY_OK;
 }
@@ -170,6 +183,8 @@ static void moe_mlp(hy_exec *ex, const hy_layer_w *L, int n)
 {
     const hy_model_config *c = &ex->m->cfg;
     const int H = c->hidden, E = c->n_experts, k = c->top_k;
+    assert(k >= 1 && k <= E); /* the loader's rule: top-k picks k distinct experts */
+    assert(L->shared.inter <= (int)widest_mlp(c));
     float *logits = ex->big; /* [n][E] */
     hy_linear(n, H, E, ex->xn, (size_t)H, L->router, logits, (size_t)E);
 #pragma omp parallel for schedule(static)
@@ -188,6 +203,7 @@ static void moe_mlp(hy_exec *ex, const hy_layer_w *L, int n)
                 for (int q = 0; q < j; q++) taken |= ti[q] == e;
                 if (!taken && (best < 0 || p[e] > p[best])) best = e;
             }
+            assert(best >= 0);
             ti[j] = best;
             tw[j] = p[best];
             wsum += p[best];
@@ -207,6 +223,8 @@ static void moe_mlp(hy_exec *ex, const hy_layer_w *L, int n)
                     rows[m++] = t * k + j;
                 }
         if (m == 0) continue;
+        /* distinct experts per token: at most n rows, the capacity of xe, ye */
+        assert(m <= n && L->experts[e].inter <= (int)widest_mlp(c));
         swiglu_mlp(&L->experts[e], m, H, ex->xe, ex->gu, ex->h, ex->ye);
         for (int r = 0; r < m; r++) {
             const int t = rows[r] / k;
@@ -239,6 +257,10 @@ static void gdn_layer(hy_exec *ex, hy_state *st, int li, int n)
               dv = c->lin_dv, r = Hv / Hk;
     const int Kd = Hk * dk, Vd = Hv * dv, C = 2 * Kd + Vd, P = C + Vd + 2 * Hv;
     float *proj = ex->big, *cv = ex->mid;
+    /* the state's S and conv buffers are sized from the same config */
+    assert(Hv % Hk == 0 && C == hy_config_conv_dim(c) && st->S[li] && st->conv[li]);
+    assert(ex->scratch_per_thread >= hy_gdn_chunked_scratch(dk, dv));
+    assert(!ex->cap || (ex->cap->start >= 0 && ex->cap->T[li] && ex->cap->S_w[li]));
 
     hy_linear(n, H, P, ex->xn, (size_t)H, w->w_in, proj, (size_t)P);
     hy_conv1d_silu(n, C, c->conv_kernel, proj, (size_t)P, st->conv[li], w->conv_w, cv, (size_t)C);
@@ -275,6 +297,7 @@ static void gdn_layer(hy_exec *ex, hy_state *st, int li, int n)
                               .beta = ex->beta + h,
                               .ldgb = (size_t)Hv};
         float *S = st->S[li] + (size_t)h * dk * dv, *o = ex->o + (size_t)h * dv;
+        assert(omp_get_thread_num() < ex->nthreads);
         float *work = ex->scratch + (size_t)omp_get_thread_num() * ex->scratch_per_thread;
         /* With a capture, tokens [0, s) run without T, the state is kept at
          * s (the body's start), and tokens [s, n) advance T too. */
@@ -324,6 +347,12 @@ static void attn_layer(hy_exec *ex, hy_state *st, int li, int n)
     const int64_t pos0 = st->pos;
     float *proj = ex->big, *ob = ex->mid;
     float *Kc = st->k[li], *Vc = st->v[li];
+    /* rows pos0 .. pos0+n−1 are written below; the scores need HY_ATTN_BLOCK
+     * × context floats per thread */
+    assert(Hq % Hkv == 0 && Kc && Vc && pos0 + n <= st->kv_cap);
+    assert(c->rotary_dim % 2 == 0 && c->rotary_dim <= hd);
+    assert(ex->scratch_per_thread >= (size_t)HY_ATTN_BLOCK * (size_t)(pos0 + n));
+    assert(!ex->cap || (ex->cap->start >= 0 && ex->cap->K[li] && ex->cap->V[li]));
 
     hy_linear(n, H, P, ex->xn, (size_t)H, w->w_qkv, proj, (size_t)P);
 #pragma omp parallel for schedule(static)
@@ -355,6 +384,7 @@ static void attn_layer(hy_exec *ex, hy_state *st, int li, int n)
     for (int job = 0; job < Hq * nblk; job++) {
         const int h = job % Hq, b0 = (nblk - 1 - job / Hq) * HY_ATTN_BLOCK; /* long rows first */
         const int B = HY_MIN_INT(HY_ATTN_BLOCK, n - b0), g = h / grp;
+        assert(omp_get_thread_num() < ex->nthreads);
         float *scores = ex->scratch + (size_t)omp_get_thread_num() * ex->scratch_per_thread;
         hy_attention(B, hd, pos0 + b0, proj + (size_t)b0 * P + (size_t)h * 2 * hd, (size_t)P,
                      Kc + (size_t)g * hd, (size_t)KV, Vc + (size_t)g * hd, (size_t)KV, scale,
@@ -377,16 +407,23 @@ static void add_rows(float *x, const float *y, size_t count)
     for (size_t i = 0; i < count; i++) x[i] += y[i];
 }
 
-/* One step of n ≤ max_batch tokens. */
+/* One step of n ≤ max_batch tokens, after ensure_workspace and
+ * hy_state_reserve for at least this step and its context. */
 static void step(hy_exec *ex, hy_state *st, const int32_t *tokens, int n, float *logits)
 {
     const hy_model *m = ex->m;
     const hy_model_config *c = &m->cfg;
     const int H = c->hidden;
-    for (int t = 0; t < n; t++)
+    assert(st->m == m && n >= 1 && (size_t)n <= ex->step_cap);
+    assert(st->pos >= 0 && st->pos + n <= ex->ctx_cap && st->pos + n <= st->kv_cap);
+    for (int t = 0; t < n; t++) {
+        assert(tokens[t] >= 0 && tokens[t] < c->vocab); /* hy_exec_prefill checked them */
         memcpy(ex->x + (size_t)t * H, m->embed + (size_t)tokens[t] * H, (size_t)H * sizeof(float));
+    }
     for (int li = 0; li < c->n_layers; li++) {
         const hy_layer_w *L = &m->layers[li];
+        assert(L->kind == c->layer_kind[li] && L->moe == c->layer_moe[li]);
+        assert(L->moe || L->mlp.inter <= (int)widest_mlp(c));
         hy_rmsnorm(n, H, ex->x, (size_t)H, L->in_norm1, c->rms_eps, ex->xn, (size_t)H);
         if (L->kind == HY_LAYER_LINEAR)
             gdn_layer(ex, st, li, n);
@@ -425,10 +462,13 @@ int hy_exec_prefill(hy_exec *ex, hy_state *st, const int32_t *tokens, size_t n, 
     int rc = hy_state_reserve(st, st->pos + (int64_t)n, err);
     if (rc == HY_OK) rc = ensure_workspace(ex, B, st->pos + (int64_t)n, err);
     if (rc != HY_OK) return rc;
+    const int64_t pos0 = st->pos;
     for (size_t at = 0; at < n; at += B) {
         const int len = (int)HY_MIN(B, n - at);
         step(ex, st, tokens + at, len, at + len == n ? logits : NULL);
     }
+    assert(st->pos == pos0 + (int64_t)n);
+    (void)pos0; /* read by the assertion only */
     return HY_OK;
 }
 

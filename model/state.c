@@ -4,9 +4,14 @@
  * [K-1][conv_dim]; attention layers keep the rotated K and V of every position
  * ([pos][Hkv][hd]), grown geometrically. Copying a state is how callers
  * checkpoint a prefix.
+ *
+ * Invariant: 0 ≤ pos ≤ kv_cap (every prefill reserves its positions first),
+ * and a layer has S and conv buffers exactly when it is linear, K and V
+ * buffers holding kv_cap rows when it is attention and kv_cap > 0.
  */
 #include "model_internal.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,6 +51,7 @@ int hy_state_new(const hy_model *m, hy_state **out, hy_err *err)
 {
     const hy_model_config *c = &m->cfg;
     *out = NULL;
+    assert(c->n_layers >= 1 && c->n_layers <= HY_MAX_LAYERS); /* the loader's bounds */
     hy_state *s = calloc(1, sizeof *s);
     if (!s) return hy_err_set(err, HY_ENOMEM, "out of memory");
     s->m = m;
@@ -82,6 +88,7 @@ void hy_state_reset(hy_state *s)
 int hy_state_reserve(hy_state *s, int64_t need, hy_err *err)
 {
     const hy_model_config *c = &s->m->cfg;
+    assert(need >= 0 && s->pos >= 0 && s->pos <= s->kv_cap);
     if (need <= s->kv_cap) return HY_OK;
     int64_t cap = s->kv_cap ? s->kv_cap * 2 : 256;
     if (cap < need) cap = need;
@@ -100,6 +107,7 @@ int hy_state_reserve(hy_state *s, int64_t need, hy_err *err)
                               (long long)cap);
     }
     s->kv_cap = cap;
+    assert(s->kv_cap >= need);
     return HY_OK;
 }
 
@@ -107,8 +115,10 @@ int hy_state_copy(hy_state *dst, const hy_state *src, hy_err *err)
 {
     const hy_model_config *c = &src->m->cfg;
     if (dst->m != src->m) return hy_err_set(err, HY_EINVAL, "state copy between different models");
+    assert(src->pos >= 0 && src->pos <= src->kv_cap); /* the rows copied below exist */
     int rc = hy_state_reserve(dst, src->pos, err);
     if (rc) return rc;
+    assert(dst->kv_cap >= src->pos);
     for (int i = 0; i < c->n_layers; i++) {
         if (src->S[i]) memcpy(dst->S[i], src->S[i], s_floats(c) * sizeof(float));
         if (src->conv[i]) memcpy(dst->conv[i], src->conv[i], conv_floats(c) * sizeof(float));

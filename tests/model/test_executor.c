@@ -2,11 +2,14 @@
  * Executor behaviour on generated checkpoints (tiny and tiny-moe): a prefill
  * split into pieces and single-token decodes equals one prefill; a copied
  * state continues exactly like the original; bad input is refused without
- * touching the state; generated checkpoints are deterministic per seed.
+ * touching the state; generated checkpoints are deterministic per seed; an
+ * executor keeps working when the caller raises the OpenMP thread count
+ * after creating it.
  */
 #include "model_internal.h"
 #include "test_util.h"
 
+#include <omp.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -176,6 +179,30 @@ static void test_bad_input_leaves_state(void)
     hy_model_close(m), hy_model_close(m2);
 }
 
+/* The executor's per-thread scratch (attention scores, delta-rule chunks)
+ * has one slot per OpenMP thread; a caller that raises the thread count after
+ * hy_exec_new must get more slots, not threads writing past the last one
+ * (which AddressSanitizer reports as a heap overflow). */
+static void test_more_threads_than_at_creation(void)
+{
+    pair p;
+    const int before = omp_get_max_threads();
+    omp_set_num_threads(1);
+    const hy_model_config *c = open_pair(&p, "tiny", 7, "threads");
+    hy_err e = {0};
+    const int n = 700; /* several attention blocks and delta-rule chunks */
+    int32_t *tok = random_tokens(n, c->vocab, 12);
+    CU_ASSERT_EQUAL_FATAL(hy_exec_prefill(p.ex, p.a, tok, n, p.la, &e), 0);
+    omp_set_num_threads(4);
+    CU_ASSERT_EQUAL_FATAL(hy_exec_prefill(p.ex, p.b, tok, n, p.lb, &e), 0);
+    omp_set_num_threads(before);
+    double le = hy_max_abs_diff(p.lb, p.la, (size_t)c->vocab);
+    printf("\n    1 thread vs 4 threads on an executor made with 1: logits %.1e", le);
+    CU_ASSERT(le <= 1e-4);
+    free(tok);
+    close_pair(&p);
+}
+
 static int file_equal(const char *a, const char *b)
 {
     char *x, *y;
@@ -223,6 +250,7 @@ int main(void)
         {"pieces_equal_one_prefill_moe", test_split_moe},
         {"copied_state_continues_identically", test_copy_continues_identically},
         {"bad_input_leaves_state_untouched", test_bad_input_leaves_state},
+        {"more_threads_than_at_creation", test_more_threads_than_at_creation},
         {"generated_checkpoints_deterministic", test_init_deterministic},
         {NULL, NULL},
     };
