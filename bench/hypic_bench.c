@@ -6,7 +6,7 @@
  *   hypic-bench executor [--model DIR] [--quick]
  *   hypic-bench pic [--model DIR] [--requests N] [--seed N]
  *   hypic-bench policies [--trace FILE | --zipf ...] [--params P] [--min-tokens N]
- *   hypic-bench tiers [--dir DIR] [--quick]
+ *   hypic-bench tiers [--dir DIR] [--quick | --smoke]
  */
 #include "bench.h"
 

@@ -1,0 +1,92 @@
+#!/bin/sh
+# Every hypic-bench benchmark run once with its smallest arguments, so that
+# none of them can break unnoticed: each must exit 0 and end with one JSON
+# object whose "bench" is its name and whose headline figures are finite
+# numbers (positive where a zero would mean nothing was measured). The numbers
+# themselves are not judged: this is a smoke run on a shared CI machine, not a
+# measurement. Everything runs in one temporary directory, removed at the end
+# whatever happens.
+#
+# Usage: bench_smoke.sh PATH/TO/hypic-bench PATH/TO/hypic-model PATH/TO/check_bench_json
+set -u
+bench=$1 model_tool=$2 check=$3
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/hypic-bench-smoke.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT
+trap 'exit 1' INT TERM HUP
+pass=0
+fail=0
+
+# run NAME KEY... -- ARGS...: hypic-bench ARGS, then its last line checked
+# against NAME and the KEYs (see check_bench_json.c).
+run() {
+    name=$1
+    shift
+    keys=""
+    while [ "$1" != "--" ]; do
+        keys="$keys $1"
+        shift
+    done
+    shift
+    out="$tmp/$name.out"
+    start=$(date +%s)
+    "$bench" "$@" >"$out" 2>"$tmp/$name.err"
+    status=$?
+    secs=$(($(date +%s) - start))
+    # shellcheck disable=SC2086 # keys are single words by construction
+    if [ "$status" -eq 0 ] && "$check" "$name" $keys <"$out" >/dev/null 2>"$tmp/check.err"; then
+        pass=$((pass + 1))
+        echo "  ok    hypic-bench $* (${secs} s)"
+    else
+        fail=$((fail + 1))
+        if [ "$status" -ne 0 ]; then
+            echo "  FAIL  hypic-bench $*: exit $status; stderr:"
+            sed 's/^/        /' "$tmp/$name.err"
+        else
+            echo "  FAIL  hypic-bench $*: its JSON line:"
+            sed 's/^/        /' "$tmp/check.err"
+        fi
+        echo "        last lines of stdout:"
+        tail -n 5 "$out" | cut -c 1-300 | sed 's/^/        /'
+    fi
+}
+
+"$model_tool" init --preset tiny --seed 1 --out "$tmp/tiny" >/dev/null || exit 1
+
+run executor sgemm_gflops\>0 prefill_tok_s_512\>0 prefill_tok_s_2048\>0 \
+    recurrent_tok_s_2048\>0 decode_tok_s\>0 chunked_over_recurrent_2048\>0 \
+    delta_rule_chunked_over_recurrent_2048\>0 fraction_of_sgemm_limit_512\>0 \
+    fraction_of_sgemm_limit_2048\>0 peak_rss_mb\>0 \
+    -- executor --model "$tmp/tiny" --quick
+
+run pic requests\>0 ttft_ms.full\>0 ttft_ms.prefix\>0 ttft_ms.pic\>0 ttft_ms.noseam\>0 \
+    ttft_ms.naive\>0 pic_over_prefix_speedup\>0 pic_over_full_speedup\>0 build_overhead_pct \
+    kl_vs_full.prefix kl_vs_full.pic kl_vs_full.noseam kl_vs_full.naive \
+    top1_agree_vs_full.pic top1_agree_vs_full.naive tokens_prefilled.full\>0 \
+    tokens_prefilled.pic\>0 entry_bytes_per_token\>0 \
+    -- pic --model "$tmp/tiny" --requests 1
+
+# The generated trace, written out with --dump and replayed with --trace, so
+# both the generator and the trace reader run.
+policy_keys="requests>0 lookups>0 unique_segments>0 unique_bytes>0 results.0.hit_rate
+    results.0.byte_hit_rate results.0.flops_saved best_flops_saved_at_10pct.flops_saved"
+# shellcheck disable=SC2086
+run policies $policy_keys -- policies --zipf --requests 200 --docs 50 --dump "$tmp/trace.txt"
+# shellcheck disable=SC2086
+run policies $policy_keys -- policies --trace "$tmp/trace.txt"
+
+tier_keys="catalog_lookups_per_s>0 store_acquire_release_per_s>0 nvme_small_puts_per_s>0"
+for s in 1m 16m 64m; do
+    tier_keys="$tier_keys host_get_over_memcpy_$s>0 host_put_over_memcpy_$s>0
+        nvme_read_over_raw_$s>0 nvme_write_over_raw_$s>0"
+done
+# shellcheck disable=SC2086
+run tiers $tier_keys -- tiers --dir "$tmp" --smoke
+# tiers works in a directory of its own under --dir and must remove it.
+for d in "$tmp"/hypic-bench-tiers-*; do
+    [ -e "$d" ] || continue
+    fail=$((fail + 1))
+    echo "  FAIL  hypic-bench tiers left $d behind"
+done
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
