@@ -52,9 +52,10 @@ run() {
 
 "$model_tool" init --preset tiny --seed 1 --out "$tmp/tiny" >/dev/null || exit 1
 
+# --quick: prefills of 512 and 2048 tokens, chunked against recurrent at 512.
 run executor sgemm_gflops\>0 prefill_tok_s_512\>0 prefill_tok_s_2048\>0 \
-    recurrent_tok_s_2048\>0 decode_tok_s\>0 chunked_over_recurrent_2048\>0 \
-    delta_rule_chunked_over_recurrent_2048\>0 fraction_of_sgemm_limit_512\>0 \
+    recurrent_tok_s_512\>0 decode_tok_s\>0 chunked_over_recurrent_512\>0 \
+    delta_rule_chunked_over_recurrent_512\>0 fraction_of_sgemm_limit_512\>0 \
     fraction_of_sgemm_limit_2048\>0 peak_rss_mb\>0 \
     -- executor --model "$tmp/tiny" --quick
 
