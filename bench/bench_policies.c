@@ -1,6 +1,6 @@
 /*
  * hypic-bench policies: replays a trace of segment lookups through every
- * eviction × admission pair of tiers/policy.h at several capacities (fractions
+ * eviction × admission pair of tiers/policy_internal.h at several capacities (fractions
  * of the trace's unique bytes) and reports, per pair and capacity:
  *   - hit rate: hits / lookups;
  *   - byte hit rate: bytes of hits / bytes of lookups;

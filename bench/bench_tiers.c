@@ -299,7 +299,7 @@ static int nvme_measure(hy_nvme *nv, int raw_fd, struct io_uring *ring, uint64_t
     return HY_OK;
 }
 
-/* --- catalog lookups ------------------------------------------------------------- */
+/* --- index lookups (hy_nvme_lookup: the tier's in-memory index, no RocksDB read) ------------------------------------------------------------- */
 
 typedef struct lookup_result {
     double nvme_per_s, store_per_s, small_puts_per_s;

@@ -24,7 +24,7 @@ static const struct {
     {"policies", hy_bench_policies,
      "hit rate and FLOPs saved of every eviction x admission policy on a trace"},
     {"tiers", hy_bench_tiers,
-     "host and NVMe tier throughput vs memcpy and raw O_DIRECT io_uring; catalog lookups/s"},
+     "host and NVMe tier throughput vs memcpy and raw O_DIRECT io_uring; NVMe index lookups/s, host hits/s"},
 };
 
 int main(int argc, char **argv)

@@ -1,5 +1,5 @@
 /*
- * The forward pass, read top to bottom like the model (DESIGN.md §7):
+ * The forward pass, read top to bottom like the model (docs/executor.md):
  *
  *   x = embed(tokens)
  *   for each layer:

@@ -1,5 +1,5 @@
 /*
- * Binding a checkpoint to the executor's layouts (internal.h). Every tensor
+ * Binding a checkpoint to the executor's layouts (model_internal.h). Every tensor
  * the architecture needs is looked up by its Hugging Face name, checked for a
  * floating dtype and the exact shape the config implies, widened to fp32 and
  * rearranged:
@@ -416,10 +416,9 @@ static int load_all(loader *ld)
     return HY_OK;
 }
 
-/* The model's identity for cache keys: config.json's bytes and each
- * safetensors file's header and size. A changed checkpoint never reuses old
- * entries; the tensor bytes themselves are not read (the headers pin their
- * names, shapes and offsets). */
+/* The model's identity for cache keys: config.json's bytes, each
+ * safetensors file's name, size and header, and samples of every tensor's
+ * bytes (hy_st_fingerprint). A changed checkpoint never reuses old entries. */
 static int fingerprint(hy_model *m, const char *dir, const hy_st *st, hy_err *err)
 {
     char path[512], *text = NULL;
@@ -433,9 +432,10 @@ static int fingerprint(hy_model *m, const char *dir, const hy_st *st, hy_err *er
         return hy_err_set(err, HY_ENOMEM, "out of memory");
     }
     hy_sha256_add(h, text, len);
-    hy_st_fingerprint(st, h);
+    rc = hy_st_fingerprint(st, h);
     hy_sha256_end(h, m->fingerprint);
     hy_free(text);
+    if (rc) return hy_err_set(err, rc, "out of memory computing the model's fingerprint");
     return HY_OK;
 }
 

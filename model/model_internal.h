@@ -47,7 +47,7 @@ typedef struct hy_layer_w {
 
 struct hy_model {
     hy_model_config cfg;
-    uint8_t fingerprint[32]; /* SHA-256 of config.json and the safetensors headers */
+    uint8_t fingerprint[32]; /* hy_model_fingerprint */
     float *embed;            /* [V][H] */
     float *lm_head;          /* [V][H]; == embed when tied */
     float *final_norm1;      /* [H], 1 + weight */

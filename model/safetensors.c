@@ -445,10 +445,10 @@ static int cmp_file(const void *a, const void *b)
     return strcmp(((const st_file *)a)->path, ((const st_file *)b)->path);
 }
 
-void hy_st_fingerprint(const hy_st *st, hy_sha256_ctx *h)
+int hy_st_fingerprint(const hy_st *st, hy_sha256_ctx *h)
 {
     st_file *files = malloc(st->nfiles * sizeof *files + 1);
-    if (!files) return;
+    if (!files) return HY_ENOMEM;
     memcpy(files, st->files, st->nfiles * sizeof *files);
     qsort(files, st->nfiles, sizeof *files, cmp_file);
     for (size_t i = 0; i < st->nfiles; i++) {
@@ -475,6 +475,7 @@ void hy_st_fingerprint(const hy_st *st, hy_sha256_ctx *h)
         hy_sha256_add(h, d + (t->nbytes - k) / 2, k);
         hy_sha256_add(h, d + (t->nbytes - k), k);
     }
+    return HY_OK;
 }
 
 int hy_st_read_f32(const hy_st_tensor *t, float *dst, hy_err *err)

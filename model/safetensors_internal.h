@@ -70,8 +70,9 @@ const hy_st_tensor *hy_st_find(const hy_st *st, const char *name);
 
 /* Feeds each file's name (without directory), header bytes and size into h,
  * in name order, then 3 × 256-byte samples (start, middle, end) of every
- * tensor: what tells one checkpoint from another without reading all of it. */
-void hy_st_fingerprint(const hy_st *st, hy_sha256_ctx *h);
+ * tensor: what tells one checkpoint from another without reading all of it.
+ * HY_ENOMEM (h then holds a partial digest: discard it) or 0. */
+int hy_st_fingerprint(const hy_st *st, hy_sha256_ctx *h);
 
 /* Copies a floating-point tensor into dst (t->numel floats), widening F16/BF16
  * and narrowing F64. Integer tensors are refused with HY_EUNSUPPORTED. */

@@ -98,8 +98,9 @@ int hy_exec_prefill(hy_exec *ex, hy_state *st, const int32_t *tokens, size_t n, 
 /* One token (the recurrent path throughout). */
 int hy_exec_decode(hy_exec *ex, hy_state *st, int32_t token, float *logits, hy_err *err);
 
-/* Identity of the checkpoint (SHA-256 of config.json and the safetensors
- * headers and sizes): part of every entry and cache key. */
+/* Identity of the checkpoint (SHA-256 of config.json, the safetensors files'
+ * names, sizes and headers, and samples of every tensor's bytes): part of
+ * every entry and cache key. */
 void hy_model_fingerprint(const hy_model *m, uint8_t fp[32]);
 
 /* --- segment entries (model/entry.c; format in docs/entry-format.md) ------
