@@ -9,7 +9,16 @@
  *     built inline by `pic`, against `full` on the same tokens;
  *   - entry bytes per body token;
  *   - each mode's divergence from `full` on the first generated token:
- *     KL(full ‖ mode) of the next-token distributions and top-1 agreement.
+ *     KL(full ‖ mode) of the next-token distributions and top-1 agreement;
+ *   - the composition time per hit: hy_entry_apply of the W = 0 entries of a
+ *     request's segments onto a running state. With no seam to recompute it
+ *     is all composition — S ← T·S + S_body and the conv tail per linear
+ *     layer, K re-rotated and K, V appended per attention layer — the part of
+ *     a `pic` hit that does not depend on W (a W = 8 hit adds an 8-token
+ *     prefill). Reported over every hit of several requests as the median
+ *     and the fastest tenth: on a loaded machine a parallel region whose
+ *     thread is descheduled stalls the whole apply, which the median shows
+ *     and the fastest tenth mostly does not.
  * The physical limit next to TTFT: the tokens each mode sends through the
  * forward pass (pic recomputes 8-token seams and the query only).
  */
@@ -41,6 +50,12 @@ static double kl_logits(const float *lp, const float *lq, int n)
         kl += exp(a) * (a - b);
     }
     return kl;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
 }
 
 static int argmax(const float *x, int n)
@@ -188,10 +203,31 @@ int hy_bench_pic(int argc, char **argv)
         }
         free(query);
     }
+
+    /* Composition per hit: requests' segments applied from their W = 0
+     * entries, each hy_entry_apply timed alone (the KV cache already has the
+     * capacity of a request, so no apply reallocates it). */
+    enum { COMPOSE_ROUNDS = 24 };
+    double compose_s[COMPOSE_ROUNDS * NSEG];
+    int n_compose = 0;
+    for (int round = 0; round < COMPOSE_ROUNDS && !rc; round++) {
+        hy_state_reset(bm.st);
+        for (int i = 0; i < NSEG && !rc; i++) {
+            const int d = i == 0 ? POOL : (int)(hy_rng_next(&r) % POOL);
+            const uint64_t t0 = hy_now_ns();
+            rc = hy_entry_apply(bm.ex, bm.st, S.e0[d], true, &e);
+            compose_s[n_compose++] = (double)(hy_now_ns() - t0) * 1e-9;
+        }
+    }
     if (rc) {
         fprintf(stderr, "hypic-bench: %s\n", e.msg);
         return 1;
     }
+    qsort(compose_s, (size_t)n_compose, sizeof *compose_s, cmp_double);
+    const double compose_us = compose_s[n_compose / 2] * 1e6;
+    const double compose_p10_us = compose_s[n_compose / 10] * 1e6;
+    double compose_mean_us = 0;
+    for (int i = 0; i < n_compose; i++) compose_mean_us += compose_s[i] * 1e6 / n_compose;
 
     const double N = (double)nreq;
     printf("\n mode     TTFT ms   tokens prefilled   KL vs full   top-1 agree\n");
@@ -211,6 +247,9 @@ int hy_bench_pic(int argc, char **argv)
            "all misses)\n",
            overhead, n_over);
     printf("entry bytes per body token: %.0f\n", bytes_per_token);
+    printf("composition per hit (hy_entry_apply of a W = 0 entry, no seam): median %.0f us, "
+           "fastest tenth %.0f us, mean %.0f us over %d hits\n",
+           compose_us, compose_p10_us, compose_mean_us, n_compose);
     printf("(random weights: KL and agreement show how far each approximation moves the output, "
            "not task quality)\n");
     printf("{\"bench\":\"pic\",\"requests\":%ld,\"ttft_ms\":{\"full\":%.2f,\"prefix\":%.2f,"
@@ -219,12 +258,13 @@ int hy_bench_pic(int argc, char **argv)
            "\"kl_vs_full\":{\"prefix\":%.3e,\"pic\":%.3e,\"noseam\":%.3e,\"naive\":%.3e},"
            "\"top1_agree_vs_full\":{\"prefix\":%.3f,\"pic\":%.3f,\"noseam\":%.3f,\"naive\":%.3f},"
            "\"tokens_prefilled\":{\"full\":%.0f,\"prefix\":%.0f,\"pic\":%.0f},"
-           "\"entry_bytes_per_token\":%.1f}\n",
+           "\"entry_bytes_per_token\":%.1f,\"compose_us_per_hit\":%.1f,"
+           "\"compose_p10_us_per_hit\":%.1f,\"compose_mean_us_per_hit\":%.1f}\n",
            nreq, ttft[0] / N * 1e3, ttft[1] / N * 1e3, ttft[2] / N * 1e3, ttft[3] / N * 1e3,
            ttft[4] / N * 1e3, sp_prefix, sp_full, overhead, kl[1] / N, kl[2] / N, kl[3] / N,
            kl[4] / N, agree[1] / N, agree[2] / N, agree[3] / N, agree[4] / N,
            (double)prefilled[0] / N, (double)prefilled[1] / N, (double)prefilled[2] / N,
-           bytes_per_token);
+           bytes_per_token, compose_us, compose_p10_us, compose_mean_us);
     for (int d = 0; d <= POOL; d++) {
         free(S.tok[d]);
         hy_entry_free(S.e8[d]);

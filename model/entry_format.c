@@ -16,8 +16,10 @@
  * Sections in order: TOKENS (n × u32), then per layer either T, S, TAIL
  * (linear) or K, V (attention).
  */
+#include "hy_kernels.h"
 #include "model_internal.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,16 +59,21 @@ typedef struct section {
     size_t bytes;
 } section;
 
-/* The sections of entry e (its shapes from e->cfg), in file order. */
+/* The sections of entry e (its shapes from e->cfg), in file order; out has
+ * room for MAX_SECTIONS. The sizes are those hy_entry_alloc gives the
+ * sections (T per head as the Gated DeltaNet family's, a dense dk×dk), so a
+ * section read whole into its buffer fits it. */
 static size_t list_sections(const hy_entry *e, section *out)
 {
     const hy_model_config *c = &e->cfg;
+    assert(c->n_layers == e->n_layers && c->n_layers <= HY_MAX_LAYERS);
+    assert(e->dtype == HY_ENTRY_F32 || e->dtype == HY_ENTRY_BF16);
     const size_t se = e->dtype == HY_ENTRY_BF16 ? 2 : 4;
     size_t k = 0;
     out[k++] = (section){SEC_TOKENS, 0, e->tokens, (size_t)e->n * 4};
     for (int i = 0; i < c->n_layers; i++) {
         if (c->layer_kind[i] == HY_LAYER_LINEAR) {
-            const size_t ts = (size_t)c->lin_v_heads * c->lin_dk * c->lin_dk * 4;
+            const size_t ts = (size_t)c->lin_v_heads * hy_la_t_size(HY_LA_GDN, c->lin_dk) * 4;
             const size_t ss = (size_t)c->lin_v_heads * c->lin_dk * c->lin_dv * se;
             const size_t tl = (size_t)(c->conv_kernel - 1) * (size_t)hy_config_conv_dim(c) * 4;
             out[k++] = (section){SEC_T, (uint32_t)i, e->T[i], ts};
@@ -78,6 +85,7 @@ static size_t list_sections(const hy_entry *e, section *out)
             out[k++] = (section){SEC_V, (uint32_t)i, e->V[i], kv};
         }
     }
+    assert(k <= MAX_SECTIONS);
     return k;
 }
 

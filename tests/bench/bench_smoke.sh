@@ -63,7 +63,7 @@ run pic requests\>0 ttft_ms.full\>0 ttft_ms.prefix\>0 ttft_ms.pic\>0 ttft_ms.nos
     ttft_ms.naive\>0 pic_over_prefix_speedup\>0 pic_over_full_speedup\>0 build_overhead_pct \
     kl_vs_full.prefix kl_vs_full.pic kl_vs_full.noseam kl_vs_full.naive \
     top1_agree_vs_full.pic top1_agree_vs_full.naive tokens_prefilled.full\>0 \
-    tokens_prefilled.pic\>0 entry_bytes_per_token\>0 \
+    tokens_prefilled.pic\>0 entry_bytes_per_token\>0 compose_us_per_hit\>0 \
     -- pic --model "$tmp/tiny" --requests 1
 
 # The generated trace, written out with --dump and replayed with --trace, so

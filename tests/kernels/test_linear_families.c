@@ -1,12 +1,16 @@
 /*
- * Every linear-attention family of kernels/linear_attn.h, with random inputs
+ * Every linear-attention family of hy_kernels.h (hy_la_*), with random inputs
  * shaped as the models make them (q, k L2-normalised, β ∈ (0, 1), log-decays
  * from near zero to strong):
  *   - the recurrent form against a double-precision transcription of
  *     S_t = A_t·S_{t-1} + B_t (state, outputs and the transition operator T);
  *   - the chunked form against the recurrent one, from zero and random states;
- *   - segments built independently (S = 0, T = I) and composed — left fold and
- *     tree — against the recurrence over their concatenation;
+ *   - segments built independently (S = 0, T = I) and composed — left fold,
+ *     tree, and applied one by one to a running state as reuse does — against
+ *     the recurrence over their concatenation;
+ *   - segments read out of one run (S_i = S_end − T_i·S_start, as entries are
+ *     built) against the same segments built alone, and the per-head batch
+ *     functions the executor calls against one head at a time;
  *   - naive addition of segment states, wrong for every non-additive family;
  *   - RoPE: a canonical segment moved to start s against the segment built
  *     with its keys rotated at their absolute positions.
@@ -94,7 +98,7 @@ static hy_la_in in_of(const la_data *d, int a, int n)
                       .g0 = d->g0};
 }
 
-/* The log-decay of key dim i at token t, as the table of DESIGN.md §1.1 has it. */
+/* The log-decay of key dim i at token t, as the family table of hy_kernels.h has it. */
 static double log_decay(const la_data *d, int t, int i)
 {
     switch (d->f) {
@@ -349,12 +353,15 @@ static void compose_case(hy_la_family f, const la_case *c, int k, uint64_t seed)
     float *T = t_new(f, dk), *S = calloc(SS, 4), *Send = fdup(d.S0, SS);
     hy_la_fold(kind, dk, dv, k, (const float *const *)s.T, (const float *const *)s.S, T, S, work);
     hy_la_apply(kind, dk, dv, T, S, Send, work);
-    /* The combiner's path: only the running state, segment by segment. */
-    float *Srun = fdup(d.S0, SS);
-    hy_la_fold(kind, dk, dv, k, (const float *const *)s.T, (const float *const *)s.S, NULL, Srun,
+    /* Reuse as hy_entry_apply runs it: only the running state advances,
+     * S ← T_i·S + S_i per cached segment (hy_la_apply, per head), which
+     * hy_la_fold with T NULL does too. */
+    float *Srun = fdup(d.S0, SS), *Sfold = fdup(d.S0, SS);
+    for (int i = 0; i < k; i++) hy_la_apply(kind, dk, dv, s.T[i], s.S[i], Srun, work);
+    hy_la_fold(kind, dk, dv, k, (const float *const *)s.T, (const float *const *)s.S, NULL, Sfold,
                work);
     const double es = hy_rel_diff(Send, Sref, SS), et = hy_rel_diff(T, Tref, TS);
-    const double er = hy_rel_diff(Srun, Sref, SS);
+    const double er = fmax(hy_rel_diff(Srun, Sref, SS), hy_rel_diff(Sfold, Sref, SS));
 
     hy_la_reduce_tree(kind, dk, dv, k, s.T, s.S, work);
     const double xs = hy_rel_diff(s.S[0], S, SS), xt = hy_rel_diff(s.T[0], T, TS);
@@ -365,7 +372,7 @@ static void compose_case(hy_la_family f, const la_case *c, int k, uint64_t seed)
     CU_ASSERT(xs <= 1e-5 && xt <= 1e-5);
     note(2, fmax(es, fmax(et, er)));
     note(3, fmax(xs, xt));
-    free(Sref), free(Tref), free(T), free(S), free(Send), free(Srun), free(work);
+    free(Sref), free(Tref), free(T), free(S), free(Send), free(Srun), free(Sfold), free(work);
     segs_free(&s);
     drop(&d);
 }
@@ -385,6 +392,95 @@ static void test_composition_matches_sequential(void)
     printf("\n    worst: composed vs sequential %.1e, tree vs fold %.1e", g_worst[2], g_worst[3]);
 }
 
+/* k arrays of `each` floats, packed one after another (as heads are). */
+static float *pack(float *const *x, int k, size_t each)
+{
+    float *p = malloc((size_t)k * each * sizeof(float));
+    for (int i = 0; i < k; i++) memcpy(p + (size_t)i * each, x[i], each * sizeof(float));
+    return p;
+}
+
+/* One run over the concatenation from a warm S0, cut into k segments: each
+ * segment's pair read out of the run with hy_la_extract (S_i = S_end − T_i·
+ * S_start, as an entry is built inline or after its seam) against the same
+ * segment built alone from zero; the pairs applied back onto S0 in order (as
+ * reuse does) against the run; and the per-head batch functions against a
+ * loop over heads (the k segments taken as k heads). */
+static void extract_case(hy_la_family f, int n, int k, double lo, double hi, uint64_t seed)
+{
+    const la_case c = {n, 64, 48, lo, hi, 1, 0};
+    la_data d = make(f, &c, seed);
+    const int dk = c.dk, dv = c.dv;
+    const hy_la_tkind kind = hy_la_t_kind(f);
+    const size_t SS = (size_t)dk * dv, TS = hy_la_t_size(f, dk);
+    const size_t WS = hy_la_compose_scratch(kind, dk, dv);
+    float *work = work_new(f, dk, dv), *wh = malloc(((size_t)k * WS + 1) * sizeof(float));
+    hy_rng r;
+    hy_rng_seed(&r, seed ^ 0xe7);
+    int cut[17];
+    random_cuts(&r, n, k, cut);
+    segs alone = build_segments(&d, cut, k, work);
+
+    float *S = fdup(d.S0, SS), *S0[16], *S1[16], *T[16], *Sc[16];
+    for (int i = 0; i < k; i++) {
+        S0[i] = fdup(S, SS);
+        T[i] = t_new(f, dk);
+        const hy_la_in in = in_of(&d, cut[i], cut[i + 1] - cut[i]);
+        hy_la_chunked(&in, S, NULL, 0, T[i], work);
+        S1[i] = fdup(S, SS);
+        Sc[i] = malloc(SS * sizeof(float));
+        hy_la_extract(kind, dk, dv, T[i], S0[i], S1[i], Sc[i], work);
+    }
+    double ee = 0;
+    for (int i = 0; i < k; i++) ee = fmax(ee, hy_rel_diff(Sc[i], alone.S[i], SS));
+    /* in place, over the start state or over the end state: the same floats */
+    float *ip0 = fdup(S0[0], SS), *ip1 = fdup(S1[0], SS);
+    hy_la_extract(kind, dk, dv, T[0], ip0, S1[0], ip0, work);
+    hy_la_extract(kind, dk, dv, T[0], S0[0], ip1, ip1, work);
+    const int same = !memcmp(ip0, Sc[0], SS * 4) && !memcmp(ip1, Sc[0], SS * 4);
+
+    float *X = fdup(d.S0, SS);
+    for (int i = 0; i < k; i++) hy_la_apply(kind, dk, dv, T[i], Sc[i], X, work);
+    const double ea = hy_rel_diff(X, S, SS);
+
+    /* k heads at once against one head at a time */
+    float *Tp = pack(T, k, TS), *S0p = pack(S0, k, SS), *S1p = pack(S1, k, SS);
+    float *Scp = malloc((size_t)k * SS * sizeof(float)), *Sp = pack(S0, k, SS);
+    hy_la_extract_heads(kind, k, dk, dv, Tp, S0p, S1p, Scp, wh);
+    hy_la_apply_heads(kind, k, dk, dv, Tp, Scp, Sp, wh);
+    double eh = 0, eb = 0;
+    for (int i = 0; i < k; i++) {
+        float *one = fdup(S0[i], SS);
+        hy_la_apply(kind, dk, dv, T[i], Sc[i], one, work);
+        eh = fmax(eh, hy_rel_diff(Scp + (size_t)i * SS, Sc[i], SS));
+        eh = fmax(eh, hy_rel_diff(Sp + (size_t)i * SS, one, SS));
+        eb = fmax(eb, hy_rel_diff(Sp + (size_t)i * SS, S1[i], SS));
+        free(one);
+    }
+    printf("\n    %-14s k=%-2d n=%-4d g in [%g, %g]: extracted vs built alone %.1e%s, "
+           "reapplied vs run %.1e; heads vs one by one %.1e, vs run %.1e",
+           hy_la_family_name(f), k, n, lo, hi, ee, same ? "" : " (in place differs)", ea, eh, eb);
+    CU_ASSERT(ee <= 1e-5 && ea <= 1e-5 && eb <= 1e-5);
+    CU_ASSERT(same);
+    CU_ASSERT(eh <= 1e-6);
+    note(5, fmax(ee, fmax(ea, eb)));
+    for (int i = 0; i < k; i++) free(S0[i]), free(S1[i]), free(T[i]), free(Sc[i]);
+    free(S), free(X), free(ip0), free(ip1), free(Tp), free(S0p), free(S1p), free(Scp), free(Sp);
+    free(work), free(wh);
+    segs_free(&alone);
+    drop(&d);
+}
+
+static void test_extract_reads_segments_out_of_a_run(void)
+{
+    for (int fi = 0; fi < NFAM; fi++) {
+        extract_case(all_families[fi], 700, 3, -0.02, -0.001, 600 + 8 * fi);
+        extract_case(all_families[fi], 1200, 5, -1e-4, 0.0, 601 + 8 * fi);
+        extract_case(all_families[fi], 300, 2, -6.0, -4.0, 602 + 8 * fi);
+    }
+    printf("\n    worst %.1e", g_worst[5]);
+}
+
 /* Summing the segment states (no T) against the recurrence, from S = 0. */
 static double naive_error(hy_la_family f, double lo, double hi, float g0_override, int use_g0)
 {
@@ -396,8 +492,9 @@ static double naive_error(hy_la_family f, double lo, double hi, float g0_overrid
     const int cut[5] = {0, 100, 230, 400, 512};
     segs s = build_segments(&d, cut, 4, work);
     float *sum = calloc(SS, 4), *ref = calloc(SS, 4);
-    for (int i = 0; i < 4; i++)
-        for (size_t j = 0; j < SS; j++) sum[j] += s.S[i][j];
+    /* as `naive` reuse runs it: each segment applied with T replaced by I */
+    static const float one = 1.0f;
+    for (int i = 0; i < 4; i++) hy_la_apply(HY_LA_T_SCALAR, c.dk, c.dv, &one, s.S[i], sum, NULL);
     const hy_la_in all = in_of(&d, 0, c.n);
     hy_la_recurrent(&all, ref, NULL, 0, NULL);
     const double e = hy_rel_diff(sum, ref, SS);
@@ -515,6 +612,7 @@ int main(void)
         {"recurrent_matches_fp64_definition", test_recurrent_matches_definition},
         {"chunked_matches_recurrent", test_chunked_matches_recurrent},
         {"composition_matches_sequential", test_composition_matches_sequential},
+        {"extract_reads_segments_out_of_a_run", test_extract_reads_segments_out_of_a_run},
         {"naive_addition_is_wrong", test_naive_addition_is_wrong},
         {"rope_rerotation_matches_absolute_keys", test_rope_rerotation},
         {NULL, NULL},
