@@ -24,6 +24,7 @@
  */
 #include "bench.h"
 #include "hy_common.h"
+#include "hy_kernels.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -37,19 +38,6 @@ static int32_t *random_tokens(hy_rng *r, int n, int vocab)
     int32_t *t = malloc((size_t)n * sizeof *t);
     for (int i = 0; i < n; i++) t[i] = (int32_t)(3 + hy_rng_next(r) % (uint64_t)(vocab - 3));
     return t;
-}
-
-/* KL(p ‖ q) of the softmaxes of two logit vectors, in nats. */
-static double kl_logits(const float *lp, const float *lq, int n)
-{
-    double mp = lp[0], mq = lq[0], zp = 0, zq = 0, kl = 0;
-    for (int i = 1; i < n; i++) mp = fmax(mp, lp[i]), mq = fmax(mq, lq[i]);
-    for (int i = 0; i < n; i++) zp += exp(lp[i] - mp), zq += exp(lq[i] - mq);
-    for (int i = 0; i < n; i++) {
-        double a = lp[i] - mp - log(zp), b = lq[i] - mq - log(zq);
-        kl += exp(a) * (a - b);
-    }
-    return kl;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -191,7 +179,7 @@ int hy_bench_pic(int argc, char **argv)
                 ttft[mode] += hy_now_s() - t0;
                 prefilled[mode] += res.prefilled;
                 if (rc || mode == HY_MODE_FULL) continue;
-                kl[mode] += kl_logits(lf, lm, V);
+                kl[mode] += hy_kl_logits(lf, lm, V);
                 agree[mode] += argmax(lf, V) == argmax(lm, V);
             }
             if ((q + 1) % 10 == 0 || q + 1 == nreq) {

@@ -141,3 +141,15 @@ void hy_rope_apply(float *x, int rd, const float *inv_freq, int64_t pos)
         x[i + h] = b * c + a * s;
     }
 }
+
+double hy_kl_logits(const float *lp, const float *lq, int n)
+{
+    double mp = lp[0], mq = lq[0], zp = 0, zq = 0, kl = 0;
+    for (int i = 1; i < n; i++) mp = fmax(mp, lp[i]), mq = fmax(mq, lq[i]);
+    for (int i = 0; i < n; i++) zp += exp(lp[i] - mp), zq += exp(lq[i] - mq);
+    for (int i = 0; i < n; i++) { /* log-softmaxes, max-shifted: no overflow */
+        double a = lp[i] - mp - log(zp), b = lq[i] - mq - log(zq);
+        kl += exp(a) * (a - b);
+    }
+    return kl;
+}

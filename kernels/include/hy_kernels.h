@@ -90,6 +90,11 @@ void hy_rope_inv_freq(int rd, double theta, float *inv_freq);
 /* Rotates x[0..rd) in place for position pos (pairs i and i + rd/2). */
 void hy_rope_apply(float *x, int rd, const float *inv_freq, int64_t pos);
 
+/* KL(p ‖ q) in nats, p = softmax(lp) and q = softmax(lq) over n logits,
+ * in double from max-shifted log-softmaxes (the divergence of one run's
+ * next-token distribution from another's). */
+double hy_kl_logits(const float *lp, const float *lq, int n);
+
 /* Inputs of one head of the gated delta rule, rows per token with strides:
  * q, k: [n] rows of dk (q L2-normalised and scaled, k L2-normalised);
  * v: [n] rows of dv; g (log decay) and beta: [n] scalars with stride ldgb. */

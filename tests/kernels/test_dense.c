@@ -203,6 +203,23 @@ static void test_fast_exp(void)
     CU_ASSERT_DOUBLE_EQUAL(hy_siluf(2.0f), 2.0 / (1.0 + exp(-2.0)), 1e-6);
 }
 
+/* KL between softmaxes: 0 for equal or shifted logits, the closed form on
+ * two entries, and no overflow for logits far outside exp's range. */
+static void test_kl_logits(void)
+{
+    const float a[3] = {1.0f, -2.0f, 0.5f}, shifted[3] = {1001.0f, 998.0f, 1000.5f};
+    CU_ASSERT_DOUBLE_EQUAL(hy_kl_logits(a, a, 3), 0.0, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(hy_kl_logits(a, shifted, 3), 0.0, 1e-9);
+    /* p = (1/2, 1/2), q = softmax(0, ln 3) = (1/4, 3/4):
+     * KL = ½ ln(½ / ¼) + ½ ln(½ / ¾) = ½ ln(4/3) */
+    const float p[2] = {0.0f, 0.0f}, q[2] = {0.0f, (float)log(3.0)};
+    CU_ASSERT_DOUBLE_EQUAL(hy_kl_logits(p, q, 2), 0.5 * log(4.0 / 3.0), 1e-7);
+    CU_ASSERT(hy_kl_logits(q, p, 2) > 0); /* not symmetric, never negative */
+    const float big[2] = {3000.0f, 0.0f}, flat[2] = {0.0f, 0.0f};
+    const double kl = hy_kl_logits(big, flat, 2);
+    CU_ASSERT(isfinite(kl) && fabs(kl - log(2.0)) < 1e-6);
+}
+
 int main(void)
 {
     static const hy_test_case cases[] = {
@@ -213,6 +230,7 @@ int main(void)
         {"gemm_transposes", test_gemm_transposes},
         {"gemm_split_over_threads_and_gemv", test_gemm_split_and_gemv},
         {"fast_exp_accuracy", test_fast_exp},
+        {"kl_between_softmaxes", test_kl_logits},
         {NULL, NULL},
     };
     return hy_test_main("dense_kernels", cases);

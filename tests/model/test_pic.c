@@ -434,19 +434,6 @@ static void test_prefix_mode(void)
  * approximation is coarse on `tiny` because its decays remember tens to
  * hundreds of tokens, longer than the segments. */
 
-/* KL(p ‖ q) of the softmaxes of two logit vectors, in nats. */
-static double kl_logits(const float *lp, const float *lq, int n)
-{
-    double mp = lp[0], mq = lq[0], zp = 0, zq = 0, kl = 0;
-    for (int i = 1; i < n; i++) mp = fmax(mp, lp[i]), mq = fmax(mq, lq[i]);
-    for (int i = 0; i < n; i++) zp += exp(lp[i] - mp), zq += exp(lq[i] - mq);
-    for (int i = 0; i < n; i++) {
-        double a = lp[i] - mp - log(zp), b = lq[i] - mq - log(zq);
-        kl += exp(a) * (a - b);
-    }
-    return kl;
-}
-
 enum { HB_SEGS = 6, HB_ORDERS = 10, HB_QUERY = 8, HB_POS = 4, HB_MODES = 3 };
 static const hy_mode hb_modes[HB_MODES] = {HY_MODE_PIC, HY_MODE_NOSEAM, HY_MODE_NAIVE};
 
@@ -576,7 +563,7 @@ static void hybrid_orders(uint64_t d, hb_result *r, bool verbose)
             CU_ASSERT_EQUAL_FATAL(run_positions(&f, s, q, hb_modes[m], lm, &e), 0);
             double kl = 0;
             for (int p = 0; p < HB_POS; p++)
-                kl += kl_logits(lf + (size_t)p * V, lm + (size_t)p * V, (int)V) / HB_POS;
+                kl += hy_kl_logits(lf + (size_t)p * V, lm + (size_t)p * V, (int)V) / HB_POS;
             r->kl[o][m] = kl;
             r->pos_mismatch += hy_state_pos(f.st) != hy_state_pos(ref);
             r->kv = worse(r->kv, kv_placement(&f, s));
