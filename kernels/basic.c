@@ -144,8 +144,12 @@ void hy_rope_apply(float *x, int rd, const float *inv_freq, int64_t pos)
 
 double hy_kl_logits(const float *lp, const float *lq, int n)
 {
-    double mp = lp[0], mq = lq[0], zp = 0, zq = 0, kl = 0;
-    for (int i = 1; i < n; i++) mp = fmax(mp, lp[i]), mq = fmax(mq, lq[i]);
+    /* The maxima in float and one per loop: GCC 12 for aarch64 at -O3 fails
+     * with an internal error vectorising two double fmax reductions in one. */
+    float mpf = lp[0], mqf = lq[0];
+    for (int i = 1; i < n; i++) mpf = lp[i] > mpf ? lp[i] : mpf;
+    for (int i = 1; i < n; i++) mqf = lq[i] > mqf ? lq[i] : mqf;
+    double mp = mpf, mq = mqf, zp = 0, zq = 0, kl = 0;
     for (int i = 0; i < n; i++) zp += exp(lp[i] - mp), zq += exp(lq[i] - mq);
     for (int i = 0; i < n; i++) { /* log-softmaxes, max-shifted: no overflow */
         double a = lp[i] - mp - log(zp), b = lq[i] - mq - log(zq);
