@@ -3,5 +3,9 @@
 #include "hy_common.h"
 #include "hy_kernels.h"
 #include "hy_model.h"
+#include "hy_rpc.h"
 #include "hy_tiers.h"
-int hy_probe(void) { return HY_KEY_BYTES; }
+int hy_probe(void)
+{
+    return HY_KEY_BYTES;
+}
