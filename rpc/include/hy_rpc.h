@@ -46,4 +46,104 @@ const hy_rpc_method *hy_rpc_method_find(const char *path, size_t len);
 int hy_rpc_unpack(const ProtobufCMessageDescriptor *d, const void *buf, size_t len, size_t max,
                   ProtobufCMessage **out, hy_err *err);
 
+/* ---- Status codes: gRPC's, by number (the same on every wire) ---- */
+
+typedef enum hy_rpc_code {
+    HY_RPC_OK = 0,
+    HY_RPC_CANCELLED = 1,
+    HY_RPC_UNKNOWN = 2,
+    HY_RPC_INVALID_ARGUMENT = 3,
+    HY_RPC_DEADLINE_EXCEEDED = 4,
+    HY_RPC_NOT_FOUND = 5,
+    HY_RPC_PERMISSION_DENIED = 7,
+    HY_RPC_RESOURCE_EXHAUSTED = 8,
+    HY_RPC_FAILED_PRECONDITION = 9,
+    HY_RPC_UNIMPLEMENTED = 12,
+    HY_RPC_INTERNAL = 13,
+    HY_RPC_UNAVAILABLE = 14,
+    HY_RPC_UNAUTHENTICATED = 16,
+} hy_rpc_code;
+
+/* A call's outcome as the peer sent it. */
+typedef struct hy_rpc_status {
+    int code; /* hy_rpc_code */
+    char msg[512];
+} hy_rpc_status;
+
+/* ---- Server (gRPC core, HTTP/2) ----
+ *
+ * `workers` threads each take one call at a time from gRPC and run its
+ * handler to the end, so at most `workers` calls are served at once and the
+ * rest wait in gRPC's queue. A call's first request message is decoded
+ * (bounded by max_message, which gRPC also enforces on the wire) before its
+ * handler runs: bytes that are not the method's request type are answered
+ * INVALID_ARGUMENT, an unknown method UNIMPLEMENTED, without a handler. */
+typedef struct hy_rpc_server hy_rpc_server;
+typedef struct hy_rpc_call hy_rpc_call;
+
+/* Serves one call. req: its decoded request, or NULL for a client-streaming
+ * method (read them with hy_rpc_call_recv); owned by the server. The handler
+ * ends the call with hy_rpc_call_finish (if it returns without, the call is
+ * finished INTERNAL). */
+typedef void (*hy_rpc_handler)(void *app, hy_rpc_call *call, const ProtobufCMessage *req);
+
+typedef struct hy_rpc_server_config {
+    const char *address; /* e.g. "127.0.0.1:0" (port 0: any free port) */
+    int workers;         /* calls served at once; 0: 4 */
+    size_t max_message;  /* bytes per message each way; 0: 4 MiB */
+} hy_rpc_server_config;
+
+/* Binds, starts the workers and returns. handlers: hy_rpc_method_count
+ * entries in hy_rpc_methods' order; a NULL entry answers UNIMPLEMENTED.
+ * HY_EIO naming the address when it cannot be bound. */
+int hy_rpc_server_start(const hy_rpc_server_config *cfg, const hy_rpc_handler *handlers, void *app,
+                        hy_rpc_server **out, hy_err *err);
+/* The port bound (the one chosen, for port 0). */
+int hy_rpc_server_port(const hy_rpc_server *s);
+/* Stops accepting calls, cancels those in flight, waits for the workers and
+ * frees everything. NULL is a no-op. */
+void hy_rpc_server_stop(hy_rpc_server *s);
+
+const hy_rpc_method *hy_rpc_call_method(const hy_rpc_call *c);
+/* Request metadata `key` (lower case), copied NUL-terminated into buf (cap
+ * bytes, truncated if longer); NULL when the client sent none. */
+const char *hy_rpc_call_metadata(const hy_rpc_call *c, const char *key, char *buf, size_t cap);
+/* Milliseconds left before the client's deadline (INT64_MAX: none). */
+int64_t hy_rpc_call_ms_left(const hy_rpc_call *c);
+/* Sends one response message: the response of a unary or client-streaming
+ * method, or the next of a server stream. HY_EIO when the client is gone. */
+int hy_rpc_call_send(hy_rpc_call *c, const ProtobufCMessage *msg, hy_err *err);
+/* The next request of a client-streaming method: HY_ENOTFOUND after the
+ * last, HY_EFORMAT for bytes that are not a request, HY_EIO when the client
+ * is gone. Free *msg with protobuf_c_message_free_unpacked. */
+int hy_rpc_call_recv(hy_rpc_call *c, ProtobufCMessage **msg, hy_err *err);
+/* Ends the call with a status (msg may be NULL); once per call. */
+int hy_rpc_call_finish(hy_rpc_call *c, hy_rpc_code code, const char *msg);
+
+/* ---- Client ---- */
+
+typedef struct hy_rpc_client hy_rpc_client;
+
+/* A channel to target ("host:port"); nothing is sent until the first call. */
+int hy_rpc_client_open(const char *target, size_t max_message, hy_rpc_client **out, hy_err *err);
+void hy_rpc_client_close(hy_rpc_client *cl);
+
+/* One call of method m with request req, sent with "authorization: Bearer
+ * <token>" when token is not NULL, within deadline_ms (0: none). Each
+ * response is decoded and passed to on_msg (which must not keep it); a unary
+ * method has one. Returns 0 when the call completed, whatever its status
+ * (*st says which), HY_EFORMAT when a response could not be decoded, HY_EIO
+ * when no call could be made. */
+int hy_rpc_client_call(hy_rpc_client *cl, const hy_rpc_method *m, const ProtobufCMessage *req,
+                       const char *token, int64_t deadline_ms,
+                       int (*on_msg)(void *ctx, const ProtobufCMessage *msg), void *ctx,
+                       hy_rpc_status *st, hy_err *err);
+/* The same with the request's bytes given as they are (for tests of what
+ * the server does with bytes that are not a valid request) and each response
+ * handed over undecoded. */
+int hy_rpc_client_call_raw(hy_rpc_client *cl, const char *path, const void *req, size_t n,
+                           const char *token, int64_t deadline_ms,
+                           int (*on_bytes)(void *ctx, const void *b, size_t n), void *ctx,
+                           hy_rpc_status *st, hy_err *err);
+
 #endif

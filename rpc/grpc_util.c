@@ -1,0 +1,55 @@
+/*
+ * The gRPC core plumbing the server and the client share: byte buffers and
+ * one-batch-at-a-time completion. Every wait here is on a queue with a
+ * single operation outstanding, so the event that comes back is that one.
+ */
+#include "rpc_internal.h"
+
+#include <grpc/byte_buffer_reader.h>
+#include <stdlib.h>
+
+grpc_byte_buffer *hy_rpc_buffer_from(const void *b, size_t n)
+{
+    grpc_slice s = grpc_slice_from_copied_buffer(b, n);
+    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
+    grpc_slice_unref(s);
+    return bb;
+}
+
+grpc_slice hy_rpc_buffer_slice(grpc_byte_buffer *bb)
+{
+    grpc_byte_buffer_reader r;
+    if (!grpc_byte_buffer_reader_init(&r, bb)) return grpc_empty_slice();
+    grpc_slice s = grpc_byte_buffer_reader_readall(&r);
+    grpc_byte_buffer_reader_destroy(&r);
+    return s;
+}
+
+grpc_byte_buffer *hy_rpc_buffer_pack(const ProtobufCMessage *msg)
+{
+    size_t n = protobuf_c_message_get_packed_size(msg);
+    uint8_t *b = malloc(n ? n : 1);
+    if (!b) return NULL;
+    protobuf_c_message_pack(msg, b);
+    grpc_byte_buffer *bb = hy_rpc_buffer_from(b, n);
+    free(b);
+    return bb;
+}
+
+int hy_rpc_batch(grpc_call *call, grpc_completion_queue *cq, const grpc_op *ops, size_t n,
+                 void *tag)
+{
+    if (grpc_call_start_batch(call, ops, n, tag, NULL) != GRPC_CALL_OK) return HY_EIO;
+    grpc_event ev = grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    return ev.type == GRPC_OP_COMPLETE && ev.tag == tag && ev.success ? HY_OK : HY_EIO;
+}
+
+void hy_rpc_grpc_acquire(void)
+{
+    grpc_init(); /* reference-counted by gRPC itself */
+}
+
+void hy_rpc_grpc_release(void)
+{
+    grpc_shutdown();
+}

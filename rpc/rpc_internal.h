@@ -1,0 +1,28 @@
+/*
+ * Private to rpc/: what the gRPC server and client share — byte buffers to
+ * and from contiguous bytes, and running one batch of operations to its
+ * completion on a completion queue that has nothing else outstanding.
+ */
+#ifndef HY_RPC_INTERNAL_H
+#define HY_RPC_INTERNAL_H
+
+#include "hy_rpc.h"
+
+#include <grpc/byte_buffer.h>
+#include <grpc/grpc.h>
+
+/* A byte buffer holding a copy of b[0..n). */
+grpc_byte_buffer *hy_rpc_buffer_from(const void *b, size_t n);
+/* A buffer's bytes as one slice (unref it). */
+grpc_slice hy_rpc_buffer_slice(grpc_byte_buffer *bb);
+/* A message packed into a new byte buffer; NULL when out of memory. */
+grpc_byte_buffer *hy_rpc_buffer_pack(const ProtobufCMessage *msg);
+/* Starts ops on call with tag and waits for it on cq (which must have
+ * nothing else outstanding). 0 when the batch succeeded, HY_EIO otherwise. */
+int hy_rpc_batch(grpc_call *call, grpc_completion_queue *cq, const grpc_op *ops, size_t n,
+                 void *tag);
+/* gRPC initialised once per user (server or client); balanced by _release. */
+void hy_rpc_grpc_acquire(void);
+void hy_rpc_grpc_release(void);
+
+#endif

@@ -1,0 +1,306 @@
+/*
+ * The gRPC server of hypic.v1 over gRPC core's C API.
+ *
+ * Each worker thread owns a completion queue and serves one call at a time:
+ * it asks gRPC for the next call (grpc_server_request_call on its queue),
+ * decodes the first request, runs the method's handler, which sends
+ * responses and finishes the call through hy_rpc_call_*, each step one batch
+ * waited for on the worker's queue. A worker therefore never has more than
+ * one operation outstanding, and the event it waits for is always its own.
+ *
+ * Stopping: grpc_server_shutdown_and_notify stops new calls and
+ * grpc_server_cancel_all_calls cancels those in flight (their batches fail,
+ * handlers see HY_EIO); every worker's pending request then completes
+ * unsuccessfully and the worker exits; the shutdown notification arrives on
+ * a queue of its own; then the server and the queues are destroyed.
+ */
+#include "rpc_internal.h"
+
+#include <grpc/grpc_security.h>
+#include <grpc/support/time.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct hy_rpc_call {
+    grpc_call *call;
+    grpc_completion_queue *cq;
+    const hy_rpc_method *method;
+    grpc_metadata_array *md;
+    gpr_timespec deadline;
+    size_t max_message;
+    bool sent_initial, finished;
+};
+
+typedef struct worker {
+    hy_rpc_server *s;
+    grpc_completion_queue *cq;
+    pthread_t thread;
+    bool started;
+} worker;
+
+struct hy_rpc_server {
+    grpc_server *server;
+    grpc_completion_queue *notify_cq; /* the shutdown notification only */
+    const hy_rpc_handler *handlers;
+    void *app;
+    size_t max_message;
+    int port, nworkers;
+    worker *workers;
+};
+
+const hy_rpc_method *hy_rpc_call_method(const hy_rpc_call *c)
+{
+    return c->method;
+}
+
+const char *hy_rpc_call_metadata(const hy_rpc_call *c, const char *key, char *buf, size_t cap)
+{
+    for (size_t i = 0; i < c->md->count; i++) {
+        const grpc_metadata *m = &c->md->metadata[i];
+        if (grpc_slice_str_cmp(m->key, key) != 0) continue;
+        size_t n = GRPC_SLICE_LENGTH(m->value);
+        if (!cap) return NULL;
+        if (n >= cap) n = cap - 1;
+        memcpy(buf, GRPC_SLICE_START_PTR(m->value), n);
+        buf[n] = '\0';
+        return buf;
+    }
+    return NULL;
+}
+
+int64_t hy_rpc_call_ms_left(const hy_rpc_call *c)
+{
+    if (gpr_time_cmp(c->deadline, gpr_inf_future(c->deadline.clock_type)) == 0) return INT64_MAX;
+    gpr_timespec now = gpr_now(GPR_CLOCK_MONOTONIC);
+    gpr_timespec dl = gpr_convert_clock_type(c->deadline, GPR_CLOCK_MONOTONIC);
+    gpr_timespec left = gpr_time_sub(dl, now);
+    return left.tv_sec * 1000 + left.tv_nsec / 1000000;
+}
+
+int hy_rpc_call_send(hy_rpc_call *c, const ProtobufCMessage *msg, hy_err *err)
+{
+    if (c->finished) return hy_err_set(err, HY_EINVAL, "%s: send after finish", c->method->name);
+    grpc_byte_buffer *bb = hy_rpc_buffer_pack(msg);
+    if (!bb) return hy_err_set(err, HY_ENOMEM, "out of memory");
+    grpc_op ops[2] = {0};
+    size_t n = 0;
+    if (!c->sent_initial) ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[n].op = GRPC_OP_SEND_MESSAGE;
+    ops[n++].data.send_message.send_message = bb;
+    int rc = hy_rpc_batch(c->call, c->cq, ops, n, c);
+    grpc_byte_buffer_destroy(bb);
+    c->sent_initial = true;
+    if (rc) return hy_err_set(err, HY_EIO, "%s: the client is gone", c->method->name);
+    return HY_OK;
+}
+
+/* The next request message's bytes: 0 and *bb (NULL at the end of the
+ * stream), or HY_EIO. */
+static int recv_buffer(hy_rpc_call *c, grpc_byte_buffer **bb)
+{
+    *bb = NULL;
+    grpc_op op = {.op = GRPC_OP_RECV_MESSAGE};
+    op.data.recv_message.recv_message = bb;
+    return hy_rpc_batch(c->call, c->cq, &op, 1, c);
+}
+
+/* Decodes a request's bytes as the method's request type. */
+static int decode(hy_rpc_call *c, grpc_byte_buffer *bb, ProtobufCMessage **msg, hy_err *err)
+{
+    grpc_slice s = hy_rpc_buffer_slice(bb);
+    int rc = hy_rpc_unpack(c->method->request, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s),
+                           c->max_message, msg, err);
+    grpc_slice_unref(s);
+    return rc;
+}
+
+int hy_rpc_call_recv(hy_rpc_call *c, ProtobufCMessage **msg, hy_err *err)
+{
+    *msg = NULL;
+    grpc_byte_buffer *bb;
+    if (recv_buffer(c, &bb))
+        return hy_err_set(err, HY_EIO, "%s: the client is gone", c->method->name);
+    if (!bb) return HY_ENOTFOUND;
+    int rc = decode(c, bb, msg, err);
+    grpc_byte_buffer_destroy(bb);
+    return rc;
+}
+
+int hy_rpc_call_finish(hy_rpc_call *c, hy_rpc_code code, const char *msg)
+{
+    if (c->finished) return HY_EINVAL;
+    c->finished = true;
+    grpc_slice details = grpc_slice_from_copied_string(msg ? msg : "");
+    int cancelled = 0;
+    grpc_op ops[3] = {0};
+    size_t n = 0;
+    if (!c->sent_initial) ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[n].data.send_status_from_server.status = (grpc_status_code)code;
+    ops[n++].data.send_status_from_server.status_details = &details;
+    ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    ops[n++].data.recv_close_on_server.cancelled = &cancelled;
+    int rc = hy_rpc_batch(c->call, c->cq, ops, n, c);
+    grpc_slice_unref(details);
+    return rc;
+}
+
+/* One call, from its first request to its status. */
+static void serve(hy_rpc_server *s, worker *w, grpc_call *call, grpc_call_details *d,
+                  grpc_metadata_array *md)
+{
+    hy_rpc_call c = {.call = call,
+                     .cq = w->cq,
+                     .md = md,
+                     .deadline = d->deadline,
+                     .max_message = s->max_message};
+    c.method = hy_rpc_method_find((const char *)GRPC_SLICE_START_PTR(d->method),
+                                  GRPC_SLICE_LENGTH(d->method));
+    if (!c.method || !s->handlers[c.method - hy_rpc_methods]) {
+        static const hy_rpc_method unknown = {"(unknown)", "", HY_RPC_UNARY, NULL, NULL};
+        char msg[300];
+        snprintf(msg, sizeof msg, "no method %.*s in this server",
+                 (int)GRPC_SLICE_LENGTH(d->method), (const char *)GRPC_SLICE_START_PTR(d->method));
+        if (!c.method) c.method = &unknown;
+        hy_rpc_call_finish(&c, HY_RPC_UNIMPLEMENTED, msg);
+        return;
+    }
+    ProtobufCMessage *req = NULL;
+    if (c.method->shape != HY_RPC_CLIENT_STREAM) {
+        hy_err e = {0};
+        int rc = hy_rpc_call_recv(&c, &req, &e);
+        if (rc == HY_ENOTFOUND) {
+            hy_rpc_call_finish(&c, HY_RPC_INVALID_ARGUMENT, "the call carried no request message");
+            return;
+        }
+        if (rc) {
+            hy_rpc_call_finish(&c,
+                               rc == HY_ERANGE    ? HY_RPC_RESOURCE_EXHAUSTED
+                               : rc == HY_EFORMAT ? HY_RPC_INVALID_ARGUMENT
+                                                  : HY_RPC_UNAVAILABLE,
+                               e.msg);
+            return;
+        }
+    }
+    s->handlers[c.method - hy_rpc_methods](s->app, &c, req);
+    if (!c.finished) hy_rpc_call_finish(&c, HY_RPC_INTERNAL, "the handler ended without a status");
+    if (req) protobuf_c_message_free_unpacked(req, NULL);
+}
+
+static void *worker_main(void *arg)
+{
+    worker *w = arg;
+    hy_rpc_server *s = w->s;
+    for (;;) {
+        grpc_call *call = NULL;
+        grpc_call_details d;
+        grpc_metadata_array md;
+        grpc_call_details_init(&d);
+        grpc_metadata_array_init(&md);
+        bool ok =
+            grpc_server_request_call(s->server, &call, &d, &md, w->cq, w->cq, w) == GRPC_CALL_OK;
+        if (ok) {
+            grpc_event ev =
+                grpc_completion_queue_next(w->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+            ok = ev.type == GRPC_OP_COMPLETE && ev.success;
+        }
+        if (ok) serve(s, w, call, &d, &md);
+        if (call) grpc_call_unref(call);
+        grpc_call_details_destroy(&d);
+        grpc_metadata_array_destroy(&md);
+        if (!ok) return NULL; /* the server is shutting down */
+    }
+}
+
+int hy_rpc_server_port(const hy_rpc_server *s)
+{
+    return s->port;
+}
+
+static void drain_destroy(grpc_completion_queue *cq)
+{
+    if (!cq) return;
+    grpc_completion_queue_shutdown(cq);
+    while (grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+           GRPC_QUEUE_SHUTDOWN) {
+    }
+    grpc_completion_queue_destroy(cq);
+}
+
+void hy_rpc_server_stop(hy_rpc_server *s)
+{
+    if (!s) return;
+    if (s->server) {
+        static int notify_tag;
+        grpc_server_shutdown_and_notify(s->server, s->notify_cq, &notify_tag);
+        grpc_server_cancel_all_calls(s->server);
+        for (int i = 0; i < s->nworkers; i++)
+            if (s->workers[i].started) pthread_join(s->workers[i].thread, NULL);
+        grpc_completion_queue_next(s->notify_cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        grpc_server_destroy(s->server);
+    }
+    for (int i = 0; i < s->nworkers; i++) drain_destroy(s->workers[i].cq);
+    drain_destroy(s->notify_cq);
+    free(s->workers);
+    free(s);
+    hy_rpc_grpc_release();
+}
+
+int hy_rpc_server_start(const hy_rpc_server_config *cfg, const hy_rpc_handler *handlers, void *app,
+                        hy_rpc_server **out, hy_err *err)
+{
+    *out = NULL;
+    hy_rpc_server *s = calloc(1, sizeof *s);
+    if (!s) return hy_err_set(err, HY_ENOMEM, "out of memory");
+    hy_rpc_grpc_acquire();
+    s->handlers = handlers;
+    s->app = app;
+    s->max_message = cfg->max_message ? cfg->max_message : 4u << 20;
+    s->nworkers = cfg->workers > 0 ? cfg->workers : 4;
+    s->workers = calloc((size_t)s->nworkers, sizeof *s->workers);
+    if (!s->workers) {
+        hy_rpc_server_stop(s);
+        return hy_err_set(err, HY_ENOMEM, "out of memory");
+    }
+    /* No SO_REUSEPORT (gRPC's default on Linux): a second server on a port in
+     * use must fail, not share the port with the first. */
+    grpc_arg args[3] = {
+        {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH},
+        {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH},
+        {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_ALLOW_REUSEPORT, .value.integer = 0},
+    };
+    args[0].value.integer = args[1].value.integer =
+        s->max_message > INT32_MAX ? INT32_MAX : (int)s->max_message;
+    grpc_channel_args cargs = {.num_args = 3, .args = args};
+    s->server = grpc_server_create(&cargs, NULL);
+    s->notify_cq = grpc_completion_queue_create_for_next(NULL);
+    for (int i = 0; i < s->nworkers; i++) {
+        s->workers[i].s = s;
+        s->workers[i].cq = grpc_completion_queue_create_for_next(NULL);
+        grpc_server_register_completion_queue(s->server, s->workers[i].cq, NULL);
+    }
+    grpc_server_register_completion_queue(s->server, s->notify_cq, NULL);
+    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+    s->port = grpc_server_add_http2_port(s->server, cfg->address, creds);
+    grpc_server_credentials_release(creds);
+    if (s->port == 0) {
+        grpc_server_destroy(s->server);
+        s->server = NULL;
+        hy_rpc_server_stop(s);
+        return hy_err_set(err, HY_EIO, "cannot listen on %s (in use, or not an address)",
+                          cfg->address);
+    }
+    grpc_server_start(s->server);
+    for (int i = 0; i < s->nworkers; i++) {
+        if (pthread_create(&s->workers[i].thread, NULL, worker_main, &s->workers[i])) {
+            hy_rpc_server_stop(s);
+            return hy_err_set(err, HY_ENOMEM, "cannot start a server thread");
+        }
+        s->workers[i].started = true;
+    }
+    *out = s;
+    return HY_OK;
+}
