@@ -29,14 +29,9 @@ int hy_rpc_client_open(const char *target, size_t max_message, hy_rpc_client **o
     hy_rpc_client *cl = calloc(1, sizeof *cl);
     if (!cl) return hy_err_set(err, HY_ENOMEM, "out of memory");
     hy_rpc_grpc_acquire();
-    cl->max_message = max_message ? max_message : 4u << 20;
-    grpc_arg args[2] = {
-        {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH},
-        {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH},
-    };
-    args[0].value.integer = args[1].value.integer =
-        cl->max_message > INT32_MAX ? INT32_MAX : (int)cl->max_message;
-    grpc_channel_args cargs = {.num_args = 2, .args = args};
+    cl->max_message = max_message ? max_message : HY_RPC_MAX_MESSAGE_DEFAULT;
+    grpc_arg args[HY_RPC_ARGS];
+    grpc_channel_args cargs = hy_rpc_args(args, cl->max_message, false);
     grpc_channel_credentials *creds = grpc_insecure_credentials_create();
     cl->ch = grpc_channel_create(target, creds, &cargs);
     grpc_channel_credentials_release(creds);

@@ -44,6 +44,18 @@ int hy_rpc_batch(grpc_call *call, grpc_completion_queue *cq, const grpc_op *ops,
     return ev.type == GRPC_OP_COMPLETE && ev.tag == tag && ev.success ? HY_OK : HY_EIO;
 }
 
+grpc_channel_args hy_rpc_args(grpc_arg args[HY_RPC_ARGS], size_t max_message, bool reuse_port)
+{
+    const int max = max_message > INT32_MAX ? INT32_MAX : (int)max_message;
+    args[0] = (grpc_arg){
+        .type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, .value.integer = max};
+    args[1] = (grpc_arg){
+        .type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, .value.integer = max};
+    args[2] = (grpc_arg){
+        .type = GRPC_ARG_INTEGER, .key = GRPC_ARG_ALLOW_REUSEPORT, .value.integer = reuse_port};
+    return (grpc_channel_args){.num_args = HY_RPC_ARGS, .args = args};
+}
+
 void hy_rpc_grpc_acquire(void)
 {
     grpc_init(); /* reference-counted by gRPC itself */

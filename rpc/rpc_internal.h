@@ -10,6 +10,7 @@
 
 #include <grpc/byte_buffer.h>
 #include <grpc/grpc.h>
+#include <stdbool.h>
 
 /* A byte buffer holding a copy of b[0..n). */
 grpc_byte_buffer *hy_rpc_buffer_from(const void *b, size_t n);
@@ -21,6 +22,14 @@ grpc_byte_buffer *hy_rpc_buffer_pack(const ProtobufCMessage *msg);
  * nothing else outstanding). 0 when the batch succeeded, HY_EIO otherwise. */
 int hy_rpc_batch(grpc_call *call, grpc_completion_queue *cq, const grpc_op *ops, size_t n,
                  void *tag);
+/* Bytes per message each way when the caller says 0. */
+#define HY_RPC_MAX_MESSAGE_DEFAULT (4u << 20)
+
+/* The channel arguments both ends set: max_message as gRPC's receive and
+ * send limits (clamped to INT32_MAX), and whether a server may share its
+ * port (SO_REUSEPORT). args must hold HY_RPC_ARGS entries. */
+#define HY_RPC_ARGS 3
+grpc_channel_args hy_rpc_args(grpc_arg args[HY_RPC_ARGS], size_t max_message, bool reuse_port);
 /* gRPC initialised once per user (server or client); balanced by _release. */
 void hy_rpc_grpc_acquire(void);
 void hy_rpc_grpc_release(void);

@@ -258,7 +258,7 @@ int hy_rpc_server_start(const hy_rpc_server_config *cfg, const hy_rpc_handler *h
     hy_rpc_grpc_acquire();
     s->handlers = handlers;
     s->app = app;
-    s->max_message = cfg->max_message ? cfg->max_message : 4u << 20;
+    s->max_message = cfg->max_message ? cfg->max_message : HY_RPC_MAX_MESSAGE_DEFAULT;
     s->nworkers = cfg->workers > 0 ? cfg->workers : 4;
     s->workers = calloc((size_t)s->nworkers, sizeof *s->workers);
     if (!s->workers) {
@@ -267,14 +267,8 @@ int hy_rpc_server_start(const hy_rpc_server_config *cfg, const hy_rpc_handler *h
     }
     /* No SO_REUSEPORT (gRPC's default on Linux): a second server on a port in
      * use must fail, not share the port with the first. */
-    grpc_arg args[3] = {
-        {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH},
-        {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH},
-        {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_ALLOW_REUSEPORT, .value.integer = 0},
-    };
-    args[0].value.integer = args[1].value.integer =
-        s->max_message > INT32_MAX ? INT32_MAX : (int)s->max_message;
-    grpc_channel_args cargs = {.num_args = 3, .args = args};
+    grpc_arg args[HY_RPC_ARGS];
+    grpc_channel_args cargs = hy_rpc_args(args, s->max_message, false);
     s->server = grpc_server_create(&cargs, NULL);
     s->notify_cq = grpc_completion_queue_create_for_next(NULL);
     for (int i = 0; i < s->nworkers; i++) {
