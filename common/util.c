@@ -224,3 +224,11 @@ double hy_rng_normal(hy_rng *r)
     if (u1 < 1e-300) u1 = 1e-300;
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
+
+size_t hy_tokenize_bytes(const char *text, int32_t *out, size_t cap, int vocab)
+{
+    size_t n = 0;
+    for (const unsigned char *s = (const unsigned char *)text; *s && n < cap; s++)
+        out[n++] = vocab >= 259 ? (int32_t)*s + 3 : (int32_t)(*s % (vocab - 3)) + 3;
+    return n;
+}

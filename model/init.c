@@ -293,11 +293,3 @@ int hy_model_init(const char *preset_name, uint64_t seed, const char *dir, const
     free(w.ts);
     return rc;
 }
-
-size_t hy_tokenize_bytes(const char *text, int32_t *out, size_t cap, int vocab)
-{
-    size_t n = 0;
-    for (const unsigned char *s = (const unsigned char *)text; *s && n < cap; s++)
-        out[n++] = vocab >= 259 ? (int32_t)*s + 3 : (int32_t)(*s % (vocab - 3)) + 3;
-    return n;
-}

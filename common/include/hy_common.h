@@ -74,6 +74,13 @@ uint16_t hy_f32_to_f16(float f);  /* round to nearest even; overflow to inf */
  * Refuses files larger than max_bytes. */
 int hy_read_file(const char *path, size_t max_bytes, char **out, size_t *len, hy_err *err);
 
+/* --- the embedded models' tokenizer -------------------------------------- */
+/* Byte-level: each UTF-8 byte b of text is token b + 3 (ids 0..2 are
+ * reserved), folded into [3, vocab) for a vocabulary under 259. Writes at most
+ * cap ids; returns how many. In common because clients tokenise text for the
+ * embedded models without linking them. */
+size_t hy_tokenize_bytes(const char *text, int32_t *out, size_t cap, int vocab);
+
 /* --- hashing (common/hash.c) --------------------------------------------- */
 /* SHA-256 (OpenSSL), incrementally or in one call. begin fails only on ENOMEM;
  * end frees the context. */

@@ -224,7 +224,5 @@ extern const char *const hy_presets[];
 int hy_model_init(const char *preset, uint64_t seed, const char *dir, const char *dtype,
                   hy_err *err);
 
-/* Byte-level tokenizer of the embedded models: UTF-8 bytes + 3. */
-size_t hy_tokenize_bytes(const char *text, int32_t *out, size_t cap, int vocab);
 
 #endif
