@@ -34,6 +34,8 @@ typedef struct nvme_busy {
 typedef struct quota {
     char tenant[HY_TENANT_MAX];
     uint64_t bytes;
+    bool has_limit; /* hy_store_set_quota: limit replaces cfg.tenant_quota */
+    uint64_t limit;
     struct quota *next;
 } quota;
 
@@ -193,9 +195,10 @@ void st_unpin(hy_store *s, obj *o)
     if (--o->pins == 0 && o->dead) obj_destroy(s, o);
 }
 
-void st_obj_remove(hy_store *s, obj *o)
+void st_obj_remove(hy_store *s, obj *o, const char *reason)
 {
     const uint64_t id = hy_key_id(&o->meta.key);
+    if (reason && s->cfg.on_event) s->cfg.on_event(s->cfg.event_ctx, HY_STORE_REMOVED, &o->meta, reason);
     idx_unlink(s, o);
     quota_add(s, &o->meta, -1);
     if (o->in_nvme) st_copy_drop(s, o, HY_TIER_NVME);
@@ -256,7 +259,7 @@ static int nvme_put_evicting(hy_store *s, const hy_meta *m, const void *data, hy
         else if (v->in_host || v->in_hbm)
             st_copy_drop(s, v, HY_TIER_NVME);
         else
-            st_obj_remove(s, v);
+            st_obj_remove(s, v, "evicted");
     }
 }
 
@@ -302,7 +305,7 @@ static int evict_one_host(hy_store *s, hy_err *err)
         return HY_OK;
     }
     if (!v->in_nvme && !v->in_hbm)
-        st_obj_remove(s, v);
+        st_obj_remove(s, v, "evicted");
     else
         st_copy_drop(s, v, HY_TIER_HOST);
     return HY_OK;
@@ -519,11 +522,12 @@ int hy_store_reserve(hy_store *s, const hy_meta *meta, hy_put **out, void **buf,
     pthread_mutex_lock(&s->mu);
     quota *q = quota_of(s, meta->tenant, false);
     const uint64_t used = q ? q->bytes : 0;
-    if (s->cfg.tenant_quota && used + meta->bytes > s->cfg.tenant_quota)
+    const uint64_t limit = q && q->has_limit ? q->limit : s->cfg.tenant_quota;
+    if (limit && used + meta->bytes > limit)
         rc = hy_err_set(err, HY_ERANGE,
                         "tenant '%s': %llu bytes stored + %llu would exceed its quota of %llu",
                         meta->tenant, (unsigned long long)used, (unsigned long long)meta->bytes,
-                        (unsigned long long)s->cfg.tenant_quota);
+                        (unsigned long long)limit);
     if (!rc) rc = st_host_alloc(s, meta->bytes, &p->off, err);
     void *b = rc ? NULL : hy_arena_ptr(s->arena, p->off);
     pthread_mutex_unlock(&s->mu);
@@ -578,7 +582,7 @@ int hy_store_commit(hy_store *s, hy_put *p, hy_tier_id *placed, hy_err *err)
             old->in_nvme = false;
             s->st.nvme_entries--;
         }
-        st_obj_remove(s, old);
+        st_obj_remove(s, old, NULL); /* replaced: the key stays, as the event below says */
     }
     obj *o = NULL;
     if (!rc && (to_hbm || to_host || to_nvme)) {
@@ -594,6 +598,7 @@ int hy_store_commit(hy_store *s, hy_put *p, hy_tier_id *placed, hy_err *err)
         if (to_hbm) s->st.hbm_placed++;
         idx_insert(s, o);
         quota_add(s, m, +1);
+        if (s->cfg.on_event) s->cfg.on_event(s->cfg.event_ctx, HY_STORE_STORED, &o->meta, "stored");
     } else if (!rc) {
         s->st.puts_dropped++;
     }
@@ -620,7 +625,7 @@ obj *st_lookup(hy_store *s, const hy_key *key, uint64_t now)
     if (s->ad[HY_TIER_HBM]) hy_admitter_record(s->ad[HY_TIER_HBM], id);
     obj *o = idx_find(s, key);
     if (o && expired(o, now)) {
-        st_obj_remove(s, o);
+        st_obj_remove(s, o, "expired");
         s->st.expired++;
         o = NULL;
     }
@@ -673,7 +678,7 @@ int st_fetch_host(hy_store *s, obj *o, size_t *off, bool *tmp, hy_err *err)
                 hy_evictor_remove(s->ev[HY_TIER_NVME], id);
                 o->in_nvme = false;
                 s->st.nvme_entries--;
-                st_obj_remove(s, o);
+                st_obj_remove(s, o, "corrupt");
             }
         }
         if (!rc && o->dead) rc = HY_ENOTFOUND; /* invalidated meanwhile */
@@ -721,6 +726,7 @@ int st_acquire(hy_store *s, const hy_key *key, bool device, hy_lease **out, hy_e
     }
     st_served(s, o, from, now);
     l->o = o;
+    l->from = from;
     if (device)
         l->dev = s->dev->device_ptr(s->dev_ctx, l->dtmp ? l->dtmp_off : o->doff);
     else
@@ -750,6 +756,11 @@ const hy_meta *hy_lease_meta(const hy_lease *l)
     return &l->o->meta;
 }
 
+hy_tier_id hy_lease_tier(const hy_lease *l)
+{
+    return l->from;
+}
+
 void hy_store_release(hy_store *s, hy_lease *l)
 {
     if (!l) return;
@@ -763,14 +774,56 @@ void hy_store_release(hy_store *s, hy_lease *l)
 
 int hy_store_tiers_of(hy_store *s, const hy_key *key, unsigned *mask)
 {
+    return hy_store_peek(s, key, NULL, mask);
+}
+
+int hy_store_peek(hy_store *s, const hy_key *key, hy_meta *meta, unsigned *mask)
+{
     pthread_mutex_lock(&s->mu);
     const obj *o = idx_find(s, key);
+    if (o && expired(o, hy_wall_ns())) o = NULL; /* removed by the next access */
     unsigned m = 0;
     for (int t = 0; o && t < HY_TIER_COUNT; t++)
         if (resident(o, (hy_tier_id)t)) m |= 1u << t;
+    if (o && meta) *meta = o->meta;
     pthread_mutex_unlock(&s->mu);
-    *mask = m;
+    if (mask) *mask = m;
     return o ? HY_OK : HY_ENOTFOUND;
+}
+
+int hy_store_set_quota(hy_store *s, const char *tenant, uint64_t bytes, hy_err *err)
+{
+    if (!tenant || !tenant[0] || strlen(tenant) >= HY_TENANT_MAX)
+        return hy_err_set(err, HY_EINVAL, "set_quota: tenant name empty or over %d bytes",
+                          HY_TENANT_MAX - 1);
+    pthread_mutex_lock(&s->mu);
+    quota *q = quota_of(s, tenant, true);
+    if (q) q->has_limit = true, q->limit = bytes;
+    pthread_mutex_unlock(&s->mu);
+    return q ? HY_OK : hy_err_set(err, HY_ENOMEM, "out of memory");
+}
+
+uint64_t hy_store_tenant_bytes(hy_store *s, const char *tenant)
+{
+    pthread_mutex_lock(&s->mu);
+    const quota *q = quota_of(s, tenant, false);
+    const uint64_t b = q ? q->bytes : 0;
+    pthread_mutex_unlock(&s->mu);
+    return b;
+}
+
+int hy_store_get_policy(hy_store *s, hy_tier_id tier, hy_policy_config *p, hy_err *err)
+{
+    if (tier != HY_TIER_HOST && !(tier == HY_TIER_NVME && s->nvme) &&
+        !(tier == HY_TIER_HBM && s->dev))
+        return hy_err_set(err, HY_EINVAL, "get_policy: tier %d does not exist in this store",
+                          (int)tier);
+    pthread_mutex_lock(&s->mu);
+    *p = tier == HY_TIER_HOST ? s->cfg.host_policy
+         : tier == HY_TIER_HBM ? s->cfg.hbm_policy
+                               : s->cfg.nvme_policy;
+    pthread_mutex_unlock(&s->mu);
+    return HY_OK;
 }
 
 /* --- invalidation, listing, policies, stats ------------------------------------------ */
@@ -796,12 +849,12 @@ int hy_store_invalidate(hy_store *s, const hy_store_filter *f, size_t *removed, 
     pthread_mutex_lock(&s->mu);
     if (f && f->key) {
         obj *o = idx_find(s, f->key);
-        if (o && matches(&o->meta, f)) st_obj_remove(s, o), n++;
+        if (o && matches(&o->meta, f)) st_obj_remove(s, o, "invalidated"), n++;
     } else {
         for (size_t i = 0; i < s->nbuckets; i++)
             for (obj *o = s->buckets[i], *nx; o; o = nx) {
                 nx = o->next;
-                if (matches(&o->meta, f)) st_obj_remove(s, o), n++;
+                if (matches(&o->meta, f)) st_obj_remove(s, o, "invalidated"), n++;
             }
     }
     s->st.invalidated += n;

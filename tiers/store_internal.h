@@ -85,6 +85,7 @@ struct hy_lease {
     size_t tmp_off;
     bool dtmp; /* dev is a temporary device block (not admitted to hbm) */
     size_t dtmp_off;
+    hy_tier_id from; /* the tier the bytes were served from */
 };
 
 static inline size_t st_round_page(uint64_t b)
@@ -111,8 +112,9 @@ void st_copy_add(hy_store *s, obj *o, hy_tier_id t, size_t off);
 /* Forgets o's copy in tier t and frees it (block or NVMe record). */
 void st_copy_drop(hy_store *s, obj *o, hy_tier_id t);
 /* Takes an entry out of the index and every tier; its blocks go now or with
- * the last pin. */
-void st_obj_remove(hy_store *s, obj *o);
+ * the last pin. reason (evicted, expired, invalidated, corrupt) goes to the
+ * removal event; NULL for a replacement, which sends none. */
+void st_obj_remove(hy_store *s, obj *o, const char *reason);
 /* Drops a pin; the last pin of a dead entry frees it. */
 void st_unpin(hy_store *s, obj *o);
 /* A host block of `bytes`, evicting host entries (to NVMe) as needed; may

@@ -423,6 +423,77 @@ static void test_threads_stress(void)
     hy_store_close(s);
 }
 
+/* What the service builds on: events for every stored and removed key (a
+ * replacement is a store, not a removal), per-tenant quotas, metadata without
+ * an access, the tier a lease came from, the current policy. */
+typedef struct ev_log {
+    int stored, removed;
+    char last_reason[32]; /* of the last removal */
+} ev_log;
+
+static void on_event(void *ctx, hy_store_event ev, const hy_meta *m, const char *reason)
+{
+    ev_log *l = ctx;
+    (void)m;
+    if (ev == HY_STORE_STORED) {
+        l->stored++;
+        return;
+    }
+    l->removed++;
+    snprintf(l->last_reason, sizeof l->last_reason, "%s", reason);
+}
+
+static void test_events_quotas_peek(void)
+{
+    hy_store_config c = config(4, NULL);
+    ev_log log = {0};
+    c.on_event = on_event;
+    c.event_ctx = &log;
+    hy_store *s;
+    hy_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(hy_store_open(&c, &s, &e), 0);
+    CU_ASSERT_EQUAL(hy_store_set_quota(s, "alice", 2 * MB, &e), 0);
+    CU_ASSERT_EQUAL(put(s, 1, MB, "alice", "d", NULL, &e), 0);
+    CU_ASSERT_EQUAL(put(s, 1, MB, "alice", "d", NULL, &e), 0); /* replaced */
+    CU_ASSERT_EQUAL(log.stored, 2);
+    CU_ASSERT_EQUAL(log.removed, 0);
+    CU_ASSERT_EQUAL(put(s, 2, MB, "alice", NULL, NULL, &e), 0);
+    CU_ASSERT_EQUAL(put(s, 3, MB, "alice", NULL, NULL, &e), HY_ERANGE); /* her own quota */
+    CU_ASSERT_EQUAL(hy_store_tenant_bytes(s, "alice"), 2 * MB);
+    CU_ASSERT_EQUAL(put(s, 3, MB, "bob", NULL, NULL, &e), 0); /* no quota for bob */
+    /* peek: metadata and tiers, not an access */
+    hy_meta m;
+    unsigned mask = 0;
+    hy_key k1 = key_of(1), k9 = key_of(9);
+    CU_ASSERT_EQUAL(hy_store_peek(s, &k1, &m, &mask), 0);
+    CU_ASSERT_STRING_EQUAL(m.tenant, "alice");
+    CU_ASSERT_EQUAL(m.bytes, MB);
+    CU_ASSERT_EQUAL(mask, 1u << HY_TIER_HOST);
+    CU_ASSERT_EQUAL(m.hits, 0);
+    CU_ASSERT_EQUAL(hy_store_peek(s, &k9, NULL, NULL), HY_ENOTFOUND);
+    hy_lease *l;
+    CU_ASSERT_EQUAL_FATAL(hy_store_acquire(s, &k1, &l, &e), 0);
+    CU_ASSERT_EQUAL(hy_lease_tier(l), HY_TIER_HOST);
+    hy_store_release(s, l);
+    CU_ASSERT_EQUAL(hy_store_peek(s, &k1, &m, NULL), 0);
+    CU_ASSERT_EQUAL(m.hits, 1);
+    /* a fourth MiB evicts one of the three: an "evicted" event */
+    CU_ASSERT_EQUAL(put(s, 4, 2 * MB, "bob", NULL, NULL, &e), 0);
+    CU_ASSERT(log.removed >= 1);
+    CU_ASSERT_STRING_EQUAL(log.last_reason, "evicted");
+    size_t removed = 0;
+    hy_store_filter f = {.tag = "d"};
+    const int before = log.removed;
+    CU_ASSERT_EQUAL(hy_store_invalidate(s, &f, &removed, &e), 0);
+    CU_ASSERT_EQUAL(log.removed, before + (int)removed);
+    if (removed) CU_ASSERT_STRING_EQUAL(log.last_reason, "invalidated");
+    hy_policy_config p;
+    CU_ASSERT_EQUAL(hy_store_get_policy(s, HY_TIER_HOST, &p, &e), 0);
+    CU_ASSERT_EQUAL(p.evict, HY_EVICT_LRU);
+    CU_ASSERT_EQUAL(hy_store_get_policy(s, HY_TIER_NVME, &p, &e), HY_EINVAL);
+    hy_store_close(s);
+}
+
 int main(void)
 {
     if (hy_test_mkdtemp("hy_test_store_", g_tmp, sizeof g_tmp)) return 1;
@@ -436,6 +507,7 @@ int main(void)
         {"recommended_config_serves", test_default_config},
         {"background_mover_keeps_headroom", test_background_mover},
         {"threads_stress", test_threads_stress},
+        {"events_quotas_peek", test_events_quotas_peek},
         {NULL, NULL},
     };
     int rc = hy_test_main("store", cases);

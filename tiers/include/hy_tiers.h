@@ -249,6 +249,14 @@ typedef enum hy_tier_id {
 
 #define HY_TIER_COUNT 3
 
+/* What the store tells its owner (hy_store_config.on_event): an entry became
+ * visible (committed, or replaced by a new commit of its key), or its key
+ * left the store; reason says why ("stored"; "evicted", "expired",
+ * "invalidated", "corrupt"). */
+typedef enum hy_store_event { HY_STORE_STORED = 0, HY_STORE_REMOVED } hy_store_event;
+typedef void (*hy_store_event_fn)(void *ctx, hy_store_event ev, const hy_meta *m,
+                                  const char *reason);
+
 typedef struct hy_store_config {
     size_t host_bytes; /* host arena capacity (> 0) */
     hy_policy_config host_policy;
@@ -270,6 +278,11 @@ typedef struct hy_store_config {
      * that finds no room still evicts in the foreground. Only with NVMe. */
     double high_watermark, low_watermark;
     uint32_t move_queue;
+    /* Optional: called for every stored and removed entry, with the store's
+     * lock held — it must be quick and must not call the store (queue the
+     * event and return). */
+    hy_store_event_fn on_event;
+    void *event_ctx;
 } hy_store_config;
 
 typedef struct hy_store hy_store;
@@ -351,6 +364,8 @@ const void *hy_lease_data(const hy_lease *l);
  * until the release; never dereference it on the host. */
 void *hy_lease_device_ptr(const hy_lease *l);
 const hy_meta *hy_lease_meta(const hy_lease *l);
+/* The tier a lease's bytes came from (as counted in the hits_* stats). */
+hy_tier_id hy_lease_tier(const hy_lease *l);
 void hy_store_release(hy_store *s, hy_lease *l); /* either kind */
 
 /* Which tiers hold a copy of the entry: bit (1u << t) of *mask for each
@@ -358,6 +373,17 @@ void hy_store_release(hy_store *s, hy_lease *l); /* either kind */
  * HY_ENOTFOUND when the index has no such entry. For introspection and
  * tests. */
 int hy_store_tiers_of(hy_store *s, const hy_key *key, unsigned *mask);
+/* The same with a copy of the entry's metadata (meta and mask may be NULL);
+ * an expired entry is absent. Not an access either. */
+int hy_store_peek(hy_store *s, const hy_key *key, hy_meta *meta, unsigned *mask);
+
+/* Byte quota of one tenant, replacing cfg.tenant_quota for it (0:
+ * unlimited). Entries already stored stay; later reserves are held to it. */
+int hy_store_set_quota(hy_store *s, const char *tenant, uint64_t bytes, hy_err *err);
+/* Bytes the tenant's entries hold (counted once per entry). */
+uint64_t hy_store_tenant_bytes(hy_store *s, const char *tenant);
+/* A tier's current policy (as hy_store_set_policy left it). */
+int hy_store_get_policy(hy_store *s, hy_tier_id tier, hy_policy_config *p, hy_err *err);
 
 /* Removes every entry matching f (leased ones vanish from lookups now and
  * free their bytes on last release); *removed counts them. */
