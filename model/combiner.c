@@ -144,7 +144,9 @@ static int run_prefix(hy_exec *ex, hy_state *st, const hy_request *rq, hy_result
     for (size_t i = rq->nsegs; i > 0 && !rc; i--) {
         pc_slot *s = pc_find(rq->prefix, chain[i]);
         if (s) {
+            const double t0 = hy_now_s();
             rc = hy_state_copy(st, s->st, err);
+            res->restore_s += hy_now_s() - t0;
             start = i;
             break;
         }
@@ -155,6 +157,7 @@ static int run_prefix(hy_exec *ex, hy_state *st, const hy_request *rq, hy_result
      * before it, so its position is theirs */
     assert(rc || st->pos == at);
     res->prefix_segments = (int)start;
+    const double t0 = hy_now_s();
     for (size_t i = start; i < rq->nsegs && !rc; i++) {
         rc = hy_exec_prefill(ex, st, rq->segs[i].tokens, rq->segs[i].n, NULL, err);
         res->prefilled += (int64_t)rq->segs[i].n;
@@ -162,6 +165,7 @@ static int run_prefix(hy_exec *ex, hy_state *st, const hy_request *rq, hy_result
         at += (int64_t)rq->segs[i].n;
         assert(rc || st->pos == at);
     }
+    res->segments_s += hy_now_s() - t0;
     free(chain);
     return rc;
 }
@@ -191,7 +195,8 @@ static int run_pic(hy_exec *ex, hy_state *st, const hy_request *rq, int W, bool 
         int rc, w;
         if (s->entry) {
             if ((rc = check_entry(s->entry, s, W, i, err)) ||
-                (rc = hy_entry_apply(ex, st, s->entry, use_T, err)))
+                (rc = hy_entry_apply_timed(ex, st, s->entry, use_T, &res->seam_s, &res->compose_s,
+                                           err)))
                 return rc;
             /* seam recomputed, body composed: the whole segment's positions */
             assert(st->pos == at + (int64_t)s->n);
@@ -200,15 +205,18 @@ static int run_pic(hy_exec *ex, hy_state *st, const hy_request *rq, int W, bool 
             continue;
         }
         res->prefilled += (int64_t)s->n;
+        const double t0 = hy_now_s();
         hy_err ignored = {0};
         if (hy_entry_seam(c, s->n, W, &w, &ignored) != HY_OK) { /* too short: just prefill */
             res->uncacheable++;
             if ((rc = hy_exec_prefill(ex, st, s->tokens, s->n, NULL, err))) return rc;
+            res->segments_s += hy_now_s() - t0;
             continue;
         }
         hy_entry *e = NULL;
         if ((rc = hy_entry_build(ex, st, s->tokens, s->n, W, rq->dtype, NULL, &e, err))) return rc;
         assert(st->pos == at + (int64_t)s->n);
+        res->segments_s += hy_now_s() - t0;
         res->misses++;
         if (res->built)
             res->built[i] = e;
@@ -241,10 +249,12 @@ int hy_combine(hy_exec *ex, hy_state *st, const hy_request *rq, float *logits, h
     int rc = HY_OK;
     switch (rq->mode) {
     case HY_MODE_FULL:
+        res->segments_s = -hy_now_s();
         for (size_t i = 0; i < rq->nsegs && !rc; i++) {
             rc = hy_exec_prefill(ex, st, rq->segs[i].tokens, rq->segs[i].n, NULL, err);
             res->prefilled += (int64_t)rq->segs[i].n;
         }
+        res->segments_s += hy_now_s();
         break;
     case HY_MODE_PREFIX:
         rc = run_prefix(ex, st, rq, res, err);
@@ -262,7 +272,9 @@ int hy_combine(hy_exec *ex, hy_state *st, const hy_request *rq, float *logits, h
         break;
     }
     if (!rc) {
+        const double t0 = hy_now_s();
         rc = hy_exec_prefill(ex, st, rq->query, rq->nq, logits, err);
+        res->query_s = hy_now_s() - t0;
         res->prefilled += (int64_t)rq->nq;
     }
     assert(rc || st->pos == total);

@@ -247,6 +247,12 @@ int hy_entry_build(hy_exec *ex, hy_state *st, const int32_t *tokens, size_t n, i
 
 int hy_entry_apply(hy_exec *ex, hy_state *st, const hy_entry *e, bool use_T, hy_err *err)
 {
+    return hy_entry_apply_timed(ex, st, e, use_T, NULL, NULL, err);
+}
+
+int hy_entry_apply_timed(hy_exec *ex, hy_state *st, const hy_entry *e, bool use_T, double *seam_s,
+                         double *compose_s, hy_err *err)
+{
     const hy_model *m = st->m;
     const hy_model_config *c = &m->cfg;
     if (memcmp(e->model_fp, m->fingerprint, 32) != 0)
@@ -269,6 +275,7 @@ int hy_entry_apply(hy_exec *ex, hy_state *st, const hy_entry *e, bool use_T, hy_
     if ((wf + bf) && !work) return hy_err_set(err, HY_ENOMEM, "out of memory");
 
     /* The seam, recomputed under the true prefix through every layer. */
+    const double t0 = hy_now_s();
     const int64_t p_in = st->pos;
     if (e->w > 0 && (rc = hy_exec_prefill(ex, st, e->tokens, (size_t)e->w, NULL, err))) {
         hy_free(work);
@@ -277,6 +284,8 @@ int hy_entry_apply(hy_exec *ex, hy_state *st, const hy_entry *e, bool use_T, hy_
     assert(st->pos == p_in + e->w);
     (void)p_in; /* read by the assertion only */
 
+    const double t1 = hy_now_s();
+    if (seam_s) *seam_s += t1 - t0;
     const hy_la_tkind kind = hy_la_t_kind(LIN_FAMILY);
     const int Hv = c->lin_v_heads, dk = c->lin_dk, dv = c->lin_dv;
     const int KV = c->n_kv_heads * c->head_dim, hd = c->head_dim;
@@ -315,6 +324,7 @@ int hy_entry_apply(hy_exec *ex, hy_state *st, const hy_entry *e, bool use_T, hy_
     }
     st->pos = p0 + e->nb;
     hy_free(work);
+    if (compose_s) *compose_s += hy_now_s() - t1;
     return HY_OK;
 }
 

@@ -108,4 +108,9 @@ int hy_config_keys_markdown(char *buf, size_t cap);
  * positions. */
 int hy_state_reserve(hy_state *s, int64_t need, hy_err *err);
 
+/* hy_entry_apply, adding the seconds spent recomputing the seam and
+ * composing the body to *seam_s and *compose_s (either may be NULL). */
+int hy_entry_apply_timed(hy_exec *ex, hy_state *st, const hy_entry *e, bool use_T, double *seam_s,
+                         double *compose_s, hy_err *err);
+
 #endif

@@ -1,12 +1,24 @@
 /*
- * The gRPC client of hypic.v1: one channel, and calls that block until their
- * status arrives. Each call has a completion queue of its own and runs its
- * batches one at a time on it, so calls from different threads on one
- * channel never see each other's events.
+ * The gRPC client of hypic.v1: one channel (plaintext, or TLS with gRPC
+ * core's SSL credentials), and calls that block until their status arrives.
+ * Each call has a completion queue of its own and runs its batches one at a
+ * time on it, so calls from different threads on one channel never see each
+ * other's events.
  *
- * A call: [send metadata (the bearer token), the request, close] with
- * [receive the server's metadata]; then [receive one message] until the
- * stream ends (a unary method sends one); then [receive the status].
+ * A unary or server-streaming call: [send metadata (the bearer token), the
+ * request, close] with [receive the server's metadata]; then [receive one
+ * message] until the stream ends (a unary method sends one); then [receive
+ * the status].
+ *
+ * A client-streaming call: [send metadata], then [send one message] per
+ * request, then [close] with [receive the server's metadata]; then the
+ * responses and the status as above. The server's metadata is not asked for
+ * before the close: the server sends it with its first response, after the
+ * whole stream, and a batch waiting for it would never let the next message
+ * go. A send that fails means the call is over on the server's side (it
+ * finished early, or the deadline passed): the status says why. A producer
+ * that fails cancels the call, so the server's next read fails instead of
+ * seeing the end of the stream.
  */
 #include "rpc_internal.h"
 
@@ -23,25 +35,49 @@ struct hy_rpc_client {
     size_t max_message;
 };
 
-int hy_rpc_client_open(const char *target, size_t max_message, hy_rpc_client **out, hy_err *err)
+int hy_rpc_client_open_ex(const hy_rpc_client_options *o, hy_rpc_client **out, hy_err *err)
 {
     *out = NULL;
+    if (!o->target || !o->target[0]) return hy_err_set(err, HY_EINVAL, "no target address");
     hy_rpc_client *cl = calloc(1, sizeof *cl);
     if (!cl) return hy_err_set(err, HY_ENOMEM, "out of memory");
     hy_rpc_grpc_acquire();
-    cl->max_message = max_message ? max_message : HY_RPC_MAX_MESSAGE_DEFAULT;
-    grpc_arg args[HY_RPC_ARGS];
+    cl->max_message = o->max_message ? o->max_message : HY_RPC_MAX_MESSAGE_DEFAULT;
+    grpc_arg args[HY_RPC_ARGS + 1];
     grpc_channel_args cargs = hy_rpc_args(args, cl->max_message, false);
-    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
-    cl->ch = grpc_channel_create(target, creds, &cargs);
+    grpc_channel_credentials *creds;
+    if (o->tls_root_pem) {
+        /* gRPC copies the PEM text and the override: o need not outlive us. */
+        creds = grpc_ssl_credentials_create(o->tls_root_pem, NULL, NULL, NULL);
+        if (o->tls_server_name) {
+            args[cargs.num_args++] = (grpc_arg){.type = GRPC_ARG_STRING,
+                                                .key = GRPC_SSL_TARGET_NAME_OVERRIDE_ARG,
+                                                .value.string = (char *)o->tls_server_name};
+        }
+    } else {
+        creds = grpc_insecure_credentials_create();
+    }
+    if (!creds) {
+        free(cl);
+        hy_rpc_grpc_release();
+        return hy_err_set(err, HY_EINVAL, "gRPC refused the TLS root certificates for %s",
+                          o->target);
+    }
+    cl->ch = grpc_channel_create(o->target, creds, &cargs);
     grpc_channel_credentials_release(creds);
     if (!cl->ch) {
         free(cl);
         hy_rpc_grpc_release();
-        return hy_err_set(err, HY_EINVAL, "cannot make a channel to %s", target);
+        return hy_err_set(err, HY_EINVAL, "cannot make a channel to %s", o->target);
     }
     *out = cl;
     return HY_OK;
+}
+
+int hy_rpc_client_open(const char *target, size_t max_message, hy_rpc_client **out, hy_err *err)
+{
+    hy_rpc_client_options o = {.target = target, .max_message = max_message};
+    return hy_rpc_client_open_ex(&o, out, err);
 }
 
 void hy_rpc_client_close(hy_rpc_client *cl)
@@ -52,64 +88,85 @@ void hy_rpc_client_close(hy_rpc_client *cl)
     hy_rpc_grpc_release();
 }
 
-int hy_rpc_client_call_raw(hy_rpc_client *cl, const char *path, const void *req, size_t n,
-                           const char *token, int64_t deadline_ms,
-                           int (*on_bytes)(void *ctx, const void *b, size_t n), void *ctx,
-                           hy_rpc_status *st, hy_err *err)
+/* One call in progress: its queue, its gRPC call and the metadata it sends
+ * and receives. */
+typedef struct call {
+    hy_rpc_client *cl;
+    const char *path;
+    grpc_completion_queue *cq;
+    grpc_call *call;
+    grpc_metadata md; /* authorization, when there is a token */
+    bool has_md;
+    grpc_metadata_array initial;
+    char auth[600];
+} call;
+
+static void call_begin(call *c, hy_rpc_client *cl, const char *path, const char *token,
+                       int64_t deadline_ms)
 {
-    st->code = HY_RPC_UNKNOWN;
-    st->msg[0] = '\0';
+    memset(c, 0, sizeof *c);
+    c->cl = cl;
+    c->path = path;
     gpr_timespec deadline = deadline_ms > 0
                                 ? gpr_time_add(gpr_now(GPR_CLOCK_REALTIME),
                                                gpr_time_from_millis(deadline_ms, GPR_TIMESPAN))
                                 : gpr_inf_future(GPR_CLOCK_REALTIME);
-    grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
+    c->cq = grpc_completion_queue_create_for_next(NULL);
     grpc_slice method = grpc_slice_from_copied_string(path);
-    grpc_call *call = grpc_channel_create_call(cl->ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq, method,
-                                               NULL, deadline, NULL);
+    c->call = grpc_channel_create_call(cl->ch, NULL, GRPC_PROPAGATE_DEFAULTS, c->cq, method, NULL,
+                                       deadline, NULL);
     grpc_slice_unref(method);
-    int rc = HY_OK, cb_rc = 0;
-
-    char auth[600];
-    grpc_metadata md = {0};
     if (token) {
-        snprintf(auth, sizeof auth, "Bearer %s", token);
-        md.key = grpc_slice_from_static_string("authorization");
-        md.value = grpc_slice_from_copied_string(auth);
+        snprintf(c->auth, sizeof c->auth, "Bearer %s", token);
+        c->md.key = grpc_slice_from_static_string("authorization");
+        c->md.value = grpc_slice_from_copied_string(c->auth);
+        c->has_md = true;
     }
-    grpc_byte_buffer *out = hy_rpc_buffer_from(req, n);
-    grpc_metadata_array initial;
-    grpc_metadata_array_init(&initial);
-    grpc_op ops[4] = {0};
-    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-    ops[0].data.send_initial_metadata.count = token ? 1 : 0;
-    ops[0].data.send_initial_metadata.metadata = token ? &md : NULL;
-    ops[1].op = GRPC_OP_SEND_MESSAGE;
-    ops[1].data.send_message.send_message = out;
-    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-    ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
-    ops[3].data.recv_initial_metadata.recv_initial_metadata = &initial;
-    /* A failed batch here is a call that died (deadline, no server): its
-     * status, received below, says why. */
-    bool alive = hy_rpc_batch(call, cq, ops, 4, cl) == HY_OK;
-    grpc_byte_buffer_destroy(out);
+    grpc_metadata_array_init(&c->initial);
+}
 
-    while (alive) {
+/* The SEND_INITIAL_METADATA operation of the call (its bearer token). */
+static grpc_op op_send_metadata(call *c)
+{
+    grpc_op op = {.op = GRPC_OP_SEND_INITIAL_METADATA};
+    op.data.send_initial_metadata.count = c->has_md ? 1 : 0;
+    op.data.send_initial_metadata.metadata = c->has_md ? &c->md : NULL;
+    return op;
+}
+
+static grpc_op op_recv_metadata(call *c)
+{
+    grpc_op op = {.op = GRPC_OP_RECV_INITIAL_METADATA};
+    op.data.recv_initial_metadata.recv_initial_metadata = &c->initial;
+    return op;
+}
+
+/* Reads responses until the stream ends, handing each to on_bytes; an
+ * on_bytes that refuses one cancels the call. Returns what on_bytes
+ * returned (0 when it took every one). */
+static int call_read(call *c, int (*on_bytes)(void *ctx, const void *b, size_t n), void *ctx)
+{
+    for (;;) {
         grpc_byte_buffer *bb = NULL;
         grpc_op op = {.op = GRPC_OP_RECV_MESSAGE};
         op.data.recv_message.recv_message = &bb;
-        if (hy_rpc_batch(call, cq, &op, 1, cl) != HY_OK || !bb) break;
+        if (hy_rpc_batch(c->call, c->cq, &op, 1, c) != HY_OK || !bb) return 0;
         grpc_slice s = hy_rpc_buffer_slice(bb);
         grpc_byte_buffer_destroy(bb);
-        if (on_bytes && !cb_rc)
-            cb_rc = on_bytes(ctx, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s));
+        int rc = on_bytes ? on_bytes(ctx, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s)) : 0;
         grpc_slice_unref(s);
-        if (cb_rc) { /* stop reading: the caller refused a message */
-            grpc_call_cancel(call, NULL);
-            break;
+        if (rc) { /* stop reading: the caller refused a message */
+            grpc_call_cancel(c->call, NULL);
+            return rc;
         }
     }
+}
 
+/* Receives the status into *st, then frees the call. HY_EIO when none came
+ * back. */
+static int call_end(call *c, hy_rpc_status *st, hy_err *err)
+{
+    int rc = HY_OK;
     grpc_metadata_array trailing;
     grpc_metadata_array_init(&trailing);
     grpc_status_code code = GRPC_STATUS_UNKNOWN;
@@ -120,25 +177,47 @@ int hy_rpc_client_call_raw(hy_rpc_client *cl, const char *path, const void *req,
     sop.data.recv_status_on_client.status = &code;
     sop.data.recv_status_on_client.status_details = &details;
     sop.data.recv_status_on_client.error_string = &error_string;
-    if (hy_rpc_batch(call, cq, &sop, 1, cl) != HY_OK) {
-        rc = hy_err_set(err, HY_EIO, "%s: no status came back", path);
+    if (hy_rpc_batch(c->call, c->cq, &sop, 1, c) != HY_OK) {
+        rc = hy_err_set(err, HY_EIO, "%s: no status came back", c->path);
     } else {
         st->code = (int)code;
         snprintf(st->msg, sizeof st->msg, "%.*s", (int)GRPC_SLICE_LENGTH(details),
                  (const char *)GRPC_SLICE_START_PTR(details));
     }
-    if (cb_rc && !rc) rc = hy_err_set(err, cb_rc, "%s: a response was refused", path);
     gpr_free((void *)error_string);
     grpc_slice_unref(details);
     grpc_metadata_array_destroy(&trailing);
-    grpc_metadata_array_destroy(&initial);
-    if (token) grpc_slice_unref(md.value);
-    grpc_call_unref(call);
-    grpc_completion_queue_shutdown(cq);
-    while (grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+    grpc_metadata_array_destroy(&c->initial);
+    if (c->has_md) grpc_slice_unref(c->md.value);
+    grpc_call_unref(c->call);
+    grpc_completion_queue_shutdown(c->cq);
+    while (grpc_completion_queue_next(c->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
            GRPC_QUEUE_SHUTDOWN) {
     }
-    grpc_completion_queue_destroy(cq);
+    grpc_completion_queue_destroy(c->cq);
+    return rc;
+}
+
+int hy_rpc_client_call_raw(hy_rpc_client *cl, const char *path, const void *req, size_t n,
+                           const char *token, int64_t deadline_ms,
+                           int (*on_bytes)(void *ctx, const void *b, size_t n), void *ctx,
+                           hy_rpc_status *st, hy_err *err)
+{
+    st->code = HY_RPC_UNKNOWN;
+    st->msg[0] = '\0';
+    call c;
+    call_begin(&c, cl, path, token, deadline_ms);
+    grpc_byte_buffer *out = hy_rpc_buffer_from(req, n);
+    grpc_op ops[4] = {op_send_metadata(&c), {.op = GRPC_OP_SEND_MESSAGE},
+                      {.op = GRPC_OP_SEND_CLOSE_FROM_CLIENT}, op_recv_metadata(&c)};
+    ops[1].data.send_message.send_message = out;
+    /* A failed batch here is a call that died (deadline, no server): its
+     * status, received below, says why. */
+    bool alive = hy_rpc_batch(c.call, c.cq, ops, 4, &c) == HY_OK;
+    grpc_byte_buffer_destroy(out);
+    int cb_rc = alive ? call_read(&c, on_bytes, ctx) : 0;
+    int rc = call_end(&c, st, err);
+    if (cb_rc && !rc) rc = hy_err_set(err, cb_rc, "%s: a response was refused", path);
     return rc;
 }
 
@@ -176,5 +255,69 @@ int hy_rpc_client_call(hy_rpc_client *cl, const hy_rpc_method *m, const Protobuf
         hy_rpc_client_call_raw(cl, m->path, b, n, token, deadline_ms, decode_one, &dc, st, err);
     free(b);
     if (rc == HY_EFORMAT && derr.msg[0] && err) *err = derr;
+    return rc;
+}
+
+/* Sends the stream's messages, each produced by next, then the close.
+ * Returns 0 when the stream ended cleanly or the call ended under it (the
+ * status says why), next's code when it failed (the call is then
+ * cancelled). */
+static int send_stream(call *c, hy_rpc_next_fn next, void *next_ctx, hy_err *err)
+{
+    grpc_op md = op_send_metadata(c);
+    if (hy_rpc_batch(c->call, c->cq, &md, 1, c) != HY_OK) return 0;
+    for (;;) {
+        const ProtobufCMessage *msg = NULL;
+        int rc = next(next_ctx, &msg, err);
+        if (rc) {
+            grpc_call_cancel(c->call, NULL);
+            return rc;
+        }
+        if (!msg) break;
+        grpc_byte_buffer *bb = hy_rpc_buffer_pack(msg);
+        if (!bb) {
+            grpc_call_cancel(c->call, NULL);
+            return hy_err_set(err, HY_ENOMEM, "out of memory");
+        }
+        grpc_op op = {.op = GRPC_OP_SEND_MESSAGE};
+        op.data.send_message.send_message = bb;
+        bool sent = hy_rpc_batch(c->call, c->cq, &op, 1, c) == HY_OK;
+        grpc_byte_buffer_destroy(bb);
+        if (!sent) return 0; /* the call is over: its status says why */
+    }
+    grpc_op ops[2] = {{.op = GRPC_OP_SEND_CLOSE_FROM_CLIENT}, op_recv_metadata(c)};
+    hy_rpc_batch(c->call, c->cq, ops, 2, c); /* a failure shows in the status */
+    return 0;
+}
+
+int hy_rpc_client_call_stream(hy_rpc_client *cl, const hy_rpc_method *m, const char *token,
+                              int64_t deadline_ms, hy_rpc_next_fn next, void *next_ctx,
+                              int (*on_msg)(void *ctx, const ProtobufCMessage *msg), void *ctx,
+                              hy_rpc_status *st, hy_err *err)
+{
+    st->code = HY_RPC_UNKNOWN;
+    st->msg[0] = '\0';
+    call c;
+    call_begin(&c, cl, m->path, token, deadline_ms);
+    hy_err nerr = {0}, derr = {0};
+    int next_rc = send_stream(&c, next, next_ctx, &nerr);
+    decode_ctx dc = {m->response, cl->max_message, on_msg, ctx, &derr};
+    int cb_rc = next_rc ? 0 : call_read(&c, decode_one, &dc);
+    int rc = call_end(&c, st, err);
+    if (next_rc) {
+        if (err) {
+            *err = nerr;
+            err->code = next_rc;
+        }
+        hy_err_prefix(err, "%s: the request stream was abandoned", m->path);
+        return next_rc;
+    }
+    if (cb_rc && !rc) {
+        if (cb_rc == HY_EFORMAT && derr.msg[0]) {
+            if (err) *err = derr;
+            return cb_rc;
+        }
+        rc = hy_err_set(err, cb_rc, "%s: a response was refused", m->path);
+    }
     return rc;
 }

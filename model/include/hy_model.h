@@ -206,6 +206,11 @@ typedef struct hy_result {
                        * inline for misses (the caller owns them), else NULL */
     int hits, misses, uncacheable, prefix_segments;
     int64_t prefilled; /* tokens that went through the forward pass */
+    /* Wall seconds per phase: restoring a prefix checkpoint; recomputing
+     * seams and composing bodies (hits); prefilling the other segments
+     * (misses, with their inline builds; uncacheable ones; every segment in
+     * `full` and after the checkpoint in `prefix`); the query. */
+    double restore_s, seam_s, compose_s, segments_s, query_s;
 } hy_result;
 
 /* Runs a request from the empty state (st is reset first). built must hold

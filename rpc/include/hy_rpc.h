@@ -124,16 +124,37 @@ int hy_rpc_call_finish(hy_rpc_call *c, hy_rpc_code code, const char *msg);
 
 typedef struct hy_rpc_client hy_rpc_client;
 
-/* A channel to target ("host:port"); nothing is sent until the first call. */
+typedef struct hy_rpc_client_options {
+    const char *target; /* "host:port" */
+    size_t max_message; /* bytes per message each way; 0: 4 MiB */
+    /* PEM text of the certificate authorities the server's certificate must
+     * chain to: the channel is TLS (gRPC core's SSL credentials). NULL: a
+     * plaintext channel. */
+    const char *tls_root_pem;
+    /* The name the server's certificate must carry instead of target's host
+     * (gRPC's ssl_target_name_override); NULL: target's host. TLS only. */
+    const char *tls_server_name;
+} hy_rpc_client_options;
+
+/* A channel to o->target; nothing is sent until the first call, so a server
+ * that is not there shows as UNAVAILABLE on the first call, not here.
+ * HY_EINVAL when gRPC refuses the target or the credentials (e.g. PEM text
+ * it cannot use). The options are copied: they need not outlive the call. */
+int hy_rpc_client_open_ex(const hy_rpc_client_options *o, hy_rpc_client **out, hy_err *err);
+/* hy_rpc_client_open_ex on a plaintext channel. */
 int hy_rpc_client_open(const char *target, size_t max_message, hy_rpc_client **out, hy_err *err);
+/* Closes the channel; calls in flight on it must have returned. NULL is a
+ * no-op. */
 void hy_rpc_client_close(hy_rpc_client *cl);
 
 /* One call of method m with request req, sent with "authorization: Bearer
  * <token>" when token is not NULL, within deadline_ms (0: none). Each
  * response is decoded and passed to on_msg (which must not keep it); a unary
- * method has one. Returns 0 when the call completed, whatever its status
- * (*st says which), HY_EFORMAT when a response could not be decoded, HY_EIO
- * when no call could be made. */
+ * method has one. An on_msg that returns non-zero cancels the call (the
+ * server sees the client go) and that value is returned. Returns 0 when the
+ * call completed, whatever its status (*st says which), HY_EFORMAT when a
+ * response could not be decoded, HY_EIO when no call could be made. Calls
+ * from several threads at once on one client are safe. */
 int hy_rpc_client_call(hy_rpc_client *cl, const hy_rpc_method *m, const ProtobufCMessage *req,
                        const char *token, int64_t deadline_ms,
                        int (*on_msg)(void *ctx, const ProtobufCMessage *msg), void *ctx,
@@ -145,5 +166,24 @@ int hy_rpc_client_call_raw(hy_rpc_client *cl, const char *path, const void *req,
                            const char *token, int64_t deadline_ms,
                            int (*on_bytes)(void *ctx, const void *b, size_t n), void *ctx,
                            hy_rpc_status *st, hy_err *err);
+
+/* Produces a client stream's next request: 0 with *msg set to the next
+ * message, or to NULL after the last one (the stream then ends cleanly); a
+ * non-zero HY_E* code abandons the stream. *msg must stay valid until next
+ * is called again or the call returns; it is packed before then. */
+typedef int (*hy_rpc_next_fn)(void *ctx, const ProtobufCMessage **msg, hy_err *err);
+
+/* A client-streaming call of method m (PutEntry): each message next yields
+ * is sent as one request of the stream, then the stream is closed and the
+ * responses (one for PutEntry) are decoded and passed to on_msg as in
+ * hy_rpc_client_call. When next fails the call is cancelled, so the server
+ * sees a stream cut short and never a clean end, and next's code is
+ * returned with its message. When the server ends the call early (e.g. it
+ * refused the first message) the rest of the stream is not produced and *st
+ * carries the server's status. Otherwise as hy_rpc_client_call. */
+int hy_rpc_client_call_stream(hy_rpc_client *cl, const hy_rpc_method *m, const char *token,
+                              int64_t deadline_ms, hy_rpc_next_fn next, void *next_ctx,
+                              int (*on_msg)(void *ctx, const ProtobufCMessage *msg), void *ctx,
+                              hy_rpc_status *st, hy_err *err);
 
 #endif
