@@ -346,6 +346,16 @@ int hy_entry_body_tokens(const hy_entry *e)
     return e->nb;
 }
 
+int hy_entry_seam_setting(const hy_entry *e)
+{
+    return e->W;
+}
+
+hy_entry_dtype hy_entry_dtype_of(const hy_entry *e)
+{
+    return e->dtype;
+}
+
 int hy_entry_key(const char *tenant, const uint8_t model_fp[32], int W, hy_entry_dtype dtype,
                  const int32_t *tokens, size_t n, uint8_t key[32])
 {

@@ -104,6 +104,18 @@ size_t hy_entry_payload_bytes(const hy_entry *e)
     return b;
 }
 
+size_t hy_entry_sections(const hy_entry *e, hy_entry_section *out, size_t cap)
+{
+    section *s = malloc(MAX_SECTIONS * sizeof *s);
+    if (!s) return 0;
+    const size_t n = list_sections(e, s);
+    for (size_t i = 0; i < n && i < cap; i++)
+        out[i] = (hy_entry_section){k_kind[s[i].kind],
+                                    s[i].kind == SEC_TOKENS ? -1 : (int)s[i].layer, s[i].bytes};
+    free(s);
+    return n;
+}
+
 int hy_entry_serialize(const hy_entry *e, void **buf, size_t *len, hy_err *err)
 {
     *buf = NULL;

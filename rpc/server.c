@@ -277,7 +277,13 @@ int hy_rpc_server_start(const hy_rpc_server_config *cfg, const hy_rpc_handler *h
         grpc_server_register_completion_queue(s->server, s->workers[i].cq, NULL);
     }
     grpc_server_register_completion_queue(s->server, s->notify_cq, NULL);
-    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+    grpc_server_credentials *creds;
+    if (cfg->tls_cert_pem && cfg->tls_key_pem) {
+        grpc_ssl_pem_key_cert_pair pair = {cfg->tls_key_pem, cfg->tls_cert_pem};
+        creds = grpc_ssl_server_credentials_create(NULL, &pair, 1, 0, NULL);
+    } else {
+        creds = grpc_insecure_server_credentials_create();
+    }
     s->port = grpc_server_add_http2_port(s->server, cfg->address, creds);
     grpc_server_credentials_release(creds);
     if (s->port == 0) {

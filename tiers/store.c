@@ -791,6 +791,45 @@ int hy_store_peek(hy_store *s, const hy_key *key, hy_meta *meta, unsigned *mask)
     return o ? HY_OK : HY_ENOTFOUND;
 }
 
+int hy_store_flush(hy_store *s, size_t *written, hy_err *err)
+{
+    size_t n = 0;
+    int rc = HY_OK;
+    if (written) *written = 0;
+    if (!s->nvme) return HY_OK;
+    pthread_mutex_lock(&s->mu);
+    /* The lock is dropped during each write, and the index may change then
+     * (removed entries, a grown table): after a write the walk resumes at the
+     * head of the same bucket, or from the start when the table was resized.
+     * Written entries are skipped (in_nvme), so the walk ends. */
+    size_t i = 0;
+    while (i < s->nbuckets && !rc) {
+        obj *o = s->buckets[i];
+        while (o && (o->in_nvme || !o->in_host || o->dead)) o = o->next;
+        if (!o) {
+            i++;
+            continue;
+        }
+        const size_t nb = s->nbuckets;
+        o->pins++;
+        hy_err e2 = {0};
+        int wrc = nvme_put_evicting(s, &o->meta, hy_arena_ptr(s->arena, o->off), &e2);
+        if (o->dead) {
+            if (wrc == HY_OK) nvme_remove_key(s, &o->meta.key);
+        } else if (wrc == HY_OK) {
+            st_copy_add(s, o, HY_TIER_NVME, 0);
+            n++;
+        } else {
+            rc = hy_err_set(err, wrc, "flush to NVMe: %s", e2.msg);
+        }
+        st_unpin(s, o);
+        if (s->nbuckets != nb) i = 0;
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (written) *written = n;
+    return rc;
+}
+
 int hy_store_set_quota(hy_store *s, const char *tenant, uint64_t bytes, hy_err *err)
 {
     if (!tenant || !tenant[0] || strlen(tenant) >= HY_TENANT_MAX)

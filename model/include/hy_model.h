@@ -140,6 +140,17 @@ int hy_entry_tokens(const hy_entry *e, const int32_t **tokens); /* returns n */
 int hy_entry_seam_width(const hy_entry *e);
 int hy_entry_body_tokens(const hy_entry *e);
 size_t hy_entry_payload_bytes(const hy_entry *e);
+int hy_entry_seam_setting(const hy_entry *e); /* W, the setting it was built under */
+hy_entry_dtype hy_entry_dtype_of(const hy_entry *e);
+/* The sections of the serialised form, in file order: name ("TOKENS", "T",
+ * "S", "TAIL", "K", "V"), layer (-1 for TOKENS) and payload bytes. Writes at
+ * most cap; returns how many there are (0 when out of memory). */
+typedef struct hy_entry_section {
+    const char *name;
+    int layer;
+    size_t bytes;
+} hy_entry_section;
+size_t hy_entry_sections(const hy_entry *e, hy_entry_section *out, size_t cap);
 
 /* Serialised form: a header, a section table with an XXH3 checksum per
  * section, the sections. serialize returns a malloc'd buffer. */

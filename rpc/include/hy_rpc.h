@@ -61,6 +61,7 @@ typedef enum hy_rpc_code {
     HY_RPC_UNIMPLEMENTED = 12,
     HY_RPC_INTERNAL = 13,
     HY_RPC_UNAVAILABLE = 14,
+    HY_RPC_DATA_LOSS = 15,
     HY_RPC_UNAUTHENTICATED = 16,
 } hy_rpc_code;
 
@@ -91,6 +92,10 @@ typedef struct hy_rpc_server_config {
     const char *address; /* e.g. "127.0.0.1:0" (port 0: any free port) */
     int workers;         /* calls served at once; 0: 4 */
     size_t max_message;  /* bytes per message each way; 0: 4 MiB */
+    /* TLS: the server's certificate chain and private key, PEM text (not
+     * paths); both NULL: plaintext. No client certificates are asked for:
+     * callers authenticate with bearer tokens. */
+    const char *tls_cert_pem, *tls_key_pem;
 } hy_rpc_server_config;
 
 /* Binds, starts the workers and returns. handlers: hy_rpc_method_count

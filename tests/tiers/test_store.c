@@ -494,6 +494,33 @@ static void test_events_quotas_peek(void)
     hy_store_close(s);
 }
 
+/* A write-back store's flush: host-only entries reach NVMe, and a restart
+ * serves them. */
+static void test_flush_then_restart(void)
+{
+    hy_store_config c = config(16, "flush");
+    hy_store *s;
+    hy_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(hy_store_open(&c, &s, &e), 0);
+    hy_tier_id placed;
+    for (uint64_t n = 0; n < 5; n++) {
+        CU_ASSERT_EQUAL(put(s, n, MB + n, "t", NULL, &placed, &e), 0);
+        CU_ASSERT_EQUAL(placed, HY_TIER_HOST);
+    }
+    hy_store_stats st;
+    hy_store_stats_get(s, &st);
+    CU_ASSERT_EQUAL(st.nvme_entries, 0);
+    size_t written = 0;
+    CU_ASSERT_EQUAL(hy_store_flush(s, &written, &e), 0);
+    CU_ASSERT_EQUAL(written, 5);
+    CU_ASSERT_EQUAL(hy_store_flush(s, &written, &e), 0); /* nothing left to write */
+    CU_ASSERT_EQUAL(written, 0);
+    hy_store_close(s);
+    CU_ASSERT_EQUAL_FATAL(hy_store_open(&c, &s, &e), 0);
+    for (uint64_t n = 0; n < 5; n++) CU_ASSERT_EQUAL(get_check(s, n, MB + n), 0);
+    hy_store_close(s);
+}
+
 int main(void)
 {
     if (hy_test_mkdtemp("hy_test_store_", g_tmp, sizeof g_tmp)) return 1;
@@ -508,6 +535,7 @@ int main(void)
         {"background_mover_keeps_headroom", test_background_mover},
         {"threads_stress", test_threads_stress},
         {"events_quotas_peek", test_events_quotas_peek},
+        {"flush_then_restart", test_flush_then_restart},
         {NULL, NULL},
     };
     int rc = hy_test_main("store", cases);

@@ -377,6 +377,12 @@ int hy_store_tiers_of(hy_store *s, const hy_key *key, unsigned *mask);
  * an expired entry is absent. Not an access either. */
 int hy_store_peek(hy_store *s, const hy_key *key, hy_meta *meta, unsigned *mask);
 
+/* Writes every entry that has a host copy and no NVMe copy to NVMe (a
+ * write-back store's clean shutdown, so that a restart serves them); *written
+ * counts them. No-op without an NVMe tier. Entries only in hbm are not
+ * written. The first failed write ends it with that write's error. */
+int hy_store_flush(hy_store *s, size_t *written, hy_err *err);
+
 /* Byte quota of one tenant, replacing cfg.tenant_quota for it (0:
  * unlimited). Entries already stored stay; later reserves are held to it. */
 int hy_store_set_quota(hy_store *s, const char *tenant, uint64_t bytes, hy_err *err);
