@@ -1,0 +1,1092 @@
+/*
+ * hypic-cached's configuration file (config_internal.h): one table, k_opts,
+ * holds every key — its dotted name, its type, where it lands in
+ * hy_cached_config, its limits and its default as YAML text — and everything
+ * else is driven by it: the defaults are the table's texts run through the
+ * same setters as a file's values, the walker over libyaml's document tree
+ * finds each key there (or reports it unknown, listing the keys the table
+ * allows at that place), and the printer writes the table back out. Sections
+ * ("tiers.host") are not entries: they are the prefixes of entries' names.
+ * List items (models, tenants.list) have their fields under "<list>[].".
+ *
+ * A value is checked where it is read, against its own limits, with the line
+ * it came from; what involves several keys (top_k against max_top_k, tokens
+ * unique, a non-loopback listener needing tenants, tls in pairs) is checked
+ * once the whole file has been read, naming the line of the key involved
+ * when the file gave it (hy_cached_config_validate runs the same checks on a
+ * configuration changed in memory). Tokens never appear in messages.
+ */
+#include "config_internal.h"
+
+#include <arpa/inet.h>
+#include <assert.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <yaml.h>
+
+#define KIB (1ull << 10)
+#define MIB (1ull << 20)
+#define GIB (1ull << 30)
+#define TIB (1ull << 40)
+#define PIB (1ull << 50)
+
+#define CFG_FILE_MAX       (1u << 20)    /* bytes of a configuration file */
+#define CFG_TOKEN_FILE_MAX (64u << 10)   /* bytes of a token_file */
+#define CFG_MAX_EXTENTS    1000000u      /* six-digit extent file ids (docs/store-format.md) */
+#define CFG_TTL_MAX        3153600000ull /* 100 years, in seconds */
+#define CFG_KEY_MAX        64            /* a dotted key path, with its NUL */
+
+#define STR_(x) #x
+#define STR(x)  STR_(x)
+
+typedef enum opt_kind {
+    OPT_STR,        /* char[cap], verbatim */
+    OPT_TOKEN,      /* char[cap], verbatim; never echoed or printed */
+    OPT_TOKEN_FILE, /* the first line of the named file into the OPT_TOKEN at off */
+    OPT_SIZE,       /* uint64_t bytes, with an optional K/M/G/T suffix */
+    OPT_U64,        /* uint64_t count */
+    OPT_U32,        /* uint32_t count */
+    OPT_INT,        /* int count */
+    OPT_BOOL,       /* bool */
+    OPT_EVICT,      /* the evict of the hy_policy_config at off */
+    OPT_ADMIT,      /* the admit of the hy_policy_config at off */
+    OPT_DTYPE,      /* hy_entry_dtype */
+    OPT_LEVEL,      /* int, HY_LOG_* */
+    OPT_LIST,       /* a sequence of mappings: items of cap bytes at off, their count (int) at
+                     * count; min..max items; the fields are the entries "<name>[].<field>" */
+} opt_kind;
+
+enum { NEED_ANY = 0, NEED_ALWAYS = 1, NEED_ONE_OF = 2 };
+
+typedef struct opt {
+    const char *name; /* dotted path; list item fields as "models[].name" */
+    opt_kind kind;
+    size_t off;        /* in hy_cached_config, or in the list item */
+    size_t cap;        /* strings: bytes with the NUL; lists: bytes per item */
+    uint64_t min, max; /* numbers: inclusive limits; lists: items */
+    const char *def;   /* the default, as it would be written in the file; NULL: none */
+    size_t count;      /* lists: offset of the item count */
+    int need;          /* list item fields: NEED_ALWAYS, or NEED_ONE_OF (exactly one of those) */
+} opt;
+
+/* Entries of the table: strings, numbers within [lo, hi], named values
+ * (booleans, policies, dtype, log level), lists and their items' fields. */
+/* clang-format off */
+#define M_(m)  offsetof(hy_cached_config, m)
+#define MS_(m) sizeof(((hy_cached_config *)0)->m)
+#define STRING(name, m, def)               {name, OPT_STR, M_(m), MS_(m), 0, 0, def, 0, NEED_ANY}
+#define NUMBER(name, kind, m, lo, hi, def) {name, kind, M_(m), 0, lo, hi, def, 0, NEED_ANY}
+#define NAMED(name, kind, m, def)          {name, kind, M_(m), 0, 0, 0, def, 0, NEED_ANY}
+#define LIST(name, m, T, lo, hi, n)        {name, OPT_LIST, M_(m), sizeof(T), lo, hi, NULL, M_(n), NEED_ANY}
+#define ITEM_STRING(name, kind, T, m, need) \
+    {name, kind, offsetof(T, m), sizeof(((T *)0)->m), 0, 0, NULL, 0, need}
+#define ITEM_NUMBER(name, kind, T, m, lo, hi, def) \
+    {name, kind, offsetof(T, m), 0, lo, hi, def, 0, NEED_ANY}
+#define POLICY(tier, evict, admit)                                       \
+    NAMED("tiers." #tier ".evict", OPT_EVICT, tier##_policy, evict),     \
+    NAMED("tiers." #tier ".admit", OPT_ADMIT, tier##_policy, admit),     \
+    NUMBER("tiers." #tier ".min_tokens", OPT_U32, tier##_policy.min_tokens, 0, UINT32_MAX, "0")
+/* clang-format on */
+
+/* Every key, in the order of the file (the printer keeps it; a section's keys
+ * stay together). docs/operations.md and deploy/hypic-cached.yaml follow it. */
+static const opt k_opts[] = {
+    STRING("listen", listen, "127.0.0.1:7878"),
+    STRING("http_listen", http_listen, "127.0.0.1:7879"),
+    STRING("tls.cert", tls_cert, ""),
+    STRING("tls.key", tls_key, ""),
+    LIST("models", models, hy_cfg_model, 1, HY_CFG_MAX_MODELS, nmodels),
+    ITEM_STRING("models[].name", OPT_STR, hy_cfg_model, name, NEED_ALWAYS),
+    ITEM_STRING("models[].path", OPT_STR, hy_cfg_model, dir, NEED_ALWAYS),
+    NUMBER("tiers.host.bytes", OPT_SIZE, host_bytes, MIB, 16 * TIB, "1G"),
+    POLICY(host, "gdsf", "tinylfu"),
+    STRING("tiers.nvme.path", nvme_dir, ""),
+    NUMBER("tiers.nvme.bytes", OPT_SIZE, nvme_bytes, MIB, PIB, "16G"),
+    NUMBER("tiers.nvme.extent_bytes", OPT_SIZE, nvme_extent_bytes, MIB, TIB, "256M"),
+    POLICY(nvme, "gdsf", "always"),
+    NAMED("tiers.nvme.write_through", OPT_BOOL, write_through, "false"),
+    NUMBER("tiers.hbm.bytes", OPT_SIZE, hbm_bytes, 0, 16 * TIB, "0"),
+    NUMBER("tiers.hbm.device", OPT_INT, hbm_device, 0, 255, "0"),
+    POLICY(hbm, "gdsf", "tinylfu"),
+    NUMBER("tiers.ttl_s", OPT_U64, ttl_s, 0, CFG_TTL_MAX, "0"),
+    NUMBER("pic.seam", OPT_INT, seam, 0, 64, STR(HY_SEAM_DEFAULT)),
+    NAMED("pic.dtype", OPT_DTYPE, dtype, "f32"),
+    NUMBER("pic.top_k", OPT_U32, top_k, 1, 1024, "5"),
+    NUMBER("pic.prefix_cache_bytes", OPT_SIZE, prefix_cache_bytes, 0, TIB, "256M"),
+    NUMBER("executor.threads", OPT_INT, exec_threads, 1, 256, NULL), /* the online CPUs */
+    NUMBER("executor.contexts", OPT_INT, exec_contexts, 1, 64, "1"),
+    NUMBER("executor.max_batch", OPT_INT, max_batch, 1, 65536, "1024"),
+    NUMBER("tenants.default_quota", OPT_SIZE, default_quota, 0, UINT64_MAX, "0"),
+    LIST("tenants.list", tenants, hy_cfg_tenant, 0, HY_CFG_MAX_TENANTS, ntenants),
+    ITEM_STRING("tenants.list[].name", OPT_STR, hy_cfg_tenant, name, NEED_ALWAYS),
+    ITEM_STRING("tenants.list[].token", OPT_TOKEN, hy_cfg_tenant, token, NEED_ONE_OF),
+    ITEM_STRING("tenants.list[].token_file", OPT_TOKEN_FILE, hy_cfg_tenant, token, NEED_ONE_OF),
+    ITEM_NUMBER("tenants.list[].quota", OPT_SIZE, hy_cfg_tenant, quota_bytes, 0, UINT64_MAX, "0"),
+    ITEM_NUMBER("tenants.list[].max_in_flight", OPT_U32, hy_cfg_tenant, max_in_flight, 0, 65536,
+                "0"),
+    NUMBER("limits.max_message", OPT_SIZE, max_message, 4 * KIB, GIB, "64M"),
+    NUMBER("limits.max_segments", OPT_U32, max_segments, 1, 65536, "256"),
+    NUMBER("limits.max_tokens", OPT_U64, max_tokens, 1, 16777216, "262144"),
+    NUMBER("limits.max_top_k", OPT_U32, max_top_k, 1, 1024, "100"),
+    NUMBER("limits.max_new_tokens", OPT_U32, max_new_tokens, 0, 65536, "256"),
+    NUMBER("limits.in_flight_per_tenant", OPT_U32, in_flight_per_tenant, 1, 65536, "64"),
+    NUMBER("limits.queue", OPT_U32, queue, 0, 65536, "64"),
+    NUMBER("limits.max_lease_ms", OPT_U32, max_lease_ms, 1, 3600000, "10000"),
+    NUMBER("limits.watchers", OPT_U32, watchers, 0, 1024, "16"),
+    NUMBER("limits.workers", OPT_U32, workers, 2, 1024, "32"),
+    NUMBER("limits.page_size", OPT_U32, page_size, 1, 100000, "1000"),
+    NUMBER("limits.max_entry_bytes", OPT_SIZE, max_entry_bytes, 4 * KIB, TIB, "1G"),
+    NUMBER("limits.drain_ms", OPT_U32, drain_ms, 0, 600000, "10000"),
+    NAMED("log.level", OPT_LEVEL, log_level, "info"),
+    NAMED("log.requests", OPT_BOOL, log_requests, "true"),
+};
+#define NOPTS (sizeof k_opts / sizeof k_opts[0])
+
+static const char *const k_levels[] = {[HY_LOG_DEBUG] = "debug",
+                                       [HY_LOG_INFO] = "info",
+                                       [HY_LOG_WARN] = "warn",
+                                       [HY_LOG_ERROR] = "error"};
+static const char *const k_dtypes[] = {[HY_ENTRY_F32] = "f32", [HY_ENTRY_BF16] = "bf16"};
+
+/* ---- values: text → field, each against its own limits ---- */
+
+/* Leading decimal digits (no sign, no blanks): 0, or HY_EINVAL when there
+ * are none, HY_ERANGE when they do not fit in 64 bits; *end past them. */
+static int parse_digits(const char *s, uint64_t *out, const char **end)
+{
+    uint64_t v = 0;
+    bool over = false;
+    const char *p = s;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        unsigned d = (unsigned)(*p - '0');
+        over = over || v > (UINT64_MAX - d) / 10;
+        v = v * 10 + d;
+    }
+    *out = v, *end = p;
+    return p == s ? HY_EINVAL : over ? HY_ERANGE : 0;
+}
+
+static int parse_size(const char *s, uint64_t *out)
+{
+    static const struct {
+        const char *suffix;
+        int shift;
+    } k_suffixes[] = {{"", 0},     {"K", 10},   {"M", 20},   {"G", 30},  {"T", 40},
+                      {"KiB", 10}, {"MiB", 20}, {"GiB", 30}, {"TiB", 40}};
+    uint64_t v;
+    const char *end;
+    int rc = parse_digits(s, &v, &end);
+    if (rc == HY_EINVAL) return rc;
+    for (size_t i = 0; i < sizeof k_suffixes / sizeof k_suffixes[0]; i++) {
+        if (strcmp(end, k_suffixes[i].suffix) != 0) continue;
+        if (rc || (k_suffixes[i].shift && v > UINT64_MAX >> k_suffixes[i].shift)) return HY_ERANGE;
+        *out = v << k_suffixes[i].shift;
+        return 0;
+    }
+    return HY_EINVAL;
+}
+
+/* A size as the file would say it: the largest suffix that divides it. */
+static void format_size(uint64_t v, char *out, size_t cap)
+{
+    static const char k_units[] = "TGMK";
+    for (int i = 0; i < 4 && v; i++) {
+        int shift = 40 - 10 * i;
+        if (v % (1ull << shift) == 0) {
+            snprintf(out, cap, "%llu%c", (unsigned long long)(v >> shift), k_units[i]);
+            return;
+        }
+    }
+    snprintf(out, cap, "%llu", (unsigned long long)v);
+}
+
+static void format_number(const opt *o, uint64_t v, char *out, size_t cap)
+{
+    if (o->kind == OPT_SIZE)
+        format_size(v, out, cap);
+    else
+        snprintf(out, cap, "%llu", (unsigned long long)v);
+}
+
+static int lookup_name(const char *v, const char *const *names, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(v, names[i]) == 0) return i;
+    return -1;
+}
+
+/* The first line of a token file, blanks around it trimmed, into
+ * dst[0..cap) (NUL-padded). */
+static int read_token_file(const char *path, char *dst, size_t cap, char *why, size_t whycap)
+{
+    char *text;
+    size_t len;
+    hy_err e = {0};
+    int rc = hy_read_file(path, CFG_TOKEN_FILE_MAX, &text, &len, &e);
+    if (rc) {
+        snprintf(why, whycap, "cannot read the token file: %.300s", e.msg);
+        return rc == HY_ENOMEM ? HY_ENOMEM : HY_EIO;
+    }
+    size_t a = 0, b = strcspn(text, "\n");
+    while (a < b && (text[a] == ' ' || text[a] == '\t' || text[a] == '\r')) a++;
+    while (b > a && (text[b - 1] == ' ' || text[b - 1] == '\t' || text[b - 1] == '\r')) b--;
+    rc = 0;
+    if (b - a >= cap)
+        rc = HY_EINVAL,
+        snprintf(why, whycap, "the first line of %s is longer than %zu bytes", path, cap - 1);
+    else if (memchr(text + a, '\0', b - a))
+        rc = HY_EINVAL, snprintf(why, whycap, "the first line of %s holds a NUL byte", path);
+    else
+        memset(dst, 0, cap), memcpy(dst, text + a, b - a);
+    hy_free(text);
+    return rc;
+}
+
+/* Sets the field of o in base from the scalar v[0..len). 0, or a code with
+ * why[] saying what is wrong with the value (the caller names file, line and
+ * key). */
+static int set_value(const opt *o, void *base, const char *v, size_t len, char *why, size_t whycap)
+{
+    char *field = (char *)base + o->off;
+    if (memchr(v, '\0', len)) return snprintf(why, whycap, "the value holds a NUL byte"), HY_EINVAL;
+    hy_err e = {0};
+    switch (o->kind) {
+    case OPT_STR:
+    case OPT_TOKEN:
+        if (len >= o->cap) {
+            if (o->kind == OPT_TOKEN)
+                snprintf(why, whycap, "the token is longer than %zu bytes", o->cap - 1);
+            else
+                snprintf(why, whycap, "'%.60s...' is longer than %zu bytes", v, o->cap - 1);
+            return HY_EINVAL;
+        }
+        memset(field, 0, o->cap), memcpy(field, v, len);
+        return 0;
+    case OPT_TOKEN_FILE:
+        return read_token_file(v, field, o->cap, why, whycap);
+    case OPT_SIZE:
+    case OPT_U64:
+    case OPT_U32:
+    case OPT_INT: {
+        uint64_t n;
+        const char *end = "";
+        int rc = o->kind == OPT_SIZE ? parse_size(v, &n) : parse_digits(v, &n, &end);
+        if (rc == 0 && *end) rc = HY_EINVAL;
+        if (rc == HY_EINVAL) {
+            if (o->kind == OPT_SIZE)
+                snprintf(why, whycap,
+                         "'%.60s' is not a size (an integer with an optional K, M, G or T suffix)",
+                         v);
+            else
+                snprintf(why, whycap, "'%.60s' is not a count (a decimal integer)", v);
+            return HY_EINVAL;
+        }
+        if (rc == HY_ERANGE) {
+            snprintf(why, whycap, "'%.60s' does not fit in 64 bits", v);
+            return HY_EINVAL;
+        }
+        if (n < o->min || n > o->max) {
+            char lo[32], hi[32];
+            format_number(o, o->min, lo, sizeof lo), format_number(o, o->max, hi, sizeof hi);
+            snprintf(why, whycap, "'%.60s' is out of range (%s..%s)", v, lo, hi);
+            return HY_EINVAL;
+        }
+        if (o->kind == OPT_U32)
+            *(uint32_t *)field = (uint32_t)n;
+        else if (o->kind == OPT_INT)
+            *(int *)field = (int)n;
+        else
+            *(uint64_t *)field = n;
+        return 0;
+    }
+    case OPT_BOOL:
+        if (strcmp(v, "true") && strcmp(v, "false"))
+            return snprintf(why, whycap, "'%.60s' is not a boolean (true or false)", v), HY_EINVAL;
+        *(bool *)field = strcmp(v, "true") == 0;
+        return 0;
+    case OPT_EVICT: {
+        hy_policy_config p;
+        if (hy_policy_parse(v, "always", &p, &e))
+            return snprintf(why, whycap, "%.300s", e.msg), e.code;
+        ((hy_policy_config *)field)->evict = p.evict;
+        return 0;
+    }
+    case OPT_ADMIT: {
+        /* min-tokens takes its count from the tier's own min_tokens key, so
+         * hy_policy_parse's "min-tokens N" spelling is not accepted here. */
+        hy_policy_config p = {.admit = HY_ADMIT_MIN_TOKENS};
+        if (strncmp(v, "min-tokens", 10) == 0 && v[10]) {
+            snprintf(why, whycap, "'%.60s': write 'min-tokens' and the count in min_tokens", v);
+            return HY_EINVAL;
+        }
+        if (strcmp(v, "min-tokens") && hy_policy_parse("lru", v, &p, &e))
+            return snprintf(why, whycap, "%.300s", e.msg), e.code;
+        ((hy_policy_config *)field)->admit = p.admit;
+        return 0;
+    }
+    case OPT_DTYPE: {
+        int i = lookup_name(v, k_dtypes, 2);
+        if (i < 0) return snprintf(why, whycap, "'%.60s' is not f32 or bf16", v), HY_EINVAL;
+        *(hy_entry_dtype *)field = (hy_entry_dtype)i;
+        return 0;
+    }
+    case OPT_LEVEL: {
+        int i = lookup_name(v, k_levels, 4);
+        if (i < 0)
+            return snprintf(why, whycap, "'%.60s' is not debug, info, warn or error", v), HY_EINVAL;
+        *(int *)field = i;
+        return 0;
+    }
+    case OPT_LIST:
+        break;
+    }
+    assert(!"a list is not a scalar");
+    return HY_EINVAL;
+}
+
+/* The item defaults of a list (fields "<list>[]." with a default). */
+static void default_item(const opt *list, void *item)
+{
+    size_t n = strlen(list->name);
+    memset(item, 0, list->cap);
+    for (size_t i = 0; i < NOPTS; i++) {
+        const opt *o = &k_opts[i];
+        if (strncmp(o->name, list->name, n) || strncmp(o->name + n, "[].", 3) || !o->def) continue;
+        char why[256];
+        int rc = set_value(o, item, o->def, strlen(o->def), why, sizeof why);
+        assert(rc == 0 && "a list field's default is valid");
+        (void)rc;
+    }
+}
+
+void hy_cached_config_default(hy_cached_config *c)
+{
+    memset(c, 0, sizeof *c);
+    for (size_t i = 0; i < NOPTS; i++) {
+        const opt *o = &k_opts[i];
+        if (!o->def || strchr(o->name, '[')) continue;
+        char why[256];
+        int rc = set_value(o, c, o->def, strlen(o->def), why, sizeof why);
+        assert(rc == 0 && "every default is within its limits");
+        (void)rc;
+    }
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    c->exec_threads = cpus < 1 ? 1 : cpus > 256 ? 256 : (int)cpus;
+    c->nmodels = 1;
+    snprintf(c->models[0].name, sizeof c->models[0].name, "tiny");
+    snprintf(c->models[0].dir, sizeof c->models[0].dir, "var/models/tiny");
+    c->host_policy.capacity = c->host_bytes;
+    c->nvme_policy.capacity = c->nvme_bytes;
+    c->hbm_policy.capacity = c->hbm_bytes;
+}
+
+/* ---- the walk over the document ---- */
+
+/* A key the file gave, with its line: messages about it after the walk name
+ * the line, and list items' "one of" rules look here. At most every entry of
+ * every list item, plus the rest of the table, plus the items themselves. */
+#define CFG_SEEN_MAX (NOPTS + HY_CFG_MAX_TENANTS * 6 + HY_CFG_MAX_MODELS * 3 + 16)
+
+typedef struct cfg_ctx {
+    const char *file;
+    yaml_document_t *doc;
+    hy_err *err;
+    int nseen;
+    struct {
+        char key[CFG_KEY_MAX];
+        int line;
+    } seen[CFG_SEEN_MAX];
+} cfg_ctx;
+
+static int seen_line(const cfg_ctx *x, const char *key)
+{
+    for (int i = 0; i < x->nseen; i++)
+        if (strcmp(x->seen[i].key, key) == 0) return x->seen[i].line;
+    return 0;
+}
+
+static void see(cfg_ctx *x, const char *key, int line)
+{
+    if (x->nseen < (int)CFG_SEEN_MAX) {
+        snprintf(x->seen[x->nseen].key, CFG_KEY_MAX, "%s", key);
+        x->seen[x->nseen++].line = line;
+    }
+}
+
+/* "FILE:LINE: key 'KEY': MESSAGE"; the line is left out when 0, the key when
+ * NULL. Returns code. */
+static int fail(cfg_ctx *x, int code, int line, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static int fail(cfg_ctx *x, int code, int line, const char *key, const char *fmt, ...)
+{
+    char where[64] = "", msg[400];
+    if (line > 0) snprintf(where, sizeof where, ":%d", line);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (key) return hy_err_set(x->err, code, "%s%s: key '%s': %s", x->file, where, key, msg);
+    return hy_err_set(x->err, code, "%s%s: %s", x->file, where, msg);
+}
+
+/* fail() at the line the file gave key on (none for a default). */
+static int fail_key(cfg_ctx *x, int code, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int fail_key(cfg_ctx *x, int code, const char *key, const char *fmt, ...)
+{
+    char msg[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return fail(x, code, seen_line(x, key), key, "%s", msg);
+}
+
+static int line_of(const yaml_node_t *n)
+{
+    return (int)n->start_mark.line + 1;
+}
+
+static const char *kind_name(const yaml_node_t *n)
+{
+    return n->type == YAML_MAPPING_NODE    ? "a mapping"
+           : n->type == YAML_SEQUENCE_NODE ? "a sequence"
+                                           : "a value";
+}
+
+static bool is_null(const yaml_node_t *n)
+{
+    if (n->type != YAML_SCALAR_NODE || n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
+        return false;
+    const char *v = (const char *)n->data.scalar.value;
+    return !*v || !strcmp(v, "~") || !strcmp(v, "null") || !strcmp(v, "Null") || !strcmp(v, "NULL");
+}
+
+static const opt *find_opt(const char *name)
+{
+    for (size_t i = 0; i < NOPTS; i++)
+        if (strcmp(k_opts[i].name, name) == 0) return &k_opts[i];
+    return NULL;
+}
+
+/* Whether some entry lies under the section `name` ("tiers.host"). */
+static bool is_section(const char *name)
+{
+    size_t n = strlen(name);
+    for (size_t i = 0; i < NOPTS; i++)
+        if (strncmp(k_opts[i].name, name, n) == 0 && k_opts[i].name[n] == '.') return true;
+    return false;
+}
+
+/* The names allowed directly under the section `prefix` ("" for the top),
+ * comma-separated, in the table's order. */
+static void allowed_here(const char *prefix, char *out, size_t cap)
+{
+    size_t n = strlen(prefix), used = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < NOPTS; i++) {
+        const char *s = k_opts[i].name;
+        if (n && (strncmp(s, prefix, n) || s[n] != '.')) continue;
+        s += n ? n + 1 : 0;
+        size_t len = strcspn(s, ".[");
+        char word[CFG_KEY_MAX];
+        snprintf(word, sizeof word, "%.*s", (int)len, s);
+        /* skip a name already listed (a section's second key) */
+        bool dup = false;
+        for (const char *p = out; (p = strstr(p, word)) != NULL; p += len)
+            if ((p == out || p[-1] == ' ') && (p[len] == ',' || p[len] == '\0')) dup = true;
+        if (dup) continue;
+        int w = snprintf(out + used, cap - used, "%s%s", used ? ", " : "", word);
+        if (w < 0 || (size_t)w >= cap - used) break;
+        used += (size_t)w;
+    }
+}
+
+static int walk_mapping(cfg_ctx *x, yaml_node_t *map, const char *section, const char *path,
+                        void *base);
+
+/* The fields an item at ipath must give (those of section with a need):
+ * every NEED_ALWAYS one and exactly one of the NEED_ONE_OF ones. */
+static int check_needed(cfg_ctx *x, const char *section, const char *ipath, int line)
+{
+    size_t sn = strlen(section);
+    int ones = 0, given = 0;
+    char one_of[2][CFG_KEY_MAX] = {"", ""};
+    for (size_t k = 0; k < NOPTS; k++) {
+        const opt *f = &k_opts[k];
+        if (!f->need || strncmp(f->name, section, sn) || f->name[sn] != '.') continue;
+        const char *field = f->name + sn + 1;
+        char fpath[CFG_KEY_MAX];
+        snprintf(fpath, sizeof fpath, "%.48s.%.14s", ipath, field);
+        bool seen = seen_line(x, fpath) != 0;
+        if (f->need == NEED_ALWAYS && !seen)
+            return fail(x, HY_EINVAL, line, ipath, "no '%s' (required)", field);
+        if (f->need == NEED_ONE_OF) {
+            assert(ones < 2 && "one pair of alternatives per item");
+            snprintf(one_of[ones++], CFG_KEY_MAX, "%s", field);
+            given += seen;
+        }
+    }
+    if (ones && given != 1)
+        return fail(x, HY_EINVAL, line, ipath,
+                    given ? "both '%s' and '%s' (give one)" : "no '%s' or '%s' (one is required)",
+                    one_of[0], one_of[1]);
+    return 0;
+}
+
+/* A list's items: each a mapping of the fields "<list>[].<field>". */
+static int walk_list(cfg_ctx *x, const opt *o, yaml_node_t *seq, const char *path, void *base)
+{
+    int *count = (int *)((char *)base + o->count);
+    char *items = (char *)base + o->off;
+    *count = 0; /* the file's list replaces the default one */
+    if (seq->type != YAML_SEQUENCE_NODE && !is_null(seq))
+        return fail(x, HY_EINVAL, line_of(seq), path, "%s where a sequence is expected",
+                    kind_name(seq));
+    int n = seq->type == YAML_SEQUENCE_NODE
+                ? (int)(seq->data.sequence.items.top - seq->data.sequence.items.start)
+                : 0;
+    if (n < (int)o->min || n > (int)o->max)
+        return fail(x, HY_EINVAL, line_of(seq), path, "%d items; %llu to %llu are allowed", n,
+                    (unsigned long long)o->min, (unsigned long long)o->max);
+    char section[CFG_KEY_MAX];
+    snprintf(section, sizeof section, "%s[]", o->name);
+    for (int i = 0; i < n; i++) {
+        yaml_node_t *item = yaml_document_get_node(x->doc, seq->data.sequence.items.start[i]);
+        char ipath[CFG_KEY_MAX];
+        snprintf(ipath, sizeof ipath, "%.40s[%d]", path, i);
+        see(x, ipath, line_of(item));
+        if (item->type != YAML_MAPPING_NODE)
+            return fail(x, HY_EINVAL, line_of(item), ipath, "%s where a mapping is expected",
+                        kind_name(item));
+        void *it = items + (size_t)i * o->cap;
+        default_item(o, it);
+        int rc = walk_mapping(x, item, section, ipath, it);
+        if (!rc) rc = check_needed(x, section, ipath, line_of(item));
+        if (rc) return rc;
+        *count = i + 1;
+    }
+    return 0;
+}
+
+/* The pairs of a mapping at `path` in the file, which is the table's section
+ * `section` ("" at the top; "models[]" for a list item), over base. */
+static int walk_mapping(cfg_ctx *x, yaml_node_t *map, const char *section, const char *path,
+                        void *base)
+{
+    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top;
+         p++) {
+        yaml_node_t *k = yaml_document_get_node(x->doc, p->key);
+        yaml_node_t *v = yaml_document_get_node(x->doc, p->value);
+        if (k->type != YAML_SCALAR_NODE)
+            return fail(x, HY_EINVAL, line_of(k), *path ? path : NULL,
+                        "%s as a key (keys are names)", kind_name(k));
+        const char *key = (const char *)k->data.scalar.value;
+        for (yaml_node_pair_t *q = map->data.mapping.pairs.start; q < p; q++) {
+            yaml_node_t *k2 = yaml_document_get_node(x->doc, q->key);
+            if (k2->type == YAML_SCALAR_NODE && !strcmp((const char *)k2->data.scalar.value, key))
+                return fail(x, HY_EINVAL, line_of(k), NULL,
+                            "key '%s%s%s' appears twice (first at line %d)", path, *path ? "." : "",
+                            key, line_of(k2));
+        }
+        char name[CFG_KEY_MAX], kpath[CFG_KEY_MAX];
+        bool plain =
+            strspn(key, "abcdefghijklmnopqrstuvwxyz0123456789_") == strlen(key) && strlen(key) < 32;
+        snprintf(name, sizeof name, "%s%s%s", section, *section ? "." : "", plain ? key : "");
+        snprintf(kpath, sizeof kpath, "%s%s%.31s", path, *path ? "." : "", key);
+        const opt *o = plain ? find_opt(name) : NULL;
+        if (!o && !(plain && is_section(name))) {
+            char allowed[320];
+            allowed_here(section, allowed, sizeof allowed);
+            return fail(x, HY_EINVAL, line_of(k), NULL,
+                        "unknown key '%s%s%.60s' (allowed here: %s)", path, *path ? "." : "", key,
+                        allowed);
+        }
+        see(x, kpath, line_of(k));
+        int rc;
+        if (!o) { /* a section */
+            if (is_null(v)) continue;
+            if (v->type != YAML_MAPPING_NODE)
+                return fail(x, HY_EINVAL, line_of(v), kpath, "%s where a mapping is expected",
+                            kind_name(v));
+            rc = walk_mapping(x, v, name, kpath, base);
+        } else if (o->kind == OPT_LIST) {
+            rc = walk_list(x, o, v, kpath, base);
+        } else {
+            if (v->type != YAML_SCALAR_NODE)
+                return fail(x, HY_EINVAL, line_of(v), kpath, "%s where a value is expected",
+                            kind_name(v));
+            char why[400];
+            rc = set_value(o, base, (const char *)v->data.scalar.value, v->data.scalar.length, why,
+                           sizeof why);
+            if (rc) rc = fail(x, rc, line_of(v), kpath, "%s", why);
+        }
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* ---- the whole, once read ---- */
+
+static bool valid_name(const char *s)
+{
+    size_t n = strlen(s);
+    return n >= 1 && n <= 63 &&
+           strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == n;
+}
+
+/* host:port with a bracketed IPv6 address, an IPv4 address or a host name;
+ * *loopback says whether it is 127.0.0.0/8, ::1 (or ::ffff:127.x) or
+ * localhost. */
+static bool parse_addr(const char *a, bool *loopback)
+{
+    const char *colon = strrchr(a, ':');
+    if (!colon || colon == a || !colon[1] || strlen(colon + 1) > 5 ||
+        strspn(colon + 1, "0123456789") != strlen(colon + 1) || atoi(colon + 1) > 65535)
+        return false;
+    char host[HY_CFG_ADDR_MAX];
+    snprintf(host, sizeof host, "%.*s", (int)(colon - a), a);
+    size_t n = strlen(host);
+    if (host[0] == '[') {
+        struct in6_addr a6;
+        if (n < 3 || host[n - 1] != ']') return false;
+        host[n - 1] = '\0';
+        if (inet_pton(AF_INET6, host + 1, &a6) != 1) return false;
+        *loopback =
+            IN6_IS_ADDR_LOOPBACK(&a6) || (IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127);
+        return true;
+    }
+    if (strspn(host, "0123456789.") == n) {
+        struct in_addr a4;
+        if (inet_pton(AF_INET, host, &a4) != 1) return false;
+        *loopback = ((const uint8_t *)&a4.s_addr)[0] == 127;
+        return true;
+    }
+    if (strspn(host, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") != n)
+        return false;
+    *loopback = strcmp(host, "localhost") == 0;
+    return true;
+}
+
+static int check_addr(cfg_ctx *x, const char *key, const char *a, bool *loopback)
+{
+    if (parse_addr(a, loopback)) return 0;
+    return fail_key(x, HY_EINVAL, key,
+                    "'%.100s' is not host:port (a host name, an IPv4 address or an IPv6 address "
+                    "in brackets, and a port 0..65535)",
+                    a);
+}
+
+static int check_tls(cfg_ctx *x, const hy_cached_config *c)
+{
+    if (!c->tls_cert[0] != !c->tls_key[0])
+        return fail_key(x, HY_EINVAL, c->tls_cert[0] ? "tls.cert" : "tls.key",
+                        "tls needs both cert and key (%s is missing)",
+                        c->tls_cert[0] ? "tls.key" : "tls.cert");
+    const char *files[2] = {c->tls_cert, c->tls_key}, *keys[2] = {"tls.cert", "tls.key"};
+    for (int i = 0; i < 2 && c->tls_cert[0]; i++) {
+        FILE *f = fopen(files[i], "r");
+        if (!f)
+            return fail_key(x, HY_EIO, keys[i], "cannot read %s: %s", files[i], strerror(errno));
+        fclose(f);
+    }
+    return 0;
+}
+
+static int check_models(cfg_ctx *x, const hy_cached_config *c)
+{
+    for (int i = 0; i < c->nmodels; i++) {
+        char key[CFG_KEY_MAX];
+        snprintf(key, sizeof key, "models[%d].name", i);
+        if (!valid_name(c->models[i].name))
+            return fail_key(x, HY_EINVAL, key,
+                            "'%s' is not a name ([A-Za-z0-9._-], 1 to 63 characters)",
+                            c->models[i].name);
+        for (int j = 0; j < i; j++)
+            if (!strcmp(c->models[i].name, c->models[j].name))
+                return fail_key(x, HY_EINVAL, key, "'%s' is already models[%d]'s name",
+                                c->models[i].name, j);
+        snprintf(key, sizeof key, "models[%d].path", i);
+        if (!c->models[i].dir[0]) return fail_key(x, HY_EINVAL, key, "'' is not a directory");
+    }
+    return 0;
+}
+
+static int check_tiers(cfg_ctx *x, const hy_cached_config *c)
+{
+    const struct {
+        const char *key;
+        const hy_policy_config *p;
+    } tiers[3] = {{"tiers.host.min_tokens", &c->host_policy},
+                  {"tiers.nvme.min_tokens", &c->nvme_policy},
+                  {"tiers.hbm.min_tokens", &c->hbm_policy}};
+    for (int i = 0; i < 3; i++)
+        if (tiers[i].p->min_tokens && tiers[i].p->admit != HY_ADMIT_MIN_TOKENS)
+            return fail_key(x, HY_EINVAL, tiers[i].key,
+                            "%u applies only with admit: min-tokens (admit is %s)",
+                            tiers[i].p->min_tokens, hy_admit_name(tiers[i].p->admit));
+    char v[32], lim[32];
+    format_size(c->nvme_extent_bytes, v, sizeof v);
+    if (c->nvme_extent_bytes % HY_PAGE)
+        return fail_key(x, HY_EINVAL, "tiers.nvme.extent_bytes", "%s is not a multiple of %u", v,
+                        HY_PAGE);
+    format_size(c->nvme_bytes, v, sizeof v);
+    format_size(c->nvme_extent_bytes, lim, sizeof lim);
+    if (c->nvme_bytes < c->nvme_extent_bytes ||
+        c->nvme_bytes / c->nvme_extent_bytes > CFG_MAX_EXTENTS)
+        return fail_key(x, HY_EINVAL, "tiers.nvme.bytes",
+                        "%s is not 1 to %u extents of %s (tiers.nvme.extent_bytes)", v,
+                        CFG_MAX_EXTENTS, lim);
+    if (c->hbm_bytes && c->hbm_bytes < MIB) {
+        format_size(c->hbm_bytes, v, sizeof v);
+        return fail_key(x, HY_EINVAL, "tiers.hbm.bytes",
+                        "%s is neither 0 (no hbm tier) nor 1M..16T", v);
+    }
+    return 0;
+}
+
+/* Checked on what it read, without echoing it. */
+static int check_token(cfg_ctx *x, const hy_cached_config *c, int i)
+{
+    char key[CFG_KEY_MAX], fkey[CFG_KEY_MAX];
+    snprintf(key, sizeof key, "tenants.list[%d].token", i);
+    snprintf(fkey, sizeof fkey, "tenants.list[%d].token_file", i);
+    /* (that the file gave exactly one of the two was checked as it was read) */
+    const char *which = seen_line(x, fkey) ? fkey : key, *t = c->tenants[i].token;
+    size_t n = strlen(t);
+    if (n < HY_CFG_TOKEN_MIN)
+        return fail_key(x, HY_EINVAL, which, "the token has %zu characters; at least %d are needed",
+                        n, HY_CFG_TOKEN_MIN);
+    for (size_t j = 0; j < n; j++)
+        if (t[j] <= ' ' || t[j] > '~')
+            return fail_key(x, HY_EINVAL, which,
+                            "the token's character %zu is not printable ASCII (spaces excluded)",
+                            j + 1);
+    for (int j = 0; j < i; j++)
+        if (!strcmp(t, c->tenants[j].token))
+            return fail_key(x, HY_EINVAL, which, "the token is tenants.list[%d]'s (tenant '%s')", j,
+                            c->tenants[j].name);
+    return 0;
+}
+
+static int check_tenants(cfg_ctx *x, const hy_cached_config *c)
+{
+    for (int i = 0; i < c->ntenants; i++) {
+        char key[CFG_KEY_MAX];
+        snprintf(key, sizeof key, "tenants.list[%d].name", i);
+        const char *name = c->tenants[i].name;
+        if (!valid_name(name))
+            return fail_key(x, HY_EINVAL, key,
+                            "'%s' is not a name ([A-Za-z0-9._-], 1 to 63 characters)", name);
+        if (!strcmp(name, "default"))
+            return fail_key(x, HY_EINVAL, key,
+                            "'default' is reserved (the tenant of every request when no tokens "
+                            "are configured)");
+        for (int j = 0; j < i; j++)
+            if (!strcmp(name, c->tenants[j].name))
+                return fail_key(x, HY_EINVAL, key, "'%s' is already tenants.list[%d]'s name", name,
+                                j);
+        int rc = check_token(x, c, i);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* What involves more than one key, or a string's form. */
+static int check_whole(cfg_ctx *x, hy_cached_config *c)
+{
+    bool lo = true, http_lo = true;
+    int rc = check_addr(x, "listen", c->listen, &lo);
+    if (!rc && c->http_listen[0]) rc = check_addr(x, "http_listen", c->http_listen, &http_lo);
+    if (!rc) rc = check_tls(x, c);
+    if (!rc) rc = check_models(x, c);
+    if (!rc) rc = check_tiers(x, c);
+    if (!rc && c->top_k > c->max_top_k)
+        rc = fail_key(x, HY_EINVAL, "pic.top_k", "%u is out of range (1..limits.max_top_k = %u)",
+                      c->top_k, c->max_top_k);
+    if (!rc) rc = check_tenants(x, c);
+    if (!rc && !lo && c->ntenants == 0)
+        rc = fail_key(x, HY_EINVAL, "listen",
+                      "'%s' is not a loopback address (127.0.0.0/8, [::1], localhost): listening "
+                      "there needs tenants with tokens (tenants.list)",
+                      c->listen);
+    if (rc) return rc;
+    c->host_policy.capacity = c->host_bytes;
+    c->nvme_policy.capacity = c->nvme_bytes;
+    c->hbm_policy.capacity = c->hbm_bytes;
+    return 0;
+}
+
+static int syntax_error(cfg_ctx *x, const yaml_parser_t *p)
+{
+    if (p->error == YAML_MEMORY_ERROR)
+        return hy_err_set(x->err, HY_ENOMEM, "%s: out of memory", x->file);
+    if (p->error == YAML_READER_ERROR)
+        return hy_err_set(x->err, HY_EINVAL, "%s: YAML: %s at byte %zu", x->file,
+                          p->problem ? p->problem : "unreadable", p->problem_offset);
+    char ctx[128] = "";
+    if (p->context)
+        snprintf(ctx, sizeof ctx, " (%s at line %zu, column %zu)", p->context,
+                 p->context_mark.line + 1, p->context_mark.column + 1);
+    return hy_err_set(x->err, HY_EINVAL, "%s:%zu:%zu: YAML syntax error: %s%s", x->file,
+                      p->problem_mark.line + 1, p->problem_mark.column + 1,
+                      p->problem ? p->problem : "malformed", ctx);
+}
+
+/* Loads the one document of text into doc (root NULL when empty). */
+static int load_document(cfg_ctx *x, const char *text, size_t len, yaml_document_t *doc)
+{
+    yaml_parser_t p;
+    if (!yaml_parser_initialize(&p))
+        return hy_err_set(x->err, HY_ENOMEM, "%s: out of memory", x->file);
+    yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
+    int rc = 0;
+    if (!yaml_parser_load(&p, doc)) {
+        rc = syntax_error(x, &p);
+    } else if (yaml_document_get_root_node(doc)) {
+        yaml_document_t next;
+        if (!yaml_parser_load(&p, &next)) {
+            rc = syntax_error(x, &p);
+        } else {
+            yaml_node_t *root = yaml_document_get_root_node(&next);
+            if (root)
+                rc = fail(x, HY_EINVAL, line_of(root), NULL,
+                          "a second YAML document (the configuration is one document)");
+            yaml_document_delete(&next);
+        }
+        if (rc) yaml_document_delete(doc);
+    }
+    yaml_parser_delete(&p);
+    return rc;
+}
+
+int hy_cached_config_parse(const char *text, size_t len, const char *path, hy_cached_config *c,
+                           hy_err *err)
+{
+    cfg_ctx *x = calloc(1, sizeof *x);
+    hy_cached_config *tmp = malloc(sizeof *tmp);
+    if (!x || !tmp) {
+        free(x), free(tmp);
+        return hy_err_set(err, HY_ENOMEM, "%s: out of memory", path && *path ? path : "(config)");
+    }
+    x->file = path && *path ? path : "(config)";
+    x->err = err;
+    hy_cached_config_default(tmp);
+    snprintf(tmp->path, sizeof tmp->path, "%s", path ? path : "");
+    yaml_document_t doc;
+    x->doc = &doc;
+    int rc = load_document(x, text, len, &doc);
+    if (rc == 0) {
+        yaml_node_t *root = yaml_document_get_root_node(&doc);
+        if (root && root->type == YAML_MAPPING_NODE)
+            rc = walk_mapping(x, root, "", "", tmp);
+        else if (root && !is_null(root))
+            rc = fail(x, HY_EINVAL, line_of(root), NULL,
+                      "the document is %s; a mapping of keys is expected", kind_name(root));
+        yaml_document_delete(&doc);
+    }
+    if (rc == 0) rc = check_whole(x, tmp);
+    if (rc == 0) memcpy(c, tmp, sizeof *c);
+    free(tmp);
+    free(x);
+    return rc;
+}
+
+int hy_cached_config_load(const char *path, hy_cached_config *c, hy_err *err)
+{
+    char *text;
+    size_t len;
+    hy_err e = {0};
+    int rc = hy_read_file(path, CFG_FILE_MAX, &text, &len, &e);
+    if (rc) return hy_err_set(err, rc == HY_ENOMEM ? rc : HY_EIO, "%s", e.msg);
+    rc = hy_cached_config_parse(text, len, path, c, err);
+    hy_free(text);
+    return rc;
+}
+
+int hy_cached_config_validate(hy_cached_config *c, hy_err *err)
+{
+    cfg_ctx *x = calloc(1, sizeof *x);
+    if (!x) return hy_err_set(err, HY_ENOMEM, "out of memory");
+    x->file = c->path[0] ? c->path : "(command line)";
+    x->err = err;
+    int rc = check_whole(x, c);
+    free(x);
+    return rc;
+}
+
+const hy_cfg_tenant *hy_cached_config_tenant_by_token(const hy_cached_config *c, const char *token)
+{
+    if (!token) return NULL;
+    /* Both sides NUL-padded to HY_CFG_TOKEN_MAX and compared whole, for
+     * every tenant: the time depends on neither where the first difference
+     * lies nor which tenant matched. */
+    char want[HY_CFG_TOKEN_MAX] = {0};
+    size_t n = strnlen(token, HY_CFG_TOKEN_MAX);
+    unsigned usable = n > 0 && n < HY_CFG_TOKEN_MAX;
+    if (usable) memcpy(want, token, n);
+    const hy_cfg_tenant *found = NULL;
+    for (int i = 0; i < c->ntenants; i++) {
+        unsigned d = 0;
+        for (size_t j = 0; j < HY_CFG_TOKEN_MAX; j++)
+            d |= (unsigned char)(c->tenants[i].token[j] ^ want[j]);
+        __asm__ volatile("" : "+r"(d)); /* keep the loop whole: no early exit */
+        uintptr_t match = (uintptr_t)0 - (uintptr_t)((d == 0) & usable);
+        found = (const hy_cfg_tenant *)(((uintptr_t)&c->tenants[i] & match) |
+                                        ((uintptr_t)found & ~match));
+    }
+    return found;
+}
+
+/* ---- printing: the table back out, through libyaml's emitter ---- */
+
+static void emit_scalar(yaml_emitter_t *em, const char *v)
+{
+    yaml_event_t ev;
+    yaml_scalar_event_initialize(&ev, NULL, NULL, (yaml_char_t *)v, (int)strlen(v), 1, 1,
+                                 *v ? YAML_ANY_SCALAR_STYLE : YAML_SINGLE_QUOTED_SCALAR_STYLE);
+    yaml_emitter_emit(em, &ev);
+}
+
+static void emit_mapping(yaml_emitter_t *em, bool start)
+{
+    yaml_event_t ev;
+    if (start)
+        yaml_mapping_start_event_initialize(&ev, NULL, NULL, 1, YAML_BLOCK_MAPPING_STYLE);
+    else
+        yaml_mapping_end_event_initialize(&ev);
+    yaml_emitter_emit(em, &ev);
+}
+
+/* The field of o in base as the file would say it. */
+static void format_value(const opt *o, const void *base, char *out, size_t cap)
+{
+    const char *field = (const char *)base + o->off;
+    switch (o->kind) {
+    case OPT_STR:
+        snprintf(out, cap, "%s", field);
+        break;
+    case OPT_TOKEN:
+        snprintf(out, cap, "<redacted>");
+        break;
+    case OPT_SIZE:
+    case OPT_U64:
+        format_number(o, *(const uint64_t *)field, out, cap);
+        break;
+    case OPT_U32:
+        snprintf(out, cap, "%u", *(const uint32_t *)field);
+        break;
+    case OPT_INT:
+        snprintf(out, cap, "%d", *(const int *)field);
+        break;
+    case OPT_BOOL:
+        snprintf(out, cap, "%s", *(const bool *)field ? "true" : "false");
+        break;
+    case OPT_EVICT:
+        snprintf(out, cap, "%s", hy_evict_name(((const hy_policy_config *)field)->evict));
+        break;
+    case OPT_ADMIT:
+        snprintf(out, cap, "%s", hy_admit_name(((const hy_policy_config *)field)->admit));
+        break;
+    case OPT_DTYPE:
+        snprintf(out, cap, "%s", k_dtypes[*(const hy_entry_dtype *)field]);
+        break;
+    case OPT_LEVEL:
+        snprintf(out, cap, "%s", k_levels[*(const int *)field]);
+        break;
+    case OPT_TOKEN_FILE:
+    case OPT_LIST:
+        assert(!"not a scalar");
+        out[0] = '\0';
+        break;
+    }
+}
+
+static void emit_list(yaml_emitter_t *em, const opt *o, const hy_cached_config *c)
+{
+    yaml_event_t ev;
+    char section[CFG_KEY_MAX];
+    size_t sn = (size_t)snprintf(section, sizeof section, "%s[].", o->name);
+    int n = *(const int *)((const char *)c + o->count);
+    yaml_sequence_start_event_initialize(&ev, NULL, NULL, 1, YAML_BLOCK_SEQUENCE_STYLE);
+    yaml_emitter_emit(em, &ev);
+    for (int i = 0; i < n; i++) {
+        const char *item = (const char *)c + o->off + (size_t)i * o->cap;
+        emit_mapping(em, true);
+        for (size_t k = 0; k < NOPTS; k++) {
+            const opt *f = &k_opts[k];
+            if (strncmp(f->name, section, sn) || f->kind == OPT_TOKEN_FILE) continue;
+            char v[PATH_MAX];
+            format_value(f, item, v, sizeof v);
+            emit_scalar(em, f->name + sn), emit_scalar(em, v);
+        }
+        emit_mapping(em, false);
+    }
+    yaml_sequence_end_event_initialize(&ev);
+    yaml_emitter_emit(em, &ev);
+}
+
+/* Closes the open sections of *open (a dotted prefix, "" at the top) until it
+ * is a section of name, then opens name's own sections. */
+static void enter_section(yaml_emitter_t *em, char *open, const char *name)
+{
+    size_t want = (size_t)(strrchr(name, '.') ? strrchr(name, '.') - name : 0);
+    for (;;) {
+        size_t n = strlen(open);
+        if (n <= want && !strncmp(open, name, n) && (n == 0 || name[n] == '.')) break;
+        emit_mapping(em, false);
+        char *dot = strrchr(open, '.');
+        *(dot ? dot : open) = '\0';
+    }
+    while (strlen(open) < want) {
+        size_t n = strlen(open);
+        const char *part = name + n + (n ? 1 : 0);
+        size_t plen = strcspn(part, ".");
+        char word[CFG_KEY_MAX];
+        snprintf(word, sizeof word, "%.*s", (int)plen, part);
+        emit_scalar(em, word), emit_mapping(em, true);
+        snprintf(open + n, CFG_KEY_MAX - n, "%s%s", n ? "." : "", word);
+    }
+}
+
+void hy_cached_config_print(const hy_cached_config *c, FILE *out)
+{
+    yaml_emitter_t em;
+    yaml_event_t ev;
+    if (!yaml_emitter_initialize(&em)) return;
+    yaml_emitter_set_output_file(&em, out);
+    yaml_emitter_set_unicode(&em, 1);
+    yaml_emitter_set_width(&em, -1); /* no folding of long values */
+    yaml_stream_start_event_initialize(&ev, YAML_UTF8_ENCODING);
+    yaml_emitter_emit(&em, &ev);
+    yaml_document_start_event_initialize(&ev, NULL, NULL, NULL, 1);
+    yaml_emitter_emit(&em, &ev);
+    emit_mapping(&em, true);
+    char open[CFG_KEY_MAX] = "";
+    for (size_t i = 0; i < NOPTS; i++) {
+        const opt *o = &k_opts[i];
+        if (strchr(o->name, '[')) continue; /* a list item's field */
+        enter_section(&em, open, o->name);
+        const char *dot = strrchr(o->name, '.');
+        emit_scalar(&em, dot ? dot + 1 : o->name);
+        if (o->kind == OPT_LIST) {
+            emit_list(&em, o, c);
+        } else {
+            char v[PATH_MAX];
+            format_value(o, c, v, sizeof v);
+            emit_scalar(&em, v);
+        }
+    }
+    enter_section(&em, open, "end");
+    emit_mapping(&em, false);
+    yaml_document_end_event_initialize(&ev, 1);
+    yaml_emitter_emit(&em, &ev);
+    yaml_stream_end_event_initialize(&ev);
+    yaml_emitter_emit(&em, &ev);
+    yaml_emitter_flush(&em);
+    yaml_emitter_delete(&em);
+}

@@ -1,0 +1,163 @@
+/*
+ * The daemon's configuration (hypic-cached's YAML file): what it serves, how
+ * it stores, who may call it and within which limits. Parsed with libyaml and
+ * validated as a whole before anything starts; every error names the file,
+ * the line, the key (dotted path, e.g. "tiers.host.bytes"; list items as
+ * "tenants.list[1].token"), the value and what is allowed. Unknown keys are
+ * errors that list the keys allowed there. docs/operations.md lists every key
+ * with its default; deploy/hypic-cached.yaml is the same list as a file.
+ *
+ * Values: sizes are integers with an optional K, M, G or T suffix (or KiB,
+ * MiB, GiB, TiB; powers of 1024); counts are decimal integers; booleans are
+ * true or false; strings are taken verbatim (an empty value is ""). Relative
+ * paths are relative to the daemon's working directory. A token's text never
+ * appears in a message or in hy_cached_config_print's output.
+ *
+ * The limits of each value are in the comments below ("1M..16T": an
+ * inclusive range).
+ */
+#ifndef HY_CACHED_CONFIG_INTERNAL_H
+#define HY_CACHED_CONFIG_INTERNAL_H
+
+#include "hy_common.h"
+#include "hy_model.h"
+#include "hy_tiers.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdbool.h>
+
+#define HY_CFG_MAX_MODELS  8
+#define HY_CFG_MAX_TENANTS 64
+#define HY_CFG_NAME_MAX    64  /* model names, including the NUL */
+#define HY_CFG_TOKEN_MAX   256 /* bearer tokens, including the NUL */
+#define HY_CFG_TOKEN_MIN   16  /* characters a bearer token has at least */
+#define HY_CFG_ADDR_MAX    256
+
+/* models: 1..HY_CFG_MAX_MODELS items, each with both keys. */
+typedef struct hy_cfg_model {
+    char name[HY_CFG_NAME_MAX]; /* what requests say in `model`: [A-Za-z0-9._-]{1,63}, unique */
+    char dir[PATH_MAX];         /* `path`: the checkpoint directory (non-empty; the daemon
+                                 * checks that it exists) */
+} hy_cfg_model;
+
+/* tenants.list: 0..HY_CFG_MAX_TENANTS items. */
+typedef struct hy_cfg_tenant {
+    char name[HY_TENANT_MAX]; /* [A-Za-z0-9._-]{1,63}, unique, never "default" (the tenant of
+                               * a daemon without tokens) */
+    /* Inline `token`, or the first line of `token_file` with surrounding
+     * blanks trimmed (exactly one of the two): HY_CFG_TOKEN_MIN..255
+     * printable ASCII characters without spaces, unique. NUL-padded to the
+     * end of the array (hy_cached_config_tenant_by_token compares it whole). */
+    char token[HY_CFG_TOKEN_MAX];
+    uint64_t quota_bytes;   /* `quota`, any size; 0: the default quota (tenants.default_quota) */
+    uint32_t max_in_flight; /* 0..65536; 0: limits.in_flight_per_tenant */
+    bool admin;             /* `admin: true`: may set policies and sees the whole store's Stats */
+} hy_cfg_tenant;
+
+typedef struct hy_cached_config {
+    char path[PATH_MAX]; /* the file it came from ("" for defaults) */
+    /* host:port (an IPv6 address in brackets; port 0..65535, 0: any free
+     * port). A listen address that is not loopback (127.0.0.0/8, [::1],
+     * localhost) is refused unless tenants.list has a tenant. */
+    char listen[HY_CFG_ADDR_MAX];      /* gRPC, default "127.0.0.1:7878" */
+    char http_listen[HY_CFG_ADDR_MAX]; /* /metrics /healthz /readyz, default "127.0.0.1:7879"; ""
+                                        * off. Any address: it serves counters, never entries or
+                                        * tokens */
+    char tls_cert[PATH_MAX];           /* tls.cert, tls.key: PEM files; both or neither, */
+    char tls_key[PATH_MAX];            /* readable at validation; default "" (no TLS) */
+
+    hy_cfg_model models[HY_CFG_MAX_MODELS];
+    int nmodels; /* >= 1 */
+
+    /* tiers. Each policy's capacity is its tier's bytes. min_tokens (any
+     * count) is for admit: min-tokens only and must be 0 with another
+     * admission policy. */
+    uint64_t host_bytes;          /* tiers.host.bytes 1M..16T, default 1G */
+    hy_policy_config host_policy; /* tiers.host.evict (gdsf) / .admit (tinylfu) / .min_tokens (0) */
+    char nvme_dir[PATH_MAX];      /* tiers.nvme.path; "" (default): no NVMe tier */
+    uint64_t nvme_bytes;          /* tiers.nvme.bytes 1M..1P, default 16G: whole extents, at
+                                   * least one and at most 1000000 */
+    uint64_t nvme_extent_bytes;   /* tiers.nvme.extent_bytes 1M..1T in 4K steps, default 256M */
+    hy_policy_config nvme_policy; /* tiers.nvme.evict (gdsf) / .admit (always) / .min_tokens (0) */
+    bool write_through;           /* tiers.nvme.write_through, default false */
+    uint64_t hbm_bytes;           /* tiers.hbm.bytes 0 or 1M..16T; 0 (default): no hbm tier */
+    int hbm_device;               /* tiers.hbm.device 0..255, default 0 */
+    hy_policy_config hbm_policy;  /* tiers.hbm.evict (gdsf) / .admit (tinylfu) / .min_tokens (0) */
+    uint64_t ttl_s;               /* tiers.ttl_s 0..3153600000 (100 years): default TTL of
+                                   * entries, 0 (default): none */
+
+    /* pic: defaults of requests */
+    int seam;                    /* pic.seam (W), default HY_SEAM_DEFAULT, 0..64 */
+    hy_entry_dtype dtype;        /* pic.dtype "f32" | "bf16", default f32 */
+    uint32_t top_k;              /* pic.top_k 1..limits.max_top_k, default 5 */
+    uint64_t prefix_cache_bytes; /* pic.prefix_cache_bytes 0..1T (mode prefix checkpoints, per
+                                  * tenant and model), default 256M */
+
+    /* executor */
+    int exec_threads;  /* executor.threads 1..256: OpenMP threads per forward pass, default: the
+                        * online CPUs (at most 256) */
+    int exec_contexts; /* executor.contexts 1..64: forward passes at once per model, default 1 */
+    int max_batch;     /* executor.max_batch 1..65536: tokens per forward step, default 1024 */
+
+    /* tenants */
+    hy_cfg_tenant tenants[HY_CFG_MAX_TENANTS];
+    int ntenants;           /* 0: no tokens; every request is tenant "default" */
+    uint64_t default_quota; /* tenants.default_quota bytes, any size, 0 (default): unlimited */
+
+    /* limits */
+    uint64_t max_message;          /* limits.max_message 4K..1G bytes, default 64M (entries
+                                    * stream in chunks) */
+    uint32_t max_segments;         /* limits.max_segments 1..65536 per request, default 256 */
+    uint64_t max_tokens;           /* limits.max_tokens 1..16777216 per request (segments +
+                                    * query), default 262144 */
+    uint32_t max_top_k;            /* limits.max_top_k 1..1024, default 100 */
+    uint32_t max_new_tokens;       /* limits.max_new_tokens 0..65536, default 256 */
+    uint32_t in_flight_per_tenant; /* limits.in_flight_per_tenant 1..65536, default 64 */
+    uint32_t queue;                /* limits.queue 0..65536: requests waiting for an executor,
+                                    * default 64 (0: none wait) */
+    uint32_t max_lease_ms;         /* limits.max_lease_ms 1..3600000, default 10000 */
+    uint32_t watchers;             /* limits.watchers 0..1024: Watch streams at once, default 16
+                                    * (0: Watch is refused) */
+    uint32_t workers;              /* limits.workers 2..1024: calls served at once, default 32 */
+    uint32_t page_size;       /* limits.page_size 1..100000: List's maximum page, default 1000 */
+    uint64_t max_entry_bytes; /* limits.max_entry_bytes 4K..1T a PutEntry may send, default 1G */
+    uint32_t drain_ms;        /* limits.drain_ms 0..600000: SIGTERM's wait for in-flight
+                               * calls, default 10000 */
+
+    /* logging */
+    int log_level;     /* log.level debug|info|warn|error (HY_LOG_*), default info */
+    bool log_requests; /* log.requests: one line per request, default true */
+} hy_cached_config;
+
+/* The defaults above, with one model "tiny" at "var/models/tiny" (made if
+ * missing by the daemon's --init-model), no NVMe tier, no tenants. Zeroes the
+ * whole struct first (padding and the bytes after each string's NUL too). */
+void hy_cached_config_default(hy_cached_config *c);
+/* Parses a YAML document (text[0..len); path is used in messages and kept in
+ * c->path) over the defaults, then validates the whole. A list given in the
+ * file (models, tenants.list) replaces the default one. Unknown keys are
+ * errors. HY_EINVAL for a bad file, HY_EIO for an unreadable tls file or
+ * token_file (naming its path), HY_ENOMEM; c is untouched on error. An empty
+ * document gives the defaults. */
+int hy_cached_config_parse(const char *text, size_t len, const char *path, hy_cached_config *c,
+                           hy_err *err);
+/* Reads (HY_EIO naming the path when it cannot; at most 1 MiB) and parses the file. */
+int hy_cached_config_load(const char *path, hy_cached_config *c, hy_err *err);
+/* Validates a configuration changed after parsing (command-line overrides of
+ * its strings) as hy_cached_config_parse validates the whole of a file:
+ * addresses, the loopback rule, tls, names, tokens, the keys that depend on
+ * one another; sets the policies' capacities. Messages name c->path (or
+ * "(command line)") and the key, without a line. Numbers are checked against
+ * their own limits only as a file is read: set them within those. */
+int hy_cached_config_validate(hy_cached_config *c, hy_err *err);
+/* The tenant whose token is `token` (constant-time comparison over every
+ * tenant's token), or NULL. */
+const hy_cfg_tenant *hy_cached_config_tenant_by_token(const hy_cached_config *c, const char *token);
+/* Writes the effective configuration as YAML (for --check-config --print):
+ * every key, tokens as "<redacted>" (token_file as the token it read), so
+ * that it parses back to the same configuration once the tokens are put
+ * back. */
+void hy_cached_config_print(const hy_cached_config *c, FILE *out);
+
+#endif

@@ -1,0 +1,248 @@
+/*
+ * hypic-cached: the HYPIC cache-tier daemon (docs/operations.md).
+ *
+ *   hypic-cached [--config FILE] [--init-models] [--ready-file FILE]
+ *                [--listen ADDR] [--http-listen ADDR]
+ *   hypic-cached --check-config FILE [--print]
+ *
+ * Start: the configuration is read and validated as a whole, models opened
+ * (--init-models generates a missing one whose name is a built-in preset),
+ * the store opened (the NVMe tier replays its journal), then the gRPC and
+ * HTTP listeners start and --ready-file is written with the addresses bound.
+ * Signals, taken by the main thread only: SIGHUP reloads tenants and
+ * policies; SIGTERM or SIGINT drains — new calls are refused UNAVAILABLE,
+ * calls in flight finish up to limits.drain_ms, then the rest are cancelled,
+ * write-back entries are flushed to NVMe and RocksDB is closed.
+ */
+#include "http_internal.h"
+#include "service_internal.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: hypic-cached [--config FILE] [--init-models] [--ready-file FILE]\n"
+               "                    [--listen HOST:PORT] [--http-listen HOST:PORT]\n"
+               "       hypic-cached --check-config FILE [--print]\n"
+               "Serves hypic.v1 (gRPC) and /metrics, /healthz, /readyz (HTTP).\n"
+               "Without --config: the defaults (docs/operations.md), model 'tiny' in\n"
+               "var/models/tiny, no NVMe tier, no tokens, 127.0.0.1 only.\n");
+}
+
+/* Generates a missing model whose name is a preset (the embedded default). */
+static int init_models(const hy_cached_config *cfg, hy_err *err)
+{
+    for (int i = 0; i < cfg->nmodels; i++) {
+        char path[PATH_MAX + 16];
+        snprintf(path, sizeof path, "%s/config.json", cfg->models[i].dir);
+        struct stat sb;
+        if (stat(path, &sb) == 0) continue;
+        bool preset = false;
+        for (int p = 0; hy_presets[p]; p++)
+            preset |= strcmp(hy_presets[p], cfg->models[i].name) == 0;
+        if (!preset)
+            return hy_err_set(err, HY_ENOTFOUND,
+                              "model '%s': %s is missing and '%s' is not a built-in preset",
+                              cfg->models[i].name, path, cfg->models[i].name);
+        hy_log(HY_LOG_INFO, "generating model '%s' (preset, seed 1) in %s", cfg->models[i].name,
+               cfg->models[i].dir);
+        int rc = hy_model_init(cfg->models[i].name, 1, cfg->models[i].dir, "F32", err);
+        if (rc) return rc;
+    }
+    return HY_OK;
+}
+
+/* The host part of "host:port" with the port replaced. */
+static void with_port(const char *addr, int port, char *out, size_t cap)
+{
+    const char *c = strrchr(addr, ':');
+    const int hl = c ? (int)(c - addr) : (int)strlen(addr);
+    snprintf(out, cap, "%.*s:%d", hl, addr, port);
+}
+
+static int write_ready(const char *path, const char *grpc, const char *http)
+{
+    char tmp[PATH_MAX + 8];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return HY_EIO;
+    fprintf(f, "grpc=%s\nhttp=%s\npid=%d\n", grpc, http, (int)getpid());
+    if (fclose(f) != 0 || rename(tmp, path) != 0) return HY_EIO;
+    return HY_OK;
+}
+
+int main(int argc, char **argv)
+{
+    const char *config = NULL, *check = NULL, *ready_file = NULL, *listen = NULL, *http = NULL;
+    bool print = false, init = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            return 0;
+        } else if (strcmp(a, "--print") == 0) {
+            print = true;
+        } else if (strcmp(a, "--init-models") == 0) {
+            init = true;
+        } else if (i + 1 < argc && strcmp(a, "--config") == 0) {
+            config = argv[++i];
+        } else if (i + 1 < argc && strcmp(a, "--check-config") == 0) {
+            check = argv[++i];
+        } else if (i + 1 < argc && strcmp(a, "--ready-file") == 0) {
+            ready_file = argv[++i];
+        } else if (i + 1 < argc && strcmp(a, "--listen") == 0) {
+            listen = argv[++i];
+        } else if (i + 1 < argc && strcmp(a, "--http-listen") == 0) {
+            http = argv[++i];
+        } else {
+            fprintf(stderr, "hypic-cached: unknown or incomplete argument '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    static hy_cached_config cfg; /* large: not on the stack */
+    hy_err e = {0};
+    if (check) {
+        if (hy_cached_config_load(check, &cfg, &e)) {
+            fprintf(stderr, "hypic-cached: %s\n", e.msg);
+            return 1;
+        }
+        printf("%s: valid (%d model(s), %d tenant(s), listen %s)\n", check, cfg.nmodels,
+               cfg.ntenants, cfg.listen);
+        if (print) hy_cached_config_print(&cfg, stdout);
+        return 0;
+    }
+    if (config) {
+        if (hy_cached_config_load(config, &cfg, &e)) {
+            fprintf(stderr, "hypic-cached: %s\n", e.msg);
+            return 1;
+        }
+    } else {
+        hy_cached_config_default(&cfg);
+    }
+    /* command-line overrides, validated again with everything else */
+    if (listen || http) {
+        if (listen) snprintf(cfg.listen, sizeof cfg.listen, "%s", listen);
+        if (http) snprintf(cfg.http_listen, sizeof cfg.http_listen, "%s", http);
+        if (hy_cached_config_validate(&cfg, &e)) {
+            fprintf(stderr, "hypic-cached: %s\n", e.msg);
+            return 1;
+        }
+    }
+    hy_log_set_level(cfg.log_level);
+    if (init && init_models(&cfg, &e)) {
+        fprintf(stderr, "hypic-cached: %s\n", e.msg);
+        return 1;
+    }
+
+    /* Signals go to the main thread only: every thread started from here
+     * on inherits this mask. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    static hy_svc svc;
+    if (svc_open(&svc, &cfg, &e)) {
+        fprintf(stderr, "hypic-cached: %s\n", e.msg);
+        svc_close(&svc);
+        return 1;
+    }
+    char *cert = NULL, *key = NULL;
+    size_t len;
+    if (cfg.tls_cert[0] && (hy_read_file(cfg.tls_cert, 1 << 20, &cert, &len, &e) ||
+                            hy_read_file(cfg.tls_key, 1 << 20, &key, &len, &e))) {
+        fprintf(stderr, "hypic-cached: tls: %s\n", e.msg);
+        svc_close(&svc);
+        return 1;
+    }
+    hy_rpc_server_config rc = {.address = cfg.listen,
+                               .workers = (int)cfg.workers,
+                               .max_message = cfg.max_message,
+                               .tls_cert_pem = cert,
+                               .tls_key_pem = key};
+    hy_rpc_server *rpc = NULL;
+    hy_http *web = NULL;
+    if (hy_rpc_server_start(&rc, svc_handlers, &svc, &rpc, &e)) {
+        fprintf(stderr, "hypic-cached: %s\n", e.msg);
+        hy_free(cert);
+        hy_free(key);
+        svc_close(&svc);
+        return 1;
+    }
+    char grpc_addr[HY_CFG_ADDR_MAX + 8], http_addr[HY_CFG_ADDR_MAX + 8] = "";
+    with_port(cfg.listen, hy_rpc_server_port(rpc), grpc_addr, sizeof grpc_addr);
+    if (cfg.http_listen[0]) {
+        hy_http_handlers hh = {.app = &svc, .metrics = svc_metrics_render, .ready = svc_ready};
+        if (hy_http_start(cfg.http_listen, &hh, &web, &e)) {
+            fprintf(stderr, "hypic-cached: %s\n", e.msg);
+            hy_rpc_server_stop(rpc);
+            hy_free(cert);
+            hy_free(key);
+            svc_close(&svc);
+            return 1;
+        }
+        with_port(cfg.http_listen, hy_http_port(web), http_addr, sizeof http_addr);
+    }
+    svc.ready = true;
+    hy_log(HY_LOG_INFO, "hypic-cached %s serving hypic.v1 on %s%s (%s), metrics on %s; pid %d",
+           HY_CACHED_VERSION, grpc_addr, cert ? " with TLS" : "",
+           svc.open_access ? "no tokens: every caller is tenant 'default'" : "bearer tokens",
+           http_addr[0] ? http_addr : "(off)", (int)getpid());
+    if (ready_file && write_ready(ready_file, grpc_addr, http_addr))
+        hy_log(HY_LOG_ERROR, "cannot write the ready file %s: %s", ready_file, strerror(errno));
+
+    for (;;) {
+        struct timespec tick = {0, 200 * 1000000};
+        const int sig = sigtimedwait(&sigs, NULL, &tick);
+        svc_lease_reap(&svc, false);
+        if (sig == SIGHUP) {
+            static hy_cached_config next;
+            hy_err re = {0};
+            if (!cfg.path[0])
+                hy_log(HY_LOG_WARN, "SIGHUP: started without --config, nothing to reload");
+            else if (hy_cached_config_load(cfg.path, &next, &re) || svc_reload(&svc, &next, &re))
+                hy_log(HY_LOG_ERROR, "SIGHUP: reload refused, the running configuration stays: %s",
+                       re.msg);
+            else
+                hy_log(HY_LOG_INFO, "SIGHUP: tenants and policies reloaded from %s", cfg.path);
+        } else if (sig == SIGTERM || sig == SIGINT) {
+            break;
+        }
+    }
+
+    /* Drain: refuse new calls, let those in flight finish, then stop. */
+    hy_log(HY_LOG_INFO, "draining: %d call(s) in flight, waiting up to %u ms",
+           atomic_load(&svc.in_flight), cfg.drain_ms);
+    svc.draining = true;
+    pthread_mutex_lock(&svc.hub.mu);
+    pthread_cond_broadcast(&svc.hub.cv);
+    pthread_mutex_unlock(&svc.hub.mu);
+    for (int i = 0; i < svc.nmodels; i++) {
+        pthread_mutex_lock(&svc.models[i].mu);
+        pthread_cond_broadcast(&svc.models[i].cv);
+        pthread_mutex_unlock(&svc.models[i].mu);
+    }
+    const double until = hy_now_s() + cfg.drain_ms / 1e3;
+    while (atomic_load(&svc.in_flight) > 0 && hy_now_s() < until) usleep(10000);
+    if (atomic_load(&svc.in_flight) > 0)
+        hy_log(HY_LOG_WARN, "drain: %d call(s) still running after %u ms: cancelling them",
+               atomic_load(&svc.in_flight), cfg.drain_ms);
+    hy_rpc_server_stop(rpc);
+    hy_http_stop(web);
+    svc_close(&svc);
+    hy_free(cert);
+    hy_free(key);
+    hy_log(HY_LOG_INFO, "stopped cleanly");
+    return 0;
+}

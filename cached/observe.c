@@ -1,0 +1,122 @@
+/*
+ * What hypic-cached shows on its HTTP port: the Prometheus exposition of the
+ * service's counters and the store's, and readiness (docs/operations.md
+ * lists every metric).
+ */
+#include "service_internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char *k_codes[SVC_CODES] = {
+    "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
+    "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+    "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
+    "DATA_LOSS", "UNAUTHENTICATED"};
+
+/* One family with a sample per tier (hbm, host, nvme). */
+static void per_tier(hy_strbuf *b, const char *name, const char *type, const char *help,
+                     uint64_t hbm, uint64_t host, uint64_t nvme)
+{
+    hy_prom_family(b, name, type, help);
+    hy_prom_u64(b, name, "tier=\"hbm\"", hbm);
+    hy_prom_u64(b, name, "tier=\"host\"", host);
+    hy_prom_u64(b, name, "tier=\"nvme\"", nvme);
+}
+
+static void counter(hy_strbuf *b, const char *name, const char *help, uint64_t v)
+{
+    hy_prom_family(b, name, "counter", help);
+    hy_prom_u64(b, name, NULL, v);
+}
+
+static void gauge(hy_strbuf *b, const char *name, const char *help, double v)
+{
+    hy_prom_family(b, name, "gauge", help);
+    hy_prom_sample(b, name, NULL, v);
+}
+
+void svc_metrics_render(void *app, hy_strbuf *b)
+{
+    hy_svc *s = app;
+    char lab[128];
+    hy_prom_family(b, "hypic_requests_total", "counter", "RPCs answered, by method and status");
+    for (size_t m = 0; m < hy_rpc_method_count; m++)
+        for (int c = 0; c < SVC_CODES; c++) {
+            const uint64_t v = atomic_load(&s->met.calls[m][c]);
+            if (!v && c) continue; /* every method's OK line, other codes once seen */
+            snprintf(lab, sizeof lab, "method=\"%s\",code=\"%s\"", hy_rpc_methods[m].name,
+                     k_codes[c]);
+            hy_prom_u64(b, "hypic_requests_total", lab, v);
+        }
+    hy_prom_family(b, "hypic_request_seconds", "histogram", "RPC wall time, by method");
+    for (size_t m = 0; m < hy_rpc_method_count; m++) {
+        snprintf(lab, sizeof lab, "method=\"%s\"", hy_rpc_methods[m].name);
+        hy_prom_hist(b, "hypic_request_seconds", lab, &s->met.latency[m]);
+    }
+    hy_prom_family(b, "hypic_ttft_seconds", "histogram",
+                   "Prefill time to the first token's logits, by mode");
+    for (int i = 0; i < HY_MODE_COUNT; i++) {
+        snprintf(lab, sizeof lab, "mode=\"%s\"", hy_mode_name((hy_mode)i));
+        hy_prom_hist(b, "hypic_ttft_seconds", lab, &s->met.ttft[i]);
+    }
+    hy_prom_family(b, "hypic_segments_total", "counter", "Prefill and Warm segments, by outcome");
+    hy_prom_u64(b, "hypic_segments_total", "outcome=\"hit\"", atomic_load(&s->met.segments_hit));
+    hy_prom_u64(b, "hypic_segments_total", "outcome=\"miss\"",
+                atomic_load(&s->met.segments_missed));
+    hy_prom_u64(b, "hypic_segments_total", "outcome=\"uncacheable\"",
+                atomic_load(&s->met.segments_uncacheable));
+    counter(b, "hypic_tokens_computed_total", "Tokens sent through the forward pass by Prefill",
+            atomic_load(&s->met.tokens_computed));
+    counter(b, "hypic_entries_built_total", "Entries built (Warm, and Prefill's misses)",
+            atomic_load(&s->met.entries_built));
+    gauge(b, "hypic_queue_depth", "Requests waiting for an executor context",
+          (double)atomic_load(&s->queued));
+    gauge(b, "hypic_requests_in_flight", "Calls inside a handler",
+          (double)atomic_load(&s->in_flight));
+    pthread_mutex_lock(&s->hub.mu);
+    const int watchers = s->hub.watchers;
+    pthread_mutex_unlock(&s->hub.mu);
+    gauge(b, "hypic_watchers", "Open Watch streams", (double)watchers);
+
+    hy_store_stats st;
+    hy_store_stats_get(s->store, &st);
+    per_tier(b, "hypic_tier_entries", "gauge", "Entries with a copy in the tier", st.hbm_entries,
+             st.host_entries, st.nvme_entries);
+    per_tier(b, "hypic_tier_bytes", "gauge", "Bytes held in the tier", st.hbm_bytes, st.host_bytes,
+             st.nvme.live_bytes);
+    per_tier(b, "hypic_tier_capacity_bytes", "gauge", "Capacity of the tier (0: absent)",
+             st.hbm_capacity, st.arena.capacity, s->cfg.nvme_dir[0] ? s->cfg.nvme_bytes : 0);
+    per_tier(b, "hypic_hits_total", "counter", "Entry reads served, by the tier they came from",
+             st.hits_hbm, st.hits_host, st.hits_nvme);
+    per_tier(b, "hypic_evictions_total", "counter", "Copies evicted from the tier",
+             st.hbm_evictions, st.evictions, 0);
+    per_tier(b, "hypic_promotions_total", "counter", "Copies brought up into the tier",
+             st.hbm_promotions, st.promotions, 0);
+    per_tier(b, "hypic_demotions_total", "counter", "Copies moved down out of the tier",
+             st.hbm_demotions, st.demotions, 0);
+    counter(b, "hypic_misses_total", "Entry reads that found nothing", st.misses);
+    counter(b, "hypic_admissions_total", "Puts admitted to some tier", st.puts - st.puts_dropped);
+    counter(b, "hypic_puts_dropped_total", "Puts no tier admitted", st.puts_dropped);
+    counter(b, "hypic_expired_total", "Entries removed at their TTL", st.expired);
+    counter(b, "hypic_invalidated_total", "Entries removed by Invalidate", st.invalidated);
+    counter(b, "hypic_checksum_failures_total", "Entries whose NVMe bytes failed their checksums",
+            st.checksum_failures);
+    gauge(b, "hypic_entries", "Entries in the store", (double)st.entries);
+    gauge(b, "hypic_uptime_seconds", "Seconds since the daemon started",
+          (double)(hy_wall_ns() - s->started_ns) / 1e9);
+}
+
+bool svc_ready(void *app, char *why, size_t cap)
+{
+    hy_svc *s = app;
+    if (s->draining) {
+        snprintf(why, cap, "draining: shutting down");
+        return false;
+    }
+    if (!s->ready) {
+        snprintf(why, cap, "starting");
+        return false;
+    }
+    return true;
+}

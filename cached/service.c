@@ -1,0 +1,481 @@
+/*
+ * hypic-cached's state and the gates every call goes through
+ * (service_internal.h): models and executor contexts, the store, tenants,
+ * leases, the Watch hub and the metrics.
+ */
+#include "service_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* --- tenants ------------------------------------------------------------------- */
+
+static int tenants_from(const hy_cached_config *cfg, svc_tenant **out, int *n, bool *open,
+                        hy_err *err)
+{
+    const int nt = cfg->ntenants ? cfg->ntenants : 1;
+    svc_tenant *t = calloc((size_t)nt, sizeof *t);
+    if (!t) return hy_err_set(err, HY_ENOMEM, "out of memory");
+    *open = cfg->ntenants == 0;
+    if (*open) {
+        snprintf(t[0].name, sizeof t[0].name, "default");
+        t[0].admin = true;
+        t[0].max_in_flight = cfg->in_flight_per_tenant;
+    }
+    for (int i = 0; i < cfg->ntenants; i++) {
+        const hy_cfg_tenant *c = &cfg->tenants[i];
+        snprintf(t[i].name, sizeof t[i].name, "%s", c->name);
+        snprintf(t[i].token, sizeof t[i].token, "%s", c->token);
+        t[i].admin = c->admin;
+        t[i].max_in_flight = c->max_in_flight ? c->max_in_flight : cfg->in_flight_per_tenant;
+    }
+    *out = t;
+    *n = nt;
+    return HY_OK;
+}
+
+static int apply_quotas(hy_svc *s, const hy_cached_config *cfg, hy_err *err)
+{
+    for (int i = 0; i < cfg->ntenants; i++) {
+        const hy_cfg_tenant *c = &cfg->tenants[i];
+        const uint64_t q = c->quota_bytes ? c->quota_bytes : cfg->default_quota;
+        int rc = hy_store_set_quota(s->store, c->name, q, err);
+        if (rc) return rc;
+    }
+    if (!cfg->ntenants) return hy_store_set_quota(s->store, "default", cfg->default_quota, err);
+    return HY_OK;
+}
+
+/* Constant-time comparison: how many bytes differ is not timed. */
+static bool token_eq(const char *a, const char *b)
+{
+    const size_t na = strlen(a), nb = strlen(b);
+    unsigned char d = (unsigned char)(na != nb);
+    for (size_t i = 0; i < HY_CFG_TOKEN_MAX; i++) {
+        const unsigned char x = i < na ? (unsigned char)a[i] : 0;
+        const unsigned char y = i < nb ? (unsigned char)b[i] : 0;
+        d |= x ^ y;
+    }
+    return d == 0;
+}
+
+hy_rpc_code svc_enter(hy_svc *s, hy_rpc_call *call, svc_caller *who, char *msg, size_t cap)
+{
+    char auth[HY_CFG_TOKEN_MAX + 16];
+    const char *h = hy_rpc_call_metadata(call, "authorization", auth, sizeof auth);
+    const char *token = NULL;
+    if (h && strncmp(h, "Bearer ", 7) == 0) token = h + 7;
+    pthread_mutex_lock(&s->mu);
+    svc_tenant *t = NULL;
+    if (s->open_access) {
+        t = &s->tenants[0];
+    } else if (!token) {
+        pthread_mutex_unlock(&s->mu);
+        snprintf(msg, cap, "%s",
+                 h ? "the authorization header is not 'Bearer <token>'"
+                   : "no bearer token (metadata 'authorization: Bearer <token>')");
+        return HY_RPC_UNAUTHENTICATED;
+    } else {
+        for (int i = 0; i < s->ntenants; i++) /* every tenant: no early exit */
+            if (token_eq(token, s->tenants[i].token) && !t) t = &s->tenants[i];
+    }
+    if (!t) {
+        pthread_mutex_unlock(&s->mu);
+        snprintf(msg, cap, "the bearer token is not one of this server's");
+        return HY_RPC_UNAUTHENTICATED;
+    }
+    if (t->max_in_flight && t->in_flight >= t->max_in_flight) {
+        pthread_mutex_unlock(&s->mu);
+        snprintf(msg, cap, "tenant '%s' has %u requests in flight, its limit", t->name,
+                 t->max_in_flight);
+        return HY_RPC_RESOURCE_EXHAUSTED;
+    }
+    t->in_flight++;
+    snprintf(who->tenant, sizeof who->tenant, "%s", t->name);
+    who->admin = t->admin;
+    pthread_mutex_unlock(&s->mu);
+    return HY_RPC_OK;
+}
+
+void svc_leave(hy_svc *s, const svc_caller *who)
+{
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->ntenants; i++)
+        if (strcmp(s->tenants[i].name, who->tenant) == 0) {
+            if (s->tenants[i].in_flight) s->tenants[i].in_flight--;
+            break;
+        }
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* --- models and executors -------------------------------------------------------- */
+
+svc_model *svc_model_find(hy_svc *s, const char *name)
+{
+    for (int i = 0; i < s->nmodels; i++)
+        if (strcmp(s->models[i].name, name) == 0) return &s->models[i];
+    return NULL;
+}
+
+static int model_open(svc_model *sm, const hy_cfg_model *cm, const hy_cached_config *cfg,
+                      hy_err *err)
+{
+    snprintf(sm->name, sizeof sm->name, "%s", cm->name);
+    pthread_mutex_init(&sm->mu, NULL);
+    pthread_cond_init(&sm->cv, NULL);
+    int rc = hy_model_open(&sm->m, cm->dir, err);
+    if (rc) {
+        hy_err_prefix(err, "model '%s' (%s)", cm->name, cm->dir);
+        return rc;
+    }
+    sm->c = hy_model_cfg(sm->m);
+    hy_model_fingerprint(sm->m, sm->fp);
+    sm->ctx = calloc((size_t)cfg->exec_contexts, sizeof *sm->ctx);
+    if (!sm->ctx) return hy_err_set(err, HY_ENOMEM, "out of memory");
+    for (int i = 0; i < cfg->exec_contexts; i++) {
+        if ((rc = hy_exec_new(sm->m, cfg->max_batch, &sm->ctx[i].ex, err)) ||
+            (rc = hy_state_new(sm->m, &sm->ctx[i].st, err)))
+            return rc;
+        sm->nctx++;
+    }
+    return HY_OK;
+}
+
+static void model_close(svc_model *sm)
+{
+    for (int i = 0; i < sm->nctx; i++) {
+        hy_exec_free(sm->ctx[i].ex);
+        hy_state_free(sm->ctx[i].st);
+    }
+    free(sm->ctx);
+    for (svc_prefix *p = sm->prefixes, *nx; p; p = nx) {
+        nx = p->next;
+        hy_prefix_cache_free(p->pc);
+        pthread_mutex_destroy(&p->mu);
+        free(p);
+    }
+    hy_model_close(sm->m);
+    pthread_mutex_destroy(&sm->mu);
+    pthread_cond_destroy(&sm->cv);
+}
+
+hy_rpc_code svc_exec_take(hy_svc *s, svc_model *sm, hy_rpc_call *call, svc_exec **out, char *msg,
+                          size_t cap)
+{
+    *out = NULL;
+    const int64_t left = hy_rpc_call_ms_left(call);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    if (left != INT64_MAX) {
+        const int64_t ns = (int64_t)until.tv_nsec + (left % 1000) * 1000000;
+        until.tv_sec += (time_t)(left / 1000) + (time_t)(ns / 1000000000);
+        until.tv_nsec = (long)(ns % 1000000000);
+    }
+    hy_rpc_code code = HY_RPC_OK;
+    pthread_mutex_lock(&sm->mu);
+    bool waited = false;
+    for (;;) {
+        if (s->draining) {
+            code = HY_RPC_UNAVAILABLE;
+            snprintf(msg, cap, "the server is shutting down");
+            break;
+        }
+        for (int i = 0; i < sm->nctx && !*out; i++)
+            if (!sm->ctx[i].busy) *out = &sm->ctx[i];
+        if (*out) {
+            (*out)->busy = true;
+            break;
+        }
+        if (!waited) {
+            if ((uint32_t)atomic_load(&s->queued) >= s->cfg.queue) {
+                code = HY_RPC_RESOURCE_EXHAUSTED;
+                snprintf(msg, cap,
+                         "%d requests are waiting for model '%s' (limits.queue = %u); retry later",
+                         atomic_load(&s->queued), sm->name, s->cfg.queue);
+                break;
+            }
+            atomic_fetch_add(&s->queued, 1);
+            waited = true;
+        }
+        int w = left == INT64_MAX ? pthread_cond_wait(&sm->cv, &sm->mu)
+                                  : pthread_cond_timedwait(&sm->cv, &sm->mu, &until);
+        if (w != 0) {
+            code = HY_RPC_DEADLINE_EXCEEDED;
+            snprintf(msg, cap, "the deadline passed while waiting for an executor of model '%s'",
+                     sm->name);
+            break;
+        }
+    }
+    if (waited) atomic_fetch_sub(&s->queued, 1);
+    pthread_mutex_unlock(&sm->mu);
+    return code;
+}
+
+void svc_exec_give(hy_svc *s, svc_model *sm, svc_exec *x)
+{
+    (void)s;
+    pthread_mutex_lock(&sm->mu);
+    x->busy = false;
+    pthread_cond_signal(&sm->cv);
+    pthread_mutex_unlock(&sm->mu);
+}
+
+int svc_prefix_get(hy_svc *s, svc_model *sm, const char *tenant, svc_prefix **out, hy_err *err)
+{
+    pthread_mutex_lock(&sm->mu);
+    svc_prefix *p = sm->prefixes;
+    while (p && strcmp(p->tenant, tenant) != 0) p = p->next;
+    int rc = HY_OK;
+    if (!p) {
+        p = calloc(1, sizeof *p);
+        if (!p) {
+            rc = hy_err_set(err, HY_ENOMEM, "out of memory");
+        } else if ((rc = hy_prefix_cache_new(s->cfg.prefix_cache_bytes, &p->pc, err))) {
+            free(p);
+            p = NULL;
+        } else {
+            snprintf(p->tenant, sizeof p->tenant, "%s", tenant);
+            pthread_mutex_init(&p->mu, NULL);
+            p->next = sm->prefixes;
+            sm->prefixes = p;
+        }
+    }
+    pthread_mutex_unlock(&sm->mu);
+    if (p) pthread_mutex_lock(&p->mu);
+    *out = p;
+    return rc;
+}
+
+void svc_prefix_put(svc_prefix *p)
+{
+    if (p) pthread_mutex_unlock(&p->mu);
+}
+
+/* --- storing entries -------------------------------------------------------------- */
+
+int svc_store_entry(hy_svc *s, svc_model *sm, const char *tenant, const hy_key *key,
+                    const hy_entry *e, char *const *tags, size_t ntags, hy_tier_id *placed,
+                    uint64_t *bytes, hy_err *err)
+{
+    *placed = HY_TIER_NONE;
+    void *buf;
+    size_t len;
+    int rc = hy_entry_serialize(e, &buf, &len, err);
+    if (rc) return rc;
+    hy_meta m;
+    memset(&m, 0, sizeof m);
+    m.key = *key;
+    snprintf(m.tenant, sizeof m.tenant, "%s", tenant);
+    memcpy(m.model, sm->fp, 32);
+    for (size_t i = 0; i < ntags && i < HY_MAX_TAGS; i++)
+        snprintf(m.tags[m.ntags++], HY_TAG_MAX, "%s", tags[i]);
+    const int32_t *tok;
+    const int n = hy_entry_tokens(e, &tok);
+    m.tokens = (uint32_t)n;
+    /* the prefill a hit saves: the body's tokens after an empty prefix */
+    m.flops = hy_config_prefill_flops(sm->c, 0, hy_entry_body_tokens(e));
+    m.bytes = len;
+    hy_put *p;
+    void *dst;
+    if ((rc = hy_store_reserve(s->store, &m, &p, &dst, err)) == HY_OK) {
+        memcpy(dst, buf, len);
+        rc = hy_store_commit(s->store, p, placed, err);
+    }
+    free(buf);
+    if (bytes) *bytes = len;
+    if (!rc) atomic_fetch_add(&s->met.entries_built, 1);
+    if (!rc && *placed != HY_TIER_NONE) atomic_fetch_add(&s->met.entries_stored, 1);
+    return rc;
+}
+
+/* --- leases ---------------------------------------------------------------------- */
+
+uint64_t svc_lease_add(hy_svc *s, hy_lease **leases, size_t n, uint32_t ms)
+{
+    svc_lease_set *ls = calloc(1, sizeof *ls);
+    if (!ls) {
+        for (size_t i = 0; i < n; i++) hy_store_release(s->store, leases[i]);
+        free(leases);
+        return 0;
+    }
+    ls->leases = leases;
+    ls->n = n;
+    ls->expires_ns = hy_now_ns() + (uint64_t)ms * 1000000ull;
+    pthread_mutex_lock(&s->mu);
+    ls->id = ++s->next_lease;
+    ls->next = s->leases;
+    s->leases = ls;
+    const uint64_t id = ls->id;
+    pthread_mutex_unlock(&s->mu);
+    return id;
+}
+
+void svc_lease_reap(hy_svc *s, bool all)
+{
+    const uint64_t now = hy_now_ns();
+    svc_lease_set *done = NULL;
+    pthread_mutex_lock(&s->mu);
+    for (svc_lease_set **p = &s->leases; *p;) {
+        if (all || (*p)->expires_ns <= now) {
+            svc_lease_set *x = *p;
+            *p = x->next;
+            x->next = done;
+            done = x;
+        } else {
+            p = &(*p)->next;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    while (done) { /* released outside svc.mu: the store takes its own lock */
+        svc_lease_set *x = done;
+        done = x->next;
+        for (size_t i = 0; i < x->n; i++) hy_store_release(s->store, x->leases[i]);
+        free(x->leases);
+        free(x);
+    }
+}
+
+/* --- the Watch hub ------------------------------------------------------------------- */
+
+void svc_hub_event(void *ctx, hy_store_event ev, const hy_meta *m, const char *reason)
+{
+    hy_svc *s = ctx;
+    svc_hub *h = &s->hub;
+    pthread_mutex_lock(&h->mu);
+    if (h->watchers > 0) { /* nobody listening: nothing to keep */
+        svc_event *e = &h->ring[h->next % SVC_HUB_RING];
+        e->seq = h->next++;
+        e->kind = ev;
+        e->meta = *m;
+        snprintf(e->reason, sizeof e->reason, "%s", reason);
+        pthread_cond_broadcast(&h->cv);
+    }
+    pthread_mutex_unlock(&h->mu);
+}
+
+/* --- open, reload, close -------------------------------------------------------------- */
+
+int svc_open(hy_svc *s, const hy_cached_config *cfg, hy_err *err)
+{
+    memset(s, 0, sizeof *s);
+    s->cfg = *cfg;
+    s->started_ns = hy_wall_ns();
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->hub.mu, NULL);
+    pthread_cond_init(&s->hub.cv, NULL);
+    s->hub.ring = calloc(SVC_HUB_RING, sizeof *s->hub.ring);
+    s->models = calloc((size_t)cfg->nmodels, sizeof *s->models);
+    if (!s->hub.ring || !s->models) return hy_err_set(err, HY_ENOMEM, "out of memory");
+    for (int i = 0; i < HY_MODE_COUNT; i++)
+        hy_hist_init(&s->met.ttft[i], hy_hist_latency_bounds, hy_hist_latency_nb);
+    for (int i = 0; i < 16; i++)
+        hy_hist_init(&s->met.latency[i], hy_hist_latency_bounds, hy_hist_latency_nb);
+    int rc = tenants_from(cfg, &s->tenants, &s->ntenants, &s->open_access, err);
+    if (rc) return rc;
+    for (int i = 0; i < cfg->nmodels; i++) {
+        s->nmodels++;
+        if ((rc = model_open(&s->models[i], &cfg->models[i], cfg, err))) return rc;
+        hy_log(HY_LOG_INFO, "model '%s' from %s: %d layers, vocab %d, %d executor context(s)",
+               cfg->models[i].name, cfg->models[i].dir, s->models[i].c->n_layers,
+               s->models[i].c->vocab, s->models[i].nctx);
+    }
+    hy_store_config sc;
+    hy_store_config_default(&sc, cfg->host_bytes, cfg->nvme_dir[0] ? cfg->nvme_dir : NULL);
+    sc.host_policy = cfg->host_policy;
+    sc.nvme_policy = cfg->nvme_policy;
+    sc.hbm_policy = cfg->hbm_policy;
+    sc.hbm_bytes = cfg->hbm_bytes;
+    sc.hbm_device = cfg->hbm_device;
+    sc.write_through = cfg->write_through;
+    sc.default_ttl_ns = cfg->ttl_s * 1000000000ull;
+    sc.tenant_quota = cfg->default_quota;
+    if (cfg->nvme_dir[0]) {
+        sc.nvme.extent_bytes = cfg->nvme_extent_bytes;
+        sc.nvme.max_extents = (uint32_t)(cfg->nvme_bytes / cfg->nvme_extent_bytes);
+        if (sc.nvme.max_extents == 0) sc.nvme.max_extents = 1;
+    }
+    sc.on_event = svc_hub_event;
+    sc.event_ctx = s;
+    if ((rc = hy_store_open(&sc, &s->store, err))) {
+        hy_err_prefix(err, "store");
+        return rc;
+    }
+    hy_store_stats st;
+    hy_store_stats_get(s->store, &st);
+    hy_log(HY_LOG_INFO, "store: host %llu MiB (%s/%s)%s%s, %llu entries on open",
+           (unsigned long long)(cfg->host_bytes >> 20), hy_evict_name(cfg->host_policy.evict),
+           hy_admit_name(cfg->host_policy.admit), cfg->nvme_dir[0] ? ", NVMe at " : "",
+           cfg->nvme_dir, (unsigned long long)st.entries);
+    return apply_quotas(s, cfg, err);
+}
+
+int svc_reload(hy_svc *s, const hy_cached_config *cfg, hy_err *err)
+{
+    svc_tenant *t;
+    int n;
+    bool open;
+    int rc = tenants_from(cfg, &t, &n, &open, err);
+    if (rc) return rc;
+    if (open != s->open_access) {
+        free(t);
+        return hy_err_set(err, HY_EINVAL,
+                          "%s: tenants cannot be added to or removed from a server %s tokens "
+                          "by a reload (restart it)",
+                          cfg->path, s->open_access ? "started without" : "started with");
+    }
+    static const hy_tier_id tiers[3] = {HY_TIER_HOST, HY_TIER_NVME, HY_TIER_HBM};
+    const hy_policy_config *pol[3] = {&cfg->host_policy, &cfg->nvme_policy, &cfg->hbm_policy};
+    for (int i = 0; i < 3; i++) {
+        hy_policy_config cur;
+        hy_err ignored = {0};
+        if (hy_store_get_policy(s->store, tiers[i], &cur, &ignored)) continue; /* no such tier */
+        if (cur.evict == pol[i]->evict && cur.admit == pol[i]->admit &&
+            cur.min_tokens == pol[i]->min_tokens)
+            continue;
+        if ((rc = hy_store_set_policy(s->store, tiers[i], pol[i], err))) {
+            free(t);
+            return rc;
+        }
+    }
+    if ((rc = apply_quotas(s, cfg, err))) {
+        free(t);
+        return rc;
+    }
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < n; i++) /* calls in flight keep counting against their tenant */
+        for (int j = 0; j < s->ntenants; j++)
+            if (strcmp(t[i].name, s->tenants[j].name) == 0)
+                t[i].in_flight = s->tenants[j].in_flight;
+    free(s->tenants);
+    s->tenants = t;
+    s->ntenants = n;
+    pthread_mutex_unlock(&s->mu);
+    if (strcmp(cfg->listen, s->cfg.listen) || cfg->nmodels != s->cfg.nmodels ||
+        cfg->host_bytes != s->cfg.host_bytes || strcmp(cfg->nvme_dir, s->cfg.nvme_dir))
+        hy_log(HY_LOG_WARN, "reload: listen address, models and tier sizes take effect at the "
+                            "next restart; tenants and policies were reloaded");
+    return HY_OK;
+}
+
+void svc_close(hy_svc *s)
+{
+    svc_lease_reap(s, true);
+    if (s->store) {
+        size_t written = 0;
+        hy_err e = {0};
+        if (hy_store_flush(s->store, &written, &e))
+            hy_log(HY_LOG_ERROR, "flushing write-back entries: %s", e.msg);
+        else if (written)
+            hy_log(HY_LOG_INFO, "flushed %zu write-back entries to NVMe", written);
+        hy_store_close(s->store);
+    }
+    for (int i = 0; i < s->nmodels; i++) model_close(&s->models[i]);
+    free(s->models);
+    free(s->tenants);
+    free(s->hub.ring);
+    pthread_mutex_destroy(&s->hub.mu);
+    pthread_cond_destroy(&s->hub.cv);
+    pthread_mutex_destroy(&s->mu);
+}

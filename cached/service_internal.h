@@ -1,0 +1,182 @@
+/*
+ * hypic-cached's state: the models it serves with their executor contexts,
+ * the store, the tenants, the gates that bound work (requests in flight per
+ * tenant, a queue for the executors), leases held for Lookup, the event hub
+ * behind Watch, and the counters behind /metrics. service.c owns the state;
+ * handlers.c answers the RPCs over it; main.c reads the configuration, starts
+ * and stops (docs/operations.md).
+ *
+ * Locking: svc.mu guards the tenants' in-flight counts, the lease table and
+ * the configuration that SIGHUP replaces (tenants, policies); each model's mu
+ * its executor contexts and their queue; the hub's mu its ring of events.
+ * Never two of these at once, and none while calling the store (the store's
+ * event callback takes the hub's lock under the store's: the hub never calls
+ * the store).
+ */
+#ifndef HY_CACHED_SERVICE_INTERNAL_H
+#define HY_CACHED_SERVICE_INTERNAL_H
+
+#include "config_internal.h"
+#include "hy_model.h"
+#include "hy_rpc.h"
+#include "hy_tiers.h"
+#include "metrics_internal.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#define HY_CACHED_VERSION "0.9.0"
+
+/* One executor context: a forward pass at a time. */
+typedef struct svc_exec {
+    hy_exec *ex;
+    hy_state *st;
+    bool busy;
+} svc_exec;
+
+/* Prefix-mode checkpoints of one tenant on one model (never shared across
+ * tenants: a restored checkpoint would tell one tenant what another sent). */
+typedef struct svc_prefix {
+    char tenant[HY_TENANT_MAX];
+    hy_prefix_cache *pc;
+    pthread_mutex_t mu; /* held for the request that uses it */
+    struct svc_prefix *next;
+} svc_prefix;
+
+typedef struct svc_model {
+    char name[HY_CFG_NAME_MAX];
+    hy_model *m;
+    const hy_model_config *c;
+    uint8_t fp[32];
+    svc_exec *ctx;
+    int nctx;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    svc_prefix *prefixes; /* under mu */
+} svc_model;
+
+/* A tenant as the service knows it: from the configuration, or the single
+ * tenant "default" when no tokens are configured. */
+typedef struct svc_tenant {
+    char name[HY_TENANT_MAX];
+    char token[HY_CFG_TOKEN_MAX];
+    bool admin;
+    uint32_t max_in_flight;
+    uint32_t in_flight; /* under svc.mu */
+} svc_tenant;
+
+/* Leases taken by Lookup (lease_ms > 0), released when they expire. */
+typedef struct svc_lease_set {
+    uint64_t id;
+    uint64_t expires_ns; /* hy_now_ns */
+    hy_lease **leases;
+    size_t n;
+    struct svc_lease_set *next;
+} svc_lease_set;
+
+/* Store events for Watch: a ring of the latest, numbered. */
+#define SVC_HUB_RING 4096
+typedef struct svc_event {
+    uint64_t seq;
+    hy_store_event kind;
+    hy_meta meta;
+    char reason[16];
+} svc_event;
+
+typedef struct svc_hub {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    svc_event *ring; /* SVC_HUB_RING */
+    uint64_t next;   /* seq of the next event */
+    int watchers;
+    bool closing;
+} svc_hub;
+
+/* Per-mode TTFT histograms and per-method, per-status counts. */
+#define SVC_CODES 17
+typedef struct svc_metrics {
+    hy_hist ttft[HY_MODE_COUNT];
+    hy_hist latency[16]; /* per method, seconds */
+    _Atomic uint64_t calls[16][SVC_CODES];
+    _Atomic uint64_t tokens_computed, segments_hit, segments_missed, segments_uncacheable;
+    _Atomic uint64_t entries_built, entries_stored;
+} svc_metrics;
+
+typedef struct hy_svc {
+    hy_cached_config cfg; /* fields other than tenants and policies never change */
+    pthread_mutex_t mu;
+    svc_tenant *tenants; /* under mu; replaced whole by a reload */
+    int ntenants;
+    bool open_access; /* no tokens: every caller is "default" */
+    svc_model *models;
+    int nmodels;
+    hy_store *store;
+    svc_hub hub;
+    svc_lease_set *leases; /* under mu */
+    uint64_t next_lease;
+    _Atomic int in_flight; /* calls inside a handler */
+    _Atomic int queued;    /* calls waiting for an executor context */
+    _Atomic bool draining, ready;
+    svc_metrics met;
+    uint64_t started_ns;
+} hy_svc;
+
+/* A call's identity once authenticated. */
+typedef struct svc_caller {
+    char tenant[HY_TENANT_MAX];
+    bool admin;
+} svc_caller;
+
+/* --- service.c ------------------------------------------------------------ */
+
+/* Opens every model, the store (replaying NVMe) and the executor contexts. */
+int svc_open(hy_svc *s, const hy_cached_config *cfg, hy_err *err);
+void svc_close(hy_svc *s);
+/* Re-reads tenants (tokens, quotas, limits) and the tiers' policies from a
+ * newly loaded configuration; other changed keys are logged as needing a
+ * restart. */
+int svc_reload(hy_svc *s, const hy_cached_config *cfg, hy_err *err);
+
+svc_model *svc_model_find(hy_svc *s, const char *name);
+/* The caller of a call from its bearer token: UNAUTHENTICATED when tokens are
+ * configured and it has none or an unknown one. Counts the call in flight
+ * for its tenant: RESOURCE_EXHAUSTED beyond the tenant's limit. Pair with
+ * svc_leave. */
+hy_rpc_code svc_enter(hy_svc *s, hy_rpc_call *call, svc_caller *who, char *msg, size_t cap);
+void svc_leave(hy_svc *s, const svc_caller *who);
+
+/* An executor context of model sm, waiting in the bounded queue:
+ * RESOURCE_EXHAUSTED when the queue is full, DEADLINE_EXCEEDED when the
+ * call's deadline passes first, UNAVAILABLE when draining. */
+hy_rpc_code svc_exec_take(hy_svc *s, svc_model *sm, hy_rpc_call *call, svc_exec **out, char *msg,
+                          size_t cap);
+void svc_exec_give(hy_svc *s, svc_model *sm, svc_exec *x);
+/* The prefix cache of (model, tenant), locked; unlock with svc_prefix_put. */
+int svc_prefix_get(hy_svc *s, svc_model *sm, const char *tenant, svc_prefix **out, hy_err *err);
+void svc_prefix_put(svc_prefix *p);
+
+/* Stores a built entry under key for the tenant: serialised, reserved,
+ * committed. *placed as hy_store_commit says; *bytes the serialised size. */
+int svc_store_entry(hy_svc *s, svc_model *sm, const char *tenant, const hy_key *key,
+                    const hy_entry *e, char *const *tags, size_t ntags, hy_tier_id *placed,
+                    uint64_t *bytes, hy_err *err);
+
+/* Leases for Lookup. */
+uint64_t svc_lease_add(hy_svc *s, hy_lease **leases, size_t n, uint32_t ms);
+/* Releases the leases past their time (all of them with all = true). */
+void svc_lease_reap(hy_svc *s, bool all);
+
+/* The event hub (the store's on_event callback feeds it). */
+void svc_hub_event(void *ctx, hy_store_event ev, const hy_meta *m, const char *reason);
+
+/* The Prometheus exposition of everything (http.c calls it). */
+void svc_metrics_render(void *app, hy_strbuf *b);
+bool svc_ready(void *app, char *why, size_t cap);
+
+/* --- handlers.c ------------------------------------------------------------ */
+
+/* hy_rpc_method_count handlers in hy_rpc_methods' order. */
+extern const hy_rpc_handler svc_handlers[];
+
+#endif
