@@ -128,6 +128,7 @@ static const opt k_opts[] = {
     ITEM_NUMBER("tenants.list[].quota", OPT_SIZE, hy_cfg_tenant, quota_bytes, 0, UINT64_MAX, "0"),
     ITEM_NUMBER("tenants.list[].max_in_flight", OPT_U32, hy_cfg_tenant, max_in_flight, 0, 65536,
                 "0"),
+    ITEM_NUMBER("tenants.list[].admin", OPT_BOOL, hy_cfg_tenant, admin, 0, 0, "false"),
     NUMBER("limits.max_message", OPT_SIZE, max_message, 4 * KIB, GIB, "64M"),
     NUMBER("limits.max_segments", OPT_U32, max_segments, 1, 65536, "256"),
     NUMBER("limits.max_tokens", OPT_U64, max_tokens, 1, 16777216, "262144"),

@@ -158,7 +158,7 @@ static const char *k_full =
     "tenants:\n"
     "  default_quota: 10G\n"
     "  list:\n"
-    "    - {name: alice, token: \"alice-token-0123456789\", quota: 1G, max_in_flight: 8}\n"
+    "    - {name: alice, token: \"alice-token-0123456789\", quota: 1G, max_in_flight: 8, admin: true}\n"
     "    - name: bob.B-2\n"
     "      token_file: %s/bob.token\n"
     "limits: {max_message: 4K, max_segments: 65536, max_tokens: 16777216, max_top_k: 1024,\n"
@@ -227,6 +227,8 @@ static void test_full_file(void)
     CU_ASSERT_STRING_EQUAL(c->tenants[0].token, "alice-token-0123456789");
     CU_ASSERT_EQUAL(c->tenants[0].quota_bytes, 1ull << 30);
     CU_ASSERT_EQUAL(c->tenants[0].max_in_flight, 8);
+    CU_ASSERT(c->tenants[0].admin);
+    CU_ASSERT(!c->tenants[1].admin);
     CU_ASSERT_STRING_EQUAL(c->tenants[1].name, "bob.B-2");
     CU_ASSERT_STRING_EQUAL(c->tenants[1].token, "bob-token-abcdefghij"); /* first line, trimmed */
     CU_ASSERT_EQUAL(c->tenants[1].quota_bytes, 0);
@@ -444,7 +446,7 @@ static void test_unknown_keys(void)
         {"executor: {omp: 2}\n", "'executor.omp'", "threads, contexts, max_batch"},
         {"tenants: {quota: 1}\n", "'tenants.quota'", "default_quota, list"},
         {"tenants: {list: [{name: a, token: aaaaaaaaaaaaaaaaaaaa, tok: x}]}\n",
-         "'tenants.list[0].tok'", "name, token, token_file, quota, max_in_flight"},
+         "'tenants.list[0].tok'", "name, token, token_file, quota, max_in_flight, admin"},
         {"models: [{name: a, path: b}, {name: b, dir: c}]\n", "'models[1].dir'", "name, path"},
         {"limits: {max_msg: 1}\n", "'limits.max_msg'",
          "max_message, max_segments, max_tokens, max_top_k, max_new_tokens, "
