@@ -9,7 +9,7 @@ JOBS    ?= $(shell nproc)
 MAKEFLAGS += --no-print-directory
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build test run sanitize tsan cross-aarch64 format clean
+.PHONY: all deps configure build test run demo sanitize tsan cross-aarch64 format clean
 
 all: build
 
@@ -25,13 +25,23 @@ build: configure
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
 
-# The main job. Until the service (hypic-cached) exists this runs the embedded
-# executor: it generates the tiny default model once (no download) and prefills
-# a prompt on it, printing the next-token candidates and the time taken.
+# The main job: hypic-cached in the foreground on the embedded default (the
+# tiny preset, generated into var/models/tiny if missing; the host tier in
+# RAM and the NVMe tier under var/nvme; 127.0.0.1:7878 for gRPC, :7879 for
+# /metrics). Ctrl-C drains and stops it cleanly.
 run: build
-	@test -f run/tiny/config.json || $(BUILD)/tools/hypic-model init --preset tiny --seed 1 --out run/tiny
-	@$(BUILD)/tools/hypic-model info run/tiny
-	@$(BUILD)/tools/hypic-model run run/tiny --text "Hybrid models keep a constant-size state per linear layer."
+	@echo "hypic-cached on 127.0.0.1:7878 (metrics: http://127.0.0.1:7879/metrics). In another terminal:"
+	@echo "  $(BUILD)/client/hypicctl status"
+	@echo "  $(BUILD)/client/hypicctl warm --tag readme README.md docs/*.md"
+	@echo "  $(BUILD)/client/hypicctl prefill --segment docs/architecture.md --segment README.md --text 'What is a seam?' --mode pic"
+	@echo "  $(BUILD)/client/hypicctl ls"
+	@$(BUILD)/cached/hypic-cached --config deploy/hypic-cached.minimal.yaml --init-models
+
+# The service end to end, in the background: warms a small document set,
+# prefills the documents in shuffled orders in every mode through hypicctl,
+# prints TTFT per mode and the cache's statistics, and stops the daemon.
+demo: build
+	@sh tools/demo.sh $(BUILD)
 
 # AddressSanitizer + UndefinedBehaviorSanitizer build running the same tests.
 sanitize: deps
@@ -62,3 +72,15 @@ format:
 
 clean:
 	rm -rf $(BUILD) $(ASAN) $(TSAN) build-aarch64
+
+# libFuzzer targets (tests/fuzz: the request decoders, the entry deserialiser,
+# the nvme tier's records) built with clang, ASan and UBSan in $(FUZZ), each
+# run for FUZZ_SECONDS from a copy of its committed seed corpus; fails on any
+# crash (the input is left in $(FUZZ)/fuzz-run/<target>/).
+FUZZ         ?= build-fuzz
+FUZZ_SECONDS ?= 60
+.PHONY: fuzz
+fuzz: deps
+	@CC=clang cmake -S . -B $(FUZZ) -DCMAKE_BUILD_TYPE=Debug -DHY_FUZZ=ON -DHY_WITH_CUDA=OFF >/dev/null
+	@cmake --build $(FUZZ) -j$(JOBS) --target fuzz_all
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) sh tests/fuzz/run.sh $(FUZZ)

@@ -16,9 +16,11 @@
  * before the close: the server sends it with its first response, after the
  * whole stream, and a batch waiting for it would never let the next message
  * go. A send that fails means the call is over on the server's side (it
- * finished early, or the deadline passed): the status says why. A producer
- * that fails cancels the call, so the server's next read fails instead of
- * seeing the end of the stream.
+ * finished early, or the deadline passed): the status says why. (A server
+ * that ends the call early also resets the stream, so a send never waits on
+ * a reader that has gone; see the channel's arguments for what that needs.)
+ * A producer that fails cancels the call, so the server's next read fails
+ * instead of seeing the end of the stream.
  */
 #include "rpc_internal.h"
 
@@ -43,8 +45,16 @@ int hy_rpc_client_open_ex(const hy_rpc_client_options *o, hy_rpc_client **out, h
     if (!cl) return hy_err_set(err, HY_ENOMEM, "out of memory");
     hy_rpc_grpc_acquire();
     cl->max_message = o->max_message ? o->max_message : HY_RPC_MAX_MESSAGE_DEFAULT;
-    grpc_arg args[HY_RPC_ARGS + 1];
+    grpc_arg args[HY_RPC_ARGS + 2];
     grpc_channel_args cargs = hy_rpc_args(args, cl->max_message, false);
+    /* No transparent retries: we configure no retry policy, and gRPC's retry
+     * layer (on by default) keeps a copy of every message sent for replays
+     * and, with it, a client stream the server ends early (PutEntry refused
+     * after its first chunk) hung in the next send until the deadline in 5
+     * of 8 runs of tests/rpc/test_transport's stream_refused_early; 0 of 12
+     * without it. */
+    args[cargs.num_args++] = (grpc_arg){
+        .type = GRPC_ARG_INTEGER, .key = GRPC_ARG_ENABLE_RETRIES, .value.integer = 0};
     grpc_channel_credentials *creds;
     if (o->tls_root_pem) {
         /* gRPC copies the PEM text and the override: o need not outlive us. */
@@ -125,6 +135,13 @@ static void call_begin(call *c, hy_rpc_client *cl, const char *path, const char 
     grpc_metadata_array_init(&c->initial);
 }
 
+/* Runs ops on the call to their completion (the queue has nothing else
+ * outstanding). */
+static bool call_batch(call *c, const grpc_op *ops, size_t n)
+{
+    return hy_rpc_batch(c->call, c->cq, ops, n, c) == HY_OK;
+}
+
 /* The SEND_INITIAL_METADATA operation of the call (its bearer token). */
 static grpc_op op_send_metadata(call *c)
 {
@@ -150,7 +167,7 @@ static int call_read(call *c, int (*on_bytes)(void *ctx, const void *b, size_t n
         grpc_byte_buffer *bb = NULL;
         grpc_op op = {.op = GRPC_OP_RECV_MESSAGE};
         op.data.recv_message.recv_message = &bb;
-        if (hy_rpc_batch(c->call, c->cq, &op, 1, c) != HY_OK || !bb) return 0;
+        if (!call_batch(c, &op, 1) || !bb) return 0;
         grpc_slice s = hy_rpc_buffer_slice(bb);
         grpc_byte_buffer_destroy(bb);
         int rc = on_bytes ? on_bytes(ctx, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s)) : 0;
@@ -177,7 +194,7 @@ static int call_end(call *c, hy_rpc_status *st, hy_err *err)
     sop.data.recv_status_on_client.status = &code;
     sop.data.recv_status_on_client.status_details = &details;
     sop.data.recv_status_on_client.error_string = &error_string;
-    if (hy_rpc_batch(c->call, c->cq, &sop, 1, c) != HY_OK) {
+    if (!call_batch(c, &sop, 1)) {
         rc = hy_err_set(err, HY_EIO, "%s: no status came back", c->path);
     } else {
         st->code = (int)code;
@@ -213,7 +230,7 @@ int hy_rpc_client_call_raw(hy_rpc_client *cl, const char *path, const void *req,
     ops[1].data.send_message.send_message = out;
     /* A failed batch here is a call that died (deadline, no server): its
      * status, received below, says why. */
-    bool alive = hy_rpc_batch(c.call, c.cq, ops, 4, &c) == HY_OK;
+    bool alive = call_batch(&c, ops, 4);
     grpc_byte_buffer_destroy(out);
     int cb_rc = alive ? call_read(&c, on_bytes, ctx) : 0;
     int rc = call_end(&c, st, err);
@@ -265,8 +282,8 @@ int hy_rpc_client_call(hy_rpc_client *cl, const hy_rpc_method *m, const Protobuf
 static int send_stream(call *c, hy_rpc_next_fn next, void *next_ctx, hy_err *err)
 {
     grpc_op md = op_send_metadata(c);
-    if (hy_rpc_batch(c->call, c->cq, &md, 1, c) != HY_OK) return 0;
-    for (;;) {
+    bool ok = call_batch(c, &md, 1);
+    while (ok) {
         const ProtobufCMessage *msg = NULL;
         int rc = next(next_ctx, &msg, err);
         if (rc) {
@@ -281,12 +298,14 @@ static int send_stream(call *c, hy_rpc_next_fn next, void *next_ctx, hy_err *err
         }
         grpc_op op = {.op = GRPC_OP_SEND_MESSAGE};
         op.data.send_message.send_message = bb;
-        bool sent = hy_rpc_batch(c->call, c->cq, &op, 1, c) == HY_OK;
+        ok = call_batch(c, &op, 1);
         grpc_byte_buffer_destroy(bb);
-        if (!sent) return 0; /* the call is over: its status says why */
     }
-    grpc_op ops[2] = {{.op = GRPC_OP_SEND_CLOSE_FROM_CLIENT}, op_recv_metadata(c)};
-    hy_rpc_batch(c->call, c->cq, ops, 2, c); /* a failure shows in the status */
+    if (ok) {
+        grpc_op ops[2] = {{.op = GRPC_OP_SEND_CLOSE_FROM_CLIENT}, op_recv_metadata(c)};
+        call_batch(c, ops, 2); /* a failure shows in the status */
+    }
+    /* otherwise the call is over on the server's side: its status says why */
     return 0;
 }
 

@@ -125,6 +125,27 @@ int hy_rpc_call_recv(hy_rpc_call *c, ProtobufCMessage **msg, hy_err *err);
 /* Ends the call with a status (msg may be NULL); once per call. */
 int hy_rpc_call_finish(hy_rpc_call *c, hy_rpc_code code, const char *msg);
 
+/* One call of method m served inside this process: handler h runs on a call
+ * that is not a gRPC call, in the caller's thread, and nothing goes through
+ * the network. What a call over gRPC pays besides the network it pays too:
+ * req is packed and decoded again as the method's request type before h
+ * runs (the copy h gets is freed after it), and each message h sends is
+ * packed, decoded as the response type and passed to on_msg (which must not
+ * keep it; NULL: responses are dropped). On this call hy_rpc_call_metadata
+ * answers `authorization` (the whole value, e.g. "Bearer <token>"; NULL: none)
+ * for "authorization" and NULL for any other key, hy_rpc_call_ms_left
+ * INT64_MAX (no deadline), hy_rpc_call_recv HY_EINVAL (there is no request
+ * stream), and hy_rpc_call_finish records the status into *st. A
+ * client-streaming method, or a NULL h, is UNIMPLEMENTED without running h; a
+ * handler that returns without a status is INTERNAL. An on_msg that returns
+ * non-zero is a caller gone: that send and every later one fail HY_EIO.
+ * Returns 0 when the call completed, whatever its status (*st says which),
+ * on_msg's non-zero value when it refused a message, HY_EFORMAT when a
+ * response did not decode as the method's response type. */
+int hy_rpc_call_local(const hy_rpc_method *m, const ProtobufCMessage *req, hy_rpc_handler h,
+                      void *app, int (*on_msg)(void *ctx, const ProtobufCMessage *msg), void *ctx,
+                      const char *authorization, hy_rpc_status *st);
+
 /* ---- Client ---- */
 
 typedef struct hy_rpc_client hy_rpc_client;

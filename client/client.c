@@ -1,0 +1,484 @@
+/*
+ * libhypic-client over the rpc transport (hy_rpc.h): each hyc_* call packs
+ * its request, makes one blocking gRPC call with the connection's token and
+ * deadline, and turns what came back into a response the caller owns and a
+ * status.
+ *
+ * Unary responses are decoded here (not by the transport, which frees what
+ * it decodes after its callback) so that the caller keeps them. The entry
+ * streams are checked as they arrive: GetEntry's chunks must start with the
+ * metadata and add up to exactly meta.bytes; PutEntry's are cut from the
+ * caller's buffer without copying. Everything that goes wrong on this side
+ * of the wire is INTERNAL "client: ..." (INVALID_ARGUMENT "client: ..." for
+ * refused arguments), so a status always says which side failed.
+ */
+#include "hypic_client.h"
+
+#include "hy_rpc.h"
+
+#include <assert.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define HYC_MAX_MESSAGE_DEFAULT ((size_t)64 << 20)
+#define HYC_CHUNK_DEFAULT       ((size_t)1 << 20)
+#define HYC_META_ROOM           ((size_t)64 << 10) /* bytes of a chunk left for its metadata */
+#define HYC_CA_FILE_MAX         ((size_t)1 << 20)
+
+struct hyc {
+    hy_rpc_client *rpc;
+    char *token; /* NULL: none */
+    int64_t deadline_ms;
+    size_t max_message;
+};
+
+static int status_set(hyc_status *st, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int status_set(hyc_status *st, int code, const char *fmt, ...)
+{
+    st->code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(st->msg, sizeof st->msg, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+static int status_ok(hyc_status *st)
+{
+    st->code = HYC_OK;
+    st->msg[0] = '\0';
+    return HYC_OK;
+}
+
+/* The transport's method entry for name; the names are hypic.proto's, so a
+ * miss is a broken build. */
+static const hy_rpc_method *method(const char *name)
+{
+    for (size_t i = 0; i < hy_rpc_method_count; i++)
+        if (strcmp(hy_rpc_methods[i].name, name) == 0) return &hy_rpc_methods[i];
+    abort();
+}
+
+int hyc_open(const hyc_options *o, hyc **out, hyc_status *st)
+{
+    *out = NULL;
+    if (!o || !o->target || !o->target[0])
+        return status_set(st, HYC_INVALID_ARGUMENT, "client: no target address");
+    hyc *c = calloc(1, sizeof *c);
+    if (!c) return status_set(st, HYC_INTERNAL, "client: out of memory");
+    c->deadline_ms = o->deadline_ms;
+    c->max_message = o->max_message ? o->max_message : HYC_MAX_MESSAGE_DEFAULT;
+    if (o->token && !(c->token = strdup(o->token))) {
+        free(c);
+        return status_set(st, HYC_INTERNAL, "client: out of memory");
+    }
+    char *pem = NULL;
+    hy_err e = {0};
+    if (o->tls_ca_file) {
+        size_t len;
+        if (hy_read_file(o->tls_ca_file, HYC_CA_FILE_MAX, &pem, &len, &e)) {
+            hyc_close(c);
+            return status_set(st, HYC_INVALID_ARGUMENT, "client: TLS CA file: %s", e.msg);
+        }
+    }
+    hy_rpc_client_options ro = {.target = o->target,
+                                .max_message = c->max_message,
+                                .tls_root_pem = pem,
+                                .tls_server_name = o->tls_server_name};
+    int rc = hy_rpc_client_open_ex(&ro, &c->rpc, &e);
+    hy_free(pem);
+    if (rc) {
+        hyc_close(c);
+        return status_set(st, HYC_INVALID_ARGUMENT, "client: %s", e.msg);
+    }
+    *out = c;
+    return status_ok(st);
+}
+
+void hyc_close(hyc *c)
+{
+    if (!c) return;
+    hy_rpc_client_close(c->rpc);
+    free(c->token);
+    free(c);
+}
+
+void hyc_free(void *msg)
+{
+    if (msg) protobuf_c_message_free_unpacked(msg, NULL);
+}
+
+const char *hyc_code_name(int code)
+{
+    static const char *const names[] = {
+        "OK",        "CANCELLED",          "UNKNOWN",           "INVALID_ARGUMENT",
+        "DEADLINE_EXCEEDED", "NOT_FOUND",  "ALREADY_EXISTS",    "PERMISSION_DENIED",
+        "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
+        "UNIMPLEMENTED", "INTERNAL",       "UNAVAILABLE",       "DATA_LOSS",
+        "UNAUTHENTICATED",
+    };
+    if (code < 0 || (size_t)code >= sizeof names / sizeof names[0]) return "UNKNOWN_CODE";
+    return names[code];
+}
+
+/* The status of a call the transport made: the server's when the call
+ * completed (rc 0), INTERNAL "client: ..." otherwise. */
+static int call_status(int rc, const hy_rpc_status *rs, const hy_err *e, hyc_status *st)
+{
+    if (rc) return status_set(st, HYC_INTERNAL, "client: %s", e->msg[0] ? e->msg : hy_strerror(rc));
+    st->code = rs->code;
+    snprintf(st->msg, sizeof st->msg, "%s", rs->msg);
+    return st->code;
+}
+
+/* ---- unary calls ---- */
+
+typedef struct unary_ctx {
+    const ProtobufCMessageDescriptor *d;
+    size_t max;
+    ProtobufCMessage *msg;
+    hy_err err;
+} unary_ctx;
+
+static int on_unary(void *ctx, const void *b, size_t n)
+{
+    unary_ctx *u = ctx;
+    if (u->msg) return hy_err_set(&u->err, HY_EFORMAT, "%s: a second response", u->d->name);
+    return hy_rpc_unpack(u->d, b, n, u->max, &u->msg, &u->err);
+}
+
+static int unary(hyc *c, const char *name, const ProtobufCMessage *rq, void **out,
+                 hyc_status *st)
+{
+    *out = NULL;
+    const hy_rpc_method *m = method(name);
+    if (!rq) return status_set(st, HYC_INVALID_ARGUMENT, "client: %s: no request", name);
+    assert(rq->descriptor == m->request);
+    size_t n = protobuf_c_message_get_packed_size(rq);
+    uint8_t *b = malloc(n ? n : 1);
+    if (!b) return status_set(st, HYC_INTERNAL, "client: out of memory");
+    protobuf_c_message_pack(rq, b);
+    unary_ctx u = {.d = m->response, .max = c->max_message};
+    hy_rpc_status rs;
+    hy_err e = {0};
+    int rc = hy_rpc_client_call_raw(c->rpc, m->path, b, n, c->token, c->deadline_ms, on_unary, &u,
+                                    &rs, &e);
+    free(b);
+    if (rc && u.err.msg[0]) e = u.err; /* the response that did not decode */
+    if (call_status(rc, &rs, &e, st) != HYC_OK) {
+        if (u.msg) protobuf_c_message_free_unpacked(u.msg, NULL);
+        return st->code;
+    }
+    if (!u.msg)
+        return status_set(st, HYC_INTERNAL, "client: %s: the server sent no response", name);
+    *out = u.msg;
+    return HYC_OK;
+}
+
+int hyc_lookup(hyc *c, const Hypic__V1__LookupRequest *rq, Hypic__V1__LookupResponse **out,
+               hyc_status *st)
+{
+    return unary(c, "Lookup", rq ? &rq->base : NULL, (void **)out, st);
+}
+
+int hyc_prefill(hyc *c, const Hypic__V1__PrefillRequest *rq, Hypic__V1__PrefillResponse **out,
+                hyc_status *st)
+{
+    return unary(c, "Prefill", rq ? &rq->base : NULL, (void **)out, st);
+}
+
+int hyc_invalidate(hyc *c, const Hypic__V1__InvalidateRequest *rq,
+                   Hypic__V1__InvalidateResponse **out, hyc_status *st)
+{
+    return unary(c, "Invalidate", rq ? &rq->base : NULL, (void **)out, st);
+}
+
+int hyc_list(hyc *c, const Hypic__V1__ListRequest *rq, Hypic__V1__ListResponse **out,
+             hyc_status *st)
+{
+    return unary(c, "List", rq ? &rq->base : NULL, (void **)out, st);
+}
+
+int hyc_inspect(hyc *c, const Hypic__V1__InspectRequest *rq, Hypic__V1__InspectResponse **out,
+                hyc_status *st)
+{
+    return unary(c, "Inspect", rq ? &rq->base : NULL, (void **)out, st);
+}
+
+int hyc_stats(hyc *c, const Hypic__V1__StatsRequest *rq, Hypic__V1__StatsResponse **out,
+              hyc_status *st)
+{
+    return unary(c, "Stats", rq ? &rq->base : NULL, (void **)out, st);
+}
+
+int hyc_get_policy(hyc *c, const Hypic__V1__GetPolicyRequest *rq, Hypic__V1__Policy **out,
+                   hyc_status *st)
+{
+    return unary(c, "GetPolicy", rq ? &rq->base : NULL, (void **)out, st);
+}
+
+int hyc_set_policy(hyc *c, const Hypic__V1__SetPolicyRequest *rq, Hypic__V1__Policy **out,
+                   hyc_status *st)
+{
+    return unary(c, "SetPolicy", rq ? &rq->base : NULL, (void **)out, st);
+}
+
+int hyc_health(hyc *c, const Hypic__V1__HealthRequest *rq, Hypic__V1__HealthResponse **out,
+               hyc_status *st)
+{
+    return unary(c, "Health", rq ? &rq->base : NULL, (void **)out, st);
+}
+
+/* ---- server streams ---- */
+
+/* A server stream's messages, each handed to the caller's on; `stopped`
+ * tells a refusal by on from one by the transport (a message that did not
+ * decode). */
+typedef struct stream_ctx {
+    int (*on)(void *ctx, const ProtobufCMessage *msg);
+    void *ctx;
+    bool stopped;
+} stream_ctx;
+
+static int on_stream(void *arg, const ProtobufCMessage *msg)
+{
+    stream_ctx *s = arg;
+    if (!s->on || s->on(s->ctx, msg) == 0) return 0;
+    s->stopped = true;
+    return HY_EINVAL; /* any non-zero: the transport cancels the call */
+}
+
+static int server_stream(hyc *c, const char *name, const ProtobufCMessage *rq,
+                         int (*on)(void *ctx, const ProtobufCMessage *msg), void *ctx,
+                         hyc_status *st)
+{
+    const hy_rpc_method *m = method(name);
+    if (!rq) return status_set(st, HYC_INVALID_ARGUMENT, "client: %s: no request", name);
+    assert(rq->descriptor == m->request);
+    stream_ctx s = {on, ctx, false};
+    hy_rpc_status rs;
+    hy_err e = {0};
+    int rc =
+        hy_rpc_client_call(c->rpc, m, rq, c->token, c->deadline_ms, on_stream, &s, &rs, &e);
+    if (s.stopped) return status_set(st, HYC_CANCELLED, "client: stopped by the callback");
+    return call_status(rc, &rs, &e, st);
+}
+
+/* The caller's typed callback behind the transport's generic one. */
+typedef struct warm_cb {
+    int (*on)(void *ctx, const Hypic__V1__WarmProgress *p);
+    void *ctx;
+} warm_cb;
+
+static int on_warm(void *arg, const ProtobufCMessage *msg)
+{
+    warm_cb *w = arg;
+    return w->on ? w->on(w->ctx, (const Hypic__V1__WarmProgress *)msg) : 0;
+}
+
+int hyc_warm(hyc *c, const Hypic__V1__WarmRequest *rq,
+             int (*on)(void *ctx, const Hypic__V1__WarmProgress *p), void *ctx, hyc_status *st)
+{
+    warm_cb w = {on, ctx};
+    return server_stream(c, "Warm", rq ? &rq->base : NULL, on_warm, &w, st);
+}
+
+typedef struct watch_cb {
+    int (*on)(void *ctx, const Hypic__V1__WatchEvent *e);
+    void *ctx;
+} watch_cb;
+
+static int on_watch(void *arg, const ProtobufCMessage *msg)
+{
+    watch_cb *w = arg;
+    return w->on ? w->on(w->ctx, (const Hypic__V1__WatchEvent *)msg) : 0;
+}
+
+int hyc_watch(hyc *c, const Hypic__V1__WatchRequest *rq,
+              int (*on)(void *ctx, const Hypic__V1__WatchEvent *e), void *ctx, hyc_status *st)
+{
+    watch_cb w = {on, ctx};
+    return server_stream(c, "Watch", rq ? &rq->base : NULL, on_watch, &w, st);
+}
+
+/* ---- GetEntry: chunks into one buffer ---- */
+
+typedef struct get_ctx {
+    Hypic__V1__EntryMeta *meta; /* our own copy of the first chunk's */
+    uint8_t *buf;
+    size_t len, cap;
+    char why[400]; /* non-empty: the chunks broke the stream's rules */
+} get_ctx;
+
+/* A copy of m that outlives the chunk it came in. */
+static Hypic__V1__EntryMeta *meta_copy(const Hypic__V1__EntryMeta *m)
+{
+    size_t n = hypic__v1__entry_meta__get_packed_size(m);
+    uint8_t *b = malloc(n ? n : 1);
+    if (!b) return NULL;
+    hypic__v1__entry_meta__pack(m, b);
+    Hypic__V1__EntryMeta *copy = hypic__v1__entry_meta__unpack(NULL, n, b);
+    free(b);
+    return copy;
+}
+
+static int on_chunk(void *arg, const ProtobufCMessage *msg)
+{
+    get_ctx *g = arg;
+    const Hypic__V1__EntryChunk *ch = (const Hypic__V1__EntryChunk *)msg;
+    if (!g->meta) {
+        if (!ch->meta) {
+            snprintf(g->why, sizeof g->why, "the first chunk carries no metadata");
+            return HY_EFORMAT;
+        }
+        if (!(g->meta = meta_copy(ch->meta))) {
+            snprintf(g->why, sizeof g->why, "out of memory");
+            return HY_ENOMEM;
+        }
+    } else if (ch->meta) {
+        snprintf(g->why, sizeof g->why, "a chunk after the first carries metadata");
+        return HY_EFORMAT;
+    }
+    uint64_t want = g->meta->bytes;
+    if (ch->data.len > want - g->len) {
+        snprintf(g->why, sizeof g->why,
+                 "the chunks hold more than meta.bytes = %llu bytes (%llu so far)",
+                 (unsigned long long)want, (unsigned long long)(g->len + ch->data.len));
+        return HY_EFORMAT;
+    }
+    if (g->len + ch->data.len > g->cap) { /* grow by doubling, never past meta.bytes */
+        size_t cap = g->cap ? g->cap : 1 << 16;
+        while (cap < g->len + ch->data.len) cap *= 2;
+        if (cap > want) cap = (size_t)want;
+        uint8_t *nb = realloc(g->buf, cap);
+        if (!nb) {
+            snprintf(g->why, sizeof g->why, "out of memory for %zu bytes of entry", cap);
+            return HY_ENOMEM;
+        }
+        g->buf = nb;
+        g->cap = cap;
+    }
+    if (ch->data.len) memcpy(g->buf + g->len, ch->data.data, ch->data.len);
+    g->len += ch->data.len;
+    return 0;
+}
+
+int hyc_get_entry(hyc *c, const Hypic__V1__GetEntryRequest *rq, Hypic__V1__EntryMeta **meta,
+                  void **bytes, size_t *n, hyc_status *st)
+{
+    *meta = NULL;
+    *bytes = NULL;
+    *n = 0;
+    if (!rq) return status_set(st, HYC_INVALID_ARGUMENT, "client: GetEntry: no request");
+    get_ctx g = {0};
+    hy_rpc_status rs;
+    hy_err e = {0};
+    int rc = hy_rpc_client_call(c->rpc, method("GetEntry"), &rq->base, c->token, c->deadline_ms,
+                                on_chunk, &g, &rs, &e);
+    if (g.why[0]) {
+        status_set(st, HYC_INTERNAL, "client: GetEntry: %s", g.why);
+    } else if (call_status(rc, &rs, &e, st) == HYC_OK) {
+        if (!g.meta)
+            status_set(st, HYC_INTERNAL, "client: GetEntry: the server sent no chunk");
+        else if (g.len != g.meta->bytes)
+            status_set(st, HYC_INTERNAL,
+                       "client: GetEntry: the chunks hold %zu bytes, meta.bytes says %llu", g.len,
+                       (unsigned long long)g.meta->bytes);
+        else if (!g.buf && !(g.buf = malloc(1)))
+            status_set(st, HYC_INTERNAL, "client: out of memory");
+    }
+    if (st->code != HYC_OK) {
+        hyc_free(g.meta);
+        free(g.buf);
+        return st->code;
+    }
+    *meta = g.meta;
+    *bytes = g.buf;
+    *n = g.len;
+    return HYC_OK;
+}
+
+/* ---- PutEntry: the caller's bytes in chunks ---- */
+
+typedef struct put_ctx {
+    Hypic__V1__EntryMeta meta; /* the caller's, with bytes = n */
+    Hypic__V1__EntryChunk ch;
+    const uint8_t *data;
+    size_t n, off, chunk;
+    bool first_sent;
+} put_ctx;
+
+static int next_chunk(void *ctx, const ProtobufCMessage **msg, hy_err *err)
+{
+    (void)err;
+    put_ctx *p = ctx;
+    if (p->first_sent && p->off >= p->n) {
+        *msg = NULL;
+        return HY_OK;
+    }
+    hypic__v1__entry_chunk__init(&p->ch);
+    if (!p->first_sent) p->ch.meta = &p->meta;
+    size_t len = HY_MIN(p->chunk, p->n - p->off);
+    p->ch.data.data = (uint8_t *)p->data + p->off; /* (protobuf-c's field is not const) */
+    p->ch.data.len = len;
+    p->off += len;
+    p->first_sent = true;
+    *msg = &p->ch.base;
+    return HY_OK;
+}
+
+static int on_put(void *ctx, const ProtobufCMessage *msg)
+{
+    unary_ctx *u = ctx;
+    if (u->msg) return hy_err_set(&u->err, HY_EFORMAT, "PutEntry: a second response");
+    /* the transport frees msg after this: keep a copy */
+    size_t n = protobuf_c_message_get_packed_size(msg);
+    uint8_t *b = malloc(n ? n : 1);
+    if (!b) return hy_err_set(&u->err, HY_ENOMEM, "out of memory");
+    protobuf_c_message_pack(msg, b);
+    int rc = hy_rpc_unpack(u->d, b, n, u->max, &u->msg, &u->err);
+    free(b);
+    return rc;
+}
+
+int hyc_put_entry(hyc *c, const Hypic__V1__EntryMeta *meta, const void *bytes, size_t n,
+                  size_t chunk, Hypic__V1__PutEntryResponse **out, hyc_status *st)
+{
+    *out = NULL;
+    if (!meta || (!bytes && n))
+        return status_set(st, HYC_INVALID_ARGUMENT, "client: PutEntry: no %s",
+                          meta ? "bytes" : "metadata");
+    if (!chunk) chunk = HYC_CHUNK_DEFAULT;
+    size_t limit = c->max_message > HYC_META_ROOM ? c->max_message - HYC_META_ROOM : 0;
+    if (chunk > limit)
+        return status_set(st, HYC_INVALID_ARGUMENT,
+                          "client: PutEntry: chunk = %zu bytes, over max_message - 64 KiB = %zu",
+                          chunk, limit);
+    put_ctx p = {.meta = *meta, .data = bytes, .n = n, .chunk = chunk};
+    p.meta.bytes = n;
+    size_t meta_bytes = hypic__v1__entry_meta__get_packed_size(&p.meta);
+    if (meta_bytes > HYC_META_ROOM)
+        return status_set(st, HYC_INVALID_ARGUMENT,
+                          "client: PutEntry: the metadata packs to %zu bytes, over 64 KiB",
+                          meta_bytes);
+    const hy_rpc_method *m = method("PutEntry");
+    unary_ctx u = {.d = m->response, .max = c->max_message};
+    hy_rpc_status rs;
+    hy_err e = {0};
+    int rc = hy_rpc_client_call_stream(c->rpc, m, c->token, c->deadline_ms, next_chunk, &p, on_put,
+                                       &u, &rs, &e);
+    if (rc && u.err.msg[0]) e = u.err;
+    if (call_status(rc, &rs, &e, st) != HYC_OK) {
+        if (u.msg) protobuf_c_message_free_unpacked(u.msg, NULL);
+        return st->code;
+    }
+    if (!u.msg)
+        return status_set(st, HYC_INTERNAL, "client: PutEntry: the server sent no response");
+    *out = (Hypic__V1__PutEntryResponse *)u.msg;
+    return HYC_OK;
+}

@@ -1,0 +1,489 @@
+/*
+ * hypicctl's commands about what is computed: lookup (which segments are
+ * cached), warm (build and store segments, with progress) and prefill (a
+ * request through the combiner: top tokens, outcome per segment, time per
+ * phase).
+ *
+ * Segments come from files: text, tokenised as the embedded models do
+ * (bytes + 3, hy_tokenize_bytes), or with --ids whitespace-separated token
+ * ids. "--segment A B C" and "--segment A --segment B" both name several.
+ */
+#include "ctl_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define CTL_FILES_MAX 4096
+
+/* File and key lists of a command line. */
+typedef struct file_list {
+    char *v[CTL_FILES_MAX];
+    size_t n;
+} file_list;
+
+static int list_add(const ctl *x, file_list *l, const char *what, char *arg)
+{
+    if (l->n == CTL_FILES_MAX) return ctl_usage(x, "more than %d %s", CTL_FILES_MAX, what);
+    l->v[l->n++] = arg;
+    return CTL_OK;
+}
+
+static int parse_dtype(const ctl *x, const char *v, Hypic__V1__StateDtype *out)
+{
+    if (strcmp(v, "f32") == 0)
+        *out = HYPIC__V1__STATE_DTYPE__STATE_DTYPE_F32;
+    else if (strcmp(v, "bf16") == 0)
+        *out = HYPIC__V1__STATE_DTYPE__STATE_DTYPE_BF16;
+    else
+        return ctl_usage(x, "--dtype: '%s' is not f32 or bf16", v);
+    return CTL_OK;
+}
+
+static int parse_seam(const ctl *x, const char *v, uint32_t *out)
+{
+    uint64_t w;
+    if (ctl_u64(x, "--seam", v, 0, UINT32_MAX, &w)) return CTL_USAGE;
+    *out = (uint32_t)w;
+    return CTL_OK;
+}
+
+/* ---- lookup ---- */
+
+int ctl_lookup(ctl *x, int argc, char **argv)
+{
+    file_list files = {0}, keys = {0};
+    file_list *into = NULL;
+    Hypic__V1__LookupRequest rq = HYPIC__V1__LOOKUP_REQUEST__INIT;
+    bool ids = false;
+    uint64_t lease = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        int r;
+        if ((r = ctl_arg(x, argc, argv, &i, "--segment", &v))) {
+            if (r < 0 || list_add(x, &files, "segments", (char *)v)) return CTL_USAGE;
+            into = &files;
+        } else if ((r = ctl_arg(x, argc, argv, &i, "--key", &v))) {
+            if (r < 0 || list_add(x, &keys, "keys", (char *)v)) return CTL_USAGE;
+            into = &keys;
+        } else if ((r = ctl_arg(x, argc, argv, &i, "--seam", &v))) {
+            if (r < 0 || parse_seam(x, v, &rq.seam)) return CTL_USAGE;
+            rq.seam_opt_case = HYPIC__V1__LOOKUP_REQUEST__SEAM_OPT_SEAM;
+        } else if ((r = ctl_arg(x, argc, argv, &i, "--lease-ms", &v))) {
+            if (r < 0 || ctl_u64(x, "--lease-ms", v, 0, UINT32_MAX, &lease)) return CTL_USAGE;
+        } else if (ctl_flag(argv[i], "--ids")) {
+            ids = true;
+        } else if ((r = ctl_global(x, argc, argv, &i))) {
+            if (r < 0) return CTL_USAGE;
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            return ctl_usage(x, "unknown option %s", argv[i]);
+        } else if (into) {
+            if (list_add(x, into, into == &files ? "segments" : "keys", argv[i])) return CTL_USAGE;
+        } else {
+            return ctl_usage(x, "unexpected argument '%s' (--segment FILE or --key KEY?)",
+                             argv[i]);
+        }
+    }
+    if (files.n && keys.n) return ctl_usage(x, "--segment or --key, not both");
+    if (!files.n && !keys.n) return ctl_usage(x, "no segments (--segment FILE... or --key KEY...)");
+    ctl_segments segs = {0};
+    uint8_t(*kb)[32] = NULL;
+    hy_err e = {0};
+    if (files.n) {
+        if (ctl_segments_from_files(&segs, files.v, files.n, ids, &e)) return ctl_error("%s", e.msg);
+    } else {
+        kb = calloc(keys.n, sizeof *kb);
+        if (!kb || ctl_segments_new(&segs, keys.n, &e)) {
+            free(kb);
+            return ctl_error("out of memory");
+        }
+        for (size_t i = 0; i < keys.n; i++) {
+            if (ctl_key(x, keys.v[i], kb[i])) {
+                free(kb);
+                ctl_segments_free(&segs);
+                return CTL_USAGE;
+            }
+            segs.seg[i].ref_case = HYPIC__V1__SEGMENT__REF_KEY;
+            segs.seg[i].key.data = kb[i];
+            segs.seg[i].key.len = 32;
+        }
+    }
+    rq.model = (char *)x->model;
+    rq.segments = segs.segs;
+    rq.n_segments = segs.n;
+    rq.lease_ms = (uint32_t)lease;
+    hyc *c;
+    int rc = ctl_connect(x, CTL_DEADLINE_DEFAULT_MS, &c);
+    Hypic__V1__LookupResponse *r = NULL;
+    hyc_status st;
+    if (rc) {
+        /* (the status is printed) */
+    } else if (hyc_lookup(c, &rq, &r, &st)) {
+        rc = ctl_fail(&st);
+    } else if (x->json) {
+        ctl_json_print(ctl_json_msg(&r->base));
+    } else {
+        static const char *const hdr[] = {"#", "HIT", "TIER", "TOKENS", "BYTES", "KEY", "SEGMENT"};
+        ctl_table *t = ctl_table_new(7, hdr);
+        for (size_t i = 0; i < r->n_segments; i++) {
+            const Hypic__V1__SegmentStatus *s = r->segments[i];
+            char idx[24], tok[16], bytes[32], key[65];
+            snprintf(idx, sizeof idx, "%zu", i);
+            snprintf(tok, sizeof tok, "%u", s->tokens);
+            ctl_bytes(s->bytes, bytes, sizeof bytes);
+            ctl_hex(&s->key, key, sizeof key);
+            const char *row[] = {idx,   s->hit ? "hit" : "miss", ctl_tier_name(s->tier), tok,
+                                 bytes, key, i < files.n ? files.v[i] : "-"};
+            ctl_table_row(t, row);
+        }
+        ctl_table_print(t);
+        printf("leading hits: %u segments, %llu tokens", r->leading_hits,
+               (unsigned long long)r->leading_tokens);
+        if (r->lease_id) printf("   lease %llu", (unsigned long long)r->lease_id);
+        printf("\n");
+    }
+    hyc_free(r);
+    hyc_close(c);
+    free(kb);
+    ctl_segments_free(&segs);
+    return rc;
+}
+
+/* ---- warm ---- */
+
+#define CTL_TAGS_MAX 64
+
+typedef struct warm_ctx {
+    const ctl *x;
+    char *const *files;
+    size_t n;
+    bool bar; /* a progress bar on stderr (a terminal) instead of lines */
+    size_t done, by_state[6];
+    uint64_t bytes;
+    double ms;
+    cJSON *items; /* --json */
+    ctl_table *table;
+} warm_ctx;
+
+static void warm_bar(const warm_ctx *w)
+{
+    const int width = 30;
+    int fill = w->n ? (int)(width * w->done / w->n) : width;
+    char b[32];
+    ctl_bytes(w->bytes, b, sizeof b);
+    fprintf(stderr, "\r[%.*s%*s] %zu/%zu segments  %s  built %zu  cached %zu  failed %zu ", fill,
+            "##############################", width - fill, "", w->done, w->n, b,
+            w->by_state[HYPIC__V1__WARM_PROGRESS__STATE__STATE_BUILT],
+            w->by_state[HYPIC__V1__WARM_PROGRESS__STATE__STATE_CACHED],
+            w->by_state[HYPIC__V1__WARM_PROGRESS__STATE__STATE_FAILED]);
+    fflush(stderr);
+}
+
+static int on_progress(void *arg, const Hypic__V1__WarmProgress *p)
+{
+    warm_ctx *w = arg;
+    const char *file = p->index < w->n ? w->files[p->index] : "?";
+    w->done++;
+    if ((unsigned)p->state < 6) w->by_state[p->state]++;
+    w->bytes += p->bytes;
+    w->ms += p->ms;
+    if (w->items) {
+        cJSON *o = ctl_json_msg(&p->base);
+        cJSON_AddStringToObject(o, "file", file);
+        cJSON_AddItemToArray(w->items, o);
+        return 0;
+    }
+    char idx[24], state[24], bytes[32], ms[24], key[65];
+    snprintf(idx, sizeof idx, "%u", p->index);
+    ctl_enum(&hypic__v1__warm_progress__state__descriptor, p->state, "STATE_", state,
+             sizeof state);
+    ctl_bytes(p->bytes, bytes, sizeof bytes);
+    snprintf(ms, sizeof ms, "%.1f", p->ms);
+    ctl_hex(&p->key, key, sizeof key);
+    if (w->bar) {
+        const char *row[] = {idx,   state, ctl_tier_name(p->tier), bytes, ms,
+                             key,   file,  p->error};
+        ctl_table_row(w->table, row);
+        warm_bar(w);
+    } else { /* one line per segment as it is done */
+        printf("%-5s %-12s %-5s %-10s %8s ms  %s  %s%s%s\n", idx, state, ctl_tier_name(p->tier),
+               bytes, ms, key, file, p->error[0] ? "  " : "", p->error);
+        fflush(stdout);
+    }
+    return 0;
+}
+
+int ctl_warm(ctl *x, int argc, char **argv)
+{
+    file_list files = {0};
+    char *tags[CTL_TAGS_MAX];
+    size_t ntags = 0;
+    bool ids = false, by_file = false;
+    Hypic__V1__WarmRequest rq = HYPIC__V1__WARM_REQUEST__INIT;
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        int r;
+        if ((r = ctl_arg(x, argc, argv, &i, "--tag", &v))) {
+            if (r < 0) return CTL_USAGE;
+            if (ntags == CTL_TAGS_MAX - 1) return ctl_usage(x, "too many --tag");
+            tags[ntags++] = (char *)v;
+        } else if ((r = ctl_arg(x, argc, argv, &i, "--seam", &v))) {
+            if (r < 0 || parse_seam(x, v, &rq.seam)) return CTL_USAGE;
+            rq.seam_opt_case = HYPIC__V1__WARM_REQUEST__SEAM_OPT_SEAM;
+        } else if ((r = ctl_arg(x, argc, argv, &i, "--dtype", &v))) {
+            if (r < 0 || parse_dtype(x, v, &rq.dtype)) return CTL_USAGE;
+        } else if (ctl_flag(argv[i], "--ids")) {
+            ids = true;
+        } else if (ctl_flag(argv[i], "--tag-by-file")) {
+            by_file = true;
+        } else if ((r = ctl_global(x, argc, argv, &i))) {
+            if (r < 0) return CTL_USAGE;
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            return ctl_usage(x, "unknown option %s", argv[i]);
+        } else if (list_add(x, &files, "files", argv[i])) {
+            return CTL_USAGE;
+        }
+    }
+    if (!files.n) return ctl_usage(x, "no FILES to warm");
+    ctl_segments segs;
+    hy_err e = {0};
+    if (ctl_segments_from_files(&segs, files.v, files.n, ids, &e)) return ctl_error("%s", e.msg);
+    /* tags: the common ones, then (--tag-by-file) the file's name */
+    char **seg_tags = calloc(files.n * (ntags + 1), sizeof *seg_tags);
+    if (!seg_tags) {
+        ctl_segments_free(&segs);
+        return ctl_error("out of memory");
+    }
+    for (size_t i = 0; i < files.n; i++) {
+        char **t = seg_tags + i * (ntags + 1);
+        memcpy(t, tags, ntags * sizeof *t);
+        if (by_file) {
+            const char *slash = strrchr(files.v[i], '/');
+            t[ntags] = slash ? (char *)slash + 1 : files.v[i];
+        }
+        segs.seg[i].tags = t;
+        segs.seg[i].n_tags = ntags + by_file;
+    }
+    rq.model = (char *)x->model;
+    rq.segments = segs.segs;
+    rq.n_segments = segs.n;
+    warm_ctx w = {.x = x, .files = files.v, .n = files.n, .bar = !x->json && isatty(2)};
+    if (x->json) w.items = cJSON_CreateArray();
+    if (w.bar) {
+        static const char *const hdr[] = {"#",  "STATE", "TIER", "BYTES", "MS",
+                                          "KEY", "FILE", "ERROR"};
+        w.table = ctl_table_new(8, hdr);
+        warm_bar(&w);
+    }
+    hyc *c;
+    int rc = ctl_connect(x, 0, &c);
+    hyc_status st;
+    if (!rc && hyc_warm(c, &rq, on_progress, &w, &st)) rc = ctl_fail(&st);
+    if (w.bar) fputc('\n', stderr);
+    size_t failed = w.by_state[HYPIC__V1__WARM_PROGRESS__STATE__STATE_FAILED];
+    if (!rc && x->json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddItemToObject(o, "segments", w.items);
+        w.items = NULL;
+        cJSON_AddNumberToObject(o, "built", (double)w.by_state[1]);
+        cJSON_AddNumberToObject(o, "cached", (double)w.by_state[2]);
+        cJSON_AddNumberToObject(o, "uncacheable", (double)w.by_state[3]);
+        cJSON_AddNumberToObject(o, "not_admitted", (double)w.by_state[4]);
+        cJSON_AddNumberToObject(o, "failed", (double)failed);
+        cJSON_AddNumberToObject(o, "bytes", (double)w.bytes);
+        cJSON_AddNumberToObject(o, "ms", w.ms);
+        ctl_json_print(o);
+    } else if (!rc) {
+        if (w.table) ctl_table_print(w.table);
+        w.table = NULL;
+        char b[32];
+        ctl_bytes(w.bytes, b, sizeof b);
+        printf("%zu segments: %zu built, %zu cached, %zu uncacheable, %zu not admitted, %zu "
+               "failed; %s, %.1f ms\n",
+               w.done, w.by_state[1], w.by_state[2], w.by_state[3], w.by_state[4], failed, b,
+               w.ms);
+    }
+    if (!rc && w.done != files.n)
+        rc = ctl_error("warm: %zu of %zu segments reported", w.done, files.n);
+    if (!rc && failed) rc = ctl_error("warm: %zu segments failed", failed);
+    ctl_table_free(w.table);
+    cJSON_Delete(w.items);
+    hyc_close(c);
+    free(seg_tags);
+    ctl_segments_free(&segs);
+    return rc;
+}
+
+/* ---- prefill ---- */
+
+static int parse_mode(const ctl *x, const char *v, Hypic__V1__Mode *out)
+{
+    static const struct {
+        const char *name;
+        Hypic__V1__Mode mode;
+    } modes[] = {{"full", HYPIC__V1__MODE__MODE_FULL},     {"prefix", HYPIC__V1__MODE__MODE_PREFIX},
+                 {"pic", HYPIC__V1__MODE__MODE_PIC},       {"noseam", HYPIC__V1__MODE__MODE_NOSEAM},
+                 {"naive", HYPIC__V1__MODE__MODE_NAIVE}};
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        if (strcmp(v, modes[i].name) == 0) {
+            *out = modes[i].mode;
+            return CTL_OK;
+        }
+    }
+    return ctl_usage(x, "--mode: '%s' is not full, prefix, pic, noseam or naive", v);
+}
+
+static void print_prefill(const Hypic__V1__PrefillResponse *r, char *const *files, size_t nfiles)
+{
+    static const char *const thdr[] = {"RANK", "TOKEN", "TEXT", "LOGIT", "PROB"};
+    ctl_table *t = ctl_table_new(5, thdr);
+    for (size_t i = 0; i < r->n_top; i++) {
+        char rank[24], tok[16], text[16], logit[24], prob[24];
+        snprintf(rank, sizeof rank, "%zu", i + 1);
+        snprintf(tok, sizeof tok, "%u", r->top[i]->token);
+        ctl_token_text(r->top[i]->token, text, sizeof text);
+        snprintf(logit, sizeof logit, "%.4f", r->top[i]->logit);
+        snprintf(prob, sizeof prob, "%.4f", r->top[i]->prob);
+        const char *row[] = {rank, tok, text, logit, prob};
+        ctl_table_row(t, row);
+    }
+    ctl_table_print(t);
+    if (r->n_generated) {
+        printf("\ngenerated (%zu):", r->n_generated);
+        for (size_t i = 0; i < r->n_generated; i++) printf(" %u", r->generated[i]);
+        printf("\n  \"");
+        for (size_t i = 0; i < r->n_generated; i++) {
+            char text[16];
+            ctl_token_text(r->generated[i], text, sizeof text);
+            fputs(text, stdout);
+        }
+        printf("\"\n");
+    }
+    printf("\n");
+    static const char *const shdr[] = {"#", "OUTCOME", "TIER", "STORED", "KEY", "SEGMENT"};
+    ctl_table *s = ctl_table_new(6, shdr);
+    for (size_t i = 0; i < r->n_segments; i++) {
+        const Hypic__V1__SegmentOutcome *o = r->segments[i];
+        char idx[24], kind[24], key[65];
+        snprintf(idx, sizeof idx, "%zu", i);
+        ctl_enum(&hypic__v1__segment_outcome__kind__descriptor, o->kind, "KIND_", kind,
+                 sizeof kind);
+        ctl_hex(&o->key, key, sizeof key);
+        const char *row[] = {idx,
+                             kind,
+                             ctl_tier_name(o->tier),
+                             o->kind == HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_MISS
+                                 ? (o->stored ? "yes" : "no")
+                                 : "-",
+                             key,
+                             i < nfiles ? files[i] : "?"};
+        ctl_table_row(s, row);
+    }
+    ctl_table_print(s);
+    printf("\ntokens computed: %llu\n\n", (unsigned long long)r->tokens_computed);
+    if (!r->timings) return;
+    const Hypic__V1__Timings *tm = r->timings;
+    const struct {
+        const char *name;
+        double ms;
+    } phases[] = {{"lookup", tm->lookup_ms},       {"fetch hbm", tm->fetch_hbm_ms},
+                  {"fetch host", tm->fetch_host_ms}, {"fetch nvme", tm->fetch_nvme_ms},
+                  {"seams", tm->seams_ms},         {"compose", tm->compose_ms},
+                  {"misses", tm->misses_ms},       {"query", tm->query_ms},
+                  {"decode", tm->decode_ms},       {"store", tm->store_ms},
+                  {"total", tm->total_ms}};
+    static const char *const phdr[] = {"PHASE", "MS"};
+    ctl_table *p = ctl_table_new(2, phdr);
+    for (size_t i = 0; i < sizeof phases / sizeof phases[0]; i++) {
+        char ms[32];
+        snprintf(ms, sizeof ms, "%.3f", phases[i].ms);
+        const char *row[] = {phases[i].name, ms};
+        ctl_table_row(p, row);
+    }
+    ctl_table_print(p);
+}
+
+int ctl_prefill(ctl *x, int argc, char **argv)
+{
+    file_list files = {0};
+    const char *query_file = NULL, *text = NULL;
+    bool ids = false, in_segments = false;
+    uint64_t top_k = 0, max_new = 0;
+    Hypic__V1__PrefillRequest rq = HYPIC__V1__PREFILL_REQUEST__INIT;
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        int r;
+        if ((r = ctl_arg(x, argc, argv, &i, "--segment", &v))) {
+            if (r < 0 || list_add(x, &files, "segments", (char *)v)) return CTL_USAGE;
+            in_segments = true;
+        } else if ((r = ctl_arg(x, argc, argv, &i, "--query", &v))) {
+            if (r < 0) return CTL_USAGE;
+            query_file = v;
+            in_segments = false;
+        } else if ((r = ctl_arg(x, argc, argv, &i, "--text", &v))) {
+            if (r < 0) return CTL_USAGE;
+            text = v;
+            in_segments = false;
+        } else if ((r = ctl_arg(x, argc, argv, &i, "--mode", &v))) {
+            if (r < 0 || parse_mode(x, v, &rq.mode)) return CTL_USAGE;
+        } else if ((r = ctl_arg(x, argc, argv, &i, "--seam", &v))) {
+            if (r < 0 || parse_seam(x, v, &rq.seam)) return CTL_USAGE;
+            rq.seam_opt_case = HYPIC__V1__PREFILL_REQUEST__SEAM_OPT_SEAM;
+        } else if ((r = ctl_arg(x, argc, argv, &i, "--top-k", &v))) {
+            if (r < 0 || ctl_u64(x, "--top-k", v, 0, UINT32_MAX, &top_k)) return CTL_USAGE;
+        } else if ((r = ctl_arg(x, argc, argv, &i, "--max-new", &v))) {
+            if (r < 0 || ctl_u64(x, "--max-new", v, 0, UINT32_MAX, &max_new)) return CTL_USAGE;
+        } else if ((r = ctl_arg(x, argc, argv, &i, "--dtype", &v))) {
+            if (r < 0 || parse_dtype(x, v, &rq.dtype)) return CTL_USAGE;
+        } else if (ctl_flag(argv[i], "--ids")) {
+            ids = true;
+        } else if ((r = ctl_global(x, argc, argv, &i))) {
+            if (r < 0) return CTL_USAGE;
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            return ctl_usage(x, "unknown option %s", argv[i]);
+        } else if (in_segments) {
+            if (list_add(x, &files, "segments", argv[i])) return CTL_USAGE;
+        } else {
+            return ctl_usage(x, "unexpected argument '%s'", argv[i]);
+        }
+    }
+    if (!query_file == !text) return ctl_usage(x, "one of --query FILE or --text STR is needed");
+    ctl_segments segs = {0};
+    ctl_ids q = {0};
+    hy_err e = {0};
+    if (ctl_segments_from_files(&segs, files.v, files.n, ids, &e) ||
+        (query_file ? ctl_ids_from_file(query_file, ids, &q, &e) : ctl_ids_from_text(text, &q, &e))) {
+        ctl_segments_free(&segs);
+        return ctl_error("%s", e.msg);
+    }
+    if (!q.n) {
+        ctl_segments_free(&segs);
+        return ctl_usage(x, "the query has no tokens");
+    }
+    rq.model = (char *)x->model;
+    rq.segments = segs.segs;
+    rq.n_segments = segs.n;
+    rq.query = q.ids;
+    rq.n_query = q.n;
+    rq.top_k = (uint32_t)top_k;
+    rq.max_new_tokens = (uint32_t)max_new;
+    hyc *c;
+    int rc = ctl_connect(x, CTL_DEADLINE_DEFAULT_MS, &c);
+    Hypic__V1__PrefillResponse *r = NULL;
+    hyc_status st;
+    if (rc) {
+        /* (printed) */
+    } else if (hyc_prefill(c, &rq, &r, &st)) {
+        rc = ctl_fail(&st);
+    } else if (x->json) {
+        ctl_json_print(ctl_json_msg(&r->base));
+    } else {
+        print_prefill(r, files.v, files.n);
+    }
+    hyc_free(r);
+    hyc_close(c);
+    ctl_ids_free(&q);
+    ctl_segments_free(&segs);
+    return rc;
+}

@@ -1,0 +1,764 @@
+/*
+ * hypicctl's commands about what is stored: status (Health + Stats), ls
+ * (List, following pages), inspect, evict and invalidate, policy get|set,
+ * get and put (an entry's bytes to a file and back, with its metadata as
+ * JSON beside it), and watch.
+ *
+ * Each parses its options, opens the connection, makes its calls and prints
+ * either a table for people or, with --json, one JSON object (watch: one per
+ * event) built from the responses themselves (ctl_json_msg).
+ */
+#include "ctl_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The options every command without options of its own accepts: the global
+ * ones. Positional arguments go to pos (up to npos; more is a usage error). */
+static int parse_plain(ctl *x, int argc, char **argv, const char **pos, int npos, int *got)
+{
+    *got = 0;
+    for (int i = 1; i < argc; i++) {
+        int r = ctl_global(x, argc, argv, &i);
+        if (r < 0) return CTL_USAGE;
+        if (r > 0) continue;
+        if (argv[i][0] == '-' && argv[i][1]) return ctl_usage(x, "unknown option %s", argv[i]);
+        if (*got == npos) return ctl_usage(x, "unexpected argument '%s'", argv[i]);
+        pos[(*got)++] = argv[i];
+    }
+    return CTL_OK;
+}
+
+static void join_tiers(const Hypic__V1__EntryMeta *m, char *out, size_t cap)
+{
+    out[0] = '\0';
+    size_t len = 0;
+    for (size_t i = 0; i < m->n_tiers && len < cap; i++)
+        len += (size_t)snprintf(out + len, cap - len, "%s%s", i ? "," : "",
+                                ctl_tier_name(m->tiers[i]));
+    if (!m->n_tiers) snprintf(out, cap, "-");
+}
+
+static void join_strings(char **s, size_t n, char *out, size_t cap)
+{
+    out[0] = '\0';
+    size_t len = 0;
+    for (size_t i = 0; i < n && len < cap; i++)
+        len += (size_t)snprintf(out + len, cap - len, "%s%s", i ? "," : "", s[i]);
+    if (!n) snprintf(out, cap, "-");
+}
+
+/* ---- status ---- */
+
+static void print_status(const Hypic__V1__HealthResponse *h, const Hypic__V1__StatsResponse *s)
+{
+    char state[32], models[512], b1[32], b2[32];
+    ctl_enum(&hypic__v1__health_response__status__descriptor, h->status, "STATUS_", state,
+             sizeof state);
+    join_strings(h->models, h->n_models, models, sizeof models);
+    printf("status    %s (hypic-cached %s)\n", state, h->version);
+    printf("models    %s\n", models);
+    printf("entries   %llu   misses %llu   puts %llu (dropped %llu)   expired %llu   "
+           "invalidated %llu   checksum failures %llu\n",
+           (unsigned long long)s->entries, (unsigned long long)s->misses,
+           (unsigned long long)s->puts, (unsigned long long)s->puts_dropped,
+           (unsigned long long)s->expired, (unsigned long long)s->invalidated,
+           (unsigned long long)s->checksum_failures);
+    printf("load      %llu requests in flight, %llu queued\n\n",
+           (unsigned long long)s->requests_in_flight, (unsigned long long)s->queue_depth);
+    static const char *const hdr[] = {"TIER", "ENTRIES",    "BYTES",     "CAPACITY", "USED",
+                                      "HITS", "EVICTIONS", "PROMOTIONS", "DEMOTIONS"};
+    ctl_table *t = ctl_table_new(9, hdr);
+    for (size_t i = 0; i < s->n_tiers; i++) {
+        const Hypic__V1__TierStats *ts = s->tiers[i];
+        char e[24], used[16], hits[24], ev[24], pr[24], de[24];
+        if (!ts->present) continue; /* listed below the table */
+        snprintf(e, sizeof e, "%llu", (unsigned long long)ts->entries);
+        ctl_bytes(ts->bytes, b1, sizeof b1);
+        ctl_bytes(ts->capacity, b2, sizeof b2);
+        if (ts->capacity)
+            snprintf(used, sizeof used, "%.1f%%", 100.0 * (double)ts->bytes / (double)ts->capacity);
+        else
+            snprintf(used, sizeof used, "-");
+        snprintf(hits, sizeof hits, "%llu", (unsigned long long)ts->hits);
+        snprintf(ev, sizeof ev, "%llu", (unsigned long long)ts->evictions);
+        snprintf(pr, sizeof pr, "%llu", (unsigned long long)ts->promotions);
+        snprintf(de, sizeof de, "%llu", (unsigned long long)ts->demotions);
+        const char *row[] = {ctl_tier_name(ts->tier), e, b1, b2, used, hits, ev, pr, de};
+        ctl_table_row(t, row);
+    }
+    ctl_table_print(t);
+    for (size_t i = 0; i < s->n_tiers; i++)
+        if (!s->tiers[i]->present)
+            printf("%-4s  absent: %s\n", ctl_tier_name(s->tiers[i]->tier), s->tiers[i]->why_absent);
+}
+
+int ctl_status(ctl *x, int argc, char **argv)
+{
+    int got, rc = parse_plain(x, argc, argv, NULL, 0, &got);
+    hyc *c;
+    if (rc || (rc = ctl_connect(x, CTL_DEADLINE_DEFAULT_MS, &c))) return rc;
+    Hypic__V1__HealthRequest hr = HYPIC__V1__HEALTH_REQUEST__INIT;
+    Hypic__V1__StatsRequest sr = HYPIC__V1__STATS_REQUEST__INIT;
+    Hypic__V1__HealthResponse *h = NULL;
+    Hypic__V1__StatsResponse *s = NULL;
+    hyc_status st;
+    if (hyc_health(c, &hr, &h, &st) || hyc_stats(c, &sr, &s, &st)) {
+        rc = ctl_fail(&st);
+    } else {
+        if (x->json) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddItemToObject(o, "health", ctl_json_msg(&h->base));
+            cJSON_AddItemToObject(o, "stats", ctl_json_msg(&s->base));
+            ctl_json_print(o);
+        } else {
+            print_status(h, s);
+        }
+        if (h->status != HYPIC__V1__HEALTH_RESPONSE__STATUS__STATUS_SERVING)
+            rc = ctl_error("the server is not serving");
+    }
+    hyc_free(h);
+    hyc_free(s);
+    hyc_close(c);
+    return rc;
+}
+
+/* ---- ls ---- */
+
+/* One entry as a row of KEY TIERS TOKENS BYTES HITS AGE IDLE TAGS MODEL (a
+ * table of 8 columns leaves the model out). */
+static void entry_row(ctl_table *t, const Hypic__V1__EntryMeta *m)
+{
+    char key[65], tiers[64], tok[16], bytes[32], hits[24], age[16], last[16], tags[256];
+    ctl_hex(&m->key, key, sizeof key);
+    join_tiers(m, tiers, sizeof tiers);
+    snprintf(tok, sizeof tok, "%u", m->tokens);
+    ctl_bytes(m->bytes, bytes, sizeof bytes);
+    snprintf(hits, sizeof hits, "%llu", (unsigned long long)m->hits);
+    ctl_age(m->created_unix_ns, age, sizeof age);
+    ctl_age(m->last_access_unix_ns, last, sizeof last);
+    join_strings(m->tags, m->n_tags, tags, sizeof tags);
+    const char *row[] = {key, tiers, tok, bytes, hits, age, last, tags, m->model};
+    ctl_table_row(t, row);
+}
+
+int ctl_ls(ctl *x, int argc, char **argv)
+{
+    Hypic__V1__ListRequest rq = HYPIC__V1__LIST_REQUEST__INIT;
+    uint64_t limit = UINT64_MAX, page = 0;
+    bool all_models = false;
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        int r;
+        if ((r = ctl_arg(x, argc, argv, &i, "--tier", &v))) {
+            if (r < 0 || ctl_tier(x, "--tier", v, true, &rq.tier)) return CTL_USAGE;
+        } else if ((r = ctl_arg(x, argc, argv, &i, "--tag", &v))) {
+            if (r < 0) return CTL_USAGE;
+            rq.tag = (char *)v;
+        } else if ((r = ctl_arg(x, argc, argv, &i, "--sort", &v))) {
+            if (r < 0) return CTL_USAGE;
+            if (strcmp(v, "key") == 0)
+                rq.sort = HYPIC__V1__LIST_REQUEST__SORT__SORT_KEY;
+            else if (strcmp(v, "bytes") == 0)
+                rq.sort = HYPIC__V1__LIST_REQUEST__SORT__SORT_BYTES;
+            else if (strcmp(v, "hits") == 0)
+                rq.sort = HYPIC__V1__LIST_REQUEST__SORT__SORT_HITS;
+            else if (strcmp(v, "age") == 0)
+                rq.sort = HYPIC__V1__LIST_REQUEST__SORT__SORT_AGE;
+            else
+                return ctl_usage(x, "--sort: '%s' is not key, bytes, hits or age", v);
+        } else if ((r = ctl_arg(x, argc, argv, &i, "--limit", &v))) {
+            if (r < 0 || ctl_u64(x, "--limit", v, 1, UINT32_MAX, &limit)) return CTL_USAGE;
+        } else if ((r = ctl_arg(x, argc, argv, &i, "--page-size", &v))) {
+            if (r < 0 || ctl_u64(x, "--page-size", v, 1, UINT32_MAX, &page)) return CTL_USAGE;
+        } else if (ctl_flag(argv[i], "--desc")) {
+            rq.descending = true;
+        } else if (ctl_flag(argv[i], "--all-models")) {
+            all_models = true;
+        } else if ((r = ctl_global(x, argc, argv, &i))) {
+            if (r < 0) return CTL_USAGE;
+        } else {
+            return ctl_usage(x, "unexpected argument '%s'", argv[i]);
+        }
+    }
+    if (!all_models) rq.model = (char *)x->model;
+    hyc *c;
+    int rc = ctl_connect(x, CTL_DEADLINE_DEFAULT_MS, &c);
+    if (rc) return rc;
+    static const char *const hdr[] = {"KEY",  "TIERS", "TOKENS", "BYTES", "HITS",
+                                      "AGE", "IDLE",  "TAGS",   "MODEL"};
+    ctl_table *t = x->json ? NULL : ctl_table_new(all_models ? 9 : 8, hdr);
+    cJSON *o = x->json ? cJSON_CreateObject() : NULL;
+    cJSON *arr = o ? cJSON_AddArrayToObject(o, "entries") : NULL;
+    uint64_t shown = 0, total = 0;
+    char *token = NULL;
+    for (;;) {
+        uint64_t want = limit - shown;
+        rq.page_size = (uint32_t)(page ? HY_MIN(page, want) : (want < 1000 ? want : 0));
+        rq.page_token = token ? token : (char *)"";
+        Hypic__V1__ListResponse *r = NULL;
+        hyc_status st;
+        if (hyc_list(c, &rq, &r, &st)) {
+            rc = ctl_fail(&st);
+            break;
+        }
+        total = r->total;
+        for (size_t k = 0; k < r->n_entries && shown < limit; k++, shown++) {
+            if (arr)
+                cJSON_AddItemToArray(arr, ctl_json_msg(&r->entries[k]->base));
+            else
+                entry_row(t, r->entries[k]);
+        }
+        free(token);
+        token = NULL;
+        bool more = r->next_page_token[0] && shown < limit && r->n_entries > 0;
+        if (more) token = strdup(r->next_page_token);
+        hyc_free(r);
+        if (!more || !token) break;
+    }
+    free(token);
+    if (rc) {
+        cJSON_Delete(o);
+        ctl_table_free(t);
+    } else if (o) {
+        cJSON_AddNumberToObject(o, "total", (double)total);
+        cJSON_AddNumberToObject(o, "shown", (double)shown);
+        ctl_json_print(o);
+    } else {
+        ctl_table_print(t);
+        printf("%llu of %llu entries\n", (unsigned long long)shown, (unsigned long long)total);
+    }
+    hyc_close(c);
+    return rc;
+}
+
+/* ---- inspect ---- */
+
+static void print_meta(const Hypic__V1__EntryMeta *m)
+{
+    char key[65], fp[65], tiers[64], tags[512], bytes[32], age[16], idle[16], exp[32];
+    ctl_hex(&m->key, key, sizeof key);
+    ctl_hex(&m->model_fingerprint, fp, sizeof fp);
+    join_tiers(m, tiers, sizeof tiers);
+    join_strings(m->tags, m->n_tags, tags, sizeof tags);
+    ctl_bytes(m->bytes, bytes, sizeof bytes);
+    ctl_age(m->created_unix_ns, age, sizeof age);
+    ctl_age(m->last_access_unix_ns, idle, sizeof idle);
+    if (m->expires_unix_ns)
+        snprintf(exp, sizeof exp, "%llu (unix ns)", (unsigned long long)m->expires_unix_ns);
+    else
+        snprintf(exp, sizeof exp, "never");
+    printf("key          %s\n", key);
+    printf("model        %s (fingerprint %s)\n", m->model, fp);
+    printf("tenant       %s\n", m->tenant[0] ? m->tenant : "-");
+    printf("tokens       %u   flops %.3g   bytes %s (%llu)\n", m->tokens, m->flops, bytes,
+           (unsigned long long)m->bytes);
+    printf("tiers        %s   hits %llu   age %s   idle %s   expires %s\n", tiers,
+           (unsigned long long)m->hits, age, idle, exp);
+    printf("tags         %s\n", tags);
+}
+
+int ctl_inspect(ctl *x, int argc, char **argv)
+{
+    Hypic__V1__InspectRequest rq = HYPIC__V1__INSPECT_REQUEST__INIT;
+    const char *keyarg = NULL;
+    for (int i = 1; i < argc; i++) {
+        int r;
+        if (ctl_flag(argv[i], "--verify")) {
+            rq.verify = true;
+        } else if ((r = ctl_global(x, argc, argv, &i))) {
+            if (r < 0) return CTL_USAGE;
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            return ctl_usage(x, "unknown option %s", argv[i]);
+        } else if (keyarg) {
+            return ctl_usage(x, "unexpected argument '%s'", argv[i]);
+        } else {
+            keyarg = argv[i];
+        }
+    }
+    uint8_t key[32];
+    if (!keyarg) return ctl_usage(x, "which KEY?");
+    if (ctl_key(x, keyarg, key)) return CTL_USAGE;
+    rq.key.data = key;
+    rq.key.len = sizeof key;
+    hyc *c;
+    int rc = ctl_connect(x, CTL_DEADLINE_DEFAULT_MS, &c);
+    if (rc) return rc;
+    Hypic__V1__InspectResponse *r = NULL;
+    hyc_status st;
+    if (hyc_inspect(c, &rq, &r, &st)) {
+        rc = ctl_fail(&st);
+        hyc_close(c);
+        return rc;
+    }
+    size_t bad = 0;
+    for (size_t i = 0; i < r->n_sections; i++) bad += r->verified && !r->sections[i]->checksum_ok;
+    if (x->json) {
+        ctl_json_print(ctl_json_msg(&r->base));
+    } else {
+        if (r->meta) print_meta(r->meta);
+        char dtype[16];
+        ctl_enum(&hypic__v1__state_dtype__descriptor, r->dtype, "STATE_DTYPE_", dtype,
+                 sizeof dtype);
+        printf("layout       seam W=%u (w=%u tokens)   body %u tokens   dtype %s   format v%u\n\n",
+               r->seam, r->seam_tokens, r->body_tokens, dtype, r->format_version);
+        static const char *const hdr[] = {"LAYER", "SECTION", "BYTES", "CHECKSUM"};
+        ctl_table *t = ctl_table_new(4, hdr);
+        for (size_t i = 0; i < r->n_sections; i++) {
+            const Hypic__V1__Section *s = r->sections[i];
+            char layer[16], bytes[24];
+            if (s->layer < 0)
+                snprintf(layer, sizeof layer, "-");
+            else
+                snprintf(layer, sizeof layer, "%d", s->layer);
+            snprintf(bytes, sizeof bytes, "%llu", (unsigned long long)s->bytes);
+            const char *row[] = {layer, s->name, bytes,
+                                 !r->verified ? "-" : s->checksum_ok ? "ok" : "FAILED"};
+            ctl_table_row(t, row);
+        }
+        ctl_table_print(t);
+        if (r->verified)
+            printf("\nverified: %zu of %zu sections ok\n", r->n_sections - bad, r->n_sections);
+    }
+    if (bad) rc = ctl_error("inspect: %zu sections failed their checksum", bad);
+    hyc_free(r);
+    hyc_close(c);
+    return rc;
+}
+
+/* ---- evict, invalidate ---- */
+
+static int invalidate(ctl *x, Hypic__V1__InvalidateRequest *rq)
+{
+    hyc *c;
+    int rc = ctl_connect(x, CTL_DEADLINE_DEFAULT_MS, &c);
+    if (rc) return rc;
+    Hypic__V1__InvalidateResponse *r = NULL;
+    hyc_status st;
+    if (hyc_invalidate(c, rq, &r, &st)) {
+        rc = ctl_fail(&st);
+    } else if (x->json) {
+        ctl_json_print(ctl_json_msg(&r->base));
+    } else {
+        printf("removed %llu\n", (unsigned long long)r->removed);
+    }
+    hyc_free(r);
+    hyc_close(c);
+    return rc;
+}
+
+int ctl_evict(ctl *x, int argc, char **argv)
+{
+    const char *pos[1];
+    int got, rc = parse_plain(x, argc, argv, pos, 1, &got);
+    if (rc) return rc;
+    if (got != 1) return ctl_usage(x, "which KEY?");
+    uint8_t key[32];
+    if (ctl_key(x, pos[0], key)) return CTL_USAGE;
+    Hypic__V1__InvalidateRequest rq = HYPIC__V1__INVALIDATE_REQUEST__INIT;
+    rq.target_case = HYPIC__V1__INVALIDATE_REQUEST__TARGET_KEY;
+    rq.key.data = key;
+    rq.key.len = sizeof key;
+    return invalidate(x, &rq);
+}
+
+int ctl_invalidate(ctl *x, int argc, char **argv)
+{
+    Hypic__V1__InvalidateRequest rq = HYPIC__V1__INVALIDATE_REQUEST__INIT;
+    int targets = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        int r;
+        if ((r = ctl_arg(x, argc, argv, &i, "--tag", &v))) {
+            if (r < 0) return CTL_USAGE;
+            rq.target_case = HYPIC__V1__INVALIDATE_REQUEST__TARGET_TAG;
+            rq.tag = (char *)v;
+            targets++;
+        } else if (ctl_flag(argv[i], "--tenant")) {
+            rq.target_case = HYPIC__V1__INVALIDATE_REQUEST__TARGET_ALL_OF_TENANT;
+            rq.all_of_tenant = true;
+            targets++;
+        } else if (strcmp(argv[i], "--model") == 0 || strncmp(argv[i], "--model=", 8) == 0) {
+            /* here --model names what to remove, not only the model requests name */
+            if (ctl_arg(x, argc, argv, &i, "--model", &v) < 0) return CTL_USAGE;
+            rq.target_case = HYPIC__V1__INVALIDATE_REQUEST__TARGET_MODEL;
+            rq.model = (char *)v;
+            targets++;
+        } else if ((r = ctl_global(x, argc, argv, &i))) {
+            if (r < 0) return CTL_USAGE;
+        } else {
+            return ctl_usage(x, "unexpected argument '%s'", argv[i]);
+        }
+    }
+    if (targets != 1)
+        return ctl_usage(x, "exactly one of --tag T, --model M, --tenant (got %d)", targets);
+    return invalidate(x, &rq);
+}
+
+/* ---- policy ---- */
+
+static void print_policy(const Hypic__V1__Policy *p)
+{
+    static const char *const hdr[] = {"TIER", "EVICT", "ADMIT", "MIN_TOKENS"};
+    ctl_table *t = ctl_table_new(4, hdr);
+    char mt[16];
+    snprintf(mt, sizeof mt, "%u", p->min_tokens);
+    const char *row[] = {ctl_tier_name(p->tier), p->evict, p->admit, mt};
+    ctl_table_row(t, row);
+    ctl_table_print(t);
+}
+
+int ctl_policy(ctl *x, int argc, char **argv)
+{
+    const char *verb = NULL, *tier = NULL, *evict = NULL, *admit = NULL;
+    uint64_t min_tokens = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        int r;
+        if ((r = ctl_arg(x, argc, argv, &i, "--evict", &v))) {
+            if (r < 0) return CTL_USAGE;
+            evict = v;
+        } else if ((r = ctl_arg(x, argc, argv, &i, "--admit", &v))) {
+            if (r < 0) return CTL_USAGE;
+            admit = v;
+        } else if ((r = ctl_arg(x, argc, argv, &i, "--min-tokens", &v))) {
+            if (r < 0 || ctl_u64(x, "--min-tokens", v, 0, UINT32_MAX, &min_tokens))
+                return CTL_USAGE;
+        } else if ((r = ctl_global(x, argc, argv, &i))) {
+            if (r < 0) return CTL_USAGE;
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            return ctl_usage(x, "unknown option %s", argv[i]);
+        } else if (!verb) {
+            verb = argv[i];
+        } else if (!tier) {
+            tier = argv[i];
+        } else {
+            return ctl_usage(x, "unexpected argument '%s'", argv[i]);
+        }
+    }
+    if (!verb || (strcmp(verb, "get") != 0 && strcmp(verb, "set") != 0))
+        return ctl_usage(x, "get or set?");
+    if (!tier) return ctl_usage(x, "which TIER (hbm, host, nvme)?");
+    Hypic__V1__Tier t;
+    if (ctl_tier(x, "TIER", tier, false, &t)) return CTL_USAGE;
+    bool set = verb[0] == 's';
+    if (set && (!evict || !admit)) return ctl_usage(x, "set needs --evict and --admit");
+    if (!set && (evict || admit || min_tokens))
+        return ctl_usage(x, "--evict, --admit and --min-tokens are for set");
+    hyc *c;
+    int rc = ctl_connect(x, CTL_DEADLINE_DEFAULT_MS, &c);
+    if (rc) return rc;
+    Hypic__V1__Policy *p = NULL;
+    hyc_status st;
+    if (set) {
+        Hypic__V1__Policy want = HYPIC__V1__POLICY__INIT;
+        want.tier = t;
+        want.evict = (char *)evict;
+        want.admit = (char *)admit;
+        want.min_tokens = (uint32_t)min_tokens;
+        Hypic__V1__SetPolicyRequest rq = HYPIC__V1__SET_POLICY_REQUEST__INIT;
+        rq.policy = &want;
+        hyc_set_policy(c, &rq, &p, &st);
+    } else {
+        Hypic__V1__GetPolicyRequest rq = HYPIC__V1__GET_POLICY_REQUEST__INIT;
+        rq.tier = t;
+        hyc_get_policy(c, &rq, &p, &st);
+    }
+    if (st.code)
+        rc = ctl_fail(&st);
+    else if (x->json)
+        ctl_json_print(ctl_json_msg(&p->base));
+    else
+        print_policy(p);
+    hyc_free(p);
+    hyc_close(c);
+    return rc;
+}
+
+/* ---- get, put: an entry to a file and back ---- */
+
+/* Writes n bytes to path through path.tmp and a rename, so that a reader
+ * never sees half a file. */
+static int write_file(const char *path, const void *b, size_t n)
+{
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
+        return ctl_error("%s: path too long", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f) return ctl_error("%s: cannot create: %m", tmp);
+    bool ok = fwrite(b, 1, n, f) == n;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        int rc = ctl_error("%s: cannot write: %m", path);
+        remove(tmp);
+        return rc;
+    }
+    return CTL_OK;
+}
+
+int ctl_get(ctl *x, int argc, char **argv)
+{
+    const char *keyarg = NULL, *out = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        int r;
+        if ((r = ctl_arg(x, argc, argv, &i, "--out", &v)) || (r = ctl_arg(x, argc, argv, &i, "-o", &v))) {
+            if (r < 0) return CTL_USAGE;
+            out = v;
+        } else if ((r = ctl_global(x, argc, argv, &i))) {
+            if (r < 0) return CTL_USAGE;
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            return ctl_usage(x, "unknown option %s", argv[i]);
+        } else if (!keyarg) {
+            keyarg = argv[i];
+        } else {
+            return ctl_usage(x, "unexpected argument '%s'", argv[i]);
+        }
+    }
+    uint8_t key[32];
+    if (!keyarg) return ctl_usage(x, "which KEY?");
+    if (ctl_key(x, keyarg, key)) return CTL_USAGE;
+    if (!out) return ctl_usage(x, "--out FILE is needed");
+    hyc *c;
+    int rc = ctl_connect(x, CTL_DEADLINE_DEFAULT_MS, &c);
+    if (rc) return rc;
+    Hypic__V1__GetEntryRequest rq = HYPIC__V1__GET_ENTRY_REQUEST__INIT;
+    rq.model = (char *)x->model;
+    rq.key.data = key;
+    rq.key.len = sizeof key;
+    Hypic__V1__EntryMeta *meta = NULL;
+    void *bytes = NULL;
+    size_t n = 0;
+    hyc_status st;
+    if (hyc_get_entry(c, &rq, &meta, &bytes, &n, &st)) {
+        rc = ctl_fail(&st);
+        hyc_close(c);
+        return rc;
+    }
+    cJSON *mj = ctl_json_msg(&meta->base);
+    char *mtext = cJSON_Print(mj);
+    char mpath[4096];
+    snprintf(mpath, sizeof mpath, "%s.meta.json", out);
+    rc = write_file(out, bytes, n);
+    if (!rc) rc = mtext ? write_file(mpath, mtext, strlen(mtext)) : ctl_error("out of memory");
+    if (!rc) {
+        if (x->json) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddItemToObject(o, "meta", mj);
+            mj = NULL;
+            cJSON_AddStringToObject(o, "file", out);
+            cJSON_AddStringToObject(o, "meta_file", mpath);
+            cJSON_AddNumberToObject(o, "bytes", (double)n);
+            ctl_json_print(o);
+        } else {
+            char b[32];
+            ctl_bytes(n, b, sizeof b);
+            printf("%s: %s (%zu bytes, %u tokens) -> %s, %s\n", keyarg, b, n, meta->tokens, out,
+                   mpath);
+        }
+    }
+    free(mtext);
+    cJSON_Delete(mj);
+    hyc_free(meta);
+    free(bytes);
+    hyc_close(c);
+    return rc;
+}
+
+/* n bytes of lower-case or upper-case hex into out[n]. */
+static bool unhex(const char *s, uint8_t *out, size_t n)
+{
+    if (!s || strlen(s) != 2 * n) return false;
+    for (size_t i = 0; i < n; i++) {
+        unsigned v;
+        if (sscanf(s + 2 * i, "%2x", &v) != 1) return false;
+        out[i] = (uint8_t)v;
+    }
+    return true;
+}
+
+/* The metadata `get` wrote (ctl_json_msg of an EntryMeta), back into m; the
+ * strings and bytes point into j and key/fp. Only what a put carries: the
+ * server sets hits, tiers and times itself. */
+static int meta_from_json(const char *path, const cJSON *j, Hypic__V1__EntryMeta *m,
+                          uint8_t key[32], uint8_t fp[32], char ***tags)
+{
+    const cJSON *k = cJSON_GetObjectItemCaseSensitive(j, "key");
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(j, "model_fingerprint");
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(j, "model");
+    const cJSON *tenant = cJSON_GetObjectItemCaseSensitive(j, "tenant");
+    const cJSON *tok = cJSON_GetObjectItemCaseSensitive(j, "tokens");
+    const cJSON *flops = cJSON_GetObjectItemCaseSensitive(j, "flops");
+    const cJSON *exp = cJSON_GetObjectItemCaseSensitive(j, "expires_unix_ns");
+    const cJSON *tg = cJSON_GetObjectItemCaseSensitive(j, "tags");
+    if (!unhex(cJSON_GetStringValue(k), key, 32))
+        return ctl_error("%s: key: not 64 hex digits", path);
+    if (!unhex(cJSON_GetStringValue(f), fp, 32))
+        return ctl_error("%s: model_fingerprint: not 64 hex digits", path);
+    if (!cJSON_IsString(model)) return ctl_error("%s: model: not a string", path);
+    if (!cJSON_IsNumber(tok) || tok->valuedouble < 0 || tok->valuedouble > UINT32_MAX)
+        return ctl_error("%s: tokens: not a token count", path);
+    m->key.data = key;
+    m->key.len = 32;
+    m->model_fingerprint.data = fp;
+    m->model_fingerprint.len = 32;
+    m->model = model->valuestring;
+    m->tenant = cJSON_IsString(tenant) ? tenant->valuestring : (char *)"";
+    m->tokens = (uint32_t)tok->valuedouble;
+    m->flops = cJSON_IsNumber(flops) ? flops->valuedouble : 0;
+    m->expires_unix_ns = cJSON_IsNumber(exp) ? (uint64_t)exp->valuedouble : 0;
+    int nt = cJSON_IsArray(tg) ? cJSON_GetArraySize(tg) : 0;
+    *tags = nt ? calloc((size_t)nt, sizeof **tags) : NULL;
+    if (nt && !*tags) return ctl_error("out of memory");
+    for (int i = 0; i < nt; i++) {
+        const char *s = cJSON_GetStringValue(cJSON_GetArrayItem(tg, i));
+        if (!s) return ctl_error("%s: tags[%d]: not a string", path, i);
+        (*tags)[i] = (char *)s;
+    }
+    m->n_tags = (size_t)nt;
+    m->tags = *tags;
+    return CTL_OK;
+}
+
+#define CTL_TAGS_MAX 64
+
+int ctl_put(ctl *x, int argc, char **argv)
+{
+    const char *file = NULL, *metafile = NULL;
+    const char *tags[CTL_TAGS_MAX];
+    size_t ntags = 0;
+    uint64_t chunk = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        int r;
+        if ((r = ctl_arg(x, argc, argv, &i, "--meta", &v))) {
+            if (r < 0) return CTL_USAGE;
+            metafile = v;
+        } else if ((r = ctl_arg(x, argc, argv, &i, "--tag", &v))) {
+            if (r < 0) return CTL_USAGE;
+            if (ntags == CTL_TAGS_MAX) return ctl_usage(x, "more than %d --tag", CTL_TAGS_MAX);
+            tags[ntags++] = v;
+        } else if ((r = ctl_arg(x, argc, argv, &i, "--chunk", &v))) {
+            if (r < 0 || ctl_u64(x, "--chunk", v, 1, (uint64_t)1 << 30, &chunk)) return CTL_USAGE;
+        } else if ((r = ctl_global(x, argc, argv, &i))) {
+            if (r < 0) return CTL_USAGE;
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            return ctl_usage(x, "unknown option %s", argv[i]);
+        } else if (!file) {
+            file = argv[i];
+        } else {
+            return ctl_usage(x, "unexpected argument '%s'", argv[i]);
+        }
+    }
+    if (!file) return ctl_usage(x, "which FILE?");
+    char mpath[4096];
+    snprintf(mpath, sizeof mpath, "%s.meta.json", file);
+    if (!metafile) metafile = mpath;
+    char *bytes = NULL, *mtext = NULL;
+    size_t n, mn;
+    hy_err e = {0};
+    if (hy_read_file(file, (size_t)1 << 34, &bytes, &n, &e) ||
+        hy_read_file(metafile, (size_t)1 << 20, &mtext, &mn, &e)) {
+        hy_free(bytes);
+        return ctl_error("%s", e.msg);
+    }
+    int rc = CTL_OK;
+    cJSON *j = cJSON_Parse(mtext);
+    Hypic__V1__EntryMeta meta = HYPIC__V1__ENTRY_META__INIT;
+    uint8_t key[32], fp[32];
+    char **jtags = NULL;
+    if (!j)
+        rc = ctl_error("%s: not JSON", metafile);
+    else
+        rc = meta_from_json(metafile, j, &meta, key, fp, &jtags);
+    if (!rc && ntags) {
+        meta.tags = (char **)tags;
+        meta.n_tags = ntags;
+    }
+    hyc *c = NULL;
+    if (!rc) rc = ctl_connect(x, CTL_DEADLINE_DEFAULT_MS, &c);
+    if (!rc) {
+        Hypic__V1__PutEntryResponse *r = NULL;
+        hyc_status st;
+        if (hyc_put_entry(c, &meta, bytes, n, (size_t)chunk, &r, &st)) {
+            rc = ctl_fail(&st);
+        } else if (x->json) {
+            ctl_json_print(ctl_json_msg(&r->base));
+        } else {
+            char k[65];
+            ctl_hex(&r->key, k, sizeof k);
+            if (r->placed == HYPIC__V1__TIER__TIER_NONE)
+                printf("%s: valid, not admitted (the tier's admission policy)\n", k);
+            else
+                printf("%s: stored in %s\n", k, ctl_tier_name(r->placed));
+        }
+        hyc_free(r);
+    }
+    hyc_close(c);
+    free(jtags);
+    cJSON_Delete(j);
+    hy_free(mtext);
+    hy_free(bytes);
+    return rc;
+}
+
+/* ---- watch ---- */
+
+typedef struct watch_ctx {
+    bool json;
+    uint64_t count, max;
+} watch_ctx;
+
+static int on_event(void *arg, const Hypic__V1__WatchEvent *ev)
+{
+    watch_ctx *w = arg;
+    if (w->json) {
+        ctl_json_print(ctl_json_msg(&ev->base));
+    } else {
+        char kind[16], key[65] = "-", bytes[32] = "-", tags[256] = "-";
+        ctl_enum(&hypic__v1__watch_event__kind__descriptor, ev->kind, "KIND_", kind, sizeof kind);
+        if (ev->meta) {
+            ctl_hex(&ev->meta->key, key, sizeof key);
+            ctl_bytes(ev->meta->bytes, bytes, sizeof bytes);
+            join_strings(ev->meta->tags, ev->meta->n_tags, tags, sizeof tags);
+        }
+        printf("%-8s %s  %-10s %-6u %-10s %s%s%s\n", kind, key, ev->meta ? ev->meta->model : "-",
+               ev->meta ? ev->meta->tokens : 0, bytes, tags, ev->reason[0] ? "  " : "",
+               ev->reason);
+        fflush(stdout);
+    }
+    return ++w->count >= w->max;
+}
+
+int ctl_watch(ctl *x, int argc, char **argv)
+{
+    bool all_models = false;
+    watch_ctx w = {.json = x->json, .max = UINT64_MAX};
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        int r;
+        if ((r = ctl_arg(x, argc, argv, &i, "--count", &v))) {
+            if (r < 0 || ctl_u64(x, "--count", v, 1, UINT64_MAX, &w.max)) return CTL_USAGE;
+        } else if (ctl_flag(argv[i], "--all-models")) {
+            all_models = true;
+        } else if ((r = ctl_global(x, argc, argv, &i))) {
+            if (r < 0) return CTL_USAGE;
+        } else {
+            return ctl_usage(x, "unexpected argument '%s'", argv[i]);
+        }
+    }
+    w.json = x->json;
+    hyc *c;
+    int rc = ctl_connect(x, 0, &c);
+    if (rc) return rc;
+    Hypic__V1__WatchRequest rq = HYPIC__V1__WATCH_REQUEST__INIT;
+    rq.model = all_models ? (char *)"" : (char *)x->model;
+    hyc_status st;
+    hyc_watch(c, &rq, on_event, &w, &st);
+    /* --count reached is the end we asked for; the server ending the stream
+     * is a clean end too */
+    if (st.code != HYC_OK && !(st.code == HYC_CANCELLED && w.count >= w.max)) rc = ctl_fail(&st);
+    hyc_close(c);
+    return rc;
+}

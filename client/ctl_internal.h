@@ -1,0 +1,157 @@
+/*
+ * Private to hypicctl: the state every command shares (how to reach the
+ * server, output format), argument helpers with the exit-code convention,
+ * output helpers (tables for people, one JSON object for scripts, protobuf
+ * messages as JSON), and reading segments from files.
+ *
+ * Exit codes: 0 the command did what it was asked; 1 the call failed (the
+ * server's status, printed "hypicctl: NOT_FOUND: <msg>"); 2 usage error; 3
+ * the server cannot be reached (UNAVAILABLE).
+ */
+#ifndef HY_CTL_INTERNAL_H
+#define HY_CTL_INTERNAL_H
+
+#include "hy_common.h"
+#include "hypic_client.h"
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+enum { CTL_OK = 0, CTL_FAILED = 1, CTL_USAGE = 2, CTL_UNAVAILABLE = 3 };
+
+/* Default deadline of a call when --deadline-ms is not given; the long
+ * streams (warm, watch) have none. */
+#define CTL_DEADLINE_DEFAULT_MS 60000
+
+typedef struct ctl {
+    const char *addr;     /* --addr, $HYPIC_ADDR, 127.0.0.1:7878 */
+    const char *token;    /* --token, $HYPIC_TOKEN, or NULL */
+    const char *tls_ca;   /* --tls-ca FILE, or NULL */
+    const char *tls_name; /* --tls-server-name, or NULL */
+    int64_t deadline_ms;  /* --deadline-ms; -1: the command's default */
+    const char *model;    /* --model, default "tiny" */
+    bool json;            /* --json */
+    const char *cmd;      /* the command's name, for messages */
+} ctl;
+
+/* A command: argv[0] is its name (argc >= 1). Returns the exit code. */
+typedef int (*ctl_cmd_fn)(ctl *x, int argc, char **argv);
+
+int ctl_status(ctl *x, int argc, char **argv);
+int ctl_ls(ctl *x, int argc, char **argv);
+int ctl_inspect(ctl *x, int argc, char **argv);
+int ctl_evict(ctl *x, int argc, char **argv);
+int ctl_invalidate(ctl *x, int argc, char **argv);
+int ctl_policy(ctl *x, int argc, char **argv);
+int ctl_get(ctl *x, int argc, char **argv);
+int ctl_put(ctl *x, int argc, char **argv);
+int ctl_watch(ctl *x, int argc, char **argv);
+int ctl_lookup(ctl *x, int argc, char **argv);
+int ctl_warm(ctl *x, int argc, char **argv);
+int ctl_prefill(ctl *x, int argc, char **argv);
+int ctl_bench(ctl *x, int argc, char **argv);
+
+/* ---- arguments (hypicctl.c) ---- */
+
+/* Prints "hypicctl CMD: <msg>" and a pointer to --help on stderr; returns
+ * CTL_USAGE. */
+int ctl_usage(const ctl *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Whether argv[*i] is option `name`, as "--name VALUE" (then *i moves past
+ * VALUE) or "--name=VALUE". 1 with *v set, 0 when it is another argument,
+ * -1 (after a usage message) when the value is missing. */
+int ctl_arg(const ctl *x, int argc, char **argv, int *i, const char *name, const char **v);
+/* Whether argv[i] is the flag `name`. */
+bool ctl_flag(const char *arg, const char *name);
+/* Whether argv[i] is "--help" or "-h". */
+bool ctl_help(const char *arg);
+/* A global option (--addr, --json...) given after the command: 1 taken, 0
+ * not one, -1 usage error. */
+int ctl_global(ctl *x, int argc, char **argv, int *i);
+/* An unsigned integer option value within [min, max]; CTL_USAGE (after a
+ * message naming the option, the value and the range) otherwise. */
+int ctl_u64(const ctl *x, const char *name, const char *v, uint64_t min, uint64_t max,
+            uint64_t *out);
+/* A number (e.g. seconds, a rate) within [min, max]. */
+int ctl_double(const ctl *x, const char *name, const char *v, double min, double max,
+               double *out);
+/* A tier by name (hbm, host, nvme; "any" for TIER_NONE when any_ok). */
+int ctl_tier(const ctl *x, const char *name, const char *v, bool any_ok, Hypic__V1__Tier *out);
+/* A key: 64 hex digits into out[32]. */
+int ctl_key(const ctl *x, const char *v, uint8_t out[32]);
+
+/* Opens the connection with deadline_ms when --deadline-ms was not given.
+ * CTL_OK, or the exit code after printing why. */
+int ctl_connect(const ctl *x, int64_t deadline_ms, hyc **out);
+/* Prints "hypicctl: <CODE>: <msg>" on stderr; returns CTL_UNAVAILABLE for
+ * UNAVAILABLE, CTL_FAILED otherwise. */
+int ctl_fail(const hyc_status *st);
+/* Prints "hypicctl: <msg>" on stderr; returns CTL_FAILED. */
+int ctl_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- segments and token ids (ctl_output.c) ---- */
+
+/* Token ids read from a file: text, tokenised bytes + 3 (hy_tokenize_bytes)
+ * or, with ids, whitespace-separated decimal ids. */
+typedef struct ctl_ids {
+    uint32_t *ids;
+    size_t n;
+} ctl_ids;
+
+int ctl_ids_from_file(const char *path, bool ids, ctl_ids *out, hy_err *err);
+int ctl_ids_from_text(const char *text, ctl_ids *out, hy_err *err);
+void ctl_ids_free(ctl_ids *t);
+
+/* Segments for a request: each by its tokens, tags none (the caller adds
+ * them). segs[i] points at seg[i]; the tokens are owned here. */
+typedef struct ctl_segments {
+    size_t n;
+    Hypic__V1__Segment **segs;
+    Hypic__V1__Segment *seg;
+    Hypic__V1__Tokens *tok;
+    ctl_ids *ids;
+} ctl_segments;
+
+/* n segments with no reference yet (the caller sets a key or tokens). */
+int ctl_segments_new(ctl_segments *s, size_t n, hy_err *err);
+/* One segment per file (ctl_ids_from_file); the error names the file. */
+int ctl_segments_from_files(ctl_segments *s, char *const *files, size_t n, bool ids, hy_err *err);
+/* n segments of len token ids drawn uniformly from the byte tokens [3, 259)
+ * (valid for every embedded model), reproducible from seed. */
+int ctl_segments_random(ctl_segments *s, size_t n, size_t len, uint64_t seed, hy_err *err);
+void ctl_segments_free(ctl_segments *s);
+
+/* ---- output (ctl_output.c) ---- */
+
+/* A protobuf-c message as JSON: fields by their proto names, enums by their
+ * value names ("TIER_HOST"), bytes as lower-case hex, every field (defaults
+ * included) except unset oneof members and absent sub-messages. */
+cJSON *ctl_json_msg(const ProtobufCMessage *m);
+/* Prints o (unformatted, one line) on stdout and frees it. */
+void ctl_json_print(cJSON *o);
+
+/* A table for people: columns aligned to their widest cell. */
+typedef struct ctl_table ctl_table;
+ctl_table *ctl_table_new(int ncols, const char *const *headers);
+void ctl_table_row(ctl_table *t, const char *const *cells);
+/* Prints and frees. */
+void ctl_table_print(ctl_table *t);
+/* Frees without printing; NULL is a no-op. */
+void ctl_table_free(ctl_table *t);
+
+/* "1.5 MiB", "812 B" */
+void ctl_bytes(uint64_t b, char *out, size_t cap);
+/* "3s", "5m", "2h", "4d" since a unix-ns time (now: wall clock); "-" for 0. */
+void ctl_age(uint64_t unix_ns, char *out, size_t cap);
+/* Tier's short name: "hbm", "host", "nvme", "-". */
+const char *ctl_tier_name(int tier);
+/* Lower-case hex of a key (65 bytes with the NUL), or "-" when empty. */
+void ctl_hex(const ProtobufCBinaryData *b, char *out, size_t cap);
+/* Value v of enum d by its name without prefix, in lower case:
+ * (WarmProgress.State, 1, "STATE_") -> "built"; "?<v>" for a value d lacks. */
+void ctl_enum(const ProtobufCEnumDescriptor *d, int v, const char *prefix, char *out, size_t cap);
+/* A token id as a printable string for the embedded byte tokenizer (id - 3
+ * as a byte; escapes for control bytes; "<id>" outside it). */
+void ctl_token_text(uint32_t id, char *out, size_t cap);
+
+#endif

@@ -1,0 +1,339 @@
+/*
+ * hypicctl: the operator's command line for hypic-cached, on
+ * libhypic-client. `hypicctl [global options] COMMAND [options]`; global
+ * options may also follow the command. This file holds the entry point,
+ * the global options, the help texts and the argument helpers every command
+ * uses; the commands live in ctl_entries.c (what is stored: status, ls,
+ * inspect, evict, invalidate, policy, get, put, watch), ctl_compute.c (what
+ * is computed: lookup, warm, prefill) and ctl_bench.c (load).
+ */
+#include "ctl_internal.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const usage_text =
+    "usage: hypicctl [global options] COMMAND [options]\n"
+    "\n"
+    "Talks to hypic-cached, the HYPIC cache-tier service (gRPC, hypic.v1).\n"
+    "\n"
+    "Global options (also accepted after the command):\n"
+    "  --addr HOST:PORT     the daemon's gRPC address (default $HYPIC_ADDR or 127.0.0.1:7878)\n"
+    "  --token T            bearer token of your tenant (default $HYPIC_TOKEN)\n"
+    "  --tls-ca FILE        TLS, trusting the CA in FILE (PEM); default: plaintext\n"
+    "  --tls-server-name N  the name the server's certificate must carry (default: HOST)\n"
+    "  --deadline-ms N      per call (default 60000; warm and watch: none)\n"
+    "  --model NAME         the model requests name (default tiny)\n"
+    "  --json               one JSON object per command on stdout, for scripts\n"
+    "\n"
+    "Commands:\n"
+    "  status               health and cache statistics\n"
+    "  ls                   list entries (filters, sort, pages)\n"
+    "  inspect KEY          an entry's metadata and sections (--verify: checksums)\n"
+    "  evict KEY            remove one entry\n"
+    "  invalidate           remove entries by --tag T, --model M, or --tenant (all yours)\n"
+    "  policy get|set TIER  a tier's eviction and admission policy\n"
+    "  get KEY --out FILE   fetch an entry's bytes (and FILE.meta.json)\n"
+    "  put FILE             store an entry fetched with get\n"
+    "  watch                stream stored / removed events\n"
+    "  lookup               which segments are cached\n"
+    "  warm FILES...        build and store each file as a segment\n"
+    "  prefill              prefill segments + a query with cache reuse\n"
+    "  bench                load: closed loop (--clients) or open loop (--rate)\n"
+    "\n"
+    "`hypicctl COMMAND --help` for a command's options.\n"
+    "Exit codes: 0 OK, 1 the call failed, 2 usage error, 3 cannot connect (UNAVAILABLE).\n";
+
+typedef struct command {
+    const char *name;
+    ctl_cmd_fn fn;
+    const char *help;
+} command;
+
+static const command commands[] = {
+    {"status", ctl_status,
+     "usage: hypicctl status\n"
+     "Health (serving or not, version, models) and Stats (entries, bytes, hits, evictions,\n"
+     "promotions, demotions per tier; misses, puts, requests in flight, queue depth).\n"},
+    {"ls", ctl_ls,
+     "usage: hypicctl ls [--tier hbm|host|nvme] [--tag T] [--sort key|bytes|hits|age] [--desc]\n"
+     "                   [--limit N] [--page-size N]\n"
+     "Your tenant's entries of --model (all models with --all-models), one row each; pages are\n"
+     "followed until --limit entries (default: all).\n"},
+    {"inspect", ctl_inspect,
+     "usage: hypicctl inspect KEY [--verify]\n"
+     "An entry's metadata, its seam and body, and its sections per layer; --verify reads the\n"
+     "bytes and checks every section's checksum (exit 1 when one fails).\n"},
+    {"evict", ctl_evict,
+     "usage: hypicctl evict KEY\n"
+     "Removes one entry (Invalidate by key); prints how many were removed.\n"},
+    {"invalidate", ctl_invalidate,
+     "usage: hypicctl invalidate --tag T | --model M | --tenant\n"
+     "Removes your tenant's entries with tag T, of model M, or all of them (--tenant).\n"},
+    {"policy", ctl_policy,
+     "usage: hypicctl policy get TIER\n"
+     "       hypicctl policy set TIER --evict lru|lfu|s3fifo|gdsf|hybrid\n"
+     "                               --admit always|second-hit|tinylfu|min-tokens [--min-tokens N]\n"
+     "A tier's (hbm, host, nvme) eviction and admission policy, read or changed at runtime.\n"},
+    {"get", ctl_get,
+     "usage: hypicctl get KEY --out FILE\n"
+     "Fetches an entry (GetEntry): its serialised bytes into FILE, its metadata into\n"
+     "FILE.meta.json (what `hypicctl put FILE` sends back).\n"},
+    {"put", ctl_put,
+     "usage: hypicctl put FILE [--meta FILE.meta.json] [--tag T]... [--chunk BYTES]\n"
+     "Stores a serialised entry (PutEntry) with the metadata `get` wrote; the server validates\n"
+     "it whole before committing. --tag replaces the tags; --chunk: bytes per message (1 MiB).\n"},
+    {"watch", ctl_watch,
+     "usage: hypicctl watch [--all-models] [--count N]\n"
+     "Prints stored / removed events of your tenant's entries (of --model, or every model) as\n"
+     "they happen, until interrupted or N events; with --json one object per event and line.\n"},
+    {"lookup", ctl_lookup,
+     "usage: hypicctl lookup (--segment FILE... | --key KEY...) [--ids] [--seam W]\n"
+     "                       [--lease-ms N]\n"
+     "Which segments are cached (tier, bytes, tokens) and how many leading ones hit. FILE: text,\n"
+     "tokenised as bytes + 3; with --ids, whitespace-separated token ids.\n"},
+    {"warm", ctl_warm,
+     "usage: hypicctl warm [--tag T]... [--tag-by-file] [--ids] [--seam W] [--dtype f32|bf16]\n"
+     "                     FILES...\n"
+     "Builds each file's tokens as one segment (from the empty state) and stores it: a progress\n"
+     "bar on stderr when it is a terminal, one line per segment otherwise. --tag-by-file also\n"
+     "tags each segment with its file's name. Exit 1 when a segment failed.\n"},
+    {"prefill", ctl_prefill,
+     "usage: hypicctl prefill --segment FILE... (--query FILE | --text STR)\n"
+     "                        [--mode full|prefix|pic|noseam|naive] [--seam W] [--top-k K]\n"
+     "                        [--max-new N] [--ids] [--dtype f32|bf16]\n"
+     "Prefills [segments..., query] reusing cached segments: the first token's top candidates\n"
+     "with probabilities, the greedy continuation, each segment's outcome (hit, miss,\n"
+     "uncacheable, prefix) and the time of each phase.\n"},
+    {"bench", ctl_bench,
+     "usage: hypicctl bench [--method lookup|prefill] [--clients N] [--rate R] [--duration S]\n"
+     "                      (--segment FILE... | --random N --tokens L) [--seed S]\n"
+     "                      [--query FILE | --text STR] [--mode M] [--no-warm] [--ids]\n"
+     "Load. Closed loop: N clients (default 16), each sending its next request when the last\n"
+     "is answered. Open loop (--rate): R requests/s on a fixed schedule whatever the answers,\n"
+     "on up to N clients (default 64); latency counts from each request's scheduled time.\n"
+     "The segments are warmed first (unless --no-warm), so the calls measured hit.\n"
+     "Prints QPS, p50/p90/p99/max latency (ms) and errors by status.\n"},
+};
+
+static const command *find_command(const char *name)
+{
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (strcmp(commands[i].name, name) == 0) return &commands[i];
+    return NULL;
+}
+
+int ctl_usage(const ctl *x, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (x->cmd) {
+        fprintf(stderr, "hypicctl %s: %s\n(hypicctl %s --help for its options)\n", x->cmd, msg,
+                x->cmd);
+    } else {
+        fprintf(stderr, "hypicctl: %s\n(hypicctl --help for the commands)\n", msg);
+    }
+    return CTL_USAGE;
+}
+
+int ctl_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("hypicctl: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return CTL_FAILED;
+}
+
+int ctl_fail(const hyc_status *st)
+{
+    fprintf(stderr, "hypicctl: %s: %s\n", hyc_code_name(st->code), st->msg);
+    return st->code == HYC_UNAVAILABLE ? CTL_UNAVAILABLE : CTL_FAILED;
+}
+
+bool ctl_flag(const char *arg, const char *name)
+{
+    return strcmp(arg, name) == 0;
+}
+
+bool ctl_help(const char *arg)
+{
+    return strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0;
+}
+
+int ctl_arg(const ctl *x, int argc, char **argv, int *i, const char *name, const char **v)
+{
+    const char *a = argv[*i];
+    size_t n = strlen(name);
+    if (strncmp(a, name, n) != 0) return 0;
+    if (a[n] == '=') {
+        *v = a + n + 1;
+        return 1;
+    }
+    if (a[n] != '\0') return 0;
+    if (*i + 1 >= argc) {
+        ctl_usage(x, "%s needs a value", name);
+        return -1;
+    }
+    *v = argv[++*i];
+    return 1;
+}
+
+int ctl_u64(const ctl *x, const char *name, const char *v, uint64_t min, uint64_t max,
+            uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long u = strtoull(v, &end, 10);
+    if (!v[0] || *end || errno || v[0] == '-' || u < min || u > max)
+        return ctl_usage(x, "%s: '%s' is not an integer in [%llu, %llu]", name, v,
+                         (unsigned long long)min, (unsigned long long)max);
+    *out = u;
+    return CTL_OK;
+}
+
+int ctl_double(const ctl *x, const char *name, const char *v, double min, double max,
+               double *out)
+{
+    char *end;
+    errno = 0;
+    double d = strtod(v, &end);
+    if (!v[0] || *end || errno || !(d >= min && d <= max))
+        return ctl_usage(x, "%s: '%s' is not a number in [%g, %g]", name, v, min, max);
+    *out = d;
+    return CTL_OK;
+}
+
+int ctl_tier(const ctl *x, const char *name, const char *v, bool any_ok, Hypic__V1__Tier *out)
+{
+    static const struct {
+        const char *name;
+        Hypic__V1__Tier tier;
+    } tiers[] = {{"hbm", HYPIC__V1__TIER__TIER_HBM},
+                 {"host", HYPIC__V1__TIER__TIER_HOST},
+                 {"nvme", HYPIC__V1__TIER__TIER_NVME}};
+    for (size_t i = 0; i < sizeof tiers / sizeof tiers[0]; i++) {
+        if (strcmp(v, tiers[i].name) == 0) {
+            *out = tiers[i].tier;
+            return CTL_OK;
+        }
+    }
+    if (any_ok && strcmp(v, "any") == 0) {
+        *out = HYPIC__V1__TIER__TIER_NONE;
+        return CTL_OK;
+    }
+    return ctl_usage(x, "%s: '%s' is not a tier (hbm, host, nvme%s)", name, v,
+                     any_ok ? ", any" : "");
+}
+
+static int hex_digit(char c)
+{
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+int ctl_key(const ctl *x, const char *v, uint8_t out[32])
+{
+    bool ok = strlen(v) == 64;
+    for (int i = 0; ok && i < 32; i++) {
+        int hi = hex_digit(v[2 * i]), lo = hex_digit(v[2 * i + 1]);
+        ok = hi >= 0 && lo >= 0;
+        if (ok) out[i] = (uint8_t)(hi << 4 | lo);
+    }
+    return ok ? CTL_OK : ctl_usage(x, "KEY: '%s' is not 64 hex digits", v);
+}
+
+int ctl_global(ctl *x, int argc, char **argv, int *i)
+{
+    const char *v;
+    int r;
+    if ((r = ctl_arg(x, argc, argv, i, "--addr", &v))) {
+        if (r > 0) x->addr = v;
+        return r;
+    }
+    if ((r = ctl_arg(x, argc, argv, i, "--token", &v))) {
+        if (r > 0) x->token = v;
+        return r;
+    }
+    if ((r = ctl_arg(x, argc, argv, i, "--tls-ca", &v))) {
+        if (r > 0) x->tls_ca = v;
+        return r;
+    }
+    if ((r = ctl_arg(x, argc, argv, i, "--tls-server-name", &v))) {
+        if (r > 0) x->tls_name = v;
+        return r;
+    }
+    if ((r = ctl_arg(x, argc, argv, i, "--model", &v))) {
+        if (r > 0) x->model = v;
+        return r;
+    }
+    if ((r = ctl_arg(x, argc, argv, i, "--deadline-ms", &v))) {
+        if (r < 0) return r;
+        uint64_t ms = 0;
+        if (ctl_u64(x, "--deadline-ms", v, 0, INT64_MAX / 2, &ms)) return -1;
+        x->deadline_ms = (int64_t)ms;
+        return 1;
+    }
+    if (ctl_flag(argv[*i], "--json")) {
+        x->json = true;
+        return 1;
+    }
+    return 0;
+}
+
+int ctl_connect(const ctl *x, int64_t deadline_ms, hyc **out)
+{
+    hyc_options o = {.target = x->addr,
+                     .token = x->token,
+                     .deadline_ms = x->deadline_ms >= 0 ? x->deadline_ms : deadline_ms,
+                     .tls_ca_file = x->tls_ca,
+                     .tls_server_name = x->tls_name};
+    hyc_status st;
+    if (hyc_open(&o, out, &st) == HYC_OK) return CTL_OK;
+    return ctl_fail(&st);
+}
+
+int main(int argc, char **argv)
+{
+    ctl x = {.addr = getenv("HYPIC_ADDR"),
+             .token = getenv("HYPIC_TOKEN"),
+             .deadline_ms = -1,
+             .model = "tiny"};
+    if (!x.addr || !x.addr[0]) x.addr = "127.0.0.1:7878";
+    if (x.token && !x.token[0]) x.token = NULL;
+    int i = 1;
+    for (; i < argc && argv[i][0] == '-'; i++) {
+        if (ctl_help(argv[i])) {
+            fputs(usage_text, stdout);
+            return CTL_OK;
+        }
+        int r = ctl_global(&x, argc, argv, &i);
+        if (r < 0) return CTL_USAGE;
+        if (r == 0) return ctl_usage(&x, "unknown option %s", argv[i]);
+    }
+    if (i >= argc) {
+        fputs(usage_text, stderr);
+        return CTL_USAGE;
+    }
+    const command *c = find_command(argv[i]);
+    if (!c) return ctl_usage(&x, "unknown command '%s'", argv[i]);
+    x.cmd = c->name;
+    for (int j = i + 1; j < argc; j++) {
+        if (strcmp(argv[j], "--") == 0) break;
+        if (ctl_help(argv[j])) {
+            fputs(c->help, stdout);
+            return CTL_OK;
+        }
+    }
+    return c->fn(&x, argc - i, argv + i);
+}

@@ -1,0 +1,163 @@
+/*
+ * libhypic-client: the C client of the HYPIC cache-tier service (hypic.v1,
+ * served by hypic-cached). One blocking call per RPC, each with the
+ * connection's bearer token and deadline, answering with the gRPC status
+ * code and message the server sent.
+ *
+ * Requests and responses are protoc-c's messages from rpc/hypic.proto
+ * (hypic.pb-c.h, included here): fill a request with its _INIT macro, call,
+ * read the response, free it with hyc_free. docs/api.md documents every
+ * method, field, limit and status.
+ *
+ * Statuses: every call returns st->code, gRPC's status code (0: OK;
+ * hyc_code_name names them) and fills st->msg with the server's message
+ * ("" on OK). A call that could not reach the server is UNAVAILABLE (14), one
+ * past its deadline DEADLINE_EXCEEDED (4). What goes wrong on the client's
+ * side (a response that does not decode, entry chunks that do not add up,
+ * out of memory) is INTERNAL (13) with a message starting "client: "; an
+ * argument the client refuses before sending anything (a NULL request, a
+ * chunk size over the message limit) is INVALID_ARGUMENT, also "client: ".
+ * On an error no response is returned (*out is NULL).
+ *
+ * Threads: one hyc may be used by several threads at once; each call blocks
+ * only its own thread. The library links the rpc transport only, never the
+ * model or the store.
+ */
+#ifndef HYPIC_CLIENT_H
+#define HYPIC_CLIENT_H
+
+#include "hypic.pb-c.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct hyc hyc;
+
+typedef struct hyc_options {
+    const char *target;      /* "host:port" of hypic-cached's gRPC listener */
+    const char *token;       /* bearer token of the caller's tenant, or NULL (no tokens configured) */
+    int64_t deadline_ms;     /* per call; 0: none */
+    size_t max_message;      /* bytes per message each way; 0: 64 MiB (the daemon's default) */
+    const char *tls_ca_file; /* PEM file of the CA the server's certificate chains to: TLS; NULL: plaintext */
+    /* The name the server's certificate must carry instead of target's host;
+     * NULL: target's host. TLS only. */
+    const char *tls_server_name;
+} hyc_options;
+
+typedef struct hyc_status {
+    int code; /* gRPC status code, 0: OK */
+    char msg[512];
+} hyc_status;
+
+/* gRPC's status codes, as hyc calls return them. */
+enum {
+    HYC_OK = 0,
+    HYC_CANCELLED = 1,
+    HYC_UNKNOWN = 2,
+    HYC_INVALID_ARGUMENT = 3,
+    HYC_DEADLINE_EXCEEDED = 4,
+    HYC_NOT_FOUND = 5,
+    HYC_ALREADY_EXISTS = 6,
+    HYC_PERMISSION_DENIED = 7,
+    HYC_RESOURCE_EXHAUSTED = 8,
+    HYC_FAILED_PRECONDITION = 9,
+    HYC_ABORTED = 10,
+    HYC_OUT_OF_RANGE = 11,
+    HYC_UNIMPLEMENTED = 12,
+    HYC_INTERNAL = 13,
+    HYC_UNAVAILABLE = 14,
+    HYC_DATA_LOSS = 15,
+    HYC_UNAUTHENTICATED = 16,
+};
+
+/* Opens a connection to o->target. Nothing is sent until the first call, so
+ * a server that is not listening shows as UNAVAILABLE on that call, not
+ * here. INVALID_ARGUMENT when o->target is empty or the CA file cannot be
+ * read (the message names the file). The options are copied. */
+int hyc_open(const hyc_options *o, hyc **out, hyc_status *st);
+/* Closes the connection; no call may be in flight on it. NULL is a no-op. */
+void hyc_close(hyc *c);
+
+/* ---- unary methods: request in, one response out (free with hyc_free) ---- */
+
+/* Which segments are cached, in request order, and how many leading ones hit. */
+int hyc_lookup(hyc *c, const Hypic__V1__LookupRequest *rq, Hypic__V1__LookupResponse **out,
+               hyc_status *st);
+/* Prefill with cache reuse: first-token top-k, greedy continuation, outcome
+ * per segment and per-phase timings. */
+int hyc_prefill(hyc *c, const Hypic__V1__PrefillRequest *rq, Hypic__V1__PrefillResponse **out,
+                hyc_status *st);
+/* Removes entries by key, tag, model or all of the caller's tenant. */
+int hyc_invalidate(hyc *c, const Hypic__V1__InvalidateRequest *rq,
+                   Hypic__V1__InvalidateResponse **out, hyc_status *st);
+/* One page of the tenant's entries; pass out->next_page_token back in
+ * rq->page_token for the next (empty on the last page). */
+int hyc_list(hyc *c, const Hypic__V1__ListRequest *rq, Hypic__V1__ListResponse **out,
+             hyc_status *st);
+/* An entry's metadata and sections, its checksums verified when rq->verify. */
+int hyc_inspect(hyc *c, const Hypic__V1__InspectRequest *rq, Hypic__V1__InspectResponse **out,
+                hyc_status *st);
+/* The store's counters per tier and the server's load. */
+int hyc_stats(hyc *c, const Hypic__V1__StatsRequest *rq, Hypic__V1__StatsResponse **out,
+              hyc_status *st);
+/* A tier's eviction and admission policy. */
+int hyc_get_policy(hyc *c, const Hypic__V1__GetPolicyRequest *rq, Hypic__V1__Policy **out,
+                   hyc_status *st);
+/* Changes a tier's policy at runtime; *out is the policy now in force. */
+int hyc_set_policy(hyc *c, const Hypic__V1__SetPolicyRequest *rq, Hypic__V1__Policy **out,
+                   hyc_status *st);
+/* Whether the server is serving, its version and its models. */
+int hyc_health(hyc *c, const Hypic__V1__HealthRequest *rq, Hypic__V1__HealthResponse **out,
+               hyc_status *st);
+
+/* ---- streams ---- */
+
+/* Builds and stores the request's segments; on(ctx, p) is called with each
+ * segment's progress as the server reports it (p is valid during the call
+ * only). An on that returns non-zero ends the call: the client cancels it
+ * (the server sees the client go) and the return is CANCELLED with the
+ * message "client: stopped by the callback". on may be NULL. */
+int hyc_warm(hyc *c, const Hypic__V1__WarmRequest *rq,
+             int (*on)(void *ctx, const Hypic__V1__WarmProgress *p), void *ctx, hyc_status *st);
+
+/* Stored / removed events of the tenant's entries, as they happen, until the
+ * server ends the stream, the deadline passes (a watcher usually opens its
+ * connection with deadline_ms 0), or on returns non-zero (then as in
+ * hyc_warm: CANCELLED, "client: stopped by the callback"). */
+int hyc_watch(hyc *c, const Hypic__V1__WatchRequest *rq,
+              int (*on)(void *ctx, const Hypic__V1__WatchEvent *e), void *ctx, hyc_status *st);
+
+/* Fetches a serialised entry: *meta (free with hyc_free) and its bytes
+ * (*bytes, *n; malloc'd, free with free(); a 0-byte entry gives a non-NULL
+ * *bytes). The chunks must add up to exactly meta->bytes, the first must
+ * carry the metadata and no other may: otherwise INTERNAL "client: ...",
+ * and nothing is returned. */
+int hyc_get_entry(hyc *c, const Hypic__V1__GetEntryRequest *rq, Hypic__V1__EntryMeta **meta,
+                  void **bytes, size_t *n, hyc_status *st);
+
+/* Stores a serialised entry: meta (meta->bytes is set to n on the wire,
+ * whatever it holds) and bytes[0..n), sent in chunks of `chunk` bytes (0:
+ * 1 MiB; at most max_message - 64 KiB, the room left for the metadata), the
+ * first carrying meta. The server validates the whole entry before committing
+ * it. *out says where it was placed (TIER_NONE: valid, but not admitted). */
+int hyc_put_entry(hyc *c, const Hypic__V1__EntryMeta *meta, const void *bytes, size_t n,
+                  size_t chunk, Hypic__V1__PutEntryResponse **out, hyc_status *st);
+
+/* ---- helpers ---- */
+
+/* Frees any response message a hyc call returned (and EntryMeta from
+ * hyc_get_entry); NULL is a no-op. */
+void hyc_free(void *msg);
+/* gRPC's name of a status code ("OK", "NOT_FOUND", ...), or "UNKNOWN_CODE"
+ * for a number gRPC does not define. */
+const char *hyc_code_name(int code);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

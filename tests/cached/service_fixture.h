@@ -1,0 +1,192 @@
+/*
+ * What the service's tests share beyond the daemon fixture: documents as
+ * token lists, request builders over protoc-c's messages, and calls through
+ * libhypic-client that return the status code.
+ */
+#ifndef HY_TEST_SERVICE_FIXTURE_H
+#define HY_TEST_SERVICE_FIXTURE_H
+
+#include "daemon_fixture.h"
+#include "hypic_client.h"
+
+#include <stdint.h>
+
+/* Document d: n token ids in 3..258 (the tiny model's byte vocabulary). */
+static inline void doc_tokens(int d, size_t n, uint32_t *out)
+{
+    uint64_t x = 0x9e3779b97f4a7c15ull * (uint64_t)(d + 1);
+    for (size_t i = 0; i < n; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        out[i] = 3 + (uint32_t)(x % 256);
+    }
+}
+
+/* A request's segments: storage for up to 32, each tokens or a key. */
+typedef struct segs {
+    uint32_t ids[32][600];
+    Hypic__V1__Tokens tk[32];
+    Hypic__V1__Segment sg[32];
+    Hypic__V1__Segment *sp[32];
+    char *tags[32][1];
+    char tagbuf[32][32];
+    size_t n;
+} segs;
+
+/* Appends document d of n tokens, tagged "doc-<d>". */
+static inline void segs_doc(segs *s, int d, size_t n)
+{
+    const size_t i = s->n++;
+    doc_tokens(d, n, s->ids[i]);
+    Hypic__V1__Tokens tinit = HYPIC__V1__TOKENS__INIT;
+    s->tk[i] = tinit;
+    s->tk[i].n_ids = n;
+    s->tk[i].ids = s->ids[i];
+    Hypic__V1__Segment ginit = HYPIC__V1__SEGMENT__INIT;
+    s->sg[i] = ginit;
+    s->sg[i].ref_case = HYPIC__V1__SEGMENT__REF_TOKENS;
+    s->sg[i].tokens = &s->tk[i];
+    snprintf(s->tagbuf[i], sizeof s->tagbuf[i], "doc-%d", d);
+    s->tags[i][0] = s->tagbuf[i];
+    s->sg[i].n_tags = 1;
+    s->sg[i].tags = s->tags[i];
+    s->sp[i] = &s->sg[i];
+}
+
+/* Appends a segment given by its 32-byte key (kept by the caller). */
+static inline void segs_key(segs *s, const uint8_t *key)
+{
+    const size_t i = s->n++;
+    Hypic__V1__Segment ginit = HYPIC__V1__SEGMENT__INIT;
+    s->sg[i] = ginit;
+    s->sg[i].ref_case = HYPIC__V1__SEGMENT__REF_KEY;
+    s->sg[i].key = (ProtobufCBinaryData){32, (uint8_t *)key};
+    s->sp[i] = &s->sg[i];
+}
+
+static inline hyc *connect_as(const hy_daemon *d, const char *token)
+{
+    hyc_options o = {.target = d->grpc, .token = token, .deadline_ms = 60000};
+    hyc *c = NULL;
+    hyc_status st;
+    if (hyc_open(&o, &c, &st)) fprintf(stderr, "hyc_open: %s\n", st.msg);
+    return c;
+}
+
+/* Warm; returns the status code and fills states[i] (WarmProgress.State)
+ * and keys (32 bytes each) when not NULL. */
+typedef struct warm_out {
+    int states[32];
+    uint8_t keys[32][32];
+    int n;
+} warm_out;
+
+static inline int on_warm_(void *ctx, const Hypic__V1__WarmProgress *p)
+{
+    warm_out *w = ctx;
+    if (p->index < 32) {
+        w->states[p->index] = p->state;
+        if (p->key.len == 32) memcpy(w->keys[p->index], p->key.data, 32);
+    }
+    w->n++;
+    return 0;
+}
+
+static inline int warm(hyc *c, segs *s, warm_out *w, hyc_status *st)
+{
+    Hypic__V1__WarmRequest rq = HYPIC__V1__WARM_REQUEST__INIT;
+    rq.model = "tiny";
+    rq.n_segments = s->n;
+    rq.segments = s->sp;
+    memset(w, 0, sizeof *w);
+    return hyc_warm(c, &rq, on_warm_, w, st);
+}
+
+static inline int prefill(hyc *c, segs *s, int mode, Hypic__V1__PrefillResponse **out,
+                          hyc_status *st)
+{
+    static uint32_t query[8] = {10, 20, 30, 40, 50, 60, 70, 80};
+    Hypic__V1__PrefillRequest rq = HYPIC__V1__PREFILL_REQUEST__INIT;
+    rq.model = "tiny";
+    rq.n_segments = s->n;
+    rq.segments = s->sp;
+    rq.n_query = 8;
+    rq.query = query;
+    rq.mode = (Hypic__V1__Mode)mode;
+    rq.top_k = 5;
+    rq.max_new_tokens = 4;
+    return hyc_prefill(c, &rq, out, st);
+}
+
+static inline int lookup(hyc *c, segs *s, uint32_t lease_ms, Hypic__V1__LookupResponse **out,
+                         hyc_status *st)
+{
+    Hypic__V1__LookupRequest rq = HYPIC__V1__LOOKUP_REQUEST__INIT;
+    rq.model = "tiny";
+    rq.n_segments = s->n;
+    rq.segments = s->sp;
+    rq.lease_ms = lease_ms;
+    return hyc_lookup(c, &rq, out, st);
+}
+
+static inline int get_entry(hyc *c, const uint8_t *key, void **bytes, size_t *n, hyc_status *st)
+{
+    Hypic__V1__GetEntryRequest rq = HYPIC__V1__GET_ENTRY_REQUEST__INIT;
+    rq.model = "tiny";
+    rq.key = (ProtobufCBinaryData){32, (uint8_t *)key};
+    Hypic__V1__EntryMeta *m = NULL;
+    int rc = hyc_get_entry(c, &rq, &m, bytes, n, st);
+    hyc_free(m);
+    return rc;
+}
+
+static inline int put_entry(hyc *c, const void *bytes, size_t n, Hypic__V1__PutEntryResponse **out,
+                            hyc_status *st)
+{
+    Hypic__V1__EntryMeta m = HYPIC__V1__ENTRY_META__INIT;
+    m.model = "tiny";
+    m.bytes = n;
+    return hyc_put_entry(c, &m, bytes, n, 4096, out, st);
+}
+
+static inline int list_total(hyc *c, uint64_t *total, hyc_status *st)
+{
+    Hypic__V1__ListRequest rq = HYPIC__V1__LIST_REQUEST__INIT;
+    Hypic__V1__ListResponse *r = NULL;
+    int rc = hyc_list(c, &rq, &r, st);
+    *total = r ? r->total : 0;
+    hyc_free(r);
+    return rc;
+}
+
+static inline int invalidate_key(hyc *c, const uint8_t *key, uint64_t *removed, hyc_status *st)
+{
+    Hypic__V1__InvalidateRequest rq = HYPIC__V1__INVALIDATE_REQUEST__INIT;
+    rq.target_case = HYPIC__V1__INVALIDATE_REQUEST__TARGET_KEY;
+    rq.key = (ProtobufCBinaryData){32, (uint8_t *)key};
+    Hypic__V1__InvalidateResponse *r = NULL;
+    int rc = hyc_invalidate(c, &rq, &r, st);
+    *removed = r ? r->removed : 0;
+    hyc_free(r);
+    return rc;
+}
+
+static inline int inspect(hyc *c, const uint8_t *key, bool verify, Hypic__V1__InspectResponse **out,
+                          hyc_status *st)
+{
+    Hypic__V1__InspectRequest rq = HYPIC__V1__INSPECT_REQUEST__INIT;
+    rq.key = (ProtobufCBinaryData){32, (uint8_t *)key};
+    rq.verify = verify;
+    return hyc_inspect(c, &rq, out, st);
+}
+
+static inline int health(hyc *c, hyc_status *st)
+{
+    Hypic__V1__HealthRequest rq = HYPIC__V1__HEALTH_REQUEST__INIT;
+    Hypic__V1__HealthResponse *r = NULL;
+    int rc = hyc_health(c, &rq, &r, st);
+    if (!rc && r->status != HYPIC__V1__HEALTH_RESPONSE__STATUS__STATUS_SERVING) rc = -1;
+    hyc_free(r);
+    return rc;
+}
+
+#endif
