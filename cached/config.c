@@ -18,6 +18,7 @@
  */
 #include "config_internal.h"
 
+#include <ctype.h>
 #include <arpa/inet.h>
 #include <assert.h>
 #include <errno.h>
@@ -803,6 +804,16 @@ static int check_whole(cfg_ctx *x, hy_cached_config *c)
     bool lo = true, http_lo = true;
     int rc = check_addr(x, "listen", c->listen, &lo);
     if (!rc && c->http_listen[0]) rc = check_addr(x, "http_listen", c->http_listen, &http_lo);
+    /* the HTTP server binds numeric addresses only (no name resolution there) */
+    if (!rc && c->http_listen[0] && !isdigit((unsigned char)c->http_listen[0]) &&
+        c->http_listen[0] != '[')
+        rc = fail_key(x, HY_EINVAL, "http_listen",
+                      "'%.100s': give a numeric address (e.g. 127.0.0.1:7879 or [::1]:7879)",
+                      c->http_listen);
+    if (!rc && c->watchers >= c->workers)
+        rc = fail_key(x, HY_EINVAL, "limits.watchers",
+                      "%u Watch streams would hold all %u workers (limits.workers): keep it below",
+                      c->watchers, c->workers);
     if (!rc) rc = check_tls(x, c);
     if (!rc) rc = check_models(x, c);
     if (!rc) rc = check_tiers(x, c);
@@ -1090,4 +1101,10 @@ void hy_cached_config_print(const hy_cached_config *c, FILE *out)
     yaml_emitter_emit(&em, &ev);
     yaml_emitter_flush(&em);
     yaml_emitter_delete(&em);
+}
+
+bool hy_cached_config_is_loopback(const char *addr)
+{
+    bool lo = false;
+    return parse_addr(addr, &lo) && lo;
 }

@@ -131,7 +131,7 @@ typedef struct hy_cached_config {
 } hy_cached_config;
 
 /* The defaults above, with one model "tiny" at "var/models/tiny" (made if
- * missing by the daemon's --init-model), no NVMe tier, no tenants. Zeroes the
+ * missing by the daemon's --init-models), no NVMe tier, no tenants. Zeroes the
  * whole struct first (padding and the bytes after each string's NUL too). */
 void hy_cached_config_default(hy_cached_config *c);
 /* Parses a YAML document (text[0..len); path is used in messages and kept in
@@ -144,6 +144,9 @@ int hy_cached_config_parse(const char *text, size_t len, const char *path, hy_ca
                            hy_err *err);
 /* Reads (HY_EIO naming the path when it cannot; at most 1 MiB) and parses the file. */
 int hy_cached_config_load(const char *path, hy_cached_config *c, hy_err *err);
+/* Whether addr ("host:port") names a loopback host (127.0.0.0/8, [::1],
+ * localhost). */
+bool hy_cached_config_is_loopback(const char *addr);
 /* Validates a configuration changed after parsing (command-line overrides of
  * its strings) as hy_cached_config_parse validates the whole of a file:
  * addresses, the loopback rule, tls, names, tokens, the keys that depend on

@@ -167,6 +167,7 @@ typedef struct seg {
     hy_key key;      /* under the request's W and dtype (or as given) */
     bool by_key;     /* the request gave the key */
     hy_entry *entry; /* a reused entry (pic family), or the one a key named */
+    hy_tier_id from; /* where that entry's bytes came from */
     char **tags;
     size_t ntags;
 } seg;
@@ -241,6 +242,10 @@ static hy_rpc_code segs_parse(rq *r, svc_model *sm, Hypic__V1__Segment **in, siz
         } else if (!c) {
             c = fail(r, HY_RPC_INVALID_ARGUMENT, "segments[%zu]: neither tokens nor key", i);
         }
+        if (!c && i + 1 == n && total > cfg->max_tokens) /* e.g. a long query after keys */
+            c = fail(r, HY_RPC_INVALID_ARGUMENT,
+                     "the request has over %llu tokens (limits.max_tokens)",
+                     (unsigned long long)cfg->max_tokens);
         if (c) {
             segs_free(sg, n);
             return c;
@@ -260,6 +265,7 @@ static int fetch_entry(rq *r, svc_model *sm, const hy_key *k, hy_entry **out, hy
     *out = NULL;
     hy_lease *l;
     int rc = hy_store_acquire(r->s->store, k, &l, err);
+    if (rc == HY_EFORMAT) return HY_ENOTFOUND; /* its NVMe copy failed its checksums: dropped */
     if (rc) return rc;
     const hy_meta *m = hy_lease_meta(l);
     if (strcmp(m->tenant, r->who.tenant) != 0 || memcmp(m->model, sm->fp, 32) != 0) {
@@ -288,10 +294,9 @@ static hy_rpc_code segs_resolve_keys(rq *r, svc_model *sm, seg *sg, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         if (!sg[i].by_key) continue;
-        hy_tier_id from;
         uint64_t bytes;
         hy_err e = {0};
-        int rc = fetch_entry(r, sm, &sg[i].key, &sg[i].entry, &from, &bytes, &e);
+        int rc = fetch_entry(r, sm, &sg[i].key, &sg[i].entry, &sg[i].from, &bytes, &e);
         if (rc == HY_ENOTFOUND)
             return fail(r, HY_RPC_NOT_FOUND,
                         "segments[%zu]: its key is not cached (a segment given by key must be a "
@@ -605,7 +610,7 @@ static hy_rpc_code do_prefill(rq *r, const ProtobufCMessage *req)
         if (sg[i].entry && hy_entry_seam_setting(sg[i].entry) == Wm &&
             hy_entry_dtype_of(sg[i].entry) == dt) {
             hs[i].entry = sg[i].entry;
-            from[i] = HY_TIER_HOST;
+            from[i] = sg[i].from;
             continue;
         }
         hy_entry_free(sg[i].entry); /* named by key, but built under another W or dtype */
@@ -1163,6 +1168,7 @@ static hy_rpc_code do_watch(rq *r, const ProtobufCMessage *req)
     h->watchers++;
     uint64_t seq = h->next;
     svc_event *batch = malloc(64 * sizeof *batch);
+    double last_sent = hy_now_s();
     while (!c && batch) {
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
@@ -1185,6 +1191,15 @@ static hy_rpc_code do_watch(rq *r, const ProtobufCMessage *req)
         size_t nb = 0;
         while (seq < h->next && nb < 64) batch[nb++] = h->ring[seq++ % SVC_HUB_RING];
         pthread_mutex_unlock(&h->mu);
+        /* A heartbeat after a quiet spell: a client that went away is only
+         * noticed when a send fails, and it must not hold a worker and a
+         * watcher slot until its tenant's next event. */
+        if (hy_now_s() - last_sent >= SVC_WATCH_HEARTBEAT_S) {
+            Hypic__V1__WatchEvent hb = HYPIC__V1__WATCH_EVENT__INIT;
+            hb.kind = HYPIC__V1__WATCH_EVENT__KIND__KIND_HEARTBEAT;
+            c = send(r, &hb.base);
+            last_sent = hy_now_s();
+        }
         for (size_t i = 0; i < nb && !c; i++) {
             svc_event *ev = &batch[i];
             if (strcmp(ev->meta.tenant, r->who.tenant) != 0) continue;
@@ -1197,6 +1212,7 @@ static hy_rpc_code do_watch(rq *r, const ProtobufCMessage *req)
             we.meta = &pm.pb;
             we.reason = ev->kind == HY_STORE_REMOVED ? ev->reason : "";
             c = send(r, &we.base);
+            last_sent = hy_now_s();
         }
         pthread_mutex_lock(&h->mu);
     }

@@ -194,6 +194,11 @@ int main(int argc, char **argv)
         }
         with_port(cfg.http_listen, hy_http_port(web), http_addr, sizeof http_addr);
     }
+    if (!cert && !svc.open_access && !hy_cached_config_is_loopback(cfg.listen))
+        hy_log(HY_LOG_WARN,
+               "listening on %s without TLS: bearer tokens cross the network in "
+               "clear text (set tls.cert and tls.key)",
+               cfg.listen);
     svc.ready = true;
     hy_log(HY_LOG_INFO, "hypic-cached %s serving hypic.v1 on %s%s (%s), metrics on %s; pid %d",
            HY_CACHED_VERSION, grpc_addr, cert ? " with TLS" : "",
@@ -240,9 +245,13 @@ int main(int argc, char **argv)
                atomic_load(&svc.in_flight), cfg.drain_ms);
     hy_rpc_server_stop(rpc);
     hy_http_stop(web);
-    svc_close(&svc);
+    const int frc = svc_close(&svc);
     hy_free(cert);
     hy_free(key);
+    if (frc) {
+        hy_log(HY_LOG_ERROR, "stopped, but write-back entries were lost (see above)");
+        return 1;
+    }
     hy_log(HY_LOG_INFO, "stopped cleanly");
     return 0;
 }

@@ -60,7 +60,7 @@ void svc_metrics_render(void *app, hy_strbuf *b)
         snprintf(lab, sizeof lab, "mode=\"%s\"", hy_mode_name((hy_mode)i));
         hy_prom_hist(b, "hypic_ttft_seconds", lab, &s->met.ttft[i]);
     }
-    hy_prom_family(b, "hypic_segments_total", "counter", "Prefill and Warm segments, by outcome");
+    hy_prom_family(b, "hypic_segments_total", "counter", "Prefill segments, by outcome");
     hy_prom_u64(b, "hypic_segments_total", "outcome=\"hit\"", atomic_load(&s->met.segments_hit));
     hy_prom_u64(b, "hypic_segments_total", "outcome=\"miss\"",
                 atomic_load(&s->met.segments_missed));
@@ -70,6 +70,8 @@ void svc_metrics_render(void *app, hy_strbuf *b)
             atomic_load(&s->met.tokens_computed));
     counter(b, "hypic_entries_built_total", "Entries built (Warm, and Prefill's misses)",
             atomic_load(&s->met.entries_built));
+    counter(b, "hypic_entries_stored_total", "Built entries a tier admitted",
+            atomic_load(&s->met.entries_stored));
     gauge(b, "hypic_queue_depth", "Requests waiting for an executor context",
           (double)atomic_load(&s->queued));
     gauge(b, "hypic_requests_in_flight", "Calls inside a handler",
@@ -89,12 +91,18 @@ void svc_metrics_render(void *app, hy_strbuf *b)
              st.hbm_capacity, st.arena.capacity, s->cfg.nvme_dir[0] ? s->cfg.nvme_bytes : 0);
     per_tier(b, "hypic_hits_total", "counter", "Entry reads served, by the tier they came from",
              st.hits_hbm, st.hits_host, st.hits_nvme);
-    per_tier(b, "hypic_evictions_total", "counter", "Copies evicted from the tier",
-             st.hbm_evictions, st.evictions, 0);
-    per_tier(b, "hypic_promotions_total", "counter", "Copies brought up into the tier",
-             st.hbm_promotions, st.promotions, 0);
-    per_tier(b, "hypic_demotions_total", "counter", "Copies moved down out of the tier",
-             st.hbm_demotions, st.demotions, 0);
+    per_tier(b, "hypic_evictions_total", "counter",
+             "Victims of the tier's eviction policy (hbm and host victims are demoted when a "
+             "lower tier admits them)",
+             st.hbm_evictions, st.evictions - st.nvme_evictions, st.nvme_evictions);
+    hy_prom_family(b, "hypic_promotions_total", "counter",
+                   "Copies brought up to stay: into hbm (device leases), into host (from NVMe)");
+    hy_prom_u64(b, "hypic_promotions_total", "tier=\"hbm\"", st.hbm_promotions);
+    hy_prom_u64(b, "hypic_promotions_total", "tier=\"host\"", st.promotions);
+    hy_prom_family(b, "hypic_demotions_total", "counter",
+                   "Copies moved down: out of hbm (to host), out of host (to NVMe)");
+    hy_prom_u64(b, "hypic_demotions_total", "tier=\"hbm\"", st.hbm_demotions);
+    hy_prom_u64(b, "hypic_demotions_total", "tier=\"host\"", st.demotions);
     counter(b, "hypic_misses_total", "Entry reads that found nothing", st.misses);
     counter(b, "hypic_admissions_total", "Puts admitted to some tier", st.puts - st.puts_dropped);
     counter(b, "hypic_puts_dropped_total", "Puts no tier admitted", st.puts_dropped);

@@ -452,21 +452,37 @@ int svc_reload(hy_svc *s, const hy_cached_config *cfg, hy_err *err)
     s->tenants = t;
     s->ntenants = n;
     pthread_mutex_unlock(&s->mu);
-    if (strcmp(cfg->listen, s->cfg.listen) || cfg->nmodels != s->cfg.nmodels ||
-        cfg->host_bytes != s->cfg.host_bytes || strcmp(cfg->nvme_dir, s->cfg.nvme_dir))
-        hy_log(HY_LOG_WARN, "reload: listen address, models and tier sizes take effect at the "
-                            "next restart; tenants and policies were reloaded");
+    /* everything else needs a restart: say so when it changed */
+    static hy_cached_config a, b; /* large; reloads run on the main thread only */
+    a = s->cfg, b = *cfg;
+    hy_cached_config *both[2] = {&a, &b};
+    for (int i = 0; i < 2; i++) {
+        hy_cached_config *c = both[i];
+        memset(c->tenants, 0, sizeof c->tenants);
+        c->ntenants = 0;
+        c->default_quota = 0;
+        memset(&c->host_policy, 0, sizeof c->host_policy);
+        memset(&c->nvme_policy, 0, sizeof c->nvme_policy);
+        memset(&c->hbm_policy, 0, sizeof c->hbm_policy);
+    }
+    if (memcmp(&a, &b, sizeof a) != 0)
+        hy_log(HY_LOG_WARN,
+               "reload: %s changes keys other than tenants and the tiers' policies; "
+               "those take effect at the next restart",
+               cfg->path);
     return HY_OK;
 }
 
-void svc_close(hy_svc *s)
+int svc_close(hy_svc *s)
 {
+    int rc = HY_OK;
     svc_lease_reap(s, true);
     if (s->store) {
         size_t written = 0;
         hy_err e = {0};
-        if (hy_store_flush(s->store, &written, &e))
-            hy_log(HY_LOG_ERROR, "flushing write-back entries: %s", e.msg);
+        if ((rc = hy_store_flush(s->store, &written, &e)))
+            hy_log(HY_LOG_ERROR, "flushing write-back entries to NVMe failed (%zu written): %s",
+                   written, e.msg);
         else if (written)
             hy_log(HY_LOG_INFO, "flushed %zu write-back entries to NVMe", written);
         hy_store_close(s->store);
@@ -478,4 +494,5 @@ void svc_close(hy_svc *s)
     pthread_mutex_destroy(&s->hub.mu);
     pthread_cond_destroy(&s->hub.cv);
     pthread_mutex_destroy(&s->mu);
+    return rc;
 }

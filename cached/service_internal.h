@@ -76,7 +76,8 @@ typedef struct svc_lease_set {
 } svc_lease_set;
 
 /* Store events for Watch: a ring of the latest, numbered. */
-#define SVC_HUB_RING 4096
+#define SVC_HUB_RING          4096
+#define SVC_WATCH_HEARTBEAT_S 5 /* a Watch stream quiet this long sends a heartbeat */
 typedef struct svc_event {
     uint64_t seq;
     hy_store_event kind;
@@ -132,7 +133,9 @@ typedef struct svc_caller {
 
 /* Opens every model, the store (replaying NVMe) and the executor contexts. */
 int svc_open(hy_svc *s, const hy_cached_config *cfg, hy_err *err);
-void svc_close(hy_svc *s);
+/* Releases leases, flushes write-back entries to NVMe, closes the store
+ * (RocksDB) and the models. Non-zero when the flush failed. */
+int svc_close(hy_svc *s);
 /* Re-reads tenants (tokens, quotas, limits) and the tiers' policies from a
  * newly loaded configuration; other changed keys are logged as needing a
  * restart. */

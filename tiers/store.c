@@ -254,6 +254,7 @@ static int nvme_put_evicting(hy_store *s, const hy_meta *m, const void *data, hy
         if (hy_evictor_victim(s->ev[HY_TIER_NVME], &vid, st_pinned_cb, s) != HY_OK) return rc;
         obj *v = st_find_by_id(s, vid);
         s->st.evictions++;
+        s->st.nvme_evictions++;
         if (!v)
             hy_evictor_remove(s->ev[HY_TIER_NVME], vid);
         else if (v->in_host || v->in_hbm)

@@ -25,7 +25,7 @@
 
 typedef struct hy_daemon {
     pid_t pid;
-    char dir[256];   /* its working directory: config, ready file, log, var/ */
+    char dir[256];  /* its working directory: config, ready file, log, var/ */
     char grpc[256]; /* host:port */
     char http[256];
     char log[300];
@@ -90,8 +90,10 @@ static inline int hy_daemon_start(hy_daemon *d, const char *dir, const char *con
             char line[256];
             while (fgets(line, sizeof line, r)) {
                 line[strcspn(line, "\n")] = '\0';
-                if (strncmp(line, "grpc=", 5) == 0) snprintf(d->grpc, sizeof d->grpc, "%s", line + 5);
-                if (strncmp(line, "http=", 5) == 0) snprintf(d->http, sizeof d->http, "%s", line + 5);
+                if (strncmp(line, "grpc=", 5) == 0)
+                    snprintf(d->grpc, sizeof d->grpc, "%s", line + 5);
+                if (strncmp(line, "http=", 5) == 0)
+                    snprintf(d->http, sizeof d->http, "%s", line + 5);
             }
             fclose(r);
             if (d->grpc[0]) return 0;

@@ -364,7 +364,7 @@ static void test_counts(void)
         {"limits", "page_size", "1", "100000", "0", "100001"},
         {"limits", "max_segments", "1", "65536", "0", "65537"},
         {"limits", "max_lease_ms", "1", "3600000", "0", "3600001"},
-        {"limits", "watchers", "0", "1024", NULL, "1025"},
+        {"limits", "watchers", "0", "1023", NULL, "1025"}, /* below limits.workers */
         {"limits", "drain_ms", "0", "600000", NULL, "600001"},
         {"tiers", "ttl_s", "0", "3153600000", NULL, "3153600001"},
     };
@@ -372,7 +372,11 @@ static void test_counts(void)
         char text[160], frag[160];
         const char *vals[2] = {k[i].lo, k[i].hi};
         for (int j = 0; j < 2; j++) {
-            snprintf(text, sizeof text, "%s: {%s: %s}\n", k[i].section, k[i].key, vals[j]);
+            /* watchers must stay below workers: each Watch holds one */
+            const char *with = !strcmp(k[i].key, "workers")    ? ", watchers: 1"
+                               : !strcmp(k[i].key, "watchers") ? ", workers: 1024"
+                                                               : "";
+            snprintf(text, sizeof text, "%s: {%s: %s%s}\n", k[i].section, k[i].key, vals[j], with);
             parse_ok(text, &g_a);
         }
         const char *bad[2] = {k[i].below, k[i].above};
@@ -394,6 +398,12 @@ static void test_counts(void)
           NULL);
     fails("executor: {threads: 99999999999999999999}", HY_EINVAL,
           "'99999999999999999999' does not fit in 64 bits", NULL);
+    /* cross-key: watchers below workers; the HTTP port binds numeric addresses only */
+    fails("limits: {workers: 8, watchers: 8}", HY_EINVAL,
+          "key 'limits.watchers': 8 Watch streams would hold all 8 workers", NULL);
+    fails("http_listen: localhost:7879", HY_EINVAL,
+          "key 'http_listen': 'localhost:7879': give a numeric address", NULL);
+    parse_ok("http_listen: '[::1]:7879'", &g_a);
     /* top_k is checked against the configured max_top_k */
     parse_ok("pic: {top_k: 300}\nlimits: {max_top_k: 300}\n", &g_a);
     CU_ASSERT_EQUAL(g_a.top_k, 300);

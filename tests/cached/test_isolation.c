@@ -166,10 +166,12 @@ static void test_quota(void)
     warm_out w;
     CU_ASSERT_EQUAL(warm(g_bob, &s, &w, &st), 0);
     int failed = 0;
-    for (int i = 0; i < 12; i++) failed += w.states[i] == HYPIC__V1__WARM_PROGRESS__STATE__STATE_FAILED;
-    CU_ASSERT(failed > 0); /* bob's quota of 1M */
+    for (int i = 0; i < 12; i++)
+        failed += w.states[i] == HYPIC__V1__WARM_PROGRESS__STATE__STATE_FAILED;
+    CU_ASSERT(failed > 0);                          /* bob's quota of 1M */
     CU_ASSERT_EQUAL(warm(g_alice, &s, &w, &st), 0); /* alice has none */
-    for (int i = 0; i < 12; i++) CU_ASSERT_EQUAL(w.states[i], HYPIC__V1__WARM_PROGRESS__STATE__STATE_BUILT);
+    for (int i = 0; i < 12; i++)
+        CU_ASSERT_EQUAL(w.states[i], HYPIC__V1__WARM_PROGRESS__STATE__STATE_BUILT);
 }
 
 typedef struct seen {
@@ -207,7 +209,7 @@ static void test_watch_is_isolated(void)
     segs_doc(&d, 77, 100);
     warm_out w;
     CU_ASSERT_EQUAL(warm(g_alice, &d, &w, &st), 0); /* alice's: bob must not see it */
-    pthread_join(t, NULL);                           /* ends at its 3 s deadline */
+    pthread_join(t, NULL);                          /* ends at its 3 s deadline */
     CU_ASSERT_EQUAL(s.foreign, 0);
     CU_ASSERT_EQUAL(s.events, 0);
 }

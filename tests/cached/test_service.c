@@ -307,9 +307,9 @@ static void test_garbage_and_oversize(void)
                     0);
     CU_ASSERT_EQUAL(st.code, HY_RPC_RESOURCE_EXHAUSTED);
     free(b);
-    CU_ASSERT_EQUAL(hy_rpc_client_call_raw(rc, "/hypic.v1.Cache/Nope", "", 0, NULL, 5000, NULL,
-                                           NULL, &st, &e),
-                    0);
+    CU_ASSERT_EQUAL(
+        hy_rpc_client_call_raw(rc, "/hypic.v1.Cache/Nope", "", 0, NULL, 5000, NULL, NULL, &st, &e),
+        0);
     CU_ASSERT_EQUAL(st.code, HY_RPC_UNIMPLEMENTED);
     hy_rpc_client_close(rc);
 }

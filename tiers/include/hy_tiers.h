@@ -310,6 +310,7 @@ typedef struct hy_store_stats {
     uint64_t hits_hbm, hits_host, hits_nvme, misses, puts, puts_dropped, evictions, demotions,
         promotions, expired, invalidated, checksum_failures;
     uint64_t moves_queued, moves_dropped, moves_done; /* background queue */
+    uint64_t nvme_evictions; /* of `evictions`, the NVMe victims (the rest were host's) */
     /* hbm: whether the store has the tier, and else why not */
     bool hbm_present;
     char hbm_why[128];
