@@ -1,0 +1,414 @@
+/*
+ * Lookup, Warm and Prefill: the methods that hash segments into their keys,
+ * build entries and run the model (handlers_internal.h).
+ */
+#include "handlers_internal.h"
+
+#include <math.h>
+#include <omp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* --- Lookup --------------------------------------------------------------------- */
+
+hy_rpc_code do_lookup(rq *r, const ProtobufCMessage *req)
+{
+    const Hypic__V1__LookupRequest *q = (const void *)req;
+    svc_model *sm;
+    hy_rpc_code c;
+    int W;
+    hy_entry_dtype dt = HY_ENTRY_F32;
+    seg *sg = NULL;
+    if ((c = h_check_tenant(r, q->tenant)) || (c = h_need_model(r, q->model, &sm)) ||
+        (c = h_seam_of(r, q->seam_opt_case == HYPIC__V1__LOOKUP_REQUEST__SEAM_OPT_SEAM, q->seam,
+                       &W)) ||
+        (c = h_dtype_of(r, q->dtype, &dt)) ||
+        (c = h_segs_parse(r, sm, q->segments, q->n_segments, 0, true, &sg)))
+        return c;
+    if (q->lease_ms > r->s->cfg.max_lease_ms) {
+        h_segs_free(sg, q->n_segments);
+        return h_fail(r, HY_RPC_INVALID_ARGUMENT, "field 'lease_ms': %u is over the limit of %u",
+                      q->lease_ms, r->s->cfg.max_lease_ms);
+    }
+    const size_t n = q->n_segments;
+    Hypic__V1__SegmentStatus *st = calloc(n, sizeof *st);
+    Hypic__V1__SegmentStatus **sp = calloc(n, sizeof *sp);
+    hy_lease **leases = q->lease_ms ? calloc(n, sizeof *leases) : NULL;
+    size_t nleases = 0;
+    Hypic__V1__LookupResponse resp = HYPIC__V1__LOOKUP_RESPONSE__INIT;
+    if (!st || !sp || (q->lease_ms && !leases)) {
+        c = h_fail(r, HY_RPC_RESOURCE_EXHAUSTED, "out of memory");
+        goto out;
+    }
+    bool leading = true;
+    for (size_t i = 0; i < n; i++) {
+        Hypic__V1__SegmentStatus init = HYPIC__V1__SEGMENT_STATUS__INIT;
+        st[i] = init;
+        sp[i] = &st[i];
+        if (!sg[i].by_key)
+            hy_entry_key(r->who.tenant, sm->fp, W, dt, sg[i].tok, sg[i].n, sg[i].key.b);
+        st[i].key = (ProtobufCBinaryData){HY_KEY_BYTES, sg[i].key.b};
+        hy_meta m;
+        unsigned mask = 0;
+        bool hit = h_visible(r, sm, &sg[i].key, &m, &mask);
+        if (hit && leases) {
+            hy_err e = {0};
+            hit = hy_store_acquire(r->s->store, &sg[i].key, &leases[nleases], &e) == HY_OK;
+            if (hit) nleases++;
+        }
+        st[i].hit = hit;
+        st[i].tier = hit ? h_pb_tier(h_fastest(mask)) : HYPIC__V1__TIER__TIER_NONE;
+        st[i].bytes = hit ? m.bytes : 0;
+        st[i].tokens = sg[i].by_key ? (hit ? m.tokens : 0) : (uint32_t)sg[i].n;
+        leading &= hit;
+        if (leading) resp.leading_hits++, resp.leading_tokens += st[i].tokens;
+        r->hits += hit;
+        r->misses += !hit;
+    }
+    resp.n_segments = n;
+    resp.segments = sp;
+    if (leases && nleases) {
+        resp.lease_id = svc_lease_add(r->s, leases, nleases, q->lease_ms);
+        leases = NULL; /* the lease table owns them */
+    }
+    c = h_send(r, &resp.base);
+out:
+    if (leases) {
+        for (size_t i = 0; i < nleases; i++) hy_store_release(r->s->store, leases[i]);
+        free(leases);
+    }
+    free(st);
+    free(sp);
+    h_segs_free(sg, q->n_segments);
+    return c;
+}
+
+/* --- Warm ----------------------------------------------------------------------- */
+
+hy_rpc_code do_warm(rq *r, const ProtobufCMessage *req)
+{
+    const Hypic__V1__WarmRequest *q = (const void *)req;
+    svc_model *sm;
+    hy_rpc_code c;
+    int W;
+    hy_entry_dtype dt = HY_ENTRY_F32;
+    seg *sg = NULL;
+    if ((c = h_check_tenant(r, q->tenant)) || (c = h_need_model(r, q->model, &sm)) ||
+        (c = h_seam_of(r, q->seam_opt_case == HYPIC__V1__WARM_REQUEST__SEAM_OPT_SEAM, q->seam,
+                       &W)) ||
+        (c = h_dtype_of(r, q->dtype, &dt)) ||
+        (c = h_segs_parse(r, sm, q->segments, q->n_segments, 0, false, &sg)))
+        return c;
+    h_set_threads(r->s);
+    for (size_t i = 0; i < q->n_segments && !c; i++) {
+        const double t0 = hy_now_s();
+        Hypic__V1__WarmProgress p = HYPIC__V1__WARM_PROGRESS__INIT;
+        p.index = (uint32_t)i;
+        hy_entry_key(r->who.tenant, sm->fp, W, dt, sg[i].tok, sg[i].n, sg[i].key.b);
+        p.key = (ProtobufCBinaryData){HY_KEY_BYTES, sg[i].key.b};
+        hy_meta m;
+        int w;
+        hy_err e = {0};
+        if (hy_rpc_call_ms_left(r->call) <= 0) {
+            c = h_fail(r, HY_RPC_DEADLINE_EXCEEDED, "the deadline passed after %zu of %zu segments",
+                       i, q->n_segments);
+            break;
+        }
+        if (h_visible(r, sm, &sg[i].key, &m, NULL)) {
+            p.state = HYPIC__V1__WARM_PROGRESS__STATE__STATE_CACHED;
+            p.bytes = m.bytes;
+            r->hits++;
+        } else if (hy_entry_seam(sm->c, sg[i].n, W, &w, &e) != HY_OK) {
+            p.state = HYPIC__V1__WARM_PROGRESS__STATE__STATE_UNCACHEABLE;
+            p.error = e.msg;
+        } else {
+            svc_exec *x;
+            if ((c = svc_exec_take(r->s, sm, r->call, &x, r->msg, sizeof r->msg))) break;
+            hy_state_reset(x->st);
+            hy_entry *ent = NULL;
+            int rc = hy_entry_build(x->ex, x->st, sg[i].tok, sg[i].n, W, dt, NULL, &ent, &e);
+            svc_exec_give(r->s, sm, x);
+            hy_tier_id placed = HY_TIER_NONE;
+            uint64_t bytes = 0;
+            if (!rc)
+                rc = svc_store_entry(r->s, sm, r->who.tenant, &sg[i].key, ent, sg[i].tags,
+                                     sg[i].ntags, &placed, &bytes, &e);
+            hy_entry_free(ent);
+            r->computed += (int64_t)sg[i].n;
+            r->misses++;
+            if (rc) {
+                p.state = HYPIC__V1__WARM_PROGRESS__STATE__STATE_FAILED;
+                p.error = e.msg;
+            } else {
+                p.state = placed == HY_TIER_NONE
+                              ? HYPIC__V1__WARM_PROGRESS__STATE__STATE_NOT_ADMITTED
+                              : HYPIC__V1__WARM_PROGRESS__STATE__STATE_BUILT;
+                p.tier = h_pb_tier(placed);
+                p.bytes = bytes;
+            }
+        }
+        p.ms = (hy_now_s() - t0) * 1e3;
+        c = h_send(r, &p.base);
+    }
+    h_segs_free(sg, q->n_segments);
+    return c;
+}
+
+/* --- Prefill --------------------------------------------------------------------- */
+
+static int cmp_prob(const void *a, const void *b)
+{
+    const Hypic__V1__TokenProb *x = a, *y = b;
+    return (x->logit < y->logit) - (x->logit > y->logit);
+}
+
+static int argmax(const float *x, int n)
+{
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+hy_rpc_code do_prefill(rq *r, const ProtobufCMessage *req)
+{
+    const double t_start = hy_now_s();
+    const Hypic__V1__PrefillRequest *q = (const void *)req;
+    hy_svc *s = r->s;
+    svc_model *sm;
+    hy_rpc_code c;
+    int W;
+    hy_entry_dtype dt = HY_ENTRY_F32;
+    seg *sg = NULL;
+    if ((c = h_check_tenant(r, q->tenant)) || (c = h_need_model(r, q->model, &sm)) ||
+        (c = h_seam_of(r, q->seam_opt_case == HYPIC__V1__PREFILL_REQUEST__SEAM_OPT_SEAM, q->seam,
+                       &W)) ||
+        (c = h_dtype_of(r, q->dtype, &dt)))
+        return c;
+    hy_mode mode;
+    switch ((int)q->mode) {
+    case HYPIC__V1__MODE__MODE_UNSPECIFIED:
+    case HYPIC__V1__MODE__MODE_PIC:
+        mode = HY_MODE_PIC;
+        break;
+    case HYPIC__V1__MODE__MODE_FULL:
+        mode = HY_MODE_FULL;
+        break;
+    case HYPIC__V1__MODE__MODE_PREFIX:
+        mode = HY_MODE_PREFIX;
+        break;
+    case HYPIC__V1__MODE__MODE_NOSEAM:
+        mode = HY_MODE_NOSEAM;
+        break;
+    case HYPIC__V1__MODE__MODE_NAIVE:
+        mode = HY_MODE_NAIVE;
+        break;
+    default:
+        return h_fail(r, HY_RPC_INVALID_ARGUMENT, "field 'mode': %d is not a Mode", (int)q->mode);
+    }
+    r->mode = hy_mode_name(mode);
+    const int V = sm->c->vocab;
+    const uint32_t top_k = q->top_k ? q->top_k : s->cfg.top_k;
+    if (top_k > s->cfg.max_top_k || top_k > (uint32_t)V)
+        return h_fail(r, HY_RPC_INVALID_ARGUMENT, "field 'top_k': %u is over the limit of %u",
+                      q->top_k, HY_MIN(s->cfg.max_top_k, (uint32_t)V));
+    if (q->max_new_tokens > s->cfg.max_new_tokens)
+        return h_fail(r, HY_RPC_INVALID_ARGUMENT,
+                      "field 'max_new_tokens': %u is over the limit of %u (limits.max_new_tokens)",
+                      q->max_new_tokens, s->cfg.max_new_tokens);
+    if (q->n_query == 0)
+        return h_fail(r, HY_RPC_INVALID_ARGUMENT,
+                      "field 'query' is empty: at least one token, whose logits answer");
+    for (size_t t = 0; t < q->n_query; t++)
+        if (q->query[t] >= (uint32_t)V)
+            return h_fail(r, HY_RPC_INVALID_ARGUMENT,
+                          "field 'query[%zu]': %u is outside the vocabulary of model '%s' (0..%d)",
+                          t, q->query[t], sm->name, V - 1);
+    if ((c = h_segs_parse(r, sm, q->segments, q->n_segments, q->n_query, true, &sg))) return c;
+    const size_t n = q->n_segments;
+    Hypic__V1__Timings tm = HYPIC__V1__TIMINGS__INIT;
+    const int Wm = mode == HY_MODE_NOSEAM ? 0 : W; /* the W of the entries this mode uses */
+
+    /* lookup and fetch */
+    double t0 = hy_now_s();
+    if ((c = h_segs_resolve_keys(r, sm, sg, n))) goto out_segs;
+    const bool reuse = mode == HY_MODE_PIC || mode == HY_MODE_NOSEAM || mode == HY_MODE_NAIVE;
+    hy_tier_id *from = calloc(n, sizeof *from);
+    hy_segment *hs = calloc(n, sizeof *hs);
+    hy_entry **built = calloc(n, sizeof *built);
+    int32_t *query = malloc(q->n_query * sizeof *query);
+    float *logits = malloc((size_t)V * sizeof *logits);
+    Hypic__V1__TokenProb *tp = calloc((size_t)V, sizeof *tp);
+    Hypic__V1__TokenProb **tpp = calloc(top_k ? top_k : 1, sizeof *tpp);
+    uint32_t *gen = calloc(q->max_new_tokens ? q->max_new_tokens : 1, sizeof *gen);
+    Hypic__V1__SegmentOutcome *oc = calloc(n, sizeof *oc);
+    Hypic__V1__SegmentOutcome **ocp = calloc(n, sizeof *ocp);
+    hy_key *keys = calloc(n, sizeof *keys);
+    if (!from || !hs || !built || !query || !logits || !tp || !tpp || !gen || !oc || !ocp ||
+        !keys) {
+        c = h_fail(r, HY_RPC_RESOURCE_EXHAUSTED, "out of memory");
+        goto out;
+    }
+    for (size_t t = 0; t < q->n_query; t++) query[t] = (int32_t)q->query[t];
+    for (size_t i = 0; i < n; i++) {
+        from[i] = HY_TIER_NONE;
+        hs[i] = (hy_segment){sg[i].tok, sg[i].n, NULL};
+        hy_entry_key(r->who.tenant, sm->fp, Wm, dt, sg[i].tok, sg[i].n, keys[i].b);
+    }
+    tm.lookup_ms = (hy_now_s() - t0) * 1e3;
+    for (size_t i = 0; reuse && i < n; i++) {
+        /* an entry already fetched for its key, of this mode's W and dtype */
+        if (sg[i].entry && hy_entry_seam_setting(sg[i].entry) == Wm &&
+            hy_entry_dtype_of(sg[i].entry) == dt) {
+            hs[i].entry = sg[i].entry;
+            from[i] = sg[i].from;
+            continue;
+        }
+        hy_entry_free(sg[i].entry); /* named by key, but built under another W or dtype */
+        sg[i].entry = NULL;
+        t0 = hy_now_s();
+        hy_err e = {0};
+        uint64_t bytes;
+        int rc = h_fetch_entry(r, sm, &keys[i], &sg[i].entry, &from[i], &bytes, &e);
+        const double ms = (hy_now_s() - t0) * 1e3;
+        if (rc == HY_ENOTFOUND) {
+            from[i] = HY_TIER_NONE;
+            tm.lookup_ms += ms;
+            continue;
+        }
+        if (rc) {
+            c = h_from_err(r, rc, &e);
+            goto out;
+        }
+        hs[i].entry = sg[i].entry;
+        if (from[i] == HY_TIER_HBM)
+            tm.fetch_hbm_ms += ms;
+        else if (from[i] == HY_TIER_NVME)
+            tm.fetch_nvme_ms += ms;
+        else
+            tm.fetch_host_ms += ms;
+    }
+
+    /* the forward pass */
+    svc_exec *x;
+    if ((c = svc_exec_take(s, sm, r->call, &x, r->msg, sizeof r->msg))) goto out;
+    svc_prefix *pfx = NULL;
+    hy_err e = {0};
+    int rc = mode == HY_MODE_PREFIX ? svc_prefix_get(s, sm, r->who.tenant, &pfx, &e) : HY_OK;
+    hy_request hr = {.segs = hs,
+                     .nsegs = n,
+                     .query = query,
+                     .nq = q->n_query,
+                     .mode = mode,
+                     .W = W,
+                     .dtype = dt,
+                     .prefix = pfx ? pfx->pc : NULL};
+    hy_result res = {.built = built};
+    h_set_threads(s);
+    if (!rc) rc = hy_combine(x->ex, x->st, &hr, logits, &res, &e);
+    svc_prefix_put(pfx);
+    const double t_first = hy_now_s();
+    tm.ttft_ms = (t_first - t_start) * 1e3;
+    tm.prefix_restore_ms = res.restore_s * 1e3;
+    tm.seams_ms = res.seam_s * 1e3;
+    tm.compose_ms = res.compose_s * 1e3;
+    tm.misses_ms = res.segments_s * 1e3;
+    tm.query_ms = res.query_s * 1e3;
+    /* the first token's candidates, then the greedy continuation */
+    size_t ngen = 0;
+    if (!rc) {
+        float mx = logits[argmax(logits, V)];
+        double z = 0;
+        for (int v = 0; v < V; v++) z += exp((double)(logits[v] - mx));
+        for (int v = 0; v < V; v++) {
+            Hypic__V1__TokenProb init = HYPIC__V1__TOKEN_PROB__INIT;
+            tp[v] = init;
+            tp[v].token = (uint32_t)v;
+            tp[v].logit = logits[v];
+            tp[v].prob = (float)(exp((double)(logits[v] - mx)) / z);
+        }
+        if (q->max_new_tokens) gen[ngen++] = (uint32_t)argmax(logits, V);
+        while (!rc && ngen < q->max_new_tokens) {
+            rc = hy_exec_decode(x->ex, x->st, (int32_t)gen[ngen - 1], logits, &e);
+            if (!rc) gen[ngen++] = (uint32_t)argmax(logits, V);
+        }
+        tm.decode_ms = (hy_now_s() - t_first) * 1e3;
+        r->computed = res.prefilled + (int64_t)(ngen ? ngen - 1 : 0);
+    }
+    svc_exec_give(s, sm, x);
+    if (rc) {
+        c = h_from_err(r, rc, &e);
+        goto out;
+    }
+    qsort(tp, (size_t)V, sizeof *tp, cmp_prob);
+    for (uint32_t k = 0; k < top_k; k++) tpp[k] = &tp[k];
+
+    /* misses built inline go to the store, subject to admission */
+    t0 = hy_now_s();
+    for (size_t i = 0; i < n; i++) {
+        Hypic__V1__SegmentOutcome init = HYPIC__V1__SEGMENT_OUTCOME__INIT;
+        oc[i] = init;
+        ocp[i] = &oc[i];
+        oc[i].key = (ProtobufCBinaryData){HY_KEY_BYTES, keys[i].b};
+        if (mode == HY_MODE_PREFIX && (int)i < res.prefix_segments) {
+            oc[i].kind = HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_PREFIX;
+            r->hits++;
+        } else if (hs[i].entry) {
+            oc[i].kind = HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_HIT;
+            oc[i].tier = h_pb_tier(from[i]);
+            r->hits++;
+        } else if (built[i]) {
+            oc[i].kind = HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_MISS;
+            hy_tier_id placed = HY_TIER_NONE;
+            hy_err se = {0};
+            if (svc_store_entry(s, sm, r->who.tenant, &keys[i], built[i], sg[i].tags, sg[i].ntags,
+                                &placed, NULL, &se))
+                hy_log(HY_LOG_WARN, "storing an entry built inline: %s", se.msg);
+            oc[i].stored = placed != HY_TIER_NONE;
+            oc[i].tier = h_pb_tier(placed);
+            r->misses++;
+        } else {
+            oc[i].kind = reuse ? HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_UNCACHEABLE
+                               : HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_MISS;
+            if (reuse) atomic_fetch_add(&s->met.segments_uncacheable, 1);
+            r->misses += !reuse;
+        }
+    }
+    tm.store_ms = (hy_now_s() - t0) * 1e3;
+    tm.total_ms = (hy_now_s() - t_start) * 1e3;
+    r->ttft_ms = tm.ttft_ms;
+    hy_hist_observe(&s->met.ttft[mode], tm.ttft_ms / 1e3);
+    atomic_fetch_add(&s->met.tokens_computed, (uint64_t)r->computed);
+    atomic_fetch_add(&s->met.segments_hit, (uint64_t)r->hits);
+    atomic_fetch_add(&s->met.segments_missed, (uint64_t)r->misses);
+
+    Hypic__V1__PrefillResponse resp = HYPIC__V1__PREFILL_RESPONSE__INIT;
+    resp.n_top = top_k;
+    resp.top = tpp;
+    resp.n_generated = ngen;
+    resp.generated = gen;
+    resp.n_segments = n;
+    resp.segments = ocp;
+    resp.tokens_computed = (uint64_t)r->computed;
+    resp.timings = &tm;
+    c = h_send(r, &resp.base);
+out:
+    for (size_t i = 0; built && i < n; i++) hy_entry_free(built[i]);
+    free(from);
+    free(hs);
+    free(built);
+    free(query);
+    free(logits);
+    free(tp);
+    free(tpp);
+    free(gen);
+    free(oc);
+    free(ocp);
+    free(keys);
+out_segs:
+    h_segs_free(sg, n);
+    return c;
+}

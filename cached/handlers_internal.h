@@ -1,0 +1,93 @@
+/*
+ * Private to the handlers (handlers*.c): a call's context, the checks every
+ * method shares, and the methods themselves.
+ *   handlers.c          the shared checks and conversions, and dispatch (run:
+ *                       draining, authentication, the status, the log line,
+ *                       the metrics);
+ *   handlers_compute.c  Lookup, Warm and Prefill: the methods that hash,
+ *                       build and run the model;
+ *   handlers_entries.c  the methods over stored entries (GetEntry, PutEntry,
+ *                       Invalidate, List, Inspect, Watch), Stats, policies,
+ *                       Health.
+ */
+#ifndef HY_CACHED_HANDLERS_INTERNAL_H
+#define HY_CACHED_HANDLERS_INTERNAL_H
+
+#include "service_internal.h"
+
+#define MAX_SEAM      64
+#define CHUNK_BYTES   (1u << 20)
+#define LIST_SORT_MAX 200000
+
+typedef struct rq {
+    hy_svc *s;
+    hy_rpc_call *call;
+    svc_caller who;
+    char msg[512];
+    /* for the request's log line */
+    const char *model;
+    const char *mode;
+    int segs, hits, misses;
+    int64_t computed;
+    double ttft_ms;
+} rq;
+
+/* The segments of a request, resolved: token ids checked against the
+ * vocabulary and copied as int32, or the entry a key names. */
+typedef struct seg {
+    int32_t *tok;
+    size_t n;
+    hy_key key;      /* under the request's W and dtype (or as given) */
+    bool by_key;     /* the request gave the key */
+    hy_entry *entry; /* a reused entry (pic family), or the one a key named */
+    hy_tier_id from; /* where that entry's bytes came from */
+    char **tags;
+    size_t ntags;
+} seg;
+
+/* An EntryMeta message over a hy_meta (pointers into m and the holder). */
+typedef struct pb_meta {
+    Hypic__V1__EntryMeta pb;
+    char *tags[HY_MAX_TAGS];
+    Hypic__V1__Tier tiers[3];
+} pb_meta;
+
+/* Sets r->msg and returns code. */
+hy_rpc_code h_fail(rq *r, hy_rpc_code code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+hy_rpc_code h_from_err(rq *r, int rc, const hy_err *e);
+hy_rpc_code h_check_tenant(rq *r, const char *tenant);
+hy_rpc_code h_need_model(rq *r, const char *name, svc_model **out);
+hy_rpc_code h_seam_of(rq *r, bool has, uint32_t seam, int *W);
+hy_rpc_code h_dtype_of(rq *r, Hypic__V1__StateDtype d, hy_entry_dtype *out);
+hy_rpc_code h_key_of(rq *r, const char *field, ProtobufCBinaryData b, hy_key *k);
+Hypic__V1__Tier h_pb_tier(hy_tier_id t);
+hy_tier_id h_fastest(unsigned mask);
+bool h_visible(rq *r, const svc_model *sm, const hy_key *k, hy_meta *m, unsigned *mask);
+const svc_model *h_model_by_fp(hy_svc *s, const uint8_t fp[32]);
+void h_segs_free(seg *sg, size_t n);
+hy_rpc_code h_segs_parse(rq *r, svc_model *sm, Hypic__V1__Segment **in, size_t n,
+                         size_t extra_tokens, bool keys_allowed, seg **out);
+int h_fetch_entry(rq *r, svc_model *sm, const hy_key *k, hy_entry **out, hy_tier_id *from,
+                  uint64_t *bytes, hy_err *err);
+hy_rpc_code h_segs_resolve_keys(rq *r, svc_model *sm, seg *sg, size_t n);
+void h_meta_to_pb(hy_svc *s, hy_meta *m, unsigned mask, pb_meta *o);
+hy_rpc_code h_send(rq *r, const ProtobufCMessage *m);
+void h_set_threads(hy_svc *s);
+
+/* The methods, each answering one call (the status it returns finishes it). */
+hy_rpc_code do_lookup(rq *r, const ProtobufCMessage *req);
+hy_rpc_code do_warm(rq *r, const ProtobufCMessage *req);
+hy_rpc_code do_prefill(rq *r, const ProtobufCMessage *req);
+hy_rpc_code do_get_entry(rq *r, const ProtobufCMessage *req);
+hy_rpc_code do_put_entry(rq *r, const ProtobufCMessage *req);
+hy_rpc_code do_invalidate(rq *r, const ProtobufCMessage *req);
+hy_rpc_code do_list(rq *r, const ProtobufCMessage *req);
+hy_rpc_code do_inspect(rq *r, const ProtobufCMessage *req);
+hy_rpc_code do_watch(rq *r, const ProtobufCMessage *req);
+hy_rpc_code do_stats(rq *r, const ProtobufCMessage *req);
+hy_rpc_code do_get_policy(rq *r, const ProtobufCMessage *req);
+hy_rpc_code do_set_policy(rq *r, const ProtobufCMessage *req);
+hy_rpc_code do_health(rq *r, const ProtobufCMessage *req);
+
+#endif
