@@ -85,6 +85,16 @@ int hyc_open(const hyc_options *o, hyc **out, hyc_status *st)
             hyc_close(c);
             return status_set(st, HYC_INVALID_ARGUMENT, "client: TLS CA file: %s", e.msg);
         }
+        /* gRPC takes any text here and fails each call later with a message
+         * that does not name the file ("empty address list") */
+        if (!strstr(pem, "-----BEGIN CERTIFICATE-----")) {
+            hy_free(pem);
+            hyc_close(c);
+            return status_set(st, HYC_INVALID_ARGUMENT,
+                              "client: TLS CA file %s: no PEM certificate in it (-----BEGIN "
+                              "CERTIFICATE-----)",
+                              o->tls_ca_file);
+        }
     }
     hy_rpc_client_options ro = {.target = o->target,
                                 .max_message = c->max_message,
@@ -116,10 +126,22 @@ void hyc_free(void *msg)
 const char *hyc_code_name(int code)
 {
     static const char *const names[] = {
-        "OK",        "CANCELLED",          "UNKNOWN",           "INVALID_ARGUMENT",
-        "DEADLINE_EXCEEDED", "NOT_FOUND",  "ALREADY_EXISTS",    "PERMISSION_DENIED",
-        "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
-        "UNIMPLEMENTED", "INTERNAL",       "UNAVAILABLE",       "DATA_LOSS",
+        "OK",
+        "CANCELLED",
+        "UNKNOWN",
+        "INVALID_ARGUMENT",
+        "DEADLINE_EXCEEDED",
+        "NOT_FOUND",
+        "ALREADY_EXISTS",
+        "PERMISSION_DENIED",
+        "RESOURCE_EXHAUSTED",
+        "FAILED_PRECONDITION",
+        "ABORTED",
+        "OUT_OF_RANGE",
+        "UNIMPLEMENTED",
+        "INTERNAL",
+        "UNAVAILABLE",
+        "DATA_LOSS",
         "UNAUTHENTICATED",
     };
     if (code < 0 || (size_t)code >= sizeof names / sizeof names[0]) return "UNKNOWN_CODE";
@@ -152,8 +174,7 @@ static int on_unary(void *ctx, const void *b, size_t n)
     return hy_rpc_unpack(u->d, b, n, u->max, &u->msg, &u->err);
 }
 
-static int unary(hyc *c, const char *name, const ProtobufCMessage *rq, void **out,
-                 hyc_status *st)
+static int unary(hyc *c, const char *name, const ProtobufCMessage *rq, void **out, hyc_status *st)
 {
     *out = NULL;
     const hy_rpc_method *m = method(name);
@@ -263,8 +284,7 @@ static int server_stream(hyc *c, const char *name, const ProtobufCMessage *rq,
     stream_ctx s = {on, ctx, false};
     hy_rpc_status rs;
     hy_err e = {0};
-    int rc =
-        hy_rpc_client_call(c->rpc, m, rq, c->token, c->deadline_ms, on_stream, &s, &rs, &e);
+    int rc = hy_rpc_client_call(c->rpc, m, rq, c->token, c->deadline_ms, on_stream, &s, &rs, &e);
     if (s.stopped) return status_set(st, HYC_CANCELLED, "client: stopped by the callback");
     return call_status(rc, &rs, &e, st);
 }

@@ -25,7 +25,7 @@
 #include <string.h>
 #include <time.h>
 
-#define BENCH_CODES 17 /* gRPC status codes 0..16 */
+#define BENCH_CODES       17 /* gRPC status codes 0..16 */
 #define BENCH_CLIENTS_MAX 1024
 
 typedef struct bench {
@@ -44,7 +44,7 @@ typedef struct bench {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int ready, phase;
-    double t0, t_end; /* monotonic seconds */
+    double t0, t_end;   /* monotonic seconds */
     atomic_ullong next; /* open loop: the next request's index */
 } bench;
 
@@ -53,12 +53,12 @@ typedef struct worker {
     int index;
     pthread_t thread;
     hyc *c;
-    int connect_code;          /* Health's status before the run */
+    int connect_code; /* Health's status before the run */
     char connect_msg[512];
-    double *lat;               /* ms */
+    double *lat; /* ms */
     size_t n, cap;
     uint64_t codes[BENCH_CODES + 1]; /* the last: codes outside 0..16 */
-    uint64_t seq;              /* closed loop: this thread's request count */
+    uint64_t seq;                    /* closed loop: this thread's request count */
 } worker;
 
 static double now_s(void)
@@ -318,8 +318,7 @@ int ctl_bench(ctl *x, int argc, char **argv)
         } else if ((r = ctl_arg(x, argc, argv, &i, "--rate", &v))) {
             if (r < 0 || ctl_double(x, "--rate", v, 0.001, 1e7, &b.rate)) return CTL_USAGE;
         } else if ((r = ctl_arg(x, argc, argv, &i, "--duration", &v))) {
-            if (r < 0 || ctl_double(x, "--duration", v, 0.01, 86400, &b.duration))
-                return CTL_USAGE;
+            if (r < 0 || ctl_double(x, "--duration", v, 0.01, 86400, &b.duration)) return CTL_USAGE;
         } else if ((r = ctl_arg(x, argc, argv, &i, "--segment", &v))) {
             if (r < 0) return CTL_USAGE;
             if (nfiles == sizeof files / sizeof files[0]) return ctl_usage(x, "too many segments");

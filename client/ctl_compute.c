@@ -81,8 +81,7 @@ int ctl_lookup(ctl *x, int argc, char **argv)
         } else if (into) {
             if (list_add(x, into, into == &files ? "segments" : "keys", argv[i])) return CTL_USAGE;
         } else {
-            return ctl_usage(x, "unexpected argument '%s' (--segment FILE or --key KEY?)",
-                             argv[i]);
+            return ctl_usage(x, "unexpected argument '%s' (--segment FILE or --key KEY?)", argv[i]);
         }
     }
     if (files.n && keys.n) return ctl_usage(x, "--segment or --key, not both");
@@ -91,7 +90,8 @@ int ctl_lookup(ctl *x, int argc, char **argv)
     uint8_t(*kb)[32] = NULL;
     hy_err e = {0};
     if (files.n) {
-        if (ctl_segments_from_files(&segs, files.v, files.n, ids, &e)) return ctl_error("%s", e.msg);
+        if (ctl_segments_from_files(&segs, files.v, files.n, ids, &e))
+            return ctl_error("%s", e.msg);
     } else {
         kb = calloc(keys.n, sizeof *kb);
         if (!kb || ctl_segments_new(&segs, keys.n, &e)) {
@@ -133,8 +133,9 @@ int ctl_lookup(ctl *x, int argc, char **argv)
             snprintf(tok, sizeof tok, "%u", s->tokens);
             ctl_bytes(s->bytes, bytes, sizeof bytes);
             ctl_hex(&s->key, key, sizeof key);
-            const char *row[] = {idx,   s->hit ? "hit" : "miss", ctl_tier_name(s->tier), tok,
-                                 bytes, key, i < files.n ? files.v[i] : "-"};
+            const char *row[] = {
+                idx, s->hit ? "hit" : "miss",       ctl_tier_name(s->tier), tok, bytes,
+                key, i < files.n ? files.v[i] : "-"};
             ctl_table_row(t, row);
         }
         ctl_table_print(t);
@@ -151,8 +152,6 @@ int ctl_lookup(ctl *x, int argc, char **argv)
 }
 
 /* ---- warm ---- */
-
-#define CTL_TAGS_MAX 64
 
 typedef struct warm_ctx {
     const ctl *x;
@@ -196,14 +195,12 @@ static int on_progress(void *arg, const Hypic__V1__WarmProgress *p)
     }
     char idx[24], state[24], bytes[32], ms[24], key[65];
     snprintf(idx, sizeof idx, "%u", p->index);
-    ctl_enum(&hypic__v1__warm_progress__state__descriptor, p->state, "STATE_", state,
-             sizeof state);
+    ctl_enum(&hypic__v1__warm_progress__state__descriptor, p->state, "STATE_", state, sizeof state);
     ctl_bytes(p->bytes, bytes, sizeof bytes);
     snprintf(ms, sizeof ms, "%.1f", p->ms);
     ctl_hex(&p->key, key, sizeof key);
     if (w->bar) {
-        const char *row[] = {idx,   state, ctl_tier_name(p->tier), bytes, ms,
-                             key,   file,  p->error};
+        const char *row[] = {idx, state, ctl_tier_name(p->tier), bytes, ms, key, file, p->error};
         ctl_table_row(w->table, row);
         warm_bar(w);
     } else { /* one line per segment as it is done */
@@ -226,7 +223,7 @@ int ctl_warm(ctl *x, int argc, char **argv)
         int r;
         if ((r = ctl_arg(x, argc, argv, &i, "--tag", &v))) {
             if (r < 0) return CTL_USAGE;
-            if (ntags == CTL_TAGS_MAX - 1) return ctl_usage(x, "too many --tag");
+            if (ntags == CTL_TAGS_MAX) return ctl_usage(x, "more than %d --tag", CTL_TAGS_MAX);
             tags[ntags++] = (char *)v;
         } else if ((r = ctl_arg(x, argc, argv, &i, "--seam", &v))) {
             if (r < 0 || parse_seam(x, v, &rq.seam)) return CTL_USAGE;
@@ -271,8 +268,8 @@ int ctl_warm(ctl *x, int argc, char **argv)
     warm_ctx w = {.x = x, .files = files.v, .n = files.n, .bar = !x->json && isatty(2)};
     if (x->json) w.items = cJSON_CreateArray();
     if (w.bar) {
-        static const char *const hdr[] = {"#",  "STATE", "TIER", "BYTES", "MS",
-                                          "KEY", "FILE", "ERROR"};
+        static const char *const hdr[] = {"#",  "STATE", "TIER", "BYTES",
+                                          "MS", "KEY",   "FILE", "ERROR"};
         w.table = ctl_table_new(8, hdr);
         warm_bar(&w);
     }
@@ -301,8 +298,7 @@ int ctl_warm(ctl *x, int argc, char **argv)
         ctl_bytes(w.bytes, b, sizeof b);
         printf("%zu segments: %zu built, %zu cached, %zu uncacheable, %zu not admitted, %zu "
                "failed; %s, %.1f ms\n",
-               w.done, w.by_state[1], w.by_state[2], w.by_state[3], w.by_state[4], failed, b,
-               w.ms);
+               w.done, w.by_state[1], w.by_state[2], w.by_state[3], w.by_state[4], failed, b, w.ms);
     }
     if (!rc && w.done != files.n)
         rc = ctl_error("warm: %zu of %zu segments reported", w.done, files.n);
@@ -322,8 +318,10 @@ static int parse_mode(const ctl *x, const char *v, Hypic__V1__Mode *out)
     static const struct {
         const char *name;
         Hypic__V1__Mode mode;
-    } modes[] = {{"full", HYPIC__V1__MODE__MODE_FULL},     {"prefix", HYPIC__V1__MODE__MODE_PREFIX},
-                 {"pic", HYPIC__V1__MODE__MODE_PIC},       {"noseam", HYPIC__V1__MODE__MODE_NOSEAM},
+    } modes[] = {{"full", HYPIC__V1__MODE__MODE_FULL},
+                 {"prefix", HYPIC__V1__MODE__MODE_PREFIX},
+                 {"pic", HYPIC__V1__MODE__MODE_PIC},
+                 {"noseam", HYPIC__V1__MODE__MODE_NOSEAM},
                  {"naive", HYPIC__V1__MODE__MODE_NAIVE}};
     for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
         if (strcmp(v, modes[i].name) == 0) {
@@ -387,11 +385,18 @@ static void print_prefill(const Hypic__V1__PrefillResponse *r, char *const *file
     const struct {
         const char *name;
         double ms;
-    } phases[] = {{"lookup", tm->lookup_ms},       {"fetch hbm", tm->fetch_hbm_ms},
-                  {"fetch host", tm->fetch_host_ms}, {"fetch nvme", tm->fetch_nvme_ms},
-                  {"seams", tm->seams_ms},         {"compose", tm->compose_ms},
-                  {"misses", tm->misses_ms},       {"query", tm->query_ms},
-                  {"decode", tm->decode_ms},       {"store", tm->store_ms},
+    } phases[] = {{"lookup", tm->lookup_ms},
+                  {"fetch hbm", tm->fetch_hbm_ms},
+                  {"fetch host", tm->fetch_host_ms},
+                  {"fetch nvme", tm->fetch_nvme_ms},
+                  {"prefix restore", tm->prefix_restore_ms},
+                  {"seams", tm->seams_ms},
+                  {"compose", tm->compose_ms},
+                  {"misses", tm->misses_ms},
+                  {"query", tm->query_ms},
+                  {"ttft", tm->ttft_ms},
+                  {"decode", tm->decode_ms},
+                  {"store", tm->store_ms},
                   {"total", tm->total_ms}};
     static const char *const phdr[] = {"PHASE", "MS"};
     ctl_table *p = ctl_table_new(2, phdr);
@@ -453,7 +458,8 @@ int ctl_prefill(ctl *x, int argc, char **argv)
     ctl_ids q = {0};
     hy_err e = {0};
     if (ctl_segments_from_files(&segs, files.v, files.n, ids, &e) ||
-        (query_file ? ctl_ids_from_file(query_file, ids, &q, &e) : ctl_ids_from_text(text, &q, &e))) {
+        (query_file ? ctl_ids_from_file(query_file, ids, &q, &e)
+                    : ctl_ids_from_text(text, &q, &e))) {
         ctl_segments_free(&segs);
         return ctl_error("%s", e.msg);
     }

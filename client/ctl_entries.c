@@ -67,7 +67,7 @@ static void print_status(const Hypic__V1__HealthResponse *h, const Hypic__V1__St
            (unsigned long long)s->checksum_failures);
     printf("load      %llu requests in flight, %llu queued\n\n",
            (unsigned long long)s->requests_in_flight, (unsigned long long)s->queue_depth);
-    static const char *const hdr[] = {"TIER", "ENTRIES",    "BYTES",     "CAPACITY", "USED",
+    static const char *const hdr[] = {"TIER", "ENTRIES",   "BYTES",      "CAPACITY", "USED",
                                       "HITS", "EVICTIONS", "PROMOTIONS", "DEMOTIONS"};
     ctl_table *t = ctl_table_new(9, hdr);
     for (size_t i = 0; i < s->n_tiers; i++) {
@@ -186,7 +186,7 @@ int ctl_ls(ctl *x, int argc, char **argv)
     hyc *c;
     int rc = ctl_connect(x, CTL_DEADLINE_DEFAULT_MS, &c);
     if (rc) return rc;
-    static const char *const hdr[] = {"KEY",  "TIERS", "TOKENS", "BYTES", "HITS",
+    static const char *const hdr[] = {"KEY", "TIERS", "TOKENS", "BYTES", "HITS",
                                       "AGE", "IDLE",  "TAGS",   "MODEL"};
     ctl_table *t = x->json ? NULL : ctl_table_new(all_models ? 9 : 8, hdr);
     cJSON *o = x->json ? cJSON_CreateObject() : NULL;
@@ -314,7 +314,9 @@ int ctl_inspect(ctl *x, int argc, char **argv)
                 snprintf(layer, sizeof layer, "%d", s->layer);
             snprintf(bytes, sizeof bytes, "%llu", (unsigned long long)s->bytes);
             const char *row[] = {layer, s->name, bytes,
-                                 !r->verified ? "-" : s->checksum_ok ? "ok" : "FAILED"};
+                                 !r->verified     ? "-"
+                                 : s->checksum_ok ? "ok"
+                                                  : "FAILED"};
             ctl_table_row(t, row);
         }
         ctl_table_print(t);
@@ -503,7 +505,8 @@ int ctl_get(ctl *x, int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *v;
         int r;
-        if ((r = ctl_arg(x, argc, argv, &i, "--out", &v)) || (r = ctl_arg(x, argc, argv, &i, "-o", &v))) {
+        if ((r = ctl_arg(x, argc, argv, &i, "--out", &v)) ||
+            (r = ctl_arg(x, argc, argv, &i, "-o", &v))) {
             if (r < 0) return CTL_USAGE;
             out = v;
         } else if ((r = ctl_global(x, argc, argv, &i))) {
@@ -621,8 +624,6 @@ static int meta_from_json(const char *path, const cJSON *j, Hypic__V1__EntryMeta
     return CTL_OK;
 }
 
-#define CTL_TAGS_MAX 64
-
 int ctl_put(ctl *x, int argc, char **argv)
 {
     const char *file = NULL, *metafile = NULL;
@@ -713,6 +714,7 @@ typedef struct watch_ctx {
 static int on_event(void *arg, const Hypic__V1__WatchEvent *ev)
 {
     watch_ctx *w = arg;
+    if (ev->kind == HYPIC__V1__WATCH_EVENT__KIND__KIND_HEARTBEAT) return 0; /* liveness only */
     if (w->json) {
         ctl_json_print(ctl_json_msg(&ev->base));
     } else {
@@ -724,8 +726,7 @@ static int on_event(void *arg, const Hypic__V1__WatchEvent *ev)
             join_strings(ev->meta->tags, ev->meta->n_tags, tags, sizeof tags);
         }
         printf("%-8s %s  %-10s %-6u %-10s %s%s%s\n", kind, key, ev->meta ? ev->meta->model : "-",
-               ev->meta ? ev->meta->tokens : 0, bytes, tags, ev->reason[0] ? "  " : "",
-               ev->reason);
+               ev->meta ? ev->meta->tokens : 0, bytes, tags, ev->reason[0] ? "  " : "", ev->reason);
         fflush(stdout);
     }
     return ++w->count >= w->max;

@@ -23,6 +23,8 @@ enum { CTL_OK = 0, CTL_FAILED = 1, CTL_USAGE = 2, CTL_UNAVAILABLE = 3 };
 /* Default deadline of a call when --deadline-ms is not given; the long
  * streams (warm, watch) have none. */
 #define CTL_DEADLINE_DEFAULT_MS 60000
+/* --tag options of one command at most. */
+#define CTL_TAGS_MAX 64
 
 typedef struct ctl {
     const char *addr;     /* --addr, $HYPIC_ADDR, 127.0.0.1:7878 */
@@ -73,15 +75,15 @@ int ctl_global(ctl *x, int argc, char **argv, int *i);
 int ctl_u64(const ctl *x, const char *name, const char *v, uint64_t min, uint64_t max,
             uint64_t *out);
 /* A number (e.g. seconds, a rate) within [min, max]. */
-int ctl_double(const ctl *x, const char *name, const char *v, double min, double max,
-               double *out);
+int ctl_double(const ctl *x, const char *name, const char *v, double min, double max, double *out);
 /* A tier by name (hbm, host, nvme; "any" for TIER_NONE when any_ok). */
 int ctl_tier(const ctl *x, const char *name, const char *v, bool any_ok, Hypic__V1__Tier *out);
 /* A key: 64 hex digits into out[32]. */
 int ctl_key(const ctl *x, const char *v, uint8_t out[32]);
 
 /* Opens the connection with deadline_ms when --deadline-ms was not given.
- * CTL_OK, or the exit code after printing why. */
+ * CTL_OK, or the exit code after printing why (CTL_USAGE for options
+ * hyc_open refuses, e.g. a --tls-ca file without a certificate). */
 int ctl_connect(const ctl *x, int64_t deadline_ms, hyc **out);
 /* Prints "hypicctl: <CODE>: <msg>" on stderr; returns CTL_UNAVAILABLE for
  * UNAVAILABLE, CTL_FAILED otherwise. */

@@ -33,9 +33,11 @@ static cJSON *json_value(const ProtobufCFieldDescriptor *f, const void *p)
     switch (f->type) {
     case PROTOBUF_C_TYPE_INT32:
     case PROTOBUF_C_TYPE_SINT32:
-    case PROTOBUF_C_TYPE_SFIXED32: return cJSON_CreateNumber(*(const int32_t *)p);
+    case PROTOBUF_C_TYPE_SFIXED32:
+        return cJSON_CreateNumber(*(const int32_t *)p);
     case PROTOBUF_C_TYPE_UINT32:
-    case PROTOBUF_C_TYPE_FIXED32: return cJSON_CreateNumber(*(const uint32_t *)p);
+    case PROTOBUF_C_TYPE_FIXED32:
+        return cJSON_CreateNumber(*(const uint32_t *)p);
     /* 64-bit integers as their exact decimal digits: a double (cJSON's
      * number) holds 53 bits, and times in unix ns need 61 */
     case PROTOBUF_C_TYPE_INT64:
@@ -51,9 +53,12 @@ static cJSON *json_value(const ProtobufCFieldDescriptor *f, const void *p)
         snprintf(d, sizeof d, "%llu", (unsigned long long)*(const uint64_t *)p);
         return cJSON_CreateRaw(d);
     }
-    case PROTOBUF_C_TYPE_FLOAT: return cJSON_CreateNumber(*(const float *)p);
-    case PROTOBUF_C_TYPE_DOUBLE: return cJSON_CreateNumber(*(const double *)p);
-    case PROTOBUF_C_TYPE_BOOL: return cJSON_CreateBool(*(const protobuf_c_boolean *)p);
+    case PROTOBUF_C_TYPE_FLOAT:
+        return cJSON_CreateNumber(*(const float *)p);
+    case PROTOBUF_C_TYPE_DOUBLE:
+        return cJSON_CreateNumber(*(const double *)p);
+    case PROTOBUF_C_TYPE_BOOL:
+        return cJSON_CreateBool(*(const protobuf_c_boolean *)p);
     case PROTOBUF_C_TYPE_ENUM: {
         int v = *(const int *)p;
         const ProtobufCEnumValue *ev = protobuf_c_enum_descriptor_get_value(f->descriptor, v);
@@ -63,7 +68,8 @@ static cJSON *json_value(const ProtobufCFieldDescriptor *f, const void *p)
         const char *s = *(char *const *)p;
         return cJSON_CreateString(s ? s : "");
     }
-    case PROTOBUF_C_TYPE_BYTES: return json_hex(p);
+    case PROTOBUF_C_TYPE_BYTES:
+        return json_hex(p);
     case PROTOBUF_C_TYPE_MESSAGE: {
         const ProtobufCMessage *m = *(const ProtobufCMessage *const *)p;
         return m ? ctl_json_msg(m) : cJSON_CreateNull();
@@ -80,19 +86,28 @@ static size_t elem_size(ProtobufCType t)
     case PROTOBUF_C_TYPE_SINT32:
     case PROTOBUF_C_TYPE_SFIXED32:
     case PROTOBUF_C_TYPE_UINT32:
-    case PROTOBUF_C_TYPE_FIXED32: return 4;
+    case PROTOBUF_C_TYPE_FIXED32:
+        return 4;
     case PROTOBUF_C_TYPE_INT64:
     case PROTOBUF_C_TYPE_SINT64:
     case PROTOBUF_C_TYPE_SFIXED64:
     case PROTOBUF_C_TYPE_UINT64:
-    case PROTOBUF_C_TYPE_FIXED64: return 8;
-    case PROTOBUF_C_TYPE_FLOAT: return sizeof(float);
-    case PROTOBUF_C_TYPE_DOUBLE: return sizeof(double);
-    case PROTOBUF_C_TYPE_BOOL: return sizeof(protobuf_c_boolean);
-    case PROTOBUF_C_TYPE_ENUM: return sizeof(int);
-    case PROTOBUF_C_TYPE_STRING: return sizeof(char *);
-    case PROTOBUF_C_TYPE_BYTES: return sizeof(ProtobufCBinaryData);
-    case PROTOBUF_C_TYPE_MESSAGE: return sizeof(ProtobufCMessage *);
+    case PROTOBUF_C_TYPE_FIXED64:
+        return 8;
+    case PROTOBUF_C_TYPE_FLOAT:
+        return sizeof(float);
+    case PROTOBUF_C_TYPE_DOUBLE:
+        return sizeof(double);
+    case PROTOBUF_C_TYPE_BOOL:
+        return sizeof(protobuf_c_boolean);
+    case PROTOBUF_C_TYPE_ENUM:
+        return sizeof(int);
+    case PROTOBUF_C_TYPE_STRING:
+        return sizeof(char *);
+    case PROTOBUF_C_TYPE_BYTES:
+        return sizeof(ProtobufCBinaryData);
+    case PROTOBUF_C_TYPE_MESSAGE:
+        return sizeof(ProtobufCMessage *);
     }
     return 0;
 }
@@ -238,10 +253,14 @@ void ctl_age(uint64_t unix_ns, char *out, size_t cap)
 const char *ctl_tier_name(int tier)
 {
     switch (tier) {
-    case HYPIC__V1__TIER__TIER_HBM: return "hbm";
-    case HYPIC__V1__TIER__TIER_HOST: return "host";
-    case HYPIC__V1__TIER__TIER_NVME: return "nvme";
-    default: return "-";
+    case HYPIC__V1__TIER__TIER_HBM:
+        return "hbm";
+    case HYPIC__V1__TIER__TIER_HOST:
+        return "host";
+    case HYPIC__V1__TIER__TIER_NVME:
+        return "nvme";
+    default:
+        return "-";
     }
 }
 

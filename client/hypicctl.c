@@ -57,7 +57,8 @@ static const command commands[] = {
     {"status", ctl_status,
      "usage: hypicctl status\n"
      "Health (serving or not, version, models) and Stats (entries, bytes, hits, evictions,\n"
-     "promotions, demotions per tier; misses, puts, requests in flight, queue depth).\n"},
+     "promotions, demotions per tier; misses, puts, requests in flight, queue depth).\n"
+     "Exit 1 when the daemon answers but is not serving (starting or draining).\n"},
     {"ls", ctl_ls,
      "usage: hypicctl ls [--tier hbm|host|nvme] [--tag T] [--sort key|bytes|hits|age] [--desc]\n"
      "                   [--limit N] [--page-size N]\n"
@@ -76,7 +77,8 @@ static const command commands[] = {
     {"policy", ctl_policy,
      "usage: hypicctl policy get TIER\n"
      "       hypicctl policy set TIER --evict lru|lfu|s3fifo|gdsf|hybrid\n"
-     "                               --admit always|second-hit|tinylfu|min-tokens [--min-tokens N]\n"
+     "                               --admit always|second-hit|tinylfu|min-tokens [--min-tokens "
+     "N]\n"
      "A tier's (hbm, host, nvme) eviction and admission policy, read or changed at runtime.\n"},
     {"get", ctl_get,
      "usage: hypicctl get KEY --out FILE\n"
@@ -200,8 +202,7 @@ int ctl_u64(const ctl *x, const char *name, const char *v, uint64_t min, uint64_
     return CTL_OK;
 }
 
-int ctl_double(const ctl *x, const char *name, const char *v, double min, double max,
-               double *out)
+int ctl_double(const ctl *x, const char *name, const char *v, double min, double max, double *out)
 {
     char *end;
     errno = 0;
@@ -262,7 +263,7 @@ int ctl_global(ctl *x, int argc, char **argv, int *i)
         return r;
     }
     if ((r = ctl_arg(x, argc, argv, i, "--token", &v))) {
-        if (r > 0) x->token = v;
+        if (r > 0) x->token = v[0] ? v : NULL; /* "": none */
         return r;
     }
     if ((r = ctl_arg(x, argc, argv, i, "--tls-ca", &v))) {
@@ -300,7 +301,9 @@ int ctl_connect(const ctl *x, int64_t deadline_ms, hyc **out)
                      .tls_server_name = x->tls_name};
     hyc_status st;
     if (hyc_open(&o, out, &st) == HYC_OK) return CTL_OK;
-    return ctl_fail(&st);
+    int rc = ctl_fail(&st);
+    /* what hyc_open refuses is what the options said (--addr, --tls-ca) */
+    return st.code == HYC_INVALID_ARGUMENT ? CTL_USAGE : rc;
 }
 
 int main(int argc, char **argv)

@@ -5,10 +5,11 @@
  * time on it, so calls from different threads on one channel never see each
  * other's events.
  *
- * A unary or server-streaming call: [send metadata (the bearer token), the
- * request, close] with [receive the server's metadata]; then [receive one
- * message] until the stream ends (a unary method sends one); then [receive
- * the status].
+ * A unary call is one batch: [send metadata (the bearer token), the
+ * request, close, receive the server's metadata, the response, the status].
+ * A server-streaming call: [send metadata, the request, close] with [receive
+ * the server's metadata]; then [receive one message] until the stream ends;
+ * then [receive the status].
  *
  * A client-streaming call: [send metadata], then [send one message] per
  * request, then [close] with [receive the server's metadata]; then the
@@ -53,8 +54,8 @@ int hy_rpc_client_open_ex(const hy_rpc_client_options *o, hy_rpc_client **out, h
      * after its first chunk) hung in the next send until the deadline in 5
      * of 8 runs of tests/rpc/test_transport's stream_refused_early; 0 of 12
      * without it. */
-    args[cargs.num_args++] = (grpc_arg){
-        .type = GRPC_ARG_INTEGER, .key = GRPC_ARG_ENABLE_RETRIES, .value.integer = 0};
+    args[cargs.num_args++] =
+        (grpc_arg){.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_ENABLE_RETRIES, .value.integer = 0};
     grpc_channel_credentials *creds;
     if (o->tls_root_pem) {
         /* gRPC copies the PEM text and the override: o need not outlive us. */
@@ -98,8 +99,8 @@ void hy_rpc_client_close(hy_rpc_client *cl)
     hy_rpc_grpc_release();
 }
 
-/* One call in progress: its queue, its gRPC call and the metadata it sends
- * and receives. */
+/* One call in progress: its queue, its gRPC call, the metadata it sends
+ * and receives, and where its status is received. */
 typedef struct call {
     hy_rpc_client *cl;
     const char *path;
@@ -107,7 +108,10 @@ typedef struct call {
     grpc_call *call;
     grpc_metadata md; /* authorization, when there is a token */
     bool has_md;
-    grpc_metadata_array initial;
+    grpc_metadata_array initial, trailing;
+    grpc_status_code code;
+    grpc_slice details;
+    const char *error_string;
     char auth[600];
 } call;
 
@@ -133,6 +137,9 @@ static void call_begin(call *c, hy_rpc_client *cl, const char *path, const char 
         c->has_md = true;
     }
     grpc_metadata_array_init(&c->initial);
+    grpc_metadata_array_init(&c->trailing);
+    c->code = GRPC_STATUS_UNKNOWN;
+    c->details = grpc_empty_slice();
 }
 
 /* Runs ops on the call to their completion (the queue has nothing else
@@ -158,6 +165,16 @@ static grpc_op op_recv_metadata(call *c)
     return op;
 }
 
+static grpc_op op_recv_status(call *c)
+{
+    grpc_op op = {.op = GRPC_OP_RECV_STATUS_ON_CLIENT};
+    op.data.recv_status_on_client.trailing_metadata = &c->trailing;
+    op.data.recv_status_on_client.status = &c->code;
+    op.data.recv_status_on_client.status_details = &c->details;
+    op.data.recv_status_on_client.error_string = &c->error_string;
+    return op;
+}
+
 /* Reads responses until the stream ends, handing each to on_bytes; an
  * on_bytes that refuses one cancels the call. Returns what on_bytes
  * returned (0 when it took every one). */
@@ -179,31 +196,22 @@ static int call_read(call *c, int (*on_bytes)(void *ctx, const void *b, size_t n
     }
 }
 
-/* Receives the status into *st, then frees the call. HY_EIO when none came
- * back. */
-static int call_end(call *c, hy_rpc_status *st, hy_err *err)
+/* Receives the status (unless have_status: an earlier batch did) into *st,
+ * then frees the call. HY_EIO when none came back. */
+static int call_end(call *c, bool have_status, hy_rpc_status *st, hy_err *err)
 {
     int rc = HY_OK;
-    grpc_metadata_array trailing;
-    grpc_metadata_array_init(&trailing);
-    grpc_status_code code = GRPC_STATUS_UNKNOWN;
-    grpc_slice details = grpc_empty_slice();
-    const char *error_string = NULL;
-    grpc_op sop = {.op = GRPC_OP_RECV_STATUS_ON_CLIENT};
-    sop.data.recv_status_on_client.trailing_metadata = &trailing;
-    sop.data.recv_status_on_client.status = &code;
-    sop.data.recv_status_on_client.status_details = &details;
-    sop.data.recv_status_on_client.error_string = &error_string;
-    if (!call_batch(c, &sop, 1)) {
+    grpc_op sop = op_recv_status(c);
+    if (!have_status && !call_batch(c, &sop, 1)) {
         rc = hy_err_set(err, HY_EIO, "%s: no status came back", c->path);
     } else {
-        st->code = (int)code;
-        snprintf(st->msg, sizeof st->msg, "%.*s", (int)GRPC_SLICE_LENGTH(details),
-                 (const char *)GRPC_SLICE_START_PTR(details));
+        st->code = (int)c->code;
+        snprintf(st->msg, sizeof st->msg, "%.*s", (int)GRPC_SLICE_LENGTH(c->details),
+                 (const char *)GRPC_SLICE_START_PTR(c->details));
     }
-    gpr_free((void *)error_string);
-    grpc_slice_unref(details);
-    grpc_metadata_array_destroy(&trailing);
+    gpr_free((void *)c->error_string);
+    grpc_slice_unref(c->details);
+    grpc_metadata_array_destroy(&c->trailing);
     grpc_metadata_array_destroy(&c->initial);
     if (c->has_md) grpc_slice_unref(c->md.value);
     grpc_call_unref(c->call);
@@ -212,6 +220,38 @@ static int call_end(call *c, hy_rpc_status *st, hy_err *err)
            GRPC_QUEUE_SHUTDOWN) {
     }
     grpc_completion_queue_destroy(c->cq);
+    return rc;
+}
+
+/* A unary call in one batch: [send metadata, the request, close, receive
+ * metadata, the response, the status], so the caller waits once instead of
+ * three times. Measured with hypicctl bench (Lookup of one segment, 16
+ * clients, the daemon on the same 2 cores, 3 interleaved runs of 3 s): p50
+ * 1.2 -> 0.9 ms, about 10 000 -> 14 600 requests/s. */
+static int call_unary(call *c, grpc_byte_buffer *out,
+                      int (*on_bytes)(void *ctx, const void *b, size_t n), void *ctx,
+                      hy_rpc_status *st, hy_err *err)
+{
+    grpc_byte_buffer *bb = NULL;
+    grpc_op ops[6] = {
+        op_send_metadata(c), {.op = GRPC_OP_SEND_MESSAGE}, {.op = GRPC_OP_SEND_CLOSE_FROM_CLIENT},
+        op_recv_metadata(c), {.op = GRPC_OP_RECV_MESSAGE}, op_recv_status(c)};
+    ops[1].data.send_message.send_message = out;
+    ops[4].data.recv_message.recv_message = &bb;
+    /* The batch completes when the call has ended, with the status filled
+     * in whether or not every other operation succeeded; only a batch gRPC
+     * refused to start has none. */
+    bool started = grpc_call_start_batch(c->call, ops, 6, c, NULL) == GRPC_CALL_OK;
+    if (started) grpc_completion_queue_next(c->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    int cb_rc = 0;
+    if (bb) {
+        grpc_slice s = hy_rpc_buffer_slice(bb);
+        grpc_byte_buffer_destroy(bb);
+        cb_rc = on_bytes ? on_bytes(ctx, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s)) : 0;
+        grpc_slice_unref(s);
+    }
+    int rc = call_end(c, started, st, err);
+    if (cb_rc && !rc) rc = hy_err_set(err, cb_rc, "%s: a response was refused", c->path);
     return rc;
 }
 
@@ -225,15 +265,23 @@ int hy_rpc_client_call_raw(hy_rpc_client *cl, const char *path, const void *req,
     call c;
     call_begin(&c, cl, path, token, deadline_ms);
     grpc_byte_buffer *out = hy_rpc_buffer_from(req, n);
-    grpc_op ops[4] = {op_send_metadata(&c), {.op = GRPC_OP_SEND_MESSAGE},
-                      {.op = GRPC_OP_SEND_CLOSE_FROM_CLIENT}, op_recv_metadata(&c)};
+    const hy_rpc_method *m = hy_rpc_method_find(path, strlen(path));
+    if (m && m->shape == HY_RPC_UNARY) {
+        int rc = call_unary(&c, out, on_bytes, ctx, st, err);
+        grpc_byte_buffer_destroy(out);
+        return rc;
+    }
+    grpc_op ops[4] = {op_send_metadata(&c),
+                      {.op = GRPC_OP_SEND_MESSAGE},
+                      {.op = GRPC_OP_SEND_CLOSE_FROM_CLIENT},
+                      op_recv_metadata(&c)};
     ops[1].data.send_message.send_message = out;
     /* A failed batch here is a call that died (deadline, no server): its
      * status, received below, says why. */
     bool alive = call_batch(&c, ops, 4);
     grpc_byte_buffer_destroy(out);
     int cb_rc = alive ? call_read(&c, on_bytes, ctx) : 0;
-    int rc = call_end(&c, st, err);
+    int rc = call_end(&c, false, st, err);
     if (cb_rc && !rc) rc = hy_err_set(err, cb_rc, "%s: a response was refused", path);
     return rc;
 }
@@ -322,7 +370,7 @@ int hy_rpc_client_call_stream(hy_rpc_client *cl, const hy_rpc_method *m, const c
     int next_rc = send_stream(&c, next, next_ctx, &nerr);
     decode_ctx dc = {m->response, cl->max_message, on_msg, ctx, &derr};
     int cb_rc = next_rc ? 0 : call_read(&c, decode_one, &dc);
-    int rc = call_end(&c, st, err);
+    int rc = call_end(&c, false, st, err);
     if (next_rc) {
         if (err) {
             *err = nerr;

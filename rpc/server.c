@@ -13,6 +13,13 @@
  * handlers see HY_EIO); every worker's pending request then completes
  * unsuccessfully and the worker exits; the shutdown notification arrives on
  * a queue of its own; then the server and the queues are destroyed.
+ *
+ * A call is of one of two kinds. A gRPC call is the above. A local call
+ * (hy_rpc_call_local) runs a handler inside the caller's process on the same
+ * hy_rpc_call_* surface, without gRPC: its request and each response are
+ * packed and decoded again, as they would be on the wire, and the responses
+ * go to the caller's callback; so a handler's cost can be measured with and
+ * without the network around it.
  */
 #include "rpc_internal.h"
 
@@ -20,18 +27,38 @@
 #include <grpc/support/time.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+typedef enum call_kind {
+    CALL_GRPC = 0, /* from a client over gRPC (serve) */
+    CALL_LOCAL,    /* in this process (hy_rpc_call_local) */
+} call_kind;
+
+/* What a local call has instead of gRPC's call: where responses go and
+ * where the status is recorded. */
+typedef struct local_end {
+    int (*on_msg)(void *ctx, const ProtobufCMessage *msg);
+    void *ctx;
+    const char *authorization; /* the "authorization" metadata, or NULL */
+    hy_rpc_status *st;
+    int rc; /* 0, on_msg's non-zero return, or HY_EFORMAT for a response that did not decode */
+} local_end;
+
 struct hy_rpc_call {
+    call_kind kind;
+    const hy_rpc_method *method;
+    bool sent_initial, finished;
+    /* CALL_GRPC */
     grpc_call *call;
     grpc_completion_queue *cq;
-    const hy_rpc_method *method;
     grpc_metadata_array *md;
     gpr_timespec deadline;
     size_t max_message;
-    bool sent_initial, finished;
+    /* CALL_LOCAL */
+    local_end *local;
 };
 
 typedef struct worker {
@@ -56,23 +83,35 @@ const hy_rpc_method *hy_rpc_call_method(const hy_rpc_call *c)
     return c->method;
 }
 
+/* Copies v[0..n) NUL-terminated into buf (cap bytes, truncated if longer). */
+static const char *copy_value(const char *v, size_t n, char *buf, size_t cap)
+{
+    if (!cap) return NULL;
+    if (n >= cap) n = cap - 1;
+    memcpy(buf, v, n);
+    buf[n] = '\0';
+    return buf;
+}
+
 const char *hy_rpc_call_metadata(const hy_rpc_call *c, const char *key, char *buf, size_t cap)
 {
+    if (c->kind == CALL_LOCAL) {
+        const char *v = c->local->authorization;
+        if (!v || strcmp(key, "authorization") != 0) return NULL;
+        return copy_value(v, strlen(v), buf, cap);
+    }
     for (size_t i = 0; i < c->md->count; i++) {
         const grpc_metadata *m = &c->md->metadata[i];
         if (grpc_slice_str_cmp(m->key, key) != 0) continue;
-        size_t n = GRPC_SLICE_LENGTH(m->value);
-        if (!cap) return NULL;
-        if (n >= cap) n = cap - 1;
-        memcpy(buf, GRPC_SLICE_START_PTR(m->value), n);
-        buf[n] = '\0';
-        return buf;
+        return copy_value((const char *)GRPC_SLICE_START_PTR(m->value), GRPC_SLICE_LENGTH(m->value),
+                          buf, cap);
     }
     return NULL;
 }
 
 int64_t hy_rpc_call_ms_left(const hy_rpc_call *c)
 {
+    if (c->kind == CALL_LOCAL) return INT64_MAX; /* a local call has no deadline */
     if (gpr_time_cmp(c->deadline, gpr_inf_future(c->deadline.clock_type)) == 0) return INT64_MAX;
     gpr_timespec now = gpr_now(GPR_CLOCK_MONOTONIC);
     gpr_timespec dl = gpr_convert_clock_type(c->deadline, GPR_CLOCK_MONOTONIC);
@@ -80,9 +119,38 @@ int64_t hy_rpc_call_ms_left(const hy_rpc_call *c)
     return left.tv_sec * 1000 + left.tv_nsec / 1000000;
 }
 
+/* A local call's send: the message packed, decoded again as the method's
+ * response type and handed to on_msg, as a client would receive it. Once
+ * on_msg has refused a message the caller is gone: this and every later
+ * send fail HY_EIO, as they do when a gRPC client goes. */
+static int local_send(hy_rpc_call *c, const ProtobufCMessage *msg, hy_err *err)
+{
+    local_end *l = c->local;
+    if (l->rc) return hy_err_set(err, HY_EIO, "%s: the caller is gone", c->method->name);
+    const size_t n = protobuf_c_message_get_packed_size(msg);
+    uint8_t *b = malloc(n ? n : 1);
+    if (!b) return hy_err_set(err, HY_ENOMEM, "out of memory");
+    protobuf_c_message_pack(msg, b);
+    ProtobufCMessage *back;
+    hy_err e = {0};
+    int rc = hy_rpc_unpack(c->method->response, b, n, SIZE_MAX, &back, &e);
+    free(b);
+    if (rc) { /* what a client would make of it: it cannot decode the response */
+        l->rc = rc;
+        return hy_err_set(err, HY_EIO, "%s: the caller could not decode the response: %s",
+                          c->method->name, e.msg);
+    }
+    l->rc = l->on_msg ? l->on_msg(l->ctx, back) : 0;
+    protobuf_c_message_free_unpacked(back, NULL);
+    c->sent_initial = true;
+    if (l->rc) return hy_err_set(err, HY_EIO, "%s: the caller is gone", c->method->name);
+    return HY_OK;
+}
+
 int hy_rpc_call_send(hy_rpc_call *c, const ProtobufCMessage *msg, hy_err *err)
 {
     if (c->finished) return hy_err_set(err, HY_EINVAL, "%s: send after finish", c->method->name);
+    if (c->kind == CALL_LOCAL) return local_send(c, msg, err);
     grpc_byte_buffer *bb = hy_rpc_buffer_pack(msg);
     if (!bb) return hy_err_set(err, HY_ENOMEM, "out of memory");
     grpc_op ops[2] = {0};
@@ -120,10 +188,17 @@ static int decode(hy_rpc_call *c, grpc_byte_buffer *bb, ProtobufCMessage **msg, 
 int hy_rpc_call_recv(hy_rpc_call *c, ProtobufCMessage **msg, hy_err *err)
 {
     *msg = NULL;
+    if (c->kind == CALL_LOCAL) /* hy_rpc_call_local runs no client-streaming method */
+        return hy_err_set(err, HY_EINVAL, "%s: an in-process call has no request stream",
+                          c->method->name);
     grpc_byte_buffer *bb;
     if (recv_buffer(c, &bb))
         return hy_err_set(err, HY_EIO, "%s: the client is gone", c->method->name);
-    if (!bb) return HY_ENOTFOUND;
+    if (!bb) { /* the end of the stream, or a client that cancelled it */
+        if (grpc_call_failed_before_recv_message(c->call))
+            return hy_err_set(err, HY_EIO, "%s: the client is gone", c->method->name);
+        return HY_ENOTFOUND;
+    }
     int rc = decode(c, bb, msg, err);
     grpc_byte_buffer_destroy(bb);
     return rc;
@@ -133,6 +208,12 @@ int hy_rpc_call_finish(hy_rpc_call *c, hy_rpc_code code, const char *msg)
 {
     if (c->finished) return HY_EINVAL;
     c->finished = true;
+    if (c->kind == CALL_LOCAL) {
+        hy_rpc_status *st = c->local->st;
+        st->code = (int)code;
+        snprintf(st->msg, sizeof st->msg, "%s", msg ? msg : "");
+        return HY_OK;
+    }
     grpc_slice details = grpc_slice_from_copied_string(msg ? msg : "");
     int cancelled = 0;
     grpc_op ops[3] = {0};
@@ -152,7 +233,8 @@ int hy_rpc_call_finish(hy_rpc_call *c, hy_rpc_code code, const char *msg)
 static void serve(hy_rpc_server *s, worker *w, grpc_call *call, grpc_call_details *d,
                   grpc_metadata_array *md)
 {
-    hy_rpc_call c = {.call = call,
+    hy_rpc_call c = {.kind = CALL_GRPC,
+                     .call = call,
                      .cq = w->cq,
                      .md = md,
                      .deadline = d->deadline,
@@ -188,6 +270,43 @@ static void serve(hy_rpc_server *s, worker *w, grpc_call *call, grpc_call_detail
     s->handlers[c.method - hy_rpc_methods](s->app, &c, req);
     if (!c.finished) hy_rpc_call_finish(&c, HY_RPC_INTERNAL, "the handler ended without a status");
     if (req) protobuf_c_message_free_unpacked(req, NULL);
+}
+
+int hy_rpc_call_local(const hy_rpc_method *m, const ProtobufCMessage *req, hy_rpc_handler h,
+                      void *app, int (*on_msg)(void *ctx, const ProtobufCMessage *msg), void *ctx,
+                      const char *authorization, hy_rpc_status *st)
+{
+    local_end l = {.on_msg = on_msg, .ctx = ctx, .authorization = authorization, .st = st};
+    hy_rpc_call c = {.kind = CALL_LOCAL, .method = m, .local = &l};
+    memset(st, 0, sizeof *st);
+    if (!h || m->shape == HY_RPC_CLIENT_STREAM) {
+        hy_rpc_call_finish(&c, HY_RPC_UNIMPLEMENTED,
+                           h ? "a client-streaming method cannot be called in-process"
+                             : "no handler for this method");
+        return HY_OK;
+    }
+    /* The request as the server would hand it over: packed, decoded again
+     * as the method's request type (bytes that are not one are
+     * INVALID_ARGUMENT, before the handler, as on the wire). */
+    const size_t n = protobuf_c_message_get_packed_size(req);
+    uint8_t *b = malloc(n ? n : 1);
+    if (!b) {
+        hy_rpc_call_finish(&c, HY_RPC_RESOURCE_EXHAUSTED, "out of memory");
+        return HY_OK;
+    }
+    protobuf_c_message_pack(req, b);
+    ProtobufCMessage *in = NULL;
+    hy_err e = {0};
+    int rc = hy_rpc_unpack(m->request, b, n, SIZE_MAX, &in, &e);
+    free(b);
+    if (rc) {
+        hy_rpc_call_finish(&c, HY_RPC_INVALID_ARGUMENT, e.msg);
+        return HY_OK;
+    }
+    h(app, &c, in);
+    if (!c.finished) hy_rpc_call_finish(&c, HY_RPC_INTERNAL, "the handler ended without a status");
+    protobuf_c_message_free_unpacked(in, NULL);
+    return l.rc;
 }
 
 static void *worker_main(void *arg)

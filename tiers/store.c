@@ -198,7 +198,8 @@ void st_unpin(hy_store *s, obj *o)
 void st_obj_remove(hy_store *s, obj *o, const char *reason)
 {
     const uint64_t id = hy_key_id(&o->meta.key);
-    if (reason && s->cfg.on_event) s->cfg.on_event(s->cfg.event_ctx, HY_STORE_REMOVED, &o->meta, reason);
+    if (reason && s->cfg.on_event)
+        s->cfg.on_event(s->cfg.event_ctx, HY_STORE_REMOVED, &o->meta, reason);
     idx_unlink(s, o);
     quota_add(s, &o->meta, -1);
     if (o->in_nvme) st_copy_drop(s, o, HY_TIER_NVME);
@@ -856,10 +857,12 @@ int hy_store_get_policy(hy_store *s, hy_tier_id tier, hy_policy_config *p, hy_er
 {
     if (tier != HY_TIER_HOST && !(tier == HY_TIER_NVME && s->nvme) &&
         !(tier == HY_TIER_HBM && s->dev))
-        return hy_err_set(err, HY_EINVAL, "get_policy: tier %d does not exist in this store",
-                          (int)tier);
+        return hy_err_set(err, HY_EINVAL, "get_policy: this store has no %s tier",
+                          tier == HY_TIER_HBM    ? "hbm"
+                          : tier == HY_TIER_NVME ? "NVMe"
+                                                 : "host");
     pthread_mutex_lock(&s->mu);
-    *p = tier == HY_TIER_HOST ? s->cfg.host_policy
+    *p = tier == HY_TIER_HOST  ? s->cfg.host_policy
          : tier == HY_TIER_HBM ? s->cfg.hbm_policy
                                : s->cfg.nvme_policy;
     pthread_mutex_unlock(&s->mu);
@@ -932,8 +935,10 @@ int hy_store_set_policy(hy_store *s, hy_tier_id tier, const hy_policy_config *p,
 {
     if (tier != HY_TIER_HOST && !(tier == HY_TIER_NVME && s->nvme) &&
         !(tier == HY_TIER_HBM && s->dev))
-        return hy_err_set(err, HY_EINVAL, "set_policy: tier %d does not exist in this store",
-                          (int)tier);
+        return hy_err_set(err, HY_EINVAL, "set_policy: this store has no %s tier",
+                          tier == HY_TIER_HBM    ? "hbm"
+                          : tier == HY_TIER_NVME ? "NVMe"
+                                                 : "host");
     hy_policy_config *cur = tier == HY_TIER_HOST  ? &s->cfg.host_policy
                             : tier == HY_TIER_HBM ? &s->cfg.hbm_policy
                                                   : &s->cfg.nvme_policy;

@@ -38,11 +38,12 @@ extern "C" {
 typedef struct hyc hyc;
 
 typedef struct hyc_options {
-    const char *target;      /* "host:port" of hypic-cached's gRPC listener */
-    const char *token;       /* bearer token of the caller's tenant, or NULL (no tokens configured) */
-    int64_t deadline_ms;     /* per call; 0: none */
-    size_t max_message;      /* bytes per message each way; 0: 64 MiB (the daemon's default) */
-    const char *tls_ca_file; /* PEM file of the CA the server's certificate chains to: TLS; NULL: plaintext */
+    const char *target;  /* "host:port" of hypic-cached's gRPC listener */
+    const char *token;   /* bearer token of the caller's tenant, or NULL (no tokens configured) */
+    int64_t deadline_ms; /* per call; 0: none */
+    size_t max_message;  /* bytes per message each way; 0: 64 MiB (the daemon's default) */
+    const char *tls_ca_file; /* PEM file of the CA the server's certificate chains to: TLS; NULL:
+                                plaintext */
     /* The name the server's certificate must carry instead of target's host;
      * NULL: target's host. TLS only. */
     const char *tls_server_name;
@@ -77,7 +78,8 @@ enum {
 /* Opens a connection to o->target. Nothing is sent until the first call, so
  * a server that is not listening shows as UNAVAILABLE on that call, not
  * here. INVALID_ARGUMENT when o->target is empty or the CA file cannot be
- * read (the message names the file). The options are copied. */
+ * read or holds no PEM certificate (the message names the file). The
+ * options are copied. */
 int hyc_open(const hyc_options *o, hyc **out, hyc_status *st);
 /* Closes the connection; no call may be in flight on it. NULL is a no-op. */
 void hyc_close(hyc *c);

@@ -163,9 +163,10 @@ typedef struct hy_rpc_client_options {
 } hy_rpc_client_options;
 
 /* A channel to o->target; nothing is sent until the first call, so a server
- * that is not there shows as UNAVAILABLE on the first call, not here.
- * HY_EINVAL when gRPC refuses the target or the credentials (e.g. PEM text
- * it cannot use). The options are copied: they need not outlive the call. */
+ * that is not there, or a certificate that does not verify, shows as
+ * UNAVAILABLE on the first call, not here (so does PEM text gRPC cannot
+ * load: check it before). HY_EINVAL when gRPC refuses the target or the
+ * credentials. The options are copied: they need not outlive the call. */
 int hy_rpc_client_open_ex(const hy_rpc_client_options *o, hy_rpc_client **out, hy_err *err);
 /* hy_rpc_client_open_ex on a plaintext channel. */
 int hy_rpc_client_open(const char *target, size_t max_message, hy_rpc_client **out, hy_err *err);

@@ -23,6 +23,8 @@ probe tiers_includes_model hy_model.h
 probe tiers_includes_kernels hy_kernels.h
 probe rpc_includes_model hy_model.h
 probe rpc_includes_tiers hy_tiers.h
+probe client_includes_model hy_model.h
+probe client_includes_tiers hy_tiers.h
 probe user_includes_model_internal model_internal.h
 probe user_includes_tiers_internal store_internal.h
 if "$cmake" --build "$build" --target layering_allowed >"$out" 2>&1; then

@@ -1,0 +1,296 @@
+#!/bin/sh
+# hypicctl against a real hypic-cached on loopback: every command, as a table
+# and as --json (parsed with python3), with its exit code; usage errors (2);
+# a server that is not there (3); a failed call (1, "hypicctl: CODE: msg" on
+# stderr). The daemon runs with TLS (the committed test certificate) and two
+# tenants, so the TLS channel, bearer tokens and tenant isolation are
+# exercised through the command line too. The daemon is always killed.
+#   test_hypicctl.sh HYPIC_CACHED HYPICCTL
+set -u
+abs() { echo "$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; }
+cached=$(abs "$1") ctl=$(abs "$2")
+fixtures=$(cd "$(dirname "$0")/../fixtures/tls" && pwd) || exit 1
+dir=$(mktemp -d /tmp/hypicctl-test.XXXXXX) || exit 1
+pid=
+cleanup() {
+    if [ -n "$pid" ]; then
+        kill -9 "$pid" 2>/dev/null
+        wait "$pid" 2>/dev/null
+    fi
+    rm -rf "$dir"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+cd "$dir" || exit 1
+
+pass=0 fail=0
+ok() { echo "ok:   $1"; pass=$((pass + 1)); }
+bad() { echo "FAIL: $1"; fail=$((fail + 1)); }
+
+# run WANT_RC NAME ARGS...: runs hypicctl with ARGS, stdout in out, stderr in
+# err; checks its exit code.
+run() {
+    want=$1 name=$2
+    shift 2
+    "$ctl" "$@" >out 2>err
+    rc=$?
+    if [ "$rc" -eq "$want" ]; then
+        ok "$name (exit $rc)"
+    else
+        bad "$name: exit $rc, want $want"
+        sed 's/^/      out: /' out | head -20
+        sed 's/^/      err: /' err | head -20
+    fi
+}
+
+# check NAME PYTHON_EXPR: the expression over d = the JSON object in out.
+check() {
+    if python3 -c "import json,sys; d=json.load(open('out')); sys.exit(0 if ($2) else 1)" 2>pyerr; then
+        ok "$1"
+    else
+        bad "$1: not ($2)"
+        sed 's/^/      out: /' out | head -5
+        sed 's/^/      py:  /' pyerr | head -5
+    fi
+}
+
+# has NAME FILE TEXT: FILE contains TEXT.
+has() {
+    if grep -q -- "$3" "$2"; then ok "$1"; else
+        bad "$1: no '$3' in $2"
+        sed 's/^/      /' "$2" | head -20
+    fi
+}
+
+# ---- without a daemon: usage errors and a server that is not there --------
+run 0 "--help" --help
+has "--help lists the commands" out "prefill"
+run 0 "warm --help" warm --help
+has "warm --help" out "usage: hypicctl warm"
+run 2 "no command"
+run 2 "unknown command" frobnicate
+has "unknown command named" err "unknown command 'frobnicate'"
+run 2 "unknown option" ls --colour
+run 2 "missing value" ls --tier
+run 2 "bad tier" ls --tier floppy
+run 2 "bad sort" ls --sort size
+run 2 "bad key" inspect 1234
+run 2 "bad number" ls --limit -3
+run 2 "invalidate without target" invalidate
+run 2 "invalidate with two targets" invalidate --tag a --tenant
+run 2 "policy set without --admit" policy set host --evict lru
+run 2 "prefill without query" prefill --segment x
+run 2 "bench without segments" bench
+run 3 "nothing listening" --addr 127.0.0.1:1 --deadline-ms 5000 status
+has "UNAVAILABLE printed" err "^hypicctl: UNAVAILABLE: "
+
+# ---- the daemon: TLS, two tenants ------------------------------------------
+cat >hypic-cached.yaml <<EOF
+listen: 127.0.0.1:0
+http_listen: 127.0.0.1:0
+models: [{name: tiny, path: var/models/tiny}]
+tiers: {host: {bytes: 64M}}
+executor: {threads: 2}
+tls: {cert: $fixtures/server.pem, key: $fixtures/server.key}
+tenants:
+  list:
+    - {name: alice, token: alice-secret-token-1, admin: true}
+    - {name: bob, token: bob-secret-token-22}
+log: {requests: false}
+EOF
+"$cached" --config hypic-cached.yaml --init-models --ready-file ready 2>daemon.log &
+pid=$!
+addr=
+i=0
+while [ $i -lt 600 ]; do # 60 s: the model is generated first
+    if ! kill -0 "$pid" 2>/dev/null; then break; fi
+    addr=$(sed -n 's/^grpc=//p' ready 2>/dev/null)
+    [ -n "$addr" ] && break
+    sleep 0.1
+    i=$((i + 1))
+done
+if [ -z "$addr" ]; then
+    echo "FAIL: hypic-cached did not get ready; its log:"
+    cat daemon.log
+    exit 1
+fi
+echo "hypic-cached serving on $addr (TLS)"
+HYPIC_ADDR=$addr HYPIC_TOKEN=alice-secret-token-1
+export HYPIC_ADDR HYPIC_TOKEN
+tls="--tls-ca $fixtures/ca.pem"
+
+# ---- channel and authentication --------------------------------------------
+run 3 "plaintext to a TLS server" --deadline-ms 5000 status
+run 3 "TLS trusting another CA" --tls-ca "$fixtures/other-ca.pem" --deadline-ms 5000 status
+run 2 "a --tls-ca file without a certificate" --tls-ca "$fixtures/server.key" status
+has "the file is named" err "server.key: no PEM certificate"
+HYPIC_TOKEN= "$ctl" $tls status >out 2>err
+rc=$?
+if [ $rc -eq 1 ] && grep -q "^hypicctl: UNAUTHENTICATED: " err; then ok "no token: UNAUTHENTICATED"; else
+    bad "no token: exit $rc"; cat err; fi
+run 1 "an empty --token is none" $tls --token "" status
+has "empty token: UNAUTHENTICATED" err "^hypicctl: UNAUTHENTICATED: "
+run 1 "wrong token" $tls --token nope status
+has "wrong token: UNAUTHENTICATED" err "^hypicctl: UNAUTHENTICATED: "
+
+# ---- status ----------------------------------------------------------------
+run 0 "status" $tls status
+has "status says serving" out "serving"
+has "status has the host tier" out "^host "
+run 0 "status --json" $tls status --json
+check "status --json" 'd["health"]["status"] == "STATUS_SERVING" and "tiny" in d["health"]["models"] and any(t["tier"] == "TIER_HOST" and t["present"] for t in d["stats"]["tiers"])'
+run 0 "global options after the command" status $tls --json
+check "status --json after the command" 'd["health"]["status"] == "STATUS_SERVING"'
+
+# ---- warm ------------------------------------------------------------------
+python3 - <<'EOF'
+import random
+random.seed(7)
+words = "the cache keeps the state of each segment so that a later request reuses it anywhere".split()
+for d in range(3):
+    open(f"doc{d}.txt", "w").write(" ".join(random.choice(words) for _ in range(40 + 15 * d)))
+open("short.txt", "w").write("ab")
+open("new.txt", "w").write("a segment nobody warmed, " * 4)
+open("q.txt", "w").write("\nQ: what is kept?")
+open("ids.txt", "w").write(" ".join(str(3 + (i * 7) % 256) for i in range(50)) + "\n")
+open("badids.txt", "w").write("12 x7 9\n")
+EOF
+run 0 "warm (lines)" $tls warm --tag-by-file --tag set1 doc0.txt doc1.txt doc2.txt short.txt
+has "warm: a line per segment" out "built"
+has "warm: the short one" out "uncacheable"
+has "warm: summary" out "4 segments: 3 built, 0 cached, 1 uncacheable"
+run 0 "warm --json again" $tls warm --json --tag-by-file --tag set1 doc0.txt doc1.txt doc2.txt
+check "warm --json: all cached" 'd["cached"] == 3 and d["built"] == 0 and len(d["segments"]) == 3 and d["segments"][1]["file"] == "doc1.txt"'
+run 0 "warm --ids" $tls warm --ids --json ids.txt
+check "warm --ids built" 'd["built"] == 1'
+run 1 "warm: a file of bad ids" $tls warm --ids badids.txt
+has "warm: bad ids named" err "badids.txt: 'x7'"
+run 1 "warm: a missing file" $tls warm nosuch.txt
+
+# ---- ls --------------------------------------------------------------------
+run 0 "ls" $tls ls
+has "ls: the rows" out "4 of 4 entries"
+has "ls: the tags" out "set1,doc0.txt"
+run 0 "ls --json" $tls ls --json
+check "ls --json" 'd["total"] == 4 and len(d["entries"]) == 4 and all(len(e["key"]) == 64 for e in d["entries"])'
+cp out ls.json
+run 0 "ls --sort bytes --desc" $tls ls --json --sort bytes --desc
+check "ls sorted by bytes, descending" 'all(int(a["bytes"]) >= int(b["bytes"]) for a, b in zip(d["entries"], d["entries"][1:]))'
+run 0 "ls pages" $tls ls --json --limit 3 --page-size 1
+check "ls follows pages to --limit" 'd["shown"] == 3 and len(d["entries"]) == 3 and len(set(e["key"] for e in d["entries"])) == 3'
+run 0 "ls --tag" $tls ls --json --tag doc1.txt
+check "ls --tag" 'd["total"] == 1 and "doc1.txt" in d["entries"][0]["tags"]'
+run 0 "ls --tier host" $tls ls --json --tier host
+check "ls --tier host" 'd["total"] == 4'
+key=$(python3 -c "import json; d=json.load(open('ls.json')); print([e['key'] for e in d['entries'] if 'doc0.txt' in e['tags']][0])")
+
+# ---- lookup ----------------------------------------------------------------
+run 0 "lookup" $tls lookup --segment doc0.txt doc1.txt new.txt
+has "lookup: leading hits" out "leading hits: 2 segments"
+run 0 "lookup --json" $tls lookup --json --segment doc0.txt new.txt --lease-ms 100
+check "lookup --json" 'd["leading_hits"] == 1 and d["segments"][0]["hit"] and not d["segments"][1]["hit"] and d["segments"][0]["key"] == "'"$key"'"'
+run 0 "lookup --key" $tls lookup --json --key "$key"
+check "lookup by key" 'd["segments"][0]["hit"]'
+
+# ---- inspect ---------------------------------------------------------------
+run 0 "inspect --verify" $tls inspect "$key" --verify
+has "inspect: sections verified" out "sections ok"
+run 0 "inspect --json" $tls inspect "$key" --verify --json
+check "inspect --json" 'd["verified"] and d["meta"]["key"] == "'"$key"'" and len(d["sections"]) > 0 and all(s["checksum_ok"] for s in d["sections"])'
+
+# ---- prefill ---------------------------------------------------------------
+run 0 "prefill" $tls prefill --segment doc0.txt doc1.txt --query q.txt --top-k 3 --max-new 4
+has "prefill: top tokens" out "RANK"
+has "prefill: timings" out "^total "
+has "prefill: outcome per segment" out "hit"
+for mode in full prefix pic noseam naive; do
+    run 0 "prefill --mode $mode" $tls prefill --json --segment doc0.txt doc1.txt doc2.txt --text "Q?" --mode $mode --top-k 4
+    check "prefill --mode $mode --json" 'len(d["top"]) == 4 and len(d["segments"]) == 3 and d["tokens_computed"] > 0 and d["timings"]["total_ms"] > 0'
+done
+run 0 "prefill pic: cached segments hit" $tls prefill --json --segment doc2.txt doc0.txt --text "Q?"
+check "prefill pic hits" 'all(s["kind"] == "KIND_HIT" for s in d["segments"])'
+
+# ---- get, evict, put -------------------------------------------------------
+run 0 "get" $tls get "$key" --out e.bin
+[ -s e.bin ] && ok "get wrote the bytes" || bad "get wrote no bytes"
+run 0 "evict" $tls evict "$key" --json
+check "evict removed it" 'int(d["removed"]) == 1'
+run 1 "inspect after evict" $tls inspect "$key"
+has "inspect after evict: NOT_FOUND" err "^hypicctl: NOT_FOUND: "
+run 0 "put" $tls put e.bin --json
+check "put placed it" 'd["key"] == "'"$key"'" and d["placed"] == "TIER_HOST"'
+run 0 "get after put" $tls get "$key" --out e2.bin
+cmp -s e.bin e2.bin && ok "put then get: byte-identical" || bad "put then get: bytes differ"
+python3 - <<'EOF'
+b = bytearray(open("e.bin", "rb").read())
+b[len(b) // 2] ^= 0x40
+open("corrupt.bin", "wb").write(bytes(b))
+EOF
+cp e.bin.meta.json corrupt.bin.meta.json
+run 1 "put of corrupted bytes" $tls put corrupt.bin
+has "put of corrupted bytes: the status" err "^hypicctl: [A-Z_]*: "
+run 0 "inspect --verify after a refused put" $tls inspect "$key" --verify --json
+check "the stored entry is intact" 'd["verified"] and all(s["checksum_ok"] for s in d["sections"])'
+
+# ---- watch -----------------------------------------------------------------
+"$ctl" $tls watch --json --count 1 >watch.out 2>watch.err &
+wpid=$!
+sleep 1
+"$ctl" $tls warm new.txt >/dev/null 2>&1
+i=0
+while kill -0 $wpid 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+if kill -0 $wpid 2>/dev/null; then kill $wpid; bad "watch did not end after --count 1"; fi
+wait $wpid
+wrc=$?
+cp watch.out out
+[ $wrc -eq 0 ] && ok "watch --count 1 (exit 0)" || bad "watch: exit $wrc"
+check "watch: a stored event" 'd["kind"] == "KIND_STORED" and d["meta"]["tokens"] > 0'
+
+# ---- policy ----------------------------------------------------------------
+run 0 "policy get" $tls policy get host
+has "policy get: the table" out "^host "
+run 0 "policy set" $tls policy set host --evict lru --admit min-tokens --min-tokens 8 --json
+check "policy set answers the new policy" 'd["evict"] == "lru" and d["admit"] == "min-tokens" and d["min_tokens"] == 8'
+run 0 "policy get --json" $tls policy get host --json
+check "policy get sees it" 'd["evict"] == "lru" and d["min_tokens"] == 8'
+run 1 "policy set: unknown policy" $tls policy set host --evict bogus --admit always
+has "policy: INVALID_ARGUMENT" err "^hypicctl: INVALID_ARGUMENT: "
+run 1 "policy set by a tenant that is not admin" $tls --token bob-secret-token-22 policy set host --evict lru --admit always
+run 0 "policy back" $tls policy set host --evict gdsf --admit always
+
+# ---- tenant isolation through the command line ------------------------------
+run 0 "bob's ls" $tls --token bob-secret-token-22 ls --json
+check "bob sees none of alice's entries" 'd["total"] == 0'
+run 1 "bob inspects alice's key" $tls --token bob-secret-token-22 inspect "$key"
+run 0 "bob evicts alice's key" $tls --token bob-secret-token-22 evict "$key" --json
+check "bob removed nothing" 'int(d["removed"]) == 0'
+run 0 "alice still has it" $tls inspect "$key" --json
+
+# ---- bench -----------------------------------------------------------------
+run 0 "bench closed loop" $tls bench --random 4 --tokens 32 --clients 2 --duration 1 --json
+check "bench closed --json" 'd["loop"] == "closed" and d["ok"] > 0 and d["errors"] == {} and d["p50_ms"] <= d["p90_ms"] <= d["p99_ms"] <= d["max_ms"] and d["qps"] > 0'
+run 0 "bench open loop" $tls bench --random 4 --tokens 32 --rate 50 --duration 1 --json --no-warm
+check "bench open --json" 'd["loop"] == "open" and 45 <= d["requests"] <= 51'
+run 0 "bench prefill (table)" $tls bench --method prefill --segment doc0.txt doc1.txt --clients 2 --duration 1
+has "bench prints p99" out "p99"
+
+# ---- a deadline ------------------------------------------------------------
+run 1 "a call past its deadline" $tls --deadline-ms 1 prefill --segment doc0.txt doc1.txt doc2.txt new.txt --text "?" --mode full
+has "deadline: DEADLINE_EXCEEDED" err "^hypicctl: DEADLINE_EXCEEDED: "
+
+# ---- invalidate ------------------------------------------------------------
+run 0 "invalidate --tag" $tls invalidate --tag set1 --json
+check "invalidate --tag removed the 3 tagged" 'int(d["removed"]) == 3'
+run 0 "invalidate --model" $tls invalidate --model tiny
+has "invalidate --model" out "removed"
+run 0 "invalidate --tenant" $tls invalidate --tenant --json
+check "invalidate --tenant" 'int(d["removed"]) >= 0'
+run 0 "ls after invalidating everything" $tls ls --json
+check "nothing left" 'd["total"] == 0'
+
+if ! kill -0 "$pid" 2>/dev/null; then
+    bad "hypic-cached died during the test; its log:"
+    cat daemon.log
+fi
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
