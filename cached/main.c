@@ -170,7 +170,8 @@ int main(int argc, char **argv)
                                .workers = (int)cfg.workers,
                                .max_message = cfg.max_message,
                                .tls_cert_pem = cert,
-                               .tls_key_pem = key};
+                               .tls_key_pem = key,
+                               .on_refused = svc_refused};
     hy_rpc_server *rpc = NULL;
     hy_http *web = NULL;
     if (hy_rpc_server_start(&rc, svc_handlers, &svc, &rpc, &e)) {

@@ -41,12 +41,14 @@ void svc_metrics_render(void *app, hy_strbuf *b)
     hy_svc *s = app;
     char lab[128];
     hy_prom_family(b, "hypic_requests_total", "counter", "RPCs answered, by method and status");
-    for (size_t m = 0; m < hy_rpc_method_count; m++)
+    for (size_t m = 0; m <= hy_rpc_method_count; m++)
         for (int c = 0; c < SVC_CODES; c++) {
             const uint64_t v = atomic_load(&s->met.calls[m][c]);
-            if (!v && c) continue; /* every method's OK line, other codes once seen */
-            snprintf(lab, sizeof lab, "method=\"%s\",code=\"%s\"", hy_rpc_methods[m].name,
-                     k_codes[c]);
+            if (!v && (c || m == SVC_UNKNOWN_METHOD))
+                continue; /* every method's OK line,
+                           * other codes once seen */
+            snprintf(lab, sizeof lab, "method=\"%s\",code=\"%s\"",
+                     m < hy_rpc_method_count ? hy_rpc_methods[m].name : "(unknown)", k_codes[c]);
             hy_prom_u64(b, "hypic_requests_total", lab, v);
         }
     hy_prom_family(b, "hypic_request_seconds", "histogram", "RPC wall time, by method");
@@ -113,6 +115,15 @@ void svc_metrics_render(void *app, hy_strbuf *b)
     gauge(b, "hypic_entries", "Entries in the store", (double)st.entries);
     gauge(b, "hypic_uptime_seconds", "Seconds since the daemon started",
           (double)(hy_wall_ns() - s->started_ns) / 1e9);
+}
+
+void svc_refused(void *app, const hy_rpc_method *m, hy_rpc_code code, const char *msg)
+{
+    hy_svc *s = app;
+    const size_t idx = m ? (size_t)(m - hy_rpc_methods) : SVC_UNKNOWN_METHOD;
+    atomic_fetch_add(&s->met.calls[idx][(int)code < SVC_CODES ? (int)code : HY_RPC_UNKNOWN], 1);
+    hy_log(HY_LOG_WARN, "rpc method=%s tenant=- status=%s refused before any handler error=\"%s\"",
+           m ? m->name : "(unknown)", (int)code < SVC_CODES ? k_codes[code] : "?", msg);
 }
 
 bool svc_ready(void *app, char *why, size_t cap)

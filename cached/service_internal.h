@@ -173,6 +173,11 @@ void svc_lease_reap(hy_svc *s, bool all);
 /* The event hub (the store's on_event callback feeds it). */
 void svc_hub_event(void *ctx, hy_store_event ev, const hy_meta *m, const char *reason);
 
+/* A call the rpc server answered before any handler (hy_rpc_refused_fn):
+ * counted under its method (or "(unknown)") and logged. */
+void svc_refused(void *app, const hy_rpc_method *m, hy_rpc_code code, const char *msg);
+#define SVC_UNKNOWN_METHOD 13 /* the row of calls[] for methods no server has */
+
 /* The Prometheus exposition of everything (http.c calls it). */
 void svc_metrics_render(void *app, hy_strbuf *b);
 bool svc_ready(void *app, char *why, size_t cap);

@@ -73,6 +73,7 @@ struct hy_rpc_server {
     grpc_completion_queue *notify_cq; /* the shutdown notification only */
     const hy_rpc_handler *handlers;
     void *app;
+    hy_rpc_refused_fn on_refused;
     size_t max_message;
     int port, nworkers;
     worker *workers;
@@ -229,6 +230,14 @@ int hy_rpc_call_finish(hy_rpc_call *c, hy_rpc_code code, const char *msg)
     return rc;
 }
 
+/* Ends a call the server answers itself, before any handler, and tells the
+ * owner (known: the method is one of hy_rpc_methods). */
+static void refuse(hy_rpc_server *s, hy_rpc_call *c, bool known, hy_rpc_code code, const char *msg)
+{
+    hy_rpc_call_finish(c, code, msg);
+    if (s->on_refused) s->on_refused(s->app, known ? c->method : NULL, code, msg);
+}
+
 /* One call, from its first request to its status. */
 static void serve(hy_rpc_server *s, worker *w, grpc_call *call, grpc_call_details *d,
                   grpc_metadata_array *md)
@@ -246,8 +255,9 @@ static void serve(hy_rpc_server *s, worker *w, grpc_call *call, grpc_call_detail
         char msg[300];
         snprintf(msg, sizeof msg, "no method %.*s in this server",
                  (int)GRPC_SLICE_LENGTH(d->method), (const char *)GRPC_SLICE_START_PTR(d->method));
+        const bool known = c.method != NULL;
         if (!c.method) c.method = &unknown;
-        hy_rpc_call_finish(&c, HY_RPC_UNIMPLEMENTED, msg);
+        refuse(s, &c, known, HY_RPC_UNIMPLEMENTED, msg);
         return;
     }
     ProtobufCMessage *req = NULL;
@@ -255,15 +265,15 @@ static void serve(hy_rpc_server *s, worker *w, grpc_call *call, grpc_call_detail
         hy_err e = {0};
         int rc = hy_rpc_call_recv(&c, &req, &e);
         if (rc == HY_ENOTFOUND) {
-            hy_rpc_call_finish(&c, HY_RPC_INVALID_ARGUMENT, "the call carried no request message");
+            refuse(s, &c, true, HY_RPC_INVALID_ARGUMENT, "the call carried no request message");
             return;
         }
         if (rc) {
-            hy_rpc_call_finish(&c,
-                               rc == HY_ERANGE    ? HY_RPC_RESOURCE_EXHAUSTED
-                               : rc == HY_EFORMAT ? HY_RPC_INVALID_ARGUMENT
-                                                  : HY_RPC_UNAVAILABLE,
-                               e.msg);
+            refuse(s, &c, true,
+                   rc == HY_ERANGE    ? HY_RPC_RESOURCE_EXHAUSTED
+                   : rc == HY_EFORMAT ? HY_RPC_INVALID_ARGUMENT
+                                      : HY_RPC_UNAVAILABLE,
+                   e.msg);
             return;
         }
     }
@@ -377,6 +387,7 @@ int hy_rpc_server_start(const hy_rpc_server_config *cfg, const hy_rpc_handler *h
     hy_rpc_grpc_acquire();
     s->handlers = handlers;
     s->app = app;
+    s->on_refused = cfg->on_refused;
     s->max_message = cfg->max_message ? cfg->max_message : HY_RPC_MAX_MESSAGE_DEFAULT;
     s->nworkers = cfg->workers > 0 ? cfg->workers : 4;
     s->workers = calloc((size_t)s->nworkers, sizeof *s->workers);

@@ -88,6 +88,13 @@ typedef struct hy_rpc_call hy_rpc_call;
  * finished INTERNAL). */
 typedef void (*hy_rpc_handler)(void *app, hy_rpc_call *call, const ProtobufCMessage *req);
 
+/* Told of every call the server answers itself, before any handler: an
+ * unknown method (m NULL) or one without a handler (UNIMPLEMENTED), a request
+ * that is missing, does not decode (INVALID_ARGUMENT) or is over max_message
+ * (RESOURCE_EXHAUSTED). For the owner's logs and counters; runs on a worker. */
+typedef void (*hy_rpc_refused_fn)(void *app, const hy_rpc_method *m, hy_rpc_code code,
+                                  const char *msg);
+
 typedef struct hy_rpc_server_config {
     const char *address; /* e.g. "127.0.0.1:0" (port 0: any free port) */
     int workers;         /* calls served at once; 0: 4 */
@@ -96,6 +103,7 @@ typedef struct hy_rpc_server_config {
      * paths); both NULL: plaintext. No client certificates are asked for:
      * callers authenticate with bearer tokens. */
     const char *tls_cert_pem, *tls_key_pem;
+    hy_rpc_refused_fn on_refused; /* optional */
 } hy_rpc_server_config;
 
 /* Binds, starts the workers and returns. handlers: hy_rpc_method_count

@@ -277,6 +277,26 @@ static void test_watch(void)
     CU_ASSERT_STRING_EQUAL(w.reason, "invalidated");
 }
 
+static int count_heartbeats(void *ctx, const Hypic__V1__WatchEvent *e)
+{
+    if (e->kind == HYPIC__V1__WATCH_EVENT__KIND__KIND_HEARTBEAT) ++*(int *)ctx;
+    return 0;
+}
+
+/* A quiet Watch stream still sends: a heartbeat after 5 s without events. */
+static void test_watch_heartbeat(void)
+{
+    hyc_options o = {.target = g_d.grpc, .deadline_ms = 6500};
+    hyc *c;
+    hyc_status st;
+    CU_ASSERT_EQUAL_FATAL(hyc_open(&o, &c, &st), 0);
+    Hypic__V1__WatchRequest rq = HYPIC__V1__WATCH_REQUEST__INIT;
+    int beats = 0;
+    CU_ASSERT_EQUAL(hyc_watch(c, &rq, count_heartbeats, &beats, &st), HYC_DEADLINE_EXCEEDED);
+    CU_ASSERT_EQUAL(beats, 1);
+    hyc_close(c);
+}
+
 /* --- bad input ------------------------------------------------------------------ */
 
 static hy_rpc_client *raw_client(void)
@@ -506,6 +526,13 @@ static void test_metrics_and_drain(void)
              "code=\"INVALID_ARGUMENT\"}'",
              g_d.http);
     CU_ASSERT_EQUAL(system(cmd), 0);
+    /* calls refused before any handler are counted too */
+    snprintf(cmd, sizeof cmd,
+             "curl -sf http://%s/metrics | grep -q 'hypic_requests_total{method=\"(unknown)\","
+             "code=\"UNIMPLEMENTED\"} 1'",
+             g_d.http);
+    CU_ASSERT_EQUAL(system(cmd), 0);
+    CU_ASSERT(hy_daemon_log_has(&g_d, "refused before any handler"));
     snprintf(cmd, sizeof cmd, "curl -sf http://%s/readyz >/dev/null", g_d.http);
     CU_ASSERT_EQUAL(system(cmd), 0);
     CU_ASSERT(hy_daemon_log_has(&g_d, "status=INVALID_ARGUMENT"));
@@ -525,6 +552,7 @@ int main(void)
         {"entries_get_put_inspect", test_entries_get_put_inspect},
         {"list_invalidate_stats_policy", test_list_invalidate_stats_policy},
         {"watch", test_watch},
+        {"watch_heartbeat", test_watch_heartbeat},
         {"bad_garbage_and_oversize", test_garbage_and_oversize},
         {"bad_fields", test_bad_fields},
         {"bad_put_entry", test_bad_put_entry},
