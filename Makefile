@@ -71,7 +71,7 @@ format:
 	@git ls-files '*.c' '*.h' | xargs clang-format -i
 
 clean:
-	rm -rf $(BUILD) $(ASAN) $(TSAN) build-aarch64
+	rm -rf $(BUILD) $(ASAN) $(TSAN) build-aarch64 $(FUZZ)
 
 # libFuzzer targets (tests/fuzz: the request decoders, the entry deserialiser,
 # the nvme tier's records) built with clang, ASan and UBSan in $(FUZZ), each

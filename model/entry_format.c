@@ -195,6 +195,8 @@ int hy_entry_deserialize(const hy_model *m, const void *buf, size_t len, hy_entr
     const uint32_t dt = get32(p + 20), W = get32(p + 24), w = get32(p + 28), n = get32(p + 32);
     const uint32_t nb = get32(p + 36), nl = get32(p + 40);
     if (dt > HY_ENTRY_BF16) return hy_err_set(err, HY_EFORMAT, "entry: unknown S dtype %u", dt);
+    if (get32(p + 44) != 0 || get64(p + 96) != 0) /* one byte string per entry */
+        return hy_err_set(err, HY_EFORMAT, "entry: reserved header fields are not zero");
     if (nl != (uint32_t)c->n_layers)
         return hy_err_set(err, HY_EFORMAT, "entry: %u layers, the model has %d", nl, c->n_layers);
     int want_w;
@@ -203,6 +205,15 @@ int hy_entry_deserialize(const hy_model *m, const void *buf, size_t len, hy_entr
         return hy_err_set(err, HY_EFORMAT,
                           "entry: inconsistent sizes (W %u, seam %u, n %u, body %u)", W, w, n, nb);
 
+    /* What grows with the segment (its tokens, the body's K and V) must fit
+     * in the bytes given before anything is allocated for it. */
+    uint64_t grows = 4ull * n;
+    for (int i = 0; i < c->n_layers; i++)
+        if (c->layer_kind[i] == HY_LAYER_ATTENTION)
+            grows += 2ull * nb * (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim * 4;
+    if (grows > len)
+        return hy_err_set(err, HY_EFORMAT,
+                          "entry: %u tokens (body %u) need more than its %zu bytes", n, nb, len);
     hy_entry *e;
     int rc = hy_entry_alloc(m, (int)W, (int)w, (int)n, (hy_entry_dtype)dt, &e, err);
     if (rc) return rc;
