@@ -13,11 +13,12 @@
 # statistics.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-targets=${FUZZ_TARGETS:-fuzz_request fuzz_entry fuzz_meta}
+targets=${FUZZ_TARGETS:-fuzz_request fuzz_entry fuzz_meta fuzz_service}
 
 if [ "${1:-}" = "--seeds" ]; then
     build=${2:?usage: run.sh --seeds BUILD_DIR}
     for t in $targets; do
+        [ "$t" = fuzz_service ] && continue # fuzz_request's seeds, copied below
         tmp=$(mktemp -d) || exit 1
         if ! OMP_NUM_THREADS=1 "$build/tests/fuzz/${t}_seeds" "$tmp/$t" >/dev/null; then
             echo "FAIL: ${t}_seeds"; rm -rf "$tmp"; exit 1
@@ -26,6 +27,7 @@ if [ "${1:-}" = "--seeds" ]; then
         rm -rf "$tmp"
         echo "$t: $(ls "$here/corpus/$t" | wc -l) seeds, $(du -sk "$here/corpus/$t" | cut -f1) KiB"
     done
+    rm -rf "$here/corpus/fuzz_service" && cp -R "$here/corpus/fuzz_request" "$here/corpus/fuzz_service"
     exit 0
 fi
 
