@@ -27,7 +27,9 @@ hy_rpc_code do_get_entry(rq *r, const ProtobufCMessage *req)
     hy_lease *l;
     hy_err e = {0};
     int rc = hy_store_acquire(r->s->store, &k, &l, &e);
-    if (rc == HY_ENOTFOUND) return h_fail(r, HY_RPC_NOT_FOUND, "key is not cached");
+    /* HY_EFORMAT: its only copy (NVMe) failed its checksums and was dropped */
+    if (rc == HY_ENOTFOUND || rc == HY_EFORMAT)
+        return h_fail(r, HY_RPC_NOT_FOUND, "key is not cached");
     if (rc) return h_from_err(r, rc, &e);
     hy_meta m = *hy_lease_meta(l);
     unsigned mask = 0;
@@ -358,7 +360,9 @@ hy_rpc_code do_inspect(rq *r, const ProtobufCMessage *req)
     hy_lease *l;
     hy_err e = {0};
     int rc = hy_store_acquire(r->s->store, &k, &l, &e);
-    if (rc == HY_ENOTFOUND) return h_fail(r, HY_RPC_NOT_FOUND, "key is not cached");
+    /* HY_EFORMAT: its only copy (NVMe) failed its checksums and was dropped */
+    if (rc == HY_ENOTFOUND || rc == HY_EFORMAT)
+        return h_fail(r, HY_RPC_NOT_FOUND, "key is not cached");
     if (rc) return h_from_err(r, rc, &e);
     hy_entry *ent = NULL;
     rc = hy_entry_deserialize(sm->m, hy_lease_data(l), hy_lease_meta(l)->bytes, &ent, &e);

@@ -451,6 +451,7 @@ int svc_reload(hy_svc *s, const hy_cached_config *cfg, hy_err *err)
     free(s->tenants);
     s->tenants = t;
     s->ntenants = n;
+    s->cfg.in_flight_per_tenant = cfg->in_flight_per_tenant;
     pthread_mutex_unlock(&s->mu);
     /* everything else needs a restart: say so when it changed */
     static hy_cached_config a, b; /* large; reloads run on the main thread only */
@@ -464,6 +465,7 @@ int svc_reload(hy_svc *s, const hy_cached_config *cfg, hy_err *err)
         memset(&c->host_policy, 0, sizeof c->host_policy);
         memset(&c->nvme_policy, 0, sizeof c->nvme_policy);
         memset(&c->hbm_policy, 0, sizeof c->hbm_policy);
+        c->in_flight_per_tenant = 0; /* applied through the tenants above */
     }
     if (memcmp(&a, &b, sizeof a) != 0)
         hy_log(HY_LOG_WARN,

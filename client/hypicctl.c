@@ -114,6 +114,7 @@ static const command commands[] = {
      "usage: hypicctl bench [--method lookup|prefill] [--clients N] [--rate R] [--duration S]\n"
      "                      (--segment FILE... | --random N --tokens L) [--seed S]\n"
      "                      [--query FILE | --text STR] [--mode M] [--no-warm] [--ids]\n"
+     "                      [--per-request K]\n"
      "Load. Closed loop: N clients (default 16), each sending its next request when the last\n"
      "is answered. Open loop (--rate): R requests/s on a fixed schedule whatever the answers,\n"
      "on up to N clients (default 64); latency counts from each request's scheduled time.\n"
