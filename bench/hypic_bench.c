@@ -7,6 +7,7 @@
  *   hypic-bench pic [--model DIR] [--requests N] [--seed N]
  *   hypic-bench policies [--trace FILE | --zipf ...] [--params P] [--min-tokens N]
  *   hypic-bench tiers [--dir DIR] [--quick | --smoke]
+ *   hypic-bench service [--quick] [--duration S] [--segments N] [--daemon PATH]
  */
 #include "bench.h"
 
@@ -25,6 +26,8 @@ static const struct {
      "hit rate and FLOPs saved of every eviction x admission policy on a trace"},
     {"tiers", hy_bench_tiers,
      "host and NVMe tier throughput vs memcpy and raw O_DIRECT io_uring; NVMe index lookups/s, host hits/s"},
+    {"service", hy_bench_service,
+     "Lookup and Prefill through hypic-cached over loopback vs the same handlers in-process"},
 };
 
 int main(int argc, char **argv)

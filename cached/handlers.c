@@ -60,7 +60,7 @@ hy_rpc_code h_need_model(rq *r, const char *name, svc_model **out)
 {
     *out = NULL;
     if (!name || !name[0]) return h_fail(r, HY_RPC_INVALID_ARGUMENT, "field 'model' is empty");
-    r->model = name;
+    snprintf(r->model, sizeof r->model, "%s", name);
     *out = svc_model_find(r->s, name);
     if (*out) return HY_RPC_OK;
     char served[256] = "";
@@ -353,7 +353,7 @@ static void run(void *app, hy_rpc_call *call, const ProtobufCMessage *req, int i
 {
     hy_svc *s = app;
     const double t0 = hy_now_s();
-    rq r = {.s = s, .call = call, .model = "", .mode = ""};
+    rq r = {.s = s, .call = call, .mode = ""};
     hy_rpc_code c = HY_RPC_OK;
     bool entered = false;
     atomic_fetch_add(&s->in_flight, 1);

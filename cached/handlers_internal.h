@@ -25,7 +25,7 @@ typedef struct rq {
     svc_caller who;
     char msg[512];
     /* for the request's log line */
-    const char *model;
+    char model[HY_CFG_NAME_MAX]; /* a copy: a request's strings die with its message */
     const char *mode;
     int segs, hits, misses;
     int64_t computed;

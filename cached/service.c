@@ -124,7 +124,6 @@ static int model_open(svc_model *sm, const hy_cfg_model *cm, const hy_cached_con
 {
     snprintf(sm->name, sizeof sm->name, "%s", cm->name);
     pthread_mutex_init(&sm->mu, NULL);
-    pthread_cond_init(&sm->cv, NULL);
     int rc = hy_model_open(&sm->m, cm->dir, err);
     if (rc) {
         hy_err_prefix(err, "model '%s' (%s)", cm->name, cm->dir);
@@ -158,9 +157,11 @@ static void model_close(svc_model *sm)
     }
     hy_model_close(sm->m);
     pthread_mutex_destroy(&sm->mu);
-    pthread_cond_destroy(&sm->cv);
 }
 
+/* Contexts go to waiting requests in arrival order: a freed context is handed
+ * to the head of the queue (svc_exec_give), and a new request only takes a
+ * free context when nobody is waiting. */
 hy_rpc_code svc_exec_take(hy_svc *s, svc_model *sm, hy_rpc_call *call, svc_exec **out, char *msg,
                           size_t cap)
 {
@@ -175,50 +176,82 @@ hy_rpc_code svc_exec_take(hy_svc *s, svc_model *sm, hy_rpc_call *call, svc_exec 
     }
     hy_rpc_code code = HY_RPC_OK;
     pthread_mutex_lock(&sm->mu);
-    bool waited = false;
-    for (;;) {
-        if (s->draining) {
-            code = HY_RPC_UNAVAILABLE;
-            snprintf(msg, cap, "the server is shutting down");
-            break;
-        }
+    if (s->draining) {
+        pthread_mutex_unlock(&sm->mu);
+        snprintf(msg, cap, "the server is shutting down");
+        return HY_RPC_UNAVAILABLE;
+    }
+    if (!sm->head)
         for (int i = 0; i < sm->nctx && !*out; i++)
             if (!sm->ctx[i].busy) *out = &sm->ctx[i];
-        if (*out) {
-            (*out)->busy = true;
-            break;
-        }
-        if (!waited) {
-            if ((uint32_t)atomic_load(&s->queued) >= s->cfg.queue) {
-                code = HY_RPC_RESOURCE_EXHAUSTED;
-                snprintf(msg, cap,
-                         "%d requests are waiting for model '%s' (limits.queue = %u); retry later",
-                         atomic_load(&s->queued), sm->name, s->cfg.queue);
-                break;
-            }
-            atomic_fetch_add(&s->queued, 1);
-            waited = true;
-        }
-        int w = left == INT64_MAX ? pthread_cond_wait(&sm->cv, &sm->mu)
-                                  : pthread_cond_timedwait(&sm->cv, &sm->mu, &until);
-        if (w != 0) {
+    if (*out) {
+        (*out)->busy = true;
+        pthread_mutex_unlock(&sm->mu);
+        return HY_RPC_OK;
+    }
+    if ((uint32_t)atomic_load(&s->queued) >= s->cfg.queue) {
+        pthread_mutex_unlock(&sm->mu);
+        snprintf(msg, cap,
+                 "%d requests are waiting for model '%s' (limits.queue = %u); retry later",
+                 atomic_load(&s->queued), sm->name, s->cfg.queue);
+        return HY_RPC_RESOURCE_EXHAUSTED;
+    }
+    svc_waiter w = {.granted = NULL, .next = NULL};
+    pthread_cond_init(&w.cv, NULL);
+    if (sm->tail)
+        sm->tail->next = &w;
+    else
+        sm->head = &w;
+    sm->tail = &w;
+    atomic_fetch_add(&s->queued, 1);
+    while (!w.granted && !s->draining) {
+        int rc = left == INT64_MAX ? pthread_cond_wait(&w.cv, &sm->mu)
+                                   : pthread_cond_timedwait(&w.cv, &sm->mu, &until);
+        if (rc && !w.granted) {
             code = HY_RPC_DEADLINE_EXCEEDED;
             snprintf(msg, cap, "the deadline passed while waiting for an executor of model '%s'",
                      sm->name);
             break;
         }
     }
-    if (waited) atomic_fetch_sub(&s->queued, 1);
+    if (!w.granted) { /* leaving the queue: the deadline, or draining */
+        svc_waiter **p = &sm->head, *prev = NULL;
+        while (*p != &w) prev = *p, p = &(*p)->next;
+        *p = w.next;
+        if (sm->tail == &w) sm->tail = prev;
+        if (!code) {
+            code = HY_RPC_UNAVAILABLE;
+            snprintf(msg, cap, "the server is shutting down");
+        }
+    }
+    atomic_fetch_sub(&s->queued, 1);
+    *out = w.granted;
     pthread_mutex_unlock(&sm->mu);
-    return code;
+    pthread_cond_destroy(&w.cv);
+    return *out ? HY_RPC_OK : code;
 }
 
 void svc_exec_give(hy_svc *s, svc_model *sm, svc_exec *x)
 {
     (void)s;
     pthread_mutex_lock(&sm->mu);
-    x->busy = false;
-    pthread_cond_signal(&sm->cv);
+    svc_waiter *w = sm->head;
+    if (w) { /* handed over, still busy: the head of the queue runs next */
+        sm->head = w->next;
+        if (!sm->head) sm->tail = NULL;
+        w->granted = x;
+        pthread_cond_signal(&w->cv);
+    } else {
+        x->busy = false;
+    }
+    pthread_mutex_unlock(&sm->mu);
+}
+
+/* Wakes every waiter of sm (draining: they leave the queue UNAVAILABLE). */
+void svc_exec_wake_all(svc_model *sm)
+{
+    pthread_mutex_lock(&sm->mu);
+    for (svc_waiter *w = sm->head; w; w = w->next) pthread_cond_signal(&w->cv);
     pthread_mutex_unlock(&sm->mu);
 }
 

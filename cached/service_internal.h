@@ -44,6 +44,13 @@ typedef struct svc_prefix {
     struct svc_prefix *next;
 } svc_prefix;
 
+/* A request waiting for an executor context, in arrival order. */
+typedef struct svc_waiter {
+    pthread_cond_t cv;
+    svc_exec *granted; /* set by svc_exec_give: the context handed over */
+    struct svc_waiter *next;
+} svc_waiter;
+
 typedef struct svc_model {
     char name[HY_CFG_NAME_MAX];
     hy_model *m;
@@ -52,8 +59,8 @@ typedef struct svc_model {
     svc_exec *ctx;
     int nctx;
     pthread_mutex_t mu;
-    pthread_cond_t cv;
-    svc_prefix *prefixes; /* under mu */
+    svc_waiter *head, *tail; /* under mu: FIFO of requests waiting for a context */
+    svc_prefix *prefixes;    /* under mu */
 } svc_model;
 
 /* A tenant as the service knows it: from the configuration, or the single
@@ -155,6 +162,8 @@ void svc_leave(hy_svc *s, const svc_caller *who);
 hy_rpc_code svc_exec_take(hy_svc *s, svc_model *sm, hy_rpc_call *call, svc_exec **out, char *msg,
                           size_t cap);
 void svc_exec_give(hy_svc *s, svc_model *sm, svc_exec *x);
+/* Wakes the requests waiting for sm's contexts (for draining). */
+void svc_exec_wake_all(svc_model *sm);
 /* The prefix cache of (model, tenant), locked; unlock with svc_prefix_put. */
 int svc_prefix_get(hy_svc *s, svc_model *sm, const char *tenant, svc_prefix **out, hy_err *err);
 void svc_prefix_put(svc_prefix *p);

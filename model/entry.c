@@ -362,17 +362,25 @@ int hy_entry_key(const char *tenant, const uint8_t model_fp[32], int W, hy_entry
     hy_sha256_ctx *h;
     if (hy_sha256_begin(&h)) return HY_ENOMEM;
     const char *t = tenant ? tenant : "";
-    uint32_t hdr[4] = {(uint32_t)strlen(t), HY_ENTRY_VERSION, (uint32_t)W, (uint32_t)dtype};
+    /* every integer little-endian, whatever the host's order */
+    const uint32_t hdr[4] = {(uint32_t)strlen(t), HY_ENTRY_VERSION, (uint32_t)W, (uint32_t)dtype};
+    unsigned char le[1024];
+    for (int i = 0; i < 4; i++)
+        for (int b = 0; b < 4; b++) le[4 * i + b] = (unsigned char)(hdr[i] >> (8 * b));
     hy_sha256_add(h, "hypic-entry-key", 16);
-    hy_sha256_add(h, &hdr[0], 4); /* length-prefixed tenant: no ambiguity with what follows */
+    hy_sha256_add(h, le, 4); /* length-prefixed tenant: no ambiguity with what follows */
     hy_sha256_add(h, t, hdr[0]);
     hy_sha256_add(h, model_fp, 32);
-    hy_sha256_add(h, &hdr[1], 12);
-    for (size_t i = 0; i < n; i++) {
-        uint32_t v = (uint32_t)tokens[i];
-        unsigned char le[4] = {(unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16),
-                               (unsigned char)(v >> 24)};
-        hy_sha256_add(h, le, 4);
+    hy_sha256_add(h, le + 4, 12);
+    /* the tokens in blocks: one hash update per 256 tokens, not per token */
+    for (size_t i = 0; i < n;) {
+        size_t k = 0;
+        for (; i < n && k < sizeof le; i++, k += 4) {
+            const uint32_t v = (uint32_t)tokens[i];
+            le[k] = (unsigned char)v, le[k + 1] = (unsigned char)(v >> 8);
+            le[k + 2] = (unsigned char)(v >> 16), le[k + 3] = (unsigned char)(v >> 24);
+        }
+        hy_sha256_add(h, le, k);
     }
     hy_sha256_end(h, key);
     return HY_OK;

@@ -89,5 +89,20 @@ for d in "$tmp"/hypic-bench-tiers-*; do
     echo "  FAIL  hypic-bench tiers left $d behind"
 done
 
+# --quick: 0.5 s per phase, 2 segments per request; hypic-cached (the path
+# built into hypic-bench) runs as its child and must stop cleanly. Its model
+# and the daemon's files go under $TMPDIR, and must be removed.
+TMPDIR=$tmp
+export TMPDIR
+run service lookup_qps_1\>0 lookup_qps_16\>0 lookup_p50_us\>0 prefill_p50_ms\>0 \
+    prefill_p99_ms\>0 rpc_overhead_p50_ms inproc_lookup_p50_us\>0 inproc_prefill_p50_ms\>0 \
+    lookup_cpu_us_per_call.client\>0 lookup_cpu_bound_qps\>0 \
+    -- service --quick
+for d in "$tmp"/hypic-bench-service-*; do
+    [ -e "$d" ] || continue
+    fail=$((fail + 1))
+    echo "  FAIL  hypic-bench service left $d behind"
+done
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

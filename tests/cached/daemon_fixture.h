@@ -91,9 +91,9 @@ static inline int hy_daemon_start(hy_daemon *d, const char *dir, const char *con
             while (fgets(line, sizeof line, r)) {
                 line[strcspn(line, "\n")] = '\0';
                 if (strncmp(line, "grpc=", 5) == 0)
-                    snprintf(d->grpc, sizeof d->grpc, "%s", line + 5);
+                    snprintf(d->grpc, sizeof d->grpc, "%.*s", (int)sizeof d->grpc - 1, line + 5);
                 if (strncmp(line, "http=", 5) == 0)
-                    snprintf(d->http, sizeof d->http, "%s", line + 5);
+                    snprintf(d->http, sizeof d->http, "%.*s", (int)sizeof d->http - 1, line + 5);
             }
             fclose(r);
             if (d->grpc[0]) return 0;
