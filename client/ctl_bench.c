@@ -231,7 +231,8 @@ static int run(bench *b)
     if (!rc) {
         size_t k = 0;
         for (int i = 0; i < b->clients; i++) {
-            memcpy(lat + k, w[i].lat, w[i].n * sizeof *lat);
+            if (w[i].n)
+                memcpy(lat + k, w[i].lat, w[i].n * sizeof *lat); /* an idle client has none */
             k += w[i].n;
         }
         qsort(lat, n, sizeof *lat, cmp_double);
