@@ -15,7 +15,10 @@
  * one). So puts of one key are serialised (s->nvme_busy), and a removal of a
  * key's record while a put of that key is in flight is left to the put,
  * which replaces the record, or removes it if it fails: otherwise the
- * removal could land after the put and take the newer entry's record.
+ * removal could land after the put and take the newer entry's record. A put
+ * that waited for another of its key rechecks its entry first and writes
+ * nothing if it died meanwhile: the put it waited for may be its
+ * replacement's (nvme_put_evicting).
  */
 #include "store_internal.h"
 
@@ -229,17 +232,27 @@ bool st_pinned_cb(void *ctx, uint64_t id)
 }
 
 /* Writes an entry to NVMe, evicting unpinned NVMe copies while it is full
- * (an entry with a copy in another tier keeps it). Called with the lock held;
- * drops it around each write (and while another put of the key is in
- * flight), so the caller must pin what `data` points into. */
-static int nvme_put_evicting(hy_store *s, const hy_meta *m, const void *data, hy_err *err)
+ * (an entry with a copy in another tier keeps it). o is the entry whose bytes
+ * these are (pinned by the caller, so `data` stays), or NULL for a commit's
+ * reservation, not yet in the index. Called with the lock held; drops it
+ * around each write and while another put of the key is in flight. *wrote
+ * says whether a record was written: not when o died or got its NVMe copy
+ * from another thread before the write began (then HY_OK). A put that waited
+ * must not write a dead entry: the put it waited for may be of the entry that
+ * replaced it, whose record ours would overwrite, and the caller's removal of
+ * a dead entry's record would then take the newer entry's. */
+static int nvme_put_evicting(hy_store *s, obj *o, const hy_meta *m, const void *data, bool *wrote,
+                             hy_err *err)
 {
     const hy_meta snap = *m; /* taken under the lock: hits and times change under it */
+    *wrote = false;
     for (;;) {
         while (nvme_busy_find(s, &snap.key)) pthread_cond_wait(&s->nvme_cv, &s->mu);
+        if (o && (o->dead || o->in_nvme)) return HY_OK;
         nvme_busy busy = {.key = snap.key, .next = s->nvme_busy};
         s->nvme_busy = &busy;
         pthread_mutex_unlock(&s->mu);
+        if (s->nvme_put_hook) s->nvme_put_hook(s->nvme_put_hook_ctx, &snap.key);
         int rc = hy_nvme_put(s->nvme, &snap, data, err);
         pthread_mutex_lock(&s->mu);
         nvme_busy **p = &s->nvme_busy;
@@ -250,6 +263,7 @@ static int nvme_put_evicting(hy_store *s, const hy_meta *m, const void *data, hy
             hy_err ignored = {0};
             hy_nvme_remove(s->nvme, &snap.key, &ignored);
         }
+        *wrote = rc == HY_OK;
         if (rc != HY_ENOMEM) return rc;
         uint64_t vid;
         if (hy_evictor_victim(s->ev[HY_TIER_NVME], &vid, st_pinned_cb, s) != HY_OK) return rc;
@@ -268,14 +282,21 @@ static int nvme_put_evicting(hy_store *s, const hy_meta *m, const void *data, hy
 /* Evicts one unpinned host copy: demoted to NVMe when there is one and it
  * admits it; the entry is dropped when no copy is left (none in NVMe or
  * hbm). Called with the lock held (dropped during the demotion's write, with
- * the victim pinned). */
+ * the victim pinned). With no victim left while other threads' demotions are
+ * in flight, waits for one of them to land and returns HY_OK: their blocks
+ * are about to be freed, and may be what a contiguous allocation needs. */
 static int evict_one_host(hy_store *s, hy_err *err)
 {
     uint64_t vid;
-    if (hy_evictor_victim(s->ev[HY_TIER_HOST], &vid, st_pinned_cb, s) != HY_OK)
+    if (hy_evictor_victim(s->ev[HY_TIER_HOST], &vid, st_pinned_cb, s) != HY_OK) {
+        if (s->host_moving > 0) {
+            pthread_cond_wait(&s->nvme_cv, &s->mu); /* broadcast as each NVMe put lands */
+            return HY_OK;
+        }
         return hy_err_set(err, HY_ENOMEM,
                           "host tier full (%zu bytes) and every resident entry is leased",
                           s->cfg.host_bytes);
+    }
     obj *v = st_find_by_id(s, vid);
     if (!v) {
         hy_evictor_remove(s->ev[HY_TIER_HOST], vid);
@@ -285,18 +306,22 @@ static int evict_one_host(hy_store *s, hy_err *err)
     hy_evictor_remove(s->ev[HY_TIER_HOST], vid); /* not a candidate while it moves */
     if (s->nvme && !v->in_nvme && hy_admitter_admit(s->ad[HY_TIER_NVME], vid, v->meta.tokens, 0)) {
         hy_err e2 = {0};
+        bool wrote;
         v->pins++;
-        int rc = nvme_put_evicting(s, &v->meta, hy_arena_ptr(s->arena, v->off), &e2);
+        s->host_moving++;
+        int rc = nvme_put_evicting(s, v, &v->meta, hy_arena_ptr(s->arena, v->off), &wrote, &e2);
+        s->host_moving--;
+        pthread_cond_broadcast(&s->nvme_cv); /* for waiters above (a skipped put signals none) */
         v->pins--;
-        if (v->dead) { /* invalidated while it was being written */
-            if (rc == HY_OK) nvme_remove_key(s, &v->meta.key);
+        if (v->dead) { /* invalidated or replaced meanwhile: the record, if any, is v's */
+            if (wrote) nvme_remove_key(s, &v->meta.key);
             if (v->pins == 0) obj_destroy(s, v);
             return HY_OK;
         }
-        if (rc == HY_OK) {
+        if (wrote) {
             st_copy_add(s, v, HY_TIER_NVME, 0);
             s->st.demotions++;
-        } else {
+        } else if (rc) {
             hy_log(HY_LOG_WARN, "demotion to NVMe failed, %s: %s",
                    v->in_hbm ? "the entry keeps its hbm copy" : "dropping the entry", e2.msg);
         }
@@ -562,6 +587,12 @@ int hy_store_commit(hy_store *s, hy_put *p, hy_tier_id *placed, hy_err *err)
     m->hits = 0;
     if (!m->expires_ns && s->cfg.default_ttl_ns)
         m->expires_ns = m->created_ns + s->cfg.default_ttl_ns;
+    obj *o = calloc(1, sizeof *o); /* before any write, so that a failed commit changes nothing */
+    if (!o) {
+        hy_store_abort(s, p);
+        if (placed) *placed = HY_TIER_NONE;
+        return hy_err_set(err, HY_ENOMEM, "out of memory");
+    }
 
     pthread_mutex_lock(&s->mu);
     s->st.puts++;
@@ -576,7 +607,8 @@ int hy_store_commit(hy_store *s, hy_put *p, hy_tier_id *placed, hy_err *err)
     const bool to_host = hy_admitter_admit(s->ad[HY_TIER_HOST], id, m->tokens, vid);
     const bool to_nvme = s->nvme && (s->cfg.write_through || !to_host) &&
                          hy_admitter_admit(s->ad[HY_TIER_NVME], id, m->tokens, 0);
-    int rc = to_nvme ? nvme_put_evicting(s, m, data, err) : HY_OK;
+    bool wrote;
+    int rc = to_nvme ? nvme_put_evicting(s, NULL, m, data, &wrote, err) : HY_OK;
     obj *old = rc ? NULL : idx_find(s, &m->key); /* a failed replace keeps the old entry */
     if (old) {
         if (old->in_nvme && to_nvme && !rc) { /* the record on disk is the new one already */
@@ -586,10 +618,9 @@ int hy_store_commit(hy_store *s, hy_put *p, hy_tier_id *placed, hy_err *err)
         }
         st_obj_remove(s, old, NULL); /* replaced: the key stays, as the event below says */
     }
-    obj *o = NULL;
-    if (!rc && (to_hbm || to_host || to_nvme)) {
-        o = calloc(1, sizeof *o);
-        if (!o) rc = hy_err_set(err, HY_ENOMEM, "out of memory");
+    if (rc || !(to_hbm || to_host || to_nvme)) {
+        free(o);
+        o = NULL;
     }
     hy_tier_id where = HY_TIER_NONE;
     if (o) {
@@ -815,13 +846,14 @@ int hy_store_flush(hy_store *s, size_t *written, hy_err *err)
         const size_t nb = s->nbuckets;
         o->pins++;
         hy_err e2 = {0};
-        int wrc = nvme_put_evicting(s, &o->meta, hy_arena_ptr(s->arena, o->off), &e2);
+        bool wrote;
+        int wrc = nvme_put_evicting(s, o, &o->meta, hy_arena_ptr(s->arena, o->off), &wrote, &e2);
         if (o->dead) {
-            if (wrc == HY_OK) nvme_remove_key(s, &o->meta.key);
-        } else if (wrc == HY_OK) {
+            if (wrote) nvme_remove_key(s, &o->meta.key);
+        } else if (wrote) {
             st_copy_add(s, o, HY_TIER_NVME, 0);
             n++;
-        } else {
+        } else if (wrc) { /* else a demotion wrote it while we waited */
             rc = hy_err_set(err, wrc, "flush to NVMe: %s", e2.msg);
         }
         st_unpin(s, o);

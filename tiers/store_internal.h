@@ -17,7 +17,9 @@
  * guards its own allocator (devtier_internal.h), so its alloc/release run under s->mu
  * and its transfers under nothing of the store's: lock order s->mu → the
  * tier's mutex, never the reverse. NVMe puts of one key are serialised
- * (s->nvme_busy, s->nvme_cv: see store.c), since records are keyed by key.
+ * (s->nvme_busy, s->nvme_cv: see store.c), since records are keyed by key;
+ * a put that waited rechecks its entry (dead, or written by another thread)
+ * before writing.
  *
  * Residency rules (the invariants a reader can check):
  *   - a live entry has at least one of in_hbm, in_host, in_nvme;
@@ -62,7 +64,8 @@ struct hy_store {
     hy_arena *arena;
     hy_nvme *nvme;
     struct nvme_busy *nvme_busy; /* keys with an NVMe put in flight (store.c) */
-    pthread_cond_t nvme_cv;      /* signalled when one lands */
+    pthread_cond_t nvme_cv;      /* signalled when one lands, or a demotion ends */
+    int host_moving;             /* host victims being demoted (out of the evictor meanwhile) */
     const hy_devtier_ops *dev;   /* NULL: no hbm tier */
     void *dev_ctx;
     size_t dev_capacity;
@@ -75,6 +78,11 @@ struct hy_store {
     struct quota *quotas;
     uint64_t tick;
     hy_store_stats st;
+    /* Tests only, NULL otherwise: runs before every NVMe put, without s->mu,
+     * with the key being written, so that a test can hold a put in flight
+     * while other threads act. Set before the store is shared. */
+    void (*nvme_put_hook)(void *ctx, const hy_key *key);
+    void *nvme_put_hook_ctx;
 };
 
 struct hy_lease {
@@ -118,7 +126,8 @@ void st_obj_remove(hy_store *s, obj *o, const char *reason);
 /* Drops a pin; the last pin of a dead entry frees it. */
 void st_unpin(hy_store *s, obj *o);
 /* A host block of `bytes`, evicting host entries (to NVMe) as needed; may
- * drop the lock during a demotion's NVMe write. */
+ * drop the lock during a demotion's NVMe write, or to wait for another
+ * thread's demotion when nothing else is left to evict. */
 int st_host_alloc(hy_store *s, uint64_t bytes, size_t *off, hy_err *err);
 /* Brings the bytes of o (pinned, no host copy) into host memory from its hbm
  * copy, or else from NVMe (checksums verified): *off is the block, which

@@ -6,7 +6,9 @@
  * invalidation; device acquires that promote host-only and NVMe-only entries; temporary device
  * blocks when the hbm admitter refuses; host leases copied down from hbm; failed hbm copies that
  * only make an entry skip the tier; counters that add up; a multi-threaded stress run (also under
- * `make tsan`).
+ * `make tsan`); and, without hbm, NVMe puts racing each other, forced step by step through the
+ * store's put hook (store_internal.h): a demotion that waited behind its replacement's put, a
+ * flush behind a demotion, a reservation that waits for a demotion in flight.
  *
  * Cases named double_* run on every machine against a TEST DOUBLE: host
  * memory standing in for the hbm tier, defined below and handed to the store
@@ -21,6 +23,7 @@
 #include "devtier_internal.h"
 #include "extents_internal.h"
 #include "hy_tiers.h"
+#include "store_internal.h"
 
 #include <pthread.h>
 #include <string.h>
@@ -852,6 +855,250 @@ static void test_threads_stress(void)
     hy_store_close(s);
 }
 
+/* --- NVMe puts of one key that wait for each other ----------------------------------
+ * The store writes the puts of one key one at a time, so a put may wait for
+ * another; the entry it writes may be replaced, or given its NVMe copy by
+ * another thread, meanwhile. These cases force such interleavings with the
+ * store's nvme_put_hook (store_internal.h): a gate that holds the first put
+ * of one key in flight until the test opens it, and counts that key's puts. */
+
+typedef struct gate {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    hy_key key;
+    int puts; /* puts of key that reached the hook */
+    bool open;
+} gate;
+
+static void gate_hook(void *ctx, const hy_key *key)
+{
+    gate *g = ctx;
+    pthread_mutex_lock(&g->mu);
+    if (memcmp(key->b, g->key.b, HY_KEY_BYTES) == 0) {
+        const bool first = g->puts++ == 0;
+        while (first && !g->open) pthread_cond_wait(&g->cv, &g->mu);
+    }
+    pthread_mutex_unlock(&g->mu);
+}
+
+static void gate_install(hy_store *s, gate *g, uint64_t n)
+{
+    memset(g, 0, sizeof *g);
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, NULL);
+    g->key = key_of(n);
+    s->nvme_put_hook = gate_hook, s->nvme_put_hook_ctx = g;
+}
+
+static int gate_puts(gate *g)
+{
+    pthread_mutex_lock(&g->mu);
+    int n = g->puts;
+    pthread_mutex_unlock(&g->mu);
+    return n;
+}
+
+static void gate_open(gate *g)
+{
+    pthread_mutex_lock(&g->mu);
+    g->open = true;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* Polls cond(s, arg) for up to 10 s. */
+static bool eventually(bool (*cond)(hy_store *, uint64_t), hy_store *s, uint64_t arg)
+{
+    for (int i = 0; i < 10000; i++) {
+        if (cond(s, arg)) return true;
+        usleep(1000);
+    }
+    return false;
+}
+
+static bool gate_held(hy_store *s, uint64_t unused)
+{
+    (void)unused;
+    return gate_puts(s->nvme_put_hook_ctx) >= 1;
+}
+
+/* The store counts n host evictions. The count rises in the same hold of
+ * the store's lock that ends in the demotion's wait for the key's put in
+ * flight, so seeing it (under that lock) means the demotion waits. */
+static bool evicted(hy_store *s, uint64_t n)
+{
+    return stats(s).evictions >= n;
+}
+
+/* Entry 1 is pinned `want` times: a pin and the wait for the key's put in
+ * flight happen in one hold of the store's lock, as above. */
+static bool pinned(hy_store *s, uint64_t want)
+{
+    const hy_key k = key_of(1);
+    pthread_mutex_lock(&s->mu);
+    const obj *o = st_find_by_id(s, hy_key_id(&k));
+    const bool yes = o && o->pins >= (int)want;
+    pthread_mutex_unlock(&s->mu);
+    return yes;
+}
+
+typedef struct job {
+    hy_store *s;
+    hy_put *p; /* commit_job: the reservation to commit */
+    uint64_t n;
+    size_t bytes, written;
+    int rc;
+} job;
+
+static void *commit_job(void *arg)
+{
+    job *j = arg;
+    hy_err e = {0};
+    j->rc = hy_store_commit(j->s, j->p, NULL, &e);
+    return NULL;
+}
+
+static void *put_job(void *arg)
+{
+    job *j = arg;
+    j->rc = put(j->s, j->n, j->bytes, NULL);
+    return NULL;
+}
+
+static void *flush_job(void *arg)
+{
+    job *j = arg;
+    hy_err e = {0};
+    j->rc = hy_store_flush(j->s, &j->written, &e);
+    return NULL;
+}
+
+/* Entry 1 is being demoted (host → NVMe) while its replacement's write-through
+ * put of the same key is in flight: the demotion waits for that put, and by
+ * then entry 1 is replaced. Writing its bytes anyway would overwrite the
+ * replacement's record, and removing that record afterwards (entry 1 being
+ * dead) would leave the store counting an NVMe copy the tier does not hold.
+ * The demotion must write nothing; the replacement's bytes survive a
+ * restart. */
+static void test_replaced_demotion_not_written(void)
+{
+    hy_store_config c = config(6, true);
+    c.write_through = true;
+    c.nvme_policy = REFUSE; /* entries 1-4 go to host only */
+    hy_store *s;
+    hy_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(hy_store_open(&c, &s, &e), 0);
+    for (uint64_t n = 1; n <= 4; n++) CU_ASSERT_EQUAL_FATAL(put(s, n, MB, NULL), 0);
+    set_policy(s, HY_TIER_NVME, &ACCEPT); /* commits write through from here on */
+    gate g;
+    gate_install(s, &g, 1);
+
+    /* the replacement (2 MiB: another payload) fills the host tier; its put is held */
+    hy_meta m = meta_of(1, 2 * MB);
+    void *buf;
+    job rep = {.s = s}, other = {.s = s, .n = 5, .bytes = MB};
+    CU_ASSERT_EQUAL_FATAL(hy_store_reserve(s, &m, &rep.p, &buf, &e), 0);
+    fill(buf, 1, 2 * MB);
+    pthread_t t1, t2;
+    pthread_create(&t1, NULL, commit_job, &rep);
+    CU_ASSERT_FATAL(eventually(gate_held, s, 0));
+    /* entry 5 needs room: entry 1, the oldest, is demoted and waits for the held put */
+    pthread_create(&t2, NULL, put_job, &other);
+    CU_ASSERT_FATAL(eventually(evicted, s, 1));
+    gate_open(&g);
+    pthread_join(t1, NULL);
+    pthread_join(t2, NULL);
+    CU_ASSERT_EQUAL(rep.rc, 0);
+    CU_ASSERT_EQUAL(other.rc, 0);
+    CU_ASSERT_EQUAL(gate_puts(&g), 1); /* the replaced entry's bytes were never written */
+    CU_ASSERT_EQUAL(stats(s).demotions, 0);
+    CU_ASSERT_EQUAL(where(s, 1), HOST | NVME);
+    CU_ASSERT_EQUAL(get_check(s, 1, 2 * MB), 0);
+    assert_consistent(s, 8);
+    hy_store_close(s);
+
+    CU_ASSERT_EQUAL_FATAL(hy_store_open(&c, &s, &e), 0); /* NVMe alone serves it now */
+    CU_ASSERT_EQUAL(where(s, 1), NVME);
+    CU_ASSERT_EQUAL(get_check(s, 1, 2 * MB), 0);
+    assert_consistent(s, 8);
+    hy_store_close(s);
+}
+
+/* hy_store_flush reaches entry 1 while its demotion's put is in flight: it
+ * waits for that put, then finds the NVMe copy there, writes nothing more and
+ * does not count the copy twice. */
+static void test_flush_behind_demotion(void)
+{
+    hy_store_config c = config(4, true);
+    hy_store *s;
+    hy_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(hy_store_open(&c, &s, &e), 0);
+    for (uint64_t n = 1; n <= 4; n++) CU_ASSERT_EQUAL_FATAL(put(s, n, MB, NULL), 0);
+    CU_ASSERT_EQUAL(where(s, 1), HOST);
+    gate g;
+    gate_install(s, &g, 1);
+    job other = {.s = s, .n = 5, .bytes = MB}, fl = {.s = s};
+    pthread_t t1, t2;
+    pthread_create(&t1, NULL, put_job, &other); /* demotes entry 1; its put is held */
+    CU_ASSERT_FATAL(eventually(gate_held, s, 0));
+    pthread_create(&t2, NULL, flush_job, &fl);
+    CU_ASSERT_FATAL(eventually(pinned, s, 2)); /* the demotion's pin and the flush's */
+    gate_open(&g);
+    pthread_join(t1, NULL);
+    pthread_join(t2, NULL);
+    CU_ASSERT_EQUAL(other.rc, 0);
+    CU_ASSERT_EQUAL(fl.rc, 0);
+    CU_ASSERT_EQUAL(gate_puts(&g), 1); /* entry 1 written once, by its demotion */
+    CU_ASSERT(fl.written <= 3);        /* entries 2-4 at most; entry 1 is not the flush's */
+    CU_ASSERT_EQUAL(stats(s).demotions + fl.written, stats(s).nvme_entries);
+    CU_ASSERT(where(s, 1) & NVME);
+    CU_ASSERT_EQUAL(get_check(s, 1, MB), 0);
+    assert_consistent(s, 8);
+    hy_store_close(s);
+}
+
+static bool demoted(hy_store *s, uint64_t n)
+{
+    return stats(s).demotions >= n;
+}
+
+/* A reservation needing contiguous room finds no host victim left while
+ * another thread's demotion is in flight, its block in the way (the victim is
+ * out of the evictor while it moves): the reservation waits for that
+ * demotion to land instead of failing with "every resident entry is
+ * leased". Host (4 MiB): entry 1 at 0, 2 at 1 MiB, 3 (2 MiB) at 2 MiB. */
+static void test_reserve_waits_for_demotion(void)
+{
+    hy_store_config c = config(4, true);
+    hy_store *s;
+    hy_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(hy_store_open(&c, &s, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(put(s, 1, MB, NULL), 0);
+    CU_ASSERT_EQUAL_FATAL(put(s, 2, MB, NULL), 0);
+    CU_ASSERT_EQUAL_FATAL(put(s, 3, 2 * MB, NULL), 0);
+    CU_ASSERT_EQUAL(get_check(s, 1, MB), 0); /* LRU order now 2, 3, 1 */
+    gate g;
+    gate_install(s, &g, 2);
+    job small = {.s = s, .n = 5, .bytes = MB}, big = {.s = s, .n = 6, .bytes = 3 * MB};
+    pthread_t t1, t2;
+    pthread_create(&t1, NULL, put_job, &small); /* evicts 2: its demotion is held */
+    CU_ASSERT_FATAL(eventually(gate_held, s, 0));
+    /* demotes 3 and 1; the 3 MiB it needs are still split by entry 2's block */
+    pthread_create(&t2, NULL, put_job, &big);
+    CU_ASSERT_FATAL(eventually(demoted, s, 2));
+    gate_open(&g);
+    pthread_join(t1, NULL);
+    pthread_join(t2, NULL);
+    CU_ASSERT_EQUAL(small.rc, 0);
+    CU_ASSERT_EQUAL(big.rc, 0);
+    for (uint64_t n = 1; n <= 3; n++) CU_ASSERT_EQUAL(where(s, n), NVME);
+    CU_ASSERT_EQUAL(where(s, 5), HOST);
+    CU_ASSERT_EQUAL(where(s, 6), HOST);
+    CU_ASSERT_EQUAL(get_check(s, 6, 3 * MB), 0);
+    assert_consistent(s, 8);
+    hy_store_close(s);
+}
+
 /* --- without an hbm tier ------------------------------------------------------------ */
 
 /* Not configured: device leases are refused saying so, the tier's policy
@@ -975,6 +1222,9 @@ int main(void)
         {"double_hbm_faults_skip_the_tier", test_hbm_faults_skip_the_tier},
         {"double_stats_add_up", test_stats_add_up},
         {"double_threads_stress", test_threads_stress},
+        {"replaced_entry_demotion_not_written", test_replaced_demotion_not_written},
+        {"flush_behind_demotion_counts_once", test_flush_behind_demotion},
+        {"reserve_waits_for_demotion_in_flight", test_reserve_waits_for_demotion},
         {"no_hbm_tier", test_no_hbm_tier},
         {NULL, NULL},
     };
