@@ -559,6 +559,10 @@ static void print_result(const char *what, const result *r, bool us)
 
 int hy_bench_service(int argc, char **argv)
 {
+    /* The in-process service waits for OpenMP as the daemon does (it sets
+     * passive itself), so the two paths compare the same handler; set before
+     * this process's first parallel region, which reads it. */
+    setenv("OMP_WAIT_POLICY", "passive", 0);
     double duration = 5;
     int nseg = 8;
     bool quick = false;

@@ -55,6 +55,8 @@ struct hy_rpc_call {
     grpc_call *call;
     grpc_completion_queue *cq;
     grpc_metadata_array *md;
+    grpc_byte_buffer *pending; /* the one response of a unary or client-streaming
+                                * method, sent with the status (one batch) */
     gpr_timespec deadline;
     size_t max_message;
     /* CALL_LOCAL */
@@ -154,6 +156,18 @@ int hy_rpc_call_send(hy_rpc_call *c, const ProtobufCMessage *msg, hy_err *err)
     if (c->kind == CALL_LOCAL) return local_send(c, msg, err);
     grpc_byte_buffer *bb = hy_rpc_buffer_pack(msg);
     if (!bb) return hy_err_set(err, HY_ENOMEM, "out of memory");
+    if (c->method->shape != HY_RPC_SERVER_STREAM) {
+        /* One response: it leaves with the status, in hy_rpc_call_finish's
+         * batch, which saves the worker a round trip through its queue per
+         * call (a wake-up, measured a few µs of CPU). */
+        if (c->pending) {
+            grpc_byte_buffer_destroy(bb);
+            return hy_err_set(err, HY_EINVAL, "%s: a second response on a method that has one",
+                              c->method->name);
+        }
+        c->pending = bb;
+        return HY_OK;
+    }
     grpc_op ops[2] = {0};
     size_t n = 0;
     if (!c->sent_initial) ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
@@ -217,9 +231,13 @@ int hy_rpc_call_finish(hy_rpc_call *c, hy_rpc_code code, const char *msg)
     }
     grpc_slice details = grpc_slice_from_copied_string(msg ? msg : "");
     int cancelled = 0;
-    grpc_op ops[3] = {0};
+    grpc_op ops[4] = {0};
     size_t n = 0;
     if (!c->sent_initial) ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    if (c->pending) {
+        ops[n].op = GRPC_OP_SEND_MESSAGE;
+        ops[n++].data.send_message.send_message = c->pending;
+    }
     ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
     ops[n].data.send_status_from_server.status = (grpc_status_code)code;
     ops[n++].data.send_status_from_server.status_details = &details;
@@ -227,6 +245,8 @@ int hy_rpc_call_finish(hy_rpc_call *c, hy_rpc_code code, const char *msg)
     ops[n++].data.recv_close_on_server.cancelled = &cancelled;
     int rc = hy_rpc_batch(c->call, c->cq, ops, n, c);
     grpc_slice_unref(details);
+    if (c->pending) grpc_byte_buffer_destroy(c->pending);
+    c->pending = NULL;
     return rc;
 }
 

@@ -124,7 +124,10 @@ const char *hy_rpc_call_metadata(const hy_rpc_call *c, const char *key, char *bu
 /* Milliseconds left before the client's deadline (INT64_MAX: none). */
 int64_t hy_rpc_call_ms_left(const hy_rpc_call *c);
 /* Sends one response message: the response of a unary or client-streaming
- * method, or the next of a server stream. HY_EIO when the client is gone. */
+ * method, or the next of a server stream (HY_EIO when the client is gone).
+ * The one response of a unary or client-streaming method is held and leaves
+ * with the status, in hy_rpc_call_finish's batch (one round trip less per
+ * call); a second one is HY_EINVAL. */
 int hy_rpc_call_send(hy_rpc_call *c, const ProtobufCMessage *msg, hy_err *err);
 /* The next request of a client-streaming method: HY_ENOTFOUND after the
  * last, HY_EFORMAT for bytes that are not a request, HY_EIO when the client
