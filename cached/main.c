@@ -9,10 +9,12 @@
  * (--init-models generates a missing one whose name is a built-in preset),
  * the store opened (the NVMe tier replays its journal), then the gRPC and
  * HTTP listeners start and --ready-file is written with the addresses bound.
- * Signals, taken by the main thread only: SIGHUP reloads tenants and
- * policies; SIGTERM or SIGINT drains — new calls are refused UNAVAILABLE,
- * calls in flight finish up to limits.drain_ms, then the rest are cancelled,
- * write-back entries are flushed to NVMe and RocksDB is closed.
+ * Signals, acted on by the main thread (blocked in the threads it starts,
+ * recorded by a handler when one reaches a library's own thread): SIGHUP
+ * reloads tenants and policies; SIGTERM or SIGINT drains — new calls are
+ * refused UNAVAILABLE, calls in flight finish up to limits.drain_ms, then the
+ * rest are cancelled, write-back entries are flushed to NVMe and RocksDB is
+ * closed; a second SIGTERM meanwhile changes nothing.
  */
 #include "http_internal.h"
 #include "service_internal.h"
@@ -25,6 +27,21 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+/* Signals that reached a thread other than main's: some libraries' threads
+ * (gRPC's, RocksDB's, OpenMP's) set their own signal masks, so blocking the
+ * signals in main before they start is not enough. The handler only records
+ * them; main acts on them at its next tick. A second SIGTERM during the
+ * drain is recorded and ignored, never the default (death). */
+static volatile sig_atomic_t g_term, g_hup;
+
+static void on_signal(int sig)
+{
+    if (sig == SIGHUP)
+        g_hup = 1;
+    else
+        g_term = 1;
+}
 
 static void usage(FILE *f)
 {
@@ -155,6 +172,11 @@ int main(int argc, char **argv)
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
     static hy_svc svc;
@@ -215,8 +237,10 @@ int main(int argc, char **argv)
 
     for (;;) {
         struct timespec tick = {0, 200 * 1000000};
-        const int sig = sigtimedwait(&sigs, NULL, &tick);
+        int sig = sigtimedwait(&sigs, NULL, &tick);
         svc_lease_reap(&svc, false);
+        if (g_term) sig = SIGTERM, g_term = 0;
+        if (g_hup && sig != SIGTERM) sig = SIGHUP, g_hup = 0;
         if (sig == SIGHUP) {
             static hy_cached_config next;
             hy_err re = {0};
