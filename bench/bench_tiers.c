@@ -21,9 +21,12 @@
  *           (32, the tier's default, passed explicitly) and, after every
  *           write, an fdatasync as the tier does. The limit is the device.
  *           What the tier adds: chunk checksums (XXH3 while a write's first
- *           requests are in flight; after a read, not overlapped), a 4 KiB
- *           journal block in the same transfer and flush as the payload, and
- *           an unsynced catalog write (every 64th synced).
+ *           requests are in flight; on a read, each chunk once its bytes have
+ *           arrived, while later requests are in flight, with at most
+ *           NV_READ_AHEAD past the completed prefix in flight, where raw keeps
+ *           the whole entry in flight), a 4 KiB journal block in the same
+ *           transfer and flush as the payload, and an unsynced catalog write
+ *           (every 64th synced).
  *   catalog hy_nvme_lookup of random existing keys (an index in memory) and
  *           hy_store_acquire/release hits on host-resident entries, per
  *           second.
@@ -299,7 +302,7 @@ static int nvme_measure(hy_nvme *nv, int raw_fd, struct io_uring *ring, uint64_t
     return HY_OK;
 }
 
-/* --- index lookups (hy_nvme_lookup: the tier's in-memory index, no RocksDB read) ------------------------------------------------------------- */
+/* --- index lookups (hy_nvme_lookup: the tier's in-memory index, no RocksDB read) ------- */
 
 typedef struct lookup_result {
     double nvme_per_s, store_per_s, small_puts_per_s;

@@ -416,6 +416,36 @@ static void drop_corrupt(hy_nvme *n, nv_entry *e, int64_t chunk, const char *pat
     }
 }
 
+/* A get's verification, chunk by chunk behind the read (nv_io_read_progress):
+ * each chunk is hashed as soon as the completed prefix covers it, while the
+ * requests after it are still in flight, so the read costs about the device's
+ * time plus the hashing of its last wave (NV_READ_AHEAD at most) rather than
+ * the device's time plus a second pass over the whole payload. */
+typedef struct get_verify {
+    const uint8_t *data;
+    uint64_t bytes;
+    const uint64_t *sums;   /* immutable while the get holds the entry */
+    uint32_t nchunks, next; /* chunks verified: [0, next) */
+    int64_t bad;            /* the failing chunk, or -1 */
+} get_verify;
+
+/* Verifies every chunk wholly inside [0, prefix) not verified yet. HY_EFORMAT
+ * at the first mismatch (the get writes the message). */
+static int get_verify_upto(void *ctx, uint64_t prefix, hy_err *err)
+{
+    get_verify *v = ctx;
+    for (; v->next < v->nchunks; v->next++) {
+        const uint64_t at = (uint64_t)v->next * HY_NVME_CHUNK;
+        const uint64_t len = HY_MIN((uint64_t)HY_NVME_CHUNK, v->bytes - at);
+        if (at + len > prefix) break;
+        if (hy_xxh3(v->data + at, len) != v->sums[v->next]) {
+            v->bad = v->next;
+            return hy_err_set(err, HY_EFORMAT, "chunk %u fails its checksum", v->next);
+        }
+    }
+    return HY_OK;
+}
+
 int hy_nvme_get(hy_nvme *n, const hy_key *key, void *dst, size_t cap, hy_meta *meta, hy_err *err)
 {
     if (!n || !key || !dst) return hy_err_set(err, HY_EINVAL, "hy_nvme_get: NULL argument");
@@ -444,9 +474,14 @@ int hy_nvme_get(hy_nvme *n, const hy_key *key, void *dst, size_t cap, hy_meta *m
 
     char path[4096];
     nv_extent_path(n, loc.extent, path, sizeof path);
-    int rc = nv_io_transfer(n->io, NV_READ, fd, dst, loc.off, loc.stored, err);
-    if (rc) hy_err_prefix(err, "nvme get of key %s: %s", k.s, path);
-    int64_t bad = rc ? -1 : nv_verify_payload(dst, bytes, e->rec.sums); /* sums are immutable */
+    get_verify v = {dst, bytes, e->rec.sums, e->rec.nchunks, 0, -1};
+    const nv_progress prog = {get_verify_upto, &v};
+    int rc = nv_io_read_progress(n->io, fd, dst, loc.off, loc.stored, &prog, err);
+    /* Every byte is verified before success, whatever the transfer reported:
+     * after a complete read this finds nothing left to hash. */
+    if (rc == HY_OK) rc = get_verify_upto(&v, loc.stored, err);
+    const int64_t bad = v.bad;
+    if (rc && bad < 0) hy_err_prefix(err, "nvme get of key %s: %s", k.s, path);
 
     pthread_mutex_lock(&n->mu);
     if (bad >= 0) {

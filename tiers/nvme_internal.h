@@ -107,6 +107,7 @@ void hy_nvme_inject_io_error(hy_nvme *n, int direction, int count);
 #define NV_FLOOR_KEY      "hypic-nvme-floor" /* the catalog's replay floor (journal) */
 #define NV_FLOOR_BYTES    16u
 #define NV_IO_PIECE       (2u << 20) /* bytes per io_uring request */
+#define NV_READ_AHEAD     (8u << 20) /* a verified read's bytes in flight past its completed prefix */
 #define NV_JOURNAL_MAGIC  "HYNJ"
 #define NV_JOURNAL_VER    1u
 #define NV_SYNC_EVERY     64u /* catalog writes between two synced ones (replay bound) */
@@ -256,6 +257,20 @@ typedef struct nv_hook {
 } nv_hook;
 int nv_io_transferv(nv_io *io, int dir, int fd, const nv_seg *segs, uint32_t nsegs,
                     const nv_hook *hook, hy_err *err);
+/* A read of len bytes as nv_io_transfer's that reports its progress: fn runs
+ * on the caller's thread, while later requests are still in flight, each time
+ * the completed prefix of the buffer grows, with its length (bytes from buf;
+ * a multiple of HY_PAGE, growing, the last call with len). Every byte of the
+ * prefix is in buf when fn runs. At most NV_READ_AHEAD bytes past the
+ * completed prefix are in flight (nvme_io.c says why). A failing fn (its HY_* code and message)
+ * ends the transfer once the requests in flight complete; no later call. An
+ * I/O error ends it too, with the prefix reported so far. */
+typedef struct nv_progress {
+    int (*fn)(void *ctx, uint64_t prefix, hy_err *err);
+    void *ctx;
+} nv_progress;
+int nv_io_read_progress(nv_io *io, int fd, void *buf, uint64_t off, uint64_t len,
+                        const nv_progress *prog, hy_err *err);
 /* The next `count` completions of direction dir report -EIO. */
 void nv_io_inject(nv_io *io, int dir, int count);
 

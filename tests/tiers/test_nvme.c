@@ -228,6 +228,140 @@ static void test_flipped_byte(void)
     hy_nvme_close(n);
 }
 
+/* Flips one byte at `at` bytes into key k's payload on disk. */
+static void flip_payload_byte(const char *dir, hy_nvme *n, const hy_key *k, uint64_t at)
+{
+    char path[256];
+    hy_nvme_loc l;
+    CU_ASSERT_EQUAL_FATAL(hy_nvme_locate(n, k, &l), 0);
+    extent_file(dir, l.extent, path, sizeof path);
+    int fd = open(path, O_RDWR);
+    CU_ASSERT_FATAL(fd >= 0);
+    uint8_t b;
+    CU_ASSERT_EQUAL(pread(fd, &b, 1, (off_t)(l.offset + at)), 1);
+    b ^= 0x01;
+    CU_ASSERT_EQUAL(pwrite(fd, &b, 1, (off_t)(l.offset + at)), 1);
+    fsync(fd), close(fd);
+}
+
+/* Gets verify each chunk while later requests are still in flight: damage in
+ * the first chunk (found while most of the entry is still being read) and in
+ * the last, partial chunk (found after the final completion) each fail the
+ * get naming that chunk, and the transfer leaves nothing in flight: the
+ * entries around them read back intact afterwards. The entries span more
+ * than NV_READ_AHEAD, so their reads are cut into several windows. */
+static void test_first_and_last_chunk(void)
+{
+    char dir[128];
+    case_dir(dir, sizeof dir);
+    hy_nvme *n = open_tier(dir, 64 * MiB, 4);
+    const uint64_t bytes = NV_READ_AHEAD + 12 * MiB + 123; /* last chunk: 123 bytes */
+    const uint32_t last = nv_chunk_count(bytes) - 1;
+    for (int i = 0; i < 3; i++) CU_ASSERT_EQUAL(put(n, 60 + i, bytes), 0);
+    hy_key first_k = key_of(60), last_k = key_of(61);
+    flip_payload_byte(dir, n, &first_k, 5);
+    flip_payload_byte(dir, n, &last_k, (uint64_t)last * HY_NVME_CHUNK + 100);
+
+    hy_err e = {0};
+    char want[32];
+    uint8_t *buf = aligned_alloc(HY_PAGE, padded(bytes));
+    CU_ASSERT_EQUAL(hy_nvme_get(n, &first_k, buf, padded(bytes), NULL, &e), HY_EFORMAT);
+    CU_ASSERT(strstr(e.msg, "chunk 0 ") != NULL);
+    CU_ASSERT_EQUAL(hy_nvme_lookup(n, &first_k, NULL), HY_ENOTFOUND);
+    CU_ASSERT_EQUAL(check(n, 62, bytes), 0);
+    CU_ASSERT_EQUAL(hy_nvme_get(n, &last_k, buf, padded(bytes), NULL, &e), HY_EFORMAT);
+    snprintf(want, sizeof want, "chunk %u ", last);
+    CU_ASSERT(strstr(e.msg, want) != NULL);
+    CU_ASSERT_EQUAL(hy_nvme_lookup(n, &last_k, NULL), HY_ENOTFOUND);
+    CU_ASSERT_EQUAL(check(n, 62, bytes), 0);
+    hy_nvme_stats s = stats(n);
+    CU_ASSERT_EQUAL(s.checksum_failures, 2);
+    CU_ASSERT_EQUAL(s.entries, 1);
+    free(buf);
+    hy_nvme_close(n);
+}
+
+/* What a reporting read saw: every prefix it was given, and whether the
+ * bytes of each were already in the buffer when it was reported. */
+typedef struct prog_log {
+    const uint8_t *buf, *ref;
+    uint64_t prefixes[256];
+    uint32_t n;
+    bool stale;       /* a reported prefix's bytes were not all read yet */
+    bool ahead;       /* bytes past the read-ahead window were read already */
+    uint64_t len;     /* of the read */
+    uint64_t fail_at; /* fail once the prefix reaches this; 0: never */
+} prog_log;
+
+static int prog_record(void *ctx, uint64_t prefix, hy_err *err)
+{
+    prog_log *l = ctx;
+    if (l->n < 256) l->prefixes[l->n] = prefix;
+    l->n++;
+    if (memcmp(l->buf, l->ref, prefix) != 0) l->stale = true;
+    /* Requests start below prefix + NV_READ_AHEAD and span one piece at most,
+     * and none completes between the refill and this report: the buffer past
+     * that still holds its fill. */
+    for (uint64_t i = prefix + NV_READ_AHEAD + NV_IO_PIECE; i < l->len; i++)
+        if (l->buf[i] != 0xee) {
+            l->ahead = true;
+            break;
+        }
+    if (l->fail_at && prefix >= l->fail_at) return hy_err_set(err, HY_EFORMAT, "stop here");
+    return HY_OK;
+}
+
+/* nv_io_read_progress: prefixes grow in whole pages up to the length, each
+ * one's bytes already read; no request starts NV_READ_AHEAD or more past the
+ * completed prefix, so a long read reports many times; a failing callback
+ * ends the read with its code and message and is not called again. */
+static void test_read_progress(void)
+{
+    char dir[128], path[256];
+    case_dir(dir, sizeof dir);
+    CU_ASSERT_EQUAL_FATAL(mkdir(dir, 0755), 0);
+    snprintf(path, sizeof path, "%s/raw", dir);
+    const uint64_t len = 4 * NV_READ_AHEAD + 3 * HY_PAGE;
+    uint8_t *ref = payload(len, 77), *buf = aligned_alloc(HY_PAGE, len);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(buf);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    CU_ASSERT_FATAL(fd >= 0);
+    CU_ASSERT_EQUAL_FATAL(pwrite(fd, ref, len, 0), (ssize_t)len);
+    fsync(fd), close(fd);
+    fd = open(path, O_RDONLY | O_DIRECT);
+    CU_ASSERT_FATAL(fd >= 0);
+    nv_io *io = NULL;
+    hy_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(nv_io_new(32, &io, &e), 0);
+
+    memset(buf, 0xee, len);
+    prog_log l = {.buf = buf, .ref = ref, .len = len};
+    const nv_progress p = {prog_record, &l};
+    CU_ASSERT_EQUAL(nv_io_read_progress(io, fd, buf, 0, len, &p, &e), 0);
+    CU_ASSERT(!l.stale);
+    CU_ASSERT(!l.ahead);
+    CU_ASSERT(l.n >= len / (NV_READ_AHEAD + NV_IO_PIECE));
+    CU_ASSERT(l.n <= 256);
+    for (uint32_t i = 0; i < l.n && i < 256; i++) {
+        CU_ASSERT(l.prefixes[i] % HY_PAGE == 0);
+        CU_ASSERT(i == 0 || l.prefixes[i] > l.prefixes[i - 1]);
+    }
+    CU_ASSERT_EQUAL(l.prefixes[HY_MIN(l.n, 256u) - 1], len);
+    CU_ASSERT_EQUAL(memcmp(buf, ref, len), 0);
+
+    memset(buf, 0xee, len);
+    l = (prog_log){.buf = buf, .ref = ref, .len = len, .fail_at = 1};
+    CU_ASSERT_EQUAL(nv_io_read_progress(io, fd, buf, 0, len, &p, &e), HY_EFORMAT);
+    CU_ASSERT(strstr(e.msg, "stop here") != NULL);
+    CU_ASSERT_EQUAL(l.n, 1);
+    CU_ASSERT(!l.stale);
+
+    nv_io_free(io);
+    close(fd);
+    unlink(path);
+    free(ref), free(buf);
+}
+
 static void test_truncated_extent(void)
 {
     char dir[128], path[256];
@@ -598,6 +732,8 @@ int main(void)
         {"remove frees space that puts reuse", test_remove_reuses_space},
         {"entries and meta survive close and reopen", test_persistence},
         {"a flipped payload byte: EFORMAT, entry dropped", test_flipped_byte},
+        {"damaged first or last chunk: EFORMAT naming it", test_first_and_last_chunk},
+        {"reads report their completed prefix", test_read_progress},
         {"truncated and missing extents: records dropped on open", test_truncated_extent},
         {"a damaged catalog record is dropped on open", test_bad_record_dropped},
         {"full tier: ENOMEM until something is removed", test_full},
