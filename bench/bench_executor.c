@@ -4,7 +4,10 @@
  * tokens with the chunked delta rule, the recurrent delta rule at 2048 in the
  * same run, peak RSS, and the machine's limit for this model: the forward
  * FLOPs of each prefill divided by the sgemm rate measured here, as a
- * fraction of the time actually taken.
+ * fraction of the time actually taken. Then where the 2048-token prefill's
+ * time goes: the executor's own per-operation profile (hy_exec_profile) of
+ * separate profiled runs, as ms and % of the prefill, with the GEMMs' achieved
+ * rate against the same sgemm limit.
  */
 #include "bench.h"
 #include "hy_common.h"
@@ -110,6 +113,27 @@ double hy_bench_sgemm_flops(int m, int n, int k, int reps)
     return 2.0 * m * n * k / best;
 }
 
+/* Profiles reps prefills of n tokens from the empty state and keeps the
+ * profile of the fastest, as the timed runs keep their best. Separate from
+ * the timed runs so that the throughput figures are those of an executor with
+ * profiling off. */
+static int profile_prefill(hy_exec *ex, hy_state *st, const int32_t *tok, int n, int reps,
+                           float *logits, hy_exec_prof *best, hy_err *e)
+{
+    int rc = 0;
+    hy_exec_set_profiling(ex, true);
+    for (int r = 0; r < reps && !rc; r++) {
+        hy_exec_profile_reset(ex);
+        hy_state_reset(st);
+        rc = hy_exec_prefill(ex, st, tok, (size_t)n, logits, e);
+        hy_exec_prof p;
+        hy_exec_profile(ex, &p);
+        if (r == 0 || p.total_s < best->total_s) *best = p;
+    }
+    hy_exec_set_profiling(ex, false);
+    return rc;
+}
+
 /* Best-of-reps seconds to prefill n tokens from the empty state. */
 static int time_prefill(hy_exec *ex, hy_state *st, const int32_t *tok, int n, int reps,
                         float *logits, double *best, hy_err *e)
@@ -177,6 +201,10 @@ int hy_bench_executor(int argc, char **argv)
                fl / secs / 1e9);
         fflush(stdout);
     }
+    /* the breakdown at 2048 tokens (lens[1], run with --quick too) */
+    const int bn = lens[1], breps = quick ? 1 : 3;
+    hy_exec_prof prof = {0};
+    if (!rc) rc = profile_prefill(ex, st, tok, bn, breps, logits, &prof, &e);
     double rec_rate = 0, rec_frac = 0;
     if (!rc) {
         hy_exec_set_gdn_mode(ex, HY_GDN_RECURRENT);
@@ -204,6 +232,24 @@ int hy_bench_executor(int argc, char **argv)
     }
     rec_frac /= sgemm;
     printf("  recurrent: %.2f of the limit\n", rec_frac);
+
+    /* Per-operation breakdown of the fastest profiled prefill. */
+    const double pf_s = prof.total_s, gemm_s = prof.seconds[HY_EXEC_OP_GEMM];
+    const double gemm_rate = gemm_s > 0 ? prof.gemm_flops / gemm_s : 0;
+    double op_ms[HY_EXEC_OP_COUNT];
+    printf("\nwhere a %d-token prefill's time goes (executor profile, fastest of %d profiled "
+           "runs: %.1f ms; unprofiled best %.1f ms):\n",
+           bn, breps, pf_s * 1e3, took[1] * 1e3);
+    printf("  %-12s %9s %7s %7s\n", "op", "ms", "%", "calls");
+    for (int k = 0; k < HY_EXEC_OP_COUNT; k++) {
+        op_ms[k] = prof.seconds[k] * 1e3;
+        printf("  %-12s %9.1f %6.1f%% %7lld\n", hy_exec_op_name((hy_exec_op)k), op_ms[k],
+               pf_s > 0 ? 100.0 * op_ms[k] / 1e3 / pf_s : 0.0, (long long)prof.calls[k]);
+    }
+    printf("  GEMMs: %.1f GFLOP at %.1f GFLOP/s = %.2f of the sgemm limit (%.1f GFLOP/s); "
+           "everything else: %.1f ms\n",
+           prof.gemm_flops / 1e9, gemm_rate / 1e9, gemm_rate / sgemm, sgemm / 1e9,
+           (pf_s - gemm_s) * 1e3);
 
     /* Decode: the same tokens one call each (every GEMM a GEMV). */
     double dec_rate = 0;
@@ -237,6 +283,16 @@ int hy_bench_executor(int argc, char **argv)
            "\"chunked_over_recurrent_%d\":%.3f,\"delta_rule_chunked_over_recurrent_%d\":%.3f",
            lens[ri], rec_rate, dec_rate, lens[ri], ratio, lens[ri], dr_recurrent / dr_chunked);
     for (int i = 0; i < nl; i++) printf(",\"fraction_of_sgemm_limit_%d\":%.3f", lens[i], frac[i]);
+    printf(",\"breakdown_tokens\":%d,\"breakdown_prefill_ms\":%.2f,\"breakdown_ms\":{", bn,
+           pf_s * 1e3);
+    for (int k = 0; k < HY_EXEC_OP_COUNT; k++)
+        printf("%s\"%s\":%.3f", k ? "," : "", hy_exec_op_name((hy_exec_op)k), op_ms[k]);
+    printf("},\"breakdown_pct\":{");
+    for (int k = 0; k < HY_EXEC_OP_COUNT; k++)
+        printf("%s\"%s\":%.2f", k ? "," : "", hy_exec_op_name((hy_exec_op)k),
+               pf_s > 0 ? 100.0 * op_ms[k] / 1e3 / pf_s : 0.0);
+    printf("},\"gemm_gflops\":%.2f,\"gemm_fraction_of_sgemm\":%.3f", gemm_rate / 1e9,
+           gemm_rate / sgemm);
     printf(",\"peak_rss_mb\":%.1f,\"threads\":%d,\"quick\":%s}\n", rss, omp_get_max_threads(),
            quick ? "true" : "false");
     free(tok), free(logits);

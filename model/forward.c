@@ -15,6 +15,11 @@
  * moment (a caller may change it between calls). Nothing is allocated per
  * token. The assertions state what each step relies on: the workspace, the
  * scratch and the KV cache hold the step, the layer shapes are the config's.
+ *
+ * With profiling on (hy_exec_set_profiling) every operation is bracketed by
+ * prof_begin / prof_end, which read the wall clock on the calling thread:
+ * the ops are parallel inside, and the caller's wall time is what a request
+ * waits for. Off, each bracket is one untaken branch.
  */
 #include "hy_kernels.h"
 #include "model_internal.h"
@@ -38,8 +43,65 @@ struct hy_exec {
     /* views into ws, for the current step size */
     float *x, *xn, *y, *big, *mid, *o, *g, *beta, *h, *gu, *xe, *ye, *topw;
     int *topi, *rows;
-    hy_capture *cap; /* set while an entry is being built */
+    hy_capture *cap;     /* set while an entry is being built */
+    hy_exec_stats stats; /* hy_exec_set_profiling */
 };
+
+/* --- profiling ---------------------------------------------------------- */
+
+/* Attributes the wall time since the previous mark to `op`. */
+static void prof_mark(hy_exec *ex, hy_exec_op op)
+{
+    const double t = hy_now_s();
+    ex->stats.prof.seconds[op] += t - ex->stats.last;
+    ex->stats.last = t;
+}
+
+/* Before an op: the gap since the previous op (residual adds, loop control)
+ * is OTHER. */
+static inline void prof_begin(hy_exec *ex)
+{
+    if (ex->stats.on) prof_mark(ex, HY_EXEC_OP_OTHER);
+}
+
+static inline void prof_end(hy_exec *ex, hy_exec_op op)
+{
+    if (!ex->stats.on) return;
+    prof_mark(ex, op);
+    ex->stats.prof.calls[op]++;
+}
+
+const char *hy_exec_op_name(hy_exec_op op)
+{
+    static const char *const names[HY_EXEC_OP_COUNT] = {
+        "gemm", "delta_rule", "attention", "conv", "norm_gate", "moe_routing", "other"};
+    return op >= 0 && op < HY_EXEC_OP_COUNT ? names[op] : "?";
+}
+
+void hy_exec_set_profiling(hy_exec *ex, bool on)
+{
+    ex->stats.on = on;
+}
+
+void hy_exec_profile(const hy_exec *ex, hy_exec_prof *out)
+{
+    *out = ex->stats.prof;
+}
+
+void hy_exec_profile_reset(hy_exec *ex)
+{
+    memset(&ex->stats.prof, 0, sizeof ex->stats.prof);
+}
+
+/* y [n][N] = x [n][K] · wᵀ, w [N][K]: hy_linear, timed as a GEMM. */
+static void linear(hy_exec *ex, int n, int K, int N, const float *x, size_t ldx, const float *w,
+                   float *y, size_t ldy)
+{
+    prof_begin(ex);
+    hy_linear(n, K, N, x, ldx, w, y, ldy);
+    if (ex->stats.on) ex->stats.prof.gemm_flops += 2.0 * n * (double)K * N;
+    prof_end(ex, HY_EXEC_OP_GEMM);
+}
 
 /* --- workspace planning -------------------------------------------------- */
 
@@ -164,11 +226,12 @@ void hy_exec_set_gdn_mode(hy_exec *ex, hy_gdn_mode mode)
 
 /* --- layers ---------------------------------------------------------------- */
 
-static void swiglu_mlp(const hy_mlp_w *w, int n, int H, const float *xin, float *gu, float *h,
-                       float *out)
+static void swiglu_mlp(hy_exec *ex, const hy_mlp_w *w, int n, int H, const float *xin, float *gu,
+                       float *h, float *out)
 {
     const int I = w->inter;
-    hy_linear(n, H, 2 * I, xin, (size_t)H, w->w_gu, gu, (size_t)(2 * I));
+    linear(ex, n, H, 2 * I, xin, (size_t)H, w->w_gu, gu, (size_t)(2 * I));
+    prof_begin(ex);
 #pragma omp parallel for schedule(static)
     for (int t = 0; t < n; t++) {
         const float *gr = gu + (size_t)t * 2 * I;
@@ -176,7 +239,8 @@ static void swiglu_mlp(const hy_mlp_w *w, int n, int H, const float *xin, float 
 #pragma omp simd
         for (int j = 0; j < I; j++) hr[j] = hy_siluf(gr[j]) * gr[I + j];
     }
-    hy_linear(n, I, H, h, (size_t)I, w->w_down, out, (size_t)H);
+    prof_end(ex, HY_EXEC_OP_NORM_GATE);
+    linear(ex, n, I, H, h, (size_t)I, w->w_down, out, (size_t)H);
 }
 
 static void moe_mlp(hy_exec *ex, const hy_layer_w *L, int n)
@@ -186,7 +250,8 @@ static void moe_mlp(hy_exec *ex, const hy_layer_w *L, int n)
     assert(k >= 1 && k <= E); /* the loader's rule: top-k picks k distinct experts */
     assert(L->shared.inter <= (int)widest_mlp(c));
     float *logits = ex->big; /* [n][E] */
-    hy_linear(n, H, E, ex->xn, (size_t)H, L->router, logits, (size_t)E);
+    linear(ex, n, H, E, ex->xn, (size_t)H, L->router, logits, (size_t)E);
+    prof_begin(ex);
 #pragma omp parallel for schedule(static)
     for (int t = 0; t < n; t++) {
         float *p = logits + (size_t)t * E;
@@ -212,8 +277,10 @@ static void moe_mlp(hy_exec *ex, const hy_layer_w *L, int n)
             for (int j = 0; j < k; j++) tw[j] /= wsum;
     }
     memset(ex->y, 0, (size_t)n * H * sizeof(float));
+    prof_end(ex, HY_EXEC_OP_MOE_ROUTING);
     int *rows = ex->rows; /* (token, slot) pairs routed to expert e */
     for (int e = 0; e < E; e++) {
+        prof_begin(ex);
         int m = 0;
         for (int t = 0; t < n; t++)
             for (int j = 0; j < k; j++)
@@ -222,10 +289,12 @@ static void moe_mlp(hy_exec *ex, const hy_layer_w *L, int n)
                            (size_t)H * sizeof(float));
                     rows[m++] = t * k + j;
                 }
+        prof_end(ex, HY_EXEC_OP_MOE_ROUTING);
         if (m == 0) continue;
         /* distinct experts per token: at most n rows, the capacity of xe, ye */
         assert(m <= n && L->experts[e].inter <= (int)widest_mlp(c));
-        swiglu_mlp(&L->experts[e], m, H, ex->xe, ex->gu, ex->h, ex->ye);
+        swiglu_mlp(ex, &L->experts[e], m, H, ex->xe, ex->gu, ex->h, ex->ye);
+        prof_begin(ex);
         for (int r = 0; r < m; r++) {
             const int t = rows[r] / k;
             const float w = ex->topw[rows[r]];
@@ -233,9 +302,11 @@ static void moe_mlp(hy_exec *ex, const hy_layer_w *L, int n)
             const float *er = ex->ye + (size_t)r * H;
             for (int d = 0; d < H; d++) yr[d] += w * er[d];
         }
+        prof_end(ex, HY_EXEC_OP_MOE_ROUTING);
     }
     if (L->shared.inter > 0) {
-        swiglu_mlp(&L->shared, n, H, ex->xn, ex->gu, ex->h, ex->ye);
+        swiglu_mlp(ex, &L->shared, n, H, ex->xn, ex->gu, ex->h, ex->ye);
+        prof_begin(ex);
 #pragma omp parallel for schedule(static)
         for (int t = 0; t < n; t++) {
             const float *xr = ex->xn + (size_t)t * H;
@@ -246,6 +317,7 @@ static void moe_mlp(hy_exec *ex, const hy_layer_w *L, int n)
             const float *sr = ex->ye + (size_t)t * H;
             for (int d = 0; d < H; d++) yr[d] += s * sr[d];
         }
+        prof_end(ex, HY_EXEC_OP_MOE_ROUTING);
     }
 }
 
@@ -262,10 +334,13 @@ static void gdn_layer(hy_exec *ex, hy_state *st, int li, int n)
     assert(ex->scratch_per_thread >= hy_gdn_chunked_scratch(dk, dv));
     assert(!ex->cap || (ex->cap->start >= 0 && ex->cap->T[li] && ex->cap->S_w[li]));
 
-    hy_linear(n, H, P, ex->xn, (size_t)H, w->w_in, proj, (size_t)P);
+    linear(ex, n, H, P, ex->xn, (size_t)H, w->w_in, proj, (size_t)P);
+    prof_begin(ex);
     hy_conv1d_silu(n, C, c->conv_kernel, proj, (size_t)P, st->conv[li], w->conv_w, cv, (size_t)C);
+    prof_end(ex, HY_EXEC_OP_CONV);
 
     const float qscale = 1.0f / sqrtf((float)dk);
+    prof_begin(ex);
 #pragma omp parallel for schedule(static)
     for (int t = 0; t < n; t++) {
         float *row = cv + (size_t)t * C;
@@ -279,8 +354,10 @@ static void gdn_layer(hy_exec *ex, hy_state *st, int li, int n)
             ex->g[(size_t)t * Hv + h] = w->neg_A[h] * hy_softplusf(a[h] + w->dt_bias[h]);
         }
     }
+    prof_end(ex, HY_EXEC_OP_NORM_GATE);
 
     const int chunked = ex->mode == HY_GDN_CHUNKED && n > 1;
+    prof_begin(ex);
 #pragma omp parallel for schedule(dynamic, 1)
     for (int h = 0; h < Hv; h++) {
         const int hk = h / r;
@@ -323,8 +400,10 @@ static void gdn_layer(hy_exec *ex, hy_state *st, int li, int n)
                 memcpy(cap->S_w[li] + (size_t)h * dk * dv, S, (size_t)dk * dv * sizeof(float));
         }
     }
+    prof_end(ex, HY_EXEC_OP_DELTA_RULE);
 
     /* Gated RMSNorm per value head: w · norm(o) · silu(z). */
+    prof_begin(ex);
 #pragma omp parallel for schedule(static)
     for (int t = 0; t < n; t++) {
         for (int h = 0; h < Hv; h++) {
@@ -335,7 +414,8 @@ static void gdn_layer(hy_exec *ex, hy_state *st, int li, int n)
             for (int j = 0; j < dv; j++) oh[j] *= hy_siluf(z[j]);
         }
     }
-    hy_linear(n, Vd, H, ex->o, (size_t)Vd, w->w_out, ex->y, (size_t)H);
+    prof_end(ex, HY_EXEC_OP_NORM_GATE);
+    linear(ex, n, Vd, H, ex->o, (size_t)Vd, w->w_out, ex->y, (size_t)H);
 }
 
 static void attn_layer(hy_exec *ex, hy_state *st, int li, int n)
@@ -354,7 +434,8 @@ static void attn_layer(hy_exec *ex, hy_state *st, int li, int n)
     assert(ex->scratch_per_thread >= (size_t)HY_ATTN_BLOCK * (size_t)(pos0 + n));
     assert(!ex->cap || (ex->cap->start >= 0 && ex->cap->K[li] && ex->cap->V[li]));
 
-    hy_linear(n, H, P, ex->xn, (size_t)H, w->w_qkv, proj, (size_t)P);
+    linear(ex, n, H, P, ex->xn, (size_t)H, w->w_qkv, proj, (size_t)P);
+    prof_begin(ex);
 #pragma omp parallel for schedule(static)
     for (int t = 0; t < n; t++) {
         float *row = proj + (size_t)t * P;
@@ -377,9 +458,11 @@ static void attn_layer(hy_exec *ex, hy_state *st, int li, int n)
         memcpy(vrow, row + Q2 + KV, (size_t)KV * sizeof(float));
         if (ck) memcpy(ex->cap->V[li] + (size_t)crow * KV, vrow, (size_t)KV * sizeof(float));
     }
+    prof_end(ex, HY_EXEC_OP_NORM_GATE);
 
     const float scale = 1.0f / sqrtf((float)hd);
     const int nblk = (n + HY_ATTN_BLOCK - 1) / HY_ATTN_BLOCK;
+    prof_begin(ex);
 #pragma omp parallel for schedule(dynamic, 1)
     for (int job = 0; job < Hq * nblk; job++) {
         const int h = job % Hq, b0 = (nblk - 1 - job / Hq) * HY_ATTN_BLOCK; /* long rows first */
@@ -390,6 +473,8 @@ static void attn_layer(hy_exec *ex, hy_state *st, int li, int n)
                      Kc + (size_t)g * hd, (size_t)KV, Vc + (size_t)g * hd, (size_t)KV, scale,
                      ob + (size_t)b0 * Qd + (size_t)h * hd, (size_t)Qd, scores);
     }
+    prof_end(ex, HY_EXEC_OP_ATTENTION);
+    prof_begin(ex);
 #pragma omp parallel for schedule(static)
     for (int t = 0; t < n; t++)
         for (int h = 0; h < Hq; h++) {
@@ -398,7 +483,8 @@ static void attn_layer(hy_exec *ex, hy_state *st, int li, int n)
 #pragma omp simd
             for (int j = 0; j < hd; j++) oh[j] *= hy_sigmoidf(gate[j]);
         }
-    hy_linear(n, Qd, H, ob, (size_t)Qd, w->w_o, ex->y, (size_t)H);
+    prof_end(ex, HY_EXEC_OP_NORM_GATE);
+    linear(ex, n, Qd, H, ob, (size_t)Qd, w->w_o, ex->y, (size_t)H);
 }
 
 static void add_rows(float *x, const float *y, size_t count)
@@ -424,25 +510,31 @@ static void step(hy_exec *ex, hy_state *st, const int32_t *tokens, int n, float 
         const hy_layer_w *L = &m->layers[li];
         assert(L->kind == c->layer_kind[li] && L->moe == c->layer_moe[li]);
         assert(L->moe || L->mlp.inter <= (int)widest_mlp(c));
+        prof_begin(ex);
         hy_rmsnorm(n, H, ex->x, (size_t)H, L->in_norm1, c->rms_eps, ex->xn, (size_t)H);
+        prof_end(ex, HY_EXEC_OP_NORM_GATE);
         if (L->kind == HY_LAYER_LINEAR)
             gdn_layer(ex, st, li, n);
         else
             attn_layer(ex, st, li, n);
         add_rows(ex->x, ex->y, (size_t)n * H);
+        prof_begin(ex);
         hy_rmsnorm(n, H, ex->x, (size_t)H, L->post_norm1, c->rms_eps, ex->xn, (size_t)H);
+        prof_end(ex, HY_EXEC_OP_NORM_GATE);
         if (L->moe)
             moe_mlp(ex, L, n);
         else
-            swiglu_mlp(&L->mlp, n, H, ex->xn, ex->gu, ex->h, ex->y);
+            swiglu_mlp(ex, &L->mlp, n, H, ex->xn, ex->gu, ex->h, ex->y);
         add_rows(ex->x, ex->y, (size_t)n * H);
     }
     st->pos += n;
     if (logits) {
         float *last = ex->xn; /* row 0 of xn is free now */
+        prof_begin(ex);
         hy_rmsnorm(1, H, ex->x + (size_t)(n - 1) * H, (size_t)H, m->final_norm1, c->rms_eps, last,
                    (size_t)H);
-        hy_linear(1, H, c->vocab, last, (size_t)H, m->lm_head, logits, (size_t)c->vocab);
+        prof_end(ex, HY_EXEC_OP_NORM_GATE);
+        linear(ex, 1, H, c->vocab, last, (size_t)H, m->lm_head, logits, (size_t)c->vocab);
     }
 }
 
@@ -450,6 +542,8 @@ int hy_exec_prefill(hy_exec *ex, hy_state *st, const int32_t *tokens, size_t n, 
                     hy_err *err)
 {
     const hy_model_config *c = &ex->m->cfg;
+    const double t0 = ex->stats.on ? hy_now_s() : 0.0;
+    ex->stats.last = t0;
     if (st->m != ex->m) return hy_err_set(err, HY_EINVAL, "state belongs to another model");
     if (n == 0) return hy_err_set(err, HY_EINVAL, "prefill of zero tokens");
     if (n > (size_t)INT32_MAX)
@@ -468,7 +562,12 @@ int hy_exec_prefill(hy_exec *ex, hy_state *st, const int32_t *tokens, size_t n, 
         step(ex, st, tokens + at, len, at + len == n ? logits : NULL);
     }
     assert(st->pos == pos0 + (int64_t)n);
-    (void)pos0; /* read by the assertion only */
+    (void)pos0;         /* read by the assertion only */
+    if (ex->stats.on) { /* refused calls advance nothing and are not counted */
+        prof_end(ex, HY_EXEC_OP_OTHER);
+        ex->stats.prof.total_s += ex->stats.last - t0;
+        ex->stats.prof.tokens += (int64_t)n;
+    }
     return HY_OK;
 }
 

@@ -78,6 +78,16 @@ typedef struct hy_capture {
     float **K, **V; /* per layer: [rows][Hkv][hd], row = position − start */
 } hy_capture;
 
+/* An executor's profile (hy_exec_set_profiling). Time is attributed by a
+ * cursor: each mark adds the wall time since `last` to one kind and moves
+ * `last` on, so every second between a call's start and its end lands in
+ * exactly one kind. Written only by the thread running the executor. */
+typedef struct hy_exec_stats {
+    bool on;
+    double last; /* hy_now_s() of the latest mark */
+    hy_exec_prof prof;
+} hy_exec_stats;
+
 /* Sets (or clears, with NULL) the capture of the executor's next prefills. */
 void hy_exec_set_capture(hy_exec *ex, hy_capture *cap);
 

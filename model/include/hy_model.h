@@ -98,6 +98,51 @@ int hy_exec_prefill(hy_exec *ex, hy_state *st, const int32_t *tokens, size_t n, 
 /* One token (the recurrent path throughout). */
 int hy_exec_decode(hy_exec *ex, hy_state *st, int32_t token, float *logits, hy_err *err);
 
+/* Where an executor's prefill time goes, by kind of operation. Each op is
+ * timed by wall clock on the calling thread around the whole (internally
+ * parallel) operation, and the time between ops counts as HY_EXEC_OP_OTHER,
+ * so the kinds add up to the prefill calls' wall time:
+ *   GEMM        every hy_linear: projections, MLP and expert products, the
+ *               router's logits, the lm_head
+ *   DELTA_RULE  the chunked or recurrent delta rule over all heads
+ *   ATTENTION   causal softmax attention over all (head, query block) jobs
+ *   CONV        the depthwise causal conv + SiLU
+ *   NORM_GATE   RMSNorms, q/k L2 norms, beta and decay gates, q/k norm with
+ *               RoPE and the KV-cache write, sigmoid and SiLU gates, SwiGLU
+ *   MOE_ROUTING softmax and top-k, gathering rows per expert, the weighted
+ *               scatter back, the shared expert's gate
+ *   OTHER       embedding lookup, residual adds, setup, the gaps between ops */
+typedef enum hy_exec_op {
+    HY_EXEC_OP_GEMM = 0,
+    HY_EXEC_OP_DELTA_RULE,
+    HY_EXEC_OP_ATTENTION,
+    HY_EXEC_OP_CONV,
+    HY_EXEC_OP_NORM_GATE,
+    HY_EXEC_OP_MOE_ROUTING,
+    HY_EXEC_OP_OTHER,
+    HY_EXEC_OP_COUNT
+} hy_exec_op;
+
+/* Totals since the last hy_exec_profile_reset, over the calls made while
+ * profiling was on. */
+typedef struct hy_exec_prof {
+    double seconds[HY_EXEC_OP_COUNT]; /* wall time per kind; they sum to total_s */
+    int64_t calls[HY_EXEC_OP_COUNT];  /* timed ops per kind (OTHER: prefill calls) */
+    double total_s;                   /* wall time inside hy_exec_prefill / _decode */
+    double gemm_flops;                /* 2·m·n·k summed over the GEMMs */
+    int64_t tokens;                   /* tokens advanced */
+} hy_exec_prof;
+
+/* Short lower-case name of an op kind ("gemm", "delta_rule", ...), as the
+ * benchmark's JSON keys use it; "?" outside the enum. */
+const char *hy_exec_op_name(hy_exec_op op);
+/* Turns timing on or off for this executor's later calls (off at creation:
+ * then each op costs one untaken branch). The figures live in the executor,
+ * so executors on different threads profile independently. */
+void hy_exec_set_profiling(hy_exec *ex, bool on);
+void hy_exec_profile(const hy_exec *ex, hy_exec_prof *out);
+void hy_exec_profile_reset(hy_exec *ex);
+
 /* Identity of the checkpoint (SHA-256 of config.json, the safetensors files'
  * names, sizes and headers, and samples of every tensor's bytes): part of
  * every entry and cache key. */
@@ -239,6 +284,5 @@ extern const char *const hy_presets[];
  * model of the preset in the real on-disk format. dtype: "F32" or "BF16". */
 int hy_model_init(const char *preset, uint64_t seed, const char *dir, const char *dtype,
                   hy_err *err);
-
 
 #endif

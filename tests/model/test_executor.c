@@ -4,7 +4,8 @@
  * state continues exactly like the original; bad input is refused without
  * touching the state; generated checkpoints are deterministic per seed; an
  * executor keeps working when the caller raises the OpenMP thread count
- * after creating it.
+ * after creating it; the per-operation profile adds up to the calls' wall
+ * time and matches the config's GEMM FLOPs.
  */
 #include "model_internal.h"
 #include "test_util.h"
@@ -203,6 +204,124 @@ static void test_more_threads_than_at_creation(void)
     close_pair(&p);
 }
 
+/* GEMM FLOPs of prefilling n tokens in steps of B, derived from the config
+ * alone: each projection 2·rows·in·out, the routed experts 6·H·I per routed
+ * row (n·top_k rows in all, however the router splits them), the lm_head on
+ * the last token. */
+static double expected_gemm_flops(const hy_model_config *c, int n)
+{
+    const double H = c->hidden, nn = n;
+    const double Kd = (double)c->lin_k_heads * c->lin_dk, Vd = (double)c->lin_v_heads * c->lin_dv;
+    const double Qd = (double)c->n_heads * c->head_dim, KV = (double)c->n_kv_heads * c->head_dim;
+    double f = 2.0 * H * c->vocab;
+    for (int i = 0; i < c->n_layers; i++) {
+        if (c->layer_kind[i] == HY_LAYER_LINEAR)
+            f += 2 * nn * H * (2 * Kd + 2 * Vd + 2 * c->lin_v_heads) + 2 * nn * Vd * H;
+        else
+            f += 2 * nn * H * (2 * Qd + 2 * KV) + 2 * nn * Qd * H;
+        if (c->layer_moe[i])
+            f += 2 * nn * H * c->n_experts + 6 * nn * c->top_k * H * c->moe_intermediate +
+                 6 * nn * H * c->shared_intermediate;
+        else
+            f += 6 * nn * H * c->intermediate;
+    }
+    return f;
+}
+
+/* hy_exec_profile: off by default; on, the kinds add up to the calls' wall
+ * time, each kind of op is counted once per layer and step, the GEMM FLOPs
+ * match the config, the results are bit-identical to an unprofiled run, and
+ * a second executor's calls leave the profile alone. */
+static void profile_adds_up(const char *preset)
+{
+    pair p;
+    const hy_model_config *c = open_pair(&p, preset, 8, preset);
+    hy_err e = {0};
+    hy_exec *ex;
+    const int n = 300, B = 128, steps = (n + B - 1) / B; /* steps of 128, 128, 44 */
+    CU_ASSERT_EQUAL_FATAL(hy_exec_new(p.m, B, &ex, &e), 0);
+    int32_t *tok = random_tokens(n, c->vocab, 13);
+    hy_exec_prof pr;
+
+    CU_ASSERT_EQUAL_FATAL(hy_exec_prefill(ex, p.a, tok, n, p.la, &e), 0);
+    hy_exec_profile(ex, &pr);
+    CU_ASSERT_EQUAL(pr.tokens, 0);
+    CU_ASSERT_EQUAL(pr.total_s, 0.0);
+
+    hy_state_reset(p.a);
+    hy_exec_set_profiling(ex, true);
+    const double t0 = hy_now_s();
+    CU_ASSERT_EQUAL_FATAL(hy_exec_prefill(ex, p.a, tok, n, p.lb, &e), 0);
+    const double wall = hy_now_s() - t0;
+    hy_exec_profile(ex, &pr);
+    CU_ASSERT(memcmp(p.la, p.lb, (size_t)c->vocab * 4) == 0); /* timing changes no result */
+
+    double sum = 0;
+    for (int k = 0; k < HY_EXEC_OP_COUNT; k++) {
+        CU_ASSERT(pr.seconds[k] >= 0);
+        sum += pr.seconds[k];
+    }
+    int lin = 0, att = 0, moe = 0;
+    for (int i = 0; i < c->n_layers; i++) {
+        lin += c->layer_kind[i] == HY_LAYER_LINEAR;
+        att += c->layer_kind[i] == HY_LAYER_ATTENTION;
+        moe += c->layer_moe[i];
+    }
+    const double want = expected_gemm_flops(c, n);
+    printf("\n    %s: kinds sum %.3f ms, total %.3f ms, caller's wall %.3f ms; GEMM %.0f FLOP "
+           "(config: %.0f)",
+           preset, sum * 1e3, pr.total_s * 1e3, wall * 1e3, pr.gemm_flops, want);
+    CU_ASSERT(fabs(sum - pr.total_s) <= 1e-9 * fmax(1.0, pr.total_s));
+    CU_ASSERT(pr.total_s > 0 && pr.total_s <= wall);
+    CU_ASSERT(pr.total_s >= 0.5 * wall); /* only a call and a return lie outside */
+    CU_ASSERT_EQUAL(pr.tokens, n);
+    CU_ASSERT_EQUAL(pr.calls[HY_EXEC_OP_OTHER], 1);
+    CU_ASSERT_EQUAL(pr.gemm_flops, want); /* integers below 2^53: exact */
+    CU_ASSERT_EQUAL(pr.calls[HY_EXEC_OP_DELTA_RULE], (int64_t)lin * steps);
+    CU_ASSERT_EQUAL(pr.calls[HY_EXEC_OP_CONV], (int64_t)lin * steps);
+    CU_ASSERT_EQUAL(pr.calls[HY_EXEC_OP_ATTENTION], (int64_t)att * steps);
+    CU_ASSERT_EQUAL(pr.calls[HY_EXEC_OP_MOE_ROUTING] > 0, moe > 0);
+    if (!moe) /* two projections per mixer and per MLP, and the lm_head */
+        CU_ASSERT_EQUAL(pr.calls[HY_EXEC_OP_GEMM], (int64_t)4 * c->n_layers * steps + 1);
+
+    /* another executor on the same model, profiling or not, is separate */
+    hy_exec *other;
+    CU_ASSERT_EQUAL_FATAL(hy_exec_new(p.m, B, &other, &e), 0);
+    hy_exec_set_profiling(other, true);
+    CU_ASSERT_EQUAL_FATAL(hy_exec_prefill(other, p.b, tok, n, NULL, &e), 0);
+    hy_exec_prof again;
+    hy_exec_profile(ex, &again);
+    CU_ASSERT(memcmp(&again, &pr, sizeof pr) == 0);
+    hy_exec_free(other);
+
+    /* a refused call adds nothing; reset clears; off stops counting */
+    int32_t bad = -1;
+    CU_ASSERT_EQUAL(hy_exec_prefill(ex, p.a, &bad, 1, NULL, &e), HY_ERANGE);
+    hy_exec_profile(ex, &again);
+    CU_ASSERT(memcmp(&again, &pr, sizeof pr) == 0);
+    hy_exec_profile_reset(ex);
+    hy_exec_set_profiling(ex, false);
+    CU_ASSERT_EQUAL_FATAL(hy_exec_decode(ex, p.a, tok[0], NULL, &e), 0);
+    hy_exec_profile(ex, &again);
+    CU_ASSERT_EQUAL(again.tokens, 0);
+    CU_ASSERT_EQUAL(again.gemm_flops, 0.0);
+    CU_ASSERT_STRING_EQUAL(hy_exec_op_name(HY_EXEC_OP_DELTA_RULE), "delta_rule");
+    CU_ASSERT_STRING_EQUAL(hy_exec_op_name(HY_EXEC_OP_COUNT), "?");
+    free(tok);
+    hy_exec_free(ex);
+    close_pair(&p);
+}
+
+static void test_profile_tiny(void)
+{
+    profile_adds_up("tiny");
+}
+
+static void test_profile_moe(void)
+{
+    profile_adds_up("tiny-moe");
+}
+
 static int file_equal(const char *a, const char *b)
 {
     char *x, *y;
@@ -251,6 +370,8 @@ int main(void)
         {"copied_state_continues_identically", test_copy_continues_identically},
         {"bad_input_leaves_state_untouched", test_bad_input_leaves_state},
         {"more_threads_than_at_creation", test_more_threads_than_at_creation},
+        {"profile_adds_up", test_profile_tiny},
+        {"profile_adds_up_moe", test_profile_moe},
         {"generated_checkpoints_deterministic", test_init_deterministic},
         {NULL, NULL},
     };
