@@ -28,4 +28,7 @@ typedef struct hy_bench_model {
 int hy_bench_open(hy_bench_model *b, const char *model);
 void hy_bench_close(hy_bench_model *b);
 
+/* Removes dir and everything under it (no symlinks followed). */
+void hy_bench_rmtree(const char *dir);
+
 #endif

@@ -4,9 +4,27 @@
  * cached: entries built independently, for W = 8 and W = 0) in random order,
  * then a 32-token query. Every request runs in every mode on the same
  * executor, so the ratios are measured side by side:
- *   - TTFT per mode (wall time of the request: lookups are in memory here);
- *   - the inline build overhead: a request whose segments are all misses,
- *     built inline by `pic`, against `full` on the same tokens;
+ *   - TTFT per mode, mean and median (a parallel region stalled by another
+ *     process inflates a mean; the median resists it). The pic-family modes get their entries out
+ * of a store as the service does (cached/handlers.c, h_fetch_entry): per hit a host lease
+ * (hy_store_acquire), the entry decoded with every section's checksum verified
+ * (hy_entry_deserialize), the lease released — all inside the TTFT. The pool's serialised entries
+ * sit in a store whose host tier holds them all. A second `pic` figure reads them from an NVMe tier
+ * with the host tier cold: a second store whose host tier admits nothing (min-tokens above any
+ * segment), so every lease reads NVMe (O_DIRECT, XXH3 per MiB verified) into a temporary host
+ * block. A third runs on the decoded entries already in memory (no store: the figure before the
+ * store was counted). Entry bytes per request are printed beside them;
+ *   - the `prefix` baseline warmed as much as pic: before measuring, a
+ *     checkpoint of [system] and of [system, d] for every document d of the
+ *     pool, under a budget that holds them all plus one request's deeper
+ *     checkpoints. Before each request every [system, d] is touched, so the
+ *     LRU evicts the deeper checkpoints of earlier requests first, as a
+ *     radix cache evicts leaves before the prefixes they extend; each
+ *     request restores its [system, d1] (checked: counted and printed);
+ *   - the inline build overhead: requests whose segments are all misses,
+ *     built inline by `pic`, against `full` on the same tokens (full runs
+ *     before and after, so drift cancels); over 20 requests, with the
+ *     per-request spread;
  *   - entry bytes per body token;
  *   - each mode's divergence from `full` on the first generated token:
  *     KL(full ‖ mode) of the next-token distributions and top-1 agreement;
@@ -19,19 +37,26 @@
  *     and the fastest tenth: on a loaded machine a parallel region whose
  *     thread is descheduled stalls the whole apply, which the median shows
  *     and the fastest tenth mostly does not.
- * The physical limit next to TTFT: the tokens each mode sends through the
- * forward pass (pic recomputes 8-token seams and the query only).
+ * The physical limits next to the figures: the tokens each mode sends
+ * through the forward pass (pic recomputes 8-token seams and the query
+ * only); for the fetch, the entry bytes over this machine's memcpy rate
+ * (host tier) — the NVMe tier's limit is the device's raw O_DIRECT read rate,
+ * which `hypic-bench tiers` measures.
  */
 #include "bench.h"
 #include "hy_common.h"
 #include "hy_kernels.h"
+#include "hy_tiers.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum { POOL = 32, DOCS = 8, QUERY = 32, SYSTEM = 256, NSEG = DOCS + 1 };
+enum { POOL = 32, DOCS = 8, QUERY = 32, SYSTEM = 256, NSEG = DOCS + 1, DOC_MAX = 575 };
+enum { N_OVER = 20 }; /* all-miss requests for the inline build overhead */
+
+static const char k_tenant[] = "bench";
 
 static int32_t *random_tokens(hy_rng *r, int n, int vocab)
 {
@@ -58,11 +83,118 @@ typedef struct segset {
     int32_t *tok[POOL + 1]; /* [0..POOL) documents, [POOL] the system segment */
     int len[POOL + 1];
     hy_entry *e8[POOL + 1], *e0[POOL + 1]; /* W = 8 and W = 0 entries */
+    hy_key k8[POOL + 1], k0[POOL + 1];     /* their store keys */
 } segset;
+
+/* Serialises `ent` into the store under key k, as PutEntry does; *placed is
+ * the tier it landed in, *bytes its serialised size. */
+static int store_put(hy_store *s, const hy_key *k, const uint8_t fp[32], const hy_model_config *c,
+                     const hy_entry *ent, hy_tier_id *placed, size_t *bytes, hy_err *e)
+{
+    void *buf;
+    size_t len;
+    int rc = hy_entry_serialize(ent, &buf, &len, e);
+    if (rc) return rc;
+    const int32_t *tok;
+    hy_meta m = {0};
+    m.key = *k;
+    snprintf(m.tenant, sizeof m.tenant, "%s", k_tenant);
+    memcpy(m.model, fp, 32);
+    m.tokens = (uint32_t)hy_entry_tokens(ent, &tok);
+    m.flops = hy_config_prefill_flops(c, 0, hy_entry_body_tokens(ent));
+    m.bytes = len;
+    hy_put *p;
+    void *dst;
+    rc = hy_store_reserve(s, &m, &p, &dst, e);
+    if (!rc) {
+        memcpy(dst, buf, len);
+        rc = hy_store_commit(s, p, placed, e);
+    }
+    free(buf);
+    *bytes = len;
+    return rc;
+}
+
+/* The service's fetch of n hits (h_fetch_entry): lease, decode with every
+ * checksum verified, release. *bytes adds the payload bytes; *off_tier
+ * counts leases served by a tier other than `want`. */
+static int store_fetch(hy_store *s, const hy_model *m, const hy_key *const *keys, int n,
+                       hy_entry **out, hy_tier_id want, uint64_t *bytes, int *off_tier, hy_err *e)
+{
+    int rc = HY_OK;
+    for (int i = 0; i < n && !rc; i++) {
+        hy_lease *l;
+        if ((rc = hy_store_acquire(s, keys[i], &l, e))) break;
+        const hy_meta *meta = hy_lease_meta(l);
+        *off_tier += hy_lease_tier(l) != want;
+        *bytes += meta->bytes;
+        rc = hy_entry_deserialize(m, hy_lease_data(l), meta->bytes, &out[i], e);
+        hy_store_release(s, l);
+    }
+    return rc;
+}
+
+static void free_entries(hy_entry **ents, int n)
+{
+    for (int i = 0; i < n; i++) hy_entry_free(ents[i]), ents[i] = NULL;
+}
+
+/* Best of 5 memcpy passes over n bytes, bytes per second: the host fetch's
+ * limit (decoding copies every byte out of the lease once). */
+static double memcpy_rate(size_t n)
+{
+    char *a = malloc(n), *b = malloc(n);
+    if (!a || !b) {
+        free(a), free(b);
+        return 0;
+    }
+    memset(a, 1, n), memset(b, 2, n);
+    double best = 1e30;
+    for (int i = 0; i < 5; i++) {
+        const double t0 = hy_now_s();
+        memcpy(b, a, n);
+        const double t = hy_now_s() - t0;
+        if (t < best) best = t;
+        a[i] = b[n - 1 - i]; /* keep the copies observable */
+    }
+    free(a), free(b);
+    return (double)n / best;
+}
+
+/* [system, d] for every document d through `prefix` (untimed): restores, or
+ * the first time creates, the checkpoints of [system] and [system, d], which
+ * become the most recently used, so that the LRU evicts deeper checkpoints
+ * first — as a radix cache evicts leaves before the prefixes they extend. */
+static int touch_prefixes(hy_bench_model *bm, const segset *S, hy_prefix_cache *pc, float *logits,
+                          hy_err *e)
+{
+    const int32_t one = 3;
+    int rc = HY_OK;
+    for (int d = 0; d < POOL && !rc; d++) {
+        const hy_segment two[2] = {{S->tok[POOL], (size_t)S->len[POOL], NULL},
+                                   {S->tok[d], (size_t)S->len[d], NULL}};
+        const hy_request tq = {.segs = two,
+                               .nsegs = 2,
+                               .query = &one,
+                               .nq = 1,
+                               .mode = HY_MODE_PREFIX,
+                               .W = HY_SEAM_DEFAULT,
+                               .dtype = HY_ENTRY_F32,
+                               .prefix = pc};
+        hy_result tr = {0};
+        rc = hy_combine(bm->ex, bm->st, &tq, logits, &tr, e);
+    }
+    return rc;
+}
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: hypic-bench pic [--model DIR] [--requests N] [--seed N] [--dir DIR]\n");
+}
 
 int hy_bench_pic(int argc, char **argv)
 {
-    const char *model = NULL;
+    const char *model = NULL, *parent = "/tmp";
     long nreq = 50, seed = 1;
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--model") == 0 && i + 1 < argc)
@@ -71,16 +203,29 @@ int hy_bench_pic(int argc, char **argv)
             nreq = strtol(argv[++i], NULL, 10);
         else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc)
             seed = strtol(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc)
+            parent = argv[++i];
         else
             nreq = -1;
         if (nreq < 1 || nreq > 100000) {
-            fprintf(stderr, "usage: hypic-bench pic [--model DIR] [--requests N] [--seed N]\n");
+            usage();
             return 2;
         }
     }
+    char nvdir[4096];
+    snprintf(nvdir, sizeof nvdir, "%s/hypic-bench-pic-XXXXXX", parent);
+    if (!mkdtemp(nvdir)) {
+        perror("hypic-bench: mkdtemp under --dir");
+        return 1;
+    }
     hy_bench_model bm;
-    if (hy_bench_open(&bm, model)) return 1;
+    if (hy_bench_open(&bm, model)) {
+        hy_bench_rmtree(nvdir);
+        return 1;
+    }
     const int V = bm.c->vocab;
+    uint8_t fp[32];
+    hy_model_fingerprint(bm.m, fp);
     hy_err e = {0};
     hy_rng r;
     hy_rng_seed(&r, (uint64_t)seed);
@@ -108,26 +253,117 @@ int hy_bench_pic(int argc, char **argv)
         if (!rc) {
             entry_bytes += hy_entry_payload_bytes(S.e8[d]);
             body_tokens += (size_t)hy_entry_body_tokens(S.e8[d]);
+            hy_entry_key(k_tenant, fp, HY_SEAM_DEFAULT, HY_ENTRY_F32, S.tok[d], (size_t)S.len[d],
+                         S.k8[d].b);
+            hy_entry_key(k_tenant, fp, 0, HY_ENTRY_F32, S.tok[d], (size_t)S.len[d], S.k0[d].b);
         }
     }
     const double bytes_per_token = (double)entry_bytes / (double)body_tokens;
-    printf("  %zu body tokens, %.1f MiB of W = 8 entries: %.0f bytes per body token; independent "
-           "builds at %.0f tokens/s\n",
-           body_tokens, (double)entry_bytes / (1 << 20), bytes_per_token,
-           (double)body_tokens / t_build);
+    if (!rc)
+        printf("  %zu body tokens, %.1f MiB of W = 8 entries: %.0f bytes per body token; "
+               "independent builds at %.0f tokens/s\n",
+               body_tokens, (double)entry_bytes / (1 << 20), bytes_per_token,
+               (double)body_tokens / t_build);
 
+    /* The stores. host: every entry (W = 8 and W = 0) in a host tier that
+     * holds them all (LRU, admit always: nothing is evicted). nvme: the W = 8
+     * entries on an NVMe tier under --dir, with a host tier that admits
+     * nothing, so each lease reads NVMe into a temporary host block. */
+    hy_store *hs = NULL, *ns = NULL;
+    size_t ser_bytes = 0;
+    int misplaced = 0;
+    for (int d = 0; d <= POOL && !rc; d++)
+        ser_bytes += hy_entry_payload_bytes(S.e8[d]) + hy_entry_payload_bytes(S.e0[d]);
+    if (!rc) {
+        hy_store_config cfg;
+        const size_t host = ser_bytes + ser_bytes / 4 + ((size_t)64 << 20);
+        hy_store_config_default(&cfg, host, NULL);
+        cfg.host_policy = (hy_policy_config){HY_EVICT_LRU, HY_ADMIT_ALWAYS, 0, host};
+        rc = hy_store_open(&cfg, &hs, &e);
+    }
+    if (!rc) {
+        char tier[4200];
+        snprintf(tier, sizeof tier, "%s/tier", nvdir);
+        hy_store_config cfg;
+        const size_t host = (size_t)64 << 20; /* a lease's temporary block, one at a time */
+        hy_store_config_default(&cfg, host, tier);
+        cfg.host_policy = (hy_policy_config){HY_EVICT_LRU, HY_ADMIT_MIN_TOKENS, UINT32_MAX, host};
+        rc = hy_store_open(&cfg, &ns, &e);
+    }
+    ser_bytes = 0;
+    for (int d = 0; d <= POOL && !rc; d++) {
+        hy_tier_id placed;
+        size_t b;
+        rc = store_put(hs, &S.k8[d], fp, bm.c, S.e8[d], &placed, &b, &e);
+        misplaced += !rc && placed != HY_TIER_HOST;
+        ser_bytes += b;
+        if (!rc) rc = store_put(hs, &S.k0[d], fp, bm.c, S.e0[d], &placed, &b, &e);
+        misplaced += !rc && placed != HY_TIER_HOST;
+        ser_bytes += b;
+        if (!rc) rc = store_put(ns, &S.k8[d], fp, bm.c, S.e8[d], &placed, &b, &e);
+        misplaced += !rc && placed != HY_TIER_NVME;
+    }
+    if (!rc && misplaced)
+        rc = hy_err_set(&e, HY_EINVAL, "%d entries did not land in the tier meant for them",
+                        misplaced);
+    if (!rc)
+        printf("  stores: %.1f MiB serialised (W = 8 and W = 0) in a host tier; the W = 8 ones "
+               "also on an NVMe tier in %s whose host tier admits nothing\n",
+               (double)ser_bytes / (1 << 20), nvdir);
+
+    /* The prefix baseline's checkpoints. A state's bytes are fixed (linear
+     * layers' S and conv) plus K/V per position; from them the checkpoints'
+     * bytes and the budget (those, plus the deeper checkpoints one request
+     * adds, which are the LRU's victims at the next one). */
     hy_prefix_cache *pc = NULL;
-    if (!rc) rc = hy_prefix_cache_new((size_t)1 << 30, &pc, &e);
+    size_t ckpt_bytes = 0, budget = 0;
+    int n_ckpt = 0;
+    if (!rc) {
+        hy_state_reset(bm.st);
+        const size_t fixed = hy_state_bytes(bm.st);
+        rc = hy_exec_prefill(bm.ex, bm.st, S.tok[POOL], 1, NULL, &e);
+        const size_t per_tok = hy_state_bytes(bm.st) - fixed;
+        ckpt_bytes = fixed + (size_t)SYSTEM * per_tok;
+        for (int d = 0; d < POOL; d++) ckpt_bytes += fixed + (size_t)(SYSTEM + S.len[d]) * per_tok;
+        n_ckpt = POOL + 1;
+        budget = ckpt_bytes;
+        for (int i = 2; i <= DOCS; i++) budget += fixed + (size_t)(SYSTEM + i * DOC_MAX) * per_tok;
+    }
+    if (!rc) rc = hy_prefix_cache_new(budget, &pc, &e);
     float *lf = malloc((size_t)V * 4), *lm = malloc((size_t)V * 4);
-    double ttft[HY_MODE_COUNT] = {0}, kl[HY_MODE_COUNT] = {0};
-    int agree[HY_MODE_COUNT] = {0};
-    int64_t prefilled[HY_MODE_COUNT] = {0};
-    double over_full = 0, over_pic = 0;
-    const int n_over = 4;
+    if (!rc) {
+        printf("warming the prefix baseline: %d checkpoints ([system], [system, d] for every d) "
+               "...\n",
+               n_ckpt);
+        fflush(stdout);
+        rc = touch_prefixes(&bm, &S, pc, lm, &e);
+    }
 
-    for (long q = -n_over - 1; q < nreq && !rc; q++) {
-        /* q < 0: warm-up (q = -n_over-1 seeds the prefix cache) and the
-         * inline-build overhead requests (misses, entries discarded) */
+    /* The inline build overhead: all misses; pic prefills every segment and
+     * builds its entry inline; full runs before and after it. */
+    double over_full = 0, over_pic = 0, over_pct[N_OVER];
+    int n_over = 0;
+    if (!rc) {
+        printf("inline build overhead: %d requests of all misses (full, pic, full) ...\n", N_OVER);
+        fflush(stdout);
+    }
+
+    /* measured: per mode; [HY_MODE_COUNT] pic from NVMe, [+1] pic on
+     * entries already decoded in memory */
+    enum { PIC_NVME = HY_MODE_COUNT, PIC_MEM, NRUN };
+    double ttft[NRUN] = {0}, kl[NRUN] = {0}, fetch_s[NRUN] = {0};
+    /* per request too: on a shared machine a stalled parallel region
+     * inflates a mean, which the median resists */
+    double *per[NRUN];
+    for (int i = 0; i < NRUN; i++) per[i] = calloc((size_t)nreq, sizeof *per[i]);
+    for (int i = 0; i < NRUN && !rc; i++)
+        if (!per[i]) rc = hy_err_set(&e, HY_ENOMEM, "out of memory");
+    int agree[NRUN] = {0}, off_tier[NRUN] = {0};
+    int64_t prefilled[NRUN] = {0};
+    uint64_t fetched_bytes[NRUN] = {0};
+    long prefix_reused = 0; /* requests whose prefix run restored [system, d1] or deeper */
+
+    for (long q = -N_OVER; q < nreq && !rc; q++) {
         hy_segment seg[NSEG];
         int pick[DOCS];
         seg[0] = (hy_segment){S.tok[POOL], (size_t)S.len[POOL], NULL};
@@ -150,12 +386,7 @@ int hy_bench_pic(int argc, char **argv)
                          .dtype = HY_ENTRY_F32,
                          .prefix = pc};
         hy_result res = {0};
-        if (q == -n_over - 1) { /* seed the prefix cache, as earlier traffic would */
-            rq.mode = HY_MODE_PREFIX;
-            rc = hy_combine(bm.ex, bm.st, &rq, lf, &res, &e);
-        } else if (q < 0) {
-            /* all misses: pic prefills every segment and builds its entry
-             * inline; full runs before and after it, so drift cancels */
+        if (q < 0) {
             double t0 = hy_now_s();
             rq.mode = HY_MODE_FULL;
             rc = hy_combine(bm.ex, bm.st, &rq, lf, &res, &e);
@@ -165,29 +396,54 @@ int hy_bench_pic(int argc, char **argv)
             double t2 = hy_now_s();
             rq.mode = HY_MODE_FULL;
             if (!rc) rc = hy_combine(bm.ex, bm.st, &rq, lf, &res, &e);
-            over_full += ((t1 - t0) + (hy_now_s() - t2)) / 2;
+            const double full = ((t1 - t0) + (hy_now_s() - t2)) / 2;
+            over_full += full;
             over_pic += t2 - t1;
-        } else {
-            for (int mode = 0; mode < HY_MODE_COUNT && !rc; mode++) {
-                for (int i = 0; i < NSEG; i++) {
-                    const int d = i == 0 ? POOL : pick[i - 1];
-                    seg[i].entry = mode == HY_MODE_NOSEAM ? S.e0[d] : S.e8[d];
-                }
-                rq.mode = (hy_mode)mode;
-                double t0 = hy_now_s();
-                rc = hy_combine(bm.ex, bm.st, &rq, mode == HY_MODE_FULL ? lf : lm, &res, &e);
-                ttft[mode] += hy_now_s() - t0;
-                prefilled[mode] += res.prefilled;
-                if (rc || mode == HY_MODE_FULL) continue;
-                kl[mode] += hy_kl_logits(lf, lm, V);
-                agree[mode] += argmax(lf, V) == argmax(lm, V);
+            over_pct[n_over++] = (t2 - t1 - full) / full * 100.0;
+            free(query);
+            continue;
+        }
+        for (int run = 0; run < NRUN && !rc; run++) {
+            const hy_mode mode = run >= HY_MODE_COUNT ? HY_MODE_PIC : (hy_mode)run;
+            const bool w0 = mode == HY_MODE_NOSEAM;
+            hy_entry *got[NSEG] = {0};
+            const hy_key *keys[NSEG];
+            for (int i = 0; i < NSEG; i++) {
+                const int d = i == 0 ? POOL : pick[i - 1];
+                seg[i].entry = w0 ? S.e0[d] : S.e8[d];
+                keys[i] = w0 ? &S.k0[d] : &S.k8[d];
             }
-            if ((q + 1) % 10 == 0 || q + 1 == nreq) {
-                printf("  %ld/%ld requests: mean TTFT full %.0f ms, pic %.1f ms\n", q + 1, nreq,
-                       ttft[HY_MODE_FULL] / (double)(q + 1) * 1e3,
-                       ttft[HY_MODE_PIC] / (double)(q + 1) * 1e3);
-                fflush(stdout);
+            if (mode == HY_MODE_PREFIX && (rc = touch_prefixes(&bm, &S, pc, lm, &e))) break;
+            rq.mode = mode;
+            hy_store *from = run == PIC_NVME                         ? ns
+                             : mode >= HY_MODE_PIC && run != PIC_MEM ? hs
+                                                                     : NULL;
+            const double t0 = hy_now_s();
+            if (from) {
+                rc = store_fetch(from, bm.m, keys, NSEG, got,
+                                 from == ns ? HY_TIER_NVME : HY_TIER_HOST, &fetched_bytes[run],
+                                 &off_tier[run], &e);
+                for (int i = 0; i < NSEG; i++) seg[i].entry = got[i];
+                fetch_s[run] += hy_now_s() - t0;
             }
+            if (!rc) rc = hy_combine(bm.ex, bm.st, &rq, mode == HY_MODE_FULL ? lf : lm, &res, &e);
+            per[run][q] = hy_now_s() - t0;
+            ttft[run] += per[run][q];
+            free_entries(got, NSEG);
+            prefilled[run] += res.prefilled;
+            if (mode == HY_MODE_PREFIX) prefix_reused += res.prefix_segments >= 2;
+            if (rc || mode == HY_MODE_FULL) continue;
+            kl[run] += hy_kl_logits(lf, lm, V);
+            agree[run] += argmax(lf, V) == argmax(lm, V);
+        }
+        if ((q + 1) % 10 == 0 || q + 1 == nreq) {
+            printf("  %ld/%ld requests: mean TTFT full %.0f ms, prefix %.0f ms, pic %.1f ms (host "
+                   "tier), %.1f ms (NVMe)\n",
+                   q + 1, nreq, ttft[HY_MODE_FULL] / (double)(q + 1) * 1e3,
+                   ttft[HY_MODE_PREFIX] / (double)(q + 1) * 1e3,
+                   ttft[HY_MODE_PIC] / (double)(q + 1) * 1e3,
+                   ttft[PIC_NVME] / (double)(q + 1) * 1e3);
+            fflush(stdout);
         }
         free(query);
     }
@@ -207,8 +463,27 @@ int hy_bench_pic(int argc, char **argv)
             compose_s[n_compose++] = (double)(hy_now_ns() - t0) * 1e-9;
         }
     }
+    hy_store_stats nst = {0};
+    if (ns) hy_store_stats_get(ns, &nst);
+    int off = 0;
+    for (int i = 0; i < NRUN; i++) off += off_tier[i];
+    if (!rc && off)
+        rc = hy_err_set(&e, HY_EINVAL, "%d leases came from another tier than the one measured",
+                        off);
+    if (!rc && prefix_reused != nreq)
+        rc = hy_err_set(&e, HY_EINVAL,
+                        "the prefix baseline restored [system, d] in %ld of %ld requests: its "
+                        "checkpoints were evicted",
+                        prefix_reused, nreq);
+    const double N = (double)nreq;
+    const double req_bytes = (double)fetched_bytes[HY_MODE_PIC] / N;
+    const double mc = rc ? 0 : memcpy_rate((size_t)req_bytes);
+    hy_store_close(hs);
+    hy_store_close(ns);
+    hy_bench_rmtree(nvdir);
     if (rc) {
         fprintf(stderr, "hypic-bench: %s\n", e.msg);
+        hy_bench_close(&bm);
         return 1;
     }
     qsort(compose_s, (size_t)n_compose, sizeof *compose_s, cmp_double);
@@ -216,24 +491,60 @@ int hy_bench_pic(int argc, char **argv)
     const double compose_p10_us = compose_s[n_compose / 10] * 1e6;
     double compose_mean_us = 0;
     for (int i = 0; i < n_compose; i++) compose_mean_us += compose_s[i] * 1e6 / n_compose;
+    qsort(over_pct, (size_t)n_over, sizeof *over_pct, cmp_double);
+    const double over_p50 =
+        n_over % 2 ? over_pct[n_over / 2] : (over_pct[n_over / 2 - 1] + over_pct[n_over / 2]) / 2;
 
-    const double N = (double)nreq;
-    printf("\n mode     TTFT ms   tokens prefilled   KL vs full   top-1 agree\n");
-    for (int mode = 0; mode < HY_MODE_COUNT; mode++)
-        printf(" %-7s %8.1f   %16.0f   %10.2e   %10.2f\n", hy_mode_name((hy_mode)mode),
-               ttft[mode] / N * 1e3, (double)prefilled[mode] / N, mode ? kl[mode] / N : 0.0,
-               mode ? agree[mode] / N : 1.0);
+    static const char *const run_name[NRUN] = {"full",
+                                               "prefix",
+                                               "pic",
+                                               "noseam",
+                                               "naive",
+                                               "pic, entries from NVMe",
+                                               "pic, entries in memory"};
+    double p50[NRUN];
+    for (int run = 0; run < NRUN; run++) {
+        qsort(per[run], (size_t)nreq, sizeof *per[run], cmp_double);
+        p50[run] =
+            (nreq % 2 ? per[run][nreq / 2] : (per[run][nreq / 2 - 1] + per[run][nreq / 2]) / 2) *
+            1e3;
+        free(per[run]);
+    }
+    printf("\n mode                      TTFT ms (mean, median)   of it fetching   tokens prefilled"
+           "   KL vs full   top-1 agree\n");
+    for (int run = 0; run < NRUN; run++)
+        printf(" %-24s %8.1f %8.1f   %14.1f   %16.0f   %10.2e   %10.2f\n", run_name[run],
+               ttft[run] / N * 1e3, p50[run], fetch_s[run] / N * 1e3, (double)prefilled[run] / N,
+               run ? kl[run] / N : 0.0, run ? agree[run] / N : 1.0);
+    printf("(pic, noseam, naive: entries leased from the host tier, decoded and verified inside "
+           "the TTFT)\n");
     const double sp_prefix = ttft[HY_MODE_PREFIX] / ttft[HY_MODE_PIC];
     const double sp_full = ttft[HY_MODE_FULL] / ttft[HY_MODE_PIC];
     const double overhead = (over_pic - over_full) / over_full * 100.0;
     const double tok_ratio = (double)prefilled[HY_MODE_PREFIX] / (double)prefilled[HY_MODE_PIC];
-    printf("\npic over prefix: %.1fx TTFT (target >= 8x); the token-count bound is %.1fx "
+    const double fetch_host_ms = fetch_s[HY_MODE_PIC] / N * 1e3;
+    const double fetch_nvme_ms = fetch_s[PIC_NVME] / N * 1e3;
+    printf("\nentry bytes per request (pic, %d W = 8 entries): %.1f MiB; fetching them took %.1f "
+           "ms from the host tier (%.2f GB/s; memcpy of as many bytes: %.2f GB/s, %.1f ms) and "
+           "%.1f ms from NVMe (%.2f GB/s; its limit is the device's raw O_DIRECT read rate, "
+           "`hypic-bench tiers`); NVMe leases %llu, host promotions %llu\n",
+           NSEG, req_bytes / (1 << 20), fetch_host_ms, req_bytes / (fetch_host_ms * 1e6), mc / 1e9,
+           req_bytes / mc * 1e3, fetch_nvme_ms, req_bytes / (fetch_nvme_ms * 1e6),
+           (unsigned long long)nst.hits_nvme, (unsigned long long)nst.promotions);
+    printf("prefix baseline: %d checkpoints ([system] and [system, d] for all %d documents) of "
+           "%.1f MiB, under a budget of %.1f MiB (plus one request's deeper checkpoints); "
+           "restored [system, d1] or deeper in %ld of %ld requests\n",
+           n_ckpt, POOL, (double)ckpt_bytes / (1 << 20), (double)budget / (1 << 20), prefix_reused,
+           nreq);
+    printf("pic over prefix: %.1fx TTFT (target >= 8x); the token-count bound is %.1fx "
            "(tokens prefix prefills / tokens pic prefills)\n",
            sp_prefix, tok_ratio);
     printf("pic over full: %.1fx TTFT\n", sp_full);
-    printf("inline build overhead over a plain prefill: %.1f%% (target <= 6%%; %d requests of "
-           "all misses)\n",
-           overhead, n_over);
+    printf("the same over median TTFTs: pic over prefix %.1fx, pic over full %.1fx\n",
+           p50[HY_MODE_PREFIX] / p50[HY_MODE_PIC], p50[HY_MODE_FULL] / p50[HY_MODE_PIC]);
+    printf("inline build overhead over a plain prefill: %.1f%% over %d requests of all misses "
+           "(target <= 6%%); per request p50 %.1f%%, min %.1f%%, max %.1f%%\n",
+           overhead, n_over, over_p50, over_pct[0], over_pct[n_over - 1]);
     printf("entry bytes per body token: %.0f\n", bytes_per_token);
     printf("composition per hit (hy_entry_apply of a W = 0 entry, no seam): median %.0f us, "
            "fastest tenth %.0f us, mean %.0f us over %d hits\n",
@@ -241,16 +552,30 @@ int hy_bench_pic(int argc, char **argv)
     printf("(random weights: KL and agreement show how far each approximation moves the output, "
            "not task quality)\n");
     printf("{\"bench\":\"pic\",\"requests\":%ld,\"ttft_ms\":{\"full\":%.2f,\"prefix\":%.2f,"
-           "\"pic\":%.2f,\"noseam\":%.2f,\"naive\":%.2f},\"pic_over_prefix_speedup\":%.2f,"
-           "\"pic_over_full_speedup\":%.2f,\"build_overhead_pct\":%.2f,"
+           "\"pic\":%.2f,\"noseam\":%.2f,\"naive\":%.2f,\"pic_store_host\":%.2f,"
+           "\"pic_store_nvme\":%.2f,\"pic_in_memory\":%.2f},"
+           "\"ttft_p50_ms\":{\"full\":%.2f,\"prefix\":%.2f,\"pic\":%.2f,\"noseam\":%.2f,"
+           "\"naive\":%.2f,\"pic_store_nvme\":%.2f,\"pic_in_memory\":%.2f},"
+           "\"pic_over_prefix_speedup_p50\":%.2f,"
+           "\"fetch_ms\":{\"host\":%.2f,\"nvme\":%.2f},\"entry_bytes_per_request\":%.0f,"
+           "\"memcpy_gbps\":%.2f,\"prefix_checkpoints\":%d,\"prefix_checkpoint_bytes\":%zu,"
+           "\"prefix_budget_bytes\":%zu,\"prefix_reused_requests\":%ld,"
+           "\"pic_over_prefix_speedup\":%.2f,\"pic_over_full_speedup\":%.2f,"
+           "\"build_overhead_pct\":%.2f,\"build_overhead_requests\":%d,"
+           "\"build_overhead_pct_p50\":%.2f,\"build_overhead_pct_min\":%.2f,"
+           "\"build_overhead_pct_max\":%.2f,"
            "\"kl_vs_full\":{\"prefix\":%.3e,\"pic\":%.3e,\"noseam\":%.3e,\"naive\":%.3e},"
            "\"top1_agree_vs_full\":{\"prefix\":%.3f,\"pic\":%.3f,\"noseam\":%.3f,\"naive\":%.3f},"
            "\"tokens_prefilled\":{\"full\":%.0f,\"prefix\":%.0f,\"pic\":%.0f},"
            "\"entry_bytes_per_token\":%.1f,\"compose_us_per_hit\":%.1f,"
            "\"compose_p10_us_per_hit\":%.1f,\"compose_mean_us_per_hit\":%.1f}\n",
            nreq, ttft[0] / N * 1e3, ttft[1] / N * 1e3, ttft[2] / N * 1e3, ttft[3] / N * 1e3,
-           ttft[4] / N * 1e3, sp_prefix, sp_full, overhead, kl[1] / N, kl[2] / N, kl[3] / N,
-           kl[4] / N, agree[1] / N, agree[2] / N, agree[3] / N, agree[4] / N,
+           ttft[4] / N * 1e3, ttft[HY_MODE_PIC] / N * 1e3, ttft[PIC_NVME] / N * 1e3,
+           ttft[PIC_MEM] / N * 1e3, p50[0], p50[1], p50[2], p50[3], p50[4], p50[PIC_NVME],
+           p50[PIC_MEM], p50[HY_MODE_PREFIX] / p50[HY_MODE_PIC], fetch_host_ms, fetch_nvme_ms,
+           req_bytes, mc / 1e9, n_ckpt, ckpt_bytes, budget, prefix_reused, sp_prefix, sp_full,
+           overhead, n_over, over_p50, over_pct[0], over_pct[n_over - 1], kl[1] / N, kl[2] / N,
+           kl[3] / N, kl[4] / N, agree[1] / N, agree[2] / N, agree[3] / N, agree[4] / N,
            (double)prefilled[0] / N, (double)prefilled[1] / N, (double)prefilled[2] / N,
            bytes_per_token, compose_us, compose_p10_us, compose_mean_us);
     for (int d = 0; d <= POOL; d++) {

@@ -47,11 +47,16 @@ int hy_bench_open(hy_bench_model *b, const char *model)
     return 0;
 }
 
+void hy_bench_rmtree(const char *dir)
+{
+    nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 void hy_bench_close(hy_bench_model *b)
 {
     hy_state_free(b->st);
     hy_exec_free(b->ex);
     hy_model_close(b->m);
-    if (b->tmp[0]) nftw(b->tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    if (b->tmp[0]) hy_bench_rmtree(b->tmp);
     memset(b, 0, sizeof *b);
 }

@@ -56,7 +56,10 @@ run() {
 run executor sgemm_gflops\>0 prefill_tok_s_512\>0 prefill_tok_s_2048\>0 \
     recurrent_tok_s_512\>0 decode_tok_s\>0 chunked_over_recurrent_512\>0 \
     delta_rule_chunked_over_recurrent_512\>0 fraction_of_sgemm_limit_512\>0 \
-    fraction_of_sgemm_limit_2048\>0 peak_rss_mb\>0 \
+    fraction_of_sgemm_limit_2048\>0 peak_rss_mb\>0 breakdown_prefill_ms\>0 \
+    breakdown_ms.gemm\>0 breakdown_ms.delta_rule\>0 breakdown_ms.attention\>0 \
+    breakdown_ms.conv\>0 breakdown_ms.norm_gate\>0 breakdown_ms.moe_routing breakdown_ms.other \
+    breakdown_pct.gemm\>0 gemm_gflops\>0 gemm_fraction_of_sgemm\>0 \
     -- executor --model "$tmp/tiny" --quick
 
 run pic requests\>0 ttft_ms.full\>0 ttft_ms.prefix\>0 ttft_ms.pic\>0 ttft_ms.noseam\>0 \
@@ -64,7 +67,17 @@ run pic requests\>0 ttft_ms.full\>0 ttft_ms.prefix\>0 ttft_ms.pic\>0 ttft_ms.nos
     kl_vs_full.prefix kl_vs_full.pic kl_vs_full.noseam kl_vs_full.naive \
     top1_agree_vs_full.pic top1_agree_vs_full.naive tokens_prefilled.full\>0 \
     tokens_prefilled.pic\>0 entry_bytes_per_token\>0 compose_us_per_hit\>0 \
-    -- pic --model "$tmp/tiny" --requests 1
+    ttft_ms.pic_store_host\>0 ttft_ms.pic_store_nvme\>0 ttft_ms.pic_in_memory\>0 \
+    fetch_ms.host\>0 fetch_ms.nvme\>0 entry_bytes_per_request\>0 prefix_checkpoint_bytes\>0 \
+    prefix_budget_bytes\>0 prefix_reused_requests\>0 build_overhead_requests\>0 \
+    build_overhead_pct_p50 build_overhead_pct_min build_overhead_pct_max \
+    -- pic --model "$tmp/tiny" --requests 1 --dir "$tmp"
+# pic puts its NVMe tier in a directory of its own under --dir and must remove it.
+for d in "$tmp"/hypic-bench-pic-*; do
+    [ -e "$d" ] || continue
+    fail=$((fail + 1))
+    echo "  FAIL  hypic-bench pic left $d behind"
+done
 
 # The generated trace, written out with --dump and replayed with --trace, so
 # both the generator and the trace reader run.
