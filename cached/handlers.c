@@ -328,24 +328,8 @@ typedef hy_rpc_code (*method_fn)(rq *r, const ProtobufCMessage *req);
 
 static const char *code_name(int c)
 {
-    static const char *names[SVC_CODES] = {"OK",
-                                           "CANCELLED",
-                                           "UNKNOWN",
-                                           "INVALID_ARGUMENT",
-                                           "DEADLINE_EXCEEDED",
-                                           "NOT_FOUND",
-                                           "ALREADY_EXISTS",
-                                           "PERMISSION_DENIED",
-                                           "RESOURCE_EXHAUSTED",
-                                           "FAILED_PRECONDITION",
-                                           "ABORTED",
-                                           "OUT_OF_RANGE",
-                                           "UNIMPLEMENTED",
-                                           "INTERNAL",
-                                           "UNAVAILABLE",
-                                           "DATA_LOSS",
-                                           "UNAUTHENTICATED"};
-    return c >= 0 && c < SVC_CODES ? names[c] : "?";
+    const char *n = hy_rpc_code_name(c);
+    return n ? n : "?";
 }
 
 static void run(void *app, hy_rpc_call *call, const ProtobufCMessage *req, int idx, method_fn fn,

@@ -8,12 +8,6 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char *k_codes[SVC_CODES] = {
-    "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
-    "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
-    "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
-    "DATA_LOSS", "UNAUTHENTICATED"};
-
 /* One family with a sample per tier (hbm, host, nvme). */
 static void per_tier(hy_strbuf *b, const char *name, const char *type, const char *help,
                      uint64_t hbm, uint64_t host, uint64_t nvme)
@@ -48,7 +42,8 @@ void svc_metrics_render(void *app, hy_strbuf *b)
                 continue; /* every method's OK line,
                            * other codes once seen */
             snprintf(lab, sizeof lab, "method=\"%s\",code=\"%s\"",
-                     m < hy_rpc_method_count ? hy_rpc_methods[m].name : "(unknown)", k_codes[c]);
+                     m < hy_rpc_method_count ? hy_rpc_methods[m].name : "(unknown)",
+                     hy_rpc_code_name(c));
             hy_prom_u64(b, "hypic_requests_total", lab, v);
         }
     hy_prom_family(b, "hypic_request_seconds", "histogram", "RPC wall time, by method");
@@ -123,7 +118,7 @@ void svc_refused(void *app, const hy_rpc_method *m, hy_rpc_code code, const char
     const size_t idx = m ? (size_t)(m - hy_rpc_methods) : SVC_UNKNOWN_METHOD;
     atomic_fetch_add(&s->met.calls[idx][(int)code < SVC_CODES ? (int)code : HY_RPC_UNKNOWN], 1);
     hy_log(HY_LOG_WARN, "rpc method=%s tenant=- status=%s refused before any handler error=\"%s\"",
-           m ? m->name : "(unknown)", (int)code < SVC_CODES ? k_codes[code] : "?", msg);
+           m ? m->name : "(unknown)", hy_rpc_code_name(code) ? hy_rpc_code_name(code) : "?", msg);
 }
 
 bool svc_ready(void *app, char *why, size_t cap)

@@ -125,27 +125,8 @@ void hyc_free(void *msg)
 
 const char *hyc_code_name(int code)
 {
-    static const char *const names[] = {
-        "OK",
-        "CANCELLED",
-        "UNKNOWN",
-        "INVALID_ARGUMENT",
-        "DEADLINE_EXCEEDED",
-        "NOT_FOUND",
-        "ALREADY_EXISTS",
-        "PERMISSION_DENIED",
-        "RESOURCE_EXHAUSTED",
-        "FAILED_PRECONDITION",
-        "ABORTED",
-        "OUT_OF_RANGE",
-        "UNIMPLEMENTED",
-        "INTERNAL",
-        "UNAVAILABLE",
-        "DATA_LOSS",
-        "UNAUTHENTICATED",
-    };
-    if (code < 0 || (size_t)code >= sizeof names / sizeof names[0]) return "UNKNOWN_CODE";
-    return names[code];
+    const char *n = hy_rpc_code_name(code);
+    return n ? n : "UNKNOWN_CODE";
 }
 
 /* The status of a call the transport made: the server's when the call

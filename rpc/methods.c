@@ -55,3 +55,27 @@ int hy_rpc_unpack(const ProtobufCMessageDescriptor *d, const void *buf, size_t l
                           len);
     return HY_OK;
 }
+
+const char *hy_rpc_code_name(int code)
+{
+    static const char *const names[] = {
+        "OK",
+        "CANCELLED",
+        "UNKNOWN",
+        "INVALID_ARGUMENT",
+        "DEADLINE_EXCEEDED",
+        "NOT_FOUND",
+        "ALREADY_EXISTS",
+        "PERMISSION_DENIED",
+        "RESOURCE_EXHAUSTED",
+        "FAILED_PRECONDITION",
+        "ABORTED",
+        "OUT_OF_RANGE",
+        "UNIMPLEMENTED",
+        "INTERNAL",
+        "UNAVAILABLE",
+        "DATA_LOSS",
+        "UNAUTHENTICATED",
+    };
+    return code >= 0 && (size_t)code < sizeof names / sizeof names[0] ? names[code] : NULL;
+}

@@ -65,6 +65,10 @@ typedef enum hy_rpc_code {
     HY_RPC_UNAUTHENTICATED = 16,
 } hy_rpc_code;
 
+/* The status's name as gRPC spells it ("NOT_FOUND"), or NULL for a number
+ * gRPC does not define. */
+const char *hy_rpc_code_name(int code);
+
 /* A call's outcome as the peer sent it. */
 typedef struct hy_rpc_status {
     int code; /* hy_rpc_code */
