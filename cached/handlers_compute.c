@@ -313,10 +313,8 @@ hy_rpc_code do_prefill(rq *r, const ProtobufCMessage *req)
     const double t_first = hy_now_s();
     tm.ttft_ms = (t_first - t_start) * 1e3;
     tm.prefix_restore_ms = res.restore_s * 1e3;
-    tm.seams_ms = res.seam_s * 1e3;
+    tm.forward_ms = res.forward_s * 1e3;
     tm.compose_ms = res.compose_s * 1e3;
-    tm.misses_ms = res.segments_s * 1e3;
-    tm.query_ms = res.query_s * 1e3;
     /* the first token's candidates, then the greedy continuation */
     size_t ngen = 0;
     if (!rc) {

@@ -1,10 +1,16 @@
 /*
  * The combiner: one request, [segment_1 … segment_k, query], in one of the
- * modes of hy_model.h, from the empty state. Segments are processed in order
- * on one running state; a segment with an entry is reused (hy_entry_apply),
- * a miss is prefilled under its true prefix — building its entry inline when
- * the mode caches — and the query is prefilled last for the first token's
- * logits.
+ * modes of hy_model.h, from the empty state. In `full` and the pic family the
+ * whole request is ONE layer-major forward pass (hy_exec_run) over its
+ * computed tokens only, in request order at their true positions: a hit
+ * contributes its seam's tokens and then its body as a composed hole, a miss
+ * its tokens (building its entry inline from the same activations when the
+ * mode caches), a segment too short to cache its tokens, and the query comes
+ * last for the first token's logits. Every projection is then one GEMM over
+ * all of them per step, instead of one pass over the weights per segment.
+ * The segment-by-segment form — hy_entry_apply, hy_entry_build and
+ * hy_exec_prefill per segment — computes the same function, and is what
+ * tests/model/test_onepass.c holds this pass to.
  *
  * The `prefix` baseline keeps a state checkpoint after every segment
  * boundary it has seen (hy_prefix_cache), keyed by SHA-256 over the chain of
@@ -12,9 +18,9 @@
  * request's can be reused — what a radix prefix cache with per-segment state
  * checkpoints does for hybrid models.
  *
- * Every mode advances the state by exactly the request's tokens, segment by
- * segment, whatever each segment costs (a reuse, a build, a prefill, a
- * restored checkpoint): the assertions below hold the positions to that.
+ * Every mode advances the state by exactly the request's tokens, whatever
+ * each segment costs (a reuse, a build, a prefill, a restored checkpoint):
+ * the assertions below hold the positions to that.
  */
 #include "model_internal.h"
 
@@ -130,7 +136,8 @@ static int chain_next(const uint8_t prev[32], const hy_segment *s, uint8_t out[3
 
 /* --- one request --------------------------------------------------------------- */
 
-static int run_prefix(hy_exec *ex, hy_state *st, const hy_request *rq, hy_result *res, hy_err *err)
+static int run_prefix(hy_exec *ex, hy_state *st, const hy_request *rq, float *logits,
+                      hy_result *res, hy_err *err)
 {
     if (!rq->prefix)
         return hy_err_set(err, HY_EINVAL, "mode 'prefix' needs a prefix cache in the request");
@@ -165,7 +172,9 @@ static int run_prefix(hy_exec *ex, hy_state *st, const hy_request *rq, hy_result
         at += (int64_t)rq->segs[i].n;
         assert(rc || st->pos == at);
     }
-    res->segments_s += hy_now_s() - t0;
+    if (!rc) rc = hy_exec_prefill(ex, st, rq->query, rq->nq, logits, err);
+    res->prefilled += (int64_t)rq->nq;
+    res->forward_s = hy_now_s() - t0;
     free(chain);
     return rc;
 }
@@ -184,46 +193,80 @@ static int check_entry(const hy_entry *e, const hy_segment *s, int W, size_t i, 
     return HY_OK;
 }
 
+/* The pic family as one forward pass (hy_exec_run): a hit is its seam's
+ * tokens then its body as a hole, a miss its tokens with a capture building
+ * its entry, a segment too short to cache its tokens, and the query last —
+ * every computed token of the request shares each weight pass. */
 static int run_pic(hy_exec *ex, hy_state *st, const hy_request *rq, int W, bool use_T,
-                   hy_result *res, hy_err *err)
+                   float *logits, hy_result *res, hy_err *err)
 {
     const hy_model_config *c = &st->m->cfg;
-    for (size_t i = 0; i < rq->nsegs; i++) {
+    const size_t ns = rq->nsegs;
+    hy_piece *pc = calloc(2 * ns + 1, sizeof *pc);
+    hy_entry **ent = calloc(ns + 1, sizeof *ent); /* entries being built */
+    hy_capture **cap = calloc(ns + 1, sizeof *cap);
+    int rc = pc && ent && cap ? HY_OK : hy_err_set(err, HY_ENOMEM, "out of memory");
+    size_t np = 0;
+    int64_t pos = st->pos;
+    for (size_t i = 0; i < ns && !rc; i++) {
         const hy_segment *s = &rq->segs[i];
-        const int64_t at = st->pos; /* read by the assertions only */
-        (void)at;
-        int rc, w;
-        if (s->entry) {
-            if ((rc = check_entry(s->entry, s, W, i, err)) ||
-                (rc = hy_entry_apply_timed(ex, st, s->entry, use_T, &res->seam_s, &res->compose_s,
-                                           err)))
-                return rc;
-            /* seam recomputed, body composed: the whole segment's positions */
-            assert(st->pos == at + (int64_t)s->n);
-            res->hits++;
-            res->prefilled += s->entry->w;
-            continue;
-        }
-        res->prefilled += (int64_t)s->n;
-        const double t0 = hy_now_s();
+        const hy_entry *e = s->entry;
+        int w;
         hy_err ignored = {0};
-        if (hy_entry_seam(c, s->n, W, &w, &ignored) != HY_OK) { /* too short: just prefill */
+        if (e) {
+            if ((rc = check_entry(e, s, W, i, err))) break;
+            if (e->w > 0) pc[np++] = (hy_piece){.tokens = e->tokens, .n = (size_t)e->w};
+            pc[np++] = (hy_piece){.hole = e, .use_T = use_T};
+            res->hits++;
+            res->prefilled += e->w;
+        } else if (hy_entry_seam(c, s->n, W, &w, &ignored) != HY_OK) { /* too short: computed */
+            pc[np++] = (hy_piece){.tokens = s->tokens, .n = s->n};
             res->uncacheable++;
-            if ((rc = hy_exec_prefill(ex, st, s->tokens, s->n, NULL, err))) return rc;
-            res->segments_s += hy_now_s() - t0;
-            continue;
+            res->prefilled += (int64_t)s->n;
+        } else {
+            rc = hy_entry_build_begin(st->m, pos, s->tokens, s->n, W, rq->dtype, &ent[i], &cap[i],
+                                      err);
+            pc[np++] = (hy_piece){.tokens = s->tokens, .n = s->n, .cap = cap[i]};
+            res->misses++;
+            res->prefilled += (int64_t)s->n;
         }
-        hy_entry *e = NULL;
-        if ((rc = hy_entry_build(ex, st, s->tokens, s->n, W, rq->dtype, NULL, &e, err))) return rc;
-        assert(st->pos == at + (int64_t)s->n);
-        res->segments_s += hy_now_s() - t0;
-        res->misses++;
-        if (res->built)
-            res->built[i] = e;
-        else
-            hy_entry_free(e);
+        pos += (int64_t)s->n;
     }
-    return HY_OK;
+    if (!rc) {
+        pc[np++] = (hy_piece){.tokens = rq->query, .n = rq->nq};
+        res->prefilled += (int64_t)rq->nq;
+        const double t0 = hy_now_s();
+        rc = hy_exec_run(ex, st, pc, np, logits, &res->compose_s, err);
+        res->forward_s = hy_now_s() - t0;
+    }
+    for (size_t i = 0; ent && cap && i < ns; i++) {
+        hy_entry_build_end(ent[i], cap[i]);
+        if (!rc && res->built)
+            res->built[i] = ent[i];
+        else
+            hy_entry_free(ent[i]);
+    }
+    free(pc), free(ent), free(cap);
+    return rc;
+}
+
+/* `full`: every token computed, in one pass of the request's pieces. */
+static int run_full(hy_exec *ex, hy_state *st, const hy_request *rq, float *logits,
+                    hy_result *res, hy_err *err)
+{
+    hy_piece *pc = calloc(rq->nsegs + 1, sizeof *pc);
+    if (!pc) return hy_err_set(err, HY_ENOMEM, "out of memory");
+    for (size_t i = 0; i < rq->nsegs; i++) {
+        pc[i] = (hy_piece){.tokens = rq->segs[i].tokens, .n = rq->segs[i].n};
+        res->prefilled += (int64_t)rq->segs[i].n;
+    }
+    pc[rq->nsegs] = (hy_piece){.tokens = rq->query, .n = rq->nq};
+    res->prefilled += (int64_t)rq->nq;
+    const double t0 = hy_now_s();
+    int rc = hy_exec_run(ex, st, pc, rq->nsegs + 1, logits, NULL, err);
+    res->forward_s = hy_now_s() - t0;
+    free(pc);
+    return rc;
 }
 
 int hy_combine(hy_exec *ex, hy_state *st, const hy_request *rq, float *logits, hy_result *res,
@@ -249,33 +292,22 @@ int hy_combine(hy_exec *ex, hy_state *st, const hy_request *rq, float *logits, h
     int rc = HY_OK;
     switch (rq->mode) {
     case HY_MODE_FULL:
-        res->segments_s = -hy_now_s();
-        for (size_t i = 0; i < rq->nsegs && !rc; i++) {
-            rc = hy_exec_prefill(ex, st, rq->segs[i].tokens, rq->segs[i].n, NULL, err);
-            res->prefilled += (int64_t)rq->segs[i].n;
-        }
-        res->segments_s += hy_now_s();
+        rc = run_full(ex, st, rq, logits, res, err);
         break;
     case HY_MODE_PREFIX:
-        rc = run_prefix(ex, st, rq, res, err);
+        rc = run_prefix(ex, st, rq, logits, res, err);
         break;
     case HY_MODE_PIC:
-        rc = run_pic(ex, st, rq, rq->W, true, res, err);
+        rc = run_pic(ex, st, rq, rq->W, true, logits, res, err);
         break;
     case HY_MODE_NOSEAM:
-        rc = run_pic(ex, st, rq, 0, true, res, err);
+        rc = run_pic(ex, st, rq, 0, true, logits, res, err);
         break;
     case HY_MODE_NAIVE:
-        rc = run_pic(ex, st, rq, rq->W, false, res, err);
+        rc = run_pic(ex, st, rq, rq->W, false, logits, res, err);
         break;
     default:
         break;
-    }
-    if (!rc) {
-        const double t0 = hy_now_s();
-        rc = hy_exec_prefill(ex, st, rq->query, rq->nq, logits, err);
-        res->query_s = hy_now_s() - t0;
-        res->prefilled += (int64_t)rq->nq;
     }
     assert(rc || st->pos == total);
     (void)total; /* read by the assertion only */

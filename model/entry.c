@@ -1,25 +1,25 @@
 /*
  * Segment entries: build, reuse, serialise (docs/entry-format.md).
  *
- * Build. The segment is prefilled in one call with a capture set on the
- * executor from the body's start (token w): the seam runs as usual; from the
- * body on each linear layer's transition operator T (from I) advances
- * alongside the real state and each attention layer's canonical K and V are
- * recorded. With S_w the state when the body starts and S_n the state after
- * it, the body's zero-start state is
+ * Build. The segment runs through the executor (hy_exec_run) as a run of
+ * computed tokens with a capture from the body's start (token w): the seam
+ * runs as usual; from the body on each linear layer's transition operator T
+ * (from I) advances alongside the real state and each attention layer's
+ * canonical K and V are recorded. With S_w the state when the body starts and
+ * S_n the state after it, the body's zero-start state is
  *     S_body = S_n − T·S_w            (S_n = T·S_w + S_body: the map is affine)
  * so one extra T pass, not a second state pass, builds the entry — the same
- * code serves the independent build (st empty) and the inline one (st the
- * request's running state). The entry never contains the seam's
- * contribution: T and S_body start at the body.
+ * code serves the independent build (st empty) and the inline one (a miss in
+ * a request's one pass, model/combiner.c). The entry never contains the
+ * seam's contribution: T and S_body start at the body.
  *
  * Reuse. The seam is recomputed from the running state through every layer;
- * then the body is composed: S ← T·S + S_body, conv state ← tail, K rotated
- * to its true positions and V appended.
+ * then the body is a hole in the pass: S ← T·S + S_body, conv state ← tail, K
+ * rotated to its true positions and V appended (model/forward.c).
  *
  * Both linear-layer steps are the composition kernels of hy_kernels.h —
- * hy_la_extract_heads builds S_body, hy_la_apply_heads applies (T, S_body) —
- * the functions tests/kernels/test_linear_families.c checks against the
+ * hy_la_extract builds S_body, hy_la_apply applies (T, S_body) — the
+ * functions tests/kernels/test_linear_families.c checks against the
  * recurrence over whole sequences for every family. The executor's linear
  * layers are Gated DeltaNet, a family with a dense dk×dk T per head. `naive`
  * reuse is the same apply with T replaced by the identity (S ← S + S_body).
@@ -56,18 +56,11 @@ static size_t s_elem(hy_entry_dtype dt)
 {
     return dt == HY_ENTRY_BF16 ? 2 : 4;
 }
-/* Scratch of the composition kernels for one layer's heads. */
-static size_t compose_floats(const hy_model_config *c)
-{
-    return (size_t)c->lin_v_heads *
-           hy_la_compose_scratch(hy_la_t_kind(LIN_FAMILY), c->lin_dk, c->lin_dv);
-}
-
 /* Whether e's sections have the shapes model config c reads and writes
  * through: every copy below sizes itself from c, so an entry of other shapes
  * would overrun its sections. The fingerprint check makes this hold for any
  * entry that reaches hy_entry_apply; it is asserted, not handled. */
-static inline bool entry_fits(const hy_entry *e, const hy_model_config *c)
+bool hy_entry_fits(const hy_entry *e, const hy_model_config *c)
 {
     const hy_model_config *ec = &e->cfg;
     if (e->n_layers != c->n_layers || ec->n_layers != c->n_layers || c->n_layers > HY_MAX_LAYERS)
@@ -171,12 +164,12 @@ int hy_entry_alloc(const hy_model *m, int W, int w, int n, hy_entry_dtype dt, hy
 
 /* --- build ------------------------------------------------------------------ */
 
-int hy_entry_build(hy_exec *ex, hy_state *st, const int32_t *tokens, size_t n, int W,
-                   hy_entry_dtype dtype, float *logits, hy_entry **out, hy_err *err)
+int hy_entry_build_begin(const hy_model *m, int64_t pos, const int32_t *tokens, size_t n, int W,
+                         hy_entry_dtype dtype, hy_entry **out, hy_capture **cap_out, hy_err *err)
 {
-    const hy_model *m = st->m;
     const hy_model_config *c = &m->cfg;
     *out = NULL;
+    *cap_out = NULL;
     int w, rc = hy_entry_seam(c, n, W, &w, err);
     if (rc) return rc;
     if (dtype != HY_ENTRY_F32 && dtype != HY_ENTRY_BF16)
@@ -185,56 +178,76 @@ int hy_entry_build(hy_exec *ex, hy_state *st, const int32_t *tokens, size_t n, i
         if (tokens[i] < 0 || tokens[i] >= c->vocab)
             return hy_err_set(err, HY_ERANGE, "token %zu has id %d, outside the vocabulary [0, %d)",
                               i, (int)tokens[i], c->vocab);
-    assert(state_fits(st));
     /* the capture advances a dense [dk][dk] T per head (hy_capture) */
     assert(hy_la_t_kind(LIN_FAMILY) == HY_LA_T_DENSE);
     hy_entry *e;
     if ((rc = hy_entry_alloc(m, W, w, (int)n, dtype, &e, err))) return rc;
     memcpy(e->tokens, tokens, n * sizeof *tokens);
     const hy_la_tkind kind = hy_la_t_kind(LIN_FAMILY);
-    const int Hv = c->lin_v_heads, dk = c->lin_dk, dv = c->lin_dv;
-    const size_t th = hy_la_t_size(LIN_FAMILY, dk);
+    const size_t th = hy_la_t_size(LIN_FAMILY, c->lin_dk);
+    hy_capture *cap = calloc(1, sizeof *cap);
     float **S_w = calloc((size_t)c->n_layers, sizeof *S_w);
-    float *work = hy_alloc(compose_floats(c) * 4);
-    if (!S_w || !work) rc = hy_err_set(err, HY_ENOMEM, "out of memory");
-
-    /* One prefill of the whole segment with a capture from the body's start:
-     * the seam runs as usual, the body also advances T (from I) and records
-     * canonical K/V (nb rows: the capacity of e->K, e->V), and the state at
-     * the body's start lands in S_w. */
-    for (int i = 0; i < c->n_layers && !rc; i++) {
+    bool bad = !cap || !S_w;
+    /* S_w: the state at the body's start, then S_body in place — straight in
+     * the entry's S when that is fp32, else an fp32 buffer rounded at the end */
+    for (int i = 0; i < c->n_layers && !bad; i++) {
         if (c->layer_kind[i] != HY_LAYER_LINEAR) continue;
-        if (!(S_w[i] = hy_alloc(s_floats(c) * 4))) {
-            rc = hy_err_set(err, HY_ENOMEM, "out of memory");
-            break;
-        }
-        for (int h = 0; h < Hv; h++) hy_la_t_identity(kind, dk, e->T[i] + (size_t)h * th);
+        S_w[i] = dtype == HY_ENTRY_F32 ? (float *)e->S[i] : hy_alloc(s_floats(c) * 4);
+        bad = !S_w[i];
+        for (int h = 0; h < c->lin_v_heads && !bad; h++)
+            hy_la_t_identity(kind, c->lin_dk, e->T[i] + (size_t)h * th);
     }
-    if (!rc) {
-        const int64_t p_in = st->pos;
-        hy_capture cap = {.start = p_in + w, .S_w = S_w, .T = e->T, .K = e->K, .V = e->V};
-        assert(cap.start + e->nb == p_in + (int64_t)n);
-        hy_exec_set_capture(ex, &cap);
-        rc = hy_exec_prefill(ex, st, tokens, n, logits, err);
-        hy_exec_set_capture(ex, NULL);
-        assert(rc || st->pos == p_in + (int64_t)n);
+    if (bad) {
+        for (int i = 0; S_w && i < c->n_layers; i++)
+            if (S_w[i] != (float *)e->S[i]) hy_free(S_w[i]);
+        free(S_w);
+        free(cap);
+        hy_entry_free(e);
+        return hy_err_set(err, HY_ENOMEM, "out of memory for an entry of %zu tokens", n);
     }
+    *cap = (hy_capture){.start = pos + w,
+                        .end = pos + (int64_t)n,
+                        .S_w = S_w,
+                        .T = e->T,
+                        .K = e->K,
+                        .V = e->V,
+                        .tail = e->tail};
+    /* K, V hold nb rows: the body, [start, end) */
+    assert(cap->end - cap->start == e->nb);
+    *out = e;
+    *cap_out = cap;
+    return HY_OK;
+}
 
-    /* S_body = S_n − T·S_w; the tail is the conv state now. BF16 entries
-     * take S_body in fp32 in S_w's buffer first, then round it. */
-    for (int i = 0; i < c->n_layers && !rc; i++) {
-        if (c->layer_kind[i] != HY_LAYER_LINEAR) continue;
-        float *sb = dtype == HY_ENTRY_F32 ? (float *)e->S[i] : S_w[i];
-        hy_la_extract_heads(kind, Hv, dk, dv, e->T[i], S_w[i], st->S[i], sb, work);
-        if (dtype == HY_ENTRY_BF16) {
-            uint16_t *o = e->S[i];
-            for (size_t j = 0; j < s_floats(c); j++) o[j] = hy_f32_to_bf16(sb[j]);
-        }
-        memcpy(e->tail[i], st->conv[i], tail_floats(c) * 4);
+void hy_entry_build_end(hy_entry *e, hy_capture *cap)
+{
+    if (!cap) return;
+    const hy_model_config *c = &e->cfg;
+    for (int i = 0; cap->S_w && i < c->n_layers; i++) {
+        if (!cap->S_w[i] || cap->S_w[i] == e->S[i]) continue;
+        uint16_t *o = e->S[i]; /* BF16: S_body rounded */
+        for (size_t j = 0; j < s_floats(c); j++) o[j] = hy_f32_to_bf16(cap->S_w[i][j]);
+        hy_free(cap->S_w[i]);
     }
-    for (int i = 0; S_w && i < c->n_layers; i++) hy_free(S_w[i]);
-    free(S_w);
-    hy_free(work);
+    free(cap->S_w);
+    free(cap);
+}
+
+int hy_entry_build(hy_exec *ex, hy_state *st, const int32_t *tokens, size_t n, int W,
+                   hy_entry_dtype dtype, float *logits, hy_entry **out, hy_err *err)
+{
+    *out = NULL;
+    assert(state_fits(st));
+    hy_entry *e;
+    hy_capture *cap;
+    int rc = hy_entry_build_begin(st->m, st->pos, tokens, n, W, dtype, &e, &cap, err);
+    if (rc) return rc;
+    /* One pass over the whole segment: the seam runs as usual, the body also
+     * advances T and records canonical K/V, and at its end S_body and the
+     * tail land in the entry. */
+    const hy_piece p = {.tokens = tokens, .n = n, .cap = cap};
+    rc = hy_exec_run(ex, st, &p, 1, logits, NULL, err);
+    hy_entry_build_end(e, cap);
     if (rc) {
         hy_entry_free(e);
         return rc;
@@ -247,85 +260,11 @@ int hy_entry_build(hy_exec *ex, hy_state *st, const int32_t *tokens, size_t n, i
 
 int hy_entry_apply(hy_exec *ex, hy_state *st, const hy_entry *e, bool use_T, hy_err *err)
 {
-    return hy_entry_apply_timed(ex, st, e, use_T, NULL, NULL, err);
-}
-
-int hy_entry_apply_timed(hy_exec *ex, hy_state *st, const hy_entry *e, bool use_T, double *seam_s,
-                         double *compose_s, hy_err *err)
-{
-    const hy_model *m = st->m;
-    const hy_model_config *c = &m->cfg;
-    if (memcmp(e->model_fp, m->fingerprint, 32) != 0)
-        return hy_err_set(err, HY_EINVAL,
-                          "the entry was built for another model (fingerprint "
-                          "differs)");
-    if (e->n_layers != c->n_layers)
-        return hy_err_set(err, HY_EINVAL, "the entry has %d layers, the model %d", e->n_layers,
-                          c->n_layers);
-    assert(entry_fits(e, c));
-    assert(c->rotary_dim >= 0 && c->rotary_dim <= c->head_dim && c->rotary_dim % 2 == 0);
-    int rc = hy_state_reserve(st, st->pos + e->n, err);
-    if (rc) return rc;
+    /* the seam, recomputed under the true prefix, then the body as a hole */
+    const hy_piece p[2] = {{.tokens = e->tokens, .n = (size_t)e->w}, {.hole = e, .use_T = use_T}};
     assert(state_fits(st));
-    /* Scratch before the seam runs, so running out of memory leaves st as it
-     * was: the kernels' part, and an fp32 copy of a BF16 S_body. */
-    const size_t wf = use_T ? compose_floats(c) : 0;
-    const size_t bf = e->dtype == HY_ENTRY_BF16 ? s_floats(c) : 0;
-    float *work = (wf + bf) ? hy_alloc((wf + bf) * 4) : NULL;
-    if ((wf + bf) && !work) return hy_err_set(err, HY_ENOMEM, "out of memory");
-
-    /* The seam, recomputed under the true prefix through every layer. */
-    const double t0 = hy_now_s();
-    const int64_t p_in = st->pos;
-    if (e->w > 0 && (rc = hy_exec_prefill(ex, st, e->tokens, (size_t)e->w, NULL, err))) {
-        hy_free(work);
-        return rc;
-    }
-    assert(st->pos == p_in + e->w);
-    (void)p_in; /* read by the assertion only */
-
-    const double t1 = hy_now_s();
-    if (seam_s) *seam_s += t1 - t0;
-    const hy_la_tkind kind = hy_la_t_kind(LIN_FAMILY);
-    const int Hv = c->lin_v_heads, dk = c->lin_dk, dv = c->lin_dv;
-    const int KV = c->n_kv_heads * c->head_dim, hd = c->head_dim;
-    const int64_t p0 = st->pos;
-    assert(st->kv_cap >= p0 + e->nb); /* the K, V rows written below */
-    for (int i = 0; i < c->n_layers; i++) {
-        if (c->layer_kind[i] == HY_LAYER_LINEAR) {
-            const float *sb = e->S[i];
-            if (e->dtype == HY_ENTRY_BF16) {
-                const uint16_t *b = e->S[i];
-                float *f = work + wf;
-                for (size_t j = 0; j < s_floats(c); j++) f[j] = hy_bf16_to_f32(b[j]);
-                sb = f;
-            }
-            if (use_T) {
-                hy_la_apply_heads(kind, Hv, dk, dv, e->T[i], sb, st->S[i], work);
-            } else { /* naive: T dropped, i.e. replaced by I — wrong for any decaying layer */
-                static const float one = 1.0f;
-                hy_la_apply(HY_LA_T_SCALAR, Hv * dk, dv, &one, sb, st->S[i], NULL);
-            }
-            memcpy(st->conv[i], e->tail[i], tail_floats(c) * 4);
-        } else {
-            /* The forward pass rotates each key with hy_rope_apply at its
-             * position; the same call here puts in the cache exactly the K a
-             * full prefill would have. (hy_la_rope_state moves a linear
-             * layer's state whose keys carry RoPE — none in these models.) */
-            float *K = st->k[i] + (size_t)p0 * KV, *V = st->v[i] + (size_t)p0 * KV;
-            memcpy(K, e->K[i], kv_floats(c, e->nb) * 4);
-            memcpy(V, e->V[i], kv_floats(c, e->nb) * 4);
-#pragma omp parallel for schedule(static)
-            for (int t = 0; t < e->nb; t++)
-                for (int g = 0; g < c->n_kv_heads; g++)
-                    hy_rope_apply(K + (size_t)t * KV + (size_t)g * hd, c->rotary_dim,
-                                  m->rope_inv_freq, p0 + t);
-        }
-    }
-    st->pos = p0 + e->nb;
-    hy_free(work);
-    if (compose_s) *compose_s += hy_now_s() - t1;
-    return HY_OK;
+    return e->w > 0 ? hy_exec_run(ex, st, p, 2, NULL, NULL, err)
+                    : hy_exec_run(ex, st, p + 1, 1, NULL, NULL, err);
 }
 
 /* --- accessors -------------------------------------------------------------- */

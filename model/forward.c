@@ -43,9 +43,38 @@ struct hy_exec {
     /* views into ws, for the current step size */
     float *x, *xn, *y, *big, *mid, *o, *g, *beta, *h, *gu, *xe, *ye, *topw;
     int *topi, *rows;
-    hy_capture *cap;     /* set while an entry is being built */
     hy_exec_stats stats; /* hy_exec_set_profiling */
+    /* the current step's plan (hy_exec_run): its items in request order, and
+     * per row its absolute position and capture; grown as calls need */
+    struct item *items;
+    size_t items_cap;
+    struct ablock *blocks; /* attention jobs: runs cut into HY_ATTN_BLOCK rows */
+    size_t blocks_cap;
+    int64_t *rowpos;
+    hy_capture **rowcap;
+    size_t rows_cap;
+    double *tcompose; /* per thread (padded): seconds composing holes */
+    int tcompose_n;
+    double hole_kv_s; /* this call's seconds writing holes' K/V */
 };
+
+/* One piece's share of a step: rows [r0, r0 + n) of a run at positions
+ * pos …, or a hole whose body starts at pos. */
+typedef struct item {
+    const hy_piece *p;
+    const int32_t *tok; /* runs: the tokens of these rows */
+    int r0, n;
+    int64_t pos;
+    bool last; /* a run whose final token is in this step */
+} item;
+
+typedef struct ablock {
+    int r0, n;
+    int64_t pos;
+} ablock;
+
+/* Doubles between two threads' compose timers: a cache line each. */
+#define TC_PAD 8
 
 /* --- profiling ---------------------------------------------------------- */
 
@@ -158,6 +187,14 @@ static size_t plan(hy_exec *ex, size_t B, float *base)
     return off;
 }
 
+/* A thread's scratch for composing one head: the kernel's part, then an fp32
+ * copy of a BF16 S_body. */
+static size_t compose_floats(const hy_model_config *c)
+{
+    return hy_la_compose_scratch(HY_LA_T_DENSE, c->lin_dk, c->lin_dv) +
+           (size_t)c->lin_dk * c->lin_dv;
+}
+
 static int ensure_workspace(hy_exec *ex, size_t B, int64_t ctx, hy_err *err)
 {
     const hy_model_config *c = &ex->m->cfg;
@@ -177,6 +214,7 @@ static int ensure_workspace(hy_exec *ex, size_t B, int64_t ctx, hy_err *err)
     ex->step_cap = 0; /* until the scratch is in place too */
     size_t per = hy_gdn_chunked_scratch(c->lin_dk, c->lin_dv);
     per = HY_MAX(per, (size_t)HY_ATTN_BLOCK * (size_t)ctx);
+    per = HY_MAX(per, compose_floats(c)); /* a hole's or a capture's composition */
     size_t total = per * (size_t)ex->nthreads;
     if (total > ex->scratch_floats) {
         float *ns = hy_alloc(total * sizeof(float));
@@ -211,12 +249,12 @@ void hy_exec_free(hy_exec *ex)
     if (!ex) return;
     hy_free(ex->ws);
     hy_free(ex->scratch);
+    free(ex->items);
+    free(ex->blocks);
+    free(ex->rowpos);
+    free(ex->rowcap);
+    free(ex->tcompose);
     free(ex);
-}
-
-void hy_exec_set_capture(hy_exec *ex, hy_capture *cap)
-{
-    ex->cap = cap;
 }
 
 void hy_exec_set_gdn_mode(hy_exec *ex, hy_gdn_mode mode)
@@ -321,22 +359,130 @@ static void moe_mlp(hy_exec *ex, const hy_layer_w *L, int n)
     }
 }
 
-static void gdn_layer(hy_exec *ex, hy_state *st, int li, int n)
+/* --- linear layers ------------------------------------------------------ */
+
+/* The executor's linear layers are Gated DeltaNet: a dense dk×dk T per head
+ * (hy_la_t_kind(HY_LA_GDN), which model/entry.c asserts). */
+#define LIN_TKIND HY_LA_T_DENSE
+
+/* A hole composed into one head's state: S ← T·S + S_body, or S ← S + S_body
+ * without T (naive: T replaced by I — wrong for any decaying layer). work:
+ * compose_floats(). */
+static void compose_head(const hy_model_config *c, const hy_entry *e, int li, int h, bool use_T,
+                         float *S, float *work)
+{
+    const int dk = c->lin_dk, dv = c->lin_dv;
+    const size_t ss = (size_t)dk * dv;
+    const float *sb = (const float *)e->S[li] + (size_t)h * ss;
+    if (e->dtype == HY_ENTRY_BF16) {
+        const uint16_t *b = (const uint16_t *)e->S[li] + (size_t)h * ss;
+        float *f = work + hy_la_compose_scratch(LIN_TKIND, dk, dv);
+        for (size_t j = 0; j < ss; j++) f[j] = hy_bf16_to_f32(b[j]);
+        sb = f;
+    }
+    if (use_T)
+        hy_la_apply(LIN_TKIND, dk, dv, e->T[li] + (size_t)h * dk * dk, sb, S, work);
+    else
+        for (size_t j = 0; j < ss; j++) S[j] += sb[j];
+}
+
+/* One head's delta rule over the step's items in request order: runs advance
+ * S (and, from a capture's start, its T), holes compose into S. */
+static double gdn_head(hy_exec *ex, hy_state *st, int li, int h, const item *it, int ni,
+                       const float *cv, float *work)
+{
+    const hy_model_config *c = &ex->m->cfg;
+    const int Hk = c->lin_k_heads, Hv = c->lin_v_heads, dk = c->lin_dk, dv = c->lin_dv;
+    const int Kd = Hk * dk, Vd = Hv * dv, C = 2 * Kd + Vd, hk = h / (Hv / Hk);
+    const size_t ss = (size_t)dk * dv;
+    float *S = st->S[li] + (size_t)h * ss;
+    double composing = 0.0;
+    for (int i = 0; i < ni; i++) {
+        const hy_piece *p = it[i].p;
+        if (!p->tokens) {
+            const double t0 = hy_now_s();
+            compose_head(c, p->hole, li, h, p->use_T, S, work);
+            composing += hy_now_s() - t0;
+            continue;
+        }
+        const int r0 = it[i].r0, n = it[i].n;
+        const hy_capture *cap = p->cap;
+        /* With a capture, rows [0, s) run without T, the state is kept at s
+         * (the body's start), and rows [s, n) advance T too. */
+        int s = n;
+        if (cap) s = cap->start <= it[i].pos ? 0 : (int)HY_MIN(cap->start - it[i].pos, (int64_t)n);
+        for (int part = 0; part < 2; part++) {
+            const int off = r0 + (part ? s : 0), len = part ? n - s : s;
+            if (len > 0) {
+                const hy_gdn_in in = {.n = len,
+                                      .dk = dk,
+                                      .dv = dv,
+                                      .q = cv + (size_t)off * C + hk * dk,
+                                      .k = cv + (size_t)off * C + Kd + hk * dk,
+                                      .v = cv + (size_t)off * C + 2 * Kd + h * dv,
+                                      .ldq = (size_t)C,
+                                      .ldk = (size_t)C,
+                                      .ldv = (size_t)C,
+                                      .g = ex->g + (size_t)off * Hv + h,
+                                      .beta = ex->beta + (size_t)off * Hv + h,
+                                      .ldgb = (size_t)Hv};
+                float *T = part ? cap->T[li] + (size_t)h * dk * dk : NULL;
+                float *o = ex->o + (size_t)off * Vd + (size_t)h * dv;
+                if (ex->mode == HY_GDN_CHUNKED && len > 1)
+                    hy_gdn_chunked(&in, S, o, (size_t)Vd, T, work);
+                else
+                    hy_gdn_recurrent(&in, S, o, (size_t)Vd, T);
+            }
+            if (part == 0 && cap && it[i].pos + s == cap->start)
+                memcpy(cap->S_w[li] + (size_t)h * ss, S, ss * sizeof(float));
+        }
+        if (cap && it[i].last) { /* the segment's end: S_w ← S_body = S − T·S_w */
+            float *sw = cap->S_w[li] + (size_t)h * ss;
+            hy_la_extract(LIN_TKIND, dk, dv, cap->T[li] + (size_t)h * dk * dk, sw, S, sw, work);
+        }
+    }
+    return composing;
+}
+
+/* x·rms⁻¹·w·silu(z) over one value head's d outputs, in place. */
+static inline void gated_rmsnorm(float *o, const float *z, const float *w, int d, float eps)
+{
+    float ss = 0.0f;
+    for (int i = 0; i < d; i++) ss += o[i] * o[i];
+    const float r = 1.0f / sqrtf(ss / (float)d + eps);
+#pragma omp simd
+    for (int i = 0; i < d; i++) o[i] = o[i] * r * w[i] * hy_siluf(z[i]);
+}
+
+/* A linear layer over the step's n computed rows (n may be 0: holes only). */
+static void gdn_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni, int n)
 {
     const hy_model_config *c = &ex->m->cfg;
     const hy_gdn_w *w = &ex->m->layers[li].gdn;
     const int H = c->hidden, Hk = c->lin_k_heads, Hv = c->lin_v_heads, dk = c->lin_dk,
-              dv = c->lin_dv, r = Hv / Hk;
+              dv = c->lin_dv;
     const int Kd = Hk * dk, Vd = Hv * dv, C = 2 * Kd + Vd, P = C + Vd + 2 * Hv;
+    const size_t tail = (size_t)(c->conv_kernel - 1) * (size_t)C * sizeof(float);
     float *proj = ex->big, *cv = ex->mid;
     /* the state's S and conv buffers are sized from the same config */
     assert(Hv % Hk == 0 && C == hy_config_conv_dim(c) && st->S[li] && st->conv[li]);
     assert(ex->scratch_per_thread >= hy_gdn_chunked_scratch(dk, dv));
-    assert(!ex->cap || (ex->cap->start >= 0 && ex->cap->T[li] && ex->cap->S_w[li]));
+    assert(ex->scratch_per_thread >= compose_floats(c));
 
-    linear(ex, n, H, P, ex->xn, (size_t)H, w->w_in, proj, (size_t)P);
+    if (n > 0) linear(ex, n, H, P, ex->xn, (size_t)H, w->w_in, proj, (size_t)P);
+    /* The conv runs over each run from the state the item before left; a
+     * hole leaves its tail, the last K−1 inputs of its segment. */
     prof_begin(ex);
-    hy_conv1d_silu(n, C, c->conv_kernel, proj, (size_t)P, st->conv[li], w->conv_w, cv, (size_t)C);
+    for (int i = 0; i < ni; i++) {
+        const hy_piece *p = it[i].p;
+        if (!p->tokens) {
+            memcpy(st->conv[li], p->hole->tail[li], tail);
+            continue;
+        }
+        hy_conv1d_silu(it[i].n, C, c->conv_kernel, proj + (size_t)it[i].r0 * P, (size_t)P,
+                       st->conv[li], w->conv_w, cv + (size_t)it[i].r0 * C, (size_t)C);
+        if (p->cap && it[i].last) memcpy(p->cap->tail[li], st->conv[li], tail);
+    }
     prof_end(ex, HY_EXEC_OP_CONV);
 
     const float qscale = 1.0f / sqrtf((float)dk);
@@ -356,98 +502,94 @@ static void gdn_layer(hy_exec *ex, hy_state *st, int li, int n)
     }
     prof_end(ex, HY_EXEC_OP_NORM_GATE);
 
-    const int chunked = ex->mode == HY_GDN_CHUNKED && n > 1;
     prof_begin(ex);
 #pragma omp parallel for schedule(dynamic, 1)
     for (int h = 0; h < Hv; h++) {
-        const int hk = h / r;
-        const hy_gdn_in in = {.n = n,
-                              .dk = dk,
-                              .dv = dv,
-                              .q = cv + hk * dk,
-                              .k = cv + Kd + hk * dk,
-                              .v = cv + 2 * Kd + h * dv,
-                              .ldq = (size_t)C,
-                              .ldk = (size_t)C,
-                              .ldv = (size_t)C,
-                              .g = ex->g + h,
-                              .beta = ex->beta + h,
-                              .ldgb = (size_t)Hv};
-        float *S = st->S[li] + (size_t)h * dk * dv, *o = ex->o + (size_t)h * dv;
-        assert(omp_get_thread_num() < ex->nthreads);
-        float *work = ex->scratch + (size_t)omp_get_thread_num() * ex->scratch_per_thread;
-        /* With a capture, tokens [0, s) run without T, the state is kept at
-         * s (the body's start), and tokens [s, n) advance T too. */
-        const hy_capture *cap = ex->cap;
-        int s = n;
-        if (cap) s = cap->start <= st->pos ? 0 : (int)HY_MIN(cap->start - st->pos, (int64_t)n);
-        for (int part = 0; part < 2; part++) {
-            hy_gdn_in p = in;
-            p.n = part ? n - s : s;
-            if (p.n > 0 && part) {
-                p.q += (size_t)s * C, p.k += (size_t)s * C, p.v += (size_t)s * C;
-                p.g += (size_t)s * Hv, p.beta += (size_t)s * Hv;
-            }
-            if (p.n > 0) {
-                float *T = part ? cap->T[li] + (size_t)h * dk * dk : NULL;
-                float *op = o + (size_t)(part ? s : 0) * Vd;
-                if (chunked && p.n > 1)
-                    hy_gdn_chunked(&p, S, op, (size_t)Vd, T, work);
-                else
-                    hy_gdn_recurrent(&p, S, op, (size_t)Vd, T);
-            }
-            if (part == 0 && cap && st->pos + s == cap->start)
-                memcpy(cap->S_w[li] + (size_t)h * dk * dv, S, (size_t)dk * dv * sizeof(float));
-        }
+        const int tid = omp_get_thread_num();
+        assert(tid < ex->nthreads && tid < ex->tcompose_n);
+        float *work = ex->scratch + (size_t)tid * ex->scratch_per_thread;
+        ex->tcompose[(size_t)tid * TC_PAD] += gdn_head(ex, st, li, h, it, ni, cv, work);
     }
     prof_end(ex, HY_EXEC_OP_DELTA_RULE);
+    if (n == 0) return;
 
     /* Gated RMSNorm per value head: w · norm(o) · silu(z). */
     prof_begin(ex);
 #pragma omp parallel for schedule(static)
-    for (int t = 0; t < n; t++) {
-        for (int h = 0; h < Hv; h++) {
-            float *oh = ex->o + (size_t)t * Vd + (size_t)h * dv;
-            const float *z = proj + (size_t)t * P + C + (size_t)h * dv;
-            hy_rmsnorm(1, dv, oh, (size_t)dv, w->norm_w, c->rms_eps, oh, (size_t)dv);
-#pragma omp simd
-            for (int j = 0; j < dv; j++) oh[j] *= hy_siluf(z[j]);
-        }
-    }
+    for (int t = 0; t < n; t++)
+        for (int h = 0; h < Hv; h++)
+            gated_rmsnorm(ex->o + (size_t)t * Vd + (size_t)h * dv,
+                          proj + (size_t)t * P + C + (size_t)h * dv, w->norm_w, dv, c->rms_eps);
     prof_end(ex, HY_EXEC_OP_NORM_GATE);
     linear(ex, n, Vd, H, ex->o, (size_t)Vd, w->w_out, ex->y, (size_t)H);
 }
 
-static void attn_layer(hy_exec *ex, hy_state *st, int li, int n)
+/* --- attention layers ------------------------------------------------------ */
+
+/* Each hole's K, rotated to the hole's positions, and V into the cache:
+ * exactly what computing those tokens there would have written. */
+static void write_holes(hy_exec *ex, hy_state *st, int li, const item *it, int ni)
+{
+    const hy_model_config *c = &ex->m->cfg;
+    const int KV = c->n_kv_heads * c->head_dim, hd = c->head_dim;
+    const double t0 = hy_now_s();
+    for (int i = 0; i < ni; i++) {
+        const hy_entry *e = it[i].p->hole;
+        if (it[i].p->tokens) continue;
+        const int64_t p0 = it[i].pos;
+        assert(p0 + e->nb <= st->kv_cap);
+        float *K = st->k[li] + (size_t)p0 * KV, *V = st->v[li] + (size_t)p0 * KV;
+        memcpy(K, e->K[li], (size_t)e->nb * KV * sizeof(float));
+        memcpy(V, e->V[li], (size_t)e->nb * KV * sizeof(float));
+#pragma omp parallel for schedule(static)
+        for (int t = 0; t < e->nb; t++)
+            for (int g = 0; g < c->n_kv_heads; g++)
+                hy_rope_apply(K + (size_t)t * KV + (size_t)g * hd, c->rotary_dim,
+                              ex->m->rope_inv_freq, p0 + t);
+    }
+    ex->hole_kv_s += hy_now_s() - t0;
+}
+
+/* An attention layer over the step's n computed rows (n may be 0: holes
+ * only). The holes' K/V are written first, so every computed token attends
+ * causally to every position before it, computed or composed. */
+static void attn_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni, int n, int nblk,
+                       int nholes)
 {
     const hy_model_config *c = &ex->m->cfg;
     const hy_attn_w *w = &ex->m->layers[li].attn;
     const int H = c->hidden, Hq = c->n_heads, Hkv = c->n_kv_heads, hd = c->head_dim;
     const int Q2 = 2 * Hq * hd, KV = Hkv * hd, P = Q2 + 2 * KV, Qd = Hq * hd, grp = Hq / Hkv;
-    const int64_t pos0 = st->pos;
     float *proj = ex->big, *ob = ex->mid;
     float *Kc = st->k[li], *Vc = st->v[li];
-    /* rows pos0 .. pos0+n−1 are written below; the scores need HY_ATTN_BLOCK
-     * × context floats per thread */
-    assert(Hq % Hkv == 0 && Kc && Vc && pos0 + n <= st->kv_cap);
+    assert(Hq % Hkv == 0 && Kc && Vc);
     assert(c->rotary_dim % 2 == 0 && c->rotary_dim <= hd);
-    assert(ex->scratch_per_thread >= (size_t)HY_ATTN_BLOCK * (size_t)(pos0 + n));
-    assert(!ex->cap || (ex->cap->start >= 0 && ex->cap->K[li] && ex->cap->V[li]));
+
+    if (nholes > 0) {
+        prof_begin(ex);
+        write_holes(ex, st, li, it, ni);
+        prof_end(ex, HY_EXEC_OP_ATTENTION);
+    }
+    if (n == 0) return;
 
     linear(ex, n, H, P, ex->xn, (size_t)H, w->w_qkv, proj, (size_t)P);
     prof_begin(ex);
 #pragma omp parallel for schedule(static)
     for (int t = 0; t < n; t++) {
         float *row = proj + (size_t)t * P;
-        const int64_t pos = pos0 + t;
+        const int64_t pos = ex->rowpos[t];
+        /* rows are written at their positions; the scores need HY_ATTN_BLOCK
+         * × context floats per thread */
+        assert(pos < st->kv_cap && ex->scratch_per_thread >= (size_t)HY_ATTN_BLOCK * (pos + 1));
         for (int h = 0; h < Hq; h++) {
             float *qh = row + (size_t)h * 2 * hd;
             hy_rmsnorm(1, hd, qh, (size_t)hd, w->q_norm1, c->rms_eps, qh, (size_t)hd);
             hy_rope_apply(qh, c->rotary_dim, ex->m->rope_inv_freq, pos);
         }
         float *krow = Kc + (size_t)pos * KV, *vrow = Vc + (size_t)pos * KV;
-        const int64_t crow = ex->cap ? pos - ex->cap->start : -1; /* capture row */
-        float *ck = crow >= 0 ? ex->cap->K[li] + (size_t)crow * KV : NULL;
+        const hy_capture *cap = ex->rowcap[t];
+        const int64_t crow = cap && pos >= cap->start ? pos - cap->start : -1; /* capture row */
+        float *ck = crow >= 0 ? cap->K[li] + (size_t)crow * KV : NULL;
         for (int g = 0; g < Hkv; g++) {
             float *kh = krow + (size_t)g * hd;
             hy_rmsnorm(1, hd, row + Q2 + (size_t)g * hd, (size_t)hd, w->k_norm1, c->rms_eps, kh,
@@ -456,22 +598,21 @@ static void attn_layer(hy_exec *ex, hy_state *st, int li, int n)
             hy_rope_apply(kh, c->rotary_dim, ex->m->rope_inv_freq, pos);
         }
         memcpy(vrow, row + Q2 + KV, (size_t)KV * sizeof(float));
-        if (ck) memcpy(ex->cap->V[li] + (size_t)crow * KV, vrow, (size_t)KV * sizeof(float));
+        if (ck) memcpy(cap->V[li] + (size_t)crow * KV, vrow, (size_t)KV * sizeof(float));
     }
     prof_end(ex, HY_EXEC_OP_NORM_GATE);
 
     const float scale = 1.0f / sqrtf((float)hd);
-    const int nblk = (n + HY_ATTN_BLOCK - 1) / HY_ATTN_BLOCK;
     prof_begin(ex);
 #pragma omp parallel for schedule(dynamic, 1)
     for (int job = 0; job < Hq * nblk; job++) {
-        const int h = job % Hq, b0 = (nblk - 1 - job / Hq) * HY_ATTN_BLOCK; /* long rows first */
-        const int B = HY_MIN_INT(HY_ATTN_BLOCK, n - b0), g = h / grp;
+        const int h = job % Hq, g = h / grp;
+        const ablock *b = &ex->blocks[nblk - 1 - job / Hq]; /* the longest rows first */
         assert(omp_get_thread_num() < ex->nthreads);
         float *scores = ex->scratch + (size_t)omp_get_thread_num() * ex->scratch_per_thread;
-        hy_attention(B, hd, pos0 + b0, proj + (size_t)b0 * P + (size_t)h * 2 * hd, (size_t)P,
+        hy_attention(b->n, hd, b->pos, proj + (size_t)b->r0 * P + (size_t)h * 2 * hd, (size_t)P,
                      Kc + (size_t)g * hd, (size_t)KV, Vc + (size_t)g * hd, (size_t)KV, scale,
-                     ob + (size_t)b0 * Qd + (size_t)h * hd, (size_t)Qd, scores);
+                     ob + (size_t)b->r0 * Qd + (size_t)h * hd, (size_t)Qd, scores);
     }
     prof_end(ex, HY_EXEC_OP_ATTENTION);
     prof_begin(ex);
@@ -493,30 +634,55 @@ static void add_rows(float *x, const float *y, size_t count)
     for (size_t i = 0; i < count; i++) x[i] += y[i];
 }
 
-/* One step of n ≤ max_batch tokens, after ensure_workspace and
- * hy_state_reserve for at least this step and its context. */
-static void step(hy_exec *ex, hy_state *st, const int32_t *tokens, int n, float *logits)
+/* --- one step ----------------------------------------------------------------- */
+
+/* One step: the items it[0, ni) hold n ≤ step_cap computed rows (n = 0 only
+ * for holes after the last computed token), after hy_exec_run has reserved
+ * the state and sized the workspace for the whole call. */
+static void step(hy_exec *ex, hy_state *st, const item *it, int ni, int n, float *logits)
 {
     const hy_model *m = ex->m;
     const hy_model_config *c = &m->cfg;
     const int H = c->hidden;
-    assert(st->m == m && n >= 1 && (size_t)n <= ex->step_cap);
-    assert(st->pos >= 0 && st->pos + n <= ex->ctx_cap && st->pos + n <= st->kv_cap);
-    for (int t = 0; t < n; t++) {
-        assert(tokens[t] >= 0 && tokens[t] < c->vocab); /* hy_exec_prefill checked them */
-        memcpy(ex->x + (size_t)t * H, m->embed + (size_t)tokens[t] * H, (size_t)H * sizeof(float));
+    assert(st->m == m && ni >= 1 && n >= 0 && (size_t)n <= ex->step_cap);
+    assert(it[0].pos == st->pos && (n > 0 || !logits));
+    int nblk = 0, nholes = 0;
+    for (int i = 0; i < ni; i++) {
+        const item *r = &it[i];
+        if (!r->p->tokens) {
+            nholes++;
+            continue;
+        }
+        for (int t = 0; t < r->n; t++) {
+            assert(r->tok[t] >= 0 && r->tok[t] < c->vocab); /* hy_exec_run checked them */
+            memcpy(ex->x + (size_t)(r->r0 + t) * H, m->embed + (size_t)r->tok[t] * H,
+                   (size_t)H * sizeof(float));
+            ex->rowpos[r->r0 + t] = r->pos + t;
+            ex->rowcap[r->r0 + t] = r->p->cap;
+        }
+        for (int b0 = 0; b0 < r->n; b0 += HY_ATTN_BLOCK)
+            ex->blocks[nblk++] = (ablock){.r0 = r->r0 + b0,
+                                          .n = HY_MIN_INT(HY_ATTN_BLOCK, r->n - b0),
+                                          .pos = r->pos + b0};
     }
+    assert((size_t)nblk <= ex->blocks_cap);
+    const item *lst = &it[ni - 1];
+    const int64_t end = lst->pos + (lst->p->tokens ? lst->n : lst->p->hole->nb);
+    assert(end <= ex->ctx_cap && end <= st->kv_cap);
     for (int li = 0; li < c->n_layers; li++) {
         const hy_layer_w *L = &m->layers[li];
         assert(L->kind == c->layer_kind[li] && L->moe == c->layer_moe[li]);
         assert(L->moe || L->mlp.inter <= (int)widest_mlp(c));
-        prof_begin(ex);
-        hy_rmsnorm(n, H, ex->x, (size_t)H, L->in_norm1, c->rms_eps, ex->xn, (size_t)H);
-        prof_end(ex, HY_EXEC_OP_NORM_GATE);
+        if (n > 0) {
+            prof_begin(ex);
+            hy_rmsnorm(n, H, ex->x, (size_t)H, L->in_norm1, c->rms_eps, ex->xn, (size_t)H);
+            prof_end(ex, HY_EXEC_OP_NORM_GATE);
+        }
         if (L->kind == HY_LAYER_LINEAR)
-            gdn_layer(ex, st, li, n);
+            gdn_layer(ex, st, li, it, ni, n);
         else
-            attn_layer(ex, st, li, n);
+            attn_layer(ex, st, li, it, ni, n, nblk, nholes);
+        if (n == 0) continue;
         add_rows(ex->x, ex->y, (size_t)n * H);
         prof_begin(ex);
         hy_rmsnorm(n, H, ex->x, (size_t)H, L->post_norm1, c->rms_eps, ex->xn, (size_t)H);
@@ -527,7 +693,7 @@ static void step(hy_exec *ex, hy_state *st, const int32_t *tokens, int n, float 
             swiglu_mlp(ex, &L->mlp, n, H, ex->xn, ex->gu, ex->h, ex->y);
         add_rows(ex->x, ex->y, (size_t)n * H);
     }
-    st->pos += n;
+    st->pos = end;
     if (logits) {
         float *last = ex->xn; /* row 0 of xn is free now */
         prof_begin(ex);
@@ -538,37 +704,144 @@ static void step(hy_exec *ex, hy_state *st, const int32_t *tokens, int n, float 
     }
 }
 
-int hy_exec_prefill(hy_exec *ex, hy_state *st, const int32_t *tokens, size_t n, float *logits,
-                    hy_err *err)
+/* --- the pass ------------------------------------------------------------------ */
+
+/* Grows *p to hold `need` elements of `size` bytes. */
+static int grow(void **p, size_t *cap, size_t need, size_t size)
+{
+    if (need <= *cap) return HY_OK;
+    void *q = realloc(*p, need * size);
+    if (!q) return HY_ENOMEM;
+    *p = q;
+    *cap = need;
+    return HY_OK;
+}
+
+/* Checks every piece before anything runs; totals its positions and its
+ * computed tokens. */
+static int check_pieces(const hy_exec *ex, const hy_state *st, const hy_piece *pc, size_t np,
+                        int64_t *total, int64_t *computed, hy_err *err)
 {
     const hy_model_config *c = &ex->m->cfg;
+    int64_t at = st->pos, nc = 0;
+    for (size_t i = 0; i < np; i++) {
+        const hy_piece *p = &pc[i];
+        if (p->tokens) {
+            if (p->n == 0) return hy_err_set(err, HY_EINVAL, "prefill of zero tokens");
+            if (p->n > (size_t)INT32_MAX)
+                return hy_err_set(err, HY_ERANGE, "prefill of %zu tokens exceeds %d", p->n,
+                                  INT32_MAX);
+            for (size_t j = 0; j < p->n; j++)
+                if (p->tokens[j] < 0 || p->tokens[j] >= c->vocab)
+                    return hy_err_set(err, HY_ERANGE,
+                                      "token %lld has id %d, outside the vocabulary [0, %d)",
+                                      (long long)(nc + (int64_t)j), (int)p->tokens[j], c->vocab);
+            /* a capture covers exactly its run, its body at least one token */
+            assert(!p->cap || (p->cap->start >= at && p->cap->start < at + (int64_t)p->n &&
+                               p->cap->end == at + (int64_t)p->n));
+            at += (int64_t)p->n;
+            nc += (int64_t)p->n;
+        } else if (p->hole) {
+            const hy_entry *e = p->hole;
+            if (memcmp(e->model_fp, ex->m->fingerprint, 32) != 0)
+                return hy_err_set(err, HY_EINVAL,
+                                  "the entry was built for another model (fingerprint differs)");
+            if (e->n_layers != c->n_layers)
+                return hy_err_set(err, HY_EINVAL, "the entry has %d layers, the model %d",
+                                  e->n_layers, c->n_layers);
+            assert(hy_entry_fits(e, c)); /* the fingerprint makes its shapes the model's */
+            at += e->nb;
+        } else {
+            return hy_err_set(err, HY_EINVAL, "piece %zu is neither computed tokens nor an entry",
+                              i);
+        }
+    }
+    *total = at - st->pos;
+    *computed = nc;
+    return HY_OK;
+}
+
+int hy_exec_run(hy_exec *ex, hy_state *st, const hy_piece *pc, size_t np, float *logits,
+                double *compose_s, hy_err *err)
+{
     const double t0 = ex->stats.on ? hy_now_s() : 0.0;
     ex->stats.last = t0;
     if (st->m != ex->m) return hy_err_set(err, HY_EINVAL, "state belongs to another model");
-    if (n == 0) return hy_err_set(err, HY_EINVAL, "prefill of zero tokens");
-    if (n > (size_t)INT32_MAX)
-        return hy_err_set(err, HY_ERANGE, "prefill of %zu tokens exceeds %d", n, INT32_MAX);
-    for (size_t i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= c->vocab)
-            return hy_err_set(err, HY_ERANGE, "token %zu has id %d, outside the vocabulary [0, %d)",
-                              i, (int)tokens[i], c->vocab);
-    const size_t B = HY_MIN(n, (size_t)ex->max_batch);
-    int rc = hy_state_reserve(st, st->pos + (int64_t)n, err);
-    if (rc == HY_OK) rc = ensure_workspace(ex, B, st->pos + (int64_t)n, err);
-    if (rc != HY_OK) return rc;
-    const int64_t pos0 = st->pos;
-    for (size_t at = 0; at < n; at += B) {
-        const int len = (int)HY_MIN(B, n - at);
-        step(ex, st, tokens + at, len, at + len == n ? logits : NULL);
+    if (np == 0) return hy_err_set(err, HY_EINVAL, "prefill of zero tokens");
+    int64_t total = 0, computed = 0;
+    int rc = check_pieces(ex, st, pc, np, &total, &computed, err);
+    if (rc) return rc;
+    if (logits && !pc[np - 1].tokens)
+        return hy_err_set(err, HY_EINVAL,
+                          "logits need the pass to end with computed tokens, not an entry");
+    /* every step but the last holds max_batch computed rows; one of holes
+     * alone (after the last computed token) holds none but is sized for one */
+    const size_t B = (size_t)HY_MAX(HY_MIN(computed, (int64_t)ex->max_batch), (int64_t)1);
+    const int64_t ctx = st->pos + total;
+    if ((rc = hy_state_reserve(st, ctx, err)) || (rc = ensure_workspace(ex, B, ctx, err)))
+        return rc;
+    if (grow((void **)&ex->items, &ex->items_cap, np, sizeof *ex->items) ||
+        grow((void **)&ex->blocks, &ex->blocks_cap, B / HY_ATTN_BLOCK + np + 1,
+             sizeof *ex->blocks) ||
+        grow((void **)&ex->rowpos, &ex->rows_cap, B, sizeof *ex->rowpos) ||
+        !(ex->rowcap = realloc(ex->rowcap, ex->rows_cap * sizeof *ex->rowcap)))
+        return hy_err_set(err, HY_ENOMEM, "out of memory planning a pass of %zu pieces", np);
+    if (ex->tcompose_n < ex->nthreads) {
+        double *tc = realloc(ex->tcompose, (size_t)ex->nthreads * TC_PAD * sizeof *tc);
+        if (!tc) return hy_err_set(err, HY_ENOMEM, "out of memory");
+        ex->tcompose = tc;
+        ex->tcompose_n = ex->nthreads;
     }
-    assert(st->pos == pos0 + (int64_t)n);
-    (void)pos0;         /* read by the assertion only */
+    memset(ex->tcompose, 0, (size_t)ex->tcompose_n * TC_PAD * sizeof *ex->tcompose);
+    ex->hole_kv_s = 0.0;
+
+    /* Steps: pieces in order, a run cut where a step's rows are full; the
+     * holes before a run's rows go with them into their step. */
+    int64_t pos = st->pos;
+    size_t i = 0, off = 0;
+    while (i < np) {
+        int ni = 0, rows = 0;
+        while (i < np && (size_t)rows < B) {
+            const hy_piece *p = &pc[i];
+            if (!p->tokens) {
+                ex->items[ni++] = (item){.p = p, .pos = pos};
+                pos += p->hole->nb;
+                i++;
+                continue;
+            }
+            const int take = (int)HY_MIN(p->n - off, B - (size_t)rows);
+            ex->items[ni++] = (item){.p = p,
+                                     .tok = p->tokens + off,
+                                     .r0 = rows,
+                                     .n = take,
+                                     .pos = pos,
+                                     .last = off + (size_t)take == p->n};
+            rows += take, pos += take, off += (size_t)take;
+            if (off == p->n) i++, off = 0;
+        }
+        /* logits only after the step holding the last piece (a run) */
+        step(ex, st, ex->items, ni, rows, i == np ? logits : NULL);
+    }
+    assert(st->pos == ctx);
+    if (compose_s) {
+        double tc = 0.0;
+        for (int t = 0; t < ex->tcompose_n; t++) tc += ex->tcompose[(size_t)t * TC_PAD];
+        *compose_s += tc / ex->nthreads + ex->hole_kv_s;
+    }
     if (ex->stats.on) { /* refused calls advance nothing and are not counted */
         prof_end(ex, HY_EXEC_OP_OTHER);
         ex->stats.prof.total_s += ex->stats.last - t0;
-        ex->stats.prof.tokens += (int64_t)n;
+        ex->stats.prof.tokens += computed;
     }
     return HY_OK;
+}
+
+int hy_exec_prefill(hy_exec *ex, hy_state *st, const int32_t *tokens, size_t n, float *logits,
+                    hy_err *err)
+{
+    const hy_piece p = {.tokens = tokens, .n = n};
+    if (n == 0) return hy_err_set(err, HY_EINVAL, "prefill of zero tokens");
+    return hy_exec_run(ex, st, &p, 1, logits, NULL, err);
 }
 
 int hy_exec_decode(hy_exec *ex, hy_state *st, int32_t token, float *logits, hy_err *err)

@@ -65,18 +65,59 @@ struct hy_state {
     int64_t kv_cap;
 };
 
-/* What a prefill records for an entry while it runs (model/entry.c), from
- * absolute position `start` (the body's first token) on: per linear layer the
- * state at `start` (S_w) and the transition operator of the tokens since
- * (T, from I), per attention layer the canonical K (after k_norm, before
- * RoPE) and V of each token. Tokens before `start` (the seam) run as usual in
- * the same forward steps, so the seam costs no extra pass over the weights. */
+/* What a forward pass records for an entry while it runs (model/entry.c)
+ * over one segment, positions [start − w, end): from `start` (the body's
+ * first token) on, per linear layer the transition operator of the tokens
+ * since (T, advanced in place from I) and per attention layer the canonical K
+ * (after k_norm, before RoPE) and V of each token. Per linear layer S_w
+ * receives the state at `start`, and at `end` is replaced in place by the
+ * body's zero-start state S_body = S_end − T·S_w; `tail` receives the conv
+ * state at `end`. The seam's tokens run as usual in the same forward steps,
+ * so neither the seam nor the build costs a pass over the weights of its own. */
 typedef struct hy_capture {
-    int64_t start;
-    float **S_w;    /* per layer: [Hv][dk][dv], written when `start` is reached */
+    int64_t start, end;
+    float **S_w;    /* per layer: [Hv][dk][dv] (NULL for attention) */
     float **T;      /* per layer: [Hv][dk][dk], advanced in place; NULL for attention */
-    float **K, **V; /* per layer: [rows][Hkv][hd], row = position − start */
+    float **K, **V; /* per layer: [end − start][Hkv][hd], row = position − start */
+    float **tail;   /* per layer: [K−1][conv_dim] */
 } hy_capture;
+
+/* One piece of a forward pass (hy_exec_run): a run of n computed tokens —
+ * recording an entry when cap is set — or a hole: a cached entry's body, its
+ * nb positions composed instead of computed (linear layers S ← T·S + S_body,
+ * or S ← S + S_body without T; conv state ← its tail; attention layers get
+ * its K rotated to the hole's positions, and its V). */
+typedef struct hy_piece {
+    const int32_t *tokens; /* a run when not NULL */
+    size_t n;
+    hy_capture *cap;
+    const hy_entry *hole; /* a hole when tokens is NULL */
+    bool use_T;
+} hy_piece;
+
+/* Advances st over the pieces in order, layer by layer over all their
+ * computed tokens in steps of at most max_batch of them: each projection is
+ * one GEMM per step, whatever mix of runs and holes the step holds. logits
+ * (when not NULL) are the last token's, and then the last piece must be a
+ * run. *compose_s (when not NULL) gains the time spent composing holes (the
+ * threads' seconds in composition ÷ the threads, plus the hole K/V writes).
+ * Token ids and entries are checked before any state changes. */
+int hy_exec_run(hy_exec *ex, hy_state *st, const hy_piece *pieces, size_t np, float *logits,
+                double *compose_s, hy_err *err);
+
+/* Whether e's sections have the shapes model config c reads and writes
+ * through. */
+bool hy_entry_fits(const hy_entry *e, const hy_model_config *c);
+
+/* Starts building the entry of the segment tokens[0, n) that will run from
+ * position pos under seam setting W: allocates it and a capture whose start
+ * is its body's first position (T at I). Refuses a segment too short to cache
+ * (hy_entry_seam's error) or out-of-vocabulary ids. */
+int hy_entry_build_begin(const hy_model *m, int64_t pos, const int32_t *tokens, size_t n, int W,
+                         hy_entry_dtype dtype, hy_entry **e, hy_capture **cap, hy_err *err);
+/* After the pass over the segment: rounds S_body to the entry's dtype and
+ * frees the capture (e stays the caller's). */
+void hy_entry_build_end(hy_entry *e, hy_capture *cap);
 
 /* An executor's profile (hy_exec_set_profiling). Time is attributed by a
  * cursor: each mark adds the wall time since `last` to one kind and moves
@@ -87,9 +128,6 @@ typedef struct hy_exec_stats {
     double last; /* hy_now_s() of the latest mark */
     hy_exec_prof prof;
 } hy_exec_stats;
-
-/* Sets (or clears, with NULL) the capture of the executor's next prefills. */
-void hy_exec_set_capture(hy_exec *ex, hy_capture *cap);
 
 struct hy_entry {
     hy_model_config cfg;  /* the shapes its sections have (from its model) */
@@ -117,10 +155,5 @@ int hy_config_keys_markdown(char *buf, size_t cap);
 /* Grows the KV cache of every attention layer to hold at least `need`
  * positions. */
 int hy_state_reserve(hy_state *s, int64_t need, hy_err *err);
-
-/* hy_entry_apply, adding the seconds spent recomputing the seam and
- * composing the body to *seam_s and *compose_s (either may be NULL). */
-int hy_entry_apply_timed(hy_exec *ex, hy_state *st, const hy_entry *e, bool use_T, double *seam_s,
-                         double *compose_s, hy_err *err);
 
 #endif

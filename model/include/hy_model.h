@@ -262,11 +262,13 @@ typedef struct hy_result {
                        * inline for misses (the caller owns them), else NULL */
     int hits, misses, uncacheable, prefix_segments;
     int64_t prefilled; /* tokens that went through the forward pass */
-    /* Wall seconds per phase: restoring a prefix checkpoint; recomputing
-     * seams and composing bodies (hits); prefilling the other segments
-     * (misses, with their inline builds; uncacheable ones; every segment in
-     * `full` and after the checkpoint in `prefix`); the query. */
-    double restore_s, seam_s, compose_s, segments_s, query_s;
+    /* Wall seconds: restoring a prefix checkpoint (`prefix`); the forward
+     * pass over every computed token — one layer-major pass per request in
+     * `full` and the pic family (seams, misses with their inline builds,
+     * uncacheable segments and the query together, hits' bodies composed in
+     * place), segment by segment after the checkpoint in `prefix`; and the
+     * part of it spent composing hits' bodies (pic family). */
+    double restore_s, forward_s, compose_s;
 } hy_result;
 
 /* Runs a request from the empty state (st is reset first). built must hold
