@@ -8,6 +8,9 @@
 #include <omp.h>
 #include <pthread.h>
 #include <string.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
 
 /* OpenBLAS (the pthreads build, see CMakeLists.txt) runs every call on its
  * caller's thread: a call made inside one of our parallel regions stays on
@@ -18,6 +21,33 @@ static pthread_once_t g_blas_once = PTHREAD_ONCE_INIT;
 static void blas_on_caller_thread(void)
 {
     openblas_set_num_threads(1);
+}
+
+uint64_t hy_fp_flush_subnormals(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    const unsigned before = _mm_getcsr();
+    _mm_setcsr(before | 0x8040u); /* FTZ (bit 15) | DAZ (bit 6) */
+    return before;
+#elif defined(__aarch64__)
+    uint64_t before;
+    __asm__ volatile("mrs %0, fpcr" : "=r"(before));
+    __asm__ volatile("msr fpcr, %0" : : "r"(before | (UINT64_C(1) << 24))); /* FZ */
+    return before;
+#else
+    return 0;
+#endif
+}
+
+void hy_fp_restore(uint64_t mode)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    _mm_setcsr((unsigned)mode);
+#elif defined(__aarch64__)
+    __asm__ volatile("msr fpcr, %0" : : "r"(mode));
+#else
+    (void)mode;
+#endif
 }
 
 static void gemm1(int ta, int tb, int m, int n, int k, float alpha, const float *A, size_t lda,

@@ -444,6 +444,17 @@ static double gdn_head(hy_exec *ex, hy_state *st, int li, int h, const item *it,
     return composing;
 }
 
+/* out = x·rms(x)⁻¹·w over one head's d values: hy_rmsnorm's arithmetic for
+ * a single row, without the nested parallel region it would open inside a
+ * parallel loop. */
+static inline void rmsnorm_row(const float *x, const float *w, int d, float eps, float *out)
+{
+    float ss = 0.0f;
+    for (int i = 0; i < d; i++) ss += x[i] * x[i];
+    const float r = 1.0f / sqrtf(ss / (float)d + eps);
+    for (int i = 0; i < d; i++) out[i] = x[i] * r * w[i];
+}
+
 /* x·rms⁻¹·w·silu(z) over one value head's d outputs, in place. */
 static inline void gated_rmsnorm(float *o, const float *z, const float *w, int d, float eps)
 {
@@ -583,7 +594,7 @@ static void attn_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni
         assert(pos < st->kv_cap && ex->scratch_per_thread >= (size_t)HY_ATTN_BLOCK * (pos + 1));
         for (int h = 0; h < Hq; h++) {
             float *qh = row + (size_t)h * 2 * hd;
-            hy_rmsnorm(1, hd, qh, (size_t)hd, w->q_norm1, c->rms_eps, qh, (size_t)hd);
+            rmsnorm_row(qh, w->q_norm1, hd, c->rms_eps, qh);
             hy_rope_apply(qh, c->rotary_dim, ex->m->rope_inv_freq, pos);
         }
         float *krow = Kc + (size_t)pos * KV, *vrow = Vc + (size_t)pos * KV;
@@ -592,8 +603,7 @@ static void attn_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni
         float *ck = crow >= 0 ? cap->K[li] + (size_t)crow * KV : NULL;
         for (int g = 0; g < Hkv; g++) {
             float *kh = krow + (size_t)g * hd;
-            hy_rmsnorm(1, hd, row + Q2 + (size_t)g * hd, (size_t)hd, w->k_norm1, c->rms_eps, kh,
-                       (size_t)hd);
+            rmsnorm_row(row + Q2 + (size_t)g * hd, w->k_norm1, hd, c->rms_eps, kh);
             if (ck) memcpy(ck + (size_t)g * hd, kh, (size_t)hd * sizeof(float)); /* canonical */
             hy_rope_apply(kh, c->rotary_dim, ex->m->rope_inv_freq, pos);
         }
@@ -794,6 +804,13 @@ int hy_exec_run(hy_exec *ex, hy_state *st, const hy_piece *pc, size_t np, float 
     }
     memset(ex->tcompose, 0, (size_t)ex->tcompose_n * TC_PAD * sizeof *ex->tcompose);
     ex->hole_kv_s = 0.0;
+    /* Subnormals as zero (hy_fp_flush_subnormals): T's entries and decayed
+     * states sink below FLT_MIN, which costs an Intel core ~70x per product.
+     * The caller's mode comes back at the end; the OpenMP workers, which
+     * run only this library's kernels, keep it. */
+    const uint64_t fp_mode = hy_fp_flush_subnormals();
+#pragma omp parallel
+    if (omp_get_thread_num() != 0) (void)hy_fp_flush_subnormals();
 
     /* Steps: pieces in order, a run cut where a step's rows are full; the
      * holes before a run's rows go with them into their step. */
@@ -823,6 +840,7 @@ int hy_exec_run(hy_exec *ex, hy_state *st, const hy_piece *pc, size_t np, float 
         step(ex, st, ex->items, ni, rows, i == np ? logits : NULL);
     }
     assert(st->pos == ctx);
+    hy_fp_restore(fp_mode);
     if (compose_s) {
         double tc = 0.0;
         for (int t = 0; t < ex->tcompose_n; t++) tc += ex->tcompose[(size_t)t * TC_PAD];
