@@ -142,11 +142,19 @@ const svc_model *h_model_by_fp(hy_svc *s, const uint8_t fp[32])
     return NULL;
 }
 
-void h_segs_free(seg *sg, size_t n)
+void h_seg_drop(rq *r, seg *sg)
+{
+    hy_entry_free(sg->entry); /* first: a view reads the lease's bytes */
+    sg->entry = NULL;
+    if (sg->lease) hy_store_release(r->s->store, sg->lease);
+    sg->lease = NULL;
+}
+
+void h_segs_free(rq *r, seg *sg, size_t n)
 {
     for (size_t i = 0; sg && i < n; i++) {
         free(sg[i].tok);
-        hy_entry_free(sg[i].entry);
+        h_seg_drop(r, &sg[i]);
     }
     free(sg);
 }
@@ -217,7 +225,7 @@ hy_rpc_code h_segs_parse(rq *r, svc_model *sm, Hypic__V1__Segment **in, size_t n
                        "the request has over %llu tokens (limits.max_tokens)",
                        (unsigned long long)cfg->max_tokens);
         if (c) {
-            h_segs_free(sg, n);
+            h_segs_free(r, sg, n);
             return c;
         }
     }
@@ -225,14 +233,17 @@ hy_rpc_code h_segs_parse(rq *r, svc_model *sm, Hypic__V1__Segment **in, size_t n
     return HY_RPC_OK;
 }
 
-/* Leases the entry under key (visible to the caller, of model sm) and decodes
- * it. HY_ENOTFOUND on a miss; a stored entry that fails to decode (a wrong
- * byte is worse than a miss) is removed and reported as a miss. *from: the
- * tier it came from; *bytes its size. */
-int h_fetch_entry(rq *r, svc_model *sm, const hy_key *k, hy_entry **out, hy_tier_id *from,
-                  uint64_t *bytes, hy_err *err)
+/* Leases the entry under key (visible to the caller, of model sm) and
+ * verifies it: *out is a view into the leased bytes (no copy), and *lease
+ * must be released after *out is freed (h_seg_drop). HY_ENOTFOUND on a miss;
+ * a stored entry that fails its checks (a wrong byte is worse than a miss)
+ * is removed and reported as a miss. *from: the tier it came from; *bytes
+ * its size. */
+int h_fetch_entry(rq *r, svc_model *sm, const hy_key *k, hy_entry **out, hy_lease **lease,
+                  hy_tier_id *from, uint64_t *bytes, hy_err *err)
 {
     *out = NULL;
+    *lease = NULL;
     hy_lease *l;
     int rc = hy_store_acquire(r->s->store, k, &l, err);
     if (rc == HY_EFORMAT) return HY_ENOTFOUND; /* its NVMe copy failed its checksums: dropped */
@@ -244,7 +255,11 @@ int h_fetch_entry(rq *r, svc_model *sm, const hy_key *k, hy_entry **out, hy_tier
     }
     *from = hy_lease_tier(l);
     *bytes = m->bytes;
-    rc = hy_entry_deserialize(sm->m, hy_lease_data(l), m->bytes, out, err);
+    rc = hy_entry_view(sm->m, hy_lease_data(l), m->bytes, out, err);
+    if (rc == HY_OK) {
+        *lease = l;
+        return HY_OK;
+    }
     hy_store_release(r->s->store, l);
     if (rc == HY_EFORMAT || rc == HY_EINVAL) {
         char hex[65];
@@ -266,7 +281,8 @@ hy_rpc_code h_segs_resolve_keys(rq *r, svc_model *sm, seg *sg, size_t n)
         if (!sg[i].by_key) continue;
         uint64_t bytes;
         hy_err e = {0};
-        int rc = h_fetch_entry(r, sm, &sg[i].key, &sg[i].entry, &sg[i].from, &bytes, &e);
+        int rc =
+            h_fetch_entry(r, sm, &sg[i].key, &sg[i].entry, &sg[i].lease, &sg[i].from, &bytes, &e);
         if (rc == HY_ENOTFOUND)
             return h_fail(r, HY_RPC_NOT_FOUND,
                           "segments[%zu]: its key is not cached (a segment given by key must be a "

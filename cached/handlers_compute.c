@@ -29,7 +29,7 @@ hy_rpc_code do_lookup(rq *r, const ProtobufCMessage *req)
         (c = h_segs_parse(r, sm, q->segments, q->n_segments, 0, true, &sg)))
         return c;
     if (q->lease_ms > r->s->cfg.max_lease_ms) {
-        h_segs_free(sg, q->n_segments);
+        h_segs_free(r, sg, q->n_segments);
         return h_fail(r, HY_RPC_INVALID_ARGUMENT, "field 'lease_ms': %u is over the limit of %u",
                       q->lease_ms, r->s->cfg.max_lease_ms);
     }
@@ -82,7 +82,7 @@ out:
     }
     free(st);
     free(sp);
-    h_segs_free(sg, q->n_segments);
+    h_segs_free(r, sg, q->n_segments);
     return c;
 }
 
@@ -153,7 +153,7 @@ hy_rpc_code do_warm(rq *r, const ProtobufCMessage *req)
         p.ms = (hy_now_s() - t0) * 1e3;
         c = h_send(r, &p.base);
     }
-    h_segs_free(sg, q->n_segments);
+    h_segs_free(r, sg, q->n_segments);
     return c;
 }
 
@@ -267,12 +267,11 @@ hy_rpc_code do_prefill(rq *r, const ProtobufCMessage *req)
             from[i] = sg[i].from;
             continue;
         }
-        hy_entry_free(sg[i].entry); /* named by key, but built under another W or dtype */
-        sg[i].entry = NULL;
+        h_seg_drop(r, &sg[i]); /* named by key, but built under another W or dtype */
         t0 = hy_now_s();
         hy_err e = {0};
         uint64_t bytes;
-        int rc = h_fetch_entry(r, sm, &keys[i], &sg[i].entry, &from[i], &bytes, &e);
+        int rc = h_fetch_entry(r, sm, &keys[i], &sg[i].entry, &sg[i].lease, &from[i], &bytes, &e);
         const double ms = (hy_now_s() - t0) * 1e3;
         if (rc == HY_ENOTFOUND) {
             from[i] = HY_TIER_NONE;
@@ -407,6 +406,6 @@ out:
     free(ocp);
     free(keys);
 out_segs:
-    h_segs_free(sg, n);
+    h_segs_free(r, sg, n);
     return c;
 }

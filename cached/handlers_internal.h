@@ -39,7 +39,9 @@ typedef struct seg {
     size_t n;
     hy_key key;      /* under the request's W and dtype (or as given) */
     bool by_key;     /* the request gave the key */
-    hy_entry *entry; /* a reused entry (pic family), or the one a key named */
+    hy_entry *entry; /* a reused entry (pic family), or the one a key named: a
+                      * view into the bytes of `lease` */
+    hy_lease *lease; /* held until the entry is freed (h_seg_drop) */
     hy_tier_id from; /* where that entry's bytes came from */
     char **tags;
     size_t ntags;
@@ -65,11 +67,13 @@ Hypic__V1__Tier h_pb_tier(hy_tier_id t);
 hy_tier_id h_fastest(unsigned mask);
 bool h_visible(rq *r, const svc_model *sm, const hy_key *k, hy_meta *m, unsigned *mask);
 const svc_model *h_model_by_fp(hy_svc *s, const uint8_t fp[32]);
-void h_segs_free(seg *sg, size_t n);
+void h_segs_free(rq *r, seg *sg, size_t n);
+/* Frees a segment's entry and releases the lease its bytes live in. */
+void h_seg_drop(rq *r, seg *sg);
 hy_rpc_code h_segs_parse(rq *r, svc_model *sm, Hypic__V1__Segment **in, size_t n,
                          size_t extra_tokens, bool keys_allowed, seg **out);
-int h_fetch_entry(rq *r, svc_model *sm, const hy_key *k, hy_entry **out, hy_tier_id *from,
-                  uint64_t *bytes, hy_err *err);
+int h_fetch_entry(rq *r, svc_model *sm, const hy_key *k, hy_entry **out, hy_lease **lease,
+                  hy_tier_id *from, uint64_t *bytes, hy_err *err);
 hy_rpc_code h_segs_resolve_keys(rq *r, svc_model *sm, seg *sg, size_t n);
 void h_meta_to_pb(hy_svc *s, hy_meta *m, unsigned mask, pb_meta *o);
 hy_rpc_code h_send(rq *r, const ProtobufCMessage *m);

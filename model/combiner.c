@@ -251,8 +251,8 @@ static int run_pic(hy_exec *ex, hy_state *st, const hy_request *rq, int W, bool 
 }
 
 /* `full`: every token computed, in one pass of the request's pieces. */
-static int run_full(hy_exec *ex, hy_state *st, const hy_request *rq, float *logits,
-                    hy_result *res, hy_err *err)
+static int run_full(hy_exec *ex, hy_state *st, const hy_request *rq, float *logits, hy_result *res,
+                    hy_err *err)
 {
     hy_piece *pc = calloc(rq->nsegs + 1, sizeof *pc);
     if (!pc) return hy_err_set(err, HY_ENOMEM, "out of memory");

@@ -111,7 +111,7 @@ int hy_entry_seam(const hy_model_config *c, size_t n, int W, int *w, hy_err *err
 void hy_entry_free(hy_entry *e)
 {
     if (!e) return;
-    for (int i = 0; i < e->n_layers; i++) {
+    for (int i = 0; i < e->n_layers && !e->view; i++) {
         if (e->T) hy_free(e->T[i]);
         if (e->S) hy_free(e->S[i]);
         if (e->tail) hy_free(e->tail[i]);
@@ -119,13 +119,13 @@ void hy_entry_free(hy_entry *e)
         if (e->V) hy_free(e->V[i]);
     }
     free(e->T), free(e->S), free(e->tail), free(e->K), free(e->V);
-    hy_free(e->tokens);
+    if (!e->view) hy_free(e->tokens);
     free(e);
 }
 
 /* Allocates an entry's sections for the model (contents undefined). */
-int hy_entry_alloc(const hy_model *m, int W, int w, int n, hy_entry_dtype dt, hy_entry **out,
-                   hy_err *err)
+int hy_entry_alloc(const hy_model *m, int W, int w, int n, hy_entry_dtype dt, bool view,
+                   hy_entry **out, hy_err *err)
 {
     const hy_model_config *c = &m->cfg;
     /* the seam rule (hy_entry_seam) leaves at least one body token */
@@ -140,9 +140,10 @@ int hy_entry_alloc(const hy_model *m, int W, int w, int n, hy_entry_dtype dt, hy
     e->T = calloc(L, sizeof *e->T), e->S = calloc(L, sizeof *e->S);
     e->tail = calloc(L, sizeof *e->tail);
     e->K = calloc(L, sizeof *e->K), e->V = calloc(L, sizeof *e->V);
-    e->tokens = hy_alloc((size_t)n * sizeof *e->tokens);
-    int bad = !e->T || !e->S || !e->tail || !e->K || !e->V || !e->tokens;
-    for (int i = 0; i < c->n_layers && !bad; i++) {
+    e->view = view;
+    e->tokens = view ? NULL : hy_alloc((size_t)n * sizeof *e->tokens);
+    int bad = !e->T || !e->S || !e->tail || !e->K || !e->V || (!view && !e->tokens);
+    for (int i = 0; i < c->n_layers && !bad && !view; i++) {
         if (c->layer_kind[i] == HY_LAYER_LINEAR) {
             e->T[i] = hy_alloc(t_floats(c) * 4);
             e->S[i] = hy_alloc(s_floats(c) * s_elem(dt));
@@ -181,7 +182,7 @@ int hy_entry_build_begin(const hy_model *m, int64_t pos, const int32_t *tokens, 
     /* the capture advances a dense [dk][dk] T per head (hy_capture) */
     assert(hy_la_t_kind(LIN_FAMILY) == HY_LA_T_DENSE);
     hy_entry *e;
-    if ((rc = hy_entry_alloc(m, W, w, (int)n, dtype, &e, err))) return rc;
+    if ((rc = hy_entry_alloc(m, W, w, (int)n, dtype, false, &e, err))) return rc;
     memcpy(e->tokens, tokens, n * sizeof *tokens);
     const hy_la_tkind kind = hy_la_t_kind(LIN_FAMILY);
     const size_t th = hy_la_t_size(LIN_FAMILY, c->lin_dk);

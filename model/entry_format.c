@@ -23,6 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Payloads are copied (or, in a view, used) as the host's floats and ints. */
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "entries are little-endian");
+
 enum { SEC_TOKENS = 1, SEC_T = 2, SEC_S = 3, SEC_TAIL = 4, SEC_K = 5, SEC_V = 6 };
 #define HDR_FIXED    104u
 #define SEC_BYTES    32u
@@ -55,7 +58,8 @@ static uint64_t get64(const unsigned char *p)
 
 typedef struct section {
     uint32_t kind, layer;
-    void *data;
+    void *data;  /* the entry's buffer for it (NULL in a view before decoding) */
+    void **slot; /* where the entry keeps that pointer */
     size_t bytes;
 } section;
 
@@ -70,19 +74,19 @@ static size_t list_sections(const hy_entry *e, section *out)
     assert(e->dtype == HY_ENTRY_F32 || e->dtype == HY_ENTRY_BF16);
     const size_t se = e->dtype == HY_ENTRY_BF16 ? 2 : 4;
     size_t k = 0;
-    out[k++] = (section){SEC_TOKENS, 0, e->tokens, (size_t)e->n * 4};
+    out[k++] = (section){SEC_TOKENS, 0, e->tokens, (void **)&e->tokens, (size_t)e->n * 4};
     for (int i = 0; i < c->n_layers; i++) {
         if (c->layer_kind[i] == HY_LAYER_LINEAR) {
             const size_t ts = (size_t)c->lin_v_heads * hy_la_t_size(HY_LA_GDN, c->lin_dk) * 4;
             const size_t ss = (size_t)c->lin_v_heads * c->lin_dk * c->lin_dv * se;
             const size_t tl = (size_t)(c->conv_kernel - 1) * (size_t)hy_config_conv_dim(c) * 4;
-            out[k++] = (section){SEC_T, (uint32_t)i, e->T[i], ts};
-            out[k++] = (section){SEC_S, (uint32_t)i, e->S[i], ss};
-            out[k++] = (section){SEC_TAIL, (uint32_t)i, e->tail[i], tl};
+            out[k++] = (section){SEC_T, (uint32_t)i, e->T[i], (void **)&e->T[i], ts};
+            out[k++] = (section){SEC_S, (uint32_t)i, e->S[i], &e->S[i], ss};
+            out[k++] = (section){SEC_TAIL, (uint32_t)i, e->tail[i], (void **)&e->tail[i], tl};
         } else {
             const size_t kv = (size_t)e->nb * c->n_kv_heads * c->head_dim * 4;
-            out[k++] = (section){SEC_K, (uint32_t)i, e->K[i], kv};
-            out[k++] = (section){SEC_V, (uint32_t)i, e->V[i], kv};
+            out[k++] = (section){SEC_K, (uint32_t)i, e->K[i], (void **)&e->K[i], kv};
+            out[k++] = (section){SEC_V, (uint32_t)i, e->V[i], (void **)&e->V[i], kv};
         }
     }
     assert(k <= MAX_SECTIONS);
@@ -160,8 +164,10 @@ int hy_entry_serialize(const hy_entry *e, void **buf, size_t *len, hy_err *err)
     return HY_OK;
 }
 
-int hy_entry_deserialize(const hy_model *m, const void *buf, size_t len, hy_entry **out,
-                         hy_err *err)
+/* Validates buf as an entry of model m and decodes it: into sections of its
+ * own (copies), or, for a view, pointing into buf itself. */
+static int decode(const hy_model *m, const void *buf, size_t len, bool view, hy_entry **out,
+                  hy_err *err)
 {
     const hy_model_config *c = &m->cfg;
     const unsigned char *p = buf;
@@ -215,7 +221,7 @@ int hy_entry_deserialize(const hy_model *m, const void *buf, size_t len, hy_entr
         return hy_err_set(err, HY_EFORMAT,
                           "entry: %u tokens (body %u) need more than its %zu bytes", n, nb, len);
     hy_entry *e;
-    int rc = hy_entry_alloc(m, (int)W, (int)w, (int)n, (hy_entry_dtype)dt, &e, err);
+    int rc = hy_entry_alloc(m, (int)W, (int)w, (int)n, (hy_entry_dtype)dt, view, &e, err);
     if (rc) return rc;
     section *secs = malloc(MAX_SECTIONS * sizeof *secs);
     if (!secs) {
@@ -249,7 +255,10 @@ int hy_entry_deserialize(const hy_model *m, const void *buf, size_t len, hy_entr
             rc = hy_err_set(err, HY_EFORMAT, "entry: section %s of layer %u fails its checksum", kn,
                             layer);
         else {
-            memcpy(secs[i].data, p + off, bytes);
+            if (view) /* the executor only reads an entry's sections: buf stays unchanged */
+                *secs[i].slot = (void *)(p + off);
+            else
+                memcpy(secs[i].data, p + off, bytes);
             prev_end = off + bytes;
         }
     }
@@ -264,4 +273,20 @@ int hy_entry_deserialize(const hy_model *m, const void *buf, size_t len, hy_entr
     }
     *out = e;
     return HY_OK;
+}
+
+int hy_entry_deserialize(const hy_model *m, const void *buf, size_t len, hy_entry **out,
+                         hy_err *err)
+{
+    return decode(m, buf, len, false, out, err);
+}
+
+int hy_entry_view(const hy_model *m, const void *buf, size_t len, hy_entry **out, hy_err *err)
+{
+    *out = NULL;
+    /* sections sit at multiples of 64 from buf, their floats used in place */
+    if ((uintptr_t)buf % ALIGN)
+        return hy_err_set(err, HY_EINVAL, "entry view: buffer at %p is not %u-byte aligned", buf,
+                          ALIGN);
+    return decode(m, buf, len, true, out, err);
 }

@@ -671,9 +671,8 @@ static void step(hy_exec *ex, hy_state *st, const item *it, int ni, int n, float
             ex->rowcap[r->r0 + t] = r->p->cap;
         }
         for (int b0 = 0; b0 < r->n; b0 += HY_ATTN_BLOCK)
-            ex->blocks[nblk++] = (ablock){.r0 = r->r0 + b0,
-                                          .n = HY_MIN_INT(HY_ATTN_BLOCK, r->n - b0),
-                                          .pos = r->pos + b0};
+            ex->blocks[nblk++] = (ablock){
+                .r0 = r->r0 + b0, .n = HY_MIN_INT(HY_ATTN_BLOCK, r->n - b0), .pos = r->pos + b0};
     }
     assert((size_t)nblk <= ex->blocks_cap);
     const item *lst = &it[ni - 1];

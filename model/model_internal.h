@@ -140,12 +140,14 @@ struct hy_entry {
     void **S;        /* per linear layer: [Hv][dk][dv] in dtype */
     float **tail;    /* per linear layer: [K-1][conv_dim] */
     float **K, **V;  /* per attention layer: [nb][Hkv][hd], K canonical */
+    bool view;       /* the sections (tokens included) point into a buffer
+                      * the entry does not own (hy_entry_view) */
 };
 
 /* Allocates an entry of n tokens with seam w for model m (sections
- * uninitialised). */
-int hy_entry_alloc(const hy_model *m, int W, int w, int n, hy_entry_dtype dt, hy_entry **out,
-                   hy_err *err);
+ * uninitialised), or with view only its section pointer arrays (all NULL). */
+int hy_entry_alloc(const hy_model *m, int W, int w, int n, hy_entry_dtype dt, bool view,
+                   hy_entry **out, hy_err *err);
 
 /* The table of config.json keys the loader reads (model/config.c), rendered
  * as the Markdown table docs/config-keys.md holds. Returns its length, or

@@ -204,6 +204,11 @@ int hy_entry_serialize(const hy_entry *e, void **buf, size_t *len, hy_err *err);
  * the model's config, offsets, checksums, model fingerprint. */
 int hy_entry_deserialize(const hy_model *m, const void *buf, size_t len, hy_entry **out,
                          hy_err *err);
+/* The same checks, but no copy: the entry's sections are buf's bytes (its
+ * tokens too), which must stay valid and unchanged until hy_entry_free —
+ * a store lease held that long — and start 64-byte aligned. For reuse
+ * (hy_combine, hy_entry_apply); a view is never written. */
+int hy_entry_view(const hy_model *m, const void *buf, size_t len, hy_entry **out, hy_err *err);
 
 /* Cache key: SHA-256 over (tenant, model fingerprint, entry version, W,
  * storage dtype, token ids as little-endian u32). */

@@ -318,6 +318,61 @@ static void test_serialise_and_refuse(void)
     teardown(&f);
 }
 
+/* hy_entry_view: the same checks as hy_entry_deserialize, the sections used
+ * in place in the caller's buffer; it composes bit for bit like the copy. */
+static void test_view_in_place(void)
+{
+    fixture f;
+    setup(&f, "tiny", 5);
+    hy_err e = {0};
+    int32_t *seg = tokens(90, f.c->vocab, 8), *q = tokens(5, f.c->vocab, 9);
+    for (int dt = HY_ENTRY_F32; dt <= HY_ENTRY_BF16; dt++) {
+        hy_entry *ent, *copy, *view = NULL;
+        hy_state_reset(f.st);
+        CU_ASSERT_EQUAL_FATAL(
+            hy_entry_build(f.ex, f.st, seg, 90, 8, (hy_entry_dtype)dt, NULL, &ent, &e), 0);
+        void *buf;
+        size_t len;
+        CU_ASSERT_EQUAL_FATAL(hy_entry_serialize(ent, &buf, &len, &e), 0);
+        /* a store's block: 64-byte aligned, with room for a misaligned copy */
+        unsigned char *al = aligned_alloc(64, (len + 64 + 63) / 64 * 64);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(al);
+        memcpy(al, buf, len);
+        CU_ASSERT_EQUAL_FATAL(hy_entry_deserialize(f.m, al, len, &copy, &e), 0);
+        CU_ASSERT_EQUAL_FATAL(hy_entry_view(f.m, al, len, &view, &e), 0);
+        const int32_t *t;
+        CU_ASSERT_EQUAL(hy_entry_tokens(view, &t), 90);
+        CU_ASSERT((const unsigned char *)t > al && (const unsigned char *)t < al + len);
+        CU_ASSERT(memcmp(t, seg, 90 * sizeof *t) == 0);
+        hy_segment s = {seg, 90, copy};
+        CU_ASSERT_EQUAL_FATAL(run(&f, &s, 1, q, 5, HY_MODE_PIC, 8, f.lf, NULL, &e), 0);
+        s.entry = view;
+        CU_ASSERT_EQUAL_FATAL(run(&f, &s, 1, q, 5, HY_MODE_PIC, 8, f.lp, NULL, &e), 0);
+        CU_ASSERT(memcmp(f.lf, f.lp, (size_t)f.c->vocab * 4) == 0);
+        CU_ASSERT(memcmp(al, buf, len) == 0); /* reuse read the bytes, wrote none */
+        void *again;
+        size_t len2;
+        CU_ASSERT_EQUAL_FATAL(hy_entry_serialize(view, &again, &len2, &e), 0);
+        CU_ASSERT(len2 == len && memcmp(again, buf, len) == 0);
+        free(again);
+        hy_entry_free(view); /* frees none of al's bytes: al is freed below */
+        /* refused: a buffer off the 64-byte grid, a damaged payload byte */
+        memmove(al + 4, al, len);
+        view = NULL;
+        CU_ASSERT_EQUAL(hy_entry_view(f.m, al + 4, len, &view, &e), HY_EINVAL);
+        CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "aligned"));
+        memcpy(al, buf, len);
+        al[len - 70] ^= 0x20;
+        CU_ASSERT_EQUAL(hy_entry_view(f.m, al, len, &view, &e), HY_EFORMAT);
+        CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "checksum"));
+        CU_ASSERT_PTR_NULL(view);
+        free(al), free(buf);
+        hy_entry_free(copy), hy_entry_free(ent);
+    }
+    free(seg), free(q);
+    teardown(&f);
+}
+
 /* naive addition drops T: on decaying layers it is far from full, while pic
  * with the same entries is not. */
 static void test_naive_is_wrong(void)
@@ -648,6 +703,7 @@ int main(void)
         {"c_canonical_k_rotates_to_position", test_canonical_k_rotates_to_position},
         {"d_edge_lengths_and_refusals", test_edge_lengths},
         {"entries_serialise_and_refuse_corruption", test_serialise_and_refuse},
+        {"entry_views_compose_in_place_and_refuse_corruption", test_view_in_place},
         {"naive_addition_is_wrong", test_naive_is_wrong},
         {"prefix_mode_reuses_leading_segments", test_prefix_mode},
         {"e_hybrid_shuffled_orders_bounded", test_hybrid_shuffled_orders},
