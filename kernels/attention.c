@@ -2,40 +2,62 @@
  * Causal softmax attention of one query head against its KV head, in blocks
  * of HY_ATTN_BLOCK queries: scores = q Kᵀ·scale as one GEMM per block, a
  * masked fp32 softmax per row, then o = P V as a second GEMM. The KV cache
- * holds every earlier position, so a block at positions p0..p1 reads keys
- * [0, p1]; keys after a row's own position get probability 0.
+ * holds every earlier position, so a block whose last row is at position p1
+ * reads keys [0, p1]; keys after a row's own position get probability 0. The
+ * rows of a block need not be at consecutive positions (hy_attention_at): a
+ * request's seams and query, separated by composed holes, share blocks, so
+ * the cache is streamed once per 64 of them rather than once per run.
  */
 #include "hy_kernels.h"
 
 #include <string.h>
 
+/* One block of B ≤ HY_ATTN_BLOCK query rows, row i at position pos[i] (non-
+ * decreasing), against keys [0, pos[B−1]]. */
+static void block(int B, int hd, const int64_t *pos, const float *q, size_t ldq, const float *K,
+                  size_t ldk, const float *V, size_t ldv, float scale, float *o, size_t ldo,
+                  float *scores)
+{
+    const int ctx = (int)pos[B - 1] + 1; /* keys visible to the block's last row */
+    hy_gemm(0, 1, B, ctx, hd, scale, q, ldq, K, ldk, 0.0f, scores, (size_t)ctx);
+    for (int i = 0; i < B; i++) {
+        float *row = scores + (size_t)i * ctx;
+        const int valid = (int)pos[i] + 1;
+        float mx = row[0];
+#pragma omp simd reduction(max : mx)
+        for (int j = 1; j < valid; j++) mx = row[j] > mx ? row[j] : mx;
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int j = 0; j < valid; j++) {
+            row[j] = hy_expf(row[j] - mx);
+            sum += row[j];
+        }
+        const float inv = 1.0f / sum;
+#pragma omp simd
+        for (int j = 0; j < valid; j++) row[j] *= inv;
+        if (valid < ctx) memset(row + valid, 0, (size_t)(ctx - valid) * sizeof *row);
+    }
+    hy_gemm(0, 0, B, hd, ctx, 1.0f, scores, (size_t)ctx, V, ldv, 0.0f, o, ldo);
+}
+
 void hy_attention(int n, int hd, int64_t pos0, const float *q, size_t ldq, const float *K,
                   size_t ldk, const float *V, size_t ldv, float scale, float *o, size_t ldo,
                   float *scores)
 {
+    int64_t pos[HY_ATTN_BLOCK];
     for (int b0 = 0; b0 < n; b0 += HY_ATTN_BLOCK) {
         const int B = HY_MIN_INT(HY_ATTN_BLOCK, n - b0);
-        const int ctx = (int)(pos0 + b0 + B); /* keys visible to the block's last row */
-        hy_gemm(0, 1, B, ctx, hd, scale, q + (size_t)b0 * ldq, ldq, K, ldk, 0.0f, scores,
-                (size_t)ctx);
-        for (int i = 0; i < B; i++) {
-            float *row = scores + (size_t)i * ctx;
-            const int valid = (int)(pos0 + b0 + i) + 1;
-            float mx = row[0];
-#pragma omp simd reduction(max : mx)
-            for (int j = 1; j < valid; j++) mx = row[j] > mx ? row[j] : mx;
-            float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-            for (int j = 0; j < valid; j++) {
-                row[j] = hy_expf(row[j] - mx);
-                sum += row[j];
-            }
-            const float inv = 1.0f / sum;
-#pragma omp simd
-            for (int j = 0; j < valid; j++) row[j] *= inv;
-            if (valid < ctx) memset(row + valid, 0, (size_t)(ctx - valid) * sizeof *row);
-        }
-        hy_gemm(0, 0, B, hd, ctx, 1.0f, scores, (size_t)ctx, V, ldv, 0.0f, o + (size_t)b0 * ldo,
-                ldo);
+        for (int i = 0; i < B; i++) pos[i] = pos0 + b0 + i;
+        block(B, hd, pos, q + (size_t)b0 * ldq, ldq, K, ldk, V, ldv, scale, o + (size_t)b0 * ldo,
+              ldo, scores);
     }
+}
+
+void hy_attention_at(int n, int hd, const int64_t *pos, const float *q, size_t ldq, const float *K,
+                     size_t ldk, const float *V, size_t ldv, float scale, float *o, size_t ldo,
+                     float *scores)
+{
+    for (int b0 = 0; b0 < n; b0 += HY_ATTN_BLOCK)
+        block(HY_MIN_INT(HY_ATTN_BLOCK, n - b0), hd, pos + b0, q + (size_t)b0 * ldq, ldq, K, ldk, V,
+              ldv, scale, o + (size_t)b0 * ldo, ldo, scores);
 }

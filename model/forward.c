@@ -48,8 +48,6 @@ struct hy_exec {
      * per row its absolute position and capture; grown as calls need */
     struct item *items;
     size_t items_cap;
-    struct ablock *blocks; /* attention jobs: runs cut into HY_ATTN_BLOCK rows */
-    size_t blocks_cap;
     int64_t *rowpos;
     hy_capture **rowcap;
     size_t rows_cap;
@@ -67,11 +65,6 @@ typedef struct item {
     int64_t pos;
     bool last; /* a run whose final token is in this step */
 } item;
-
-typedef struct ablock {
-    int r0, n;
-    int64_t pos;
-} ablock;
 
 /* Doubles between two threads' compose timers: a cache line each. */
 #define TC_PAD 8
@@ -250,7 +243,6 @@ void hy_exec_free(hy_exec *ex)
     hy_free(ex->ws);
     hy_free(ex->scratch);
     free(ex->items);
-    free(ex->blocks);
     free(ex->rowpos);
     free(ex->rowcap);
     free(ex->tcompose);
@@ -617,12 +609,14 @@ static void attn_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni
 #pragma omp parallel for schedule(dynamic, 1)
     for (int job = 0; job < Hq * nblk; job++) {
         const int h = job % Hq, g = h / grp;
-        const ablock *b = &ex->blocks[nblk - 1 - job / Hq]; /* the longest rows first */
+        /* blocks of the step's rows, whatever runs they belong to; the
+         * last (the longest context) first */
+        const int r0 = (nblk - 1 - job / Hq) * HY_ATTN_BLOCK, B = HY_MIN_INT(HY_ATTN_BLOCK, n - r0);
         assert(omp_get_thread_num() < ex->nthreads);
         float *scores = ex->scratch + (size_t)omp_get_thread_num() * ex->scratch_per_thread;
-        hy_attention(b->n, hd, b->pos, proj + (size_t)b->r0 * P + (size_t)h * 2 * hd, (size_t)P,
-                     Kc + (size_t)g * hd, (size_t)KV, Vc + (size_t)g * hd, (size_t)KV, scale,
-                     ob + (size_t)b->r0 * Qd + (size_t)h * hd, (size_t)Qd, scores);
+        hy_attention_at(B, hd, ex->rowpos + r0, proj + (size_t)r0 * P + (size_t)h * 2 * hd,
+                        (size_t)P, Kc + (size_t)g * hd, (size_t)KV, Vc + (size_t)g * hd, (size_t)KV,
+                        scale, ob + (size_t)r0 * Qd + (size_t)h * hd, (size_t)Qd, scores);
     }
     prof_end(ex, HY_EXEC_OP_ATTENTION);
     prof_begin(ex);
@@ -656,7 +650,7 @@ static void step(hy_exec *ex, hy_state *st, const item *it, int ni, int n, float
     const int H = c->hidden;
     assert(st->m == m && ni >= 1 && n >= 0 && (size_t)n <= ex->step_cap);
     assert(it[0].pos == st->pos && (n > 0 || !logits));
-    int nblk = 0, nholes = 0;
+    int nholes = 0;
     for (int i = 0; i < ni; i++) {
         const item *r = &it[i];
         if (!r->p->tokens) {
@@ -670,11 +664,8 @@ static void step(hy_exec *ex, hy_state *st, const item *it, int ni, int n, float
             ex->rowpos[r->r0 + t] = r->pos + t;
             ex->rowcap[r->r0 + t] = r->p->cap;
         }
-        for (int b0 = 0; b0 < r->n; b0 += HY_ATTN_BLOCK)
-            ex->blocks[nblk++] = (ablock){
-                .r0 = r->r0 + b0, .n = HY_MIN_INT(HY_ATTN_BLOCK, r->n - b0), .pos = r->pos + b0};
     }
-    assert((size_t)nblk <= ex->blocks_cap);
+    const int nblk = (n + HY_ATTN_BLOCK - 1) / HY_ATTN_BLOCK; /* attention's row blocks */
     const item *lst = &it[ni - 1];
     const int64_t end = lst->pos + (lst->p->tokens ? lst->n : lst->p->hole->nb);
     assert(end <= ex->ctx_cap && end <= st->kv_cap);
@@ -790,8 +781,6 @@ int hy_exec_run(hy_exec *ex, hy_state *st, const hy_piece *pc, size_t np, float 
     if ((rc = hy_state_reserve(st, ctx, err)) || (rc = ensure_workspace(ex, B, ctx, err)))
         return rc;
     if (grow((void **)&ex->items, &ex->items_cap, np, sizeof *ex->items) ||
-        grow((void **)&ex->blocks, &ex->blocks_cap, B / HY_ATTN_BLOCK + np + 1,
-             sizeof *ex->blocks) ||
         grow((void **)&ex->rowpos, &ex->rows_cap, B, sizeof *ex->rowpos) ||
         !(ex->rowcap = realloc(ex->rowcap, ex->rows_cap * sizeof *ex->rowcap)))
         return hy_err_set(err, HY_ENOMEM, "out of memory planning a pass of %zu pieces", np);

@@ -141,6 +141,12 @@ void hy_gdn_chunked(const hy_gdn_in *in, float *S, float *o, size_t ldo, float *
 void hy_attention(int n, int hd, int64_t pos0, const float *q, size_t ldq, const float *K,
                   size_t ldk, const float *V, size_t ldv, float scale, float *o, size_t ldo,
                   float *scores);
+/* The same for rows at positions pos[0..n) (non-decreasing, not necessarily
+ * consecutive): row i attends to keys [0, pos[i]]. scores: HY_ATTN_BLOCK ×
+ * (pos[n−1]+1) floats. */
+void hy_attention_at(int n, int hd, const int64_t *pos, const float *q, size_t ldq,
+                     const float *K, size_t ldk, const float *V, size_t ldv, float scale,
+                     float *o, size_t ldo, float *scores);
 
 /* ==== Linear attention: every family, its transition operator, composition ==== */
 

@@ -71,6 +71,8 @@ run pic requests\>0 ttft_ms.full\>0 ttft_ms.prefix\>0 ttft_ms.pic\>0 ttft_ms.nos
     fetch_ms.host\>0 fetch_ms.nvme\>0 entry_bytes_per_request\>0 prefix_checkpoint_bytes\>0 \
     prefix_budget_bytes\>0 prefix_reused_requests\>0 build_overhead_requests\>0 \
     build_overhead_pct_p50 build_overhead_pct_min build_overhead_pct_max \
+    ttft_ms.plain_computed\>0 pic_over_plain_computed\>0 compose_in_pass_us_per_hit\>0 \
+    compose_limit_us_per_hit\>0 token_bound\>0 flop_bound\>0 xxh3_gbps\>0 \
     -- pic --model "$tmp/tiny" --requests 1 --dir "$tmp"
 # pic puts its NVMe tier in a directory of its own under --dir and must remove it.
 for d in "$tmp"/hypic-bench-pic-*; do

@@ -18,21 +18,15 @@ static float *randn(hy_rng *r, size_t n)
     return x;
 }
 
-static void test_attention_matches_definition(void)
+/* Direct attention of query rows at positions pos[t] (each sees keys
+ * [0, pos[t]]) against o; the largest absolute difference. */
+static double attention_error(int n, int hd, const int64_t *pos, const float *q, const float *K,
+                              const float *V, int ld, float scale, const float *o)
 {
-    hy_rng r;
-    hy_rng_seed(&r, 1);
-    const int hd = 24, pos0 = 37, n = 150, ctx = pos0 + n, ld = 2 * hd; /* strided rows */
-    float *q = randn(&r, (size_t)n * ld), *K = randn(&r, (size_t)ctx * ld),
-          *V = randn(&r, (size_t)ctx * ld);
-    float *o = calloc((size_t)n * hd, sizeof(float));
-    float *scores = malloc((size_t)HY_ATTN_BLOCK * ctx * sizeof(float));
-    const float scale = 0.3f;
-    hy_attention(n, hd, pos0, q, ld, K, ld, V, ld, scale, o, hd, scores);
     double worst = 0;
-    double *p = malloc((size_t)ctx * sizeof(double));
+    double *p = malloc((size_t)(pos[n - 1] + 1) * sizeof(double));
     for (int t = 0; t < n; t++) {
-        const int valid = pos0 + t + 1;
+        const int valid = (int)pos[t] + 1;
         double mx = -1e300, z = 0;
         for (int j = 0; j < valid; j++) {
             double s = 0;
@@ -47,9 +41,53 @@ static void test_attention_matches_definition(void)
             worst = fmax(worst, fabs(acc - o[(size_t)t * hd + i]));
         }
     }
+    free(p);
+    return worst;
+}
+
+static void test_attention_matches_definition(void)
+{
+    hy_rng r;
+    hy_rng_seed(&r, 1);
+    const int hd = 24, pos0 = 37, n = 150, ctx = pos0 + n, ld = 2 * hd; /* strided rows */
+    float *q = randn(&r, (size_t)n * ld), *K = randn(&r, (size_t)ctx * ld),
+          *V = randn(&r, (size_t)ctx * ld);
+    float *o = calloc((size_t)n * hd, sizeof(float));
+    float *scores = malloc((size_t)HY_ATTN_BLOCK * ctx * sizeof(float));
+    const float scale = 0.3f;
+    hy_attention(n, hd, pos0, q, ld, K, ld, V, ld, scale, o, hd, scores);
+    int64_t pos[150];
+    for (int t = 0; t < n; t++) pos[t] = pos0 + t;
+    const double worst = attention_error(n, hd, pos, q, K, V, ld, scale, o);
     printf("\n    attention n=%d after %d cached: max abs error %.1e", n, pos0, worst);
     CU_ASSERT(worst < 1e-5);
-    free(q), free(K), free(V), free(o), free(scores), free(p);
+    free(q), free(K), free(V), free(o), free(scores);
+}
+
+/* Rows at positions with gaps between them (a request's seams and query
+ * around composed holes) and repeats of none: each row sees exactly the keys
+ * up to its own position, whichever block it shares. */
+static void test_attention_at_scattered_positions(void)
+{
+    hy_rng r;
+    hy_rng_seed(&r, 3);
+    const int hd = 16, n = 100, ld = hd + 3;
+    int64_t pos[100];
+    int64_t at = 5;
+    for (int t = 0; t < n; t++) { /* runs of 1–9 rows, gaps of 0–40 positions */
+        pos[t] = at++;
+        if (hy_rng_next(&r) % 5 == 0) at += (int64_t)(hy_rng_next(&r) % 41);
+    }
+    const int ctx = (int)pos[n - 1] + 1;
+    float *q = randn(&r, (size_t)n * ld), *K = randn(&r, (size_t)ctx * ld),
+          *V = randn(&r, (size_t)ctx * ld);
+    float *o = calloc((size_t)n * hd, sizeof(float));
+    float *scores = malloc((size_t)HY_ATTN_BLOCK * ctx * sizeof(float));
+    hy_attention_at(n, hd, pos, q, ld, K, ld, V, ld, 0.25f, o, hd, scores);
+    const double worst = attention_error(n, hd, pos, q, K, V, ld, 0.25f, o);
+    printf("\n    %d rows over %d positions: max abs error %.1e", n, ctx, worst);
+    CU_ASSERT(worst < 1e-5);
+    free(q), free(K), free(V), free(o), free(scores);
 }
 
 static void test_conv_carries_state(void)
@@ -224,6 +262,7 @@ int main(void)
 {
     static const hy_test_case cases[] = {
         {"attention_matches_definition", test_attention_matches_definition},
+        {"attention_at_scattered_positions", test_attention_at_scattered_positions},
         {"conv_carries_state", test_conv_carries_state},
         {"rope_rotate_half_and_composition", test_rope},
         {"rms_and_l2_norms", test_norms},
