@@ -99,6 +99,17 @@ hy_rpc_code h_dtype_of(rq *r, Hypic__V1__StateDtype d, hy_entry_dtype *out)
     }
 }
 
+hy_rpc_code h_keyed_fields(rq *r, const char *tenant, const char *model, bool has_seam,
+                           uint32_t seam, Hypic__V1__StateDtype dtype, svc_model **sm, int *W,
+                           hy_entry_dtype *dt)
+{
+    hy_rpc_code c;
+    if ((c = h_check_tenant(r, tenant)) || (c = h_need_model(r, model, sm)) ||
+        (c = h_seam_of(r, has_seam, seam, W)) || (c = h_dtype_of(r, dtype, dt)))
+        return c;
+    return HY_RPC_OK;
+}
+
 hy_rpc_code h_key_of(rq *r, const char *field, ProtobufCBinaryData b, hy_key *k)
 {
     if (b.len != HY_KEY_BYTES)

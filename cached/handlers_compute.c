@@ -22,10 +22,9 @@ hy_rpc_code do_lookup(rq *r, const ProtobufCMessage *req)
     int W;
     hy_entry_dtype dt = HY_ENTRY_F32;
     seg *sg = NULL;
-    if ((c = h_check_tenant(r, q->tenant)) || (c = h_need_model(r, q->model, &sm)) ||
-        (c = h_seam_of(r, q->seam_opt_case == HYPIC__V1__LOOKUP_REQUEST__SEAM_OPT_SEAM, q->seam,
-                       &W)) ||
-        (c = h_dtype_of(r, q->dtype, &dt)) ||
+    if ((c = h_keyed_fields(r, q->tenant, q->model,
+                            q->seam_opt_case == HYPIC__V1__LOOKUP_REQUEST__SEAM_OPT_SEAM, q->seam,
+                            q->dtype, &sm, &W, &dt)) ||
         (c = h_segs_parse(r, sm, q->segments, q->n_segments, 0, true, &sg)))
         return c;
     if (q->lease_ms > r->s->cfg.max_lease_ms) {
@@ -96,10 +95,9 @@ hy_rpc_code do_warm(rq *r, const ProtobufCMessage *req)
     int W;
     hy_entry_dtype dt = HY_ENTRY_F32;
     seg *sg = NULL;
-    if ((c = h_check_tenant(r, q->tenant)) || (c = h_need_model(r, q->model, &sm)) ||
-        (c = h_seam_of(r, q->seam_opt_case == HYPIC__V1__WARM_REQUEST__SEAM_OPT_SEAM, q->seam,
-                       &W)) ||
-        (c = h_dtype_of(r, q->dtype, &dt)) ||
+    if ((c = h_keyed_fields(r, q->tenant, q->model,
+                            q->seam_opt_case == HYPIC__V1__WARM_REQUEST__SEAM_OPT_SEAM, q->seam,
+                            q->dtype, &sm, &W, &dt)) ||
         (c = h_segs_parse(r, sm, q->segments, q->n_segments, 0, false, &sg)))
         return c;
     h_set_threads(r->s);
@@ -183,10 +181,9 @@ hy_rpc_code do_prefill(rq *r, const ProtobufCMessage *req)
     int W;
     hy_entry_dtype dt = HY_ENTRY_F32;
     seg *sg = NULL;
-    if ((c = h_check_tenant(r, q->tenant)) || (c = h_need_model(r, q->model, &sm)) ||
-        (c = h_seam_of(r, q->seam_opt_case == HYPIC__V1__PREFILL_REQUEST__SEAM_OPT_SEAM, q->seam,
-                       &W)) ||
-        (c = h_dtype_of(r, q->dtype, &dt)))
+    if ((c = h_keyed_fields(r, q->tenant, q->model,
+                            q->seam_opt_case == HYPIC__V1__PREFILL_REQUEST__SEAM_OPT_SEAM, q->seam,
+                            q->dtype, &sm, &W, &dt)))
         return c;
     hy_mode mode;
     switch ((int)q->mode) {

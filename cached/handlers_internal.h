@@ -62,6 +62,11 @@ hy_rpc_code h_check_tenant(rq *r, const char *tenant);
 hy_rpc_code h_need_model(rq *r, const char *name, svc_model **out);
 hy_rpc_code h_seam_of(rq *r, bool has, uint32_t seam, int *W);
 hy_rpc_code h_dtype_of(rq *r, Hypic__V1__StateDtype d, hy_entry_dtype *out);
+/* The fields every keyed method checks first, in this order: tenant, model,
+ * seam (the configured default unless given) and dtype. */
+hy_rpc_code h_keyed_fields(rq *r, const char *tenant, const char *model, bool has_seam,
+                           uint32_t seam, Hypic__V1__StateDtype dtype, svc_model **sm, int *W,
+                           hy_entry_dtype *dt);
 hy_rpc_code h_key_of(rq *r, const char *field, ProtobufCBinaryData b, hy_key *k);
 Hypic__V1__Tier h_pb_tier(hy_tier_id t);
 hy_tier_id h_fastest(unsigned mask);
