@@ -50,7 +50,7 @@ struct hy_exec {
     size_t items_cap;
     int64_t *rowpos;
     hy_capture **rowcap;
-    size_t rows_cap;
+    size_t rowpos_cap, rowcap_cap;
     double *tcompose; /* per thread (padded): seconds composing holes */
     int tcompose_n;
     double hole_kv_s; /* this call's seconds writing holes' K/V */
@@ -781,8 +781,8 @@ int hy_exec_run(hy_exec *ex, hy_state *st, const hy_piece *pc, size_t np, float 
     if ((rc = hy_state_reserve(st, ctx, err)) || (rc = ensure_workspace(ex, B, ctx, err)))
         return rc;
     if (grow((void **)&ex->items, &ex->items_cap, np, sizeof *ex->items) ||
-        grow((void **)&ex->rowpos, &ex->rows_cap, B, sizeof *ex->rowpos) ||
-        !(ex->rowcap = realloc(ex->rowcap, ex->rows_cap * sizeof *ex->rowcap)))
+        grow((void **)&ex->rowpos, &ex->rowpos_cap, B, sizeof *ex->rowpos) ||
+        grow((void **)&ex->rowcap, &ex->rowcap_cap, B, sizeof *ex->rowcap))
         return hy_err_set(err, HY_ENOMEM, "out of memory planning a pass of %zu pieces", np);
     if (ex->tcompose_n < ex->nthreads) {
         double *tc = realloc(ex->tcompose, (size_t)ex->nthreads * TC_PAD * sizeof *tc);
