@@ -531,6 +531,8 @@ int hy_bench_pic(int argc, char **argv)
             if (!rc) rc = hy_combine(bm.ex, bm.st, &rq, mode == HY_MODE_FULL ? lf : lm, &res, &e);
             per[run][q] = hy_now_s() - t0;
             ttft[run] += per[run][q];
+            if (!rc && (mode == HY_MODE_PREFIX || run == HY_MODE_PIC)) /* before the free */
+                flops[mode == HY_MODE_PIC] += request_flops(&bm, seg, &rq, &res, mode, hit_flops);
             free_entries(from, got, lease, NSEG);
             if (!rc && run == HY_MODE_PIC) {
                 pass_compose_s += res.compose_s;
@@ -539,8 +541,6 @@ int hy_bench_pic(int argc, char **argv)
             if (!rc && mode == HY_MODE_FULL) rc = plain_computed(&bm, pst, seg, &rq, &plain[q], &e);
             prefilled[run] += res.prefilled;
             if (mode == HY_MODE_PREFIX) prefix_reused += res.prefix_segments >= 2;
-            if (!rc && (mode == HY_MODE_PREFIX || run == HY_MODE_PIC))
-                flops[mode == HY_MODE_PIC] += request_flops(&bm, seg, &rq, &res, mode, hit_flops);
             if (rc || mode == HY_MODE_FULL) continue;
             kl[run] += hy_kl_logits(lf, lm, V);
             agree[run] += argmax(lf, V) == argmax(lm, V);
