@@ -22,6 +22,7 @@
  * behind.
  */
 #include "hy_model.h"
+#include "random_tokens.h"
 #include "test_util.h"
 
 #include <stdbool.h>
@@ -78,15 +79,6 @@ static void fixtures_close(void)
         hy_model_close(f->m);
         memset(f, 0, sizeof *f);
     }
-}
-
-static int32_t *tokens(int n, int vocab, uint64_t seed)
-{
-    hy_rng r;
-    hy_rng_seed(&r, seed);
-    int32_t *t = malloc((size_t)n * sizeof *t + 4);
-    for (int i = 0; i < n; i++) t[i] = (int32_t)(hy_rng_next(&r) % (uint64_t)vocab);
-    return t;
 }
 
 /* The seam setting a mode's entries carry: noseam caches whole segments. */

@@ -15,6 +15,7 @@
  */
 #include "hy_kernels.h"
 #include "model_internal.h"
+#include "random_tokens.h"
 #include "test_util.h"
 
 #include <string.h>
@@ -49,15 +50,6 @@ static void teardown(fixture *f)
     hy_state_free(f->st);
     hy_exec_free(f->ex);
     hy_model_close(f->m);
-}
-
-static int32_t *tokens(int n, int vocab, uint64_t seed)
-{
-    hy_rng r;
-    hy_rng_seed(&r, seed);
-    int32_t *t = malloc((size_t)n * sizeof *t + 4);
-    for (int i = 0; i < n; i++) t[i] = (int32_t)(hy_rng_next(&r) % (uint64_t)vocab);
-    return t;
 }
 
 /* max |a − b| over the logits, relative to max |b| */
