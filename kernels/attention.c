@@ -13,13 +13,27 @@
 #include <string.h>
 
 /* One block of B ≤ HY_ATTN_BLOCK query rows, row i at position pos[i] (non-
- * decreasing), against keys [0, pos[B−1]]. */
+ * decreasing), against keys [0, pos[B−1]]. The keys every row sees,
+ * [0, pos[0]], are one product over all B rows; the rest go by tiles of
+ * HY_ATTN_TILE keys, each over the rows that reach into it — the rows of
+ * a block are a suffix for every tile, since positions do not decrease. A
+ * block whose rows are spread over the context (the seams of a request,
+ * each at its own segment's start) thus computes about the causal area
+ * rather than B × the last row's context; a block of consecutive rows spans
+ * at most B − 1 keys past its first row and stays one product. */
 static void block(int B, int hd, const int64_t *pos, const float *q, size_t ldq, const float *K,
                   size_t ldk, const float *V, size_t ldv, float scale, float *o, size_t ldo,
                   float *scores)
 {
-    const int ctx = (int)pos[B - 1] + 1; /* keys visible to the block's last row */
-    hy_gemm(0, 1, B, ctx, hd, scale, q, ldq, K, ldk, 0.0f, scores, (size_t)ctx);
+    const int ctx = (int)pos[B - 1] + 1;        /* keys visible to the block's last row */
+    const int shared = ctx - (int)pos[0] - 1 <= HY_ATTN_TILE ? ctx : (int)pos[0] + 1;
+    int s = 0; /* the first row that reaches the tile */
+    for (int c0 = 0; c0 < ctx; c0 = c0 ? c0 + HY_ATTN_TILE : shared) {
+        const int w = c0 ? HY_MIN_INT(HY_ATTN_TILE, ctx - c0) : shared;
+        while (pos[s] < c0) s++;
+        hy_gemm(0, 1, B - s, w, hd, scale, q + (size_t)s * ldq, ldq, K + (size_t)c0 * ldk, ldk,
+                0.0f, scores + (size_t)s * ctx + c0, (size_t)ctx);
+    }
     for (int i = 0; i < B; i++) {
         float *row = scores + (size_t)i * ctx;
         const int valid = (int)pos[i] + 1;
@@ -35,9 +49,21 @@ static void block(int B, int hd, const int64_t *pos, const float *q, size_t ldq,
         const float inv = 1.0f / sum;
 #pragma omp simd
         for (int j = 0; j < valid; j++) row[j] *= inv;
-        if (valid < ctx) memset(row + valid, 0, (size_t)(ctx - valid) * sizeof *row);
+        /* zero the computed scores past the row's position, to the end of
+         * its tile: the tile's product with V reads them */
+        const int end = valid <= shared
+                            ? shared
+                            : HY_MIN_INT(ctx, shared + (valid - shared + HY_ATTN_TILE - 1) /
+                                                           HY_ATTN_TILE * HY_ATTN_TILE);
+        if (valid < end) memset(row + valid, 0, (size_t)(end - valid) * sizeof *row);
     }
-    hy_gemm(0, 0, B, hd, ctx, 1.0f, scores, (size_t)ctx, V, ldv, 0.0f, o, ldo);
+    s = 0;
+    for (int c0 = 0; c0 < ctx; c0 = c0 ? c0 + HY_ATTN_TILE : shared) {
+        const int w = c0 ? HY_MIN_INT(HY_ATTN_TILE, ctx - c0) : shared;
+        while (pos[s] < c0) s++;
+        hy_gemm(0, 0, B - s, hd, w, 1.0f, scores + (size_t)s * ctx + c0, (size_t)ctx,
+                V + (size_t)c0 * ldv, ldv, c0 ? 1.0f : 0.0f, o + (size_t)s * ldo, ldo);
+    }
 }
 
 void hy_attention(int n, int hd, int64_t pos0, const float *q, size_t ldq, const float *K,

@@ -138,6 +138,7 @@ void hy_gdn_chunked(const hy_gdn_in *in, float *S, float *o, size_t ldo, float *
  * K, V: [pos0+n] rows of hd (ldk, ldv), rotated keys; o: [n] rows of hd (ldo);
  * scores: scratch of HY_ATTN_BLOCK × (pos0+n) floats. */
 #define HY_ATTN_BLOCK 64
+#define HY_ATTN_TILE  256 /* keys per product past a block's shared context */
 void hy_attention(int n, int hd, int64_t pos0, const float *q, size_t ldq, const float *K,
                   size_t ldk, const float *V, size_t ldv, float scale, float *o, size_t ldo,
                   float *scores);

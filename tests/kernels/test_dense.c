@@ -90,6 +90,37 @@ static void test_attention_at_scattered_positions(void)
     free(q), free(K), free(V), free(o), free(scores);
 }
 
+/* A request's rows: 8-row seams hundreds of positions apart (each block's
+ * rows skip whole key tiles), then a 40-row query — the tiled products
+ * over the rows that reach each tile must still give every row its exact
+ * causal attention. */
+static void test_attention_at_seams_far_apart(void)
+{
+    hy_rng r;
+    hy_rng_seed(&r, 4);
+    const int hd = 16, n = 11 * 8 + 40, ld = hd + 1;
+    int64_t pos[11 * 8 + 40];
+    int64_t at = 0;
+    int t = 0;
+    for (int s = 0; s < 11; s++) {
+        for (int i = 0; i < 8; i++) pos[t++] = at + i;
+        at += 200 + (int64_t)(hy_rng_next(&r) % 500);
+    }
+    for (int i = 0; i < 40; i++) pos[t++] = at + i;
+    const int ctx = (int)pos[n - 1] + 1;
+    float *q = randn(&r, (size_t)n * ld), *K = randn(&r, (size_t)ctx * ld),
+          *V = randn(&r, (size_t)ctx * ld);
+    float *o = calloc((size_t)n * hd, sizeof(float));
+    float *scores = malloc((size_t)HY_ATTN_BLOCK * ctx * sizeof(float));
+    for (size_t i = 0; i < (size_t)HY_ATTN_BLOCK * ctx; i++) scores[i] = NAN; /* no stale zeros */
+    hy_attention_at(n, hd, pos, q, ld, K, ld, V, ld, 0.25f, o, hd, scores);
+    const double worst = attention_error(n, hd, pos, q, K, V, ld, 0.25f, o);
+    printf("\n    %d rows, seams %d+ positions apart, over %d positions: max abs error %.1e", n,
+           200, ctx, worst);
+    CU_ASSERT(worst < 1e-5);
+    free(q), free(K), free(V), free(o), free(scores);
+}
+
 static void test_conv_carries_state(void)
 {
     hy_rng r;
@@ -263,6 +294,7 @@ int main(void)
     static const hy_test_case cases[] = {
         {"attention_matches_definition", test_attention_matches_definition},
         {"attention_at_scattered_positions", test_attention_at_scattered_positions},
+        {"attention_at_seams_far_apart", test_attention_at_seams_far_apart},
         {"conv_carries_state", test_conv_carries_state},
         {"rope_rotate_half_and_composition", test_rope},
         {"rms_and_l2_norms", test_norms},
