@@ -4,6 +4,8 @@
  */
 #include "hy_kernels.h"
 
+#include <assert.h>
+
 #include <cblas.h>
 #include <omp.h>
 #include <pthread.h>
@@ -164,16 +166,33 @@ void hy_rope_inv_freq(int rd, double theta, float *inv_freq)
         inv_freq[i] = (float)(1.0 / pow(theta, (double)(2 * i) / (double)rd));
 }
 
-void hy_rope_apply(float *x, int rd, const float *inv_freq, int64_t pos)
+void hy_rope_cos_sin(int rd, const float *inv_freq, int64_t pos, float *cs)
 {
     const int h = rd / 2;
     for (int i = 0; i < h; i++) {
-        float ang = (float)pos * inv_freq[i]; /* fp32 product, as the reference */
-        float c = cosf(ang), s = sinf(ang);
-        float a = x[i], b = x[i + h];
-        x[i] = a * c - b * s;
-        x[i + h] = b * c + a * s;
+        const float ang = (float)pos * inv_freq[i]; /* fp32 product, as the reference */
+        cs[i] = cosf(ang);
+        cs[h + i] = sinf(ang);
     }
+}
+
+void hy_rope_rotate(float *dst, const float *src, int rd, const float *cs)
+{
+    const int h = rd / 2;
+#pragma omp simd
+    for (int i = 0; i < h; i++) {
+        const float a = src[i], b = src[i + h], c = cs[i], s = cs[h + i];
+        dst[i] = a * c - b * s;
+        dst[i + h] = b * c + a * s;
+    }
+}
+
+void hy_rope_apply(float *x, int rd, const float *inv_freq, int64_t pos)
+{
+    float cs[HY_ROPE_MAX_DIM];
+    assert(rd <= HY_ROPE_MAX_DIM);
+    hy_rope_cos_sin(rd, inv_freq, pos, cs);
+    hy_rope_rotate(x, x, rd, cs);
 }
 
 double hy_kl_logits(const float *lp, const float *lq, int n)

@@ -54,6 +54,12 @@ struct hy_exec {
     double *tcompose; /* per thread (padded): seconds composing holes */
     int tcompose_n;
     double hole_kv_s; /* this call's seconds writing holes' K/V */
+    /* RoPE's cos and sin per position (hy_rope_cos_sin), rotary_dim floats
+     * each, for positions [0, rope_n): computed once for every head, layer
+     * and call (a hole's ~500 keys per attention layer took a sin and cos
+     * per pair and head each time) */
+    float *rope;
+    int64_t rope_n;
 };
 
 /* One piece's share of a step: rows [r0, r0 + n) of a run at positions
@@ -224,6 +230,32 @@ static int ensure_workspace(hy_exec *ex, size_t B, int64_t ctx, hy_err *err)
     return HY_OK;
 }
 
+/* RoPE's table covers positions [0, npos): grown by half again at least,
+ * the new positions filled in parallel. Models without attention keep none. */
+static int rope_reserve(hy_exec *ex, int64_t npos, hy_err *err)
+{
+    const hy_model_config *c = &ex->m->cfg;
+    if (npos <= ex->rope_n) return HY_OK;
+    bool attention = false;
+    for (int li = 0; li < c->n_layers; li++) attention |= c->layer_kind[li] == HY_LAYER_ATTENTION;
+    if (!attention) return HY_OK;
+    const int rd = c->rotary_dim;
+    const int64_t n = HY_MAX(npos, ex->rope_n + ex->rope_n / 2);
+    float *t = hy_alloc((size_t)n * (size_t)rd * sizeof(float));
+    if (!t)
+        return hy_err_set(err, HY_ENOMEM, "out of memory for RoPE's table of %lld positions",
+                          (long long)n);
+    if (ex->rope_n) memcpy(t, ex->rope, (size_t)ex->rope_n * (size_t)rd * sizeof(float));
+    const int64_t from = ex->rope_n;
+#pragma omp parallel for schedule(static)
+    for (int64_t p = from; p < n; p++)
+        hy_rope_cos_sin(rd, ex->m->rope_inv_freq, p, t + (size_t)p * (size_t)rd);
+    hy_free(ex->rope);
+    ex->rope = t;
+    ex->rope_n = n;
+    return HY_OK;
+}
+
 int hy_exec_new(const hy_model *m, int max_batch, hy_exec **out, hy_err *err)
 {
     *out = NULL;
@@ -246,6 +278,7 @@ void hy_exec_free(hy_exec *ex)
     free(ex->rowpos);
     free(ex->rowcap);
     free(ex->tcompose);
+    hy_free(ex->rope);
     free(ex);
 }
 
@@ -542,13 +575,19 @@ static void write_holes(hy_exec *ex, hy_state *st, int li, const item *it, int n
         const int64_t p0 = it[i].pos;
         assert(p0 + e->nb <= st->kv_cap);
         float *K = st->k[li] + (size_t)p0 * KV, *V = st->v[li] + (size_t)p0 * KV;
-        memcpy(K, e->K[li], (size_t)e->nb * KV * sizeof(float));
-        memcpy(V, e->V[li], (size_t)e->nb * KV * sizeof(float));
+        const float *eK = e->K[li], *eV = e->V[li];
+        const int rd = c->rotary_dim;
+        assert(p0 + e->nb <= ex->rope_n);
 #pragma omp parallel for schedule(static)
-        for (int t = 0; t < e->nb; t++)
-            for (int g = 0; g < c->n_kv_heads; g++)
-                hy_rope_apply(K + (size_t)t * KV + (size_t)g * hd, c->rotary_dim,
-                              ex->m->rope_inv_freq, p0 + t);
+        for (int t = 0; t < e->nb; t++) {
+            const float *cs = ex->rope + (size_t)(p0 + t) * (size_t)rd;
+            for (int g = 0; g < c->n_kv_heads; g++) {
+                const size_t at = (size_t)t * KV + (size_t)g * hd;
+                hy_rope_rotate(K + at, eK + at, rd, cs);
+                memcpy(K + at + rd, eK + at + rd, (size_t)(hd - rd) * sizeof(float));
+            }
+            memcpy(V + (size_t)t * KV, eV + (size_t)t * KV, (size_t)KV * sizeof(float));
+        }
     }
     ex->hole_kv_s += hy_now_s() - t0;
 }
@@ -584,10 +623,12 @@ static void attn_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni
         /* rows are written at their positions; the scores need HY_ATTN_BLOCK
          * × context floats per thread */
         assert(pos < st->kv_cap && ex->scratch_per_thread >= (size_t)HY_ATTN_BLOCK * (pos + 1));
+        const float *cs = ex->rope + (size_t)pos * (size_t)c->rotary_dim;
+        assert(pos < ex->rope_n);
         for (int h = 0; h < Hq; h++) {
             float *qh = row + (size_t)h * 2 * hd;
             rmsnorm_row(qh, w->q_norm1, hd, c->rms_eps, qh);
-            hy_rope_apply(qh, c->rotary_dim, ex->m->rope_inv_freq, pos);
+            hy_rope_rotate(qh, qh, c->rotary_dim, cs);
         }
         float *krow = Kc + (size_t)pos * KV, *vrow = Vc + (size_t)pos * KV;
         const hy_capture *cap = ex->rowcap[t];
@@ -597,7 +638,7 @@ static void attn_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni
             float *kh = krow + (size_t)g * hd;
             rmsnorm_row(row + Q2 + (size_t)g * hd, w->k_norm1, hd, c->rms_eps, kh);
             if (ck) memcpy(ck + (size_t)g * hd, kh, (size_t)hd * sizeof(float)); /* canonical */
-            hy_rope_apply(kh, c->rotary_dim, ex->m->rope_inv_freq, pos);
+            hy_rope_rotate(kh, kh, c->rotary_dim, cs);
         }
         memcpy(vrow, row + Q2 + KV, (size_t)KV * sizeof(float));
         if (ck) memcpy(cap->V[li] + (size_t)crow * KV, vrow, (size_t)KV * sizeof(float));
@@ -778,7 +819,8 @@ int hy_exec_run(hy_exec *ex, hy_state *st, const hy_piece *pc, size_t np, float 
      * alone (after the last computed token) holds none but is sized for one */
     const size_t B = (size_t)HY_MAX(HY_MIN(computed, (int64_t)ex->max_batch), (int64_t)1);
     const int64_t ctx = st->pos + total;
-    if ((rc = hy_state_reserve(st, ctx, err)) || (rc = ensure_workspace(ex, B, ctx, err)))
+    if ((rc = hy_state_reserve(st, ctx, err)) || (rc = ensure_workspace(ex, B, ctx, err)) ||
+        (rc = rope_reserve(ex, ctx, err)))
         return rc;
     if (grow((void **)&ex->items, &ex->items_cap, np, sizeof *ex->items) ||
         grow((void **)&ex->rowpos, &ex->rowpos_cap, B, sizeof *ex->rowpos) ||

@@ -99,7 +99,15 @@ void hy_conv1d_silu(int n, int C, int K, const float *in, size_t ldi, float *sta
  * inv_freq[i] = theta^(-2i/rd), i < rd/2. */
 void hy_rope_inv_freq(int rd, double theta, float *inv_freq);
 /* Rotates x[0..rd) in place for position pos (pairs i and i + rd/2). */
+#define HY_ROPE_MAX_DIM 4096 /* config.c caps head_dim there */
 void hy_rope_apply(float *x, int rd, const float *inv_freq, int64_t pos);
+/* The same in two halves, so that a position's rotation is computed once for
+ * every head (and kept, by the executor, for every layer and call): cs[i] =
+ * cos and cs[rd/2 + i] = sin of the fp32 angle pos · inv_freq[i], i < rd/2;
+ * then dst[0..rd) = src[0..rd) rotated by them (dst may be src; dims past rd
+ * are the caller's). hy_rope_apply(x) ≡ hy_rope_rotate(x, x) bit for bit. */
+void hy_rope_cos_sin(int rd, const float *inv_freq, int64_t pos, float *cs);
+void hy_rope_rotate(float *dst, const float *src, int rd, const float *cs);
 
 /* KL(p ‖ q) in nats, p = softmax(lp) and q = softmax(lq) over n logits,
  * in double from max-shifted log-softmaxes (the divergence of one run's
