@@ -7,6 +7,7 @@
 
 int hy_bench_executor(int argc, char **argv);
 int hy_bench_pic(int argc, char **argv);
+int hy_bench_quality(int argc, char **argv);
 int hy_bench_policies(int argc, char **argv);
 int hy_bench_tiers(int argc, char **argv);
 int hy_bench_service(int argc, char **argv);

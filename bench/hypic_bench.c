@@ -5,6 +5,7 @@
  *
  *   hypic-bench executor [--model DIR] [--quick]
  *   hypic-bench pic [--model DIR] [--requests N] [--seed N]
+ *   hypic-bench quality [--model DIR] [--heldout FILE] [--requests N] [--out DIR]
  *   hypic-bench policies [--trace FILE | --zipf ...] [--params P] [--min-tokens N]
  *   hypic-bench tiers [--dir DIR] [--quick | --smoke]
  *   hypic-bench service [--quick] [--duration S] [--segments N] [--daemon PATH]
@@ -22,6 +23,8 @@ static const struct {
     {"executor", hy_bench_executor, "prefill throughput of the CPU executor vs the sgemm limit"},
     {"pic", hy_bench_pic,
      "TTFT and quality of full / prefix / pic / noseam / naive on RAG requests"},
+    {"quality", hy_bench_quality,
+     "exact-match answers of every mode, seam and storage on the trained model's held-out requests"},
     {"policies", hy_bench_policies,
      "hit rate and FLOPs saved of every eviction x admission policy on a trace"},
     {"tiers", hy_bench_tiers,

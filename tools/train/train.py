@@ -1,0 +1,263 @@
+#!/usr/bin/env python3
+"""Trains the embedded model (models/hypic-recall) from scratch on the recall task of task.py.
+
+A byte-level Qwen3.5 text model (Qwen3_5ForCausalLM, transformers' pure-PyTorch path):
+8 layers, Gated DeltaNet and full attention 3:1 (L L L F L L L F), hidden 128, ~1.7 M
+parameters, vocabulary 259 (byte b is token b + 3). Seeded; on a 2-core machine it runs in
+under an hour (--steps sets the length; --minutes stops it early, saying so).
+
+Writes into --out: config.json and model.safetensors (F32, save_pretrained), loss.png (the
+training curve), train.json (settings, versions, the curve's points, held-out accuracy),
+heldout.txt (the held-out requests, task.write_heldout) and, for the C test,
+--fixture: the first held-out requests with transformers' greedy answers.
+
+Run through train.sh (it builds the pinned venv). See README.md.
+"""
+
+import os
+
+os.environ["USE_HUB_KERNELS"] = "NO"
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
+import argparse
+import importlib.util
+import json
+import math
+import random
+import sys
+import time
+from pathlib import Path
+
+for _m in ("fla", "causal_conv1d", "kernels"):
+    if importlib.util.find_spec(_m) is not None:
+        sys.exit(f"train: optional fast-kernel package '{_m}' is importable; the model must be "
+                 f"trained on transformers' pure-PyTorch path. Use the pinned venv.")
+
+import torch
+import transformers
+from transformers.models.qwen3_5 import modeling_qwen3_5 as m35
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import task  # noqa: E402
+
+VOCAB = 259  # 3 specials + 256 bytes (hy_tokenize_bytes)
+PAD = 0
+
+
+def config():
+    rd = 8  # rotary dims of head_dim 32 (partial_rotary_factor 0.25)
+    half = rd // 2
+    rope = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25,
+            "mrope_section": [half - 2 * (half // 3), half // 3, half // 3],
+            "mrope_interleaved": True}
+    return m35.Qwen3_5TextConfig(
+        vocab_size=VOCAB, hidden_size=128, num_hidden_layers=8,
+        layer_types=["linear_attention"] * 3 + ["full_attention"] +
+                    ["linear_attention"] * 3 + ["full_attention"],
+        num_attention_heads=4, num_key_value_heads=2, head_dim=32, rope_parameters=rope,
+        linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=32,
+        linear_value_head_dim=32, linear_conv_kernel_dim=4, intermediate_size=384,
+        tie_word_embeddings=True, rms_norm_eps=1e-6, max_position_embeddings=8192,
+        bos_token_id=None, eos_token_id=None, pad_token_id=PAD)
+
+
+def encode(text: str):
+    return [b + 3 for b in text.encode("ascii")]
+
+
+def batch(r: random.Random, n: int, kmin: int, kmax: int, nq: int, w_other: float):
+    """n training sequences with one k (little padding): ids, next-token targets, weights."""
+    k = r.randint(kmin, kmax)
+    seqs = [task.training_text(r, k, nq) for _ in range(n)]
+    L = max(len(t) for t, _ in seqs)
+    ids = torch.full((n, L), PAD, dtype=torch.long)
+    wt = torch.zeros((n, L), dtype=torch.float32)
+    for i, (t, spans) in enumerate(seqs):
+        e = encode(t)
+        ids[i, :len(e)] = torch.tensor(e)
+        wt[i, :len(e) - 1] = w_other  # position j predicts token j + 1
+        for a, b in spans:
+            wt[i, a - 1:b - 1] = 1.0
+    return ids, wt, k
+
+
+def loss_of(model, ids, wt):
+    logits = model(input_ids=ids).logits[:, :-1]
+    tgt = ids[:, 1:]
+    ce = torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), tgt.reshape(-1),
+                                           reduction="none").view_as(tgt)
+    w = wt[:, :-1]
+    return (ce * w).sum() / w.sum()
+
+
+@torch.no_grad()
+def exact_match(model, reqs, batch_size=16):
+    """Greedy exact match of the 3-token answers, teacher-forced: greedy decoding yields the
+    answer exactly when every position's argmax is the answer's token."""
+    model.eval()
+    right = 0
+    for i in range(0, len(reqs), batch_size):
+        part = reqs[i:i + batch_size]
+        enc = [encode("".join(q["docs"]) + q["question"] + q["answer"]) for q in part]
+        L = max(len(e) for e in enc)
+        ids = torch.full((len(part), L), PAD, dtype=torch.long)
+        for j, e in enumerate(enc):
+            ids[j, :len(e)] = torch.tensor(e)
+        pred = model(input_ids=ids).logits.argmax(-1)
+        for j, e in enumerate(enc):
+            n = len(e)
+            right += int(torch.equal(pred[j, n - 4:n - 1], ids[j, n - 3:n]))
+    model.train()
+    return right / len(reqs)
+
+
+@torch.no_grad()
+def greedy(model, prompt_ids, n):
+    ids = torch.tensor([prompt_ids])
+    out = []
+    for _ in range(n):
+        nxt = int(model(input_ids=ids).logits[0, -1].argmax())
+        out.append(nxt)
+        ids = torch.cat([ids, torch.tensor([[nxt]])], dim=1)
+    return out
+
+
+def plot(points, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 4))
+    s = [p["step"] for p in points if "loss" in p]
+    ax.plot(s, [p["loss"] for p in points if "loss" in p], lw=0.8, label="training loss")
+    ax.set_xlabel("step")
+    ax.set_ylabel("weighted cross-entropy (nats)")
+    ax.set_yscale("log")
+    ax2 = ax.twinx()
+    e = [p for p in points if "val_em" in p]
+    ax2.plot([p["step"] for p in e], [100 * p["val_em"] for p in e], "o-", color="C1",
+             label="validation exact match")
+    ax2.set_ylabel("exact match (%)")
+    ax2.set_ylim(0, 100)
+    fig.legend(loc="upper center", ncol=2, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default="models/hypic-recall")
+    ap.add_argument("--fixture", default="tests/fixtures/recall/answers.txt")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=1500)
+    ap.add_argument("--minutes", type=float, default=58.0, help="stop early past this")
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--kmin", type=int, default=2)
+    ap.add_argument("--kmax", type=int, default=10)
+    ap.add_argument("--questions", type=int, default=4, help="per training sequence")
+    ap.add_argument("--w-other", type=float, default=0.1,
+                    help="loss weight of tokens that are not answers")
+    ap.add_argument("--eval-every", type=int, default=100)
+    ap.add_argument("--heldout", type=int, default=600)
+    args = ap.parse_args()
+
+    torch.set_num_threads(os.cpu_count() or 2)
+    torch.manual_seed(args.seed)
+    r = random.Random(args.seed)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    cfg = config()
+    model = m35.Qwen3_5ForCausalLM(cfg).float()
+    nparam = sum(p.numel() for p in model.parameters())
+    print(f"model: {nparam / 1e6:.2f} M parameters, layers {cfg.layer_types}", flush=True)
+    # validation: requests like the held-out ones, from another seed
+    vpath = out / ".validation.txt"
+    task.write_heldout(str(vpath), args.seed + 1000, 96, ks=(2, 4, 8))
+    val = task.read_heldout(str(vpath))
+    vpath.unlink()
+
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95),
+                            weight_decay=0.05)
+    warm = max(1, args.steps // 20)
+
+    def lr_at(s):
+        if s < warm:
+            return args.lr * (s + 1) / warm
+        return args.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * (s - warm) /
+                                                              max(1, args.steps - warm))))
+
+    points, t0, toks, stopped = [], time.time(), 0, None
+    model.train()
+    for step in range(args.steps):
+        if (time.time() - t0) / 60 > args.minutes:
+            stopped = step
+            print(f"stopping at step {step}: past --minutes {args.minutes}", flush=True)
+            break
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step)
+        ids, wt, k = batch(r, args.batch, args.kmin, args.kmax, args.questions, args.w_other)
+        loss = loss_of(model, ids, wt)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        toks += ids.numel()
+        points.append({"step": step, "loss": round(loss.item(), 5), "k": k})
+        if step % 10 == 0:
+            el = time.time() - t0
+            print(f"step {step:5d}/{args.steps}  loss {loss.item():.4f}  k {k:2d}  "
+                  f"lr {lr_at(step):.2e}  {toks / el:6.0f} tok/s  {el / 60:5.1f} min", flush=True)
+        if (step + 1) % args.eval_every == 0 or step + 1 == args.steps:
+            em = exact_match(model, val)
+            points.append({"step": step, "val_em": em})
+            print(f"  validation exact match {100 * em:.1f}% ({len(val)} requests)", flush=True)
+
+    train_s = time.time() - t0
+    model.eval()
+    model.save_pretrained(str(out), safe_serialization=True)
+    plot(points, out / "loss.png")
+
+    # held-out requests: every k of the quality benchmark, answer position and seam cases
+    task.write_heldout(str(out / "heldout.txt"), args.seed + 2000, args.heldout)
+    held = task.read_heldout(str(out / "heldout.txt"))
+    em_all = exact_match(model, held)
+    by_k = {}
+    for k in (2, 4, 8, 16):
+        part = [q for q in held if len(q["docs"]) == k]
+        by_k[k] = exact_match(model, part)
+    print(f"held-out exact match (full recompute, greedy): {100 * em_all:.1f}% of {len(held)}; "
+          + ", ".join(f"k={k}: {100 * v:.1f}%" for k, v in by_k.items()), flush=True)
+
+    # the C test's fixture: prompts and transformers' greedy answers
+    fx = Path(args.fixture)
+    fx.parent.mkdir(parents=True, exist_ok=True)
+    with open(fx, "w", encoding="ascii") as f:
+        f.write("# tools/train/train.py: held-out prompts of models/hypic-recall and the\n"
+                "# greedy 3-token answers transformers gives (token ids, byte b = id - 3)\n")
+        for q in held[:8]:
+            prompt = "".join(q["docs"]) + q["question"]
+            ans = greedy(model, encode(prompt), 3)
+            f.write("P " + prompt.replace("\n", "|") + "\n")
+            f.write("G " + " ".join(map(str, ans)) + "\n")
+
+    info = {
+        "task": "multi-document key -> value recall (tools/train/task.py)",
+        "parameters": nparam, "seed": args.seed, "steps": stopped or args.steps,
+        "stopped_early": stopped is not None, "train_seconds": round(train_s, 1),
+        "settings": vars(args), "tokens_seen": toks,
+        "heldout_exact_match": em_all,
+        "heldout_exact_match_by_k": {str(k): v for k, v in by_k.items()},
+        "versions": {"python": sys.version.split()[0], "torch": torch.__version__,
+                     "transformers": transformers.__version__},
+        "curve": points,
+    }
+    (out / "train.json").write_text(json.dumps(info, indent=1) + "\n")
+    print(f"wrote {out}/ (config.json, model.safetensors, loss.png, train.json, heldout.txt) "
+          f"and {fx}; {train_s / 60:.1f} min of training", flush=True)
+
+
+if __name__ == "__main__":
+    main()
