@@ -11,6 +11,7 @@ int hy_bench_quality(int argc, char **argv);
 int hy_bench_policies(int argc, char **argv);
 int hy_bench_tiers(int argc, char **argv);
 int hy_bench_service(int argc, char **argv);
+int hy_bench_rag(int argc, char **argv);
 
 /* Best-of-reps sgemm rate (FLOP/s) on an m×k·k×n product using every core:
  * the machine's limit for GEMM-bound work. */
@@ -28,6 +29,11 @@ typedef struct hy_bench_model {
  * line about it. Returns 0, or 1 after printing the error. */
 int hy_bench_open(hy_bench_model *b, const char *model);
 void hy_bench_close(hy_bench_model *b);
+
+/* Writes `script` to dir/script_name and runs gnuplot on it there (the
+ * script names its own output, a PNG); prints what it made, that gnuplot is
+ * not installed (the script and its data stay), or how it failed. */
+void hy_bench_gnuplot(const char *dir, const char *script_name, const char *script);
 
 /* Removes dir and everything under it (no symlinks followed). */
 void hy_bench_rmtree(const char *dir);

@@ -73,14 +73,6 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static int argmax(const float *x, int n)
-{
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
-
 typedef struct segset {
     int32_t *tok[POOL + 1]; /* [0..POOL) documents, [POOL] the system segment */
     int len[POOL + 1];
@@ -543,7 +535,7 @@ int hy_bench_pic(int argc, char **argv)
             if (mode == HY_MODE_PREFIX) prefix_reused += res.prefix_segments >= 2;
             if (rc || mode == HY_MODE_FULL) continue;
             kl[run] += hy_kl_logits(lf, lm, V);
-            agree[run] += argmax(lf, V) == argmax(lm, V);
+            agree[run] += hy_argmax(lf, V) == hy_argmax(lm, V);
         }
         if ((q + 1) % 10 == 0 || q + 1 == nreq) {
             printf("  %ld/%ld requests: mean TTFT full %.0f ms, prefix %.0f ms, pic %.1f ms (host "

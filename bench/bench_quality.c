@@ -163,14 +163,6 @@ static int read_heldout(const char *path, request **out)
     return n;
 }
 
-static int argmax(const float *x, int n)
-{
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
-
 /* 95 % Wilson interval of p = x / n. */
 static void wilson(int x, int n, double *lo, double *hi)
 {
@@ -216,10 +208,10 @@ static int answer(hy_bench_model *bm, const hy_segment *seg, int k, const int32_
     hy_result res = {0};
     int rc = hy_combine(bm->ex, bm->st, &rq, logits, &res, e);
     const int V = bm->c->vocab;
-    if (!rc) got[0] = argmax(logits, V);
+    if (!rc) got[0] = hy_argmax(logits, V);
     for (int j = 1; j < ANSWER && !rc; j++) {
         rc = hy_exec_decode(bm->ex, bm->st, got[j - 1], tmp, e);
-        if (!rc) got[j] = argmax(tmp, V);
+        if (!rc) got[j] = hy_argmax(tmp, V);
     }
     return rc;
 }
@@ -233,24 +225,6 @@ static const char *config_name(int c, char *buf, size_t cap)
     else
         snprintf(buf, cap, "naive_w%d", k_ws[c - C_NAIVE_W0]);
     return buf;
-}
-
-/* gnuplot, when installed, renders `script` (which names its own output). */
-static void render(const char *dir, const char *script_name, const char *script)
-{
-    char path[4200], cmd[8600];
-    snprintf(path, sizeof path, "%s/%s", dir, script_name);
-    FILE *f = fopen(path, "w");
-    if (!f) return;
-    fputs(script, f);
-    fclose(f);
-    snprintf(cmd, sizeof cmd, "cd '%s' && gnuplot '%s' 2>&1", dir, script_name);
-    if (system("command -v gnuplot >/dev/null 2>&1") != 0) {
-        printf("  (gnuplot not installed: %s left unrendered)\n", path);
-        return;
-    }
-    const int rc = system(cmd);
-    if (rc != 0) printf("  gnuplot failed on %s (status %d)\n", path, rc);
 }
 
 int hy_bench_quality(int argc, char **argv)
@@ -365,7 +339,7 @@ int hy_bench_quality(int argc, char **argv)
             t[c].right += right, t[c].n++;
             if (c != C_FULL) {
                 t[c].kl += hy_kl_logits(lf, lm, V);
-                t[c].top1 += argmax(lf, V) == argmax(lm, V);
+                t[c].top1 += hy_argmax(lf, V) == hy_argmax(lm, V);
             } else {
                 t[c].top1++;
             }
@@ -464,14 +438,14 @@ int hy_bench_quality(int argc, char **argv)
             }
             fclose(f);
         }
-        render(outdir, "accuracy_vs_w.gp",
+        hy_bench_gnuplot(outdir, "accuracy_vs_w.gp",
                "set terminal pngcairo size 720,420\nset output 'accuracy_vs_w.png'\n"
                "set title 'hypic-recall: exact match vs seam W'\nset xlabel 'W (tokens)'\n"
                "set ylabel 'exact match (%)'\nset yrange [0:100]\nset logscale x 2\n"
                "set xrange [0.5:40]\nset key bottom right\n"
                "plot 'accuracy_vs_w.dat' u ($1==0?0.7:$1):2 w lp t 'pic (W=0: noseam)', "
                "'' u ($1==0?0.7:$1):3 w lp t 'naive', '' u ($1==0?0.7:$1):4 w l dt 2 t 'full'\n");
-        render(outdir, "accuracy_vs_k.gp",
+        hy_bench_gnuplot(outdir, "accuracy_vs_k.gp",
                "set terminal pngcairo size 720,420\nset output 'accuracy_vs_k.png'\n"
                "set title 'hypic-recall: exact match vs documents per request'\n"
                "set xlabel 'k (documents)'\nset ylabel 'exact match (%)'\nset yrange [0:100]\n"

@@ -5,6 +5,7 @@
  */
 #include "bench.h"
 
+#include <errno.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,4 +60,27 @@ void hy_bench_close(hy_bench_model *b)
     hy_model_close(b->m);
     if (b->tmp[0]) hy_bench_rmtree(b->tmp);
     memset(b, 0, sizeof *b);
+}
+
+void hy_bench_gnuplot(const char *dir, const char *script_name, const char *script)
+{
+    char path[4200], cmd[8600];
+    snprintf(path, sizeof path, "%s/%s", dir, script_name);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        printf("  could not write %s: %s\n", path, strerror(errno));
+        return;
+    }
+    fputs(script, f);
+    fclose(f);
+    if (system("command -v gnuplot >/dev/null 2>&1") != 0) {
+        printf("  (gnuplot not installed: %s left unrendered)\n", path);
+        return;
+    }
+    snprintf(cmd, sizeof cmd, "cd '%s' && gnuplot '%s' 2>&1", dir, script_name);
+    const int rc = system(cmd);
+    if (rc != 0)
+        printf("  gnuplot failed on %s (status %d)\n", path, rc);
+    else
+        printf("  plot: %s (from %s)\n", dir, script_name);
 }

@@ -9,6 +9,7 @@
  *   hypic-bench policies [--trace FILE | --zipf ...] [--params P] [--min-tokens N]
  *   hypic-bench tiers [--dir DIR] [--quick | --smoke]
  *   hypic-bench service [--quick] [--duration S] [--segments N] [--daemon PATH]
+ *   hypic-bench rag [--quick] [--trace FILE | --docs N --zipf S ...] [--rates R,...] [--slo-ms MS]
  */
 #include "bench.h"
 
@@ -31,6 +32,8 @@ static const struct {
      "host and NVMe tier throughput vs memcpy and raw O_DIRECT io_uring; NVMe index lookups/s, host hits/s"},
     {"service", hy_bench_service,
      "Lookup and Prefill through hypic-cached over loopback vs the same handlers in-process"},
+    {"rag", hy_bench_rag,
+     "sustainable QPS under a p99 TTFT SLO of full / prefix / pic on an open-loop RAG trace"},
 };
 
 int main(int argc, char **argv)

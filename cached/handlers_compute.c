@@ -163,14 +163,6 @@ static int cmp_prob(const void *a, const void *b)
     return (x->logit < y->logit) - (x->logit > y->logit);
 }
 
-static int argmax(const float *x, int n)
-{
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
-
 hy_rpc_code do_prefill(rq *r, const ProtobufCMessage *req)
 {
     const double t_start = hy_now_s();
@@ -314,7 +306,7 @@ hy_rpc_code do_prefill(rq *r, const ProtobufCMessage *req)
     /* the first token's candidates, then the greedy continuation */
     size_t ngen = 0;
     if (!rc) {
-        float mx = logits[argmax(logits, V)];
+        float mx = logits[hy_argmax(logits, V)];
         double z = 0;
         for (int v = 0; v < V; v++) z += exp((double)(logits[v] - mx));
         for (int v = 0; v < V; v++) {
@@ -324,10 +316,10 @@ hy_rpc_code do_prefill(rq *r, const ProtobufCMessage *req)
             tp[v].logit = logits[v];
             tp[v].prob = (float)(exp((double)(logits[v] - mx)) / z);
         }
-        if (q->max_new_tokens) gen[ngen++] = (uint32_t)argmax(logits, V);
+        if (q->max_new_tokens) gen[ngen++] = (uint32_t)hy_argmax(logits, V);
         while (!rc && ngen < q->max_new_tokens) {
             rc = hy_exec_decode(x->ex, x->st, (int32_t)gen[ngen - 1], logits, &e);
-            if (!rc) gen[ngen++] = (uint32_t)argmax(logits, V);
+            if (!rc) gen[ngen++] = (uint32_t)hy_argmax(logits, V);
         }
         tm.decode_ms = (hy_now_s() - t_first) * 1e3;
         r->computed = res.prefilled + (int64_t)(ngen ? ngen - 1 : 0);

@@ -225,6 +225,14 @@ double hy_rng_normal(hy_rng *r)
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
+int hy_argmax(const float *x, int n)
+{
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
 size_t hy_tokenize_bytes(const char *text, int32_t *out, size_t cap, int vocab)
 {
     size_t n = 0;

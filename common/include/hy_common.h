@@ -80,6 +80,9 @@ int hy_read_file(const char *path, size_t max_bytes, char **out, size_t *len, hy
  * cap ids; returns how many. In common because clients tokenise text for the
  * embedded models without linking them. */
 size_t hy_tokenize_bytes(const char *text, int32_t *out, size_t cap, int vocab);
+/* The index of the largest of x[0..n) (the first on ties; n >= 1): the
+ * greedy next token of a row of logits. */
+int hy_argmax(const float *x, int n);
 
 /* --- hashing (common/hash.c) --------------------------------------------- */
 /* SHA-256 (OpenSSL), incrementally or in one call. begin fails only on ENOMEM;
