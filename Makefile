@@ -25,17 +25,20 @@ build: configure
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
 
-# The main job: hypic-cached in the foreground on the embedded default (the
-# tiny preset, generated into var/models/tiny if missing; the host tier in
-# RAM and the NVMe tier under var/nvme; 127.0.0.1:7878 for gRPC, :7879 for
-# /metrics). Ctrl-C drains and stops it cleanly.
+# The main job: hypic-cached in the foreground on the embedded default, the
+# trained model models/hypic-recall (committed: no download, nothing to
+# generate); the host tier in RAM and the NVMe tier under var/nvme;
+# 127.0.0.1:7878 for gRPC, :7879 for /metrics. Ctrl-C drains and stops it
+# cleanly. The commands it prints send one of the model's held-out requests
+# (models/hypic-recall/examples: four documents and a question).
+EX = models/hypic-recall/examples
 run: build
 	@echo "hypic-cached on 127.0.0.1:7878 (metrics: http://127.0.0.1:7879/metrics). In another terminal:"
 	@echo "  $(BUILD)/client/hypicctl status"
-	@echo "  $(BUILD)/client/hypicctl warm --tag readme README.md docs/*.md"
-	@echo "  $(BUILD)/client/hypicctl prefill --segment docs/architecture.md --segment README.md --text 'What is a seam?' --mode pic"
+	@echo "  $(BUILD)/client/hypicctl warm --tag example $(EX)/doc*.txt"
+	@echo "  $(BUILD)/client/hypicctl prefill --segment $(EX)/doc3.txt --segment $(EX)/doc1.txt --segment $(EX)/doc4.txt --segment $(EX)/doc2.txt --text '$(shell cat $(EX)/question.txt 2>/dev/null)' --mode pic --max-new 3"
 	@echo "  $(BUILD)/client/hypicctl ls"
-	@$(BUILD)/cached/hypic-cached --config deploy/hypic-cached.minimal.yaml --init-models
+	@$(BUILD)/cached/hypic-cached --config deploy/hypic-cached.minimal.yaml
 
 # The service end to end, in the background: warms a small document set,
 # prefills the documents in shuffled orders in every mode through hypicctl,

@@ -379,8 +379,9 @@ void hy_cached_config_default(hy_cached_config *c)
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     c->exec_threads = cpus < 1 ? 1 : cpus > 256 ? 256 : (int)cpus;
     c->nmodels = 1;
-    snprintf(c->models[0].name, sizeof c->models[0].name, "tiny");
-    snprintf(c->models[0].dir, sizeof c->models[0].dir, "var/models/tiny");
+    /* the embedded default: the trained model committed under models/ */
+    snprintf(c->models[0].name, sizeof c->models[0].name, "recall");
+    snprintf(c->models[0].dir, sizeof c->models[0].dir, "models/hypic-recall");
     c->host_policy.capacity = c->host_bytes;
     c->nvme_policy.capacity = c->nvme_bytes;
     c->hbm_policy.capacity = c->hbm_bytes;

@@ -26,7 +26,8 @@ static const char *const usage_text =
     "  --tls-ca FILE        TLS, trusting the CA in FILE (PEM); default: plaintext\n"
     "  --tls-server-name N  the name the server's certificate must carry (default: HOST)\n"
     "  --deadline-ms N      per call (default 60000; warm and watch: none)\n"
-    "  --model NAME         the model requests name (default tiny)\n"
+    "  --model NAME         the model requests name (default $HYPIC_MODEL, else recall:\n"
+    "                       the daemon's embedded default)\n"
     "  --json               one JSON object per command on stdout, for scripts\n"
     "\n"
     "Commands:\n"
@@ -312,8 +313,9 @@ int main(int argc, char **argv)
     ctl x = {.addr = getenv("HYPIC_ADDR"),
              .token = getenv("HYPIC_TOKEN"),
              .deadline_ms = -1,
-             .model = "tiny"};
+             .model = getenv("HYPIC_MODEL")};
     if (!x.addr || !x.addr[0]) x.addr = "127.0.0.1:7878";
+    if (!x.model || !x.model[0]) x.model = "recall";
     if (x.token && !x.token[0]) x.token = NULL;
     int i = 1;
     for (; i < argc && argv[i][0] == '-'; i++) {

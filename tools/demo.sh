@@ -1,6 +1,6 @@
 #!/bin/sh
 # make demo: the service end to end on the embedded model (models/hypic-recall,
-# trained by tools/train to answer "?KEY=" with the value a document gives).
+# trained by tools/train to answer "?KEY" with the value a document gives).
 #   1. starts hypic-cached in the background (loopback ports it picks, its
 #      files in a temporary directory) and stops it on exit, whatever happens;
 #   2. takes held-out requests of the model (models/hypic-recall/heldout.txt:

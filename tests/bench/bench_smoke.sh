@@ -74,6 +74,19 @@ run pic requests\>0 ttft_ms.full\>0 ttft_ms.prefix\>0 ttft_ms.pic\>0 ttft_ms.nos
     ttft_ms.plain_computed\>0 pic_over_plain_computed\>0 compose_in_pass_us_per_hit\>0 \
     compose_limit_us_per_hit\>0 token_bound\>0 flop_bound\>0 xxh3_gbps\>0 \
     -- pic --model "$tmp/tiny" --requests 1 --dir "$tmp"
+# the trained model's first held-out requests; the plots' data (and PNGs when
+# gnuplot is installed) under --out
+run quality questions\>0 accuracy.full accuracy.prefix accuracy.pic accuracy.noseam \
+    accuracy.naive accuracy.pic_bf16 accuracy.pic_w32 accuracy.naive_w0 kl_vs_full.pic \
+    top1_agree_vs_full.naive pic_gap_points seam_gain_points naive_gap_points bf16_gap_points \
+    pic_gap_ci95 -- quality --requests 4 --out "$tmp/quality"
+if [ ! -s "$tmp/quality/accuracy_vs_w.dat" ] || [ ! -s "$tmp/quality/accuracy_vs_k.dat" ]; then
+    fail=$((fail + 1))
+    echo "  FAIL  hypic-bench quality wrote no plot data under --out"
+fi
+# a real hypic-cached on tiny, one short open-loop rate per mode
+run rag slo_ms\>0 qps_at_slo.full qps_at_slo.prefix qps_at_slo.pic qps_ratio hit_rate \
+    ttft_p50_ms.pic.4\>0 ttft_p99_ms.prefix.4\>0 errors -- rag --quick --out "$tmp/rag"
 # pic puts its NVMe tier in a directory of its own under --dir and must remove it.
 for d in "$tmp"/hypic-bench-pic-*; do
     [ -e "$d" ] || continue

@@ -81,8 +81,8 @@ static void test_defaults(void)
     CU_ASSERT_STRING_EQUAL(c->tls_cert, "");
     CU_ASSERT_STRING_EQUAL(c->tls_key, "");
     CU_ASSERT_EQUAL(c->nmodels, 1);
-    CU_ASSERT_STRING_EQUAL(c->models[0].name, "tiny");
-    CU_ASSERT_STRING_EQUAL(c->models[0].dir, "var/models/tiny");
+    CU_ASSERT_STRING_EQUAL(c->models[0].name, "recall");
+    CU_ASSERT_STRING_EQUAL(c->models[0].dir, "models/hypic-recall");
     CU_ASSERT_EQUAL(c->host_bytes, 1ull << 30);
     CU_ASSERT_EQUAL(c->host_policy.evict, HY_EVICT_GDSF);
     CU_ASSERT_EQUAL(c->host_policy.admit, HY_ADMIT_TINYLFU);
@@ -292,7 +292,7 @@ static void test_example_files(void)
     if (rc) fprintf(stderr, "\n  %s\n", e.msg);
     CU_ASSERT_EQUAL_FATAL(rc, HY_OK);
     CU_ASSERT_EQUAL(g_b.nmodels, 1);
-    CU_ASSERT_STRING_EQUAL(g_b.models[0].name, "tiny");
+    CU_ASSERT_STRING_EQUAL(g_b.models[0].name, "recall");
     CU_ASSERT_STRING_NOT_EQUAL(g_b.nvme_dir, "");
 }
 

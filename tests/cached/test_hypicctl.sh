@@ -115,8 +115,8 @@ if [ -z "$addr" ]; then
     exit 1
 fi
 echo "hypic-cached serving on $addr (TLS)"
-HYPIC_ADDR=$addr HYPIC_TOKEN=alice-secret-token-1
-export HYPIC_ADDR HYPIC_TOKEN
+HYPIC_ADDR=$addr HYPIC_TOKEN=alice-secret-token-1 HYPIC_MODEL=tiny
+export HYPIC_ADDR HYPIC_TOKEN HYPIC_MODEL
 tls="--tls-ca $fixtures/ca.pem"
 
 # ---- channel and authentication --------------------------------------------
