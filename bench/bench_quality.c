@@ -347,7 +347,8 @@ int hy_bench_quality(int argc, char **argv)
                 const int kk = r->k == 2 ? 0 : r->k == 4 ? 1 : r->k == 8 ? 2 : r->k == 16 ? 3 : 4;
                 const int place =
                     r->answer_doc == 0 ? 0 : (r->answer_doc == r->k - 1 ? 2 : 1);
-                const int seam = r->offset + 8 <= HY_SEAM_DEFAULT ? 0 : 1; /* "KEY=VAL;" */
+                /* the record is "KEYVAL;": inside the seam when its value is */
+                const int seam = r->offset + 6 <= HY_SEAM_DEFAULT ? 0 : 1;
                 byk[c][kk].right += right, byk[c][kk].n++;
                 byplace[c][place].right += right, byplace[c][place].n++;
                 byseam[c][seam].right += right, byseam[c][seam].n++;

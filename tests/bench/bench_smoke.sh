@@ -74,6 +74,9 @@ run pic requests\>0 ttft_ms.full\>0 ttft_ms.prefix\>0 ttft_ms.pic\>0 ttft_ms.nos
     ttft_ms.plain_computed\>0 pic_over_plain_computed\>0 compose_in_pass_us_per_hit\>0 \
     compose_limit_us_per_hit\>0 token_bound\>0 flop_bound\>0 xxh3_gbps\>0 \
     -- pic --model "$tmp/tiny" --requests 1 --dir "$tmp"
+# a real hypic-cached on tiny, one short open-loop rate per mode
+run rag slo_ms\>0 qps_at_slo.full qps_at_slo.prefix qps_at_slo.pic qps_ratio hit_rate \
+    ttft_p50_ms.pic.4\>0 ttft_p99_ms.prefix.4\>0 errors -- rag --quick --out "$tmp/rag"
 # pic puts its NVMe tier in a directory of its own under --dir and must remove it.
 for d in "$tmp"/hypic-bench-pic-*; do
     [ -e "$d" ] || continue

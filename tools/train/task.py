@@ -5,11 +5,13 @@ Text is bytes; the embedded tokenizer maps byte b to token b + 3 (common/util.c,
 hy_tokenize_bytes), so every character here is one token.
 
   document  filler words with records among them, ending in ".\\n":
-              "moss lake QZRT=417; pine BKLM=902; river dusk.\\n"
-            a record is a key of four capital letters, '=', a value of three digits, ';'.
+              "moss lake QZR417; pine BKL902; river dusk.\\n"
+            a record is a key of three capital letters, then a value of three digits, ';'.
             A record may open the document (no filler before it), so answers also sit in
             a reused segment's first W tokens — the seam.
-  question  "?QZRT=" — the answer is the value, "417", three tokens read greedily.
+  question  "?QZR" — the answer is the value, "417", three tokens read greedily. The value
+            follows its key directly, in the question as in the record, so answering is
+            finding where the key's letters occurred and copying what came next.
 
 Keys are unique within a request; values are uniform over 000..999. Nothing is learnt
 about particular keys or values (each request draws its own), so a held-out request is new
@@ -35,9 +37,12 @@ WORDS = ("moss lake pine river dusk stone field cloud amber north quiet wind emb
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
+KEY_LEN = 3  # 17 576 keys; unique within a request
+
+
 def new_key(r: random.Random, used: set) -> str:
     while True:
-        k = "".join(r.choice(LETTERS) for _ in range(4))
+        k = "".join(r.choice(LETTERS) for _ in range(KEY_LEN))
         if k not in used:
             used.add(k)
             return k
@@ -48,20 +53,20 @@ def document(r: random.Random, used: set, nrec=None):
     nrec = nrec if nrec is not None else r.randint(2, 4)
     text, recs = "", []
     for i in range(nrec):
-        # 0..3 filler words before a record: the first record opens the document
-        # a quarter of the time
-        for _ in range(r.randint(0, 3)):
+        # 0..2 filler words before a record: the first record opens the document
+        # a third of the time
+        for _ in range(r.randint(0, 2)):
             text += r.choice(WORDS) + " "
         k, v = new_key(r, used), f"{r.randrange(1000):03d}"
         recs.append((k, v, len(text)))
-        text += f"{k}={v}; "
-    for _ in range(r.randint(1, 3)):
+        text += f"{k}{v}; "
+    for _ in range(r.randint(1, 2)):
         text += r.choice(WORDS) + " "
     return text.rstrip() + ".\n", recs
 
 
 def question(key: str) -> str:
-    return f"?{key}="
+    return f"?{key}"
 
 
 def request(r: random.Random, k: int, answer_doc=None, first_record=None):
@@ -132,3 +137,24 @@ def read_heldout(path: str):
         out.append(dict(docs=docs, answer_doc=a, offset=off, question=q, answer=ans))
         i += k + 3
     return out
+
+
+def write_examples(dirname: str, held) -> dict:
+    """The first held-out request with four documents as files a user can send (doc1.txt ..
+    doc4.txt, question.txt): what `make run` suggests. Returns that request."""
+    import os
+    q = next(x for x in held if len(x["docs"]) == 4)
+    os.makedirs(dirname, exist_ok=True)
+    for j, d in enumerate(q["docs"]):
+        with open(os.path.join(dirname, f"doc{j + 1}.txt"), "w", encoding="ascii") as f:
+            f.write(d)
+    with open(os.path.join(dirname, "question.txt"), "w", encoding="ascii") as f:
+        f.write(q["question"])
+    return q
+
+
+def copy_text(r: random.Random, n: int):
+    """The warm-up task: n random capital letters and digits, '|', the same again. Returns
+    (text, [the span of the repeat])."""
+    s = "".join(r.choice(LETTERS + "0123456789") for _ in range(n))
+    return s + "|" + s + "\n", [(n + 1, 2 * n + 1)]

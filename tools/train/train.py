@@ -8,7 +8,8 @@ under an hour (--steps sets the length; --minutes stops it early, saying so).
 
 Writes into --out: config.json and model.safetensors (F32, save_pretrained), loss.png (the
 training curve), train.json (settings, versions, the curve's points, held-out accuracy),
-heldout.txt (the held-out requests, task.write_heldout) and, for the C test,
+heldout.txt (the held-out requests, task.write_heldout), examples/ (one of them as files
+`make run` suggests sending) and, for the C test,
 --fixture: the first held-out requests with transformers' greedy answers.
 
 Run through train.sh (it builds the pinned venv). See README.md.
@@ -67,10 +68,13 @@ def encode(text: str):
     return [b + 3 for b in text.encode("ascii")]
 
 
-def batch(r: random.Random, n: int, kmin: int, kmax: int, nq: int, w_other: float):
-    """n training sequences with one k (little padding): ids, next-token targets, weights."""
-    k = r.randint(kmin, kmax)
-    seqs = [task.training_text(r, k, nq) for _ in range(n)]
+def batch(r: random.Random, n: int, kmin: int, kmax: int, nq: int, w_other: float,
+          copy=False):
+    """n training sequences with one k (little padding): ids and loss weights; with copy, n
+    sequences of the copy warm-up (task.copy_text) instead (k is then 0)."""
+    k = 0 if copy else r.randint(kmin, kmax)
+    seqs = ([task.copy_text(r, r.randint(16, 48)) for _ in range(n)] if copy else
+            [task.training_text(r, k, nq) for _ in range(n)])
     L = max(len(t) for t, _ in seqs)
     ids = torch.full((n, L), PAD, dtype=torch.long)
     wt = torch.zeros((n, L), dtype=torch.float32)
@@ -84,12 +88,14 @@ def batch(r: random.Random, n: int, kmin: int, kmax: int, nq: int, w_other: floa
 
 
 def loss_of(model, ids, wt):
+    """The weighted loss, and the mean cross-entropy of the answer tokens alone."""
     logits = model(input_ids=ids).logits[:, :-1]
     tgt = ids[:, 1:]
     ce = torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), tgt.reshape(-1),
                                            reduction="none").view_as(tgt)
     w = wt[:, :-1]
-    return (ce * w).sum() / w.sum()
+    ans = (w == 1.0).float()
+    return (ce * w).sum() / w.sum(), ((ce * ans).sum() / ans.sum()).item()
 
 
 @torch.no_grad()
@@ -150,15 +156,19 @@ def main():
     ap.add_argument("--out", default="models/hypic-recall")
     ap.add_argument("--fixture", default="tests/fixtures/recall/answers.txt")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--steps", type=int, default=1500)
+    ap.add_argument("--steps", type=int, default=1700)
     ap.add_argument("--minutes", type=float, default=58.0, help="stop early past this")
-    ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--batch", type=int, default=12)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--weight-decay", type=float, default=0.01)
+    ap.add_argument("--clip", type=float, default=0.0, help="gradient norm clipping; 0: none")
     ap.add_argument("--kmin", type=int, default=2)
     ap.add_argument("--kmax", type=int, default=10)
-    ap.add_argument("--questions", type=int, default=4, help="per training sequence")
-    ap.add_argument("--w-other", type=float, default=0.1,
+    ap.add_argument("--questions", type=int, default=12, help="per training sequence (at most its records)")
+    ap.add_argument("--w-other", type=float, default=0.05,
                     help="loss weight of tokens that are not answers")
+    ap.add_argument("--copy-steps", type=int, default=400,
+                    help="steps of the copy warm-up (then every 4th batch, to 3x as many)")
     ap.add_argument("--eval-every", type=int, default=100)
     ap.add_argument("--heldout", type=int, default=600)
     args = ap.parse_args()
@@ -180,7 +190,7 @@ def main():
     vpath.unlink()
 
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95),
-                            weight_decay=0.05)
+                            weight_decay=args.weight_decay)
     warm = max(1, args.steps // 20)
 
     def lr_at(s):
@@ -198,17 +208,30 @@ def main():
             break
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
-        ids, wt, k = batch(r, args.batch, args.kmin, args.kmax, args.questions, args.w_other)
-        loss = loss_of(model, ids, wt)
+        # curriculum: after the warm-up, the largest k grows from kmin + 2 to kmax over 40 %
+        # of the remaining steps
+        rest = max(1, args.steps - args.copy_steps)
+        kmax = min(args.kmax, args.kmin + 2 + int((args.kmax - args.kmin) *
+                                                  max(0, step - args.copy_steps) / (0.4 * rest)))
+        # warm-up: the first --copy-steps batches are the copy task, so that heads which find
+        # an earlier occurrence of what they read and copy what followed it form first (they
+        # do in ~200 steps; from the recall task alone they had not in 400); then every fourth
+        # batch is, for twice as long again, while the recall task takes over
+        copy = step < args.copy_steps or (step < 3 * args.copy_steps and step % 4 == 3)
+        ids, wt, k = batch(r, args.batch, args.kmin, kmax, args.questions, args.w_other, copy)
+        loss, ans_ce = loss_of(model, ids, wt)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        if args.clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
         opt.step()
         toks += ids.numel()
-        points.append({"step": step, "loss": round(loss.item(), 5), "k": k})
+        points.append({"step": step, "loss": round(loss.item(), 5), "answer_ce": round(ans_ce, 5),
+                       "k": k})
         if step % 10 == 0:
             el = time.time() - t0
-            print(f"step {step:5d}/{args.steps}  loss {loss.item():.4f}  k {k:2d}  "
+            print(f"step {step:5d}/{args.steps}  loss {loss.item():.4f}  "
+                  f"{'copy' if copy else 'answer'} {ans_ce:.3f}  k {k:2d}  "
                   f"lr {lr_at(step):.2e}  {toks / el:6.0f} tok/s  {el / 60:5.1f} min", flush=True)
         if (step + 1) % args.eval_every == 0 or step + 1 == args.steps:
             em = exact_match(model, val)
@@ -230,6 +253,10 @@ def main():
         by_k[k] = exact_match(model, part)
     print(f"held-out exact match (full recompute, greedy): {100 * em_all:.1f}% of {len(held)}; "
           + ", ".join(f"k={k}: {100 * v:.1f}%" for k, v in by_k.items()), flush=True)
+
+    ex = task.write_examples(str(out / "examples"), held)
+    print(f"examples/: a held-out request ({ex['question']} -> {ex['answer']}, in document "
+          f"{ex['answer_doc'] + 1} of 4)", flush=True)
 
     # the C test's fixture: prompts and transformers' greedy answers
     fx = Path(args.fixture)
