@@ -64,6 +64,23 @@ static void test_attention_matches_definition(void)
     free(q), free(K), free(V), free(o), free(scores);
 }
 
+/* hy_attention_at of n random rows at pos[] (head size hd, row stride ld)
+ * against the definition; the scores scratch starts as NaN, so a product
+ * that reads a score nobody wrote fails. Returns the largest error. */
+static double attention_at_error(hy_rng *r, int n, int hd, int ld, const int64_t *pos)
+{
+    const int ctx = (int)pos[n - 1] + 1;
+    float *q = randn(r, (size_t)n * ld), *K = randn(r, (size_t)ctx * ld),
+          *V = randn(r, (size_t)ctx * ld);
+    float *o = calloc((size_t)n * hd, sizeof(float));
+    float *scores = malloc((size_t)HY_ATTN_BLOCK * ctx * sizeof(float));
+    for (size_t i = 0; i < (size_t)HY_ATTN_BLOCK * ctx; i++) scores[i] = NAN;
+    hy_attention_at(n, hd, pos, q, ld, K, ld, V, ld, 0.25f, o, hd, scores);
+    const double worst = attention_error(n, hd, pos, q, K, V, ld, 0.25f, o);
+    free(q), free(K), free(V), free(o), free(scores);
+    return worst;
+}
+
 /* Rows at positions with gaps between them (a request's seams and query
  * around composed holes) and repeats of none: each row sees exactly the keys
  * up to its own position, whichever block it shares. */
@@ -71,23 +88,16 @@ static void test_attention_at_scattered_positions(void)
 {
     hy_rng r;
     hy_rng_seed(&r, 3);
-    const int hd = 16, n = 100, ld = hd + 3;
-    int64_t pos[100];
+    enum { N = 100 };
+    int64_t pos[N];
     int64_t at = 5;
-    for (int t = 0; t < n; t++) { /* runs of 1–9 rows, gaps of 0–40 positions */
+    for (int t = 0; t < N; t++) { /* runs of 1–9 rows, gaps of 0–40 positions */
         pos[t] = at++;
         if (hy_rng_next(&r) % 5 == 0) at += (int64_t)(hy_rng_next(&r) % 41);
     }
-    const int ctx = (int)pos[n - 1] + 1;
-    float *q = randn(&r, (size_t)n * ld), *K = randn(&r, (size_t)ctx * ld),
-          *V = randn(&r, (size_t)ctx * ld);
-    float *o = calloc((size_t)n * hd, sizeof(float));
-    float *scores = malloc((size_t)HY_ATTN_BLOCK * ctx * sizeof(float));
-    hy_attention_at(n, hd, pos, q, ld, K, ld, V, ld, 0.25f, o, hd, scores);
-    const double worst = attention_error(n, hd, pos, q, K, V, ld, 0.25f, o);
-    printf("\n    %d rows over %d positions: max abs error %.1e", n, ctx, worst);
+    const double worst = attention_at_error(&r, N, 16, 19, pos);
+    printf("\n    %d rows over %d positions: max abs error %.1e", N, (int)pos[N - 1] + 1, worst);
     CU_ASSERT(worst < 1e-5);
-    free(q), free(K), free(V), free(o), free(scores);
 }
 
 /* A request's rows: 8-row seams hundreds of positions apart (each block's
@@ -98,8 +108,8 @@ static void test_attention_at_seams_far_apart(void)
 {
     hy_rng r;
     hy_rng_seed(&r, 4);
-    const int hd = 16, n = 11 * 8 + 40, ld = hd + 1;
-    int64_t pos[11 * 8 + 40];
+    enum { N = 11 * 8 + 40 };
+    int64_t pos[N];
     int64_t at = 0;
     int t = 0;
     for (int s = 0; s < 11; s++) {
@@ -107,18 +117,10 @@ static void test_attention_at_seams_far_apart(void)
         at += 200 + (int64_t)(hy_rng_next(&r) % 500);
     }
     for (int i = 0; i < 40; i++) pos[t++] = at + i;
-    const int ctx = (int)pos[n - 1] + 1;
-    float *q = randn(&r, (size_t)n * ld), *K = randn(&r, (size_t)ctx * ld),
-          *V = randn(&r, (size_t)ctx * ld);
-    float *o = calloc((size_t)n * hd, sizeof(float));
-    float *scores = malloc((size_t)HY_ATTN_BLOCK * ctx * sizeof(float));
-    for (size_t i = 0; i < (size_t)HY_ATTN_BLOCK * ctx; i++) scores[i] = NAN; /* no stale zeros */
-    hy_attention_at(n, hd, pos, q, ld, K, ld, V, ld, 0.25f, o, hd, scores);
-    const double worst = attention_error(n, hd, pos, q, K, V, ld, 0.25f, o);
-    printf("\n    %d rows, seams %d+ positions apart, over %d positions: max abs error %.1e", n,
-           200, ctx, worst);
+    const double worst = attention_at_error(&r, N, 16, 17, pos);
+    printf("\n    %d rows, seams 200+ positions apart, over %d positions: max abs error %.1e", N,
+           (int)pos[N - 1] + 1, worst);
     CU_ASSERT(worst < 1e-5);
-    free(q), free(K), free(V), free(o), free(scores);
 }
 
 static void test_conv_carries_state(void)

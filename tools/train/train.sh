@@ -5,13 +5,7 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
-VENV="$HERE/.venv"
-PYTHON="${PYTHON:-python3}"
-
-if [ ! -x "$VENV/bin/python" ]; then
-    "$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "need Python >= 3.10")'
-    "$PYTHON" -m venv "$VENV"
-fi
-"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$HERE/requirements.txt"
+. "$ROOT/tools/pyvenv.sh"
+hy_pyvenv "$HERE"
 cd "$ROOT"
-exec "$VENV/bin/python" "$HERE/train.py" "$@"
+exec "$VENV_PYTHON" "$HERE/train.py" "$@"
