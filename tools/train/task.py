@@ -153,8 +153,10 @@ def write_examples(dirname: str, held) -> dict:
     return q
 
 
-def copy_text(r: random.Random, n: int):
-    """The warm-up task: n random capital letters and digits, '|', the same again. Returns
-    (text, [the span of the repeat])."""
-    s = "".join(r.choice(LETTERS + "0123456789") for _ in range(n))
+def copy_text(r: random.Random, n: int, symbols: int = 36):
+    """The warm-up task: n random symbols, '|', the same again. The symbols are the first
+    `symbols` of the record alphabet (capital letters, then digits): the copy curriculum
+    starts with a few and widens to all 36. Returns (text, [the span of the repeat])."""
+    alphabet = (LETTERS + "0123456789")[:symbols]
+    s = "".join(r.choice(alphabet) for _ in range(n))
     return s + "|" + s + "\n", [(n + 1, 2 * n + 1)]

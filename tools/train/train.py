@@ -3,8 +3,10 @@
 
 A byte-level Qwen3.5 text model (Qwen3_5ForCausalLM, transformers' pure-PyTorch path):
 8 layers, Gated DeltaNet and full attention 3:1 (L L L F L L L F), hidden 128, ~1.7 M
-parameters, vocabulary 259 (byte b is token b + 3). Seeded; on a 2-core machine it runs in
-under an hour (--steps sets the length; --minutes stops it early, saying so).
+parameters, vocabulary 259 (byte b is token b + 3). First a copy curriculum (repeat a random
+string after '|': ten symbols and short strings, widening to the 36 of the records and longer
+strings, each stage until it is learnt), then --steps of the recall task. Seeded; on a 2-core
+machine it runs in under an hour (--minutes stops it early, saying so).
 
 Writes into --out: config.json and model.safetensors (F32, save_pretrained), loss.png (the
 training curve), train.json (settings, versions, the curve's points, held-out accuracy),
@@ -69,12 +71,13 @@ def encode(text: str):
 
 
 def batch(r: random.Random, n: int, kmin: int, kmax: int, nq: int, w_other: float,
-          copy=False):
-    """n training sequences with one k (little padding): ids and loss weights; with copy, n
-    sequences of the copy warm-up (task.copy_text) instead (k is then 0)."""
+          copy=None):
+    """n training sequences with one k (little padding): ids and loss weights; with copy =
+    (symbols, shortest, longest), n sequences of the copy warm-up (task.copy_text) instead
+    (k is then 0)."""
     k = 0 if copy else r.randint(kmin, kmax)
-    seqs = ([task.copy_text(r, r.randint(16, 48)) for _ in range(n)] if copy else
-            [task.training_text(r, k, nq) for _ in range(n)])
+    seqs = ([task.copy_text(r, r.randint(copy[1], copy[2]), copy[0]) for _ in range(n)] if copy
+            else [task.training_text(r, k, nq) for _ in range(n)])
     L = max(len(t) for t, _ in seqs)
     ids = torch.full((n, L), PAD, dtype=torch.long)
     wt = torch.zeros((n, L), dtype=torch.float32)
@@ -156,8 +159,8 @@ def main():
     ap.add_argument("--out", default="models/hypic-recall")
     ap.add_argument("--fixture", default="tests/fixtures/recall/answers.txt")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--steps", type=int, default=1700)
-    ap.add_argument("--minutes", type=float, default=58.0, help="stop early past this")
+    ap.add_argument("--steps", type=int, default=1200, help="steps of the recall task")
+    ap.add_argument("--minutes", type=float, default=55.0, help="stop early past this")
     ap.add_argument("--batch", type=int, default=12)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--weight-decay", type=float, default=0.01)
@@ -167,8 +170,14 @@ def main():
     ap.add_argument("--questions", type=int, default=12, help="per training sequence (at most its records)")
     ap.add_argument("--w-other", type=float, default=0.05,
                     help="loss weight of tokens that are not answers")
-    ap.add_argument("--copy-steps", type=int, default=400,
-                    help="steps of the copy warm-up (then every 4th batch, to 3x as many)")
+    ap.add_argument("--copy-stages", default="10:8:24,20:8:24,36:8:24,36:16:48",
+                    help="the copy curriculum before the recall task: symbols:shortest:longest "
+                         "per stage, comma-separated; empty: none")
+    ap.add_argument("--copy-advance", type=float, default=0.3,
+                    help="a copy stage ends when the repeat's cross-entropy (moving mean) is below this")
+    ap.add_argument("--copy-stage-max", type=int, default=500, help="steps at most per copy stage")
+    ap.add_argument("--copy-mix", type=int, default=300,
+                    help="recall steps during which every 4th batch is still the last copy stage")
     ap.add_argument("--eval-every", type=int, default=100)
     ap.add_argument("--heldout", type=int, default=600)
     args = ap.parse_args()
@@ -191,33 +200,44 @@ def main():
 
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95),
                             weight_decay=args.weight_decay)
+    stages = [tuple(int(x) for x in st.split(":")) for st in args.copy_stages.split(",") if st]
     warm = max(1, args.steps // 20)
 
-    def lr_at(s):
+    def recall_lr(s):
+        """Step s of the recall task: a short warm-up, then cosine to 5 % over --steps."""
         if s < warm:
             return args.lr * (s + 1) / warm
-        return args.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * (s - warm) /
-                                                              max(1, args.steps - warm))))
+        return args.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(1.0, (s - warm) /
+                                                                   max(1, args.steps - warm)))))
 
     points, t0, toks, stopped = [], time.time(), 0, None
+    stage, stage_start, ema, recall_start, stage_log = 0, 0, None, None, []
     model.train()
-    for step in range(args.steps):
+    step = 0
+    while recall_start is None or step < recall_start + args.steps:
         if (time.time() - t0) / 60 > args.minutes:
             stopped = step
             print(f"stopping at step {step}: past --minutes {args.minutes}", flush=True)
             break
+        # The copy curriculum first: the heads that find where the current tokens occurred
+        # before and copy what followed them (the whole of the recall task) form in ~250 steps
+        # on ten symbols and short strings, and had not in 400 on 36 symbols and strings of
+        # 16-48 (tools/train/README.md); each stage widens the alphabet or the length once
+        # the previous one is learnt.
+        if stage < len(stages):
+            lr, copy, kmax = args.lr * min(1.0, (step - stage_start + 1) / 20), stages[stage], 0
+        else:
+            if recall_start is None:
+                recall_start = step
+                print(f"recall task from step {step}", flush=True)
+            rs = step - recall_start
+            lr = recall_lr(rs)
+            # the largest k grows from kmin + 2 to kmax over 40 % of the recall steps
+            kmax = min(args.kmax, args.kmin + 2 + int((args.kmax - args.kmin) * rs /
+                                                      (0.4 * args.steps)))
+            copy = stages[-1] if stages and rs < args.copy_mix and step % 4 == 3 else None
         for g in opt.param_groups:
-            g["lr"] = lr_at(step)
-        # curriculum: after the warm-up, the largest k grows from kmin + 2 to kmax over 40 %
-        # of the remaining steps
-        rest = max(1, args.steps - args.copy_steps)
-        kmax = min(args.kmax, args.kmin + 2 + int((args.kmax - args.kmin) *
-                                                  max(0, step - args.copy_steps) / (0.4 * rest)))
-        # warm-up: the first --copy-steps batches are the copy task, so that heads which find
-        # an earlier occurrence of what they read and copy what followed it form first (they
-        # do in ~200 steps; from the recall task alone they had not in 400); then every fourth
-        # batch is, for twice as long again, while the recall task takes over
-        copy = step < args.copy_steps or (step < 3 * args.copy_steps and step % 4 == 3)
+            g["lr"] = lr
         ids, wt, k = batch(r, args.batch, args.kmin, kmax, args.questions, args.w_other, copy)
         loss, ans_ce = loss_of(model, ids, wt)
         opt.zero_grad(set_to_none=True)
@@ -226,17 +246,29 @@ def main():
             torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
         opt.step()
         toks += ids.numel()
-        points.append({"step": step, "loss": round(loss.item(), 5), "answer_ce": round(ans_ce, 5),
-                       "k": k})
+        pt = {"step": step, "loss": round(loss.item(), 5), "k": k}
+        pt["copy_ce" if copy else "answer_ce"] = round(ans_ce, 5)
+        points.append(pt)
         if step % 10 == 0:
             el = time.time() - t0
-            print(f"step {step:5d}/{args.steps}  loss {loss.item():.4f}  "
-                  f"{'copy' if copy else 'answer'} {ans_ce:.3f}  k {k:2d}  "
-                  f"lr {lr_at(step):.2e}  {toks / el:6.0f} tok/s  {el / 60:5.1f} min", flush=True)
-        if (step + 1) % args.eval_every == 0 or step + 1 == args.steps:
+            what = f"copy {copy[0]}:{copy[1]}-{copy[2]}" if copy else f"answer k {k:2d}"
+            print(f"step {step:5d}  loss {loss.item():.4f}  {what} ce {ans_ce:.3f}  "
+                  f"lr {lr:.2e}  {toks / el:6.0f} tok/s  {el / 60:5.1f} min", flush=True)
+        if stage < len(stages):
+            ema = ans_ce if ema is None else 0.9 * ema + 0.1 * ans_ce
+            n = step - stage_start + 1
+            if (n >= 30 and ema < args.copy_advance) or n >= args.copy_stage_max:
+                learnt = ema < args.copy_advance
+                stage_log.append({"stage": stages[stage], "steps": n, "ce": round(ema, 4),
+                                  "learnt": learnt})
+                print(f"copy stage {stages[stage]} {'learnt' if learnt else 'NOT learnt'} in "
+                      f"{n} steps (repeat cross-entropy {ema:.3f})", flush=True)
+                stage, stage_start, ema = stage + 1, step + 1, None
+        elif (step - recall_start + 1) % args.eval_every == 0:
             em = exact_match(model, val)
             points.append({"step": step, "val_em": em})
             print(f"  validation exact match {100 * em:.1f}% ({len(val)} requests)", flush=True)
+        step += 1
 
     train_s = time.time() - t0
     model.eval()
@@ -272,7 +304,8 @@ def main():
 
     info = {
         "task": "multi-document key -> value recall (tools/train/task.py)",
-        "parameters": nparam, "seed": args.seed, "steps": stopped or args.steps,
+        "parameters": nparam, "seed": args.seed, "steps": stopped or step, "recall_from_step": recall_start,
+        "copy_curriculum": stage_log,
         "stopped_early": stopped is not None, "train_seconds": round(train_s, 1),
         "settings": vars(args), "tokens_seen": toks,
         "heldout_exact_match": em_all,
