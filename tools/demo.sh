@@ -113,8 +113,8 @@ cat <<EOF
 pic answered $right of $total right. (full prefills every token; prefix reuses only a run of
 leading documents seen before in that order, so shuffled orders defeat it; pic recomputes a
 seam of up to 8 tokens per document and composes the rest from the cache; noseam and naive
-are its ablations: naive adds cached states without their transition operators, which
-breaks the decaying layers.)
+are its ablations: naive adds cached states without their transition operators — on this
+small model that changes no answer, for a reason docs/quality.md shows in its weights.)
 EOF
 echo
 echo "== cache statistics"
