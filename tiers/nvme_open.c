@@ -321,10 +321,27 @@ static int check_config(const hy_nvme_config *c, hy_nvme_config *out, hy_err *er
     return HY_OK;
 }
 
+/* mkdir -p: the tier's directory and any missing parents (var/nvme on a fresh
+ * clone, where var/ does not exist yet). */
 static int make_dir(const char *path, hy_err *err)
 {
-    if (mkdir(path, 0755) == 0 || errno == EEXIST) return HY_OK;
-    return hy_err_set(err, HY_EIO, "creating directory %s: %s", path, strerror(errno));
+    char buf[4096];
+    const size_t n = strlen(path);
+    if (n == 0 || n >= sizeof buf)
+        return hy_err_set(err, HY_EINVAL, "directory path of %zu bytes: 1..%zu", n,
+                          sizeof buf - 1);
+    memcpy(buf, path, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (buf[i] != '/' && buf[i] != '\0') continue;
+        const char c = buf[i];
+        buf[i] = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST) {
+            const int e = errno;
+            return hy_err_set(err, HY_EIO, "creating directory %s: %s", buf, strerror(e));
+        }
+        buf[i] = c;
+    }
+    return HY_OK;
 }
 
 int hy_nvme_open(const char *dir, const hy_nvme_config *cfg, hy_nvme **out, hy_err *err)

@@ -537,6 +537,28 @@ static void test_second_open(void)
     hy_nvme_close(n);
 }
 
+static void test_missing_parents_created(void)
+{
+    char dir[160], deep[200];
+    case_dir(dir, sizeof dir);
+    snprintf(deep, sizeof deep, "%s/var/nvme", dir); /* neither var/ nor nvme/ exists */
+    hy_nvme *n = open_tier(deep, 4 * MiB, 2);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(n);
+    hy_nvme_close(n);
+    /* a path through a regular file: a clear error naming the directory */
+    char file[220], bad[240];
+    snprintf(file, sizeof file, "%s/plain", dir);
+    FILE *f = fopen(file, "w");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fclose(f);
+    snprintf(bad, sizeof bad, "%s/sub", file);
+    hy_nvme *m = NULL;
+    hy_err e = {0};
+    CU_ASSERT_NOT_EQUAL(hy_nvme_open(bad, NULL, &m, &e), 0);
+    CU_ASSERT_PTR_NULL(m);
+    CU_ASSERT(strstr(e.msg, "creating directory") != NULL && strstr(e.msg, bad) != NULL);
+}
+
 typedef struct listing {
     hy_key keys[32];
     int n, stop_after;
@@ -740,6 +762,7 @@ int main(void)
         {"injected write error: nothing visible, tier works", test_injected_write_error},
         {"injected read error: get fails, entry kept", test_injected_read_error},
         {"a second open of one directory is refused", test_second_open},
+        {"missing parent directories are created", test_missing_parents_created},
         {"foreach lists every entry in key order", test_foreach},
         {"four threads: every read byte-identical", test_four_threads},
         {NULL, NULL},
