@@ -38,6 +38,7 @@ static void setup(void)
     static hy_cached_config cfg;
     hy_cached_config_default(&cfg);
     snprintf(cfg.models[0].dir, sizeof cfg.models[0].dir, "%s", model);
+    snprintf(cfg.models[0].name, sizeof cfg.models[0].name, "tiny");
     cfg.host_bytes = 32u << 20;
     cfg.host_policy.capacity = cfg.host_bytes;
     cfg.exec_threads = 1;
