@@ -66,6 +66,26 @@ def config():
         bos_token_id=None, eos_token_id=None, pad_token_id=PAD)
 
 
+def fix_decays(model, decays):
+    """Every Gated DeltaNet layer's value head h forgets at the fixed rate decays[h] per token:
+    g = -exp(A_log) * softplus(a + dt_bias) with a = in_proj_a(x) held at 0 and dt_bias at 1,
+    so A_log = log(-ln(decay) / softplus(1)). Those three are frozen."""
+    sp1 = math.log1p(math.e)
+    for layer in model.model.layers:
+        la = getattr(layer, "linear_attn", None)
+        if la is None:
+            continue
+        if len(decays) != la.num_v_heads:
+            sys.exit(f"train: --decays has {len(decays)} values; the model has {la.num_v_heads} "
+                     f"value heads per Gated DeltaNet layer")
+        with torch.no_grad():
+            la.dt_bias.fill_(1.0)
+            la.in_proj_a.weight.zero_()
+            la.A_log.copy_(torch.tensor([math.log(-math.log(d) / sp1) for d in decays]))
+        for p in (la.dt_bias, la.in_proj_a.weight, la.A_log):
+            p.requires_grad_(False)
+
+
 def encode(text: str):
     return [b + 3 for b in text.encode("ascii")]
 
@@ -178,6 +198,11 @@ def main():
     ap.add_argument("--copy-stage-max", type=int, default=500, help="steps at most per copy stage")
     ap.add_argument("--copy-mix", type=int, default=300,
                     help="recall steps during which every 4th batch is still the last copy stage")
+    ap.add_argument("--decays", default="",
+                    help="fixed per-token decays of the Gated DeltaNet value heads, comma-separated "
+                         "(one per head, e.g. 0.5,0.9,0.97,0.99, as RetNet's fixed multi-scale "
+                         "decays): A_log set from them and frozen, dt_bias and in_proj_a frozen "
+                         "(in_proj_a at zero); empty: learnt, transformers' initialisation")
     ap.add_argument("--eval-every", type=int, default=100)
     ap.add_argument("--heldout", type=int, default=600)
     args = ap.parse_args()
@@ -190,6 +215,8 @@ def main():
 
     cfg = config()
     model = m35.Qwen3_5ForCausalLM(cfg).float()
+    if args.decays:
+        fix_decays(model, [float(x) for x in args.decays.split(",")])
     nparam = sum(p.numel() for p in model.parameters())
     print(f"model: {nparam / 1e6:.2f} M parameters, layers {cfg.layer_types}", flush=True)
     # validation: requests like the held-out ones, from another seed
@@ -198,8 +225,8 @@ def main():
     val = task.read_heldout(str(vpath))
     vpath.unlink()
 
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95),
-                            weight_decay=args.weight_decay)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr,
+                            betas=(0.9, 0.95), weight_decay=args.weight_decay)
     stages = [tuple(int(x) for x in st.split(":")) for st in args.copy_stages.split(",") if st]
     warm = max(1, args.steps // 20)
 
