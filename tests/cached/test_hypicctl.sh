@@ -269,7 +269,9 @@ run 0 "alice still has it" $tls inspect "$key" --json
 # ---- bench -----------------------------------------------------------------
 run 0 "bench closed loop" $tls bench --random 4 --tokens 32 --clients 2 --duration 1 --json
 check "bench closed --json" 'd["loop"] == "closed" and d["ok"] > 0 and d["errors"] == {} and d["p50_ms"] <= d["p90_ms"] <= d["p99_ms"] <= d["max_ms"] and d["qps"] > 0'
-run 0 "bench open loop" $tls bench --random 4 --tokens 32 --rate 50 --duration 1 --json --no-warm
+# 8 senders, not the default 64: 64 TLS handshakes at once under ASan on a loaded
+# 2-core machine once failed a connection (the open loop itself is what is checked)
+run 0 "bench open loop" $tls bench --random 4 --tokens 32 --rate 50 --clients 8 --duration 1 --json --no-warm
 check "bench open --json" 'd["loop"] == "open" and 45 <= d["requests"] <= 51'
 run 0 "bench prefill (table)" $tls bench --method prefill --segment doc0.txt doc1.txt --clients 2 --duration 1
 has "bench prints p99" out "p99"
