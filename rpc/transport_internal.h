@@ -1,0 +1,51 @@
+/*
+ * What the TCP and shared-memory transports share behind hy_transport.h:
+ * whole-buffer socket I/O, and the client's frame reader (a thread that reads
+ * the server's frames, places TCP's DATA into the buffer, and records
+ * DONE/FAIL for hy_tp_wait).
+ */
+#ifndef HY_TRANSPORT_INTERNAL_H
+#define HY_TRANSPORT_INTERNAL_H
+
+#include "hy_transport.h"
+
+#include <pthread.h>
+
+/* send()/recv() until n bytes moved (MSG_NOSIGNAL: a closed peer is HY_EIO,
+ * never SIGPIPE). what names the transfer in the error. */
+int hy_tp_send_all(int fd, const void *p, size_t n, const char *what, hy_err *err);
+int hy_tp_recv_all(int fd, void *p, size_t n, const char *what, hy_err *err);
+int hy_tp_send_frame(int fd, uint32_t type, uint64_t xfer, uint64_t off, uint64_t len, hy_err *err);
+/* Send and receive timeouts on a socket (0: none). */
+void hy_tp_set_timeouts(int fd, int send_ms, int recv_ms);
+
+/* The client's side over a stream socket, for TCP and shm. */
+typedef struct hy_tp_stream_rx {
+    hy_tp_receiver base;
+    int fd;
+    bool data_allowed; /* TCP: DATA frames carry bytes; shm: a DATA frame is an error */
+    pthread_t reader;
+    bool reader_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool dead;     /* the connection ended or broke the protocol */
+    char why[512]; /* why, when dead */
+    struct hy_tp_done_rec {
+        uint64_t xfer, off, bytes;
+        bool failed;
+    } done[64]; /* the last completions, a ring */
+    unsigned ndone;
+    void (*release_buf)(struct hy_tp_stream_rx *rx); /* frees base.buf */
+} hy_tp_stream_rx;
+
+/* Starts the reader on an attached connection (rx fully set up but for the
+ * thread and the ring); on failure nothing is started and the caller frees. */
+int hy_tp_stream_rx_start(hy_tp_stream_rx *rx, hy_err *err);
+extern const hy_tp_receiver_ops hy_tp_stream_rx_ops;
+
+/* The attach handshake's client half: HELLO (with its ancillary fd when
+ * pass_fd >= 0) then the ACK; the server's refusal as HY_EINVAL. */
+int hy_tp_attach(int fd, uint64_t id, const uint8_t secret[HY_TP_SECRET_BYTES], int pass_fd,
+                 const char *what, hy_err *err);
+
+#endif
