@@ -143,6 +143,12 @@ static const opt k_opts[] = {
     NUMBER("limits.page_size", OPT_U32, page_size, 1, 100000, "1000"),
     NUMBER("limits.max_entry_bytes", OPT_SIZE, max_entry_bytes, 4 * KIB, TIB, "1G"),
     NUMBER("limits.drain_ms", OPT_U32, drain_ms, 0, 600000, "10000"),
+    STRING("transport.tcp_listen", tp_tcp_listen, ""),
+    STRING("transport.shm_socket", tp_shm_socket, ""),
+    STRING("transport.rdma", tp_rdma, "auto"),
+    STRING("transport.rdma_device", tp_rdma_device, ""),
+    NUMBER("transport.max_sessions", OPT_U32, tp_max_sessions, 1, 65536, "64"),
+    NUMBER("transport.max_buffer", OPT_SIZE, tp_max_buffer, 4 * KIB, 16 * TIB, "16G"),
     NAMED("log.level", OPT_LEVEL, log_level, "info"),
     NAMED("log.requests", OPT_BOOL, log_requests, "true"),
 };
@@ -815,6 +821,14 @@ static int check_whole(cfg_ctx *x, hy_cached_config *c)
         rc = fail_key(x, HY_EINVAL, "limits.watchers",
                       "%u Watch streams would hold all %u workers (limits.workers): keep it below",
                       c->watchers, c->workers);
+    if (!rc && c->tp_tcp_listen[0]) {
+        bool tlo;
+        rc = check_addr(x, "transport.tcp_listen", c->tp_tcp_listen, &tlo);
+    }
+    if (!rc && strcmp(c->tp_rdma, "auto") && strcmp(c->tp_rdma, "off") &&
+        strcmp(c->tp_rdma, "required"))
+        rc = fail_key(x, HY_EINVAL, "transport.rdma", "'%s' is not auto, off or required",
+                      c->tp_rdma);
     if (!rc) rc = check_tls(x, c);
     if (!rc) rc = check_models(x, c);
     if (!rc) rc = check_tiers(x, c);

@@ -125,6 +125,17 @@ typedef struct hy_cached_config {
     uint32_t drain_ms;        /* limits.drain_ms 0..600000: SIGTERM's wait for in-flight
                                * calls, default 10000 */
 
+    /* bulk transports (docs/transports.md) */
+    char tp_tcp_listen[HY_CFG_ADDR_MAX]; /* transport.tcp_listen: the data port, host:port;
+                                          * "" (default): listen's host, any free port */
+    char tp_shm_socket[108];   /* transport.shm_socket: the Unix socket shm clients attach on;
+                                * "" (default): $TMPDIR (or /tmp)/hypic-cached-<grpc port>.sock;
+                                * "off": no shm */
+    char tp_rdma[16];          /* transport.rdma auto|off|required, default auto */
+    char tp_rdma_device[64];   /* transport.rdma_device: "" (default) the first active one */
+    uint32_t tp_max_sessions;  /* transport.max_sessions 1..65536 open at once, default 64 */
+    uint64_t tp_max_buffer;    /* transport.max_buffer 4K..16T per session, default 16G */
+
     /* logging */
     int log_level;     /* log.level debug|info|warn|error (HY_LOG_*), default info */
     bool log_requests; /* log.requests: one line per request, default true */

@@ -216,6 +216,10 @@ hy_rpc_code do_prefill(rq *r, const ProtobufCMessage *req)
             return h_fail(r, HY_RPC_INVALID_ARGUMENT,
                           "field 'query[%zu]': %u is outside the vocabulary of model '%s' (0..%d)",
                           t, q->query[t], sm->name, V - 1);
+    if (q->return_state && q->transport_session == 0)
+        return h_fail(r, HY_RPC_INVALID_ARGUMENT,
+                      "field 'transport_session' is 0: return_state needs a session "
+                      "(OpenTransport)");
     if ((c = h_segs_parse(r, sm, q->segments, q->n_segments, q->n_query, true, &sg))) return c;
     const size_t n = q->n_segments;
     Hypic__V1__Timings tm = HYPIC__V1__TIMINGS__INIT;
@@ -233,6 +237,7 @@ hy_rpc_code do_prefill(rq *r, const ProtobufCMessage *req)
     Hypic__V1__TokenProb *tp = calloc((size_t)V, sizeof *tp);
     Hypic__V1__TokenProb **tpp = calloc(top_k ? top_k : 1, sizeof *tpp);
     uint32_t *gen = calloc(q->max_new_tokens ? q->max_new_tokens : 1, sizeof *gen);
+    h_delivery dl = {0};
     Hypic__V1__SegmentOutcome *oc = calloc(n, sizeof *oc);
     Hypic__V1__SegmentOutcome **ocp = calloc(n, sizeof *ocp);
     hy_key *keys = calloc(n, sizeof *keys);
@@ -303,6 +308,12 @@ hy_rpc_code do_prefill(rq *r, const ProtobufCMessage *req)
     tm.prefix_restore_ms = res.restore_s * 1e3;
     tm.forward_ms = res.forward_s * 1e3;
     tm.compose_ms = res.compose_s * 1e3;
+    /* the state after the query, before any continuation, to the client */
+    if (!rc && q->return_state &&
+        (c = h_deliver_state(r, sm, x->st, q->transport_session, q->state_offset, &dl))) {
+        svc_exec_give(s, sm, x);
+        goto out;
+    }
     /* the first token's candidates, then the greedy continuation */
     size_t ngen = 0;
     if (!rc) {
@@ -380,8 +391,10 @@ hy_rpc_code do_prefill(rq *r, const ProtobufCMessage *req)
     resp.segments = ocp;
     resp.tokens_computed = (uint64_t)r->computed;
     resp.timings = &tm;
+    if (q->return_state) resp.state = &dl.d;
     c = h_send(r, &resp.base);
 out:
+    h_delivery_free(&dl);
     for (size_t i = 0; built && i < n; i++) hy_entry_free(built[i]);
     free(from);
     free(hs);

@@ -37,6 +37,16 @@ hy_rpc_code do_get_entry(rq *r, const ProtobufCMessage *req)
     pb_meta pm;
     h_meta_to_pb(r->s, &m, mask, &pm);
     const uint8_t *data = hy_lease_data(l);
+    if (q->transport_session) { /* the bytes through the client's session, meta here */
+        Hypic__V1__Delivery d;
+        c = h_deliver_bytes(r, q->transport_session, q->offset, data, m.bytes, &d);
+        hy_store_release(r->s->store, l);
+        if (c) return c;
+        Hypic__V1__EntryChunk ch = HYPIC__V1__ENTRY_CHUNK__INIT;
+        ch.meta = &pm.pb;
+        ch.delivery = &d;
+        return h_send(r, &ch.base);
+    }
     const size_t chunk = HY_MIN((size_t)CHUNK_BYTES, (size_t)r->s->cfg.max_message / 2);
     for (uint64_t off = 0; off < m.bytes && !c; off += chunk) {
         Hypic__V1__EntryChunk ch = HYPIC__V1__ENTRY_CHUNK__INIT;
@@ -508,6 +518,9 @@ hy_rpc_code do_stats(rq *r, const ProtobufCMessage *req)
     ts[2].why_absent = ts[2].present ? "" : "no tiers.nvme.path in the configuration";
     ts[2].capacity = s->cfg.nvme_dir[0] ? s->cfg.nvme_bytes : 0;
     Hypic__V1__StatsResponse resp = HYPIC__V1__STATS_RESPONSE__INIT;
+    h_tp_stats tps;
+    h_transport_stats(s, &tps);
+    if (r->who.admin) resp.transport = &tps.pb; /* every tenant's sessions */
     if (r->who.admin) { /* the whole store */
         ts[0].entries = st.hbm_entries, ts[0].bytes = st.hbm_bytes, ts[0].hits = st.hits_hbm;
         ts[0].evictions = st.hbm_evictions, ts[0].promotions = st.hbm_promotions;

@@ -8,7 +8,9 @@
  *                       build and run the model;
  *   handlers_entries.c  the methods over stored entries (GetEntry, PutEntry,
  *                       Invalidate, List, Inspect, Watch), Stats, policies,
- *                       Health.
+ *                       Health;
+ *   handlers_transport.c OpenTransport, CloseTransport, and deliveries of
+ *                       states and entries through a client's session.
  */
 #ifndef HY_CACHED_HANDLERS_INTERNAL_H
 #define HY_CACHED_HANDLERS_INTERNAL_H
@@ -84,6 +86,30 @@ void h_meta_to_pb(hy_svc *s, hy_meta *m, unsigned mask, pb_meta *o);
 hy_rpc_code h_send(rq *r, const ProtobufCMessage *m);
 void h_set_threads(hy_svc *s);
 
+/* --- handlers_transport.c: deliveries through bulk transport sessions --- */
+
+/* A delivered state's reply part and the storage it points into. */
+typedef struct h_delivery {
+    Hypic__V1__Delivery d;
+    Hypic__V1__StateTensor *t, **tp;
+    uint64_t *shape;
+} h_delivery;
+/* Writes st (laid out as hy_state_layout says) into transport session id's
+ * buffer at offset; fills out (free with h_delivery_free, also on failure).
+ * UNAVAILABLE when the transfer failed (nothing counts as delivered). */
+hy_rpc_code h_deliver_state(rq *r, svc_model *sm, hy_state *st, uint64_t id, uint64_t offset,
+                            h_delivery *out);
+void h_delivery_free(h_delivery *d);
+/* Writes p[0..n) into session id's buffer at offset. */
+hy_rpc_code h_deliver_bytes(rq *r, uint64_t id, uint64_t offset, const void *p, uint64_t n,
+                            Hypic__V1__Delivery *d);
+typedef struct h_tp_stats {
+    Hypic__V1__TransportStats pb;
+    Hypic__V1__TransportKindStats kinds[3], *kp[3];
+    hy_tp_stats st;
+} h_tp_stats;
+void h_transport_stats(hy_svc *s, h_tp_stats *o);
+
 /* The methods, each answering one call (the status it returns finishes it). */
 hy_rpc_code do_lookup(rq *r, const ProtobufCMessage *req);
 hy_rpc_code do_warm(rq *r, const ProtobufCMessage *req);
@@ -98,5 +124,7 @@ hy_rpc_code do_stats(rq *r, const ProtobufCMessage *req);
 hy_rpc_code do_get_policy(rq *r, const ProtobufCMessage *req);
 hy_rpc_code do_set_policy(rq *r, const ProtobufCMessage *req);
 hy_rpc_code do_health(rq *r, const ProtobufCMessage *req);
+hy_rpc_code do_open_transport(rq *r, const ProtobufCMessage *req);
+hy_rpc_code do_close_transport(rq *r, const ProtobufCMessage *req);
 
 #endif

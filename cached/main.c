@@ -208,6 +208,14 @@ int main(int argc, char **argv)
         svc_close(&svc);
         return 1;
     }
+    if (svc_transport_start(&svc, hy_rpc_server_port(rpc), &e)) {
+        fprintf(stderr, "hypic-cached: %s\n", e.msg);
+        hy_rpc_server_stop(rpc);
+        hy_free(cert);
+        hy_free(key);
+        svc_close(&svc);
+        return 1;
+    }
     char grpc_addr[HY_CFG_ADDR_MAX + 8], http_addr[HY_CFG_ADDR_MAX + 8] = "";
     with_port(cfg.listen, hy_rpc_server_port(rpc), grpc_addr, sizeof grpc_addr);
     if (cfg.http_listen[0]) {

@@ -403,7 +403,10 @@ int svc_open(hy_svc *s, const hy_cached_config *cfg, hy_err *err)
     if (!s->hub.ring || !s->models) return hy_err_set(err, HY_ENOMEM, "out of memory");
     for (int i = 0; i < HY_MODE_COUNT; i++)
         hy_hist_init(&s->met.ttft[i], hy_hist_latency_bounds, hy_hist_latency_nb);
-    for (int i = 0; i < 16; i++)
+    if (hy_rpc_method_count != SVC_METHODS)
+        return hy_err_set(err, HY_EINVAL, "internal: %zu methods, SVC_METHODS says %d",
+                          hy_rpc_method_count, SVC_METHODS);
+    for (int i = 0; i <= SVC_METHODS; i++)
         hy_hist_init(&s->met.latency[i], hy_hist_latency_bounds, hy_hist_latency_nb);
     int rc = tenants_from(cfg, &s->tenants, &s->ntenants, &s->open_access, err);
     if (rc) return rc;
@@ -508,9 +511,58 @@ int svc_reload(hy_svc *s, const hy_cached_config *cfg, hy_err *err)
     return HY_OK;
 }
 
+int svc_transport_start(hy_svc *s, int grpc_port, hy_err *err)
+{
+    const hy_cached_config *c = &s->cfg;
+    char tcp[HY_CFG_ADDR_MAX];
+    if (c->tp_tcp_listen[0]) {
+        snprintf(tcp, sizeof tcp, "%s", c->tp_tcp_listen);
+    } else { /* listen's host, any free port */
+        const char *colon = strrchr(c->listen, ':');
+        int hl = colon ? (int)(colon - c->listen) : (int)strlen(c->listen);
+        snprintf(tcp, sizeof tcp, "%.*s:0", hl, c->listen);
+    }
+    if (!strcmp(c->tp_shm_socket, "off")) {
+        s->tp_shm_path[0] = 0;
+    } else if (c->tp_shm_socket[0]) {
+        snprintf(s->tp_shm_path, sizeof s->tp_shm_path, "%s", c->tp_shm_socket);
+    } else {
+        const char *tmp = getenv("TMPDIR");
+        int n = snprintf(s->tp_shm_path, sizeof s->tp_shm_path, "%s/hypic-cached-%d.sock",
+                         tmp && tmp[0] ? tmp : "/tmp", grpc_port);
+        if (n < 0 || (size_t)n >= sizeof s->tp_shm_path)
+            return hy_err_set(err, HY_EINVAL,
+                              "transport.shm_socket: the default under $TMPDIR is longer than "
+                              "%zu bytes: set transport.shm_socket",
+                              sizeof s->tp_shm_path - 1);
+    }
+    hy_tp_hub_config hc = {.tcp_address = tcp,
+                           .shm_path = s->tp_shm_path,
+                           .rdma = !strcmp(c->tp_rdma, "off")        ? HY_TP_RDMA_OFF
+                                   : !strcmp(c->tp_rdma, "required") ? HY_TP_RDMA_REQUIRED
+                                                                     : HY_TP_RDMA_AUTO,
+                           .rdma_device = c->tp_rdma_device[0] ? c->tp_rdma_device : NULL,
+                           .rdma_gid_index = -1,
+                           .max_sessions = c->tp_max_sessions,
+                           .max_buffer = c->tp_max_buffer};
+    int rc = hy_tp_hub_start(&hc, &s->tp, err);
+    if (rc) return rc;
+    hy_tp_stats st;
+    hy_tp_hub_stats(s->tp, &st);
+    char host[HY_CFG_ADDR_MAX];
+    snprintf(host, sizeof host, "%s", tcp);
+    char *colon = strrchr(host, ':');
+    if (colon) *colon = 0;
+    hy_log(HY_LOG_INFO, "transports: tcp on %s:%d, shm %s%s, rdma %s", host, st.tcp_port,
+           s->tp_shm_path[0] ? "on " : "off", s->tp_shm_path, st.rdma_why);
+    return 0;
+}
+
 int svc_close(hy_svc *s)
 {
     int rc = HY_OK;
+    hy_tp_hub_stop(s->tp); /* the rpc server is stopped: no transfer is running */
+    s->tp = NULL;
     svc_lease_reap(s, true);
     if (s->store) {
         size_t written = 0;

@@ -20,6 +20,7 @@
 #include "hy_model.h"
 #include "hy_rpc.h"
 #include "hy_tiers.h"
+#include "hy_transport.h"
 #include "metrics_internal.h"
 
 #include <pthread.h>
@@ -103,10 +104,11 @@ typedef struct svc_hub {
 
 /* Per-mode TTFT histograms and per-method, per-status counts. */
 #define SVC_CODES 17
+#define SVC_METHODS 15 /* hy_rpc_method_count (svc_open checks) */
 typedef struct svc_metrics {
     hy_hist ttft[HY_MODE_COUNT];
-    hy_hist latency[16]; /* per method, seconds */
-    _Atomic uint64_t calls[16][SVC_CODES];
+    hy_hist latency[SVC_METHODS + 1]; /* per method (and unknown ones), seconds */
+    _Atomic uint64_t calls[SVC_METHODS + 1][SVC_CODES];
     _Atomic uint64_t tokens_computed, segments_hit, segments_missed, segments_uncacheable;
     _Atomic uint64_t entries_built, entries_stored;
 } svc_metrics;
@@ -128,6 +130,8 @@ typedef struct hy_svc {
     _Atomic bool draining, ready;
     svc_metrics met;
     uint64_t started_ns;
+    hy_tp_hub *tp;          /* bulk transports; NULL until svc_transport_start */
+    char tp_shm_path[108];  /* the shm socket ("" when shm is off) */
 } hy_svc;
 
 /* A call's identity once authenticated. */
@@ -143,6 +147,10 @@ int svc_open(hy_svc *s, const hy_cached_config *cfg, hy_err *err);
 /* Releases leases, flushes write-back entries to NVMe, closes the store
  * (RocksDB) and the models. Non-zero when the flush failed. */
 int svc_close(hy_svc *s);
+/* Starts the bulk transports' hub (the data port, the shm socket, RDMA) once
+ * the gRPC server has its port (for the shm socket's default name). */
+int svc_transport_start(hy_svc *s, int grpc_port, hy_err *err);
+
 /* Re-reads tenants (tokens, quotas, limits) and the tiers' policies from a
  * newly loaded configuration; other changed keys are logged as needing a
  * restart. */
@@ -185,7 +193,7 @@ void svc_hub_event(void *ctx, hy_store_event ev, const hy_meta *m, const char *r
 /* A call the rpc server answered before any handler (hy_rpc_refused_fn):
  * counted under its method (or "(unknown)") and logged. */
 void svc_refused(void *app, const hy_rpc_method *m, hy_rpc_code code, const char *msg);
-#define SVC_UNKNOWN_METHOD 13 /* the row of calls[] for methods no server has */
+#define SVC_UNKNOWN_METHOD SVC_METHODS /* the row of calls[] for methods no server has */
 
 /* The Prometheus exposition of everything (http.c calls it). */
 void svc_metrics_render(void *app, hy_strbuf *b);

@@ -14,6 +14,7 @@
  */
 #include "hypic_client.h"
 
+#include "client_internal.h"
 #include "hy_rpc.h"
 
 #include <assert.h>
@@ -28,17 +29,7 @@
 #define HYC_META_ROOM           ((size_t)64 << 10) /* bytes of a chunk left for its metadata */
 #define HYC_CA_FILE_MAX         ((size_t)1 << 20)
 
-struct hyc {
-    hy_rpc_client *rpc;
-    char *token; /* NULL: none */
-    int64_t deadline_ms;
-    size_t max_message;
-};
-
-static int status_set(hyc_status *st, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int status_set(hyc_status *st, int code, const char *fmt, ...)
+int status_set(hyc_status *st, int code, const char *fmt, ...)
 {
     st->code = code;
     va_list ap;
@@ -48,7 +39,7 @@ static int status_set(hyc_status *st, int code, const char *fmt, ...)
     return code;
 }
 
-static int status_ok(hyc_status *st)
+int status_ok(hyc_status *st)
 {
     st->code = HYC_OK;
     st->msg[0] = '\0';
@@ -57,7 +48,7 @@ static int status_ok(hyc_status *st)
 
 /* The transport's method entry for name; the names are hypic.proto's, so a
  * miss is a broken build. */
-static const hy_rpc_method *method(const char *name)
+const hy_rpc_method *method(const char *name)
 {
     for (size_t i = 0; i < hy_rpc_method_count; i++)
         if (strcmp(hy_rpc_methods[i].name, name) == 0) return &hy_rpc_methods[i];
@@ -72,6 +63,7 @@ int hyc_open(const hyc_options *o, hyc **out, hyc_status *st)
     hyc *c = calloc(1, sizeof *c);
     if (!c) return status_set(st, HYC_INTERNAL, "client: out of memory");
     c->deadline_ms = o->deadline_ms;
+    hyci_target_host(o->target, c->host, sizeof c->host);
     c->max_message = o->max_message ? o->max_message : HYC_MAX_MESSAGE_DEFAULT;
     if (o->token && !(c->token = strdup(o->token))) {
         free(c);
@@ -131,7 +123,7 @@ const char *hyc_code_name(int code)
 
 /* The status of a call the transport made: the server's when the call
  * completed (rc 0), INTERNAL "client: ..." otherwise. */
-static int call_status(int rc, const hy_rpc_status *rs, const hy_err *e, hyc_status *st)
+int call_status(int rc, const hy_rpc_status *rs, const hy_err *e, hyc_status *st)
 {
     if (rc) return status_set(st, HYC_INTERNAL, "client: %s", e->msg[0] ? e->msg : hy_strerror(rc));
     st->code = rs->code;
@@ -155,7 +147,7 @@ static int on_unary(void *ctx, const void *b, size_t n)
     return hy_rpc_unpack(u->d, b, n, u->max, &u->msg, &u->err);
 }
 
-static int unary(hyc *c, const char *name, const ProtobufCMessage *rq, void **out, hyc_status *st)
+int unary(hyc *c, const char *name, const ProtobufCMessage *rq, void **out, hyc_status *st)
 {
     *out = NULL;
     const hy_rpc_method *m = method(name);
@@ -482,4 +474,14 @@ int hyc_put_entry(hyc *c, const Hypic__V1__EntryMeta *meta, const void *bytes, s
         return status_set(st, HYC_INTERNAL, "client: PutEntry: the server sent no response");
     *out = (Hypic__V1__PutEntryResponse *)u.msg;
     return HYC_OK;
+}
+
+void hyci_target_host(const char *target, char *host, size_t cap)
+{
+    const char *colon = strrchr(target, ':');
+    size_t n = colon ? (size_t)(colon - target) : strlen(target);
+    if (n >= 2 && target[0] == '[' && target[n - 1] == ']') target++, n -= 2;
+    if (n >= cap) n = cap - 1;
+    memcpy(host, target, n);
+    host[n] = '\0';
 }

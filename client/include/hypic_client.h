@@ -149,6 +149,50 @@ int hyc_get_entry(hyc *c, const Hypic__V1__GetEntryRequest *rq, Hypic__V1__Entry
 int hyc_put_entry(hyc *c, const Hypic__V1__EntryMeta *meta, const void *bytes, size_t n,
                   size_t chunk, Hypic__V1__PutEntryResponse **out, hyc_status *st);
 
+/* ---- bulk transports (docs/transports.md) ---- */
+
+/* The raw methods: offer transports, get a session; end a session. */
+int hyc_open_transport(hyc *c, const Hypic__V1__OpenTransportRequest *rq,
+                       Hypic__V1__OpenTransportResponse **out, hyc_status *st);
+int hyc_close_transport(hyc *c, const Hypic__V1__CloseTransportRequest *rq,
+                        Hypic__V1__CloseTransportResponse **out, hyc_status *st);
+
+/* A transport session with its buffer: what the server writes states and
+ * entries into. */
+typedef struct hyc_session hyc_session;
+
+/* Opens a session whose buffer holds capacity bytes, offering the kinds in
+ * `kinds` best first ("shm,tcp"; NULL: "rdma,shm,tcp"): RDMA only when this
+ * machine has a device (else it is left out of the offer), shm only when the
+ * server is on this host (it answers with its socket; a connect that fails is
+ * an error). Then attaches. INVALID_ARGUMENT for a kind that is not tcp, shm
+ * or rdma; the server's status when it serves none of them (e.g.
+ * FAILED_PRECONDITION naming why for each); UNAVAILABLE when the attach
+ * fails. */
+int hyc_session_open(hyc *c, const char *kinds, uint64_t capacity, hyc_session **out,
+                     hyc_status *st);
+/* CloseTransport, then the buffer and the connection go. NULL: no-op. */
+void hyc_session_close(hyc_session *s);
+uint64_t hyc_session_id(const hyc_session *s);
+const char *hyc_session_kind(const hyc_session *s);   /* "tcp", "shm" or "rdma" */
+const char *hyc_session_passed_over(const hyc_session *s); /* why earlier offers were not taken */
+uint8_t *hyc_session_buffer(const hyc_session *s);
+uint64_t hyc_session_capacity(const hyc_session *s);
+
+/* Prefill with return_state into s's buffer at offset (rq's own
+ * return_state, transport_session and state_offset are set here). On OK the
+ * whole state is in the buffer — the reply arrived and the transport
+ * completed its transfer — and (*out)->state gives its layout. A transfer the
+ * server reports failed is its status (UNAVAILABLE); one the transport does
+ * not complete within the deadline (10 s when none) is UNAVAILABLE "client:
+ * ..." and the session should be closed. */
+int hyc_prefill_state(hyc *c, hyc_session *s, uint64_t offset, Hypic__V1__PrefillRequest *rq,
+                      Hypic__V1__PrefillResponse **out, hyc_status *st);
+/* GetEntry through s: the entry's bytes land at offset in s's buffer;
+ * *meta (free with hyc_free) and *delivery-like facts in (*meta)->bytes. */
+int hyc_get_entry_into(hyc *c, hyc_session *s, uint64_t offset, Hypic__V1__GetEntryRequest *rq,
+                       Hypic__V1__EntryMeta **meta, hyc_status *st);
+
 /* ---- helpers ---- */
 
 /* Frees any response message a hyc call returned (and EntryMeta from

@@ -284,6 +284,31 @@ int hy_combine(hy_exec *ex, hy_state *st, const hy_request *rq, float *logits, h
 /* Bytes a state holds now (S, conv and the K/V of every position). */
 size_t hy_state_bytes(const hy_state *s);
 
+/* A state laid out for a client (the service's return_state): per layer in
+ * order, a linear layer's conv window then S, an attention layer's K then V
+ * over positions [0, pos); fp32, row-major, each tensor at an offset aligned
+ * to HY_STATE_ALIGN from the layout's start. */
+#define HY_STATE_ALIGN 256
+typedef enum hy_state_part {
+    HY_PART_CONV = 1, /* [K-1][conv_dim], oldest first */
+    HY_PART_S = 2,    /* [Hv][dk][dv] */
+    HY_PART_K = 3,    /* [pos][Hkv][hd], rotated */
+    HY_PART_V = 4,    /* [pos][Hkv][hd] */
+} hy_state_part;
+typedef struct hy_state_tensor {
+    int layer;
+    hy_state_part part;
+    int ndim;
+    uint64_t shape[3];
+    uint64_t offset, bytes;
+} hy_state_tensor;
+/* Fills out[0 .. 2·n_layers) for a state at position pos and returns how
+ * many; *total: the bytes from the layout's start to its last tensor's end. */
+int hy_state_layout(const hy_model_config *c, int64_t pos, hy_state_tensor *out,
+                    uint64_t *total);
+/* Where tensor t's floats are in st (NULL when t does not fit st). */
+const float *hy_state_part_data(hy_state *st, const hy_state_tensor *t);
+
 /* --- generated checkpoints --------------------------------------------- */
 /* Names of the built-in presets, NULL-terminated. */
 extern const char *const hy_presets[];

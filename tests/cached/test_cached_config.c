@@ -437,6 +437,16 @@ static void test_named_values(void)
           NULL);
     fails("tiers:\n  hbm: {min_tokens: 5}\n", HY_EINVAL,
           CFG ":2: key 'tiers.hbm.min_tokens': 5 applies only with admit: min-tokens", NULL);
+    /* the bulk transports */
+    parse_ok("transport: {rdma: required, shm_socket: \"off\", tcp_listen: \"127.0.0.1:9000\"}",
+             &g_a);
+    CU_ASSERT_STRING_EQUAL(g_a.tp_rdma, "required");
+    CU_ASSERT_STRING_EQUAL(g_a.tp_shm_socket, "off");
+    fails("transport: {rdma: maybe}", HY_EINVAL,
+          "key 'transport.rdma': 'maybe' is not auto, off or required", NULL);
+    fails("transport: {tcp_listen: nowhere}", HY_EINVAL, "key 'transport.tcp_listen'",
+          "is not host:port", NULL);
+    fails("transport: {max_buffer: 1K}", HY_EINVAL, "transport.max_buffer", NULL);
 }
 
 static void test_unknown_keys(void)
@@ -445,7 +455,7 @@ static void test_unknown_keys(void)
         const char *text, *key, *allowed;
     } k[] = {
         {"lisen: x\n", "'lisen'",
-         "listen, http_listen, tls, models, tiers, pic, executor, tenants, limits, log"},
+         "listen, http_listen, tls, models, tiers, pic, executor, tenants, limits, transport, log"},
         {"tls: {cart: x}\n", "'tls.cart'", "cert, key"},
         {"tiers: {hots: {}}\n", "'tiers.hots'", "host, nvme, hbm, ttl_s"},
         {"tiers: {host: {size: 1G}}\n", "'tiers.host.size'", "bytes, evict, admit, min_tokens"},
