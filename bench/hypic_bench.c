@@ -10,6 +10,7 @@
  *   hypic-bench tiers [--dir DIR] [--quick | --smoke]
  *   hypic-bench service [--quick] [--duration S] [--segments N] [--daemon PATH]
  *   hypic-bench rag [--quick] [--trace FILE | --docs N --zipf S ...] [--rates R,...] [--slo-ms MS]
+ *   hypic-bench transfer [--quick] [--reps N]
  */
 #include "bench.h"
 
@@ -34,6 +35,8 @@ static const struct {
      "Lookup and Prefill through hypic-cached over loopback vs the same handlers in-process"},
     {"rag", hy_bench_rag,
      "sustainable QPS under a p99 TTFT SLO of full / prefix / pic on an open-loop RAG trace"},
+    {"transfer", hy_bench_transfer,
+     "bulk transports (shm, tcp, rdma) vs memcpy and a raw socket copy of the same bytes"},
 };
 
 int main(int argc, char **argv)
