@@ -5,6 +5,8 @@
  */
 #include "service_internal.h"
 
+#include <stddef.h>
+
 #include <stdio.h>
 #include <string.h>
 
@@ -77,6 +79,38 @@ void svc_metrics_render(void *app, hy_strbuf *b)
     const int watchers = s->hub.watchers;
     pthread_mutex_unlock(&s->hub.mu);
     gauge(b, "hypic_watchers", "Open Watch streams", (double)watchers);
+    if (s->tp) {
+        hy_tp_stats ts;
+        hy_tp_hub_stats(s->tp, &ts);
+        gauge(b, "hypic_transport_sessions", "Open bulk transport sessions",
+              (double)ts.open_sessions);
+        counter(b, "hypic_transport_fallbacks_total",
+                "RDMA offers passed over for another transport (no device, or it failed)",
+                ts.fallbacks);
+        gauge(b, "hypic_transport_rdma_available", "1 when an RDMA device is in use",
+              ts.rdma_available ? 1 : 0);
+        static const struct {
+            const char *name, *help;
+            size_t off;
+        } k_fam[] = {
+            {"hypic_transport_sessions_opened_total", "Sessions opened, by transport",
+             offsetof(hy_tp_stats, opened)},
+            {"hypic_transport_transfers_total", "Transfers (states, entries), by transport",
+             offsetof(hy_tp_stats, transfers)},
+            {"hypic_transport_bytes_total", "Bytes delivered, by transport",
+             offsetof(hy_tp_stats, bytes)},
+            {"hypic_transport_failures_total", "Transfers that failed, by transport",
+             offsetof(hy_tp_stats, failures)},
+        };
+        for (size_t f = 0; f < sizeof k_fam / sizeof k_fam[0]; f++) {
+            hy_prom_family(b, k_fam[f].name, "counter", k_fam[f].help);
+            const uint64_t *v = (const uint64_t *)((const char *)&ts + k_fam[f].off);
+            for (int k = HY_TP_TCP; k <= HY_TP_RDMA; k++) {
+                snprintf(lab, sizeof lab, "transport=\"%s\"", hy_tp_kind_name((hy_tp_kind)k));
+                hy_prom_u64(b, k_fam[f].name, lab, v[k]);
+            }
+        }
+    }
 
     hy_store_stats st;
     hy_store_stats_get(s->store, &st);

@@ -10,6 +10,7 @@
  */
 #include "ctl_internal.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -407,12 +408,50 @@ static void print_prefill(const Hypic__V1__PrefillResponse *r, char *const *file
     ctl_table_print(p);
 }
 
+/* --return-state: where the state went, per kind of tensor. */
+static void print_state(const Hypic__V1__Delivery *d, const hyc_session *ss, const char *out)
+{
+    static const char *const kinds[] = {"?", "conv", "S", "K", "V"};
+    uint64_t bytes[5] = {0}, count[5] = {0};
+    for (size_t i = 0; i < d->n_tensors; i++) {
+        unsigned k = (unsigned)d->tensors[i]->kind < 5 ? (unsigned)d->tensors[i]->kind : 0;
+        bytes[k] += d->tensors[i]->bytes;
+        count[k]++;
+    }
+    char b[32];
+    ctl_bytes(d->bytes, b, sizeof b);
+    printf("\nstate: %s after %llu tokens, %zu tensors, delivered over %s (session %llu, "
+           "transfer %llu) in %.3f ms%s%s\n",
+           b, (unsigned long long)d->position, d->n_tensors, hyc_session_kind(ss),
+           (unsigned long long)d->session, (unsigned long long)d->transfer, d->transfer_ms,
+           out ? "; written to " : "", out ? out : "");
+    if (hyc_session_passed_over(ss)[0]) printf("  passed over: %s\n", hyc_session_passed_over(ss));
+    for (int k = 1; k < 5; k++) {
+        if (!count[k]) continue;
+        ctl_bytes(bytes[k], b, sizeof b);
+        printf("  %-4s %3llu tensors  %s\n", kinds[k], (unsigned long long)count[k], b);
+    }
+}
+
+/* --state-out: the delivered bytes as they lie in the buffer (the layout is
+ * the reply's; --json prints it). */
+static int write_state(const char *path, const hyc_session *ss, const Hypic__V1__Delivery *d)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f) return ctl_error("--state-out %s: %s", path, strerror(errno));
+    size_t n = fwrite(hyc_session_buffer(ss) + d->offset, 1, d->bytes, f);
+    if (fclose(f) != 0 || n != d->bytes) return ctl_error("--state-out %s: short write", path);
+    return CTL_OK;
+}
+
 int ctl_prefill(ctl *x, int argc, char **argv)
 {
     file_list files = {0};
     const char *query_file = NULL, *text = NULL;
     bool ids = false, in_segments = false;
-    uint64_t top_k = 0, max_new = 0;
+    uint64_t top_k = 0, max_new = 0, state_buf = 64u << 20;
+    bool want_state = false;
+    const char *transport = NULL, *state_out = NULL;
     Hypic__V1__PrefillRequest rq = HYPIC__V1__PREFILL_REQUEST__INIT;
     for (int i = 1; i < argc; i++) {
         const char *v;
@@ -441,6 +480,20 @@ int ctl_prefill(ctl *x, int argc, char **argv)
             if (r < 0 || parse_dtype(x, v, &rq.dtype)) return CTL_USAGE;
         } else if (ctl_flag(argv[i], "--ids")) {
             ids = true;
+        } else if (ctl_flag(argv[i], "--return-state")) {
+            want_state = true;
+        } else if ((r = ctl_arg(x, argc, argv, &i, "--transport", &v))) {
+            if (r < 0) return CTL_USAGE;
+            transport = v;
+            want_state = true;
+        } else if ((r = ctl_arg(x, argc, argv, &i, "--state-out", &v))) {
+            if (r < 0) return CTL_USAGE;
+            state_out = v;
+            want_state = true;
+        } else if ((r = ctl_arg(x, argc, argv, &i, "--state-buffer", &v))) {
+            if (r < 0 || ctl_u64(x, "--state-buffer", v, 4096, 1ull << 40, &state_buf))
+                return CTL_USAGE;
+            want_state = true;
         } else if ((r = ctl_global(x, argc, argv, &i))) {
             if (r < 0) return CTL_USAGE;
         } else if (argv[i][0] == '-' && argv[i][1]) {
@@ -475,17 +528,27 @@ int ctl_prefill(ctl *x, int argc, char **argv)
     hyc *c;
     int rc = ctl_connect(x, CTL_DEADLINE_DEFAULT_MS, &c);
     Hypic__V1__PrefillResponse *r = NULL;
+    hyc_session *ss = NULL;
     hyc_status st;
     if (rc) {
         /* (printed) */
-    } else if (hyc_prefill(c, &rq, &r, &st)) {
+    } else if (want_state && hyc_session_open(c, transport, state_buf, &ss, &st)) {
         rc = ctl_fail(&st);
-    } else if (x->json) {
-        ctl_json_print(ctl_json_msg(&r->base));
+    } else if (want_state ? hyc_prefill_state(c, ss, 0, &rq, &r, &st)
+                          : hyc_prefill(c, &rq, &r, &st)) {
+        rc = ctl_fail(&st);
     } else {
-        print_prefill(r, files.v, files.n);
+        if (state_out && (rc = write_state(state_out, ss, r->state))) {
+            /* (printed) */
+        } else if (x->json) {
+            ctl_json_print(ctl_json_msg(&r->base));
+        } else {
+            print_prefill(r, files.v, files.n);
+            if (ss) print_state(r->state, ss, state_out);
+        }
     }
     hyc_free(r);
+    hyc_session_close(ss);
     hyc_close(c);
     ctl_ids_free(&q);
     ctl_segments_free(&segs);

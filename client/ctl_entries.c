@@ -92,6 +92,28 @@ static void print_status(const Hypic__V1__HealthResponse *h, const Hypic__V1__St
     for (size_t i = 0; i < s->n_tiers; i++)
         if (!s->tiers[i]->present)
             printf("%-4s  absent: %s\n", ctl_tier_name(s->tiers[i]->tier), s->tiers[i]->why_absent);
+    const Hypic__V1__TransportStats *tp = s->transport;
+    if (!tp) return; /* not an admin: the transports are every tenant's */
+    printf("\ntransports: tcp data port %u, shm %s, rdma %s; %llu session(s) open, %llu rdma "
+           "fallback(s)\n",
+           tp->tcp_port, tp->shm_socket[0] ? tp->shm_socket : "off",
+           tp->rdma_available ? tp->rdma_status : "unavailable",
+           (unsigned long long)tp->open_sessions, (unsigned long long)tp->fallbacks);
+    if (!tp->rdma_available) printf("  rdma: %s\n", tp->rdma_status);
+    static const char *const khdr[] = {"TRANSPORT", "OPENED", "TRANSFERS", "BYTES", "FAILURES"};
+    ctl_table *k = ctl_table_new(5, khdr);
+    for (size_t i = 0; i < tp->n_kinds; i++) {
+        const Hypic__V1__TransportKindStats *ks = tp->kinds[i];
+        char kind[16], op[24], tr[24], fa[24];
+        ctl_enum(&hypic__v1__transport__descriptor, ks->kind, "TRANSPORT_", kind, sizeof kind);
+        snprintf(op, sizeof op, "%llu", (unsigned long long)ks->opened);
+        snprintf(tr, sizeof tr, "%llu", (unsigned long long)ks->transfers);
+        ctl_bytes(ks->bytes, b1, sizeof b1);
+        snprintf(fa, sizeof fa, "%llu", (unsigned long long)ks->failures);
+        const char *row[] = {kind, op, tr, b1, fa};
+        ctl_table_row(k, row);
+    }
+    ctl_table_print(k);
 }
 
 int ctl_status(ctl *x, int argc, char **argv)

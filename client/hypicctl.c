@@ -108,9 +108,16 @@ static const command commands[] = {
      "usage: hypicctl prefill --segment FILE... (--query FILE | --text STR)\n"
      "                        [--mode full|prefix|pic|noseam|naive] [--seam W] [--top-k K]\n"
      "                        [--max-new N] [--ids] [--dtype f32|bf16]\n"
+     "                        [--return-state] [--transport shm,tcp,rdma] [--state-buffer BYTES]\n"
+     "                        [--state-out FILE]\n"
      "Prefills [segments..., query] reusing cached segments: the first token's top candidates\n"
      "with probabilities, the greedy continuation, each segment's outcome (hit, miss,\n"
-     "uncacheable, prefix) and the time of each phase.\n"},
+     "uncacheable, prefix) and the time of each phase. --return-state also has the running\n"
+     "state after the query delivered into this process's buffer (--state-buffer, default\n"
+     "64 MiB) over the first transport of --transport the server can serve (default\n"
+     "rdma,shm,tcp; rdma when this machine has a device, shm when the server is on this host);\n"
+     "it prints the transport, the size and the time; --state-out writes the bytes to FILE\n"
+     "(their layout: --json, field state.tensors; docs/transports.md).\n"},
     {"bench", ctl_bench,
      "usage: hypicctl bench [--method lookup|prefill] [--clients N] [--rate R] [--duration S]\n"
      "                      (--segment FILE... | --random N --tokens L) [--seed S]\n"

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 struct hyc_session {
     hyc *c;
@@ -92,6 +93,16 @@ static bool rdma_prepare(hyc_session *s, Hypic__V1__RdmaPeer *pb, hy_tp_rdma_pee
     return true;
 }
 
+/* Whether a target host is this one: loopback names and addresses, or this
+ * machine's own name. */
+static bool local_host(const char *h)
+{
+    char me[256] = "";
+    gethostname(me, sizeof me - 1);
+    return !strcmp(h, "localhost") || !strncmp(h, "127.", 4) || !strcmp(h, "::1") ||
+           (me[0] && !strcmp(h, me));
+}
+
 int hyc_session_open(hyc *c, const char *kinds_list, uint64_t capacity, hyc_session **out,
                      hyc_status *st)
 {
@@ -111,6 +122,12 @@ int hyc_session_open(hyc *c, const char *kinds_list, uint64_t capacity, hyc_sess
     size_t n = 0;
     for (int i = 0; i < nk; i++) {
         if (kinds[i] == HY_TP_RDMA && !rdma_prepare(s, &rp, &self)) continue;
+        if (kinds[i] == HY_TP_SHM && !local_host(c->host)) {
+            size_t pl = strlen(s->passed_over);
+            snprintf(s->passed_over + pl, sizeof s->passed_over - pl,
+                     "%sshm (the server, %.200s, is not on this host)", pl ? "; " : "", c->host);
+            continue;
+        }
         Hypic__V1__TransportOffer init = HYPIC__V1__TRANSPORT_OFFER__INIT;
         of[n] = init;
         of[n].kind = (Hypic__V1__Transport)kinds[i];

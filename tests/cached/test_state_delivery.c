@@ -23,7 +23,7 @@ static hy_daemon g_d;
 static hyc *g_c;
 
 static const char *k_config = "listen: 127.0.0.1:0\n"
-                              "http_listen: \"\"\n"
+                              "http_listen: 127.0.0.1:0\n"
                               "models: [{name: tiny, path: var/models/tiny}]\n"
                               "tiers: {host: {bytes: 64M}}\n"
                               "executor: {threads: 2}\n"
@@ -315,6 +315,14 @@ static void test_rdma_fallback(void)
                     s0->transport->fallbacks + 1); /* a refusal is not one */
     CU_ASSERT(s1->transport->n_kinds == 3 && s1->transport->kinds[0]->transfers > 0);
     CU_ASSERT(hy_daemon_log_has(&g_d, "rdma unavailable"));
+    /* and in /metrics */
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd,
+             "curl -sf http://%s/metrics | grep -q '^hypic_transport_fallbacks_total %llu$' && "
+             "curl -sf http://%s/metrics | grep -q "
+             "'hypic_transport_transfers_total{transport=\"shm\"} [1-9]'",
+             g_d.http, (unsigned long long)s1->transport->fallbacks, g_d.http);
+    CU_ASSERT_EQUAL(system(cmd), 0);
     hyc_free(s0);
     hyc_free(s1);
 }
