@@ -1,0 +1,48 @@
+"""hypic: the Python client of the HYPIC cache-tier service (hypic.v1, hypic-cached).
+
+    import hypic
+    with hypic.Client("127.0.0.1:7878") as c:
+        print(c.health().models)
+
+Client (hypic.client) has one method per RPC; HypicError is what a failed call raises;
+the enums, Segment and Entry (hypic.types) are what the methods take and answer besides
+the proto's messages (hypic.pb, generated from rpc/hypic.proto at install); tokenize and
+detokenize are the embedded models' byte tokenizer (hypic.text).
+"""
+
+from ._gen import hypic_pb2 as pb
+from .client import Client
+from .errors import HypicError
+from .text import detokenize, tokenize
+from .types import (
+    Entry,
+    EventKind,
+    HealthStatus,
+    Mode,
+    OutcomeKind,
+    Segment,
+    Sort,
+    StateDtype,
+    Tier,
+    WarmState,
+)
+
+__version__ = "0.9.0"
+
+__all__ = [
+    "Client",
+    "Entry",
+    "EventKind",
+    "HealthStatus",
+    "HypicError",
+    "Mode",
+    "OutcomeKind",
+    "Segment",
+    "Sort",
+    "StateDtype",
+    "Tier",
+    "WarmState",
+    "detokenize",
+    "pb",
+    "tokenize",
+]

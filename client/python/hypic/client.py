@@ -1,0 +1,414 @@
+"""Client: one blocking method per RPC of hypic.v1.Cache (rpc/hypic.proto).
+
+The Python counterpart of libhypic-client (client/include/hypic_client.h): a channel to
+hypic-cached with the tenant's bearer token and a per-call deadline; each method builds
+its request from Python arguments (hypic.types), makes the call and answers the
+response message, or raises HypicError with gRPC's status name and the server's
+message. The proto's comments are the contract and docs/api.md documents every field,
+limit and status; the methods only say how their arguments map.
+
+How a method is called is read from the service's descriptor, not written per method:
+`call(name, request)` sends any RPC the generated stubs know, with the token and the
+deadline, as unary, server stream (an iterator) or client stream (an iterator of
+requests in) by the method's own shape. A typed method is a few lines over it, so an
+RPC the proto gains is callable at once and wrapped when someone needs its arguments
+spelt out.
+
+Streams: warm and watch return iterators; leaving one early (break, close, garbage)
+cancels the call, as a non-zero return from the C callbacks does. Errors of a stream
+are raised where the iteration reaches them.
+
+Threads: one Client may be used by several threads at once (a gRPC channel is
+thread-safe); close it (or use `with`) when done.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterable, Iterator, Sequence
+from typing import Any, cast
+
+import grpc
+
+from ._gen import hypic_pb2 as pb
+from ._gen import hypic_pb2_grpc as pb_grpc
+from .errors import HypicError, client_error
+from .types import (
+    Entry,
+    Mode,
+    SegmentLike,
+    Sort,
+    StateDtype,
+    Tier,
+    TokenIds,
+    to_enum,
+    to_ids,
+    to_key,
+    to_segments,
+    wire,
+)
+
+DEFAULT_TARGET = "127.0.0.1:7878"
+MAX_MESSAGE = 64 << 20  # bytes per message each way, the daemon's default limits.max_message
+META_ROOM = 64 << 10  # what PutEntry's first chunk keeps for the metadata (as the C client)
+_SERVICE = pb.DESCRIPTOR.services_by_name["Cache"]
+
+# Each RPC of hypic.v1.Cache that has a typed method, and that method. Any RPC of the
+# generated stubs works through call() at once; wrapping a new one is a method below
+# and a row here (tests/test_client.py checks the rows against the proto and Client).
+METHODS: dict[str, str] = {
+    "Lookup": "lookup",
+    "Warm": "warm",
+    "Prefill": "prefill",
+    "GetEntry": "get_entry",
+    "PutEntry": "put_entry",
+    "Invalidate": "invalidate",
+    "List": "list",
+    "Inspect": "inspect",
+    "Watch": "watch",
+    "Stats": "stats",
+    "GetPolicy": "get_policy",
+    "SetPolicy": "set_policy",
+    "Health": "health",
+}
+_DEFAULT: Any = object()  # "the client's timeout" (None means no deadline)
+
+
+class Client:
+    """A connection to hypic-cached.
+
+    target: "host:port" of its gRPC listener. token: the tenant's bearer token (None or
+    "": send none, for a daemon with no tokens configured). tls_root_pem: the PEM
+    certificate(s) of the CA the server's certificate chains to (bytes or str): TLS;
+    None: plaintext (unless tls_server_name is set: TLS with the system's CAs).
+    tls_server_name: the name the server's certificate must carry instead of target's
+    host. timeout: seconds per call (None: no deadline). Nothing is sent until the
+    first call, so a server that is not there shows as UNAVAILABLE on that call.
+    """
+
+    def __init__(
+        self,
+        target: str = DEFAULT_TARGET,
+        token: str | None = None,
+        tls_root_pem: bytes | str | None = None,
+        tls_server_name: str | None = None,
+        timeout: float | None = 30.0,
+        *,
+        max_message: int = MAX_MESSAGE,
+    ) -> None:
+        if not target:
+            raise client_error("target is empty")
+        self.target = target
+        self.timeout = timeout
+        self.max_message = max_message
+        self._metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
+        options: list[tuple[str, Any]] = [
+            ("grpc.max_receive_message_length", max_message),
+            ("grpc.max_send_message_length", max_message),
+        ]
+        if tls_root_pem is not None or tls_server_name:
+            roots = None
+            if tls_root_pem is not None:
+                roots = tls_root_pem.encode() if isinstance(tls_root_pem, str) else bytes(tls_root_pem)
+                if b"-----BEGIN CERTIFICATE-----" not in roots:
+                    raise client_error("tls_root_pem holds no PEM certificate")
+            if tls_server_name:
+                options.append(("grpc.ssl_target_name_override", tls_server_name))
+            creds = grpc.ssl_channel_credentials(root_certificates=roots)
+            self._channel = grpc.secure_channel(target, creds, options)
+        else:
+            self._channel = grpc.insecure_channel(target, options)
+        self._stub = pb_grpc.CacheStub(self._channel)
+
+    def close(self) -> None:
+        """Closes the channel; calls in flight end CANCELLED."""
+        self._channel.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- any method -----------------------------------------------------------------
+
+    def call(self, method: str, request: Any, *, timeout: float | None = _DEFAULT) -> Any:
+        """Calls the RPC `method` ("Lookup", ...) of hypic.v1.Cache with a request message
+        (an iterator of them for a client stream). Answers the response, or an iterator
+        over a server stream's messages. timeout: seconds (None: none; default: the
+        client's); for a stream it bounds the whole stream."""
+        m = _SERVICE.methods_by_name.get(method)
+        if m is None:
+            raise client_error(f"no method '{method}' in hypic.v1.Cache")
+        fn = getattr(self._stub, method)
+        t = self.timeout if timeout is _DEFAULT else timeout
+        if m.server_streaming:
+            return _iterate(fn(request, timeout=t, metadata=self._metadata))
+        try:
+            return fn(request, timeout=t, metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise HypicError.from_rpc(e) from None
+
+    # ---- Lookup, Warm, Prefill --------------------------------------------------------
+
+    def lookup(
+        self,
+        model: str,
+        segments: Sequence[SegmentLike],
+        *,
+        seam: int | None = None,
+        dtype: StateDtype | int | str | None = None,
+        lease_ms: int = 0,
+        tenant: str = "",
+    ) -> pb.LookupResponse:
+        """Which segments are cached, in request order, and how many leading ones hit.
+        seam: W the entries were built with (None: the server's). lease_ms > 0 leases
+        every hit for that long."""
+        rq = pb.LookupRequest(
+            model=model,
+            segments=to_segments(segments),
+            dtype=wire(to_enum(StateDtype, dtype, "dtype", StateDtype.UNSPECIFIED)),
+            lease_ms=lease_ms,
+            tenant=tenant,
+        )
+        if seam is not None:
+            rq.seam = seam
+        return cast(pb.LookupResponse, self.call("Lookup", rq))
+
+    def warm(
+        self,
+        model: str,
+        segments: Sequence[SegmentLike],
+        *,
+        seam: int | None = None,
+        dtype: StateDtype | int | str | None = None,
+        tenant: str = "",
+    ) -> Iterator[pb.WarmProgress]:
+        """Builds and stores each segment's entry (segments by tokens or text: a key
+        alone cannot be built); yields a WarmProgress per segment as each is done.
+        Iterate it to the end (list(...) when the progress is not wanted): an iterator
+        left early cancels the call, and the server stops before its next segment."""
+        rq = pb.WarmRequest(
+            model=model,
+            segments=to_segments(segments),
+            dtype=wire(to_enum(StateDtype, dtype, "dtype", StateDtype.UNSPECIFIED)),
+            tenant=tenant,
+        )
+        if seam is not None:
+            rq.seam = seam
+        return cast(Iterator[pb.WarmProgress], self.call("Warm", rq))
+
+    def prefill(
+        self,
+        model: str,
+        segments: Sequence[SegmentLike],
+        query: TokenIds | str,
+        *,
+        mode: Mode | int | str | None = None,
+        seam: int | None = None,
+        top_k: int = 0,
+        max_new_tokens: int = 0,
+        dtype: StateDtype | int | str | None = None,
+        tenant: str = "",
+    ) -> pb.PrefillResponse:
+        """Runs [segments..., query] with cache reuse. mode: "pic" (None: the server's
+        default, pic), "full", "prefix", "noseam", "naive". Answers the first token's
+        top_k candidates (0: the server's default), max_new_tokens greedy tokens, an
+        outcome per segment and the timings (timings.ttft_ms)."""
+        rq = pb.PrefillRequest(
+            model=model,
+            segments=to_segments(segments),
+            query=to_ids(query, "query"),
+            mode=wire(to_enum(Mode, mode, "mode", Mode.UNSPECIFIED)),
+            top_k=top_k,
+            max_new_tokens=max_new_tokens,
+            dtype=wire(to_enum(StateDtype, dtype, "dtype", StateDtype.UNSPECIFIED)),
+            tenant=tenant,
+        )
+        if seam is not None:
+            rq.seam = seam
+        return cast(pb.PrefillResponse, self.call("Prefill", rq))
+
+    # ---- entries ------------------------------------------------------------------------
+
+    def get_entry(self, model: str, key: bytes, *, tenant: str = "") -> Entry:
+        """A stored entry's metadata and serialised bytes, its chunks joined. INTERNAL
+        "client: ..." when the chunks do not add up to meta.bytes."""
+        rq = pb.GetEntryRequest(model=model, key=to_key(key, "key"), tenant=tenant)
+        meta: pb.EntryMeta | None = None
+        parts: list[bytes] = []
+        for i, chunk in enumerate(self.call("GetEntry", rq)):
+            if chunk.HasField("meta") != (i == 0):
+                raise client_error(
+                    "the first chunk has no meta" if i == 0 else f"chunk {i} carries meta",
+                    "INTERNAL",
+                )
+            if i == 0:
+                meta = chunk.meta
+            parts.append(chunk.data)
+        if meta is None:
+            raise client_error("the stream had no chunk", "INTERNAL")
+        data = b"".join(parts)
+        if len(data) != meta.bytes:
+            raise client_error(f"the chunks hold {len(data)} bytes, meta.bytes {meta.bytes}", "INTERNAL")
+        return Entry(meta=meta, data=data)
+
+    def put_entry(
+        self,
+        entry: Entry | pb.EntryMeta,
+        data: bytes | None = None,
+        *,
+        model: str | None = None,
+        chunk_size: int = 1 << 20,
+    ) -> pb.PutEntryResponse:
+        """Stores a serialised entry: an Entry (as get_entry returns it), or its meta and
+        data. The server reads meta's model (model= overrides it), tags, tenant and key
+        (optional, checked) and derives the rest; meta.bytes is sent as len(data).
+        Sent in chunks of chunk_size bytes, the first carrying meta."""
+        if isinstance(entry, Entry):
+            meta, payload = entry.meta, entry.data if data is None else data
+        elif data is None:
+            raise client_error("put_entry: meta without data")
+        else:
+            meta, payload = entry, data
+        if not 0 < chunk_size <= self.max_message - META_ROOM:
+            raise client_error(f"chunk_size {chunk_size} is not in 1..{self.max_message - META_ROOM}")
+        m = pb.EntryMeta()
+        m.CopyFrom(meta)
+        m.bytes = len(payload)
+        if model is not None:
+            m.model = model
+        return cast(pb.PutEntryResponse, self.call("PutEntry", _chunks(m, bytes(payload), chunk_size)))
+
+    def invalidate(
+        self,
+        *,
+        key: bytes | None = None,
+        tag: str | None = None,
+        model: str | None = None,
+        all_of_tenant: bool = False,
+        tenant: str = "",
+    ) -> int:
+        """Removes the caller's entries by exactly one of key, tag, model or
+        all_of_tenant; answers how many were removed (0 for another tenant's key)."""
+        targets = [t for t in (key, tag, model) if t is not None] + ([True] if all_of_tenant else [])
+        if len(targets) > 1:
+            raise client_error("invalidate: one of key, tag, model, all_of_tenant, not several")
+        rq = pb.InvalidateRequest(tenant=tenant)
+        if key is not None:
+            rq.key = to_key(key, "key")
+        elif tag is not None:
+            rq.tag = tag
+        elif model is not None:
+            rq.model = model
+        elif all_of_tenant:
+            rq.all_of_tenant = True
+        return int(self.call("Invalidate", rq).removed)
+
+    def list(
+        self,
+        *,
+        model: str = "",
+        tag: str = "",
+        tier: Tier | int | str | None = None,
+        sort: Sort | int | str | None = None,
+        descending: bool = False,
+        page_size: int = 0,
+        page_token: str = "",
+        tenant: str = "",
+    ) -> pb.ListResponse:
+        """One page of the caller's entries, filtered (model, tag, tier: None is any) and
+        sorted ("key", "bytes", "hits", "age"); pass next_page_token back as page_token
+        for the next (empty on the last page). list_all follows the pages."""
+        rq = pb.ListRequest(
+            tier=wire(to_enum(Tier, tier, "tier", Tier.NONE)),
+            tag=tag,
+            model=model,
+            sort=wire(to_enum(Sort, sort, "sort", Sort.KEY)),
+            descending=descending,
+            page_size=page_size,
+            page_token=page_token,
+            tenant=tenant,
+        )
+        return cast(pb.ListResponse, self.call("List", rq))
+
+    def list_all(self, **filters: Any) -> Iterator[pb.EntryMeta]:
+        """Every entry list(**filters) would page through, one page per call. Each page is
+        the store as it is then: a store that changes meanwhile may skip or repeat one."""
+        token = filters.pop("page_token", "")
+        while True:
+            page = self.list(page_token=token, **filters)
+            yield from page.entries
+            token = page.next_page_token
+            if not token:
+                return
+
+    def inspect(self, key: bytes, *, verify: bool = False, tenant: str = "") -> pb.InspectResponse:
+        """An entry's metadata, seam and sections; verify: report the checksums checked."""
+        rq = pb.InspectRequest(key=to_key(key, "key"), verify=verify, tenant=tenant)
+        return cast(pb.InspectResponse, self.call("Inspect", rq))
+
+    def watch(
+        self,
+        *,
+        model: str = "",
+        tenant: str = "",
+        heartbeats: bool = False,
+        timeout: float | None = None,
+    ) -> Iterator[pb.WatchEvent]:
+        """Stored and removed events of the caller's entries (model: only its), from now
+        on, until the server ends the stream or the timeout (default: none) passes.
+        Heartbeats (KIND_HEARTBEAT, every 5 s of silence) are skipped unless asked for."""
+        rq = pb.WatchRequest(model=model, tenant=tenant)
+        events: Generator[pb.WatchEvent, None, None] = self.call("Watch", rq, timeout=timeout)
+        return events if heartbeats else _without_heartbeats(events)
+
+    # ---- the server ---------------------------------------------------------------------
+
+    def stats(self) -> pb.StatsResponse:
+        """The store's counters per tier (the whole store for admin tenants)."""
+        return cast(pb.StatsResponse, self.call("Stats", pb.StatsRequest()))
+
+    def get_policy(self, tier: Tier | int | str) -> pb.Policy:
+        """A tier's ("hbm", "host", "nvme") eviction and admission policy."""
+        rq = pb.GetPolicyRequest(tier=wire(to_enum(Tier, tier, "tier", Tier.NONE)))
+        return cast(pb.Policy, self.call("GetPolicy", rq))
+
+    def set_policy(self, tier: Tier | int | str, *, evict: str, admit: str, min_tokens: int = 0) -> pb.Policy:
+        """Replaces a tier's policy (admin tenants only); answers the policy now in force.
+        evict: lru | lfu | s3fifo | gdsf | hybrid; admit: always | second-hit | tinylfu |
+        min-tokens (with min_tokens)."""
+        policy = pb.Policy(
+            tier=wire(to_enum(Tier, tier, "tier", Tier.NONE)), evict=evict, admit=admit, min_tokens=min_tokens
+        )
+        return cast(pb.Policy, self.call("SetPolicy", pb.SetPolicyRequest(policy=policy)))
+
+    def health(self) -> pb.HealthResponse:
+        """Whether the server is serving, its version and its models (no token needed)."""
+        return cast(pb.HealthResponse, self.call("Health", pb.HealthRequest()))
+
+
+def _iterate(call: Any) -> Iterator[Any]:
+    """A server stream's messages; its error raised as HypicError; cancelled when left."""
+    try:
+        yield from call
+    except grpc.RpcError as e:
+        raise HypicError.from_rpc(e) from None
+    finally:
+        call.cancel()
+
+
+def _without_heartbeats(events: Generator[pb.WatchEvent, None, None]) -> Iterator[pb.WatchEvent]:
+    """Watch's events less its heartbeats; leaving it leaves (cancels) the stream too."""
+    try:
+        for e in events:
+            if e.kind != pb.WatchEvent.KIND_HEARTBEAT:
+                yield e
+    finally:
+        events.close()
+
+
+def _chunks(meta: pb.EntryMeta, data: bytes, size: int) -> Iterable[pb.EntryChunk]:
+    """PutEntry's stream: meta with the first piece, then the rest in order."""
+    yield pb.EntryChunk(meta=meta, data=data[:size])
+    for off in range(size, len(data), size):
+        yield pb.EntryChunk(data=data[off : off + size])

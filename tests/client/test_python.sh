@@ -1,0 +1,42 @@
+#!/bin/sh
+# The Python client (client/python) against a real hypic-cached: makes a venv once
+# (Python >= 3.10, $PYTHON or python3; as tools/pyvenv.sh does), installs the package
+# into it and the pinned client/python/requirements-test.txt, then runs its pytest
+# suite, which starts and always kills its own daemons.
+#
+# The package is installed every run, so its stubs are generated from the
+# rpc/hypic.proto of this tree. It is built from a temporary copy (the proto named by
+# HYPIC_PROTO), so that the source tree gets no build/ folder and two build trees
+# testing at once do not share one.
+#   test_python.sh HYPIC_CACHED [VENV_DIR]   (VENV_DIR default: client/python/.venv)
+set -eu
+if [ $# -lt 1 ]; then
+    echo "usage: test_python.sh HYPIC_CACHED [VENV_DIR]" >&2
+    exit 2
+fi
+abs() { echo "$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; }
+HYPIC_CACHED=$(abs "$1")
+export HYPIC_CACHED
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+pkg=$repo/client/python
+venv=${2:-$pkg/.venv}
+python="${PYTHON:-python3}"
+
+src=$(mktemp -d /tmp/hypic-python.XXXXXX)
+trap 'rm -rf "$src"' EXIT
+trap 'exit 1' INT TERM
+
+if [ ! -x "$venv/bin/python" ]; then
+    "$python" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "need Python >= 3.10")'
+    "$python" -m venv "$venv"
+fi
+pip="$venv/bin/python -m pip --quiet --disable-pip-version-check"
+$pip install -r "$pkg/requirements-test.txt"
+(cd "$pkg" && tar --exclude=./.venv --exclude=./build --exclude='./*.egg-info' \
+    --exclude=__pycache__ -cf - .) | tar -C "$src" -xf -
+HYPIC_PROTO=$repo/rpc/hypic.proto $pip install "$src"
+
+# From the tests folder, so that `import hypic` is the installed package (with its
+# generated stubs), never the source folder beside it.
+cd "$pkg/tests"
+"$venv/bin/python" -m pytest -q -p no:cacheprovider --rootdir "$pkg" .
