@@ -4,6 +4,9 @@
  */
 #include "handlers_internal.h"
 
+#include <ctype.h>
+#include <errno.h>
+
 #include <math.h>
 #include <omp.h>
 #include <pthread.h>
@@ -282,8 +285,10 @@ hy_rpc_code do_list(rq *r, const ProtobufCMessage *req)
     size_t offset = 0;
     if (q->page_token[0]) {
         char *end;
+        errno = 0;
         unsigned long long v = strtoull(q->page_token, &end, 10);
-        if (*end || end == q->page_token)
+        /* digits only: strtoull would take "-1" (as a huge number) and " 5" */
+        if (*end || end == q->page_token || !isdigit((unsigned char)q->page_token[0]) || errno)
             return h_fail(r, HY_RPC_INVALID_ARGUMENT,
                           "field 'page_token': not a token this server gave");
         offset = (size_t)v;

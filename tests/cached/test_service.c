@@ -184,6 +184,14 @@ static void test_list_invalidate_stats_policy(void)
         hyc_free(r);
     } while (token[0] && seen < 100);
     CU_ASSERT_EQUAL(seen, total);
+    /* a token this server never gives */
+    const char *bad_tokens[] = {"-1", " 1", "1x", "99999999999999999999999"};
+    for (int i = 0; i < 4; i++) {
+        rq.page_token = (char *)bad_tokens[i];
+        Hypic__V1__ListResponse *r = NULL;
+        CU_ASSERT_EQUAL(hyc_list(g_c, &rq, &r, &st), HYC_INVALID_ARGUMENT);
+        CU_ASSERT(strstr(st.msg, "page_token") != NULL);
+    }
     /* by tag */
     Hypic__V1__InvalidateRequest iv = HYPIC__V1__INVALIDATE_REQUEST__INIT;
     iv.target_case = HYPIC__V1__INVALIDATE_REQUEST__TARGET_TAG;
