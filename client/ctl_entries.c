@@ -521,9 +521,27 @@ static int write_file(const char *path, const void *b, size_t n)
     return CTL_OK;
 }
 
+/* get --transport: the entry's size from Inspect, a session that holds it,
+ * the bytes delivered into its buffer (*bytes points there). */
+static int get_through(hyc *c, const char *kinds, Hypic__V1__GetEntryRequest *rq, hyc_session **ss,
+                       Hypic__V1__EntryMeta **meta, void **bytes, size_t *n, hyc_status *st)
+{
+    Hypic__V1__InspectRequest iq = HYPIC__V1__INSPECT_REQUEST__INIT;
+    iq.key = rq->key;
+    Hypic__V1__InspectResponse *ir = NULL;
+    if (hyc_inspect(c, &iq, &ir, st)) return st->code;
+    uint64_t need = ir->meta ? ir->meta->bytes : 0;
+    hyc_free(ir);
+    if (hyc_session_open(c, kinds, need > 4096 ? need : 4096, ss, st)) return st->code;
+    if (hyc_get_entry_into(c, *ss, 0, rq, meta, st)) return st->code;
+    *bytes = hyc_session_buffer(*ss);
+    *n = (size_t)(*meta)->bytes;
+    return HYC_OK;
+}
+
 int ctl_get(ctl *x, int argc, char **argv)
 {
-    const char *keyarg = NULL, *out = NULL;
+    const char *keyarg = NULL, *out = NULL, *transport = NULL;
     for (int i = 1; i < argc; i++) {
         const char *v;
         int r;
@@ -531,6 +549,9 @@ int ctl_get(ctl *x, int argc, char **argv)
             (r = ctl_arg(x, argc, argv, &i, "-o", &v))) {
             if (r < 0) return CTL_USAGE;
             out = v;
+        } else if ((r = ctl_arg(x, argc, argv, &i, "--transport", &v))) {
+            if (r < 0) return CTL_USAGE;
+            transport = v;
         } else if ((r = ctl_global(x, argc, argv, &i))) {
             if (r < 0) return CTL_USAGE;
         } else if (argv[i][0] == '-' && argv[i][1]) {
@@ -556,8 +577,11 @@ int ctl_get(ctl *x, int argc, char **argv)
     void *bytes = NULL;
     size_t n = 0;
     hyc_status st;
-    if (hyc_get_entry(c, &rq, &meta, &bytes, &n, &st)) {
+    hyc_session *ss = NULL;
+    if (transport ? get_through(c, transport, &rq, &ss, &meta, &bytes, &n, &st)
+                  : hyc_get_entry(c, &rq, &meta, &bytes, &n, &st)) {
         rc = ctl_fail(&st);
+        hyc_session_close(ss);
         hyc_close(c);
         return rc;
     }
@@ -579,14 +603,15 @@ int ctl_get(ctl *x, int argc, char **argv)
         } else {
             char b[32];
             ctl_bytes(n, b, sizeof b);
-            printf("%s: %s (%zu bytes, %u tokens) -> %s, %s\n", keyarg, b, n, meta->tokens, out,
-                   mpath);
+            printf("%s: %s (%zu bytes, %u tokens) -> %s, %s%s%s\n", keyarg, b, n, meta->tokens, out,
+                   mpath, ss ? "; delivered over " : "", ss ? hyc_session_kind(ss) : "");
         }
     }
     free(mtext);
     cJSON_Delete(mj);
     hyc_free(meta);
-    free(bytes);
+    if (!ss) free(bytes); /* else they are the session's buffer */
+    hyc_session_close(ss);
     hyc_close(c);
     return rc;
 }

@@ -82,9 +82,10 @@ static const command commands[] = {
      "N]\n"
      "A tier's (hbm, host, nvme) eviction and admission policy, read or changed at runtime.\n"},
     {"get", ctl_get,
-     "usage: hypicctl get KEY --out FILE\n"
+     "usage: hypicctl get KEY --out FILE [--transport shm,tcp,rdma]\n"
      "Fetches an entry (GetEntry): its serialised bytes into FILE, its metadata into\n"
-     "FILE.meta.json (what `hypicctl put FILE` sends back).\n"},
+     "FILE.meta.json (what `hypicctl put FILE` sends back). --transport: the bytes come through\n"
+     "a transport session (the first of the kinds the server can serve) instead of in chunks.\n"},
     {"put", ctl_put,
      "usage: hypicctl put FILE [--meta FILE.meta.json] [--tag T]... [--chunk BYTES]\n"
      "Stores a serialised entry (PutEntry) with the metadata `get` wrote; the server validates\n"

@@ -210,9 +210,22 @@ done
 run 0 "prefill pic: cached segments hit" $tls prefill --json --segment doc2.txt doc0.txt --text "Q?"
 check "prefill pic hits" 'all(s["kind"] == "KIND_HIT" for s in d["segments"])'
 
+# ---- the state and entries through transport sessions (docs/transports.md) ----
+run 0 "prefill --return-state (shm)" $tls prefill --json --segment doc2.txt doc0.txt --text "Q?" --return-state --state-out state.bin
+check "the state's layout" 'd["state"]["transport"] == "TRANSPORT_SHM" and len(d["state"]["tensors"]) > 0 and int(d["state"]["position"]) > 0'
+python3 -c "import json,os,sys; d=json.load(open('out')); sys.exit(0 if os.path.getsize('state.bin') == int(d['state']['bytes']) else 1)" && ok "--state-out wrote the state's bytes" || bad "--state-out: size differs from state.bytes"
+run 0 "prefill --transport tcp" $tls prefill --segment doc2.txt doc0.txt --text "Q?" --transport tcp
+has "prefill --transport tcp: where the state went" out "delivered over tcp"
+run 1 "prefill --transport udp" $tls prefill --segment doc2.txt --text "Q?" --transport udp
+has "prefill --transport udp: the status" err "^hypicctl: INVALID_ARGUMENT: client: transport 'udp'"
+
 # ---- get, evict, put -------------------------------------------------------
 run 0 "get" $tls get "$key" --out e.bin
 [ -s e.bin ] && ok "get wrote the bytes" || bad "get wrote no bytes"
+run 0 "get --transport shm" $tls get "$key" --out e3.bin --transport shm
+cmp -s e.bin e3.bin && ok "get through shm: the same bytes" || bad "get through shm: bytes differ"
+run 0 "get --transport tcp" $tls get "$key" --out e4.bin --transport tcp
+cmp -s e.bin e4.bin && ok "get through tcp: the same bytes" || bad "get through tcp: bytes differ"
 run 0 "evict" $tls evict "$key" --json
 check "evict removed it" 'int(d["removed"]) == 1'
 run 1 "inspect after evict" $tls inspect "$key"
