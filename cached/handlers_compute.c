@@ -228,6 +228,11 @@ hy_rpc_code do_prefill(rq *r, const ProtobufCMessage *req)
     /* lookup and fetch */
     double t0 = hy_now_s();
     if ((c = h_segs_resolve_keys(r, sm, sg, n))) goto out_segs;
+    if (q->return_state) { /* refused before any work: a session that is not there, too small */
+        int64_t tokens = (int64_t)q->n_query;
+        for (size_t i = 0; i < n; i++) tokens += (int64_t)sg[i].n;
+        if ((c = h_state_fits(r, sm, q->transport_session, q->state_offset, tokens))) goto out_segs;
+    }
     const bool reuse = mode == HY_MODE_PIC || mode == HY_MODE_NOSEAM || mode == HY_MODE_NAIVE;
     hy_tier_id *from = calloc(n, sizeof *from);
     hy_segment *hs = calloc(n, sizeof *hs);

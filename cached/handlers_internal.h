@@ -100,6 +100,9 @@ typedef struct h_delivery {
 hy_rpc_code h_deliver_state(rq *r, svc_model *sm, hy_state *st, uint64_t id, uint64_t offset,
                             h_delivery *out);
 void h_delivery_free(h_delivery *d);
+/* Before any work: session id is the caller's and its buffer holds the state
+ * after `tokens` tokens at offset (NOT_FOUND, RESOURCE_EXHAUSTED otherwise). */
+hy_rpc_code h_state_fits(rq *r, svc_model *sm, uint64_t id, uint64_t offset, int64_t tokens);
 /* Writes p[0..n) into session id's buffer at offset. */
 hy_rpc_code h_deliver_bytes(rq *r, uint64_t id, uint64_t offset, const void *p, uint64_t n,
                             Hypic__V1__Delivery *d);

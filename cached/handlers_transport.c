@@ -48,7 +48,7 @@ static void peer_from_pb(const Hypic__V1__RdmaPeer *p, hy_tp_rdma_peer *o)
     if (!p) return;
     o->qpn = p->qpn, o->psn = p->psn, o->lid = (uint16_t)p->lid, o->mtu = p->mtu;
     o->addr = p->addr, o->rkey = p->rkey, o->bytes = p->bytes;
-    memcpy(o->gid, p->gid.data, HY_MIN(p->gid.len, sizeof o->gid));
+    if (p->gid.len) memcpy(o->gid, p->gid.data, HY_MIN(p->gid.len, sizeof o->gid));
 }
 
 hy_rpc_code do_open_transport(rq *r, const ProtobufCMessage *req)
@@ -121,31 +121,55 @@ static hy_rpc_code transfer(rq *r, uint64_t id, uint64_t offset, const region *r
     const double t0 = hy_now_s();
     int rc = hy_tp_hub_acquire(r->s->tp, r->who.tenant, id, 5000, &snd, &xfer, &e);
     if (rc) return tp_fail(r, rc, &e);
-    if (offset > snd->capacity || total > snd->capacity - offset) {
+    const uint64_t cap = snd->capacity;
+    if (offset > cap || total > cap - offset) {
         hy_tp_hub_release(r->s->tp, id, snd, false, 0);
         return h_fail(r, HY_RPC_RESOURCE_EXHAUSTED,
                       "%s: %llu bytes at offset %llu do not fit transport session %llu's buffer "
                       "(%llu bytes)",
                       what, (unsigned long long)total, (unsigned long long)offset,
-                      (unsigned long long)id, (unsigned long long)snd->capacity);
+                      (unsigned long long)id, (unsigned long long)cap);
     }
     for (size_t i = 0; i < n && !rc; i++)
         if (rg[i].bytes)
             rc = hy_tp_write(snd, xfer, offset + rg[i].off, rg[i].src, rg[i].bytes, &e);
     if (!rc) rc = hy_tp_done(snd, xfer, offset, total, &e);
     if (rc) hy_tp_fail(snd, xfer);
-    hy_tp_hub_release(r->s->tp, id, snd, rc == 0, total);
+    const hy_tp_kind kind = snd->kind;
+    hy_tp_hub_release(r->s->tp, id, snd, rc == 0, total); /* frees a broken sender */
+    snd = NULL;
     if (rc)
         return h_fail(r, HY_RPC_UNAVAILABLE,
                       "%s: the transfer over %s failed, nothing was delivered: %s (open a new "
                       "transport session)",
-                      what, hy_tp_kind_name(snd->kind), e.msg);
-    d->transport = pb_kind(snd->kind);
+                      what, hy_tp_kind_name(kind), e.msg);
+    d->transport = pb_kind(kind);
     d->session = id;
     d->transfer = xfer;
     d->offset = offset;
     d->bytes = total;
     d->transfer_ms = (hy_now_s() - t0) * 1e3;
+    return HY_RPC_OK;
+}
+
+hy_rpc_code h_state_fits(rq *r, svc_model *sm, uint64_t id, uint64_t offset, int64_t tokens)
+{
+    hy_rpc_code c;
+    if ((c = need_hub(r))) return c;
+    uint64_t cap, total;
+    hy_err e = {0};
+    int rc = hy_tp_hub_capacity(r->s->tp, r->who.tenant, id, &cap, &e);
+    if (rc) return tp_fail(r, rc, &e);
+    hy_state_tensor *lay = calloc((size_t)(2 * sm->c->n_layers), sizeof *lay);
+    if (!lay) return h_fail(r, HY_RPC_RESOURCE_EXHAUSTED, "out of memory");
+    hy_state_layout(sm->c, tokens, lay, &total);
+    free(lay);
+    if (offset > cap || total > cap - offset)
+        return h_fail(r, HY_RPC_RESOURCE_EXHAUSTED,
+                      "return_state: the state after %lld tokens is %llu bytes; at offset %llu "
+                      "it does not fit transport session %llu's buffer (%llu bytes)",
+                      (long long)tokens, (unsigned long long)total, (unsigned long long)offset,
+                      (unsigned long long)id, (unsigned long long)cap);
     return HY_RPC_OK;
 }
 

@@ -542,6 +542,22 @@ int hy_tp_hub_acquire(hy_tp_hub *h, const char *tenant, uint64_t id, int64_t wai
     return rc;
 }
 
+int hy_tp_hub_capacity(hy_tp_hub *h, const char *tenant, uint64_t id, uint64_t *capacity,
+                       hy_err *err)
+{
+    pthread_mutex_lock(&h->mu);
+    session *s = find(h, id);
+    bool ok = s && !strcmp(s->tenant, tenant) && s->state != S_DEAD;
+    if (ok) *capacity = s->capacity;
+    pthread_mutex_unlock(&h->mu);
+    if (!ok)
+        return hy_err_set(err, HY_ENOTFOUND,
+                          "transport_session %llu: no such session (closed, expired, or its "
+                          "connection broke): open one with OpenTransport",
+                          (unsigned long long)id);
+    return 0;
+}
+
 void hy_tp_hub_release(hy_tp_hub *h, uint64_t id, hy_tp_sender *snd, bool ok, uint64_t bytes)
 {
     pthread_mutex_lock(&h->mu);

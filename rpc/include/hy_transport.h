@@ -291,6 +291,9 @@ int hy_tp_hub_open(hy_tp_hub *h, const char *tenant, const hy_tp_offer *offers, 
  * HY_ERANGE: still busy or unattached after the wait. */
 int hy_tp_hub_acquire(hy_tp_hub *h, const char *tenant, uint64_t id, int64_t wait_ms,
                       hy_tp_sender **s, uint64_t *xfer, hy_err *err);
+/* The buffer bytes of this tenant's session id (HY_ENOTFOUND: none such). */
+int hy_tp_hub_capacity(hy_tp_hub *h, const char *tenant, uint64_t id, uint64_t *capacity,
+                       hy_err *err);
 /* Ends the transfer: ok with its bytes counted, or failed. A sender left
  * broken ends its session. */
 void hy_tp_hub_release(hy_tp_hub *h, uint64_t id, hy_tp_sender *s, bool ok, uint64_t bytes);

@@ -209,7 +209,7 @@ static void test_refusals(void)
     CU_ASSERT_EQUAL_FATAL(hyc_session_open(g_c, "tcp", 1u << 20, &ss, &st), 0);
     request(&s, &rq, HYPIC__V1__MODE__MODE_FULL);
     CU_ASSERT_EQUAL(hyc_prefill_state(g_c, ss, 1u << 20, &rq, &r, &st), HYC_RESOURCE_EXHAUSTED);
-    CU_ASSERT(strstr(st.msg, "do not fit") != NULL);
+    CU_ASSERT(strstr(st.msg, "does not fit") != NULL);
     /* the session still works after a refused offset */
     request(&s, &rq, HYPIC__V1__MODE__MODE_FULL);
     CU_ASSERT_EQUAL(hyc_prefill_state(g_c, ss, 0, &rq, &r, &st), 0);
@@ -349,6 +349,11 @@ int main(void)
     if (!hy_daemon_stop(&g_d)) {
         fprintf(stderr, "hypic-cached did not stop cleanly on SIGTERM\n");
         rc = 1;
+    }
+    if (rc) { /* what the daemon said, for the CI log */
+        char cmd[400];
+        snprintf(cmd, sizeof cmd, "tail -n 60 '%s' >&2", g_d.log);
+        if (system(cmd) != 0) fprintf(stderr, "(no daemon log)\n");
     }
     hy_test_rmtree(g_tmp);
     return rc;
