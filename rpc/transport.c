@@ -3,9 +3,12 @@
  * the TCP and shm wire (hy_transport.h draws them), and the calls through a
  * sender's or receiver's operations, which keep a broken session broken.
  */
-#include "hy_transport.h"
+#include "transport_internal.h"
 
+#include <errno.h>
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 static const char *const kind_names[] = {"none", "tcp", "shm", "rdma"};
 
@@ -141,4 +144,91 @@ int hy_tp_wait(hy_tp_receiver *r, uint64_t xfer, int64_t timeout_ms, uint64_t *o
 void hy_tp_receiver_free(hy_tp_receiver *r)
 {
     if (r) r->ops->free(r);
+}
+
+/* ---- the completion ring every receiver keeps ---- */
+
+void hy_tp_ring_init(hy_tp_ring *g)
+{
+    memset(g, 0, sizeof *g);
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_condattr_t a;
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    pthread_cond_init(&g->cv, &a);
+    pthread_condattr_destroy(&a);
+}
+
+void hy_tp_ring_destroy(hy_tp_ring *g)
+{
+    pthread_mutex_destroy(&g->mu);
+    pthread_cond_destroy(&g->cv);
+}
+
+void hy_tp_ring_put(hy_tp_ring *g, uint64_t xfer, uint64_t off, uint64_t bytes, bool failed)
+{
+    pthread_mutex_lock(&g->mu);
+    g->done[g->ndone++ % HY_TP_RING] = (struct hy_tp_done_rec){xfer, off, bytes, failed};
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+void hy_tp_ring_die(hy_tp_ring *g, const char *why)
+{
+    pthread_mutex_lock(&g->mu);
+    if (!g->dead) {
+        g->dead = true;
+        snprintf(g->why, sizeof g->why, "%.500s", why);
+    }
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+int hy_tp_ring_wait(hy_tp_ring *g, hy_tp_kind kind, uint64_t xfer, int64_t timeout_ms,
+                    uint64_t *off, uint64_t *bytes, hy_err *err)
+{
+    struct timespec dl;
+    clock_gettime(CLOCK_MONOTONIC, &dl);
+    if (timeout_ms >= 0) {
+        dl.tv_sec += timeout_ms / 1000;
+        dl.tv_nsec += (timeout_ms % 1000) * 1000000;
+        if (dl.tv_nsec >= 1000000000) {
+            dl.tv_sec++;
+            dl.tv_nsec -= 1000000000;
+        }
+    }
+    int rc = 0;
+    pthread_mutex_lock(&g->mu);
+    for (;;) {
+        uint64_t n = g->ndone < HY_TP_RING ? g->ndone : HY_TP_RING;
+        const struct hy_tp_done_rec *hit = NULL;
+        for (uint64_t i = 0; i < n && !hit; i++) {
+            const struct hy_tp_done_rec *d = &g->done[(g->ndone - 1 - i) % HY_TP_RING];
+            if (d->xfer == xfer) hit = d;
+        }
+        if (hit) {
+            if (hit->failed)
+                rc = hy_err_set(err, HY_EIO, "%s transport: transfer %llu failed on the server",
+                                hy_tp_kind_name(kind), (unsigned long long)xfer);
+            else {
+                if (off) *off = hit->off;
+                if (bytes) *bytes = hit->bytes;
+            }
+            break;
+        }
+        if (g->dead) {
+            rc = hy_err_set(err, HY_EIO, "transfer %llu: %s", (unsigned long long)xfer, g->why);
+            break;
+        }
+        int w = timeout_ms >= 0 ? pthread_cond_timedwait(&g->cv, &g->mu, &dl)
+                                : pthread_cond_wait(&g->cv, &g->mu);
+        if (w == ETIMEDOUT) {
+            rc =
+                hy_err_set(err, HY_ERANGE, "%s transport: transfer %llu not complete after %lld ms",
+                           hy_tp_kind_name(kind), (unsigned long long)xfer, (long long)timeout_ms);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&g->mu);
+    return rc;
 }

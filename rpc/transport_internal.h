@@ -19,6 +19,29 @@ int hy_tp_send_frame(int fd, uint32_t type, uint64_t xfer, uint64_t off, uint64_
 /* Send and receive timeouts on a socket (0: none). */
 void hy_tp_set_timeouts(int fd, int send_ms, int recv_ms);
 
+/* What every receiver keeps for hy_tp_wait: the last completions its
+ * reader thread saw, and whether the connection died (and why). */
+#define HY_TP_RING 64
+typedef struct hy_tp_ring {
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* on CLOCK_MONOTONIC: a completion arrived, or death */
+    bool dead;
+    char why[512];
+    struct hy_tp_done_rec {
+        uint64_t xfer, off, bytes;
+        bool failed;
+    } done[HY_TP_RING];
+    uint64_t ndone;
+} hy_tp_ring;
+void hy_tp_ring_init(hy_tp_ring *g);
+void hy_tp_ring_destroy(hy_tp_ring *g);
+void hy_tp_ring_put(hy_tp_ring *g, uint64_t xfer, uint64_t off, uint64_t bytes, bool failed);
+/* The first death is kept: later ones do not overwrite its reason. */
+void hy_tp_ring_die(hy_tp_ring *g, const char *why);
+/* hy_tp_receiver_ops.wait over the ring (kind names the transport in errors). */
+int hy_tp_ring_wait(hy_tp_ring *g, hy_tp_kind kind, uint64_t xfer, int64_t timeout_ms,
+                    uint64_t *off, uint64_t *bytes, hy_err *err);
+
 /* The client's side over a stream socket, for TCP and shm. */
 typedef struct hy_tp_stream_rx {
     hy_tp_receiver base;
@@ -26,15 +49,7 @@ typedef struct hy_tp_stream_rx {
     bool data_allowed; /* TCP: DATA frames carry bytes; shm: a DATA frame is an error */
     pthread_t reader;
     bool reader_started;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool dead;     /* the connection ended or broke the protocol */
-    char why[512]; /* why, when dead */
-    struct hy_tp_done_rec {
-        uint64_t xfer, off, bytes;
-        bool failed;
-    } done[64]; /* the last completions, a ring */
-    unsigned ndone;
+    hy_tp_ring ring;
     void (*release_buf)(struct hy_tp_stream_rx *rx); /* frees base.buf */
 } hy_tp_stream_rx;
 

@@ -27,7 +27,7 @@
  * Client (the receiver). RECV_DEPTH zero-length receive requests stay posted
  * (a WRITE WITH IMMEDIATE consumes one and places no data in it). A thread
  * per receiver sleeps on the completion channel, records each immediate in a
- * ring of the last RECORDS transfers and posts the receive again at once; it
+ * ring of the last HY_TP_RING transfers and posts the receive again at once; it
  * must run on its own for the same reason as the TCP reader: the daemon's
  * done() waits for the client's acknowledgement before it sends the gRPC
  * reply the client is waiting for, and receives that nobody re-posts would
@@ -43,7 +43,7 @@
  * Device memory (on_device): the buffer is a CUDA pointer registered through
  * the nvidia-peermem kernel module (GPUDirect RDMA); only a CUDA build tries.
  */
-#include "hy_transport.h"
+#include "transport_internal.h"
 
 #include <arpa/inet.h>
 #include <assert.h>
@@ -66,7 +66,6 @@
 #define CQ_TIMEOUT_MS 10000             /* a sender's longest wait for one completion */
 #define SPIN_POLLS    200               /* CQ polls before sleeping on the channel */
 #define RECV_DEPTH    64                /* receive requests a receiver keeps posted */
-#define RECORDS       64                /* completions a receiver remembers */
 #define FAILED_BIT    0x80000000u       /* in an immediate: the transfer failed */
 
 struct hy_tp_rdma {
@@ -649,16 +648,8 @@ typedef struct rdma_receiver {
     uint32_t psn;
     int stop_fd;          /* an eventfd: free() wakes the thread with it */
     pthread_t thread;     /* records immediates, re-posts receives */
-    bool started, inited; /* the thread runs; mu and cv exist */
-    pthread_mutex_t mu;   /* guards what follows */
-    pthread_cond_t cv;    /* a record arrived, or the queue pair failed */
-    bool dead;
-    char why[512]; /* why, when dead */
-    struct {
-        uint32_t xfer;
-        bool failed;
-    } rec[RECORDS]; /* the last completions, a ring */
-    uint64_t nrec;
+    bool started, inited; /* the thread runs; the ring exists */
+    hy_tp_ring ring;      /* the immediates seen, or the queue pair's failure */
 } rdma_receiver;
 
 static int post_recv(rdma_receiver *v, hy_err *err)
@@ -671,13 +662,7 @@ static int post_recv(rdma_receiver *v, hy_err *err)
 
 static void rx_die(rdma_receiver *v, const char *why)
 {
-    pthread_mutex_lock(&v->mu);
-    if (!v->dead) {
-        v->dead = true;
-        snprintf(v->why, sizeof v->why, "%.*s", (int)sizeof v->why - 1, why);
-    }
-    pthread_cond_broadcast(&v->cv);
-    pthread_mutex_unlock(&v->mu);
+    hy_tp_ring_die(&v->ring, why);
 }
 
 /* One completion: an immediate to record (and its receive to post again). */
@@ -691,12 +676,8 @@ static int rx_take(rdma_receiver *v, const struct ibv_wc *wc, hy_err *err)
                           "rdma: unexpected completion (opcode %d) on the client's queue pair",
                           (int)wc->opcode);
     uint32_t imm = ntohl(wc->imm_data);
-    pthread_mutex_lock(&v->mu);
-    v->rec[v->nrec % RECORDS].xfer = imm & HY_TP_XFER_MAX;
-    v->rec[v->nrec % RECORDS].failed = (imm & FAILED_BIT) != 0;
-    v->nrec++;
-    pthread_cond_broadcast(&v->cv);
-    pthread_mutex_unlock(&v->mu);
+    /* where the bytes lie is in the gRPC reply: the immediate has the id only */
+    hy_tp_ring_put(&v->ring, imm & HY_TP_XFER_MAX, 0, 0, (imm & FAILED_BIT) != 0);
     return post_recv(v, err);
 }
 
@@ -762,50 +743,7 @@ static int rdma_wait(hy_tp_receiver *r, uint64_t xfer, int64_t timeout_ms, uint6
         return hy_err_set(
             err, HY_EINVAL,
             "rdma: the receiver is not connected (hy_tp_rdma_receiver_connect first)");
-    struct timespec dl;
-    clock_gettime(CLOCK_MONOTONIC, &dl);
-    if (timeout_ms >= 0) {
-        dl.tv_sec += timeout_ms / 1000;
-        dl.tv_nsec += (timeout_ms % 1000) * 1000000;
-        if (dl.tv_nsec >= 1000000000) {
-            dl.tv_sec++;
-            dl.tv_nsec -= 1000000000;
-        }
-    }
-    int rc = 0;
-    pthread_mutex_lock(&v->mu);
-    for (;;) {
-        uint64_t n = v->nrec < RECORDS ? v->nrec : RECORDS;
-        int hit = -1;
-        for (uint64_t i = 0; i < n && hit < 0; i++) {
-            uint64_t k = (v->nrec - 1 - i) % RECORDS;
-            if (v->rec[k].xfer == xfer) hit = (int)k;
-        }
-        if (hit >= 0) {
-            if (v->rec[hit].failed)
-                rc = hy_err_set(err, HY_EIO, "rdma transport: transfer %llu failed on the server",
-                                (unsigned long long)xfer);
-            else {
-                if (off) *off = 0; /* not carried: the gRPC reply says where */
-                if (bytes) *bytes = 0;
-            }
-            break;
-        }
-        if (v->dead) {
-            rc = hy_err_set(err, HY_EIO, "transfer %llu: %s", (unsigned long long)xfer, v->why);
-            break;
-        }
-        int w = timeout_ms >= 0 ? pthread_cond_timedwait(&v->cv, &v->mu, &dl)
-                                : pthread_cond_wait(&v->cv, &v->mu);
-        if (w == ETIMEDOUT) {
-            rc = hy_err_set(err, HY_ERANGE,
-                            "rdma transport: transfer %llu not complete after %lld ms",
-                            (unsigned long long)xfer, (long long)timeout_ms);
-            break;
-        }
-    }
-    pthread_mutex_unlock(&v->mu);
-    return rc;
+    return hy_tp_ring_wait(&v->ring, HY_TP_RDMA, xfer, timeout_ms, off, bytes, err);
 }
 
 /* Stops the thread, then frees what was made, in reverse: a half-built
@@ -825,8 +763,7 @@ static void rdma_receiver_free(hy_tp_receiver *r)
     if (v->mr) ibv_dereg_mr(v->mr);
     if (v->stop_fd >= 0) close(v->stop_fd);
     if (v->inited) {
-        pthread_mutex_destroy(&v->mu);
-        pthread_cond_destroy(&v->cv);
+        hy_tp_ring_destroy(&v->ring);
     }
     free(v);
 }
@@ -880,12 +817,7 @@ int hy_tp_rdma_receiver_new(hy_tp_rdma *r, void *buf, uint64_t capacity, bool on
     v->dev = r;
     v->stop_fd = -1;
     v->psn = random_psn();
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_mutex_init(&v->mu, NULL);
-    pthread_cond_init(&v->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    hy_tp_ring_init(&v->ring);
     v->inited = true;
     int rc = register_buffer(v, buf, capacity, on_device, err);
     if (rc) goto fail;

@@ -145,8 +145,7 @@ int hy_tp_shm_receiver_open(const char *path, uint64_t id, const uint8_t secret[
         munmap(buf, capacity);
         return hy_err_set(err, HY_ENOMEM, "%s: out of memory", what);
     }
-    pthread_mutex_init(&rx->mu, NULL);
-    pthread_cond_init(&rx->cv, NULL);
+    hy_tp_ring_init(&rx->ring);
     rx->fd = fd;
     rx->data_allowed = false;
     rx->release_buf = shm_release_buf;

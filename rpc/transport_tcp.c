@@ -130,13 +130,7 @@ int hy_tp_attach(int fd, uint64_t id, const uint8_t secret[HY_TP_SECRET_BYTES], 
 
 static void rx_die(hy_tp_stream_rx *rx, const char *why)
 {
-    pthread_mutex_lock(&rx->mu);
-    if (!rx->dead) {
-        rx->dead = true;
-        snprintf(rx->why, sizeof rx->why, "%.500s", why);
-    }
-    pthread_cond_broadcast(&rx->cv);
-    pthread_mutex_unlock(&rx->mu);
+    hy_tp_ring_die(&rx->ring, why);
 }
 
 static void *rx_main(void *arg)
@@ -171,14 +165,7 @@ static void *rx_main(void *arg)
                 return NULL;
             }
         } else if (f.type == HY_TP_DONE || f.type == HY_TP_FAIL) {
-            pthread_mutex_lock(&rx->mu);
-            struct hy_tp_done_rec *d = &rx->done[rx->ndone++ % 64];
-            d->xfer = f.xfer;
-            d->off = f.offset;
-            d->bytes = f.length;
-            d->failed = f.type == HY_TP_FAIL;
-            pthread_cond_broadcast(&rx->cv);
-            pthread_mutex_unlock(&rx->mu);
+            hy_tp_ring_put(&rx->ring, f.xfer, f.offset, f.length, f.type == HY_TP_FAIL);
         } else {
             char why[120];
             snprintf(why, sizeof why, "%s: unexpected frame type %u", kind, f.type);
@@ -191,53 +178,8 @@ static void *rx_main(void *arg)
 static int rx_wait(hy_tp_receiver *r, uint64_t xfer, int64_t timeout_ms, uint64_t *off,
                    uint64_t *bytes, hy_err *err)
 {
-    hy_tp_stream_rx *rx = (hy_tp_stream_rx *)r;
-    struct timespec dl;
-    clock_gettime(CLOCK_REALTIME, &dl);
-    if (timeout_ms >= 0) {
-        dl.tv_sec += timeout_ms / 1000;
-        dl.tv_nsec += (timeout_ms % 1000) * 1000000;
-        if (dl.tv_nsec >= 1000000000) {
-            dl.tv_sec++;
-            dl.tv_nsec -= 1000000000;
-        }
-    }
-    int rc = 0;
-    pthread_mutex_lock(&rx->mu);
-    for (;;) {
-        unsigned n = rx->ndone < 64 ? rx->ndone : 64;
-        const struct hy_tp_done_rec *hit = NULL;
-        for (unsigned i = 0; i < n && !hit; i++) {
-            const struct hy_tp_done_rec *d = &rx->done[(rx->ndone - 1 - i) % 64];
-            if (d->xfer == xfer) hit = d;
-        }
-        if (hit) {
-            if (hit->failed)
-                rc = hy_err_set(err, HY_EIO, "%s transport: transfer %llu failed on the server",
-                                hy_tp_kind_name(r->kind), (unsigned long long)xfer);
-            else {
-                if (off) *off = hit->off;
-                if (bytes) *bytes = hit->bytes;
-            }
-            break;
-        }
-        if (rx->dead) {
-            rc = hy_err_set(err, HY_EIO, "transfer %llu: %s", (unsigned long long)xfer, rx->why);
-            break;
-        }
-        int w = timeout_ms >= 0 ? pthread_cond_timedwait(&rx->cv, &rx->mu, &dl)
-                                : pthread_cond_wait(&rx->cv, &rx->mu);
-        if (w == ETIMEDOUT) {
-            rc = hy_err_set(err, HY_ERANGE,
-                            "%s transport: transfer %llu not complete after "
-                            "%lld ms",
-                            hy_tp_kind_name(r->kind), (unsigned long long)xfer,
-                            (long long)timeout_ms);
-            break;
-        }
-    }
-    pthread_mutex_unlock(&rx->mu);
-    return rc;
+    return hy_tp_ring_wait(&((hy_tp_stream_rx *)r)->ring, r->kind, xfer, timeout_ms, off, bytes,
+                           err);
 }
 
 static void rx_free(hy_tp_receiver *r)
@@ -246,8 +188,7 @@ static void rx_free(hy_tp_receiver *r)
     if (rx->fd >= 0) shutdown(rx->fd, SHUT_RDWR);
     if (rx->reader_started) pthread_join(rx->reader, NULL);
     if (rx->fd >= 0) close(rx->fd);
-    pthread_mutex_destroy(&rx->mu);
-    pthread_cond_destroy(&rx->cv);
+    hy_tp_ring_destroy(&rx->ring);
     if (rx->release_buf) rx->release_buf(rx);
     free(rx);
 }
@@ -346,8 +287,7 @@ int hy_tp_tcp_receiver_open(const char *host, int port, uint64_t id,
         close(fd);
         return hy_err_set(err, HY_ENOMEM, "%s: out of memory", what);
     }
-    pthread_mutex_init(&rx->mu, NULL);
-    pthread_cond_init(&rx->cv, NULL);
+    hy_tp_ring_init(&rx->ring);
     rx->fd = fd;
     rx->data_allowed = true;
     rx->release_buf = tcp_release_buf;
