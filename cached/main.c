@@ -201,35 +201,20 @@ int main(int argc, char **argv)
                                .on_refused = svc_refused};
     hy_rpc_server *rpc = NULL;
     hy_http *web = NULL;
-    if (hy_rpc_server_start(&rc, svc_handlers, &svc, &rpc, &e)) {
-        fprintf(stderr, "hypic-cached: %s\n", e.msg);
-        hy_free(cert);
-        hy_free(key);
-        svc_close(&svc);
-        return 1;
-    }
-    if (svc_transport_start(&svc, hy_rpc_server_port(rpc), &e)) {
-        fprintf(stderr, "hypic-cached: %s\n", e.msg);
-        hy_rpc_server_stop(rpc);
-        hy_free(cert);
-        hy_free(key);
-        svc_close(&svc);
-        return 1;
-    }
     char grpc_addr[HY_CFG_ADDR_MAX + 8], http_addr[HY_CFG_ADDR_MAX + 8] = "";
-    with_port(cfg.listen, hy_rpc_server_port(rpc), grpc_addr, sizeof grpc_addr);
-    if (cfg.http_listen[0]) {
-        hy_http_handlers hh = {.app = &svc, .metrics = svc_metrics_render, .ready = svc_ready};
-        if (hy_http_start(cfg.http_listen, &hh, &web, &e)) {
-            fprintf(stderr, "hypic-cached: %s\n", e.msg);
-            hy_rpc_server_stop(rpc);
-            hy_free(cert);
-            hy_free(key);
-            svc_close(&svc);
-            return 1;
-        }
-        with_port(cfg.http_listen, hy_http_port(web), http_addr, sizeof http_addr);
+    hy_http_handlers hh = {.app = &svc, .metrics = svc_metrics_render, .ready = svc_ready};
+    if (hy_rpc_server_start(&rc, svc_handlers, &svc, &rpc, &e) ||
+        svc_transport_start(&svc, hy_rpc_server_port(rpc), &e) ||
+        (cfg.http_listen[0] && hy_http_start(cfg.http_listen, &hh, &web, &e))) {
+        fprintf(stderr, "hypic-cached: %s\n", e.msg);
+        hy_rpc_server_stop(rpc); /* NULL when it did not start */
+        hy_free(cert);
+        hy_free(key);
+        svc_close(&svc);
+        return 1;
     }
+    with_port(cfg.listen, hy_rpc_server_port(rpc), grpc_addr, sizeof grpc_addr);
+    if (web) with_port(cfg.http_listen, hy_http_port(web), http_addr, sizeof http_addr);
     if (!cert && !svc.open_access && !hy_cached_config_is_loopback(cfg.listen))
         hy_log(HY_LOG_WARN,
                "listening on %s without TLS: bearer tokens cross the network in "

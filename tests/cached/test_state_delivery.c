@@ -327,6 +327,31 @@ static void test_rdma_fallback(void)
     hyc_free(s1);
 }
 
+/* transport.rdma: required on a machine without a device: the daemon refuses
+ * to start, and says why. */
+static void test_rdma_required(void)
+{
+    hy_tp_rdma *probe = NULL;
+    hy_err e = {0};
+    if (hy_tp_rdma_open(NULL, 0, -1, &probe, &e) == 0) {
+        printf("\n  (this machine has an RDMA device: the refusal does not apply)\n");
+        hy_tp_rdma_close(probe);
+        return;
+    }
+    char dir[200];
+    snprintf(dir, sizeof dir, "%s/required", g_tmp);
+    CU_ASSERT_EQUAL_FATAL(mkdir(dir, 0700), 0);
+    hy_daemon d;
+    printf("\n  (a daemon that must not start; its log follows)\n");
+    CU_ASSERT_NOT_EQUAL(hy_daemon_start(&d, dir,
+                                        "listen: 127.0.0.1:0\nhttp_listen: \"\"\n"
+                                        "models: [{name: tiny, path: var/models/tiny}]\n"
+                                        "tiers: {host: {bytes: 16M}}\n"
+                                        "transport: {rdma: required}\n"),
+                        0);
+    CU_ASSERT(hy_daemon_log_has(&d, "transport.rdma is required: no RDMA device"));
+}
+
 int main(void)
 {
     if (hy_test_mkdtemp("hy_test_state_", g_tmp, sizeof g_tmp)) return 1;
@@ -342,6 +367,7 @@ int main(void)
         {"refusals", test_refusals},
         {"a client that vanishes", test_client_vanishes},
         {"rdma offer without a device: fallback, counted", test_rdma_fallback},
+        {"rdma required without a device: no start", test_rdma_required},
         {NULL, NULL},
     };
     int rc = hy_test_main("state_delivery", cases);
