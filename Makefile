@@ -9,7 +9,7 @@ JOBS    ?= $(shell nproc)
 MAKEFLAGS += --no-print-directory
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build test run demo sanitize tsan cross-aarch64 format clean
+.PHONY: all deps configure build test e2e run demo sanitize tsan cross-aarch64 format clean
 
 all: build
 
@@ -24,6 +24,16 @@ build: configure
 
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
+
+# A frontend nobody here wrote the model code of, end to end (client/python/e2e):
+# transformers' Qwen3-Next and Qwen3.5 on CPU load the running state hypic-cached
+# delivers over shared memory into their own cache object and decode from it; in mode
+# full the 32 tokens must equal transformers' own prefill-and-decode. Its own venv with
+# the pinned torch stack (client/python/requirements-e2e.txt; the first run downloads
+# about 3 GB from PyPI), against daemons the test starts and always stops.
+E2E_VENV ?= $(BUILD)/e2e-venv
+e2e: build
+	@sh tests/client/test_frontend.sh $(BUILD)/cached/hypic-cached $(E2E_VENV)
 
 # The main job: hypic-cached in the foreground on the embedded default, the
 # trained model models/hypic-recall (committed: no download, nothing to

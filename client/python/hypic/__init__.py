@@ -7,13 +7,17 @@
 Client (hypic.client) has one method per RPC; HypicError is what a failed call raises;
 the enums, Segment and Entry (hypic.types) are what the methods take and answer besides
 the proto's messages (hypic.pb, generated from rpc/hypic.proto at install); tokenize and
-detokenize are the embedded models' byte tokenizer (hypic.text).
+detokenize are the embedded models' byte tokenizer (hypic.text). Session (hypic.transport)
+is a buffer the daemon delivers states and entries into (Client.session), State
+(hypic.state) a delivered state read in place as numpy views.
 """
 
 from ._gen import hypic_pb2 as pb
 from .client import Client
 from .errors import HypicError
+from .state import LayerTensor, State
 from .text import detokenize, tokenize
+from .transport import Session
 from .types import (
     Entry,
     EventKind,
@@ -23,7 +27,9 @@ from .types import (
     Segment,
     Sort,
     StateDtype,
+    StateKind,
     Tier,
+    Transport,
     WarmState,
 )
 
@@ -35,12 +41,17 @@ __all__ = [
     "EventKind",
     "HealthStatus",
     "HypicError",
+    "LayerTensor",
     "Mode",
     "OutcomeKind",
     "Segment",
+    "Session",
     "Sort",
+    "State",
     "StateDtype",
+    "StateKind",
     "Tier",
+    "Transport",
     "WarmState",
     "detokenize",
     "pb",

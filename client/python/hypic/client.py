@@ -32,6 +32,8 @@ import grpc
 from ._gen import hypic_pb2 as pb
 from ._gen import hypic_pb2_grpc as pb_grpc
 from .errors import HypicError, client_error
+from .state import State, state_views
+from .transport import DEFAULT_CAPACITY, Session, offers_of, open_session
 from .types import (
     Entry,
     Mode,
@@ -40,6 +42,7 @@ from .types import (
     StateDtype,
     Tier,
     TokenIds,
+    Transport,
     to_enum,
     to_ids,
     to_key,
@@ -69,6 +72,8 @@ METHODS: dict[str, str] = {
     "GetPolicy": "get_policy",
     "SetPolicy": "set_policy",
     "Health": "health",
+    "OpenTransport": "open_transport",
+    "CloseTransport": "close_transport",
 }
 _DEFAULT: Any = object()  # "the client's timeout" (None means no deadline)
 
@@ -214,19 +219,100 @@ class Client:
         default, pic), "full", "prefix", "noseam", "naive". Answers the first token's
         top_k candidates (0: the server's default), max_new_tokens greedy tokens, an
         outcome per segment and the timings (timings.ttft_ms)."""
-        rq = pb.PrefillRequest(
-            model=model,
-            segments=to_segments(segments),
-            query=to_ids(query, "query"),
-            mode=wire(to_enum(Mode, mode, "mode", Mode.UNSPECIFIED)),
-            top_k=top_k,
-            max_new_tokens=max_new_tokens,
-            dtype=wire(to_enum(StateDtype, dtype, "dtype", StateDtype.UNSPECIFIED)),
-            tenant=tenant,
-        )
-        if seam is not None:
-            rq.seam = seam
+        rq = _prefill_request(model, segments, query, mode, seam, top_k, max_new_tokens, dtype, tenant)
         return cast(pb.PrefillResponse, self.call("Prefill", rq))
+
+    def prefill_state(
+        self,
+        session: Session,
+        model: str,
+        segments: Sequence[SegmentLike],
+        query: TokenIds | str,
+        *,
+        state_offset: int = 0,
+        mode: Mode | int | str | None = None,
+        seam: int | None = None,
+        top_k: int = 0,
+        max_new_tokens: int = 0,
+        dtype: StateDtype | int | str | None = None,
+        tenant: str = "",
+    ) -> tuple[pb.PrefillResponse, State]:
+        """prefill, and the running state after [segments..., query] (before any greedy
+        continuation) delivered into session's buffer at state_offset: answers the
+        response and a State of numpy views of the buffer (hypic.state), once the reply is
+        OK and the session has the transfer's completion. The State is valid until the
+        session's next transfer. The daemon's refusals: a session that is not there (or
+        closed) NOT_FOUND, a state that does not fit at the offset RESOURCE_EXHAUSTED."""
+        rq = _prefill_request(model, segments, query, mode, seam, top_k, max_new_tokens, dtype, tenant)
+        rq.return_state = True
+        rq.transport_session = session.id
+        rq.state_offset = state_offset
+        gen = session.begin_transfer()
+        r = cast(pb.PrefillResponse, self.call("Prefill", rq))
+        if not r.HasField("state"):
+            raise client_error("Prefill: the reply has no state delivery", "INTERNAL")
+        session.wait(r.state.transfer, self._transfer_timeout())
+        return r, state_views(session, r.state, gen)
+
+    def _transfer_timeout(self) -> float:
+        """How long a transfer's completion may lag its reply (the C client's: the call's
+        deadline, else 10 s)."""
+        return self.timeout if self.timeout else 10.0
+
+    # ---- transport sessions -------------------------------------------------------------
+
+    def open_transport(
+        self,
+        offers: Sequence[Transport | int | str | pb.TransportOffer],
+        capacity: int = DEFAULT_CAPACITY,
+        *,
+        tenant: str = "",
+    ) -> pb.OpenTransportResponse:
+        """OpenTransport: offers best first, each a kind ("tcp", "shm", a Transport) with a
+        buffer of capacity bytes, or a TransportOffer as it is. Answers the offer taken,
+        the session id, its secret and how to attach; nothing is attached (session()
+        does all of it)."""
+        rq = pb.OpenTransportRequest(offers=offers_of(offers, capacity), tenant=tenant)
+        return cast(pb.OpenTransportResponse, self.call("OpenTransport", rq))
+
+    def close_transport(self, session: Session | int, *, tenant: str = "") -> None:
+        """CloseTransport: ends the session (a Session or its id) on the daemon's side."""
+        sid = session.id if isinstance(session, Session) else int(session)
+        self.call("CloseTransport", pb.CloseTransportRequest(session=sid, tenant=tenant))
+
+    def session(
+        self,
+        kinds: Sequence[Transport | int | str] | str = ("shm", "tcp"),
+        capacity: int = DEFAULT_CAPACITY,
+        *,
+        tenant: str = "",
+    ) -> Session:
+        """A transport session with a buffer of capacity bytes, attached (hypic.transport):
+        kinds best first, "shm" left out when the daemon is not on this host; RDMA is not
+        available from Python. A context manager; close() ends it. INVALID_ARGUMENT
+        "client: ..." for a kind that is not tcp or shm; UNAVAILABLE when the attach fails."""
+        return open_session(self, kinds, capacity, tenant)
+
+    def get_entry_into(
+        self, session: Session, model: str, key: bytes, offset: int = 0, *, tenant: str = ""
+    ) -> tuple[pb.EntryMeta, memoryview]:
+        """get_entry through a session: the serialised entry is written into its buffer at
+        offset; answers the metadata and a memoryview of those bytes in the buffer (valid
+        until the session's next transfer). A key that is not cached is NOT_FOUND."""
+        rq = pb.GetEntryRequest(
+            model=model, key=to_key(key, "key"), tenant=tenant, transport_session=session.id, offset=offset
+        )
+        session.begin_transfer()
+        replies = list(self.call("GetEntry", rq))
+        if len(replies) != 1 or not replies[0].HasField("meta") or not replies[0].HasField("delivery"):
+            raise client_error("GetEntry: no reply with meta and delivery", "INTERNAL")
+        meta, d = replies[0].meta, replies[0].delivery
+        session.wait(d.transfer, self._transfer_timeout())
+        if d.bytes != meta.bytes or d.offset + d.bytes > session.capacity:
+            raise client_error(
+                f"GetEntry: {d.bytes} bytes delivered at {d.offset}, meta.bytes {meta.bytes}", "INTERNAL"
+            )
+        return meta, memoryview(session.buffer)[d.offset : d.offset + d.bytes]
 
     # ---- entries ------------------------------------------------------------------------
 
@@ -385,6 +471,33 @@ class Client:
     def health(self) -> pb.HealthResponse:
         """Whether the server is serving, its version and its models (no token needed)."""
         return cast(pb.HealthResponse, self.call("Health", pb.HealthRequest()))
+
+
+def _prefill_request(
+    model: str,
+    segments: Sequence[SegmentLike],
+    query: TokenIds | str,
+    mode: Mode | int | str | None,
+    seam: int | None,
+    top_k: int,
+    max_new_tokens: int,
+    dtype: StateDtype | int | str | None,
+    tenant: str,
+) -> pb.PrefillRequest:
+    """Prefill's request from prefill's (and prefill_state's) arguments."""
+    rq = pb.PrefillRequest(
+        model=model,
+        segments=to_segments(segments),
+        query=to_ids(query, "query"),
+        mode=wire(to_enum(Mode, mode, "mode", Mode.UNSPECIFIED)),
+        top_k=top_k,
+        max_new_tokens=max_new_tokens,
+        dtype=wire(to_enum(StateDtype, dtype, "dtype", StateDtype.UNSPECIFIED)),
+        tenant=tenant,
+    )
+    if seam is not None:
+        rq.seam = seam
+    return rq
 
 
 def _iterate(call: Any) -> Iterator[Any]:

@@ -87,6 +87,24 @@ class HealthStatus(IntEnum):
     NOT_SERVING = 2
 
 
+class Transport(IntEnum):
+    NONE = 0
+    TCP = 1
+    SHM = 2
+    RDMA = 3
+
+
+class StateKind(IntEnum):
+    """A delivered state tensor's part (StateTensor.Kind): a linear layer's conv window and
+    S, an attention layer's K and V."""
+
+    UNSPECIFIED = 0
+    CONV = 1
+    S = 2
+    K = 3
+    V = 4
+
+
 # Each enum beside the proto enum it mirrors and that enum's value prefix.
 PROTO_ENUMS: dict[type[IntEnum], tuple[object, str]] = {
     Tier: (pb.Tier, "TIER_"),
@@ -97,6 +115,8 @@ PROTO_ENUMS: dict[type[IntEnum], tuple[object, str]] = {
     EventKind: (pb.WatchEvent.Kind, "KIND_"),
     Sort: (pb.ListRequest.Sort, "SORT_"),
     HealthStatus: (pb.HealthResponse.Status, "STATUS_"),
+    Transport: (pb.Transport, "TRANSPORT_"),
+    StateKind: (pb.StateTensor.Kind, "KIND_"),
 }
 
 E = TypeVar("E", bound=IntEnum)

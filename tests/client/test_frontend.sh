@@ -1,0 +1,46 @@
+#!/bin/sh
+# The transformers frontend (client/python/examples/transformers_frontend.py) end to end:
+# makes a venv once (Python >= 3.11, $PYTHON or python3), installs the pinned reference
+# stack client/python/requirements-e2e.txt (torch, transformers, safetensors, numpy as
+# tools/golden pins them; pytest) and the package, then runs client/python/e2e under
+# pytest, which starts its own hypic-cached (serving `tiny` and `recall`) and always kills
+# it. Decodes 32 tokens from the daemon's delivered state with transformers' forward and
+# checks them against transformers' own prefill-and-decode.
+#
+# The first run downloads torch and its CUDA wheels from PyPI (about 3 GB; ~3 min here);
+# later runs with the same venv only check the pins (seconds). The tests take ~30 s.
+#   test_frontend.sh HYPIC_CACHED [VENV_DIR]   (VENV_DIR default: client/python/.venv-e2e)
+set -eu
+if [ $# -lt 1 ]; then
+    echo "usage: test_frontend.sh HYPIC_CACHED [VENV_DIR]" >&2
+    exit 2
+fi
+abs() { echo "$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; }
+HYPIC_CACHED=$(abs "$1")
+export HYPIC_CACHED
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+pkg=$repo/client/python
+venv=${2:-$pkg/.venv-e2e}
+python="${PYTHON:-python3}"
+
+src=$(mktemp -d /tmp/hypic-frontend.XXXXXX)
+trap 'rm -rf "$src"' EXIT
+trap 'exit 1' INT TERM
+
+if [ ! -x "$venv/bin/python" ]; then
+    # numpy 2.4.6, as tools/golden pins it, needs Python 3.11
+    "$python" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "need Python >= 3.11")'
+    "$python" -m venv "$venv"
+fi
+pip="$venv/bin/python -m pip --quiet --disable-pip-version-check"
+start=$(date +%s)
+$pip install -r "$pkg/requirements-e2e.txt"
+(cd "$pkg" && tar --exclude=./.venv --exclude=./.venv-e2e --exclude=./build --exclude='./*.egg-info' \
+    --exclude=__pycache__ -cf - .) | tar -C "$src" -xf -
+HYPIC_PROTO=$repo/rpc/hypic.proto $pip install "$src"
+echo "test_frontend.sh: venv ready in $(($(date +%s) - start)) s ($venv)"
+
+# From the e2e folder, so that `import hypic` is the installed package (with its
+# generated stubs), never the source folder beside it.
+cd "$pkg/e2e"
+"$venv/bin/python" -m pytest -q -s -p no:cacheprovider --rootdir "$pkg" .
