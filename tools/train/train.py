@@ -177,7 +177,10 @@ def plot(points, path):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="models/hypic-recall")
-    ap.add_argument("--fixture", default="tests/fixtures/recall/answers.txt")
+    ap.add_argument("--fixture", default=None,
+                    help="the C test's fixture (default: tests/fixtures/recall/answers.txt when "
+                         "--out is models/hypic-recall, else OUT/answers.txt: a probe never "
+                         "overwrites the committed model's fixture)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--steps", type=int, default=1200, help="steps of the recall task")
     ap.add_argument("--minutes", type=float, default=55.0, help="stop early past this")
@@ -318,10 +321,16 @@ def main():
           f"{ex['answer_doc'] + 1} of 4)", flush=True)
 
     # the C test's fixture: prompts and transformers' greedy answers
-    fx = Path(args.fixture)
+    if args.fixture:
+        fx = Path(args.fixture)
+    elif out.resolve() == Path("models/hypic-recall").resolve():
+        fx = Path("tests/fixtures/recall/answers.txt")
+    else:
+        fx = out / "answers.txt"
+    args.fixture = str(fx)
     fx.parent.mkdir(parents=True, exist_ok=True)
     with open(fx, "w", encoding="ascii") as f:
-        f.write("# tools/train/train.py: held-out prompts of models/hypic-recall and the\n"
+        f.write(f"# tools/train/train.py: held-out prompts of {out} and the\n"
                 "# greedy 3-token answers transformers gives (token ids, byte b = id - 3)\n")
         for q in held[:8]:
             prompt = "".join(q["docs"]) + q["question"]
