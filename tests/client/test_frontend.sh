@@ -32,6 +32,7 @@ if [ ! -x "$venv/bin/python" ]; then
     "$python" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "need Python >= 3.11")'
     "$python" -m venv "$venv"
 fi
+venv=$(cd "$venv" && pwd) # absolute: the tests run from another folder
 pip="$venv/bin/python -m pip --quiet --disable-pip-version-check"
 start=$(date +%s)
 $pip install -r "$pkg/requirements-e2e.txt"

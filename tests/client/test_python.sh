@@ -30,6 +30,7 @@ if [ ! -x "$venv/bin/python" ]; then
     "$python" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "need Python >= 3.10")'
     "$python" -m venv "$venv"
 fi
+venv=$(cd "$venv" && pwd) # absolute: the tests run from another folder
 pip="$venv/bin/python -m pip --quiet --disable-pip-version-check"
 $pip install -r "$pkg/requirements-test.txt"
 (cd "$pkg" && tar --exclude=./.venv --exclude=./build --exclude='./*.egg-info' \
