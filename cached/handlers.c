@@ -414,9 +414,10 @@ HANDLER(h_set_policy, 11, do_set_policy, true)
 HANDLER(h_health, 12, do_health, false)
 HANDLER(h_open_transport, 13, do_open_transport, true)
 HANDLER(h_close_transport, 14, do_close_transport, true)
+HANDLER(h_build, 15, do_build, true)
 
 /* In hy_rpc_methods' order (hypic.proto's). */
 const hy_rpc_handler svc_handlers[] = {
     h_lookup,  h_warm,  h_prefill, h_get_entry,  h_put_entry,  h_invalidate, h_list,
     h_inspect, h_watch, h_stats,   h_get_policy, h_set_policy, h_health, h_open_transport,
-    h_close_transport};
+    h_close_transport, h_build};

@@ -155,6 +155,85 @@ hy_rpc_code do_warm(rq *r, const ProtobufCMessage *req)
     return c;
 }
 
+/* --- Build ---------------------------------------------------------------------- */
+
+/* One segment built from the empty state, as Warm builds it, and streamed back
+ * (meta first, then the serialised bytes in chunks) instead of stored: a
+ * scatter worker's job. The bytes are checked by whoever stores them. */
+hy_rpc_code do_build(rq *r, const ProtobufCMessage *req)
+{
+    const Hypic__V1__BuildRequest *q = (const void *)req;
+    svc_model *sm;
+    hy_rpc_code c;
+    int W, w;
+    hy_entry_dtype dt = HY_ENTRY_F32;
+    seg *sg = NULL;
+    if ((c = h_keyed_fields(r, q->tenant, q->model,
+                            q->seam_opt_case == HYPIC__V1__BUILD_REQUEST__SEAM_OPT_SEAM, q->seam,
+                            q->dtype, &sm, &W, &dt)))
+        return c;
+    if (!q->tokens || q->tokens->n_ids == 0)
+        return h_fail(r, HY_RPC_INVALID_ARGUMENT, "field 'tokens' is empty: a segment to build");
+    Hypic__V1__Segment one = HYPIC__V1__SEGMENT__INIT, *onep = &one;
+    one.ref_case = HYPIC__V1__SEGMENT__REF_TOKENS;
+    one.tokens = q->tokens;
+    one.n_tags = q->n_tags;
+    one.tags = q->tags;
+    if ((c = h_segs_parse(r, sm, &onep, 1, 0, false, &sg))) return c;
+    hy_err e = {0};
+    void *buf = NULL;
+    size_t len = 0;
+    int64_t body = 0;
+    if (hy_entry_seam(sm->c, sg[0].n, W, &w, &e) != HY_OK) {
+        c = h_fail(r, HY_RPC_INVALID_ARGUMENT, "field 'tokens': %s", e.msg);
+        goto out;
+    }
+    svc_exec *x;
+    if ((c = svc_exec_take(r->s, sm, r->call, &x, r->msg, sizeof r->msg))) goto out;
+    h_set_threads(r->s);
+    hy_state_reset(x->st);
+    hy_entry *ent = NULL;
+    int rc = hy_entry_build(x->ex, x->st, sg[0].tok, sg[0].n, W, dt, NULL, &ent, &e);
+    svc_exec_give(r->s, sm, x);
+    r->computed = (int64_t)sg[0].n;
+    r->misses = 1;
+    if (!rc) {
+        body = hy_entry_body_tokens(ent);
+        rc = hy_entry_serialize(ent, &buf, &len, &e);
+    }
+    hy_entry_free(ent);
+    if (rc) {
+        c = h_from_err(r, rc, &e);
+        goto out;
+    }
+    atomic_fetch_add(&r->s->met.entries_built, 1);
+    hy_meta m;
+    memset(&m, 0, sizeof m);
+    hy_entry_key(r->who.tenant, sm->fp, W, dt, sg[0].tok, sg[0].n, m.key.b);
+    snprintf(m.tenant, sizeof m.tenant, "%s", r->who.tenant);
+    memcpy(m.model, sm->fp, 32);
+    for (size_t i = 0; i < sg[0].ntags && i < HY_MAX_TAGS; i++)
+        snprintf(m.tags[m.ntags++], HY_TAG_MAX, "%s", sg[0].tags[i]);
+    m.tokens = (uint32_t)sg[0].n;
+    m.flops = hy_config_prefill_flops(sm->c, 0, body);
+    m.bytes = len;
+    m.created_ns = hy_wall_ns();
+    pb_meta pm;
+    h_meta_to_pb(r->s, &m, 0, &pm);
+    const size_t chunk = HY_MIN((size_t)CHUNK_BYTES, (size_t)r->s->cfg.max_message / 2);
+    for (uint64_t off = 0; off < len && !c; off += chunk) {
+        Hypic__V1__EntryChunk ch = HYPIC__V1__ENTRY_CHUNK__INIT;
+        if (off == 0) ch.meta = &pm.pb;
+        ch.data =
+            (ProtobufCBinaryData){(size_t)HY_MIN((uint64_t)chunk, len - off), (uint8_t *)buf + off};
+        c = h_send(r, &ch.base);
+    }
+out:
+    free(buf);
+    h_segs_free(r, sg, 1);
+    return c;
+}
+
 /* --- Prefill --------------------------------------------------------------------- */
 
 static int cmp_prob(const void *a, const void *b)

@@ -129,5 +129,6 @@ hy_rpc_code do_set_policy(rq *r, const ProtobufCMessage *req);
 hy_rpc_code do_health(rq *r, const ProtobufCMessage *req);
 hy_rpc_code do_open_transport(rq *r, const ProtobufCMessage *req);
 hy_rpc_code do_close_transport(rq *r, const ProtobufCMessage *req);
+hy_rpc_code do_build(rq *r, const ProtobufCMessage *req);
 
 #endif

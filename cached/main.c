@@ -15,6 +15,12 @@
  * refused UNAVAILABLE, calls in flight finish up to limits.drain_ms, then the
  * rest are cancelled, write-back entries are flushed to NVMe and RocksDB is
  * closed; a second SIGTERM meanwhile changes nothing.
+ *
+ * Built a second time as hypic-worker (HY_CACHED_WORKER): a scatter worker
+ * (docs/scheduler.md) with the same configuration file and flags, serving
+ * only Build (a segment in, its entry streamed out), Health and Stats — the
+ * other methods answer UNIMPLEMENTED — with no transports and a store it
+ * never fills (the host tier at its minimum, no NVMe tier).
  */
 #include "http_internal.h"
 #include "service_internal.h"
@@ -35,6 +41,12 @@
  * drain is recorded and ignored, never the default (death). */
 static volatile sig_atomic_t g_term, g_hup;
 
+#ifdef HY_CACHED_WORKER
+#define PROG "hypic-worker"
+#else
+#define PROG "hypic-cached"
+#endif
+
 static void on_signal(int sig)
 {
     if (sig == SIGHUP)
@@ -45,12 +57,17 @@ static void on_signal(int sig)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: hypic-cached [--config FILE] [--init-models] [--ready-file FILE]\n"
+    fprintf(f, "usage: " PROG " [--config FILE] [--init-models] [--ready-file FILE]\n"
                "                    [--listen HOST:PORT] [--http-listen HOST:PORT]\n"
-               "       hypic-cached --check-config FILE [--print]\n"
+               "       " PROG " --check-config FILE [--print]\n"
+#ifdef HY_CACHED_WORKER
+               "A scatter worker: serves Build, Health and Stats of hypic.v1 (gRPC) and\n"
+               "/metrics, /healthz, /readyz (HTTP).\n"
+#else
                "Serves hypic.v1 (gRPC) and /metrics, /healthz, /readyz (HTTP).\n"
-               "Without --config: the defaults (docs/operations.md), model 'tiny' in\n"
-               "var/models/tiny, no NVMe tier, no tokens, 127.0.0.1 only.\n");
+#endif
+               "Without --config: the defaults (docs/operations.md), model 'recall' in\n"
+               "models/hypic-recall, no NVMe tier, no tokens, 127.0.0.1 only.\n");
 }
 
 /* Generates a missing model whose name is a preset (the embedded default). */
@@ -124,7 +141,7 @@ int main(int argc, char **argv)
         } else if (i + 1 < argc && strcmp(a, "--http-listen") == 0) {
             http = argv[++i];
         } else {
-            fprintf(stderr, "hypic-cached: unknown or incomplete argument '%s'\n", a);
+            fprintf(stderr, PROG ": unknown or incomplete argument '%s'\n", a);
             usage(stderr);
             return 2;
         }
@@ -133,7 +150,7 @@ int main(int argc, char **argv)
     hy_err e = {0};
     if (check) {
         if (hy_cached_config_load(check, &cfg, &e)) {
-            fprintf(stderr, "hypic-cached: %s\n", e.msg);
+            fprintf(stderr, PROG ": %s\n", e.msg);
             return 1;
         }
         printf("%s: valid (%d model(s), %d tenant(s), listen %s)\n", check, cfg.nmodels,
@@ -143,7 +160,7 @@ int main(int argc, char **argv)
     }
     if (config) {
         if (hy_cached_config_load(config, &cfg, &e)) {
-            fprintf(stderr, "hypic-cached: %s\n", e.msg);
+            fprintf(stderr, PROG ": %s\n", e.msg);
             return 1;
         }
     } else {
@@ -154,13 +171,18 @@ int main(int argc, char **argv)
         if (listen) snprintf(cfg.listen, sizeof cfg.listen, "%s", listen);
         if (http) snprintf(cfg.http_listen, sizeof cfg.http_listen, "%s", http);
         if (hy_cached_config_validate(&cfg, &e)) {
-            fprintf(stderr, "hypic-cached: %s\n", e.msg);
+            fprintf(stderr, PROG ": %s\n", e.msg);
             return 1;
         }
     }
     hy_log_set_level(cfg.log_level);
+#ifdef HY_CACHED_WORKER
+    cfg.host_bytes = cfg.host_policy.capacity = 1u << 20; /* a worker stores nothing */
+    cfg.nvme_dir[0] = '\0';
+    cfg.hbm_bytes = cfg.hbm_policy.capacity = 0;
+#endif
     if (init && init_models(&cfg, &e)) {
-        fprintf(stderr, "hypic-cached: %s\n", e.msg);
+        fprintf(stderr, PROG ": %s\n", e.msg);
         return 1;
     }
 
@@ -181,7 +203,7 @@ int main(int argc, char **argv)
 
     static hy_svc svc;
     if (svc_open(&svc, &cfg, &e)) {
-        fprintf(stderr, "hypic-cached: %s\n", e.msg);
+        fprintf(stderr, PROG ": %s\n", e.msg);
         svc_close(&svc);
         return 1;
     }
@@ -189,7 +211,7 @@ int main(int argc, char **argv)
     size_t len;
     if (cfg.tls_cert[0] && (hy_read_file(cfg.tls_cert, 1 << 20, &cert, &len, &e) ||
                             hy_read_file(cfg.tls_key, 1 << 20, &key, &len, &e))) {
-        fprintf(stderr, "hypic-cached: tls: %s\n", e.msg);
+        fprintf(stderr, PROG ": tls: %s\n", e.msg);
         svc_close(&svc);
         return 1;
     }
@@ -203,10 +225,22 @@ int main(int argc, char **argv)
     hy_http *web = NULL;
     char grpc_addr[HY_CFG_ADDR_MAX + 8], http_addr[HY_CFG_ADDR_MAX + 8] = "";
     hy_http_handlers hh = {.app = &svc, .metrics = svc_metrics_render, .ready = svc_ready};
-    if (hy_rpc_server_start(&rc, svc_handlers, &svc, &rpc, &e) ||
-        svc_transport_start(&svc, hy_rpc_server_port(rpc), &e) ||
+#ifdef HY_CACHED_WORKER
+    hy_rpc_handler handlers[SVC_METHODS] = {0};
+    for (size_t m = 0; m < hy_rpc_method_count; m++) {
+        const char *name = hy_rpc_methods[m].name;
+        if (!strcmp(name, "Build") || !strcmp(name, "Health") || !strcmp(name, "Stats"))
+            handlers[m] = svc_handlers[m];
+    }
+    const bool transports = false;
+#else
+    const hy_rpc_handler *handlers = svc_handlers;
+    const bool transports = true;
+#endif
+    if (hy_rpc_server_start(&rc, handlers, &svc, &rpc, &e) ||
+        (transports && svc_transport_start(&svc, hy_rpc_server_port(rpc), &e)) ||
         (cfg.http_listen[0] && hy_http_start(cfg.http_listen, &hh, &web, &e))) {
-        fprintf(stderr, "hypic-cached: %s\n", e.msg);
+        fprintf(stderr, PROG ": %s\n", e.msg);
         hy_rpc_server_stop(rpc); /* NULL when it did not start */
         hy_free(cert);
         hy_free(key);
@@ -221,7 +255,7 @@ int main(int argc, char **argv)
                "clear text (set tls.cert and tls.key)",
                cfg.listen);
     svc.ready = true;
-    hy_log(HY_LOG_INFO, "hypic-cached %s serving hypic.v1 on %s%s (%s), metrics on %s; pid %d",
+    hy_log(HY_LOG_INFO, PROG " %s serving hypic.v1 on %s%s (%s), metrics on %s; pid %d",
            HY_CACHED_VERSION, grpc_addr, cert ? " with TLS" : "",
            svc.open_access ? "no tokens: every caller is tenant 'default'" : "bearer tokens",
            http_addr[0] ? http_addr : "(off)", (int)getpid());

@@ -104,7 +104,7 @@ typedef struct svc_hub {
 
 /* Per-mode TTFT histograms and per-method, per-status counts. */
 #define SVC_CODES 17
-#define SVC_METHODS 15 /* hy_rpc_method_count (svc_open checks) */
+#define SVC_METHODS 16 /* hy_rpc_method_count (svc_open checks) */
 typedef struct svc_metrics {
     hy_hist ttft[HY_MODE_COUNT];
     hy_hist latency[SVC_METHODS + 1]; /* per method (and unknown ones), seconds */

@@ -361,26 +361,28 @@ static int on_chunk(void *arg, const ProtobufCMessage *msg)
     return 0;
 }
 
-int hyc_get_entry(hyc *c, const Hypic__V1__GetEntryRequest *rq, Hypic__V1__EntryMeta **meta,
-                  void **bytes, size_t *n, hyc_status *st)
+/* A stream of EntryChunk (GetEntry, Build): the metadata and the bytes
+ * reassembled, checked as hyc_get_entry says. */
+static int entry_stream(hyc *c, const char *name, const ProtobufCMessage *rq,
+                        Hypic__V1__EntryMeta **meta, void **bytes, size_t *n, hyc_status *st)
 {
     *meta = NULL;
     *bytes = NULL;
     *n = 0;
-    if (!rq) return status_set(st, HYC_INVALID_ARGUMENT, "client: GetEntry: no request");
+    if (!rq) return status_set(st, HYC_INVALID_ARGUMENT, "client: %s: no request", name);
     get_ctx g = {0};
     hy_rpc_status rs;
     hy_err e = {0};
-    int rc = hy_rpc_client_call(c->rpc, method("GetEntry"), &rq->base, c->token, c->deadline_ms,
-                                on_chunk, &g, &rs, &e);
+    int rc = hy_rpc_client_call(c->rpc, method(name), rq, c->token, c->deadline_ms, on_chunk, &g,
+                                &rs, &e);
     if (g.why[0]) {
-        status_set(st, HYC_INTERNAL, "client: GetEntry: %s", g.why);
+        status_set(st, HYC_INTERNAL, "client: %s: %s", name, g.why);
     } else if (call_status(rc, &rs, &e, st) == HYC_OK) {
         if (!g.meta)
-            status_set(st, HYC_INTERNAL, "client: GetEntry: the server sent no chunk");
+            status_set(st, HYC_INTERNAL, "client: %s: the server sent no chunk", name);
         else if (g.len != g.meta->bytes)
             status_set(st, HYC_INTERNAL,
-                       "client: GetEntry: the chunks hold %zu bytes, meta.bytes says %llu", g.len,
+                       "client: %s: the chunks hold %zu bytes, meta.bytes says %llu", name, g.len,
                        (unsigned long long)g.meta->bytes);
         else if (!g.buf && !(g.buf = malloc(1)))
             status_set(st, HYC_INTERNAL, "client: out of memory");
@@ -394,6 +396,18 @@ int hyc_get_entry(hyc *c, const Hypic__V1__GetEntryRequest *rq, Hypic__V1__Entry
     *bytes = g.buf;
     *n = g.len;
     return HYC_OK;
+}
+
+int hyc_get_entry(hyc *c, const Hypic__V1__GetEntryRequest *rq, Hypic__V1__EntryMeta **meta,
+                  void **bytes, size_t *n, hyc_status *st)
+{
+    return entry_stream(c, "GetEntry", rq ? &rq->base : NULL, meta, bytes, n, st);
+}
+
+int hyc_build(hyc *c, const Hypic__V1__BuildRequest *rq, Hypic__V1__EntryMeta **meta, void **bytes,
+              size_t *n, hyc_status *st)
+{
+    return entry_stream(c, "Build", rq ? &rq->base : NULL, meta, bytes, n, st);
 }
 
 /* ---- PutEntry: the caller's bytes in chunks ---- */

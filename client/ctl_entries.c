@@ -521,6 +521,38 @@ static int write_file(const char *path, const void *b, size_t n)
     return CTL_OK;
 }
 
+/* get and build: the bytes into out, the metadata into out.meta.json (what
+ * `hypicctl put out` sends back), and a line (or --json) saying so. */
+static int save_entry(ctl *x, const char *label, const char *out, const Hypic__V1__EntryMeta *meta,
+                      const void *bytes, size_t n, const char *via)
+{
+    cJSON *mj = ctl_json_msg(&meta->base);
+    char *mtext = cJSON_Print(mj);
+    char mpath[4096];
+    snprintf(mpath, sizeof mpath, "%s.meta.json", out);
+    int rc = write_file(out, bytes, n);
+    if (!rc) rc = mtext ? write_file(mpath, mtext, strlen(mtext)) : ctl_error("out of memory");
+    if (!rc) {
+        if (x->json) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddItemToObject(o, "meta", mj);
+            mj = NULL;
+            cJSON_AddStringToObject(o, "file", out);
+            cJSON_AddStringToObject(o, "meta_file", mpath);
+            cJSON_AddNumberToObject(o, "bytes", (double)n);
+            ctl_json_print(o);
+        } else {
+            char b[32];
+            ctl_bytes(n, b, sizeof b);
+            printf("%s: %s (%zu bytes, %u tokens) -> %s, %s%s%s\n", label, b, n, meta->tokens, out,
+                   mpath, via ? "; delivered over " : "", via ? via : "");
+        }
+    }
+    free(mtext);
+    cJSON_Delete(mj);
+    return rc;
+}
+
 /* get --transport: the entry's size from Inspect, a session that holds it,
  * the bytes delivered into its buffer (*bytes points there). */
 static int get_through(hyc *c, const char *kinds, Hypic__V1__GetEntryRequest *rq, hyc_session **ss,
@@ -585,30 +617,7 @@ int ctl_get(ctl *x, int argc, char **argv)
         hyc_close(c);
         return rc;
     }
-    cJSON *mj = ctl_json_msg(&meta->base);
-    char *mtext = cJSON_Print(mj);
-    char mpath[4096];
-    snprintf(mpath, sizeof mpath, "%s.meta.json", out);
-    rc = write_file(out, bytes, n);
-    if (!rc) rc = mtext ? write_file(mpath, mtext, strlen(mtext)) : ctl_error("out of memory");
-    if (!rc) {
-        if (x->json) {
-            cJSON *o = cJSON_CreateObject();
-            cJSON_AddItemToObject(o, "meta", mj);
-            mj = NULL;
-            cJSON_AddStringToObject(o, "file", out);
-            cJSON_AddStringToObject(o, "meta_file", mpath);
-            cJSON_AddNumberToObject(o, "bytes", (double)n);
-            ctl_json_print(o);
-        } else {
-            char b[32];
-            ctl_bytes(n, b, sizeof b);
-            printf("%s: %s (%zu bytes, %u tokens) -> %s, %s%s%s\n", keyarg, b, n, meta->tokens, out,
-                   mpath, ss ? "; delivered over " : "", ss ? hyc_session_kind(ss) : "");
-        }
-    }
-    free(mtext);
-    cJSON_Delete(mj);
+    rc = save_entry(x, keyarg, out, meta, bytes, n, ss ? hyc_session_kind(ss) : NULL);
     hyc_free(meta);
     if (!ss) free(bytes); /* else they are the session's buffer */
     hyc_session_close(ss);
@@ -808,5 +817,81 @@ int ctl_watch(ctl *x, int argc, char **argv)
      * is a clean end too */
     if (st.code != HYC_OK && !(st.code == HYC_CANCELLED && w.count >= w.max)) rc = ctl_fail(&st);
     hyc_close(c);
+    return rc;
+}
+
+int ctl_build(ctl *x, int argc, char **argv)
+{
+    const char *file = NULL, *out = NULL;
+    bool ids = false;
+    char *tags[CTL_TAGS_MAX];
+    size_t ntags = 0;
+    Hypic__V1__BuildRequest rq = HYPIC__V1__BUILD_REQUEST__INIT;
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        int r;
+        if ((r = ctl_arg(x, argc, argv, &i, "--out", &v)) ||
+            (r = ctl_arg(x, argc, argv, &i, "-o", &v))) {
+            if (r < 0) return CTL_USAGE;
+            out = v;
+        } else if ((r = ctl_arg(x, argc, argv, &i, "--tag", &v))) {
+            if (r < 0) return CTL_USAGE;
+            if (ntags == CTL_TAGS_MAX) return ctl_usage(x, "more than %d --tag", CTL_TAGS_MAX);
+            tags[ntags++] = (char *)v;
+        } else if ((r = ctl_arg(x, argc, argv, &i, "--seam", &v))) {
+            uint64_t w;
+            if (r < 0 || ctl_u64(x, "--seam", v, 0, UINT32_MAX, &w)) return CTL_USAGE;
+            rq.seam_opt_case = HYPIC__V1__BUILD_REQUEST__SEAM_OPT_SEAM;
+            rq.seam = (uint32_t)w;
+        } else if ((r = ctl_arg(x, argc, argv, &i, "--dtype", &v))) {
+            if (r < 0) return CTL_USAGE;
+            if (!strcmp(v, "f32"))
+                rq.dtype = HYPIC__V1__STATE_DTYPE__STATE_DTYPE_F32;
+            else if (!strcmp(v, "bf16"))
+                rq.dtype = HYPIC__V1__STATE_DTYPE__STATE_DTYPE_BF16;
+            else
+                return ctl_usage(x, "--dtype: '%s' is not f32 or bf16", v);
+        } else if (ctl_flag(argv[i], "--ids")) {
+            ids = true;
+        } else if ((r = ctl_global(x, argc, argv, &i))) {
+            if (r < 0) return CTL_USAGE;
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            return ctl_usage(x, "unknown option %s", argv[i]);
+        } else if (!file) {
+            file = argv[i];
+        } else {
+            return ctl_usage(x, "unexpected argument '%s'", argv[i]);
+        }
+    }
+    if (!file) return ctl_usage(x, "which FILE?");
+    if (!out) return ctl_usage(x, "--out FILE is needed");
+    ctl_ids t = {0};
+    hy_err e = {0};
+    if (ctl_ids_from_file(file, ids, &t, &e)) return ctl_error("%s", e.msg);
+    Hypic__V1__Tokens tk = HYPIC__V1__TOKENS__INIT;
+    tk.n_ids = t.n;
+    tk.ids = t.ids;
+    rq.model = (char *)x->model;
+    rq.tokens = &tk;
+    rq.n_tags = ntags;
+    rq.tags = tags;
+    hyc *c;
+    int rc = ctl_connect(x, CTL_DEADLINE_DEFAULT_MS, &c);
+    if (rc) {
+        ctl_ids_free(&t);
+        return rc;
+    }
+    Hypic__V1__EntryMeta *meta = NULL;
+    void *bytes = NULL;
+    size_t n = 0;
+    hyc_status st;
+    if (hyc_build(c, &rq, &meta, &bytes, &n, &st))
+        rc = ctl_fail(&st);
+    else
+        rc = save_entry(x, file, out, meta, bytes, n, NULL);
+    hyc_free(meta);
+    free(bytes);
+    hyc_close(c);
+    ctl_ids_free(&t);
     return rc;
 }

@@ -47,6 +47,7 @@ int ctl_evict(ctl *x, int argc, char **argv);
 int ctl_invalidate(ctl *x, int argc, char **argv);
 int ctl_policy(ctl *x, int argc, char **argv);
 int ctl_get(ctl *x, int argc, char **argv);
+int ctl_build(ctl *x, int argc, char **argv);
 int ctl_put(ctl *x, int argc, char **argv);
 int ctl_watch(ctl *x, int argc, char **argv);
 int ctl_lookup(ctl *x, int argc, char **argv);

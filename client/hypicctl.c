@@ -86,6 +86,11 @@ static const command commands[] = {
      "Fetches an entry (GetEntry): its serialised bytes into FILE, its metadata into\n"
      "FILE.meta.json (what `hypicctl put FILE` sends back). --transport: the bytes come through\n"
      "a transport session (the first of the kinds the server can serve) instead of in chunks.\n"},
+    {"build", ctl_build,
+     "usage: hypicctl build FILE --out OUT [--tag T]... [--ids] [--seam W] [--dtype f32|bf16]\n"
+     "Builds FILE's tokens as one segment's entry on the server (Build: a scatter worker, or\n"
+     "any daemon) without storing it: the bytes into OUT, the metadata into OUT.meta.json\n"
+     "(`hypicctl put OUT` stores them, on this server or another).\n"},
     {"put", ctl_put,
      "usage: hypicctl put FILE [--meta FILE.meta.json] [--tag T]... [--chunk BYTES]\n"
      "Stores a serialised entry (PutEntry) with the metadata `get` wrote; the server validates\n"

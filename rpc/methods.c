@@ -32,6 +32,7 @@ const hy_rpc_method hy_rpc_methods[] = {
     M(Health, HY_RPC_UNARY, health_request, health_response),
     M(OpenTransport, HY_RPC_UNARY, open_transport_request, open_transport_response),
     M(CloseTransport, HY_RPC_UNARY, close_transport_request, close_transport_response),
+    M(Build, HY_RPC_SERVER_STREAM, build_request, entry_chunk),
 };
 const size_t hy_rpc_method_count = sizeof hy_rpc_methods / sizeof hy_rpc_methods[0];
 

@@ -141,6 +141,13 @@ int hyc_watch(hyc *c, const Hypic__V1__WatchRequest *rq,
 int hyc_get_entry(hyc *c, const Hypic__V1__GetEntryRequest *rq, Hypic__V1__EntryMeta **meta,
                   void **bytes, size_t *n, hyc_status *st);
 
+/* Builds a segment's entry on the server (a scatter worker, or any daemon)
+ * and streams it back unstored: *meta (key under the caller's tenant, tokens,
+ * flops, bytes, tags) and the serialised bytes, checked as hyc_get_entry
+ * checks GetEntry's chunks. hyc_put_entry stores them. */
+int hyc_build(hyc *c, const Hypic__V1__BuildRequest *rq, Hypic__V1__EntryMeta **meta, void **bytes,
+              size_t *n, hyc_status *st);
+
 /* Stores a serialised entry: meta (meta->bytes is set to n on the wire,
  * whatever it holds) and bytes[0..n), sent in chunks of `chunk` bytes (0:
  * 1 MiB; at most max_message - 64 KiB, the room left for the metadata), the
@@ -174,7 +181,7 @@ int hyc_session_open(hyc *c, const char *kinds, uint64_t capacity, hyc_session *
 /* CloseTransport, then the buffer and the connection go. NULL: no-op. */
 void hyc_session_close(hyc_session *s);
 uint64_t hyc_session_id(const hyc_session *s);
-const char *hyc_session_kind(const hyc_session *s);   /* "tcp", "shm" or "rdma" */
+const char *hyc_session_kind(const hyc_session *s);        /* "tcp", "shm" or "rdma" */
 const char *hyc_session_passed_over(const hyc_session *s); /* why earlier offers were not taken */
 uint8_t *hyc_session_buffer(const hyc_session *s);
 uint64_t hyc_session_capacity(const hyc_session *s);

@@ -43,7 +43,17 @@ static inline const char *hy_daemon_bin(void)
 /* Starts the daemon in dir (created by the caller) with the YAML text
  * `config` written to dir/hypic-cached.yaml. Returns 0 when it is serving,
  * -1 (with its log printed) when it exited or did not get ready in time. */
+static inline int hy_daemon_start_as(hy_daemon *d, const char *bin, const char *dir,
+                                     const char *config);
+
 static inline int hy_daemon_start(hy_daemon *d, const char *dir, const char *config)
+{
+    return hy_daemon_start_as(d, hy_daemon_bin(), dir, config);
+}
+
+/* The same with another program of the same flags (hypic-worker). */
+static inline int hy_daemon_start_as(hy_daemon *d, const char *bin, const char *dir,
+                                     const char *config)
 {
     memset(d, 0, sizeof *d);
     snprintf(d->dir, sizeof d->dir, "%s", dir);
@@ -56,9 +66,8 @@ static inline int hy_daemon_start(hy_daemon *d, const char *dir, const char *con
     if (!f) return -1;
     fputs(config, f);
     fclose(f);
-    const char *bin = hy_daemon_bin();
     if (!bin) {
-        fprintf(stderr, "daemon fixture: set HYPIC_CACHED to the hypic-cached binary\n");
+        fprintf(stderr, "daemon fixture: set HYPIC_CACHED (HYPIC_WORKER) to the binary\n");
         return -1;
     }
     const pid_t parent = getpid();
@@ -77,7 +86,7 @@ static inline int hy_daemon_start(hy_daemon *d, const char *dir, const char *con
     for (int i = 0; i < 600; i++) { /* 60 s: a model may be generated first */
         int st;
         if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
-            fprintf(stderr, "daemon fixture: hypic-cached exited during start; its log:\n");
+            fprintf(stderr, "daemon fixture: %s exited during start; its log:\n", bin);
             char cmd[400];
             snprintf(cmd, sizeof cmd, "cat '%s' >&2", d->log);
             if (system(cmd)) { /* the log is best effort */

@@ -219,6 +219,16 @@ has "prefill --transport tcp: where the state went" out "delivered over tcp"
 run 1 "prefill --transport udp" $tls prefill --segment doc2.txt --text "Q?" --transport udp
 has "prefill --transport udp: the status" err "^hypicctl: INVALID_ARGUMENT: client: transport 'udp'"
 
+# ---- build (a scatter worker's RPC; the daemon serves it too), then put ------
+printf 'a segment built elsewhere and stored here, long enough for a body' > built.txt
+run 0 "build" $tls build built.txt --out built.bin --tag built --json
+check "build: meta and bytes" 'd["bytes"] > 0 and d["meta"]["tokens"] > 0 and d["meta"]["tags"] == ["built"]'
+run 0 "put of a built entry" $tls put built.bin --json
+check "put of a built entry: stored" 'd["placed"] == "TIER_HOST"'
+run 0 "lookup of the built segment" $tls lookup --segment built.txt --json
+check "lookup of the built segment: a hit" 'd["segments"][0]["hit"]'
+run 2 "build without --out" $tls build built.txt
+
 # ---- get, evict, put -------------------------------------------------------
 run 0 "get" $tls get "$key" --out e.bin
 [ -s e.bin ] && ok "get wrote the bytes" || bad "get wrote no bytes"

@@ -87,10 +87,14 @@ int main(int argc, char **argv)
     prefill.top_k = 5, prefill.max_new_tokens = 4;
     prefill.dtype = HYPIC__V1__STATE_DTYPE__STATE_DTYPE_F32, prefill.tenant = "acme";
     seed("Prefill", NULL, &prefill.base);
+    prefill.return_state = 1, prefill.transport_session = 7, prefill.state_offset = 4096;
+    seed("Prefill", "state", &prefill.base);
 
     Hypic__V1__GetEntryRequest get = HYPIC__V1__GET_ENTRY_REQUEST__INIT;
     get.model = "tiny", get.key = (ProtobufCBinaryData){32, key}, get.tenant = "acme";
     seed("GetEntry", NULL, &get.base);
+    get.transport_session = 7, get.offset = 256;
+    seed("GetEntry", "session", &get.base);
 
     Hypic__V1__Tier tiers[] = {HYPIC__V1__TIER__TIER_HOST, HYPIC__V1__TIER__TIER_NVME};
     Hypic__V1__EntryMeta meta = HYPIC__V1__ENTRY_META__INIT;
@@ -151,6 +155,33 @@ int main(int argc, char **argv)
 
     Hypic__V1__HealthRequest health = HYPIC__V1__HEALTH_REQUEST__INIT;
     seed("Health", NULL, &health.base);
+
+    uint8_t gid[16];
+    for (int i = 0; i < 16; i++) gid[i] = (uint8_t)(0xfe - i);
+    Hypic__V1__RdmaPeer peer = HYPIC__V1__RDMA_PEER__INIT;
+    peer.qpn = 0x1234, peer.psn = 0x42, peer.lid = 3, peer.gid = (ProtobufCBinaryData){16, gid};
+    peer.mtu = 4096, peer.addr = 0x7f0000001000, peer.rkey = 0x55, peer.bytes = 1 << 20;
+    Hypic__V1__TransportOffer offers[3] = {HYPIC__V1__TRANSPORT_OFFER__INIT,
+                                           HYPIC__V1__TRANSPORT_OFFER__INIT,
+                                           HYPIC__V1__TRANSPORT_OFFER__INIT};
+    Hypic__V1__TransportOffer *offp[3] = {&offers[0], &offers[1], &offers[2]};
+    offers[0].kind = HYPIC__V1__TRANSPORT__TRANSPORT_RDMA, offers[0].capacity = 1 << 20;
+    offers[0].rdma = &peer;
+    offers[1].kind = HYPIC__V1__TRANSPORT__TRANSPORT_SHM, offers[1].capacity = 1 << 20;
+    offers[2].kind = HYPIC__V1__TRANSPORT__TRANSPORT_TCP, offers[2].capacity = 1 << 20;
+    Hypic__V1__OpenTransportRequest open = HYPIC__V1__OPEN_TRANSPORT_REQUEST__INIT;
+    open.n_offers = 3, open.offers = offp, open.tenant = "acme";
+    seed("OpenTransport", NULL, &open.base);
+
+    Hypic__V1__CloseTransportRequest close = HYPIC__V1__CLOSE_TRANSPORT_REQUEST__INIT;
+    close.session = 7, close.tenant = "acme";
+    seed("CloseTransport", NULL, &close.base);
+
+    Hypic__V1__BuildRequest build = HYPIC__V1__BUILD_REQUEST__INIT;
+    build.model = "tiny", build.tokens = &toks, build.n_tags = 2, build.tags = tags;
+    build.seam_opt_case = HYPIC__V1__BUILD_REQUEST__SEAM_OPT_SEAM, build.seam = 8;
+    build.dtype = HYPIC__V1__STATE_DTYPE__STATE_DTYPE_BF16, build.tenant = "acme";
+    seed("Build", NULL, &build.base);
     for (size_t i = 0; i < hy_rpc_method_count; i++)
         if (!(g_seeded & 1u << i)) {
             fprintf(stderr, "fuzz_request_seeds: no seed for %s\n", hy_rpc_methods[i].name);

@@ -179,7 +179,7 @@ static void test_method_table_matches_service(void)
                     HY_RPC_CLIENT_STREAM);
     int streams = 0;
     for (size_t i = 0; i < hy_rpc_method_count; i++) streams += hy_rpc_methods[i].shape != 0;
-    CU_ASSERT_EQUAL(streams, 4); /* Warm, GetEntry, PutEntry, Watch */
+    CU_ASSERT_EQUAL(streams, 5); /* Warm, GetEntry, PutEntry, Watch, Build */
 }
 
 int main(void)

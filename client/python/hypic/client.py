@@ -74,6 +74,7 @@ METHODS: dict[str, str] = {
     "Health": "health",
     "OpenTransport": "open_transport",
     "CloseTransport": "close_transport",
+    "Build": "build",
 }
 _DEFAULT: Any = object()  # "the client's timeout" (None means no deadline)
 
@@ -320,9 +321,37 @@ class Client:
         """A stored entry's metadata and serialised bytes, its chunks joined. INTERNAL
         "client: ..." when the chunks do not add up to meta.bytes."""
         rq = pb.GetEntryRequest(model=model, key=to_key(key, "key"), tenant=tenant)
+        return self._entry_stream("GetEntry", rq)
+
+    def build(
+        self,
+        model: str,
+        tokens: TokenIds | str,
+        *,
+        seam: int | None = None,
+        dtype: StateDtype | str | int = StateDtype.UNSPECIFIED,
+        tags: Sequence[str] = (),
+        tenant: str = "",
+    ) -> Entry:
+        """Build: one segment's entry built on the server (a scatter worker, or any daemon)
+        from the empty state and streamed back unstored, as an Entry that put_entry stores
+        (on this server or another)."""
+        rq = pb.BuildRequest(
+            model=model,
+            tokens=pb.Tokens(ids=to_ids(tokens, "tokens")),
+            dtype=wire(to_enum(StateDtype, dtype, "dtype", StateDtype.UNSPECIFIED)),
+            tags=list(tags),
+            tenant=tenant,
+        )
+        if seam is not None:
+            rq.seam = seam
+        return self._entry_stream("Build", rq)
+
+    def _entry_stream(self, name: str, rq: Any) -> Entry:
+        """A stream of EntryChunk (GetEntry, Build): meta first, the bytes joined."""
         meta: pb.EntryMeta | None = None
         parts: list[bytes] = []
-        for i, chunk in enumerate(self.call("GetEntry", rq)):
+        for i, chunk in enumerate(self.call(name, rq)):
             if chunk.HasField("meta") != (i == 0):
                 raise client_error(
                     "the first chunk has no meta" if i == 0 else f"chunk {i} carries meta",

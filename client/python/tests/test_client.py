@@ -247,6 +247,19 @@ def test_get_and_put_entry(client: hypic.Client) -> None:
     assert code_of(other) == "NOT_FOUND"
 
 
+def test_build(client: hypic.Client) -> None:
+    text = "a segment built without being stored, then put where it is wanted"
+    e = client.build(MODEL, text, tags=["built"])
+    assert len(e.data) == e.meta.bytes > 0 and len(e.key) == 32
+    assert e.meta.tokens == len(text.encode()) and list(e.meta.tags) == ["built"]
+    assert not client.lookup(MODEL, [text]).segments[0].hit  # Build stores nothing
+    assert client.put_entry(e).key == e.key
+    assert client.lookup(MODEL, [text]).segments[0].hit
+    with pytest.raises(hypic.HypicError) as short:
+        client.build(MODEL, "abc")  # no body: kernel - 1 tokens
+    assert code_of(short) == "INVALID_ARGUMENT" and "tokens" in short.value.message
+
+
 def test_inspect(client: hypic.Client) -> None:
     key = warm_docs(client)[0].key
     r = client.inspect(key, verify=True)
