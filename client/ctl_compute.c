@@ -31,7 +31,7 @@ static int list_add(const ctl *x, file_list *l, const char *what, char *arg)
     return CTL_OK;
 }
 
-static int parse_dtype(const ctl *x, const char *v, Hypic__V1__StateDtype *out)
+int ctl_parse_dtype(const ctl *x, const char *v, Hypic__V1__StateDtype *out)
 {
     if (strcmp(v, "f32") == 0)
         *out = HYPIC__V1__STATE_DTYPE__STATE_DTYPE_F32;
@@ -42,7 +42,7 @@ static int parse_dtype(const ctl *x, const char *v, Hypic__V1__StateDtype *out)
     return CTL_OK;
 }
 
-static int parse_seam(const ctl *x, const char *v, uint32_t *out)
+int ctl_parse_seam(const ctl *x, const char *v, uint32_t *out)
 {
     uint64_t w;
     if (ctl_u64(x, "--seam", v, 0, UINT32_MAX, &w)) return CTL_USAGE;
@@ -69,7 +69,7 @@ int ctl_lookup(ctl *x, int argc, char **argv)
             if (r < 0 || list_add(x, &keys, "keys", (char *)v)) return CTL_USAGE;
             into = &keys;
         } else if ((r = ctl_arg(x, argc, argv, &i, "--seam", &v))) {
-            if (r < 0 || parse_seam(x, v, &rq.seam)) return CTL_USAGE;
+            if (r < 0 || ctl_parse_seam(x, v, &rq.seam)) return CTL_USAGE;
             rq.seam_opt_case = HYPIC__V1__LOOKUP_REQUEST__SEAM_OPT_SEAM;
         } else if ((r = ctl_arg(x, argc, argv, &i, "--lease-ms", &v))) {
             if (r < 0 || ctl_u64(x, "--lease-ms", v, 0, UINT32_MAX, &lease)) return CTL_USAGE;
@@ -227,10 +227,10 @@ int ctl_warm(ctl *x, int argc, char **argv)
             if (ntags == CTL_TAGS_MAX) return ctl_usage(x, "more than %d --tag", CTL_TAGS_MAX);
             tags[ntags++] = (char *)v;
         } else if ((r = ctl_arg(x, argc, argv, &i, "--seam", &v))) {
-            if (r < 0 || parse_seam(x, v, &rq.seam)) return CTL_USAGE;
+            if (r < 0 || ctl_parse_seam(x, v, &rq.seam)) return CTL_USAGE;
             rq.seam_opt_case = HYPIC__V1__WARM_REQUEST__SEAM_OPT_SEAM;
         } else if ((r = ctl_arg(x, argc, argv, &i, "--dtype", &v))) {
-            if (r < 0 || parse_dtype(x, v, &rq.dtype)) return CTL_USAGE;
+            if (r < 0 || ctl_parse_dtype(x, v, &rq.dtype)) return CTL_USAGE;
         } else if (ctl_flag(argv[i], "--ids")) {
             ids = true;
         } else if (ctl_flag(argv[i], "--tag-by-file")) {
@@ -470,14 +470,14 @@ int ctl_prefill(ctl *x, int argc, char **argv)
         } else if ((r = ctl_arg(x, argc, argv, &i, "--mode", &v))) {
             if (r < 0 || parse_mode(x, v, &rq.mode)) return CTL_USAGE;
         } else if ((r = ctl_arg(x, argc, argv, &i, "--seam", &v))) {
-            if (r < 0 || parse_seam(x, v, &rq.seam)) return CTL_USAGE;
+            if (r < 0 || ctl_parse_seam(x, v, &rq.seam)) return CTL_USAGE;
             rq.seam_opt_case = HYPIC__V1__PREFILL_REQUEST__SEAM_OPT_SEAM;
         } else if ((r = ctl_arg(x, argc, argv, &i, "--top-k", &v))) {
             if (r < 0 || ctl_u64(x, "--top-k", v, 0, UINT32_MAX, &top_k)) return CTL_USAGE;
         } else if ((r = ctl_arg(x, argc, argv, &i, "--max-new", &v))) {
             if (r < 0 || ctl_u64(x, "--max-new", v, 0, UINT32_MAX, &max_new)) return CTL_USAGE;
         } else if ((r = ctl_arg(x, argc, argv, &i, "--dtype", &v))) {
-            if (r < 0 || parse_dtype(x, v, &rq.dtype)) return CTL_USAGE;
+            if (r < 0 || ctl_parse_dtype(x, v, &rq.dtype)) return CTL_USAGE;
         } else if (ctl_flag(argv[i], "--ids")) {
             ids = true;
         } else if (ctl_flag(argv[i], "--return-state")) {

@@ -839,18 +839,10 @@ int ctl_build(ctl *x, int argc, char **argv)
             if (ntags == CTL_TAGS_MAX) return ctl_usage(x, "more than %d --tag", CTL_TAGS_MAX);
             tags[ntags++] = (char *)v;
         } else if ((r = ctl_arg(x, argc, argv, &i, "--seam", &v))) {
-            uint64_t w;
-            if (r < 0 || ctl_u64(x, "--seam", v, 0, UINT32_MAX, &w)) return CTL_USAGE;
+            if (r < 0 || ctl_parse_seam(x, v, &rq.seam)) return CTL_USAGE;
             rq.seam_opt_case = HYPIC__V1__BUILD_REQUEST__SEAM_OPT_SEAM;
-            rq.seam = (uint32_t)w;
         } else if ((r = ctl_arg(x, argc, argv, &i, "--dtype", &v))) {
-            if (r < 0) return CTL_USAGE;
-            if (!strcmp(v, "f32"))
-                rq.dtype = HYPIC__V1__STATE_DTYPE__STATE_DTYPE_F32;
-            else if (!strcmp(v, "bf16"))
-                rq.dtype = HYPIC__V1__STATE_DTYPE__STATE_DTYPE_BF16;
-            else
-                return ctl_usage(x, "--dtype: '%s' is not f32 or bf16", v);
+            if (r < 0 || ctl_parse_dtype(x, v, &rq.dtype)) return CTL_USAGE;
         } else if (ctl_flag(argv[i], "--ids")) {
             ids = true;
         } else if ((r = ctl_global(x, argc, argv, &i))) {

@@ -48,6 +48,10 @@ int ctl_invalidate(ctl *x, int argc, char **argv);
 int ctl_policy(ctl *x, int argc, char **argv);
 int ctl_get(ctl *x, int argc, char **argv);
 int ctl_build(ctl *x, int argc, char **argv);
+
+/* --dtype f32|bf16 and --seam W, as every command that builds or keys entries takes them. */
+int ctl_parse_dtype(const ctl *x, const char *v, Hypic__V1__StateDtype *out);
+int ctl_parse_seam(const ctl *x, const char *v, uint32_t *out);
 int ctl_put(ctl *x, int argc, char **argv);
 int ctl_watch(ctl *x, int argc, char **argv);
 int ctl_lookup(ctl *x, int argc, char **argv);
