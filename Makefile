@@ -47,6 +47,7 @@ run: build
 	@echo "  $(BUILD)/client/hypicctl status"
 	@echo "  $(BUILD)/client/hypicctl warm --tag example $(EX)/doc*.txt"
 	@echo "  $(BUILD)/client/hypicctl prefill --segment $(EX)/doc3.txt --segment $(EX)/doc1.txt --segment $(EX)/doc4.txt --segment $(EX)/doc2.txt --text '$(shell cat $(EX)/question.txt 2>/dev/null)' --mode pic --max-new 3"
+	@echo "  $(BUILD)/client/hypicctl prefill --segment $(EX)/doc1.txt --segment $(EX)/doc2.txt --text '$(shell cat $(EX)/question.txt 2>/dev/null)' --return-state   # the state, into this process"
 	@echo "  $(BUILD)/client/hypicctl ls"
 	@$(BUILD)/cached/hypic-cached --config deploy/hypic-cached.minimal.yaml
 
