@@ -21,21 +21,17 @@ export HYPIC_CACHED
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 pkg=$repo/client/python
 venv=${2:-$pkg/.venv-e2e}
-python="${PYTHON:-python3}"
 
 src=$(mktemp -d /tmp/hypic-frontend.XXXXXX)
 trap 'rm -rf "$src"' EXIT
 trap 'exit 1' INT TERM
 
-if [ ! -x "$venv/bin/python" ]; then
-    # numpy 2.4.6, as tools/golden pins it, needs Python 3.11
-    "$python" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "need Python >= 3.11")'
-    "$python" -m venv "$venv"
-fi
-venv=$(cd "$venv" && pwd) # absolute: the tests run from another folder
-pip="$venv/bin/python -m pip --quiet --disable-pip-version-check"
 start=$(date +%s)
-$pip install -r "$pkg/requirements-e2e.txt"
+# numpy 2.4.6, as tools/golden pins it, needs Python 3.11
+. "$repo/tools/pyvenv.sh"
+hy_pyvenv "$pkg" "$venv" "$pkg/requirements-e2e.txt" 11
+venv=$(dirname "$(dirname "$VENV_PYTHON")")
+pip="$VENV_PYTHON -m pip --quiet --disable-pip-version-check"
 (cd "$pkg" && tar --exclude=./.venv --exclude=./.venv-e2e --exclude=./build --exclude='./*.egg-info' \
     --exclude=__pycache__ -cf - .) | tar -C "$src" -xf -
 HYPIC_PROTO=$repo/rpc/hypic.proto $pip install "$src"

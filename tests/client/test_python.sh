@@ -20,19 +20,15 @@ export HYPIC_CACHED
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 pkg=$repo/client/python
 venv=${2:-$pkg/.venv}
-python="${PYTHON:-python3}"
 
 src=$(mktemp -d /tmp/hypic-python.XXXXXX)
 trap 'rm -rf "$src"' EXIT
 trap 'exit 1' INT TERM
 
-if [ ! -x "$venv/bin/python" ]; then
-    "$python" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "need Python >= 3.10")'
-    "$python" -m venv "$venv"
-fi
-venv=$(cd "$venv" && pwd) # absolute: the tests run from another folder
-pip="$venv/bin/python -m pip --quiet --disable-pip-version-check"
-$pip install -r "$pkg/requirements-test.txt"
+. "$repo/tools/pyvenv.sh"
+hy_pyvenv "$pkg" "$venv" "$pkg/requirements-test.txt" 10
+venv=$(dirname "$(dirname "$VENV_PYTHON")")
+pip="$VENV_PYTHON -m pip --quiet --disable-pip-version-check"
 (cd "$pkg" && tar --exclude=./.venv --exclude=./build --exclude='./*.egg-info' \
     --exclude=__pycache__ -cf - .) | tar -C "$src" -xf -
 HYPIC_PROTO=$repo/rpc/hypic.proto $pip install "$src"
