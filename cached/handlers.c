@@ -35,12 +35,13 @@ hy_rpc_code h_fail(rq *r, hy_rpc_code code, const char *fmt, ...)
 }
 
 /* A library error as a status: bad input INVALID_ARGUMENT, limits
- * RESOURCE_EXHAUSTED, the rest INTERNAL. */
+ * RESOURCE_EXHAUSTED, cancelled work CANCELLED, the rest INTERNAL. */
 hy_rpc_code h_from_err(rq *r, int rc, const hy_err *e)
 {
     hy_rpc_code code = rc == HY_EINVAL || rc == HY_EFORMAT  ? HY_RPC_INVALID_ARGUMENT
                        : rc == HY_ERANGE || rc == HY_ENOMEM ? HY_RPC_RESOURCE_EXHAUSTED
                        : rc == HY_ENOTFOUND                 ? HY_RPC_NOT_FOUND
+                       : rc == HY_ECANCELED                 ? HY_RPC_CANCELLED
                                                             : HY_RPC_INTERNAL;
     return h_fail(r, code, "%s", e->msg[0] ? e->msg : hy_strerror(rc));
 }

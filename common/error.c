@@ -57,6 +57,10 @@ const char *hy_strerror(int code)
         return "EUNSUPPORTED";
     case HY_ERANGE:
         return "ERANGE";
+    case HY_EAGAIN:
+        return "EAGAIN";
+    case HY_ECANCELED:
+        return "ECANCELED";
     default:
         return "EUNKNOWN";
     }

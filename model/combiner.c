@@ -193,14 +193,57 @@ static int check_entry(const hy_entry *e, const hy_segment *s, int W, size_t i, 
     return HY_OK;
 }
 
-/* The pic family as one forward pass (hy_exec_run): a hit is its seam's
- * tokens then its body as a hole, a miss its tokens with a capture building
- * its entry, a segment too short to cache its tokens, and the query last —
- * every computed token of the request shares each weight pass. */
+/* Appends segment i's pieces at position pos: a hit (e) its seam's tokens
+ * then its body as a hole, a miss its tokens with a capture building its
+ * entry (into ent[i], cap[i]), a segment too short to cache its tokens. */
+static int pic_add(const hy_state *st, const hy_request *rq, size_t i, const hy_entry *e, int W,
+                   bool use_T, int64_t pos, hy_piece *pc, size_t *np, hy_entry **ent,
+                   hy_capture **cap, hy_result *res, hy_err *err)
+{
+    const hy_segment *s = &rq->segs[i];
+    int w, rc;
+    hy_err ignored = {0};
+    if (e) {
+        if ((rc = check_entry(e, s, W, i, err))) return rc;
+        if (e->w > 0) pc[(*np)++] = (hy_piece){.tokens = e->tokens, .n = (size_t)e->w};
+        pc[(*np)++] = (hy_piece){.hole = e, .use_T = use_T};
+        res->hits++;
+        res->prefilled += e->w;
+    } else if (hy_entry_seam(&st->m->cfg, s->n, W, &w, &ignored) != HY_OK) { /* too short */
+        pc[(*np)++] = (hy_piece){.tokens = s->tokens, .n = s->n};
+        res->uncacheable++;
+        res->prefilled += (int64_t)s->n;
+    } else {
+        if ((rc = hy_entry_build_begin(st->m, pos, s->tokens, s->n, W, rq->dtype, &ent[i], &cap[i],
+                                       err)))
+            return rc;
+        pc[(*np)++] = (hy_piece){.tokens = s->tokens, .n = s->n, .cap = cap[i]};
+        res->misses++;
+        res->prefilled += (int64_t)s->n;
+    }
+    return HY_OK;
+}
+
+/* Ends the inline builds: each entry goes to res->built (on success) or is
+ * freed. */
+static void pic_builds_end(const hy_request *rq, hy_entry **ent, hy_capture **cap, int rc,
+                           hy_result *res)
+{
+    for (size_t i = 0; ent && cap && i < rq->nsegs; i++) {
+        hy_entry_build_end(ent[i], cap[i]);
+        if (!rc && res->built)
+            res->built[i] = ent[i];
+        else
+            hy_entry_free(ent[i]);
+    }
+}
+
+/* The pic family as one forward pass (hy_exec_run): every computed token of
+ * the request — seams, misses, segments too short to cache, the query last —
+ * shares each weight pass, hits' bodies composed as holes. */
 static int run_pic(hy_exec *ex, hy_state *st, const hy_request *rq, int W, bool use_T,
                    float *logits, hy_result *res, hy_err *err)
 {
-    const hy_model_config *c = &st->m->cfg;
     const size_t ns = rq->nsegs;
     hy_piece *pc = calloc(2 * ns + 1, sizeof *pc);
     hy_entry **ent = calloc(ns + 1, sizeof *ent); /* entries being built */
@@ -209,28 +252,8 @@ static int run_pic(hy_exec *ex, hy_state *st, const hy_request *rq, int W, bool 
     size_t np = 0;
     int64_t pos = st->pos;
     for (size_t i = 0; i < ns && !rc; i++) {
-        const hy_segment *s = &rq->segs[i];
-        const hy_entry *e = s->entry;
-        int w;
-        hy_err ignored = {0};
-        if (e) {
-            if ((rc = check_entry(e, s, W, i, err))) break;
-            if (e->w > 0) pc[np++] = (hy_piece){.tokens = e->tokens, .n = (size_t)e->w};
-            pc[np++] = (hy_piece){.hole = e, .use_T = use_T};
-            res->hits++;
-            res->prefilled += e->w;
-        } else if (hy_entry_seam(c, s->n, W, &w, &ignored) != HY_OK) { /* too short: computed */
-            pc[np++] = (hy_piece){.tokens = s->tokens, .n = s->n};
-            res->uncacheable++;
-            res->prefilled += (int64_t)s->n;
-        } else {
-            rc = hy_entry_build_begin(st->m, pos, s->tokens, s->n, W, rq->dtype, &ent[i], &cap[i],
-                                      err);
-            pc[np++] = (hy_piece){.tokens = s->tokens, .n = s->n, .cap = cap[i]};
-            res->misses++;
-            res->prefilled += (int64_t)s->n;
-        }
-        pos += (int64_t)s->n;
+        rc = pic_add(st, rq, i, rq->segs[i].entry, W, use_T, pos, pc, &np, ent, cap, res, err);
+        pos += (int64_t)rq->segs[i].n;
     }
     if (!rc) {
         pc[np++] = (hy_piece){.tokens = rq->query, .n = rq->nq};
@@ -239,13 +262,59 @@ static int run_pic(hy_exec *ex, hy_state *st, const hy_request *rq, int W, bool 
         rc = hy_exec_run(ex, st, pc, np, logits, &res->compose_s, err);
         res->forward_s = hy_now_s() - t0;
     }
-    for (size_t i = 0; ent && cap && i < ns; i++) {
-        hy_entry_build_end(ent[i], cap[i]);
-        if (!rc && res->built)
-            res->built[i] = ent[i];
-        else
-            hy_entry_free(ent[i]);
+    pic_builds_end(rq, ent, cap, rc, res);
+    free(pc), free(ent), free(cap);
+    return rc;
+}
+
+/* The pic family streamed (hy_combine_stream): the segments whose fate is
+ * known, from the first one not yet run, go through one pass together; the
+ * combiner waits only when the next segment in order is not known yet. */
+static int run_pic_stream(hy_exec *ex, hy_state *st, const hy_request *rq, int W, bool use_T,
+                          hy_segment_await_fn await, void *ctx, float *logits, hy_result *res,
+                          hy_err *err)
+{
+    const size_t ns = rq->nsegs;
+    hy_piece *pc = calloc(2 * ns + 1, sizeof *pc);
+    hy_entry **ent = calloc(ns + 1, sizeof *ent);
+    hy_capture **cap = calloc(ns + 1, sizeof *cap);
+    int rc = pc && ent && cap ? HY_OK : hy_err_set(err, HY_ENOMEM, "out of memory");
+    const double t_start = hy_now_s();
+    size_t i = 0;
+    while (!rc && i < ns) {
+        size_t np = 0;
+        int64_t pos = st->pos;
+        const size_t first = i;
+        for (size_t j = first; j < ns && !rc; j++) {
+            const hy_entry *e = NULL;
+            const double t0 = hy_now_s();
+            rc = await(ctx, j, j == first, &e, err); /* wait only for the next one in order */
+            if (j == first) res->wait_s += hy_now_s() - t0;
+            if (rc == HY_EAGAIN && j > first) {
+                rc = HY_OK;
+                break;
+            }
+            if (rc == HY_EAGAIN) rc = hy_err_set(err, HY_EINVAL, "segment %zu: await gave no answer", j);
+            if (!rc) rc = pic_add(st, rq, j, e, W, use_T, pos, pc, &np, ent, cap, res, err);
+            pos += (int64_t)rq->segs[j].n;
+            i = j + 1;
+        }
+        const bool last = i == ns;
+        if (!rc && last) {
+            pc[np++] = (hy_piece){.tokens = rq->query, .n = rq->nq};
+            res->prefilled += (int64_t)rq->nq;
+        }
+        if (!rc) rc = hy_exec_run(ex, st, pc, np, last ? logits : NULL, &res->compose_s, err);
+        res->passes++;
     }
+    if (!rc && ns == 0) { /* only a query */
+        pc[0] = (hy_piece){.tokens = rq->query, .n = rq->nq};
+        res->prefilled += (int64_t)rq->nq;
+        rc = hy_exec_run(ex, st, pc, 1, logits, &res->compose_s, err);
+        res->passes++;
+    }
+    res->forward_s = hy_now_s() - t_start - res->wait_s;
+    pic_builds_end(rq, ent, cap, rc, res);
     free(pc), free(ent), free(cap);
     return rc;
 }
@@ -269,8 +338,9 @@ static int run_full(hy_exec *ex, hy_state *st, const hy_request *rq, float *logi
     return rc;
 }
 
-int hy_combine(hy_exec *ex, hy_state *st, const hy_request *rq, float *logits, hy_result *res,
-               hy_err *err)
+/* The checks every request gets before any state changes; *total: the
+ * positions it fills. */
+static int request_check(const hy_request *rq, hy_result *res, int64_t *total, hy_err *err)
 {
     hy_entry **built = res->built;
     memset(res, 0, sizeof *res);
@@ -282,14 +352,31 @@ int hy_combine(hy_exec *ex, hy_state *st, const hy_request *rq, float *logits, h
         return hy_err_set(err, HY_EINVAL,
                           "the query is empty: a request needs at least one query token, whose "
                           "logits it returns");
-    int64_t total = (int64_t)rq->nq; /* the positions the request fills */
+    *total = (int64_t)rq->nq;
     for (size_t i = 0; i < rq->nsegs; i++) {
         if (rq->segs[i].n == 0 || !rq->segs[i].tokens)
             return hy_err_set(err, HY_EINVAL, "segment %zu is empty", i);
-        total += (int64_t)rq->segs[i].n;
+        *total += (int64_t)rq->segs[i].n;
     }
+    return HY_OK;
+}
+
+/* Nothing built survives a failed request. */
+static void builds_drop(const hy_request *rq, hy_result *res)
+{
+    for (size_t i = 0; res->built && i < rq->nsegs; i++) {
+        hy_entry_free(res->built[i]);
+        res->built[i] = NULL;
+    }
+}
+
+int hy_combine(hy_exec *ex, hy_state *st, const hy_request *rq, float *logits, hy_result *res,
+               hy_err *err)
+{
+    int64_t total = 0; /* the positions the request fills */
+    int rc = request_check(rq, res, &total, err);
+    if (rc) return rc;
     hy_state_reset(st);
-    int rc = HY_OK;
     switch (rq->mode) {
     case HY_MODE_FULL:
         rc = run_full(ex, st, rq, logits, res, err);
@@ -311,10 +398,24 @@ int hy_combine(hy_exec *ex, hy_state *st, const hy_request *rq, float *logits, h
     }
     assert(rc || st->pos == total);
     (void)total; /* read by the assertion only */
-    if (rc && built)
-        for (size_t i = 0; i < rq->nsegs; i++) {
-            hy_entry_free(built[i]);
-            built[i] = NULL;
-        }
+    if (rc) builds_drop(rq, res);
+    return rc;
+}
+
+int hy_combine_stream(hy_exec *ex, hy_state *st, const hy_request *rq, hy_segment_await_fn await,
+                      void *ctx, float *logits, hy_result *res, hy_err *err)
+{
+    int64_t total = 0;
+    int rc = request_check(rq, res, &total, err);
+    if (rc) return rc;
+    if (rq->mode != HY_MODE_PIC && rq->mode != HY_MODE_NOSEAM && rq->mode != HY_MODE_NAIVE)
+        return hy_err_set(err, HY_EINVAL, "mode %s does not reuse entries: it cannot be streamed",
+                          hy_mode_name(rq->mode));
+    hy_state_reset(st);
+    rc = run_pic_stream(ex, st, rq, rq->mode == HY_MODE_NOSEAM ? 0 : rq->W,
+                        rq->mode != HY_MODE_NAIVE, await, ctx, logits, res, err);
+    assert(rc || st->pos == total);
+    (void)total;
+    if (rc) builds_drop(rq, res);
     return rc;
 }

@@ -24,6 +24,8 @@ enum {
     HY_ENOTFOUND = -5,    /* a named thing (file, tensor, key) is absent */
     HY_EUNSUPPORTED = -6, /* valid input this build does not handle */
     HY_ERANGE = -7,       /* a value outside its documented limits */
+    HY_EAGAIN = -8,       /* not ready yet: ask again later */
+    HY_ECANCELED = -9,    /* the work was cancelled (its caller went away) */
 };
 
 /* An error report: the code and a human sentence. Zero-initialise before use. */

@@ -274,12 +274,37 @@ typedef struct hy_result {
      * place), segment by segment after the checkpoint in `prefix`; and the
      * part of it spent composing hits' bodies (pic family). */
     double restore_s, forward_s, compose_s;
+    /* hy_combine_stream only: seconds spent waiting for the next segment in
+     * order (not in forward_s), and the forward passes it took. */
+    double wait_s;
+    int passes;
 } hy_result;
 
 /* Runs a request from the empty state (st is reset first). built must hold
  * nsegs pointers or be NULL (entries built inline are then freed). */
 int hy_combine(hy_exec *ex, hy_state *st, const hy_request *rq, float *logits, hy_result *res,
                hy_err *err);
+
+/* What the streaming combiner learns of segment i of its request: with
+ * wait, block until it is known; then HY_OK with *entry its entry, to
+ * compose (it must stay valid until hy_combine_stream returns), or NULL: the
+ * combiner computes the segment itself (a miss built inline, or prefilled
+ * when too short to cache). Without wait: HY_EAGAIN when it is not known
+ * yet, else the same. Any other code (err set) ends the request, e.g. a
+ * request cancelled while it waited. */
+typedef int (*hy_segment_await_fn)(void *ctx, size_t i, bool wait, const hy_entry **entry,
+                                   hy_err *err);
+
+/* The pic family (pic, noseam, naive) with entries that arrive while the
+ * request runs — from scatter workers (docs/scheduler.md). The result is
+ * hy_combine's with segs[i].entry the entry await gave (the segs' own entry
+ * fields are not read): segments are composed in request order, and every
+ * run of segments whose fate is known when the combiner gets to them goes
+ * through one forward pass together, so a segment is composed as soon as it
+ * and all before it are known — no barrier on the whole request — and the
+ * query follows the last one. Other modes are HY_EINVAL. */
+int hy_combine_stream(hy_exec *ex, hy_state *st, const hy_request *rq, hy_segment_await_fn await,
+                      void *ctx, float *logits, hy_result *res, hy_err *err);
 
 /* Bytes a state holds now (S, conv and the K/V of every position). */
 size_t hy_state_bytes(const hy_state *s);

@@ -12,7 +12,9 @@
  * result is the segment-by-segment one: next-token logits within fp32
  * rounding (max |a − b| / max |b| ≤ 1e-4), the same counters (hits, misses,
  * uncacheable, tokens prefilled) and, for misses, entries that are built
- * alike and compose alike when reused.
+ * alike and compose alike when reused. Every case runs a third time through
+ * hy_combine_stream, its entries arriving in a pattern that splits the
+ * request into several passes, held to the same reference.
  *
  * Shapes: all hits, all misses, mixed, uncacheable short segments between
  * hits, a hit first, BF16 entries, and requests longer than one step with
@@ -214,6 +216,90 @@ static double compare_built(fixture *f, const hy_request *rq, hy_entry **bc, hy_
     return hy_rel_diff(f->lc, f->lr, (size_t)f->c->vocab);
 }
 
+/* hy_combine_stream's view of a request: segment i's entry (rq->segs[i].entry)
+ * becomes known only when the combiner waits for it when i is odd, at once
+ * otherwise, so the request runs in several passes, some segments composed
+ * together and some alone. Counts the waits and the probes. */
+typedef struct arrivals {
+    const hy_request *rq;
+    int waits, early;
+} arrivals;
+
+static int arrive(void *ctx, size_t i, bool wait, const hy_entry **entry, hy_err *err)
+{
+    arrivals *a = ctx;
+    (void)err;
+    if (!wait && (i % 2) == 1) return HY_EAGAIN;
+    if (wait)
+        a->waits++;
+    else
+        a->early++;
+    *entry = a->rq->segs[i].entry;
+    return HY_OK;
+}
+
+static int refuse_third(void *ctx, size_t i, bool wait, const hy_entry **entry, hy_err *err)
+{
+    if (i == 2) return hy_err_set(err, HY_ECANCELED, "cancelled at segment 2");
+    return arrive(ctx, i, wait, entry, err);
+}
+
+/* The same request through hy_combine_stream: the reference's logits, state
+ * and counters, every segment asked for once, and the inline builds alike;
+ * then a request whose await refuses its third segment fails with that code
+ * and leaves nothing built. */
+static void check_stream(fixture *f, hy_exec *ex, const char *label, const hy_request *rq,
+                         const ref_counts *want)
+{
+    hy_err e = {0};
+    hy_entry *bs[MAX_SEGS], *br[MAX_SEGS];
+    ref_counts again; /* the reference again: compare_built ran other requests since */
+    CU_ASSERT_EQUAL_FATAL(reference_combine(f->c, f->ex, f->ref_st, rq->segs, rq->nsegs, rq->query,
+                                            rq->nq, rq->mode, rq->W, rq->dtype, f->lr, br, &again,
+                                            &e),
+                          0);
+    for (size_t i = 0; i < rq->nsegs; i++) hy_entry_free(br[i]);
+    hy_result res = {.built = bs};
+    arrivals a = {.rq = rq};
+    const int rc = hy_combine_stream(ex, f->st, rq, arrive, &a, f->lc, &res, &e);
+    CU_ASSERT_EQUAL(rc, 0);
+    if (rc) {
+        printf("\n    %s %s %s: hy_combine_stream failed: %s", f->preset, hy_mode_name(rq->mode),
+               label, e.msg);
+        return;
+    }
+    CU_ASSERT_EQUAL(a.waits + a.early, (int)rq->nsegs);
+    CU_ASSERT_EQUAL(res.hits, want->hits);
+    CU_ASSERT_EQUAL(res.misses, want->misses);
+    CU_ASSERT_EQUAL(res.uncacheable, want->uncacheable);
+    CU_ASSERT_EQUAL(res.prefilled, want->prefilled);
+    CU_ASSERT(res.passes >= 1 && res.passes <= (int)rq->nsegs + 1);
+    const double dl = hy_rel_diff(f->lc, f->lr, (size_t)f->c->vocab);
+    CU_ASSERT_EQUAL(hy_state_pos(f->st), hy_state_pos(f->ref_st));
+    const double ds = hy_state_pos(f->st) == hy_state_pos(f->ref_st)
+                          ? state_diff(f->c, f->st, f->ref_st)
+                          : INFINITY;
+    printf("\n    %-8s %-6s %-30s streamed in %d pass(es): logits %.1e, state %.1e", f->preset,
+           hy_mode_name(rq->mode), label, res.passes, dl, ds);
+    CU_ASSERT(dl <= TOL);
+    CU_ASSERT(ds <= TOL);
+    for (size_t i = 0; i < rq->nsegs; i++) {
+        int w;
+        hy_err ignored = {0};
+        const bool cacheable =
+            hy_entry_seam(f->c, rq->segs[i].n, mode_W(rq->mode, rq->W), &w, &ignored) == HY_OK;
+        CU_ASSERT_EQUAL(bs[i] != NULL, !rq->segs[i].entry && cacheable); /* a miss built inline */
+        hy_entry_free(bs[i]);
+    }
+    if (rq->nsegs < 3) return;
+    hy_entry *bx[MAX_SEGS];
+    hy_result rx = {.built = bx};
+    arrivals b = {.rq = rq};
+    CU_ASSERT_EQUAL(hy_combine_stream(ex, f->st, rq, refuse_third, &b, f->lc, &rx, &e),
+                    HY_ECANCELED);
+    for (size_t i = 0; i < rq->nsegs; i++) CU_ASSERT_PTR_NULL(bx[i]);
+}
+
 /* Runs rq through hy_combine on ex and through the reference on the
  * fixture's default executor. Asserts: the same counters, logits and final
  * state within TOL, entries for misses built alike. Prints the figures, and
@@ -256,6 +342,7 @@ static void check_case(fixture *f, hy_exec *ex, const char *label, const hy_requ
     CU_ASSERT(ds <= TOL);
     CU_ASSERT(dr <= TOL);
     for (size_t i = 0; i < rq->nsegs; i++) hy_entry_free(bc[i]), hy_entry_free(br[i]);
+    check_stream(f, ex, label, rq, want);
 }
 
 /* --- request shapes --------------------------------------------------------------- */
