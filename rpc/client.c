@@ -22,12 +22,23 @@
  * a reader that has gone; see the channel's arguments for what that needs.)
  * A producer that fails cancels the call, so the server's next read fails
  * instead of seeing the end of the stream.
+ *
+ * Cancellation handles (hy_rpc_cancel): a call registers its grpc_call in
+ * its handle when it begins and unregisters it before releasing it, both
+ * under the handle's mutex; firing sets the flag and cancels the registered
+ * call under that mutex, so a fire never reaches a released call, and a call
+ * that registers after the fire is cancelled before its first batch (it
+ * never reaches the server). gRPC's cancel is thread-safe and completes
+ * whatever batch the caller's thread is waiting for, so the call returns at
+ * once with the status the cancel set.
  */
 #include "rpc_internal.h"
 
+#include <assert.h>
 #include <grpc/grpc_security.h>
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +48,65 @@ struct hy_rpc_client {
     grpc_channel *ch;
     size_t max_message;
 };
+
+/* The status message of a call its handle cancelled. */
+#define CANCEL_MSG "cancelled by the caller"
+
+struct hy_rpc_cancel {
+    pthread_mutex_t mu;
+    _Atomic bool fired; /* written under mu, read without it */
+    grpc_call *call;    /* the call running under the handle, or NULL (under mu) */
+};
+
+int hy_rpc_cancel_new(hy_rpc_cancel **out, hy_err *err)
+{
+    *out = calloc(1, sizeof **out);
+    if (!*out) return hy_err_set(err, HY_ENOMEM, "out of memory");
+    pthread_mutex_init(&(*out)->mu, NULL);
+    return HY_OK;
+}
+
+void hy_rpc_cancel_free(hy_rpc_cancel *c)
+{
+    if (!c) return;
+    assert(!c->call); /* no call may be running under it */
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
+void hy_rpc_cancel_fire(hy_rpc_cancel *c)
+{
+    pthread_mutex_lock(&c->mu);
+    c->fired = true;
+    if (c->call) grpc_call_cancel_with_status(c->call, GRPC_STATUS_CANCELLED, CANCEL_MSG, NULL);
+    pthread_mutex_unlock(&c->mu);
+}
+
+bool hy_rpc_cancel_fired(const hy_rpc_cancel *c)
+{
+    return c->fired;
+}
+
+/* Puts call under handle h (NULL: none), cancelling it at once when h has
+ * already fired. */
+static void cancel_register(hy_rpc_cancel *h, grpc_call *call)
+{
+    if (!h) return;
+    pthread_mutex_lock(&h->mu);
+    assert(!h->call); /* one call at a time under a handle */
+    h->call = call;
+    if (h->fired) grpc_call_cancel_with_status(call, GRPC_STATUS_CANCELLED, CANCEL_MSG, NULL);
+    pthread_mutex_unlock(&h->mu);
+}
+
+/* Takes the call out of h before it is released: no fire may touch it after. */
+static void cancel_unregister(hy_rpc_cancel *h)
+{
+    if (!h) return;
+    pthread_mutex_lock(&h->mu);
+    h->call = NULL;
+    pthread_mutex_unlock(&h->mu);
+}
 
 int hy_rpc_client_open_ex(const hy_rpc_client_options *o, hy_rpc_client **out, hy_err *err)
 {
@@ -112,11 +182,12 @@ typedef struct call {
     grpc_status_code code;
     grpc_slice details;
     const char *error_string;
+    hy_rpc_cancel *cancel; /* or NULL */
     char auth[600];
 } call;
 
 static void call_begin(call *c, hy_rpc_client *cl, const char *path, const char *token,
-                       int64_t deadline_ms)
+                       int64_t deadline_ms, hy_rpc_cancel *cancel)
 {
     memset(c, 0, sizeof *c);
     c->cl = cl;
@@ -140,6 +211,8 @@ static void call_begin(call *c, hy_rpc_client *cl, const char *path, const char 
     grpc_metadata_array_init(&c->trailing);
     c->code = GRPC_STATUS_UNKNOWN;
     c->details = grpc_empty_slice();
+    c->cancel = cancel;
+    cancel_register(cancel, c->call);
 }
 
 /* Runs ops on the call to their completion (the queue has nothing else
@@ -204,11 +277,16 @@ static int call_end(call *c, bool have_status, hy_rpc_status *st, hy_err *err)
     grpc_op sop = op_recv_status(c);
     if (!have_status && !call_batch(c, &sop, 1)) {
         rc = hy_err_set(err, HY_EIO, "%s: no status came back", c->path);
+    } else if (c->cancel && c->code == GRPC_STATUS_CANCELLED && hy_rpc_cancel_fired(c->cancel)) {
+        /* the cancel's own message, whichever of gRPC's paths set the code */
+        st->code = HY_RPC_CANCELLED;
+        snprintf(st->msg, sizeof st->msg, "%s", CANCEL_MSG);
     } else {
         st->code = (int)c->code;
         snprintf(st->msg, sizeof st->msg, "%.*s", (int)GRPC_SLICE_LENGTH(c->details),
                  (const char *)GRPC_SLICE_START_PTR(c->details));
     }
+    cancel_unregister(c->cancel);
     gpr_free((void *)c->error_string);
     grpc_slice_unref(c->details);
     grpc_metadata_array_destroy(&c->trailing);
@@ -255,15 +333,16 @@ static int call_unary(call *c, grpc_byte_buffer *out,
     return rc;
 }
 
-int hy_rpc_client_call_raw(hy_rpc_client *cl, const char *path, const void *req, size_t n,
-                           const char *token, int64_t deadline_ms,
-                           int (*on_bytes)(void *ctx, const void *b, size_t n), void *ctx,
-                           hy_rpc_status *st, hy_err *err)
+/* hy_rpc_client_call_raw under handle cancel (NULL: none). */
+static int call_raw(hy_rpc_client *cl, const char *path, const void *req, size_t n,
+                    const char *token, int64_t deadline_ms, hy_rpc_cancel *cancel,
+                    int (*on_bytes)(void *ctx, const void *b, size_t n), void *ctx,
+                    hy_rpc_status *st, hy_err *err)
 {
     st->code = HY_RPC_UNKNOWN;
     st->msg[0] = '\0';
     call c;
-    call_begin(&c, cl, path, token, deadline_ms);
+    call_begin(&c, cl, path, token, deadline_ms, cancel);
     grpc_byte_buffer *out = hy_rpc_buffer_from(req, n);
     const hy_rpc_method *m = hy_rpc_method_find(path, strlen(path));
     if (m && m->shape == HY_RPC_UNARY) {
@@ -284,6 +363,14 @@ int hy_rpc_client_call_raw(hy_rpc_client *cl, const char *path, const void *req,
     int rc = call_end(&c, false, st, err);
     if (cb_rc && !rc) rc = hy_err_set(err, cb_rc, "%s: a response was refused", path);
     return rc;
+}
+
+int hy_rpc_client_call_raw(hy_rpc_client *cl, const char *path, const void *req, size_t n,
+                           const char *token, int64_t deadline_ms,
+                           int (*on_bytes)(void *ctx, const void *b, size_t n), void *ctx,
+                           hy_rpc_status *st, hy_err *err)
+{
+    return call_raw(cl, path, req, n, token, deadline_ms, NULL, on_bytes, ctx, st, err);
 }
 
 typedef struct decode_ctx {
@@ -310,14 +397,21 @@ int hy_rpc_client_call(hy_rpc_client *cl, const hy_rpc_method *m, const Protobuf
                        int (*on_msg)(void *ctx, const ProtobufCMessage *msg), void *ctx,
                        hy_rpc_status *st, hy_err *err)
 {
+    return hy_rpc_client_call_ex(cl, m, req, token, deadline_ms, NULL, on_msg, ctx, st, err);
+}
+
+int hy_rpc_client_call_ex(hy_rpc_client *cl, const hy_rpc_method *m, const ProtobufCMessage *req,
+                          const char *token, int64_t deadline_ms, hy_rpc_cancel *cancel,
+                          int (*on_msg)(void *ctx, const ProtobufCMessage *msg), void *ctx,
+                          hy_rpc_status *st, hy_err *err)
+{
     size_t n = protobuf_c_message_get_packed_size(req);
     uint8_t *b = malloc(n ? n : 1);
     if (!b) return hy_err_set(err, HY_ENOMEM, "out of memory");
     protobuf_c_message_pack(req, b);
     hy_err derr = {0};
     decode_ctx dc = {m->response, cl->max_message, on_msg, ctx, &derr};
-    int rc =
-        hy_rpc_client_call_raw(cl, m->path, b, n, token, deadline_ms, decode_one, &dc, st, err);
+    int rc = call_raw(cl, m->path, b, n, token, deadline_ms, cancel, decode_one, &dc, st, err);
     free(b);
     if (rc == HY_EFORMAT && derr.msg[0] && err) *err = derr;
     return rc;
@@ -365,7 +459,7 @@ int hy_rpc_client_call_stream(hy_rpc_client *cl, const hy_rpc_method *m, const c
     st->code = HY_RPC_UNKNOWN;
     st->msg[0] = '\0';
     call c;
-    call_begin(&c, cl, m->path, token, deadline_ms);
+    call_begin(&c, cl, m->path, token, deadline_ms, NULL);
     hy_err nerr = {0}, derr = {0};
     int next_rc = send_stream(&c, next, next_ctx, &nerr);
     decode_ctx dc = {m->response, cl->max_message, on_msg, ctx, &derr};

@@ -1,10 +1,13 @@
 /*
  * The gRPC core plumbing the server and the client share: byte buffers and
- * one-batch-at-a-time completion. Every wait here is on a queue with a
- * single operation outstanding, so the event that comes back is that one.
+ * one-batch-at-a-time completion. Every wait here is on a queue with one
+ * batch outstanding, and at most one other operation beside it (a server
+ * call's RECV_CLOSE_ON_SERVER, started before its handler runs), so an event
+ * that comes back is one of those two and is told apart by its tag.
  */
 #include "rpc_internal.h"
 
+#include <assert.h>
 #include <grpc/byte_buffer_reader.h>
 #include <stdlib.h>
 
@@ -39,9 +42,23 @@ grpc_byte_buffer *hy_rpc_buffer_pack(const ProtobufCMessage *msg)
 int hy_rpc_batch(grpc_call *call, grpc_completion_queue *cq, const grpc_op *ops, size_t n,
                  void *tag)
 {
+    return hy_rpc_batch_beside(call, cq, ops, n, tag, NULL, NULL);
+}
+
+int hy_rpc_batch_beside(grpc_call *call, grpc_completion_queue *cq, const grpc_op *ops, size_t n,
+                        void *tag, void *other, bool *other_done)
+{
     if (grpc_call_start_batch(call, ops, n, tag, NULL) != GRPC_CALL_OK) return HY_EIO;
-    grpc_event ev = grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-    return ev.type == GRPC_OP_COMPLETE && ev.tag == tag && ev.success ? HY_OK : HY_EIO;
+    for (;;) {
+        grpc_event ev = grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        /* With an infinite deadline and a queue nobody shuts down while it
+         * has work outstanding, only completions come back. */
+        if (ev.type != GRPC_OP_COMPLETE) return HY_EIO;
+        if (ev.tag == tag) return ev.success ? HY_OK : HY_EIO;
+        assert(other && ev.tag == other); /* nothing else may be outstanding on cq */
+        (void)other;                      /* read by the assertion only */
+        if (other_done) *other_done = true;
+    }
 }
 
 grpc_channel_args hy_rpc_args(grpc_arg args[HY_RPC_ARGS], size_t max_message, bool reuse_port)

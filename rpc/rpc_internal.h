@@ -1,7 +1,8 @@
 /*
  * Private to rpc/: what the gRPC server and client share — byte buffers to
  * and from contiguous bytes, and running one batch of operations to its
- * completion on a completion queue that has nothing else outstanding.
+ * completion on a completion queue that has nothing else outstanding (or,
+ * on the server, one known operation beside it).
  */
 #ifndef HY_RPC_INTERNAL_H
 #define HY_RPC_INTERNAL_H
@@ -22,6 +23,12 @@ grpc_byte_buffer *hy_rpc_buffer_pack(const ProtobufCMessage *msg);
  * nothing else outstanding). 0 when the batch succeeded, HY_EIO otherwise. */
 int hy_rpc_batch(grpc_call *call, grpc_completion_queue *cq, const grpc_op *ops, size_t n,
                  void *tag);
+/* hy_rpc_batch on a queue where one other operation, tagged other, may be
+ * outstanding beside the batch (a server call's RECV_CLOSE_ON_SERVER): if
+ * its completion arrives while the batch is waited for, *other_done is set
+ * and the wait goes on for tag. */
+int hy_rpc_batch_beside(grpc_call *call, grpc_completion_queue *cq, const grpc_op *ops, size_t n,
+                        void *tag, void *other, bool *other_done);
 /* Bytes per message each way when the caller says 0. */
 #define HY_RPC_MAX_MESSAGE_DEFAULT (4u << 20)
 

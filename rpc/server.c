@@ -5,8 +5,17 @@
  * it asks gRPC for the next call (grpc_server_request_call on its queue),
  * decodes the first request, runs the method's handler, which sends
  * responses and finishes the call through hy_rpc_call_*, each step one batch
- * waited for on the worker's queue. A worker therefore never has more than
- * one operation outstanding, and the event it waits for is always its own.
+ * waited for on the worker's queue.
+ *
+ * Cancellation: before the handler runs, the worker also starts
+ * RECV_CLOSE_ON_SERVER on its own (a tag of its own, close_tag). Until the
+ * status is sent it can only complete when the call is over without it: the
+ * client cancelled, its deadline passed, its connection went, or the server
+ * is stopping. So a worker has at most two operations outstanding, that one
+ * and the batch it waits for; every wait tells the two apart by tag and
+ * records the close if it comes first, and hy_rpc_call_cancelled polls the
+ * queue without blocking for it. The call is not released (nor the queue
+ * reused for the next call) until the close has come back.
  *
  * Stopping: grpc_server_shutdown_and_notify stops new calls and
  * grpc_server_cancel_all_calls cancels those in flight (their batches fail,
@@ -23,6 +32,7 @@
  */
 #include "rpc_internal.h"
 
+#include <assert.h>
 #include <grpc/grpc_security.h>
 #include <grpc/support/time.h>
 #include <pthread.h>
@@ -59,6 +69,11 @@ struct hy_rpc_call {
                                 * method, sent with the status (one batch) */
     gpr_timespec deadline;
     size_t max_message;
+    /* RECV_CLOSE_ON_SERVER, started before the handler (tag &close_tag):
+     * close_seen once it completed, cancelled as gRPC filled it in */
+    bool close_started, close_seen;
+    int cancelled;
+    char close_tag;
     /* CALL_LOCAL */
     local_end *local;
 };
@@ -122,6 +137,54 @@ int64_t hy_rpc_call_ms_left(const hy_rpc_call *c)
     return left.tv_sec * 1000 + left.tv_nsec / 1000000;
 }
 
+/* Runs a batch on the call's queue, recording the close if it comes back
+ * first (see the top of the file). */
+static int call_batch(hy_rpc_call *c, const grpc_op *ops, size_t n)
+{
+    return hy_rpc_batch_beside(c->call, c->cq, ops, n, c, &c->close_tag, &c->close_seen);
+}
+
+/* Starts RECV_CLOSE_ON_SERVER on its own, so a handler can learn the call
+ * was cancelled while it works (hy_rpc_call_cancelled). */
+static void start_close(hy_rpc_call *c)
+{
+    grpc_op op = {.op = GRPC_OP_RECV_CLOSE_ON_SERVER};
+    op.data.recv_close_on_server.cancelled = &c->cancelled;
+    c->close_started = grpc_call_start_batch(c->call, &op, 1, &c->close_tag, NULL) == GRPC_CALL_OK;
+}
+
+/* Waits for the close started by start_close (the status has been sent or
+ * the call cancelled, so it comes), after which gRPC no longer writes into
+ * c and the worker's queue has nothing outstanding. */
+static void wait_close(hy_rpc_call *c)
+{
+    while (c->close_started && !c->close_seen) {
+        grpc_event ev = grpc_completion_queue_next(c->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        assert(ev.type == GRPC_OP_COMPLETE && ev.tag == &c->close_tag);
+        c->close_seen = ev.type == GRPC_OP_COMPLETE;
+    }
+}
+
+bool hy_rpc_call_cancelled(hy_rpc_call *c)
+{
+    if (c->kind == CALL_LOCAL) return c->local->rc != 0;
+    if (c->close_started && !c->close_seen) {
+        /* a zero deadline: one non-blocking look (it also lets gRPC read the
+         * socket, which is how a reset stream or a closed connection shows) */
+        grpc_event ev = grpc_completion_queue_next(c->cq, gpr_time_0(GPR_CLOCK_REALTIME), NULL);
+        if (ev.type == GRPC_OP_COMPLETE) {
+            assert(ev.tag == &c->close_tag); /* the handler's thread has no batch outstanding */
+            c->close_seen = true;
+        }
+    }
+    /* A close before our status is a call over without it, whatever flag
+     * gRPC set; after the status, the flag says whether the call ended
+     * cancelled all the same. */
+    if (c->close_seen && (c->cancelled || !c->finished)) return true;
+    /* gRPC cancels a call whose deadline passed, on a timer; say so at once */
+    return hy_rpc_call_ms_left(c) < 0;
+}
+
 /* A local call's send: the message packed, decoded again as the method's
  * response type and handed to on_msg, as a client would receive it. Once
  * on_msg has refused a message the caller is gone: this and every later
@@ -173,7 +236,7 @@ int hy_rpc_call_send(hy_rpc_call *c, const ProtobufCMessage *msg, hy_err *err)
     if (!c->sent_initial) ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
     ops[n].op = GRPC_OP_SEND_MESSAGE;
     ops[n++].data.send_message.send_message = bb;
-    int rc = hy_rpc_batch(c->call, c->cq, ops, n, c);
+    int rc = call_batch(c, ops, n);
     grpc_byte_buffer_destroy(bb);
     c->sent_initial = true;
     if (rc) return hy_err_set(err, HY_EIO, "%s: the client is gone", c->method->name);
@@ -187,7 +250,7 @@ static int recv_buffer(hy_rpc_call *c, grpc_byte_buffer **bb)
     *bb = NULL;
     grpc_op op = {.op = GRPC_OP_RECV_MESSAGE};
     op.data.recv_message.recv_message = bb;
-    return hy_rpc_batch(c->call, c->cq, &op, 1, c);
+    return call_batch(c, &op, 1);
 }
 
 /* Decodes a request's bytes as the method's request type. */
@@ -230,7 +293,6 @@ int hy_rpc_call_finish(hy_rpc_call *c, hy_rpc_code code, const char *msg)
         return HY_OK;
     }
     grpc_slice details = grpc_slice_from_copied_string(msg ? msg : "");
-    int cancelled = 0;
     grpc_op ops[4] = {0};
     size_t n = 0;
     if (!c->sent_initial) ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
@@ -241,12 +303,18 @@ int hy_rpc_call_finish(hy_rpc_call *c, hy_rpc_code code, const char *msg)
     ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
     ops[n].data.send_status_from_server.status = (grpc_status_code)code;
     ops[n++].data.send_status_from_server.status_details = &details;
-    ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
-    ops[n++].data.recv_close_on_server.cancelled = &cancelled;
-    int rc = hy_rpc_batch(c->call, c->cq, ops, n, c);
+    if (!c->close_started) { /* a call refused before any handler: close with the status */
+        ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+        ops[n++].data.recv_close_on_server.cancelled = &c->cancelled;
+    }
+    int rc = call_batch(c, ops, n);
     grpc_slice_unref(details);
     if (c->pending) grpc_byte_buffer_destroy(c->pending);
     c->pending = NULL;
+    /* The status batch failed (or never started): make sure the call ends,
+     * so the close comes back and the wait below is bounded. */
+    if (rc && c->close_started && !c->close_seen) grpc_call_cancel(c->call, NULL);
+    wait_close(c);
     return rc;
 }
 
@@ -297,8 +365,10 @@ static void serve(hy_rpc_server *s, worker *w, grpc_call *call, grpc_call_detail
             return;
         }
     }
+    start_close(&c);
     s->handlers[c.method - hy_rpc_methods](s->app, &c, req);
     if (!c.finished) hy_rpc_call_finish(&c, HY_RPC_INTERNAL, "the handler ended without a status");
+    wait_close(&c); /* (done by the finish; the call must be drained before it is unref'd) */
     if (req) protobuf_c_message_free_unpacked(req, NULL);
 }
 

@@ -15,6 +15,7 @@
 #include "hy_common.h"
 #include "hypic.pb-c.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /* How a method's messages flow (proto `stream` keywords). */
@@ -137,8 +138,18 @@ int hy_rpc_call_send(hy_rpc_call *c, const ProtobufCMessage *msg, hy_err *err);
  * last, HY_EFORMAT for bytes that are not a request, HY_EIO when the client
  * is gone. Free *msg with protobuf_c_message_free_unpacked. */
 int hy_rpc_call_recv(hy_rpc_call *c, ProtobufCMessage **msg, hy_err *err);
-/* Ends the call with a status (msg may be NULL); once per call. */
+/* Ends the call with a status (msg may be NULL); once per call. Returns
+ * once gRPC is done with the call (its close has come back). */
 int hy_rpc_call_finish(hy_rpc_call *c, hy_rpc_code code, const char *msg);
+/* Whether the call is over for its client: it cancelled the call
+ * (hy_rpc_cancel_fire, an on_msg that refused a response), went away
+ * (connection closed, process killed), its deadline has passed, or the
+ * server is stopping. Never blocks, so a handler waiting for other work can
+ * poll it every few ms and give up early; call it only from the handler's
+ * own thread. A call that was not cancelled stays false through its sends.
+ * On a local call (hy_rpc_call_local): true once on_msg has refused a
+ * message, false before. */
+bool hy_rpc_call_cancelled(hy_rpc_call *c);
 
 /* One call of method m served inside this process: handler h runs on a call
  * that is not a gRPC call, in the caller's thread, and nothing goes through
@@ -153,7 +164,8 @@ int hy_rpc_call_finish(hy_rpc_call *c, hy_rpc_code code, const char *msg);
  * stream), and hy_rpc_call_finish records the status into *st. A
  * client-streaming method, or a NULL h, is UNIMPLEMENTED without running h; a
  * handler that returns without a status is INTERNAL. An on_msg that returns
- * non-zero is a caller gone: that send and every later one fail HY_EIO.
+ * non-zero is a caller gone: that send and every later one fail HY_EIO,
+ * and hy_rpc_call_cancelled turns true.
  * Returns 0 when the call completed, whatever its status (*st says which),
  * on_msg's non-zero value when it refused a message, HY_EFORMAT when a
  * response did not decode as the method's response type. */
@@ -208,6 +220,31 @@ int hy_rpc_client_call_raw(hy_rpc_client *cl, const char *path, const void *req,
                            const char *token, int64_t deadline_ms,
                            int (*on_bytes)(void *ctx, const void *b, size_t n), void *ctx,
                            hy_rpc_status *st, hy_err *err);
+
+/* A cancellation handle: fire it from any thread and the call running under
+ * it ends at once with status CANCELLED on the client, its message saying
+ * the caller cancelled it (the server sees its call cancelled:
+ * hy_rpc_call_cancelled); calls started under it after it fired end
+ * CANCELLED without reaching the server. A handle never un-fires. One call
+ * at a time may run under a handle. */
+typedef struct hy_rpc_cancel hy_rpc_cancel;
+/* A handle not fired. HY_ENOMEM when out of memory. */
+int hy_rpc_cancel_new(hy_rpc_cancel **out, hy_err *err);
+/* Frees the handle; no call may be running under it. NULL is a no-op. */
+void hy_rpc_cancel_free(hy_rpc_cancel *c);
+/* Fires the handle: thread-safe, idempotent. */
+void hy_rpc_cancel_fire(hy_rpc_cancel *c);
+/* Whether the handle has fired (thread-safe). */
+bool hy_rpc_cancel_fired(const hy_rpc_cancel *c);
+
+/* hy_rpc_client_call under a cancellation handle (NULL: none). A call the
+ * handle cancelled returns 0 with st->code HY_RPC_CANCELLED, as any call
+ * that completed with a status (the responses before the cancel were passed
+ * to on_msg). */
+int hy_rpc_client_call_ex(hy_rpc_client *cl, const hy_rpc_method *m, const ProtobufCMessage *req,
+                          const char *token, int64_t deadline_ms, hy_rpc_cancel *cancel,
+                          int (*on_msg)(void *ctx, const ProtobufCMessage *msg), void *ctx,
+                          hy_rpc_status *st, hy_err *err);
 
 /* Produces a client stream's next request: 0 with *msg set to the next
  * message, or to NULL after the last one (the stream then ends cleanly); a
