@@ -11,6 +11,7 @@
  *   hypic-bench service [--quick] [--duration S] [--segments N] [--daemon PATH]
  *   hypic-bench rag [--quick] [--trace FILE | --docs N --zipf S ...] [--rates R,...] [--slo-ms MS]
  *   hypic-bench transfer [--quick] [--reps N]
+ *   hypic-bench scatter [--quick] [--tokens N] [--seed N]
  */
 #include "bench.h"
 
@@ -37,6 +38,8 @@ static const struct {
      "sustainable QPS under a p99 TTFT SLO of full / prefix / pic on an open-loop RAG trace"},
     {"transfer", hy_bench_transfer,
      "bulk transports (shm, tcp, rdma) vs memcpy and a raw socket copy of the same bytes"},
+    {"scatter", hy_bench_scatter,
+     "a cold request on 1 and 2 scatter workers, LPT vs round-robin, the simulator to 16"},
 };
 
 int main(int argc, char **argv)

@@ -149,6 +149,18 @@ static const opt k_opts[] = {
     STRING("transport.rdma_device", tp_rdma_device, ""),
     NUMBER("transport.max_sessions", OPT_U32, tp_max_sessions, 1, 65536, "64"),
     NUMBER("transport.max_buffer", OPT_SIZE, tp_max_buffer, 4 * KIB, 16 * TIB, "16G"),
+    LIST("scatter.workers", scatter_workers, hy_cfg_worker, 0, HY_CFG_MAX_WORKERS,
+         nscatter_workers),
+    ITEM_STRING("scatter.workers[].address", OPT_STR, hy_cfg_worker, address, NEED_ALWAYS),
+    NUMBER("scatter.spawn", OPT_U32, scatter_spawn, 0, HY_CFG_MAX_WORKERS, "0"),
+    NUMBER("scatter.spawn_threads", OPT_INT, scatter_spawn_threads, 1, 256, "1"),
+    STRING("scatter.worker_bin", scatter_worker_bin, ""),
+    STRING("scatter.dns", scatter_dns, ""),
+    STRING("scatter.policy", scatter_policy, "lpt"),
+    NUMBER("scatter.timeout_ms", OPT_U32, scatter_timeout_ms, 1, 3600000, "60000"),
+    NUMBER("scatter.retries", OPT_U32, scatter_retries, 0, 16, "2"),
+    NUMBER("scatter.min_tokens", OPT_U32, scatter_min_tokens, 0, 16777216, "256"),
+    NUMBER("scatter.probe_ms", OPT_U32, scatter_probe_ms, 50, 600000, "1000"),
     NAMED("log.level", OPT_LEVEL, log_level, "info"),
     NAMED("log.requests", OPT_BOOL, log_requests, "true"),
 };
@@ -825,6 +837,23 @@ static int check_whole(cfg_ctx *x, hy_cached_config *c)
         bool tlo;
         rc = check_addr(x, "transport.tcp_listen", c->tp_tcp_listen, &tlo);
     }
+    for (int i = 0; !rc && i < c->nscatter_workers; i++) {
+        char key[64];
+        bool wlo;
+        snprintf(key, sizeof key, "scatter.workers[%d].address", i);
+        rc = check_addr(x, key, c->scatter_workers[i].address, &wlo);
+    }
+    if (!rc && c->scatter_dns[0]) {
+        bool dlo;
+        rc = check_addr(x, "scatter.dns", c->scatter_dns, &dlo);
+    }
+    if (!rc && c->nscatter_workers + (int)c->scatter_spawn > HY_CFG_MAX_WORKERS)
+        rc = fail_key(x, HY_EINVAL, "scatter.spawn",
+                      "%u spawned and %d listed workers are over the limit of %d",
+                      c->scatter_spawn, c->nscatter_workers, HY_CFG_MAX_WORKERS);
+    if (!rc && strcmp(c->scatter_policy, "lpt") && strcmp(c->scatter_policy, "round-robin"))
+        rc = fail_key(x, HY_EINVAL, "scatter.policy", "'%s' is not lpt or round-robin",
+                      c->scatter_policy);
     if (!rc && strcmp(c->tp_rdma, "auto") && strcmp(c->tp_rdma, "off") &&
         strcmp(c->tp_rdma, "required"))
         rc = fail_key(x, HY_EINVAL, "transport.rdma", "'%s' is not auto, off or required",

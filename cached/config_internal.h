@@ -33,6 +33,7 @@
 #define HY_CFG_TOKEN_MAX   256 /* bearer tokens, including the NUL */
 #define HY_CFG_TOKEN_MIN   16  /* characters a bearer token has at least */
 #define HY_CFG_ADDR_MAX    256
+#define HY_CFG_MAX_WORKERS 64  /* scatter workers listed, spawned, or found by DNS */
 
 /* models: 1..HY_CFG_MAX_MODELS items, each with both keys. */
 typedef struct hy_cfg_model {
@@ -54,6 +55,11 @@ typedef struct hy_cfg_tenant {
     uint32_t max_in_flight; /* 0..65536; 0: limits.in_flight_per_tenant */
     bool admin;             /* `admin: true`: may set policies and sees the whole store's Stats */
 } hy_cfg_tenant;
+
+/* scatter.workers: 0..HY_CFG_MAX_WORKERS items. */
+typedef struct hy_cfg_worker {
+    char address[HY_CFG_ADDR_MAX]; /* a hypic-worker's gRPC host:port (required) */
+} hy_cfg_worker;
 
 typedef struct hy_cached_config {
     char path[PATH_MAX]; /* the file it came from ("" for defaults) */
@@ -135,6 +141,28 @@ typedef struct hy_cached_config {
     char tp_rdma_device[64];   /* transport.rdma_device: "" (default) the first active one */
     uint32_t tp_max_sessions;  /* transport.max_sessions 1..65536 open at once, default 64 */
     uint64_t tp_max_buffer;    /* transport.max_buffer 4K..16T per session, default 16G */
+
+    /* scatter workers (docs/scheduler.md): cold segments of a request are
+     * built on workers while the combiner composes in request order. No
+     * worker listed, spawned or found: every miss is built inline. */
+    hy_cfg_worker scatter_workers[HY_CFG_MAX_WORKERS]; /* scatter.workers[].address */
+    int nscatter_workers;
+    uint32_t scatter_spawn;        /* scatter.spawn 0..64: local hypic-worker processes the
+                                    * daemon starts (on loopback, port 0) and restarts, default 0 */
+    int scatter_spawn_threads;     /* scatter.spawn_threads 1..256: executor threads each,
+                                    * default 1 */
+    char scatter_worker_bin[PATH_MAX]; /* scatter.worker_bin: the program spawned; "" (default):
+                                        * hypic-worker beside the daemon's own executable */
+    char scatter_dns[HY_CFG_ADDR_MAX]; /* scatter.dns name:port: every address the name resolves
+                                        * to is a worker (a headless Service); "" (default) none */
+    char scatter_policy[16];       /* scatter.policy lpt | round-robin, default lpt */
+    uint32_t scatter_timeout_ms;   /* scatter.timeout_ms 1..3600000: one segment's Build on a
+                                    * worker, default 60000 */
+    uint32_t scatter_retries;      /* scatter.retries 0..16: other workers tried, default 2 */
+    uint32_t scatter_min_tokens;   /* scatter.min_tokens 0..16777216: shorter misses are built
+                                    * inline, default 256 */
+    uint32_t scatter_probe_ms;     /* scatter.probe_ms 50..600000: Health probes, DNS and
+                                    * spawned processes checked this often, default 1000 */
 
     /* logging */
     int log_level;     /* log.level debug|info|warn|error (HY_LOG_*), default info */

@@ -3,6 +3,7 @@
  * build entries and run the model (handlers_internal.h).
  */
 #include "handlers_internal.h"
+#include "router_internal.h"
 
 #include <math.h>
 #include <omp.h>
@@ -325,6 +326,9 @@ hy_rpc_code do_prefill(rq *r, const ProtobufCMessage *req)
     Hypic__V1__SegmentOutcome *oc = calloc(n, sizeof *oc);
     Hypic__V1__SegmentOutcome **ocp = calloc(n, sizeof *ocp);
     hy_key *keys = calloc(n, sizeof *keys);
+    sc_seg_in *si = NULL;
+    sc_outcome *so = NULL;
+    sc_job *job = NULL;
     if (!from || !hs || !built || !query || !logits || !tp || !tpp || !gen || !oc || !ocp ||
         !keys) {
         c = h_fail(r, HY_RPC_RESOURCE_EXHAUSTED, "out of memory");
@@ -369,6 +373,31 @@ hy_rpc_code do_prefill(rq *r, const ProtobufCMessage *req)
             tm.fetch_host_ms += ms;
     }
 
+    /* misses long enough go to the scatter workers, which build them while
+     * this request waits for an executor and composes what came before */
+    if (reuse && s->router) {
+        si = calloc(n, sizeof *si);
+        so = calloc(n, sizeof *so);
+        if (!si || !so) {
+            c = h_fail(r, HY_RPC_RESOURCE_EXHAUSTED, "out of memory");
+            goto out;
+        }
+        for (size_t i = 0; i < n; i++) {
+            int w;
+            hy_err ignored = {0};
+            si[i] = (sc_seg_in){.tok = sg[i].tok,
+                                .n = sg[i].n,
+                                .key = keys[i],
+                                .tags = sg[i].tags,
+                                .ntags = sg[i].ntags,
+                                .ship = !hs[i].entry && sg[i].n >= s->cfg.scatter_min_tokens &&
+                                        hy_entry_seam(sm->c, sg[i].n, Wm, &w, &ignored) == HY_OK};
+        }
+        hy_err je = {0};
+        if (sc_job_start(s, sm, r->who.tenant, Wm, dt, si, n, &job, &je))
+            hy_log(HY_LOG_WARN, "scatter: the request's misses are built inline: %s", je.msg);
+    }
+
     /* the forward pass */
     svc_exec *x;
     if ((c = svc_exec_take(s, sm, r->call, &x, r->msg, sizeof r->msg))) goto out;
@@ -385,8 +414,22 @@ hy_rpc_code do_prefill(rq *r, const ProtobufCMessage *req)
                      .prefix = pfx ? pfx->pc : NULL};
     hy_result res = {.built = built};
     h_set_threads(s);
-    if (!rc) rc = hy_combine(x->ex, x->st, &hr, logits, &res, &e);
+    sc_await_ctx ac = {.job = job, .call = r->call, .hits = hs};
+    if (!rc && job)
+        rc = hy_combine_stream(x->ex, x->st, &hr, sc_await, &ac, logits, &res, &e);
+    else if (!rc)
+        rc = hy_combine(x->ex, x->st, &hr, logits, &res, &e);
     svc_prefix_put(pfx);
+    if (job) { /* its entries are composed (and stored): over */
+        sc_summary sum;
+        sc_job_end(job, so, &sum);
+        job = NULL;
+        tm.scattered = sum.scattered;
+        tm.scatter_workers = sum.workers;
+        tm.scatter_retries = sum.retries;
+        tm.scatter_makespan_ms = sum.makespan_s * 1e3;
+        tm.scatter_wait_ms = res.wait_s * 1e3;
+    }
     const double t_first = hy_now_s();
     tm.ttft_ms = (t_first - t_start) * 1e3;
     tm.prefix_restore_ms = res.restore_s * 1e3;
@@ -441,6 +484,12 @@ hy_rpc_code do_prefill(rq *r, const ProtobufCMessage *req)
             oc[i].kind = HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_HIT;
             oc[i].tier = h_pb_tier(from[i]);
             r->hits++;
+        } else if (so && so[i].built) { /* a scatter worker's entry, stored as it came */
+            oc[i].kind = HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_MISS;
+            oc[i].stored = so[i].stored;
+            oc[i].tier = h_pb_tier(so[i].tier);
+            oc[i].built_by = so[i].by;
+            r->misses++;
         } else if (built[i]) {
             oc[i].kind = HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_MISS;
             hy_tier_id placed = HY_TIER_NONE;
@@ -478,6 +527,9 @@ hy_rpc_code do_prefill(rq *r, const ProtobufCMessage *req)
     if (q->return_state) resp.state = &dl.d;
     c = h_send(r, &resp.base);
 out:
+    sc_job_end(job, NULL, NULL); /* a request that failed before composing */
+    free(si);
+    free(so);
     h_delivery_free(&dl);
     for (size_t i = 0; built && i < n; i++) hy_entry_free(built[i]);
     free(from);

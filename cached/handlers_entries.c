@@ -3,6 +3,7 @@
  * Inspect, Watch — and Stats, the policies and Health (handlers_internal.h).
  */
 #include "handlers_internal.h"
+#include "router_internal.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -552,9 +553,16 @@ hy_rpc_code do_stats(rq *r, const ProtobufCMessage *req)
         resp.entries = total;
         ts[1].bytes = hy_store_tenant_bytes(s->store, r->who.tenant);
     }
+    Hypic__V1__WorkerStats **ws = NULL;
+    size_t nws = 0;
+    if (r->who.admin) svc_router_stats(s, &ws, &nws); /* the scatter workers */
+    resp.n_workers = nws;
+    resp.workers = ws;
     resp.n_tiers = 3;
     resp.tiers = tsp;
-    return h_send(r, &resp.base);
+    hy_rpc_code c = h_send(r, &resp.base);
+    svc_router_stats_free(ws, nws);
+    return c;
 }
 
 static hy_rpc_code policy_reply(rq *r, hy_tier_id t)

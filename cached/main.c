@@ -2,13 +2,14 @@
  * hypic-cached: the HYPIC cache-tier daemon (docs/operations.md).
  *
  *   hypic-cached [--config FILE] [--init-models] [--ready-file FILE]
- *                [--listen ADDR] [--http-listen ADDR]
+ *                [--listen ADDR] [--http-listen ADDR] [--threads N]
  *   hypic-cached --check-config FILE [--print]
  *
  * Start: the configuration is read and validated as a whole, models opened
  * (--init-models generates a missing one whose name is a built-in preset),
  * the store opened (the NVMe tier replays its journal), then the gRPC and
- * HTTP listeners start and --ready-file is written with the addresses bound.
+ * HTTP listeners start, the scatter workers are started or found (the router,
+ * router_internal.h) and --ready-file is written with the addresses bound.
  * Signals, acted on by the main thread (blocked in the threads it starts,
  * recorded by a handler when one reaches a library's own thread): SIGHUP
  * reloads tenants and policies; SIGTERM or SIGINT drains — new calls are
@@ -23,6 +24,7 @@
  * never fills (the host tier at its minimum, no NVMe tier).
  */
 #include "http_internal.h"
+#include "router_internal.h"
 #include "service_internal.h"
 
 #include <errno.h>
@@ -58,7 +60,7 @@ static void on_signal(int sig)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: " PROG " [--config FILE] [--init-models] [--ready-file FILE]\n"
-               "                    [--listen HOST:PORT] [--http-listen HOST:PORT]\n"
+               "                    [--listen HOST:PORT] [--http-listen HOST:PORT] [--threads N]\n"
                "       " PROG " --check-config FILE [--print]\n"
 #ifdef HY_CACHED_WORKER
                "A scatter worker: serves Build, Health and Stats of hypic.v1 (gRPC) and\n"
@@ -119,7 +121,8 @@ int main(int argc, char **argv)
      * other requests need (measured: Prefill p50 6.3 ms passive, 7.6-9.0 ms
      * spinning, on 2 cores under load). Read when OpenMP starts, below. */
     setenv("OMP_WAIT_POLICY", "passive", 0);
-    const char *config = NULL, *check = NULL, *ready_file = NULL, *listen = NULL, *http = NULL;
+    const char *config = NULL, *check = NULL, *ready_file = NULL, *listen = NULL, *http = NULL,
+               *threads = NULL;
     bool print = false, init = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -140,6 +143,8 @@ int main(int argc, char **argv)
             listen = argv[++i];
         } else if (i + 1 < argc && strcmp(a, "--http-listen") == 0) {
             http = argv[++i];
+        } else if (i + 1 < argc && strcmp(a, "--threads") == 0) {
+            threads = argv[++i];
         } else {
             fprintf(stderr, PROG ": unknown or incomplete argument '%s'\n", a);
             usage(stderr);
@@ -174,6 +179,15 @@ int main(int argc, char **argv)
             fprintf(stderr, PROG ": %s\n", e.msg);
             return 1;
         }
+    }
+    if (threads) { /* executor.threads from the command line (spawned scatter workers) */
+        char *end;
+        long t = strtol(threads, &end, 10);
+        if (*end || t < 1 || t > 256) {
+            fprintf(stderr, PROG ": --threads: '%s' is not 1..256\n", threads);
+            return 2;
+        }
+        cfg.exec_threads = (int)t;
     }
     hy_log_set_level(cfg.log_level);
 #ifdef HY_CACHED_WORKER
@@ -227,6 +241,7 @@ int main(int argc, char **argv)
     hy_http_handlers hh = {.app = &svc, .metrics = svc_metrics_render, .ready = svc_ready};
 #ifdef HY_CACHED_WORKER
     hy_rpc_handler handlers[SVC_METHODS] = {0};
+    const bool router = false;
     for (size_t m = 0; m < hy_rpc_method_count; m++) {
         const char *name = hy_rpc_methods[m].name;
         if (!strcmp(name, "Build") || !strcmp(name, "Health") || !strcmp(name, "Stats"))
@@ -236,10 +251,12 @@ int main(int argc, char **argv)
 #else
     const hy_rpc_handler *handlers = svc_handlers;
     const bool transports = true;
+    const bool router = true;
 #endif
     if (hy_rpc_server_start(&rc, handlers, &svc, &rpc, &e) ||
         (transports && svc_transport_start(&svc, hy_rpc_server_port(rpc), &e)) ||
-        (cfg.http_listen[0] && hy_http_start(cfg.http_listen, &hh, &web, &e))) {
+        (cfg.http_listen[0] && hy_http_start(cfg.http_listen, &hh, &web, &e)) ||
+        (router && svc_router_start(&svc, &e))) {
         fprintf(stderr, PROG ": %s\n", e.msg);
         hy_rpc_server_stop(rpc); /* NULL when it did not start */
         hy_free(cert);

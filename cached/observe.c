@@ -3,6 +3,7 @@
  * service's counters and the store's, and readiness (docs/operations.md
  * lists every metric).
  */
+#include "router_internal.h"
 #include "service_internal.h"
 
 #include <stddef.h>
@@ -110,6 +111,29 @@ void svc_metrics_render(void *app, hy_strbuf *b)
                 hy_prom_u64(b, k_fam[f].name, lab, v[k]);
             }
         }
+    }
+    if (s->router) { /* the scatter workers, summed */
+        Hypic__V1__WorkerStats **ws = NULL;
+        size_t nws = 0;
+        svc_router_stats(s, &ws, &nws);
+        double up = 0, in_flight = 0;
+        uint64_t built = 0, failed = 0;
+        for (size_t i = 0; i < nws; i++) {
+            up += ws[i]->up;
+            in_flight += ws[i]->in_flight;
+            built += ws[i]->segments_built;
+            failed += ws[i]->segments_failed;
+        }
+        svc_router_stats_free(ws, nws);
+        gauge(b, "hypic_scatter_workers", "Scatter workers known", (double)nws);
+        gauge(b, "hypic_scatter_workers_up", "Scatter workers answering", up);
+        gauge(b, "hypic_scatter_in_flight", "Segments sent to workers and not yet back",
+              in_flight);
+        counter(b, "hypic_scatter_built_total", "Entries received from workers and verified",
+                built);
+        counter(b, "hypic_scatter_failed_total",
+                "Worker calls that failed or timed out (their segments retried or built inline)",
+                failed);
     }
 
     hy_store_stats st;

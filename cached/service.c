@@ -3,6 +3,7 @@
  * (service_internal.h): models and executor contexts, the store, tenants,
  * leases, the Watch hub and the metrics.
  */
+#include "router_internal.h"
 #include "service_internal.h"
 
 #include <stdio.h>
@@ -288,15 +289,11 @@ void svc_prefix_put(svc_prefix *p)
 
 /* --- storing entries -------------------------------------------------------------- */
 
-int svc_store_entry(hy_svc *s, svc_model *sm, const char *tenant, const hy_key *key,
-                    const hy_entry *e, char *const *tags, size_t ntags, hy_tier_id *placed,
-                    uint64_t *bytes, hy_err *err)
+int svc_store_bytes(hy_svc *s, svc_model *sm, const char *tenant, const hy_key *key,
+                    const hy_entry *e, const void *buf, size_t len, char *const *tags,
+                    size_t ntags, hy_tier_id *placed, hy_err *err)
 {
     *placed = HY_TIER_NONE;
-    void *buf;
-    size_t len;
-    int rc = hy_entry_serialize(e, &buf, &len, err);
-    if (rc) return rc;
     hy_meta m;
     memset(&m, 0, sizeof m);
     m.key = *key;
@@ -312,14 +309,28 @@ int svc_store_entry(hy_svc *s, svc_model *sm, const char *tenant, const hy_key *
     m.bytes = len;
     hy_put *p;
     void *dst;
+    int rc;
     if ((rc = hy_store_reserve(s->store, &m, &p, &dst, err)) == HY_OK) {
         memcpy(dst, buf, len);
         rc = hy_store_commit(s->store, p, placed, err);
     }
-    free(buf);
-    if (bytes) *bytes = len;
     if (!rc) atomic_fetch_add(&s->met.entries_built, 1);
     if (!rc && *placed != HY_TIER_NONE) atomic_fetch_add(&s->met.entries_stored, 1);
+    return rc;
+}
+
+int svc_store_entry(hy_svc *s, svc_model *sm, const char *tenant, const hy_key *key,
+                    const hy_entry *e, char *const *tags, size_t ntags, hy_tier_id *placed,
+                    uint64_t *bytes, hy_err *err)
+{
+    *placed = HY_TIER_NONE;
+    void *buf;
+    size_t len;
+    int rc = hy_entry_serialize(e, &buf, &len, err);
+    if (rc) return rc;
+    rc = svc_store_bytes(s, sm, tenant, key, e, buf, len, tags, ntags, placed, err);
+    free(buf);
+    if (bytes) *bytes = len;
     return rc;
 }
 
@@ -563,6 +574,7 @@ int svc_close(hy_svc *s)
     int rc = HY_OK;
     hy_tp_hub_stop(s->tp); /* the rpc server is stopped: no transfer is running */
     s->tp = NULL;
+    svc_router_stop(s); /* no request is running: no job either */
     svc_lease_reap(s, true);
     if (s->store) {
         size_t written = 0;

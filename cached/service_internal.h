@@ -131,6 +131,7 @@ typedef struct hy_svc {
     svc_metrics met;
     uint64_t started_ns;
     hy_tp_hub *tp;          /* bulk transports; NULL until svc_transport_start */
+    struct svc_router *router; /* scatter workers (router_internal.h); NULL: none */
     char tp_shm_path[108];  /* the shm socket ("" when shm is off) */
 } hy_svc;
 
@@ -181,6 +182,12 @@ void svc_prefix_put(svc_prefix *p);
 int svc_store_entry(hy_svc *s, svc_model *sm, const char *tenant, const hy_key *key,
                     const hy_entry *e, char *const *tags, size_t ntags, hy_tier_id *placed,
                     uint64_t *bytes, hy_err *err);
+
+/* The same for an entry already serialised and validated (e is buf's
+ * entry, read for its tokens only): a scatter worker's. */
+int svc_store_bytes(hy_svc *s, svc_model *sm, const char *tenant, const hy_key *key,
+                    const hy_entry *e, const void *buf, size_t len, char *const *tags,
+                    size_t ntags, hy_tier_id *placed, hy_err *err);
 
 /* Leases for Lookup. */
 uint64_t svc_lease_add(hy_svc *s, hy_lease **leases, size_t n, uint32_t ms);

@@ -360,8 +360,11 @@ static void print_prefill(const Hypic__V1__PrefillResponse *r, char *const *file
         printf("\"\n");
     }
     printf("\n");
-    static const char *const shdr[] = {"#", "OUTCOME", "TIER", "STORED", "KEY", "SEGMENT"};
-    ctl_table *s = ctl_table_new(6, shdr);
+    bool scattered = false;
+    for (size_t i = 0; i < r->n_segments; i++) scattered |= r->segments[i]->built_by[0] != '\0';
+    static const char *const shdr[] = {"#",   "OUTCOME", "TIER",    "STORED",
+                                       "KEY", "SEGMENT", "BUILT BY"};
+    ctl_table *s = ctl_table_new(scattered ? 7 : 6, shdr); /* BUILT BY: scatter workers */
     for (size_t i = 0; i < r->n_segments; i++) {
         const Hypic__V1__SegmentOutcome *o = r->segments[i];
         char idx[24], kind[24], key[65];
@@ -376,7 +379,10 @@ static void print_prefill(const Hypic__V1__PrefillResponse *r, char *const *file
                                  ? (o->stored ? "yes" : "no")
                                  : "-",
                              key,
-                             i < nfiles ? files[i] : "?"};
+                             i < nfiles ? files[i] : "?",
+                             o->built_by[0] ? o->built_by
+                             : o->kind == HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_MISS ? "inline"
+                                                                                   : "-"};
         ctl_table_row(s, row);
     }
     ctl_table_print(s);
@@ -406,6 +412,10 @@ static void print_prefill(const Hypic__V1__PrefillResponse *r, char *const *file
         ctl_table_row(p, row);
     }
     ctl_table_print(p);
+    if (tm->scattered)
+        printf("\nscatter: %u segment(s) built on %u worker(s), %u retried; the combiner waited "
+               "%.3f ms for entries in order\n",
+               tm->scattered, tm->scatter_workers, tm->scatter_retries, tm->scatter_wait_ms);
 }
 
 /* --return-state: where the state went, per kind of tensor. */

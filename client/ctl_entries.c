@@ -92,6 +92,27 @@ static void print_status(const Hypic__V1__HealthResponse *h, const Hypic__V1__St
     for (size_t i = 0; i < s->n_tiers; i++)
         if (!s->tiers[i]->present)
             printf("%-4s  absent: %s\n", ctl_tier_name(s->tiers[i]->tier), s->tiers[i]->why_absent);
+    if (s->n_workers) { /* the scatter workers (docs/scheduler.md) */
+        static const char *const whdr[] = {"WORKER",  "SOURCE", "STATE",  "IN FLIGHT", "LOAD S",
+                                           "BUILT",   "FAILED", "TOK/S",  "SPEED",     "LAST ERROR"};
+        ctl_table *w = ctl_table_new(10, whdr);
+        for (size_t i = 0; i < s->n_workers; i++) {
+            const Hypic__V1__WorkerStats *ws = s->workers[i];
+            char fl[16], load[24], built[24], failed[24], tps[24], speed[24], err[80];
+            snprintf(fl, sizeof fl, "%u", ws->in_flight);
+            snprintf(load, sizeof load, "%.2f", ws->load_s);
+            snprintf(built, sizeof built, "%llu", (unsigned long long)ws->segments_built);
+            snprintf(failed, sizeof failed, "%llu", (unsigned long long)ws->segments_failed);
+            snprintf(tps, sizeof tps, "%.0f", ws->tokens_per_s);
+            snprintf(speed, sizeof speed, "%.2f", ws->speed);
+            snprintf(err, sizeof err, "%.79s", ws->last_error[0] ? ws->last_error : "-");
+            const char *row[] = {ws->address, ws->source, ws->up ? "up" : "down", fl, load,
+                                 built,       failed,     tps,   speed,      err};
+            ctl_table_row(w, row);
+        }
+        printf("\n");
+        ctl_table_print(w);
+    }
     const Hypic__V1__TransportStats *tp = s->transport;
     if (!tp) return; /* not an admin: the transports are every tenant's */
     printf("\ntransports: tcp data port %u, shm %s, rdma %s; %llu session(s) open, %llu rdma "

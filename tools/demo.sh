@@ -9,7 +9,11 @@
 #   3. sends each request's documents in a shuffled order, then its question,
 #      through `hypicctl prefill --max-new 3` in every mode;
 #   4. prints per request and mode the answer read greedily, whether it is
-#      the right one, and the TTFT; then the cache's statistics.
+#      the right one, and the TTFT;
+#   5. sends one more request, cold (its documents never warmed): the daemon's
+#      two scatter workers (scatter.spawn) build its documents' entries while
+#      the combiner composes them in order (docs/scheduler.md); then the
+#      cache's statistics, the workers among them.
 # Usage: tools/demo.sh BUILD_DIR [REQUESTS]
 set -eu
 build=${1:-build}
@@ -36,6 +40,9 @@ http_listen: 127.0.0.1:0
 models: [{name: recall, path: $model}]
 tiers: {host: {bytes: 256M}, nvme: {path: $work/nvme, bytes: 1G, extent_bytes: 64M}}
 log: {requests: false}
+# two local workers; these documents are short (about 50 tokens), so the
+# threshold is lowered from its default (256) to send them to the workers
+scatter: {spawn: 2, min_tokens: 16}
 EOF
 echo "== starting hypic-cached (log: $work/daemon.log)"
 (cd "$work" && exec "$root/$daemon" --config hypic-cached.yaml --ready-file ready) \
@@ -58,7 +65,7 @@ echo "   serving on $addr, metrics on http://$metrics/metrics"
 # The held-out requests with k = 4 documents: files req<i>/doc<j>.txt (each
 # document with its final newline, as the model saw documents in training),
 # the question and the answer.
-awk -v n="$nreq" -v dir="$work" '
+awk -v n="$((nreq + 1))" -v dir="$work" '
     /^R / { want = ($2 == 4 && got < n); if (want) { got++; j = 0; system("mkdir -p " dir "/req" got) } next }
     !want { next }
     /^D / { j++; printf "%s\n", substr($0, 3) > (dir "/req" got "/doc" j ".txt"); next }
@@ -66,8 +73,11 @@ awk -v n="$nreq" -v dir="$work" '
     /^A / { printf "%s", substr($0, 3) > (dir "/req" got "/answer"); next }
 ' "$model/heldout.txt"
 echo "== warming the documents of $nreq held-out requests (4 each), with the 8-token seam and without"
-"$ctl" --addr "$addr" --model recall warm --tag demo "$work"/req*/doc*.txt
-"$ctl" --addr "$addr" --model recall warm --tag demo --seam 0 "$work"/req*/doc*.txt >/dev/null
+warmed=$(for r in $(seq 1 "$nreq"); do ls "$work/req$r"/doc*.txt; done)
+# shellcheck disable=SC2086
+"$ctl" --addr "$addr" --model recall warm --tag demo $warmed
+# shellcheck disable=SC2086
+"$ctl" --addr "$addr" --model recall warm --tag demo --seam 0 $warmed >/dev/null
 
 # the generated token ids (JSON "generated":[...]) as text: byte = id - 3
 answer_of() {
@@ -116,6 +126,16 @@ seam of up to 8 tokens per document and composes the rest from the cache; noseam
 are its ablations: naive adds cached states without their transition operators — on this
 small model that changes no answer, for a reason docs/quality.md shows in its weights.)
 EOF
+cold="$work/req$((nreq + 1))"
+if [ -f "$cold/question" ]; then
+    printf '\n== a cold request: documents never seen, built on the scatter workers (the answer: %s)\n' \
+        "$(cat "$cold/answer")"
+    args=""
+    for f in "$cold"/doc*.txt; do args="$args --segment $f"; done
+    # shellcheck disable=SC2086
+    "$ctl" --addr "$addr" --model recall prefill $args --text "$(cat "$cold/question")" \
+        --mode pic --max-new 3
+fi
 echo
 echo "== cache statistics"
 "$ctl" --addr "$addr" status

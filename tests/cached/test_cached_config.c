@@ -447,6 +447,25 @@ static void test_named_values(void)
     fails("transport: {tcp_listen: nowhere}", HY_EINVAL, "key 'transport.tcp_listen'",
           "is not host:port", NULL);
     fails("transport: {max_buffer: 1K}", HY_EINVAL, "transport.max_buffer", NULL);
+    /* scatter workers */
+    parse_ok("scatter: {workers: [{address: \"10.0.0.7:7878\"}, {address: \"w2:7878\"}],\n"
+             "          spawn: 2, dns: \"workers.hypic:7878\", policy: round-robin,\n"
+             "          timeout_ms: 500, retries: 0, min_tokens: 0, probe_ms: 50}",
+             &g_a);
+    CU_ASSERT_EQUAL(g_a.nscatter_workers, 2);
+    CU_ASSERT_STRING_EQUAL(g_a.scatter_workers[1].address, "w2:7878");
+    CU_ASSERT_EQUAL(g_a.scatter_spawn, 2);
+    CU_ASSERT_STRING_EQUAL(g_a.scatter_policy, "round-robin");
+    CU_ASSERT_EQUAL(g_a.scatter_timeout_ms, 500);
+    CU_ASSERT_EQUAL(g_a.scatter_spawn_threads, 1); /* the default */
+    fails("scatter: {policy: fastest}", HY_EINVAL,
+          "key 'scatter.policy': 'fastest' is not lpt or round-robin", NULL);
+    fails("scatter: {workers: [{address: nowhere}]}", HY_EINVAL,
+          "key 'scatter.workers[0].address'", "is not host:port", NULL);
+    fails("scatter: {workers: [{}]}", HY_EINVAL, "scatter.workers[0]", "address", NULL);
+    fails("scatter: {dns: \"no-port\"}", HY_EINVAL, "key 'scatter.dns'", NULL);
+    fails("scatter: {spawn: 65}", HY_EINVAL, "scatter.spawn", NULL);
+    fails("scatter: {probe_ms: 10}", HY_EINVAL, "scatter.probe_ms", NULL);
 }
 
 static void test_unknown_keys(void)
@@ -455,7 +474,7 @@ static void test_unknown_keys(void)
         const char *text, *key, *allowed;
     } k[] = {
         {"lisen: x\n", "'lisen'",
-         "listen, http_listen, tls, models, tiers, pic, executor, tenants, limits, transport, log"},
+         "listen, http_listen, tls, models, tiers, pic, executor, tenants, limits, transport, scatter, log"},
         {"tls: {cart: x}\n", "'tls.cart'", "cert, key"},
         {"tiers: {hots: {}}\n", "'tiers.hots'", "host, nvme, hbm, ttl_s"},
         {"tiers: {host: {size: 1G}}\n", "'tiers.host.size'", "bytes, evict, admit, min_tokens"},
