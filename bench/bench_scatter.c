@@ -22,9 +22,10 @@
  *   trip (Health) as the dispatch cost. The simulator then predicts m = 1, 2,
  *   4, 8, 16; its error against the measured m = 1 and 2 is reported.
  *
- * Entries leave a worker whole (pieces = 1 in the simulator): the layer-by-
- * layer streaming of docs/scheduler.md is not built yet, and the simulator is
- * told so rather than credited with it.
+ * Entries leave a worker layer by layer as they are built (Build's stream),
+ * so the simulator's pieces are the model's layers; every process runs with
+ * executor.max_batch 4096, the longest segment, so that each segment is one
+ * step and its layers finish one at a time.
  */
 #include "bench.h"
 #include "hy_common.h"
@@ -119,7 +120,7 @@ static int daemon_up(daemon_run *x, const char *root, const char *name, const ch
              "listen: 127.0.0.1:0\nhttp_listen: \"\"\n"
              "models: [{name: small, path: %s}]\n"
              "tiers: {host: {bytes: 4G, admit: always}}\n"
-             "executor: {threads: 1}\n"
+             "executor: {threads: 1, max_batch: 4096}\n"
              "limits: {max_message: 256M}\n"
              "scatter: {spawn: %d, spawn_threads: 1, min_tokens: 0, policy: %s,\n"
              "          timeout_ms: 600000, retries: 0}\n"
@@ -344,7 +345,7 @@ int hy_bench_scatter(int argc, char **argv)
         hy_bench_rmtree(root);
         return 1;
     }
-    const int vocab = hy_model_cfg(mdl)->vocab;
+    const int vocab = hy_model_cfg(mdl)->vocab, layers = hy_model_cfg(mdl)->n_layers;
     hy_model_close(mdl);
 
     uint64_t len[NSEG];
@@ -436,7 +437,7 @@ int hy_bench_scatter(int argc, char **argv)
                         .entry_bytes_per_token = ms.bytes_per_token,
                         .worker_link_bytes_s = ms.link_bytes_s,
                         .combiner_link_bytes_s = ms.link_bytes_s,
-                        .pieces = 1,
+                        .pieces = layers,
                         .dispatch_s = ms.rtt_s,
                         .compose_s = ms.compose_s,
                         .query_s = ms.query_s};
@@ -483,11 +484,11 @@ int hy_bench_scatter(int argc, char **argv)
            "\"sim_error_m1\":%.4f,\"sim_error_m2\":%.4f,"
            "\"cost_model\":{\"fixed_s\":%.6f,\"per_token_s\":%.4e,\"per_token2_s\":%.4e},"
            "\"entry_bytes\":{\"fixed\":%.0f,\"per_token\":%.1f},\"link_gbs\":%.3f,"
-           "\"compose_ms\":%.3f,\"query_ms\":%.3f,\"pieces\":1}\n",
+           "\"compose_ms\":%.3f,\"query_ms\":%.3f,\"pieces\":%d}\n",
            NSEG, (unsigned long long)sum, ttft[1], ttft[2], makespan[1], makespan[2], eff, lpt_rr,
            mk[0], mk[1], sim[0], sim[1], sim[2], sim[3], sim[4], sim[0] / sim[1], sim[0] / sim[2],
            sim[0] / sim[3], sim[0] / sim[4], err1, err2, ms.cost.fixed_s, ms.cost.per_token_s,
            ms.cost.per_token2_s, ms.bytes_fixed, ms.bytes_per_token, ms.link_bytes_s / 1e9,
-           ms.compose_s * 1e3, ms.query_s * 1e3);
+           ms.compose_s * 1e3, ms.query_s * 1e3, layers);
     return 0;
 }

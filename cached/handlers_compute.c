@@ -158,9 +158,74 @@ hy_rpc_code do_warm(rq *r, const ProtobufCMessage *req)
 
 /* --- Build ---------------------------------------------------------------------- */
 
-/* One segment built from the empty state, as Warm builds it, and streamed back
- * (meta first, then the serialised bytes in chunks) instead of stored: a
- * scatter worker's job. The bytes are checked by whoever stores them. */
+/* A Build's stream while its entry is built: each layer's sections leave as
+ * soon as the executor has finished that layer (hy_entry_build_streamed),
+ * placed at their offsets in the serialised form, so a layer's transfer
+ * overlaps the next layers' compute; the header, with every checksum, last.
+ * The first chunk carries the metadata. */
+typedef struct build_stream {
+    rq *r;
+    svc_model *sm;
+    seg *sg;
+    int W;
+    hy_entry_dtype dt;
+    uint8_t *buf; /* the serialised entry, filled layer by layer */
+    size_t total, chunk;
+    pb_meta pm;
+    hy_meta m;
+    bool sent_meta;
+    hy_rpc_code c; /* the first send that failed: the rest are skipped */
+    int layers_sent;
+} build_stream;
+
+static void build_send(build_stream *b, size_t lo, size_t hi)
+{
+    for (size_t off = lo; off < hi && !b->c; off += b->chunk) {
+        Hypic__V1__EntryChunk ch = HYPIC__V1__ENTRY_CHUNK__INIT;
+        if (!b->sent_meta) ch.meta = &b->pm.pb;
+        b->sent_meta = true;
+        ch.placement_case = HYPIC__V1__ENTRY_CHUNK__PLACEMENT_OFFSET;
+        ch.offset = off;
+        ch.data = (ProtobufCBinaryData){HY_MIN(b->chunk, hi - off), b->buf + off};
+        b->c = h_send(b->r, &ch.base);
+    }
+}
+
+static void build_layer(void *ctx, const hy_entry *e, int layer)
+{
+    build_stream *b = ctx;
+    if (b->c) return; /* the caller is gone: build on, send nothing */
+    if (!b->buf) { /* the first layer: the entry's size and meta are known now */
+        b->total = hy_entry_serialized_bytes(e);
+        if (!b->total || !(b->buf = calloc(1, b->total))) {
+            b->c = h_fail(b->r, HY_RPC_RESOURCE_EXHAUSTED, "out of memory for the entry");
+            return;
+        }
+        hy_meta *m = &b->m;
+        memset(m, 0, sizeof *m);
+        hy_entry_key(b->r->who.tenant, b->sm->fp, b->W, b->dt, b->sg->tok, b->sg->n, m->key.b);
+        snprintf(m->tenant, sizeof m->tenant, "%s", b->r->who.tenant);
+        memcpy(m->model, b->sm->fp, 32);
+        for (size_t i = 0; i < b->sg->ntags && i < HY_MAX_TAGS; i++)
+            snprintf(m->tags[m->ntags++], HY_TAG_MAX, "%s", b->sg->tags[i]);
+        m->tokens = (uint32_t)b->sg->n;
+        m->flops = hy_config_prefill_flops(b->sm->c, 0, hy_entry_body_tokens(e));
+        m->bytes = b->total;
+        m->created_ns = hy_wall_ns();
+        h_meta_to_pb(b->r->s, m, 0, &b->pm);
+    }
+    size_t lo, hi;
+    if (hy_entry_serialize_layer(e, b->buf, layer, &lo, &hi)) {
+        b->c = h_fail(b->r, HY_RPC_RESOURCE_EXHAUSTED, "out of memory serialising the entry");
+        return;
+    }
+    build_send(b, lo, hi);
+    b->layers_sent++;
+}
+
+/* One segment built from the empty state, as Warm builds it, and streamed
+ * back unstored: a scatter worker's job. The bytes are checked by whoever
+ * stores them. */
 hy_rpc_code do_build(rq *r, const ProtobufCMessage *req)
 {
     const Hypic__V1__BuildRequest *q = (const void *)req;
@@ -182,55 +247,41 @@ hy_rpc_code do_build(rq *r, const ProtobufCMessage *req)
     one.tags = q->tags;
     if ((c = h_segs_parse(r, sm, &onep, 1, 0, false, &sg))) return c;
     hy_err e = {0};
-    void *buf = NULL;
-    size_t len = 0;
-    int64_t body = 0;
     if (hy_entry_seam(sm->c, sg[0].n, W, &w, &e) != HY_OK) {
         c = h_fail(r, HY_RPC_INVALID_ARGUMENT, "field 'tokens': %s", e.msg);
-        goto out;
+        h_segs_free(r, sg, 1);
+        return c;
     }
     svc_exec *x;
-    if ((c = svc_exec_take(r->s, sm, r->call, &x, r->msg, sizeof r->msg))) goto out;
+    if ((c = svc_exec_take(r->s, sm, r->call, &x, r->msg, sizeof r->msg))) {
+        h_segs_free(r, sg, 1);
+        return c;
+    }
+    build_stream b = {.r = r,
+                      .sm = sm,
+                      .sg = &sg[0],
+                      .W = W,
+                      .dt = dt,
+                      .chunk = HY_MIN((size_t)CHUNK_BYTES, (size_t)r->s->cfg.max_message / 2)};
     h_set_threads(r->s);
     hy_state_reset(x->st);
     hy_entry *ent = NULL;
-    int rc = hy_entry_build(x->ex, x->st, sg[0].tok, sg[0].n, W, dt, NULL, &ent, &e);
+    int rc = hy_entry_build_streamed(x->ex, x->st, sg[0].tok, sg[0].n, W, dt, build_layer, &b,
+                                     &ent, &e);
     svc_exec_give(r->s, sm, x);
     r->computed = (int64_t)sg[0].n;
     r->misses = 1;
-    if (!rc) {
-        body = hy_entry_body_tokens(ent);
-        rc = hy_entry_serialize(ent, &buf, &len, &e);
-    }
+    size_t hi = 0;
+    if (!rc && !b.c && hy_entry_serialize_finish(ent, b.buf, &hi))
+        b.c = h_fail(r, HY_RPC_RESOURCE_EXHAUSTED, "out of memory serialising the entry");
+    if (!rc && !b.c) build_send(&b, 0, hi); /* the header and the tokens, last */
     hy_entry_free(ent);
-    if (rc) {
+    if (rc)
         c = h_from_err(r, rc, &e);
-        goto out;
-    }
-    atomic_fetch_add(&r->s->met.entries_built, 1);
-    hy_meta m;
-    memset(&m, 0, sizeof m);
-    hy_entry_key(r->who.tenant, sm->fp, W, dt, sg[0].tok, sg[0].n, m.key.b);
-    snprintf(m.tenant, sizeof m.tenant, "%s", r->who.tenant);
-    memcpy(m.model, sm->fp, 32);
-    for (size_t i = 0; i < sg[0].ntags && i < HY_MAX_TAGS; i++)
-        snprintf(m.tags[m.ntags++], HY_TAG_MAX, "%s", sg[0].tags[i]);
-    m.tokens = (uint32_t)sg[0].n;
-    m.flops = hy_config_prefill_flops(sm->c, 0, body);
-    m.bytes = len;
-    m.created_ns = hy_wall_ns();
-    pb_meta pm;
-    h_meta_to_pb(r->s, &m, 0, &pm);
-    const size_t chunk = HY_MIN((size_t)CHUNK_BYTES, (size_t)r->s->cfg.max_message / 2);
-    for (uint64_t off = 0; off < len && !c; off += chunk) {
-        Hypic__V1__EntryChunk ch = HYPIC__V1__ENTRY_CHUNK__INIT;
-        if (off == 0) ch.meta = &pm.pb;
-        ch.data =
-            (ProtobufCBinaryData){(size_t)HY_MIN((uint64_t)chunk, len - off), (uint8_t *)buf + off};
-        c = h_send(r, &ch.base);
-    }
-out:
-    free(buf);
+    else
+        c = b.c;
+    if (!rc) atomic_fetch_add(&r->s->met.entries_built, 1);
+    free(b.buf);
     h_segs_free(r, sg, 1);
     return c;
 }

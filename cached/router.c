@@ -535,37 +535,11 @@ static bool any_running(const sc_job *j)
     return false;
 }
 
-/* A Build's response stream gathered: the meta, then the bytes. */
-typedef struct gather {
-    uint8_t *buf;
-    uint64_t want, got, max;
-    char why[200];
-} gather;
-
+/* A Build's response stream gathered (hy_chunks: the layers as they come,
+ * the header last). */
 static int on_chunk(void *ctx, const ProtobufCMessage *msg)
 {
-    gather *g = ctx;
-    const Hypic__V1__EntryChunk *ch = (const void *)msg;
-    if (ch->meta) {
-        if (g->buf || ch->meta->bytes == 0 || ch->meta->bytes > g->max) {
-            snprintf(g->why, sizeof g->why, "the worker announced %llu bytes (limit %llu)",
-                     (unsigned long long)ch->meta->bytes, (unsigned long long)g->max);
-            return HY_EFORMAT;
-        }
-        g->want = ch->meta->bytes;
-        if (!(g->buf = malloc(g->want))) {
-            snprintf(g->why, sizeof g->why, "out of memory for %llu bytes",
-                     (unsigned long long)g->want);
-            return HY_ENOMEM;
-        }
-    }
-    if (!g->buf || ch->data.len > g->want - g->got) {
-        snprintf(g->why, sizeof g->why, "the worker sent bytes %s", g->buf ? "past its meta's size" : "before its meta");
-        return HY_EFORMAT;
-    }
-    memcpy(g->buf + g->got, ch->data.data, ch->data.len);
-    g->got += ch->data.len;
-    return 0;
+    return hy_chunks_add(ctx, (const Hypic__V1__EntryChunk *)msg);
 }
 
 /* Builds segment g on runner t's worker: the call, the checks, the store.
@@ -592,7 +566,7 @@ static int build_on(sc_job *j, sc_runner *t, sc_seg *g, hy_rpc_client *cl, hy_ti
     q.tenant = j->tenant;
     q.n_tags = g->ntags;
     q.tags = g->tags;
-    gather ga = {.max = s->cfg.max_entry_bytes};
+    hy_chunks ga = {.max = s->cfg.max_entry_bytes};
     hy_rpc_status st = {0};
     hy_err e = {0};
     int rc = hy_rpc_client_call_ex(cl, j->s->router->build, &q.base,
@@ -609,14 +583,14 @@ static int build_on(sc_job *j, sc_runner *t, sc_seg *g, hy_rpc_client *cl, hy_ti
                  st.code == HY_RPC_CANCELLED || st.code == HY_RPC_UNKNOWN ||
                  st.code == HY_RPC_INTERNAL;
         rc = HY_EIO;
-    } else if (ga.got != ga.want || !ga.buf) {
+    } else if (!hy_chunks_complete(&ga)) {
         snprintf(why, cap, "the stream ended after %llu of %llu bytes",
                  (unsigned long long)ga.got, (unsigned long long)ga.want);
         *fatal = true;
         rc = HY_EIO;
     }
     hy_entry *ent = NULL;
-    if (!rc && (rc = hy_entry_deserialize(j->sm->m, ga.buf, ga.got, &ent, &e)))
+    if (!rc && (rc = hy_entry_deserialize(j->sm->m, ga.buf, (size_t)ga.got, &ent, &e)))
         snprintf(why, cap, "its entry failed validation: %.200s", e.msg);
     if (!rc) {
         hy_key k;
@@ -632,15 +606,15 @@ static int build_on(sc_job *j, sc_runner *t, sc_seg *g, hy_rpc_client *cl, hy_ti
     }
     if (!rc) {
         hy_err se = {0};
-        if (svc_store_bytes(s, j->sm, j->tenant, &g->key, ent, ga.buf, ga.got, g->tags, g->ntags,
-                            tier, &se))
+        if (svc_store_bytes(s, j->sm, j->tenant, &g->key, ent, ga.buf, (size_t)ga.got, g->tags,
+                            g->ntags, tier, &se))
             hy_log(HY_LOG_WARN, "scatter: storing the entry of a worker: %s", se.msg);
         *stored = *tier != HY_TIER_NONE;
         g->entry = ent;
         ent = NULL;
     }
     hy_entry_free(ent);
-    free(ga.buf);
+    hy_chunks_free(&ga);
     return rc;
 }
 

@@ -303,9 +303,8 @@ int hyc_watch(hyc *c, const Hypic__V1__WatchRequest *rq,
 
 typedef struct get_ctx {
     Hypic__V1__EntryMeta *meta; /* our own copy of the first chunk's */
-    uint8_t *buf;
-    size_t len, cap;
-    char why[400]; /* non-empty: the chunks broke the stream's rules */
+    hy_chunks asm_;             /* the bytes, in order or at their offsets (Build) */
+    char why[400];              /* non-empty: the chunks broke the stream's rules */
 } get_ctx;
 
 /* A copy of m that outlives the chunk it came in. */
@@ -324,40 +323,15 @@ static int on_chunk(void *arg, const ProtobufCMessage *msg)
 {
     get_ctx *g = arg;
     const Hypic__V1__EntryChunk *ch = (const Hypic__V1__EntryChunk *)msg;
-    if (!g->meta) {
-        if (!ch->meta) {
-            snprintf(g->why, sizeof g->why, "the first chunk carries no metadata");
-            return HY_EFORMAT;
-        }
-        if (!(g->meta = meta_copy(ch->meta))) {
-            snprintf(g->why, sizeof g->why, "out of memory");
-            return HY_ENOMEM;
-        }
-    } else if (ch->meta) {
-        snprintf(g->why, sizeof g->why, "a chunk after the first carries metadata");
-        return HY_EFORMAT;
+    int rc = hy_chunks_add(&g->asm_, ch);
+    if (rc) {
+        snprintf(g->why, sizeof g->why, "%s", g->asm_.why);
+        return rc;
     }
-    uint64_t want = g->meta->bytes;
-    if (ch->data.len > want - g->len) {
-        snprintf(g->why, sizeof g->why,
-                 "the chunks hold more than meta.bytes = %llu bytes (%llu so far)",
-                 (unsigned long long)want, (unsigned long long)(g->len + ch->data.len));
-        return HY_EFORMAT;
+    if (ch->meta && !(g->meta = meta_copy(ch->meta))) {
+        snprintf(g->why, sizeof g->why, "out of memory");
+        return HY_ENOMEM;
     }
-    if (g->len + ch->data.len > g->cap) { /* grow by doubling, never past meta.bytes */
-        size_t cap = g->cap ? g->cap : 1 << 16;
-        while (cap < g->len + ch->data.len) cap *= 2;
-        if (cap > want) cap = (size_t)want;
-        uint8_t *nb = realloc(g->buf, cap);
-        if (!nb) {
-            snprintf(g->why, sizeof g->why, "out of memory for %zu bytes of entry", cap);
-            return HY_ENOMEM;
-        }
-        g->buf = nb;
-        g->cap = cap;
-    }
-    if (ch->data.len) memcpy(g->buf + g->len, ch->data.data, ch->data.len);
-    g->len += ch->data.len;
     return 0;
 }
 
@@ -380,21 +354,21 @@ static int entry_stream(hyc *c, const char *name, const ProtobufCMessage *rq,
     } else if (call_status(rc, &rs, &e, st) == HYC_OK) {
         if (!g.meta)
             status_set(st, HYC_INTERNAL, "client: %s: the server sent no chunk", name);
-        else if (g.len != g.meta->bytes)
+        else if (!hy_chunks_complete(&g.asm_))
             status_set(st, HYC_INTERNAL,
-                       "client: %s: the chunks hold %zu bytes, meta.bytes says %llu", name, g.len,
-                       (unsigned long long)g.meta->bytes);
-        else if (!g.buf && !(g.buf = malloc(1)))
-            status_set(st, HYC_INTERNAL, "client: out of memory");
+                       "client: %s: the chunks hold %llu bytes, meta.bytes says %llu", name,
+                       (unsigned long long)g.asm_.got, (unsigned long long)g.meta->bytes);
     }
     if (st->code != HYC_OK) {
         hyc_free(g.meta);
-        free(g.buf);
+        hy_chunks_free(&g.asm_);
         return st->code;
     }
+    if (!(*bytes = hy_chunks_take(&g.asm_, n))) {
+        hyc_free(g.meta);
+        return status_set(st, HYC_INTERNAL, "client: out of memory");
+    }
     *meta = g.meta;
-    *bytes = g.buf;
-    *n = g.len;
     return HYC_OK;
 }
 

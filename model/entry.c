@@ -257,6 +257,57 @@ int hy_entry_build(hy_exec *ex, hy_state *st, const int32_t *tokens, size_t n, i
     return HY_OK;
 }
 
+/* A streamed build's hook: a layer is final in the step that reaches the
+ * segment's end; BF16 S is rounded then, layer by layer, instead of at
+ * hy_entry_build_end. */
+typedef struct stream_ctx {
+    hy_entry *e;
+    hy_capture *cap;
+    int64_t end;
+    hy_entry_layer_fn on_layer;
+    void *ctx;
+} stream_ctx;
+
+static void layer_done(void *arg, int layer, int64_t end)
+{
+    stream_ctx *sc = arg;
+    if (end != sc->end) return; /* an earlier step: more rows to come */
+    const hy_model_config *c = &sc->e->cfg;
+    float *Sw = sc->cap->S_w ? sc->cap->S_w[layer] : NULL;
+    if (Sw && Sw != sc->e->S[layer]) {
+        uint16_t *o = sc->e->S[layer];
+        for (size_t j = 0; j < s_floats(c); j++) o[j] = hy_f32_to_bf16(Sw[j]);
+        hy_free(Sw);
+        sc->cap->S_w[layer] = NULL; /* hy_entry_build_end skips it */
+    }
+    sc->on_layer(sc->ctx, sc->e, layer);
+}
+
+int hy_entry_build_streamed(hy_exec *ex, hy_state *st, const int32_t *tokens, size_t n, int W,
+                            hy_entry_dtype dtype, hy_entry_layer_fn on_layer, void *ctx,
+                            hy_entry **out, hy_err *err)
+{
+    *out = NULL;
+    assert(state_fits(st));
+    hy_entry *e;
+    hy_capture *cap;
+    int rc = hy_entry_build_begin(st->m, st->pos, tokens, n, W, dtype, &e, &cap, err);
+    if (rc) return rc;
+    stream_ctx sc = {.e = e, .cap = cap, .end = st->pos + (int64_t)n, .on_layer = on_layer,
+                     .ctx = ctx};
+    const hy_piece p = {.tokens = tokens, .n = n, .cap = cap};
+    hy_exec_set_layer_hook(ex, layer_done, &sc);
+    rc = hy_exec_run(ex, st, &p, 1, NULL, NULL, err);
+    hy_exec_set_layer_hook(ex, NULL, NULL);
+    hy_entry_build_end(e, cap);
+    if (rc) {
+        hy_entry_free(e);
+        return rc;
+    }
+    *out = e;
+    return HY_OK;
+}
+
 /* --- reuse ------------------------------------------------------------------- */
 
 int hy_entry_apply(hy_exec *ex, hy_state *st, const hy_entry *e, bool use_T, hy_err *err)

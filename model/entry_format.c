@@ -20,6 +20,7 @@
 #include "model_internal.h"
 
 #include <assert.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -121,20 +122,78 @@ size_t hy_entry_sections(const hy_entry *e, hy_entry_section *out, size_t cap)
     return n;
 }
 
-int hy_entry_serialize(const hy_entry *e, void **buf, size_t *len, hy_err *err)
+/* The header bytes, the sections' offsets and the total of e's serialised
+ * form; secs has room for MAX_SECTIONS. Returns the section count. */
+static size_t layout(const hy_entry *e, section *secs, size_t *hdr, size_t *total)
 {
-    *buf = NULL;
-    section *secs = malloc(MAX_SECTIONS * sizeof *secs);
-    if (!secs) return hy_err_set(err, HY_ENOMEM, "out of memory");
     const size_t ns = list_sections(e, secs);
-    const size_t hdr = HDR_FIXED + ns * SEC_BYTES;
-    size_t total = align_up(hdr);
-    for (size_t i = 0; i < ns; i++) total = align_up(total + secs[i].bytes);
-    unsigned char *p = calloc(1, total);
-    if (!p) {
-        free(secs);
-        return hy_err_set(err, HY_ENOMEM, "out of memory for a %zu-byte entry", total);
+    *hdr = HDR_FIXED + ns * SEC_BYTES;
+    size_t off = align_up(*hdr);
+    for (size_t i = 0; i < ns; i++) {
+        secs[i].off = off;
+        off = align_up(off + secs[i].bytes);
     }
+    *total = off;
+    return ns;
+}
+
+size_t hy_entry_serialized_bytes(const hy_entry *e)
+{
+    section *secs = malloc(MAX_SECTIONS * sizeof *secs);
+    if (!secs) return 0;
+    size_t hdr, total;
+    layout(e, secs, &hdr, &total);
+    free(secs);
+    return total;
+}
+
+/* Copies the sections of secs[0..ns) (laid out) for which `want` holds into
+ * p at their offsets; [*lo, *hi) the span they cover (empty when none). */
+static void write_sections(const section *secs, size_t ns, unsigned char *p,
+                           bool (*want)(const section *, int), int arg, size_t *lo, size_t *hi)
+{
+    *lo = SIZE_MAX, *hi = 0;
+    for (size_t i = 0; i < ns; i++) {
+        if (!want(&secs[i], arg)) continue;
+        memcpy(p + secs[i].off, secs[i].data, secs[i].bytes);
+        if (secs[i].off < *lo) *lo = secs[i].off;
+        if (align_up(secs[i].off + secs[i].bytes) > *hi) *hi = align_up(secs[i].off + secs[i].bytes);
+    }
+    if (*hi < *lo) *lo = *hi = 0;
+}
+
+static bool of_layer(const section *s, int layer)
+{
+    return s->kind != SEC_TOKENS && (int)s->layer == layer;
+}
+
+static bool is_tokens(const section *s, int unused)
+{
+    (void)unused;
+    return s->kind == SEC_TOKENS;
+}
+
+int hy_entry_serialize_layer(const hy_entry *e, void *buf, int layer, size_t *lo, size_t *hi)
+{
+    if (layer < 0 || layer >= e->n_layers) return HY_EINVAL;
+    section *secs = malloc(MAX_SECTIONS * sizeof *secs);
+    if (!secs) return HY_ENOMEM;
+    size_t hdr, total;
+    const size_t ns = layout(e, secs, &hdr, &total);
+    write_sections(secs, ns, buf, of_layer, layer, lo, hi);
+    free(secs);
+    return HY_OK;
+}
+
+int hy_entry_serialize_finish(const hy_entry *e, void *buf, size_t *hi)
+{
+    unsigned char *p = buf;
+    section *secs = malloc(MAX_SECTIONS * sizeof *secs);
+    if (!secs) return HY_ENOMEM;
+    size_t hdr, total, lo;
+    const size_t ns = layout(e, secs, &hdr, &total);
+    write_sections(secs, ns, p, is_tokens, 0, &lo, hi);
+    memset(p, 0, align_up(hdr));
     memcpy(p, k_magic, 8);
     put32(p + 8, HY_ENTRY_VERSION);
     put32(p + 12, (uint32_t)hdr);
@@ -147,19 +206,33 @@ int hy_entry_serialize(const hy_entry *e, void **buf, size_t *len, hy_err *err)
     put32(p + 40, (uint32_t)e->n_layers);
     memcpy(p + 48, e->model_fp, 32);
     put64(p + 88, total);
-    size_t off = align_up(hdr);
     for (size_t i = 0; i < ns; i++) {
         unsigned char *t = p + HDR_FIXED + i * SEC_BYTES;
-        memcpy(p + off, secs[i].data, secs[i].bytes);
         put32(t, secs[i].kind);
         put32(t + 4, secs[i].layer);
-        put64(t + 8, off);
+        put64(t + 8, secs[i].off);
         put64(t + 16, secs[i].bytes);
-        put64(t + 24, hy_xxh3(p + off, secs[i].bytes));
-        off = align_up(off + secs[i].bytes);
+        put64(t + 24, hy_xxh3(p + secs[i].off, secs[i].bytes));
     }
     put64(p + 80, hy_xxh3(p, hdr));
     free(secs);
+    return HY_OK;
+}
+
+int hy_entry_serialize(const hy_entry *e, void **buf, size_t *len, hy_err *err)
+{
+    *buf = NULL;
+    const size_t total = hy_entry_serialized_bytes(e);
+    unsigned char *p = total ? calloc(1, total) : NULL;
+    if (!p) return hy_err_set(err, HY_ENOMEM, "out of memory for a %zu-byte entry", total);
+    size_t lo, hi;
+    int rc = HY_OK;
+    for (int l = 0; l < e->n_layers && !rc; l++) rc = hy_entry_serialize_layer(e, p, l, &lo, &hi);
+    if (!rc) rc = hy_entry_serialize_finish(e, p, &hi);
+    if (rc) {
+        free(p);
+        return hy_err_set(err, rc, "out of memory serialising an entry");
+    }
     *buf = p;
     *len = total;
     return HY_OK;

@@ -32,6 +32,8 @@
 struct hy_exec {
     const hy_model *m;
     int max_batch;
+    hy_layer_hook_fn layer_hook; /* hy_exec_set_layer_hook */
+    void *layer_ctx;
     hy_gdn_mode mode;
     float *ws; /* activations, ws_floats */
     size_t ws_floats;
@@ -723,6 +725,7 @@ static void step(hy_exec *ex, hy_state *st, const item *it, int ni, int n, float
             gdn_layer(ex, st, li, it, ni, n);
         else
             attn_layer(ex, st, li, it, ni, n, nblk, nholes);
+        if (ex->layer_hook) ex->layer_hook(ex->layer_ctx, li, end); /* its state is final */
         if (n == 0) continue;
         add_rows(ex->x, ex->y, (size_t)n * H);
         prof_begin(ex);
@@ -882,6 +885,12 @@ int hy_exec_run(hy_exec *ex, hy_state *st, const hy_piece *pc, size_t np, float 
         ex->stats.prof.tokens += computed;
     }
     return HY_OK;
+}
+
+void hy_exec_set_layer_hook(hy_exec *ex, hy_layer_hook_fn fn, void *ctx)
+{
+    ex->layer_hook = fn;
+    ex->layer_ctx = ctx;
 }
 
 int hy_exec_prefill(hy_exec *ex, hy_state *st, const int32_t *tokens, size_t n, float *logits,

@@ -105,6 +105,13 @@ typedef struct hy_piece {
 int hy_exec_run(hy_exec *ex, hy_state *st, const hy_piece *pieces, size_t np, float *logits,
                 double *compose_s, hy_err *err);
 
+/* Called by hy_exec_run in its own thread after each layer's mixer (linear
+ * or attention) of each step, with the position the step ends at: that
+ * layer's state — and a capture's sections of it — hold every row up to
+ * there. NULL: no hook. */
+typedef void (*hy_layer_hook_fn)(void *ctx, int layer, int64_t end);
+void hy_exec_set_layer_hook(hy_exec *ex, hy_layer_hook_fn fn, void *ctx);
+
 /* Whether e's sections have the shapes model config c reads and writes
  * through. */
 bool hy_entry_fits(const hy_entry *e, const hy_model_config *c);

@@ -174,6 +174,17 @@ int hy_entry_seam(const hy_model_config *c, size_t n, int W, int *w, hy_err *err
 int hy_entry_build(hy_exec *ex, hy_state *st, const int32_t *tokens, size_t n, int W,
                    hy_entry_dtype dtype, float *logits, hy_entry **out, hy_err *err);
 
+/* hy_entry_build from st with on_layer(ctx, e, l) called for each layer l
+ * in order, once, as soon as the entry's sections of that layer are final
+ * — before the next layers run — from the thread running the build. The
+ * segment must fit one step of the executor (n <= its max_batch) for layers
+ * to finish one by one; a longer one finishes every layer in its last step.
+ * e is the entry being built: read only its layer l. */
+typedef void (*hy_entry_layer_fn)(void *ctx, const hy_entry *e, int layer);
+int hy_entry_build_streamed(hy_exec *ex, hy_state *st, const int32_t *tokens, size_t n, int W,
+                            hy_entry_dtype dtype, hy_entry_layer_fn on_layer, void *ctx,
+                            hy_entry **out, hy_err *err);
+
 /* Reuses an entry after st: recomputes the seam through every layer, then
  * composes the body (linear: S ← T·S + S_body, or S ← S + S_body when
  * !use_T, the `naive` ablation; conv state ← tail; attention: K rotated to
@@ -200,6 +211,17 @@ size_t hy_entry_sections(const hy_entry *e, hy_entry_section *out, size_t cap);
 /* Serialised form: a header, a section table with an XXH3 checksum per
  * section, the sections. serialize returns a malloc'd buffer. */
 int hy_entry_serialize(const hy_entry *e, void **buf, size_t *len, hy_err *err);
+/* The serialised form built piece by piece, for an entry that leaves as it
+ * is built (a scatter worker's Build): the total size (known as soon as the
+ * entry exists: 0 when out of memory); layer l's sections (T, S, TAIL or K,
+ * V: contiguous) copied into buf — total bytes, zeroed — at their offsets,
+ * [*lo, *hi) the span written; then, once every layer is in, the TOKENS
+ * section and the header with every section's checksum, over [0, *hi).
+ * hy_entry_serialize is these three in one. HY_EINVAL for a layer out of
+ * range, HY_ENOMEM. */
+size_t hy_entry_serialized_bytes(const hy_entry *e);
+int hy_entry_serialize_layer(const hy_entry *e, void *buf, int layer, size_t *lo, size_t *hi);
+int hy_entry_serialize_finish(const hy_entry *e, void *buf, size_t *hi); /* HY_ENOMEM */
 /* Validates everything before trusting a byte: magic, version, sizes against
  * the model's config, offsets, checksums, model fingerprint. */
 int hy_entry_deserialize(const hy_model *m, const void *buf, size_t len, hy_entry **out,

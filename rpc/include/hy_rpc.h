@@ -76,6 +76,34 @@ typedef struct hy_rpc_status {
     char msg[512];
 } hy_rpc_status;
 
+/* ---- An entry's chunks (rpc/chunks.c) ----
+ *
+ * The EntryChunk stream of GetEntry, Build (and PutEntry, on the daemon's
+ * side) put back together: the first chunk carries the metadata (its bytes
+ * at most max, when max is not 0); each piece goes at its offset, or right
+ * after the previous piece; pieces may not overlap or pass meta.bytes. Zero
+ * the struct, set max, add every chunk; the entry is whole when
+ * hy_chunks_complete. On an error `why` says what broke. */
+typedef struct hy_chunks {
+    uint64_t max;  /* the caller's limit on meta.bytes; 0: none */
+    uint8_t *buf;  /* the bytes so far (zero where nothing came yet) */
+    uint64_t want; /* meta.bytes */
+    uint64_t got, next, cap;
+    bool started;
+    struct {
+        uint64_t lo, hi;
+    } *spans; /* received, sorted, merged */
+    size_t nspans, spans_cap;
+    char why[200];
+} hy_chunks;
+/* HY_EFORMAT (a chunk that breaks the rules), HY_ENOMEM. */
+int hy_chunks_add(hy_chunks *a, const Hypic__V1__EntryChunk *ch);
+bool hy_chunks_complete(const hy_chunks *a);
+/* The bytes, now the caller's (a 1-byte buffer for an empty entry; NULL when
+ * out of memory), *n their count; a is freed. */
+void *hy_chunks_take(hy_chunks *a, size_t *n);
+void hy_chunks_free(hy_chunks *a);
+
 /* ---- Server (gRPC core, HTTP/2) ----
  *
  * `workers` threads each take one call at a time from gRPC and run its

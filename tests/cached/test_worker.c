@@ -3,10 +3,12 @@
  * worker builds a segment's entry and streams it back unstored; the daemon
  * (hypic-cached, the same preset model) accepts those bytes with PutEntry
  * under the key the worker named — the key the daemon itself derives — and
- * a Prefill then reuses them. The worker answers only Build, Health and
- * Stats; bad Build requests get their precise statuses while it keeps
+ * a Prefill then reuses them. Build streams each layer's sections at their
+ * offsets as they are built and the header last. The worker answers only
+ * Build, Health and Stats; bad Build requests get their precise statuses while it keeps
  * serving; the daemon serves Build too.
  */
+#include "hy_rpc.h"
 #include "service_fixture.h"
 #include "test_util.h"
 
@@ -88,6 +90,59 @@ static void test_build_put_prefill(void)
     }
 }
 
+/* Build's chunks as they come: every one at its offset, the layers in
+ * order and the header (offset 0) last, covering meta.bytes once. */
+typedef struct chunk_log {
+    int n;
+    uint64_t off[4096], len[4096], bytes;
+    bool placed;
+} chunk_log;
+
+static int log_chunk(void *ctx, const ProtobufCMessage *msg)
+{
+    chunk_log *l = ctx;
+    const Hypic__V1__EntryChunk *ch = (const void *)msg;
+    if (ch->meta) l->bytes = ch->meta->bytes;
+    if (l->n < 4096) {
+        l->placed &= ch->placement_case == HYPIC__V1__ENTRY_CHUNK__PLACEMENT_OFFSET;
+        l->off[l->n] = ch->offset;
+        l->len[l->n++] = ch->data.len;
+    }
+    return 0;
+}
+
+static void test_build_streams_layers(void)
+{
+    segs s = {0};
+    segs_doc(&s, 3, 500);
+    Hypic__V1__BuildRequest rq = HYPIC__V1__BUILD_REQUEST__INIT;
+    rq.model = "tiny";
+    rq.tokens = &s.tk[0];
+    hy_rpc_client *cl;
+    hy_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(hy_rpc_client_open(g_worker.grpc, 0, &cl, &e), 0);
+    const hy_rpc_method *m = NULL;
+    for (size_t i = 0; i < hy_rpc_method_count; i++)
+        if (strcmp(hy_rpc_methods[i].name, "Build") == 0) m = &hy_rpc_methods[i];
+    static chunk_log l;
+    memset(&l, 0, sizeof l);
+    l.placed = true;
+    hy_rpc_status st;
+    CU_ASSERT_EQUAL_FATAL(hy_rpc_client_call(cl, m, &rq.base, NULL, 30000, log_chunk, &l, &st, &e),
+                          0);
+    CU_ASSERT_EQUAL(st.code, HY_RPC_OK);
+    hy_rpc_client_close(cl);
+    CU_ASSERT(l.placed);
+    CU_ASSERT(l.n >= 5); /* tiny: 4 layers, then the header */
+    CU_ASSERT_EQUAL(l.off[l.n - 1], 0);
+    uint64_t sum = 0;
+    for (int i = 0; i < l.n; i++) sum += l.len[i];
+    for (int i = 1; i < l.n - 1; i++) CU_ASSERT(l.off[i] > l.off[i - 1]);
+    CU_ASSERT(l.n < 2 || l.off[0] > 0); /* a layer first, not the header */
+    CU_ASSERT_EQUAL(sum, l.bytes);
+    printf("\n    %d chunks, the header last, %llu bytes", l.n, (unsigned long long)l.bytes);
+}
+
 static void test_worker_refusals(void)
 {
     hyc_status st;
@@ -145,6 +200,7 @@ int main(void)
     g_w = connect_as(&g_worker, NULL);
     static const hy_test_case cases[] = {
         {"Build on the worker, PutEntry into the daemon, Prefill hits", test_build_put_prefill},
+        {"Build streams each layer as it is built, the header last", test_build_streams_layers},
         {"the worker's refusals", test_worker_refusals},
         {NULL, NULL},
     };

@@ -94,7 +94,9 @@ static void h_stats_garbage(void *app, hy_rpc_call *c, const ProtobufCMessage *r
 /* GetEntry: the entry's bytes are 0..n-1 mod 251, in chunks of 1000; the
  * request's key[0] picks a script: 0 honest, 1 one byte short of meta.bytes,
  * 2 one byte over, 3 no metadata on the first chunk, 4 metadata on the
- * second too, 5 NOT_FOUND. key[1..4]: n, little-endian. */
+ * second too, 5 NOT_FOUND, 6 the chunks placed at their offsets, last one
+ * first (as Build streams: the header last), 7 as 6 with the second chunk
+ * sent twice (an overlap). key[1..4]: n, little-endian. */
 static void h_get(void *app, hy_rpc_call *c, const ProtobufCMessage *req)
 {
     (void)app;
@@ -116,6 +118,23 @@ static void h_get(void *app, hy_rpc_call *c, const ProtobufCMessage *req)
     meta.model = "tiny";
     meta.tokens = 7;
     meta.bytes = n;
+    if (script == 6 || script == 7) { /* backwards, each at its offset */
+        const uint32_t pieces = (n + 999) / 1000;
+        for (uint32_t k = 0; k < pieces; k++) {
+            const uint32_t p = pieces - 1 - k, lo = p * 1000;
+            Hypic__V1__EntryChunk ch = HYPIC__V1__ENTRY_CHUNK__INIT;
+            if (k == 0) ch.meta = &meta;
+            ch.placement_case = HYPIC__V1__ENTRY_CHUNK__PLACEMENT_OFFSET;
+            ch.offset = lo;
+            ch.data.data = data + lo;
+            ch.data.len = n - lo < 1000 ? n - lo : 1000;
+            if (hy_rpc_call_send(c, &ch.base, NULL)) break;
+            if (script == 7 && k == 1 && hy_rpc_call_send(c, &ch.base, NULL)) break;
+        }
+        free(data);
+        hy_rpc_call_finish(c, HY_RPC_OK, NULL);
+        return;
+    }
     uint32_t off = 0;
     int k = 0;
     do {
@@ -370,6 +389,17 @@ static void test_get_entry(void)
         CU_ASSERT(strstr(st.msg, why[script]) != NULL);
         CU_ASSERT(meta == NULL && bytes == NULL && n == 0);
     }
+    /* pieces at their offsets, out of order: reassembled; an overlap refused */
+    CU_ASSERT_EQUAL_FATAL(get(6, 4500, &meta, &bytes, &n, &st), HYC_OK);
+    CU_ASSERT_EQUAL(n, 4500);
+    bool same = true;
+    for (size_t i = 0; i < n; i++) same = same && ((uint8_t *)bytes)[i] == (uint8_t)(i % 251);
+    CU_ASSERT(same);
+    hyc_free(meta);
+    free(bytes);
+    CU_ASSERT_EQUAL(get(7, 4500, &meta, &bytes, &n, &st), HYC_INTERNAL);
+    CU_ASSERT(strstr(st.msg, "overlaps bytes already received") != NULL);
+    CU_ASSERT(meta == NULL && bytes == NULL && n == 0);
     CU_ASSERT_EQUAL(get(5, 10, &meta, &bytes, &n, &st), HYC_NOT_FOUND);
     CU_ASSERT_STRING_EQUAL(st.msg, "key: no such entry");
     CU_ASSERT(meta == NULL && bytes == NULL);

@@ -348,9 +348,13 @@ class Client:
         return self._entry_stream("Build", rq)
 
     def _entry_stream(self, name: str, rq: Any) -> Entry:
-        """A stream of EntryChunk (GetEntry, Build): meta first, the bytes joined."""
+        """A stream of EntryChunk (GetEntry, Build): meta first; each piece at its
+        offset when it has one (Build sends layers as they are built, the header
+        last), else right after the previous; no overlap, every byte once."""
         meta: pb.EntryMeta | None = None
-        parts: list[bytes] = []
+        data = bytearray()
+        spans: list[tuple[int, int]] = []
+        got = nxt = 0
         for i, chunk in enumerate(self.call(name, rq)):
             if chunk.HasField("meta") != (i == 0):
                 raise client_error(
@@ -359,13 +363,24 @@ class Client:
                 )
             if i == 0:
                 meta = chunk.meta
-            parts.append(chunk.data)
+            assert meta is not None
+            lo = chunk.offset if chunk.WhichOneof("placement") == "offset" else nxt
+            hi = lo + len(chunk.data)
+            if hi > meta.bytes:
+                raise client_error(f"chunk {i} ends at {hi}, past meta.bytes {meta.bytes}", "INTERNAL")
+            if any(a < hi and lo < b for a, b in spans):
+                raise client_error(f"chunk {i} overlaps bytes already received", "INTERNAL")
+            if len(data) < hi:
+                data.extend(bytes(hi - len(data)))
+            data[lo:hi] = chunk.data
+            spans.append((lo, hi))
+            got += len(chunk.data)
+            nxt = hi
         if meta is None:
             raise client_error("the stream had no chunk", "INTERNAL")
-        data = b"".join(parts)
-        if len(data) != meta.bytes:
-            raise client_error(f"the chunks hold {len(data)} bytes, meta.bytes {meta.bytes}", "INTERNAL")
-        return Entry(meta=meta, data=data)
+        if got != meta.bytes or len(data) != meta.bytes:
+            raise client_error(f"the chunks hold {got} bytes, meta.bytes {meta.bytes}", "INTERNAL")
+        return Entry(meta=meta, data=bytes(data))
 
     def put_entry(
         self,
