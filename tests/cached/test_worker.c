@@ -143,6 +143,54 @@ static void test_build_streams_layers(void)
     printf("\n    %d chunks, the header last, %llu bytes", l.n, (unsigned long long)l.bytes);
 }
 
+/* A daemon finding this worker by its listed address, and one finding it by
+ * a DNS name (localhost): each lists it up, with its source, and has a cold
+ * request's long segment built on it. */
+static void discovered(const char *how, const char *source)
+{
+    char dir[200], cfg[1024];
+    snprintf(dir, sizeof dir, "%.120s/by-%.16s", g_tmp, source);
+    CU_ASSERT_EQUAL_FATAL(mkdir(dir, 0700), 0);
+    snprintf(cfg, sizeof cfg, "%sscatter: {%s, min_tokens: 64, probe_ms: 100}\n", k_config, how);
+    hy_daemon d;
+    CU_ASSERT_EQUAL_FATAL(hy_daemon_start(&d, dir, cfg), 0);
+    hyc *c = connect_as(&d, NULL);
+    hyc_status st;
+    bool up = false;
+    for (int i = 0; i < 100 && !up; i++) {
+        Hypic__V1__StatsRequest q = HYPIC__V1__STATS_REQUEST__INIT;
+        Hypic__V1__StatsResponse *r = NULL;
+        CU_ASSERT_EQUAL_FATAL(hyc_stats(c, &q, &r, &st), 0);
+        for (size_t k = 0; k < r->n_workers; k++) {
+            CU_ASSERT_STRING_EQUAL(r->workers[k]->source, source);
+            up |= r->workers[k]->up && strcmp(r->workers[k]->address, g_worker.grpc) == 0;
+        }
+        hyc_free(r);
+        if (!up) usleep(50000);
+    }
+    CU_ASSERT_FATAL(up);
+    segs s = {0};
+    segs_doc(&s, 20 + (int)strlen(source), 300);
+    Hypic__V1__PrefillResponse *r = NULL;
+    CU_ASSERT_EQUAL_FATAL(prefill(c, &s, HYPIC__V1__MODE__MODE_PIC, &r, &st), 0);
+    CU_ASSERT_STRING_EQUAL(r->segments[0]->built_by, g_worker.grpc);
+    printf("\n    %s: built by %s", source, r->segments[0]->built_by);
+    hyc_free(r);
+    hyc_close(c);
+    CU_ASSERT(hy_daemon_stop(&d));
+}
+
+static void test_discovery(void)
+{
+    char how[400];
+    snprintf(how, sizeof how, "workers: [{address: \"%s\"}]", g_worker.grpc);
+    discovered(how, "config");
+    const char *port = strrchr(g_worker.grpc, ':');
+    CU_ASSERT_FATAL(port != NULL);
+    snprintf(how, sizeof how, "dns: \"localhost%s\"", port);
+    discovered(how, "dns");
+}
+
 static void test_worker_refusals(void)
 {
     hyc_status st;
@@ -201,6 +249,7 @@ int main(void)
     static const hy_test_case cases[] = {
         {"Build on the worker, PutEntry into the daemon, Prefill hits", test_build_put_prefill},
         {"Build streams each layer as it is built, the header last", test_build_streams_layers},
+        {"a daemon finds the worker listed, or by a DNS name", test_discovery},
         {"the worker's refusals", test_worker_refusals},
         {NULL, NULL},
     };
