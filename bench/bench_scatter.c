@@ -34,12 +34,15 @@
 
 #include "../tests/cached/daemon_fixture.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 enum { NSEG = 16, NQ = 16, NSKEW = 8, NCAL = 6, VOCAB_FIRST = 3 };
+#define MODEL_NAME "bench" /* the model's name in the daemon's configuration */
 static const uint64_t k_cal[NCAL] = {128, 256, 512, 1024, 2048, 4096};
 static const size_t k_sim_m[] = {1, 2, 4, 8, 16};
 #define NSIM (sizeof k_sim_m / sizeof k_sim_m[0])
@@ -118,7 +121,7 @@ static int daemon_up(daemon_run *x, const char *root, const char *name, const ch
     char cfg[1024];
     snprintf(cfg, sizeof cfg,
              "listen: 127.0.0.1:0\nhttp_listen: \"\"\n"
-             "models: [{name: small, path: %s}]\n"
+             "models: [{name: " MODEL_NAME ", path: %s}]\n"
              "tiers: {host: {bytes: 4G, admit: always}}\n"
              "executor: {threads: 1, max_batch: 4096}\n"
              "limits: {max_message: 256M}\n"
@@ -162,7 +165,7 @@ static int prefill(hyc *c, request *r, double *ttft_s, Hypic__V1__Timings *tm)
     static uint32_t query[NQ];
     for (int i = 0; i < NQ; i++) query[i] = 10 + (uint32_t)i;
     Hypic__V1__PrefillRequest q = HYPIC__V1__PREFILL_REQUEST__INIT;
-    q.model = "small";
+    q.model = MODEL_NAME;
     q.n_segments = r->n;
     q.segments = r->sp;
     q.n_query = NQ;
@@ -226,7 +229,7 @@ static int calibrate(daemon_run *x, int vocab, measured *ms)
     printf("  calibration: Build on one worker (1 thread)\n");
     for (int i = 0; i < NCAL && !rc; i++) {
         Hypic__V1__BuildRequest q = HYPIC__V1__BUILD_REQUEST__INIT;
-        q.model = "small";
+        q.model = MODEL_NAME;
         q.tokens = &r.tk[i];
         Hypic__V1__EntryMeta *m = NULL;
         void *b = NULL;
@@ -272,7 +275,7 @@ static int calibrate(daemon_run *x, int vocab, measured *ms)
         double best = 1e9;
         for (int k = 0; !rc && k < 3; k++) {
             Hypic__V1__GetEntryRequest g = HYPIC__V1__GET_ENTRY_REQUEST__INIT;
-            g.model = "small";
+            g.model = MODEL_NAME;
             g.key = pr->key;
             Hypic__V1__EntryMeta *m = NULL;
             void *b = NULL;
@@ -306,8 +309,9 @@ static int calibrate(daemon_run *x, int vocab, measured *ms)
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: hypic-bench scatter [--quick] [--tokens N] [--seed N]\n"
-                    "  --quick    8k tokens instead of 32k (a smoke run)\n"
+    fprintf(stderr, "usage: hypic-bench scatter [--model DIR] [--quick] [--tokens N] [--seed N]\n"
+                    "  --model    a checkpoint (default: the small preset, generated)\n"
+                    "  --quick    8k tokens instead of 32k\n"
                     "  --tokens   the cold request's tokens in all (default 32768)\n");
     return 2;
 }
@@ -315,8 +319,11 @@ static int usage(void)
 int hy_bench_scatter(int argc, char **argv)
 {
     uint64_t total = 32768, seed = 11;
+    const char *given = NULL;
     for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--quick") == 0)
+        if (i + 1 < argc && strcmp(argv[i], "--model") == 0)
+            given = argv[++i];
+        else if (strcmp(argv[i], "--quick") == 0)
             total = 8192;
         else if (i + 1 < argc && strcmp(argv[i], "--tokens") == 0)
             total = strtoull(argv[++i], NULL, 10);
@@ -331,10 +338,15 @@ int hy_bench_scatter(int argc, char **argv)
     }
     char root[64] = "/tmp/hypic-bench-scatter-XXXXXX";
     if (!mkdtemp(root)) return 1;
-    char model_dir[400];
-    snprintf(model_dir, sizeof model_dir, "%s/small", root);
+    char model_dir[PATH_MAX];
     hy_err e = {0};
-    if (hy_model_init("small", 1, model_dir, "F32", &e)) {
+    if (given && !realpath(given, model_dir)) {
+        fprintf(stderr, "scatter: --model %s: %s\n", given, strerror(errno));
+        hy_bench_rmtree(root);
+        return 1;
+    }
+    if (!given) snprintf(model_dir, sizeof model_dir, "%s/small", root);
+    if (!given && hy_model_init("small", 1, model_dir, "F32", &e)) {
         fprintf(stderr, "scatter: %s\n", e.msg);
         hy_bench_rmtree(root);
         return 1;
@@ -352,9 +364,10 @@ int hy_bench_scatter(int argc, char **argv)
     lengths(len, NSEG, total, seed);
     uint64_t sum = 0, longest = 0;
     for (int i = 0; i < NSEG; i++) sum += len[i], longest = HY_MAX(longest, len[i]);
-    printf("scatter: preset small, a cold request of %d segments, %llu tokens (longest %llu), "
+    printf("scatter: model %s, a cold request of %d segments, %llu tokens (longest %llu), "
            "query %d\n  lengths:",
-           NSEG, (unsigned long long)sum, (unsigned long long)longest, NQ);
+           given ? given : "small (preset)", NSEG, (unsigned long long)sum,
+           (unsigned long long)longest, NQ);
     for (int i = 0; i < NSEG; i++) printf(" %llu", (unsigned long long)len[i]);
     printf("\n");
 
@@ -475,7 +488,7 @@ int hy_bench_scatter(int argc, char **argv)
            sim[0] / sim[3], sim[0] / sim[4], (unsigned long long)longest,
            all / hy_cost_prefill(&ms.cost, longest));
     printf("LPT over round-robin, makespan on the skewed set: %.2fx\n", lpt_rr);
-    printf("{\"bench\":\"scatter\",\"preset\":\"small\",\"segments\":%d,\"tokens\":%llu,"
+    printf("{\"bench\":\"scatter\",\"model\":\"%s\",\"segments\":%d,\"tokens\":%llu,"
            "\"cold_ttft_s\":{\"m1\":%.4f,\"m2\":%.4f},\"makespan_s\":{\"m1\":%.4f,\"m2\":%.4f},"
            "\"efficiency_m2\":%.4f,\"lpt_over_rr_makespan\":%.4f,"
            "\"skew_makespan_s\":{\"lpt\":%.4f,\"rr\":%.4f},"
@@ -485,7 +498,7 @@ int hy_bench_scatter(int argc, char **argv)
            "\"cost_model\":{\"fixed_s\":%.6f,\"per_token_s\":%.4e,\"per_token2_s\":%.4e},"
            "\"entry_bytes\":{\"fixed\":%.0f,\"per_token\":%.1f},\"link_gbs\":%.3f,"
            "\"compose_ms\":%.3f,\"query_ms\":%.3f,\"pieces\":%d}\n",
-           NSEG, (unsigned long long)sum, ttft[1], ttft[2], makespan[1], makespan[2], eff, lpt_rr,
+           given ? "given" : "small", NSEG, (unsigned long long)sum, ttft[1], ttft[2], makespan[1], makespan[2], eff, lpt_rr,
            mk[0], mk[1], sim[0], sim[1], sim[2], sim[3], sim[4], sim[0] / sim[1], sim[0] / sim[2],
            sim[0] / sim[3], sim[0] / sim[4], err1, err2, ms.cost.fixed_s, ms.cost.per_token_s,
            ms.cost.per_token2_s, ms.bytes_fixed, ms.bytes_per_token, ms.link_bytes_s / 1e9,

@@ -191,6 +191,9 @@ int main(int argc, char **argv)
     }
     hy_log_set_level(cfg.log_level);
 #ifdef HY_CACHED_WORKER
+    char log_name[64]; /* a spawned worker shares the daemon's stderr: say whose line it is */
+    snprintf(log_name, sizeof log_name, "hypic-worker %.40s", cfg.listen);
+    hy_log_set_name(log_name);
     cfg.host_bytes = cfg.host_policy.capacity = 1u << 20; /* a worker stores nothing */
     cfg.nvme_dir[0] = '\0';
     cfg.hbm_bytes = cfg.hbm_policy.capacity = 0;

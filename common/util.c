@@ -15,10 +15,16 @@
 #include <time.h>
 
 static int g_log_level = HY_LOG_INFO;
+static char g_log_name[64] = "hypic";
 
 void hy_log_set_level(int level)
 {
     g_log_level = level;
+}
+
+void hy_log_set_name(const char *name)
+{
+    snprintf(g_log_name, sizeof g_log_name, "%s", name);
 }
 
 void hy_log(int level, const char *fmt, ...)
@@ -29,7 +35,7 @@ void hy_log(int level, const char *fmt, ...)
     if (level > 3) level = 3;
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "hypic %s: ", tags[level]);
+    fprintf(stderr, "%s %s: ", g_log_name, tags[level]);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);

@@ -48,6 +48,10 @@ const char *hy_strerror(int code);
 /* --- logging: to stderr, one line each, with a level tag ---------------- */
 enum { HY_LOG_DEBUG = 0, HY_LOG_INFO = 1, HY_LOG_WARN = 2, HY_LOG_ERROR = 3 };
 void hy_log_set_level(int level);
+/* What each line starts with (default "hypic"; at most 63 bytes), e.g. a
+ * scatter worker's "hypic-worker 127.0.0.1:7900", whose lines share the
+ * daemon's stderr. Set it before any thread logs. */
+void hy_log_set_name(const char *name);
 void hy_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* --- clocks ---------------------------------------------------------------- */

@@ -135,6 +135,10 @@ done
 # transfer: one timed pass; the ratios exist (it exits non-zero when the
 # delivered bytes differ from the source)
 run transfer shm_over_memcpy_64m\>0 tcp_over_raw_socket_64m\>0 -- transfer --reps 1
+# a daemon with 1, then 2 spawned scatter workers, on tiny and its smallest request
+run scatter cold_ttft_s.m1\>0 cold_ttft_s.m2\>0 efficiency_m2\>0 lpt_over_rr_makespan\>0 \
+    sim_speedup.m8\>0 sim_speedup.m16\>0 sim_error_m2 cost_model.per_token_s\>0 \
+    -- scatter --model "$tmp/tiny" --tokens 2048
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
