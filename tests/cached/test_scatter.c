@@ -16,7 +16,7 @@
  *   - cancellation: a request whose deadline passes while both workers hang
  *     ends DEADLINE_EXCEEDED and the daemon calls its builds off at once
  *     (no segment stays in flight on the workers); a client killed
- *     mid-request does the same;
+ *     mid-request does the same; with no worker up, misses are built inline;
  *   - hypicctl-visible state: Stats lists the workers, up, with their counts.
  */
 #include "service_fixture.h"
@@ -336,6 +336,18 @@ static void test_cancellation(void)
     kill(child, SIGKILL);
     waitpid(child, NULL, 0);
     CU_ASSERT(wait_idle(1.5));
+    /* no worker answers: once the probes see it, misses are built inline */
+    CU_ASSERT(wait_up(0, 10));
+    segs s4 = {0};
+    segs_doc(&s4, 145, 300);
+    segs_doc(&s4, 146, 200);
+    CU_ASSERT_EQUAL_FATAL(prefill(g_c, &s4, HYPIC__V1__MODE__MODE_PIC, &r, &st), 0);
+    for (int i = 0; i < 2; i++) {
+        CU_ASSERT_EQUAL(r->segments[i]->kind, HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_MISS);
+        CU_ASSERT_STRING_EQUAL(r->segments[i]->built_by, "");
+    }
+    CU_ASSERT_EQUAL(r->timings->scattered, 0);
+    hyc_free(r);
     kill(v.pid[0], SIGCONT);
     kill(v.pid[1], SIGCONT);
     CU_ASSERT(wait_up(2, 10));
@@ -384,7 +396,7 @@ int main(int argc, char **argv)
         {"a slow worker times out, its segments retried; resumed, used again",
          test_slow_worker_times_out},
         {"a worker killed mid-build: the request completes, the worker restarts", test_killed_worker},
-        {"cancelled requests call their builds off", test_cancellation},
+        {"cancelled requests call their builds off; no worker up: inline", test_cancellation},
         {NULL, NULL},
     };
     int rc = hy_test_main("scatter", cases);
