@@ -17,8 +17,12 @@
  *     ends DEADLINE_EXCEEDED and the daemon calls its builds off at once
  *     (no segment stays in flight on the workers); a client killed
  *     mid-request does the same; with no worker up, misses are built inline;
+ *   - a worker that dies in the middle of its stream (a fake one: the meta
+ *     and one piece, then SIGKILL): nothing partial is stored, the segments
+ *     are built inline, the failure is counted on the worker;
  *   - hypicctl-visible state: Stats lists the workers, up, with their counts.
  */
+#include "hy_rpc.h"
 #include "service_fixture.h"
 #include "test_util.h"
 
@@ -193,8 +197,21 @@ static void test_duplicates_built_once(void)
     hyc_free(r);
 }
 
-/* Which of the two workers LPT gives the longest segment to: the first up
- * one with the least load; both idle, the first. */
+/* A cold request of two equal segments (documents d and d + 1) is spread
+ * over both workers: each is up and taking work. */
+static void both_used(int d)
+{
+    segs s = {0};
+    segs_doc(&s, d, 400);
+    segs_doc(&s, d + 1, 400);
+    Hypic__V1__PrefillResponse *r = NULL;
+    hyc_status st;
+    CU_ASSERT_EQUAL_FATAL(prefill(g_c, &s, HYPIC__V1__MODE__MODE_PIC, &r, &st), 0);
+    CU_ASSERT_EQUAL(r->timings->scatter_workers, 2);
+    CU_ASSERT_STRING_NOT_EQUAL(r->segments[0]->built_by, r->segments[1]->built_by);
+    hyc_free(r);
+}
+
 static void test_slow_worker_times_out(void)
 {
     CU_ASSERT_FATAL(wait_up(2, 10));
@@ -225,14 +242,7 @@ static void test_slow_worker_times_out(void)
     CU_ASSERT(wait_up(1, 5)); /* its probes time out: down */
     kill(v.pid[0], SIGCONT);
     CU_ASSERT_FATAL(wait_up(2, 10)); /* back */
-    /* and used again */
-    segs s2 = {0};
-    segs_doc(&s2, 123, 400);
-    segs_doc(&s2, 124, 400);
-    CU_ASSERT_EQUAL_FATAL(prefill(g_c, &s2, HYPIC__V1__MODE__MODE_PIC, &r, &st), 0);
-    CU_ASSERT_EQUAL(r->timings->scatter_workers, 2);
-    CU_ASSERT_STRING_NOT_EQUAL(r->segments[0]->built_by, r->segments[1]->built_by);
-    hyc_free(r);
+    both_used(123);                  /* and used again */
 }
 
 static void test_killed_worker(void)
@@ -276,12 +286,7 @@ static void test_killed_worker(void)
     workers(&after);
     CU_ASSERT_STRING_EQUAL(after.addr[1], v.addr[1]);
     CU_ASSERT(after.pid[1] > 0 && after.pid[1] != v.pid[1]);
-    segs s2 = {0};
-    segs_doc(&s2, 134, 400);
-    segs_doc(&s2, 135, 400);
-    CU_ASSERT_EQUAL_FATAL(prefill(g_c, &s2, HYPIC__V1__MODE__MODE_PIC, &r, &st), 0);
-    CU_ASSERT_EQUAL(r->timings->scatter_workers, 2);
-    hyc_free(r);
+    both_used(134);
 }
 
 /* Both workers stopped; returns when no segment is in flight on either
@@ -358,6 +363,130 @@ static void test_cancellation(void)
     hyc_free(r);
 }
 
+/* --- a worker that dies mid-stream ---------------------------------------------- */
+
+/* The fake worker's Build: the meta (an entry of 1 MiB) and one piece of it,
+ * then the process kills itself — the stream cut after its first layer. */
+static void fake_build(void *app, hy_rpc_call *c, const ProtobufCMessage *req)
+{
+    (void)app, (void)req;
+    static uint8_t piece[65536];
+    memset(piece, 0x5a, sizeof piece);
+    Hypic__V1__EntryMeta meta = HYPIC__V1__ENTRY_META__INIT;
+    meta.model = "tiny";
+    meta.bytes = 1 << 20;
+    Hypic__V1__EntryChunk ch = HYPIC__V1__ENTRY_CHUNK__INIT;
+    ch.meta = &meta;
+    ch.placement_case = HYPIC__V1__ENTRY_CHUNK__PLACEMENT_OFFSET;
+    ch.offset = 65536;
+    ch.data = (ProtobufCBinaryData){sizeof piece, piece};
+    hy_rpc_call_send(c, &ch.base, NULL);
+    usleep(200000); /* the piece is on its way */
+    raise(SIGKILL);
+}
+
+static void fake_health(void *app, hy_rpc_call *c, const ProtobufCMessage *req)
+{
+    (void)app, (void)req;
+    Hypic__V1__HealthResponse r = HYPIC__V1__HEALTH_RESPONSE__INIT;
+    r.status = HYPIC__V1__HEALTH_RESPONSE__STATUS__STATUS_SERVING;
+    hy_rpc_call_send(c, &r.base, NULL);
+    hy_rpc_call_finish(c, HY_RPC_OK, NULL);
+}
+
+/* The fake worker's process: serves Health and Build on a loopback port it
+ * writes to port_file, until it kills itself or its parent dies. */
+static int fake_worker_main(const char *port_file)
+{
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    hy_rpc_handler h[16] = {0};
+    for (size_t i = 0; i < hy_rpc_method_count; i++) {
+        if (strcmp(hy_rpc_methods[i].name, "Build") == 0) h[i] = fake_build;
+        if (strcmp(hy_rpc_methods[i].name, "Health") == 0) h[i] = fake_health;
+    }
+    hy_rpc_server_config cfg = {.address = "127.0.0.1:0", .workers = 2};
+    hy_rpc_server *srv;
+    hy_err e = {0};
+    if (hy_rpc_server_start(&cfg, h, NULL, &srv, &e)) return 1;
+    char tmp[300];
+    snprintf(tmp, sizeof tmp, "%s.tmp", port_file);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return 1;
+    fprintf(f, "%d\n", hy_rpc_server_port(srv));
+    fclose(f);
+    rename(tmp, port_file);
+    for (;;) pause();
+}
+
+static void test_worker_dies_mid_stream(void)
+{
+    char port_file[200];
+    snprintf(port_file, sizeof port_file, "%s/fake.port", g_tmp);
+    pid_t fake = fork();
+    if (fake == 0) {
+        execl("/proc/self/exe", "test_scatter", "--fake-worker", port_file, (char *)NULL);
+        _exit(127);
+    }
+    int port = 0;
+    for (int i = 0; i < 100 && !port; i++) {
+        FILE *f = fopen(port_file, "r");
+        if (f) {
+            if (fscanf(f, "%d", &port) != 1) port = 0;
+            fclose(f);
+        }
+        if (!port) usleep(50000);
+    }
+    CU_ASSERT_FATAL(port > 0);
+    char dir[200], cfg[1024];
+    snprintf(dir, sizeof dir, "%.120s/with-fake", g_tmp);
+    CU_ASSERT_EQUAL_FATAL(mkdir(dir, 0700), 0);
+    snprintf(cfg, sizeof cfg,
+             "%sscatter: {workers: [{address: \"127.0.0.1:%d\"}], min_tokens: 64, "
+             "probe_ms: 100, retries: 1}\n",
+             k_ref_config, port);
+    hy_daemon d;
+    CU_ASSERT_EQUAL_FATAL(hy_daemon_start(&d, dir, cfg), 0);
+    hyc *c = connect_as(&d, NULL);
+    segs s = {0};
+    segs_doc(&s, 150, 300);
+    segs_doc(&s, 151, 200);
+    Hypic__V1__PrefillResponse *r = NULL;
+    hyc_status st;
+    /* the one worker dies in the middle of its first stream: the request
+     * completes, its segments built inline */
+    CU_ASSERT_EQUAL_FATAL(prefill(c, &s, HYPIC__V1__MODE__MODE_PIC, &r, &st), 0);
+    int status = 0;
+    CU_ASSERT_EQUAL(waitpid(fake, &status, 0), fake);
+    CU_ASSERT(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    for (int i = 0; i < 2; i++) {
+        CU_ASSERT_EQUAL(r->segments[i]->kind, HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_MISS);
+        CU_ASSERT_STRING_EQUAL(r->segments[i]->built_by, "");
+        CU_ASSERT(r->segments[i]->stored);
+    }
+    CU_ASSERT(r->timings->scattered >= 1);
+    /* nothing partial stored: exactly the two entries built inline, whole */
+    uint64_t total = 0;
+    CU_ASSERT_EQUAL(list_total(c, &total, &st), 0);
+    CU_ASSERT_EQUAL(total, 2);
+    for (int i = 0; i < 2; i++) {
+        Hypic__V1__InspectResponse *ir = NULL;
+        CU_ASSERT_EQUAL(inspect(c, r->segments[i]->key.data, true, &ir, &st), 0);
+        if (ir) CU_ASSERT(ir->verified);
+        hyc_free(ir);
+    }
+    hyc_free(r);
+    Hypic__V1__StatsRequest q = HYPIC__V1__STATS_REQUEST__INIT;
+    Hypic__V1__StatsResponse *sr = NULL;
+    CU_ASSERT_EQUAL_FATAL(hyc_stats(c, &q, &sr, &st), 0);
+    CU_ASSERT_EQUAL_FATAL(sr->n_workers, 1);
+    CU_ASSERT_EQUAL(sr->workers[0]->segments_failed, 1);
+    CU_ASSERT_EQUAL(sr->workers[0]->segments_built, 0);
+    printf("\n    the worker's last error: %s", sr->workers[0]->last_error);
+    hyc_free(sr);
+    hyc_close(c);
+    CU_ASSERT(hy_daemon_stop(&d));
+}
+
 /* The client of test_cancellation's second half, in its own process. */
 static int client_main(const char *target)
 {
@@ -375,6 +504,7 @@ static int client_main(const char *target)
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--client") == 0) return client_main(argv[2]);
+    if (argc == 3 && strcmp(argv[1], "--fake-worker") == 0) return fake_worker_main(argv[2]);
     if (hy_test_mkdtemp("hy_test_scatter_", g_tmp, sizeof g_tmp)) return 1;
     char d1[200], d2[200];
     snprintf(d1, sizeof d1, "%s/router", g_tmp);
@@ -397,6 +527,8 @@ int main(int argc, char **argv)
          test_slow_worker_times_out},
         {"a worker killed mid-build: the request completes, the worker restarts", test_killed_worker},
         {"cancelled requests call their builds off; no worker up: inline", test_cancellation},
+        {"a worker killed mid-stream: nothing partial stored, the request completes",
+         test_worker_dies_mid_stream},
         {NULL, NULL},
     };
     int rc = hy_test_main("scatter", cases);

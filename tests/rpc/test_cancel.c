@@ -15,6 +15,7 @@
  * threads do not survive a fork, and a fresh process starts its own).
  */
 #include "hy_rpc.h"
+#include "rpc_fixture.h"
 #include "test_util.h"
 
 #include <pthread.h>
@@ -27,9 +28,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static hy_rpc_server *g_srv;
-static hy_rpc_client *g_cl;
-static char g_target[64];
 
 static long long now_ms(void)
 {
@@ -199,19 +197,6 @@ static void h_warm(void *app, hy_rpc_call *c, const ProtobufCMessage *req)
     rec_bump(&g_rec.done);
 }
 
-static hy_rpc_handler g_handlers[16];
-
-static const hy_rpc_method *method(const char *name)
-{
-    for (size_t i = 0; i < hy_rpc_method_count; i++)
-        if (strcmp(hy_rpc_methods[i].name, name) == 0) return &hy_rpc_methods[i];
-    return NULL;
-}
-
-static void set_handler(const char *name, hy_rpc_handler h)
-{
-    g_handlers[method(name) - hy_rpc_methods] = h;
-}
 
 static int on_count(void *ctx, const ProtobufCMessage *m)
 {
@@ -539,18 +524,7 @@ int main(int argc, char **argv)
     set_handler("Watch", h_wait);
     set_handler("Health", h_health);
     set_handler("Warm", h_warm);
-    hy_rpc_server_config cfg = {.address = "127.0.0.1:0", .workers = 2, .max_message = 64 << 10};
-    hy_err e = {0};
-    if (hy_rpc_server_start(&cfg, g_handlers, NULL, &g_srv, &e)) {
-        fprintf(stderr, "test_cancel: %s\n", e.msg);
-        return 1;
-    }
-    snprintf(g_target, sizeof g_target, "127.0.0.1:%d", hy_rpc_server_port(g_srv));
-    if (hy_rpc_client_open(g_target, 1 << 20, &g_cl, &e)) {
-        fprintf(stderr, "test_cancel: %s\n", e.msg);
-        hy_rpc_server_stop(g_srv);
-        return 1;
-    }
+    if (rpc_fixture_start("test_cancel", 2)) return 1;
     static const hy_test_case cases[] = {
         {"fire_unary", test_fire_unary},
         {"fire_server_stream", test_fire_server_stream},
@@ -563,7 +537,6 @@ int main(int argc, char **argv)
         {NULL, NULL},
     };
     int rc = hy_test_main("rpc_cancel", cases);
-    hy_rpc_client_close(g_cl);
-    hy_rpc_server_stop(g_srv);
+    rpc_fixture_stop();
     return rc;
 }

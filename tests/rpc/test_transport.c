@@ -13,6 +13,7 @@
  * responses reach the caller decoded again, their statuses as on the wire.
  */
 #include "hy_rpc.h"
+#include "rpc_fixture.h"
 #include "test_util.h"
 
 #include <pthread.h>
@@ -22,9 +23,6 @@
 #include <string.h>
 #include <time.h>
 
-static hy_rpc_server *g_srv;
-static hy_rpc_client *g_cl;
-static char g_target[64];
 
 /* Health: SERVING, and the request's authorization metadata as a "model". */
 static void h_health(void *app, hy_rpc_call *c, const ProtobufCMessage *req)
@@ -130,19 +128,6 @@ static void h_watch_slow(void *app, hy_rpc_call *c, const ProtobufCMessage *req)
     g_slow_done = 1;
 }
 
-static hy_rpc_handler g_handlers[16];
-
-static const hy_rpc_method *method(const char *name)
-{
-    for (size_t i = 0; i < hy_rpc_method_count; i++)
-        if (strcmp(hy_rpc_methods[i].name, name) == 0) return &hy_rpc_methods[i];
-    return NULL;
-}
-
-static void set_handler(const char *name, hy_rpc_handler h)
-{
-    g_handlers[method(name) - hy_rpc_methods] = h;
-}
 
 typedef struct collected {
     int n;
@@ -742,18 +727,7 @@ int main(void)
     set_handler("Lookup", h_lookup_not_found);
     set_handler("Stats", h_stats_forgets);
     set_handler("Watch", h_watch_slow);
-    hy_rpc_server_config cfg = {.address = "127.0.0.1:0", .workers = 3, .max_message = 64 << 10};
-    hy_err e = {0};
-    if (hy_rpc_server_start(&cfg, g_handlers, NULL, &g_srv, &e)) {
-        fprintf(stderr, "test_transport: %s\n", e.msg);
-        return 1;
-    }
-    snprintf(g_target, sizeof g_target, "127.0.0.1:%d", hy_rpc_server_port(g_srv));
-    if (hy_rpc_client_open(g_target, 1 << 20, &g_cl, &e)) {
-        fprintf(stderr, "test_transport: %s\n", e.msg);
-        hy_rpc_server_stop(g_srv);
-        return 1;
-    }
+    if (rpc_fixture_start("test_transport", 3)) return 1;
     static const hy_test_case cases[] = {
         {"unary_with_metadata", test_unary_with_metadata},
         {"server_stream_in_order", test_server_stream_in_order},
@@ -770,7 +744,6 @@ int main(void)
         {NULL, NULL},
     };
     int rc = hy_test_main("rpc_transport", cases);
-    hy_rpc_client_close(g_cl);
-    hy_rpc_server_stop(g_srv);
+    rpc_fixture_stop();
     return rc;
 }
