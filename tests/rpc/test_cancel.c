@@ -154,6 +154,17 @@ static void check(hy_rpc_call *c)
     pthread_mutex_unlock(&g_rec.mu);
 }
 
+/* Ends a call OK and records whether it counted as cancelled after that. */
+static void finish_recorded(hy_rpc_call *c)
+{
+    hy_rpc_call_finish(c, HY_RPC_OK, NULL);
+    bool after = hy_rpc_call_cancelled(c);
+    pthread_mutex_lock(&g_rec.mu);
+    g_rec.after_finish = after;
+    pthread_mutex_unlock(&g_rec.mu);
+    rec_bump(&g_rec.done);
+}
+
 /* Health (unary), nobody cancels: cancelled read before and after the send,
  * and after the status. */
 static void h_health(void *app, hy_rpc_call *c, const ProtobufCMessage *req)
@@ -166,12 +177,7 @@ static void h_health(void *app, hy_rpc_call *c, const ProtobufCMessage *req)
     r.version = "test";
     hy_rpc_call_send(c, &r.base, NULL);
     check(c);
-    hy_rpc_call_finish(c, HY_RPC_OK, NULL);
-    bool after = hy_rpc_call_cancelled(c);
-    pthread_mutex_lock(&g_rec.mu);
-    g_rec.after_finish = after;
-    pthread_mutex_unlock(&g_rec.mu);
-    rec_bump(&g_rec.done);
+    finish_recorded(c);
 }
 
 /* Warm (server stream), nobody cancels: one progress message per segment,
@@ -189,12 +195,7 @@ static void h_warm(void *app, hy_rpc_call *c, const ProtobufCMessage *req)
         hy_rpc_call_send(c, &p.base, NULL);
         check(c);
     }
-    hy_rpc_call_finish(c, HY_RPC_OK, NULL);
-    bool after = hy_rpc_call_cancelled(c);
-    pthread_mutex_lock(&g_rec.mu);
-    g_rec.after_finish = after;
-    pthread_mutex_unlock(&g_rec.mu);
-    rec_bump(&g_rec.done);
+    finish_recorded(c);
 }
 
 
