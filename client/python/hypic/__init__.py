@@ -13,6 +13,7 @@ is a buffer the daemon delivers states and entries into (Client.session), State
 """
 
 from ._gen import hypic_pb2 as pb
+from . import cluster
 from .client import Client
 from .errors import HypicError
 from .state import LayerTensor, State
@@ -53,6 +54,7 @@ __all__ = [
     "Tier",
     "Transport",
     "WarmState",
+    "cluster",
     "detokenize",
     "pb",
     "tokenize",
