@@ -307,17 +307,10 @@ int ctl_inspect(ctl *x, int argc, char **argv)
     Hypic__V1__InspectRequest rq = HYPIC__V1__INSPECT_REQUEST__INIT;
     const char *keyarg = NULL;
     for (int i = 1; i < argc; i++) {
-        int r;
         if (ctl_flag(argv[i], "--verify")) {
             rq.verify = true;
-        } else if ((r = ctl_global(x, argc, argv, &i))) {
-            if (r < 0) return CTL_USAGE;
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            return ctl_usage(x, "unknown option %s", argv[i]);
-        } else if (keyarg) {
-            return ctl_usage(x, "unexpected argument '%s'", argv[i]);
-        } else {
-            keyarg = argv[i];
+        } else if (ctl_rest(x, argc, argv, &i, (const char **const[]){&keyarg}, 1)) {
+            return CTL_USAGE;
         }
     }
     uint8_t key[32];
@@ -470,16 +463,8 @@ int ctl_policy(ctl *x, int argc, char **argv)
         } else if ((r = ctl_arg(x, argc, argv, &i, "--min-tokens", &v))) {
             if (r < 0 || ctl_u64(x, "--min-tokens", v, 0, UINT32_MAX, &min_tokens))
                 return CTL_USAGE;
-        } else if ((r = ctl_global(x, argc, argv, &i))) {
-            if (r < 0) return CTL_USAGE;
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            return ctl_usage(x, "unknown option %s", argv[i]);
-        } else if (!verb) {
-            verb = argv[i];
-        } else if (!tier) {
-            tier = argv[i];
-        } else {
-            return ctl_usage(x, "unexpected argument '%s'", argv[i]);
+        } else if (ctl_rest(x, argc, argv, &i, (const char **const[]){&verb, &tier}, 2)) {
+            return CTL_USAGE;
         }
     }
     if (!verb || (strcmp(verb, "get") != 0 && strcmp(verb, "set") != 0))
@@ -605,14 +590,8 @@ int ctl_get(ctl *x, int argc, char **argv)
         } else if ((r = ctl_arg(x, argc, argv, &i, "--transport", &v))) {
             if (r < 0) return CTL_USAGE;
             transport = v;
-        } else if ((r = ctl_global(x, argc, argv, &i))) {
-            if (r < 0) return CTL_USAGE;
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            return ctl_usage(x, "unknown option %s", argv[i]);
-        } else if (!keyarg) {
-            keyarg = argv[i];
-        } else {
-            return ctl_usage(x, "unexpected argument '%s'", argv[i]);
+        } else if (ctl_rest(x, argc, argv, &i, (const char **const[]){&keyarg}, 1)) {
+            return CTL_USAGE;
         }
     }
     uint8_t key[32];
@@ -719,14 +698,8 @@ int ctl_put(ctl *x, int argc, char **argv)
             tags[ntags++] = v;
         } else if ((r = ctl_arg(x, argc, argv, &i, "--chunk", &v))) {
             if (r < 0 || ctl_u64(x, "--chunk", v, 1, (uint64_t)1 << 30, &chunk)) return CTL_USAGE;
-        } else if ((r = ctl_global(x, argc, argv, &i))) {
-            if (r < 0) return CTL_USAGE;
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            return ctl_usage(x, "unknown option %s", argv[i]);
-        } else if (!file) {
-            file = argv[i];
-        } else {
-            return ctl_usage(x, "unexpected argument '%s'", argv[i]);
+        } else if (ctl_rest(x, argc, argv, &i, (const char **const[]){&file}, 1)) {
+            return CTL_USAGE;
         }
     }
     if (!file) return ctl_usage(x, "which FILE?");
@@ -866,14 +839,8 @@ int ctl_build(ctl *x, int argc, char **argv)
             if (r < 0 || ctl_parse_dtype(x, v, &rq.dtype)) return CTL_USAGE;
         } else if (ctl_flag(argv[i], "--ids")) {
             ids = true;
-        } else if ((r = ctl_global(x, argc, argv, &i))) {
-            if (r < 0) return CTL_USAGE;
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            return ctl_usage(x, "unknown option %s", argv[i]);
-        } else if (!file) {
-            file = argv[i];
-        } else {
-            return ctl_usage(x, "unexpected argument '%s'", argv[i]);
+        } else if (ctl_rest(x, argc, argv, &i, (const char **const[]){&file}, 1)) {
+            return CTL_USAGE;
         }
     }
     if (!file) return ctl_usage(x, "which FILE?");

@@ -75,6 +75,11 @@ bool ctl_help(const char *arg);
 /* A global option (--addr, --json...) given after the command: 1 taken, 0
  * not one, -1 usage error. */
 int ctl_global(ctl *x, int argc, char **argv, int *i);
+/* What is left of argv[*i] once a command has tried its own options on it:
+ * a global option, else a positional argument, which fills the first of
+ * *pos[0..npos) still NULL. CTL_USAGE (after the message) for an option no
+ * one knows, a positional argument too many, a global option's bad value. */
+int ctl_rest(ctl *x, int argc, char **argv, int *i, const char **const pos[], int npos);
 /* An unsigned integer option value within [min, max]; CTL_USAGE (after a
  * message naming the option, the value and the range) otherwise. */
 int ctl_u64(const ctl *x, const char *name, const char *v, uint64_t min, uint64_t max,

@@ -307,6 +307,20 @@ int ctl_global(ctl *x, int argc, char **argv, int *i)
     return 0;
 }
 
+int ctl_rest(ctl *x, int argc, char **argv, int *i, const char **const pos[], int npos)
+{
+    const int r = ctl_global(x, argc, argv, i);
+    if (r) return r < 0 ? CTL_USAGE : CTL_OK;
+    const char *a = argv[*i];
+    if (a[0] == '-' && a[1]) return ctl_usage(x, "unknown option %s", a);
+    for (int k = 0; k < npos; k++)
+        if (!*pos[k]) {
+            *pos[k] = a;
+            return CTL_OK;
+        }
+    return ctl_usage(x, "unexpected argument '%s'", a);
+}
+
 int ctl_connect(const ctl *x, int64_t deadline_ms, hyc **out)
 {
     hyc_options o = {.target = x->addr,
