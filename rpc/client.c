@@ -116,7 +116,7 @@ int hy_rpc_client_open_ex(const hy_rpc_client_options *o, hy_rpc_client **out, h
     if (!cl) return hy_err_set(err, HY_ENOMEM, "out of memory");
     hy_rpc_grpc_acquire();
     cl->max_message = o->max_message ? o->max_message : HY_RPC_MAX_MESSAGE_DEFAULT;
-    grpc_arg args[HY_RPC_ARGS + 2];
+    grpc_arg args[HY_RPC_ARGS + 4];
     grpc_channel_args cargs = hy_rpc_args(args, cl->max_message, false);
     /* No transparent retries: we configure no retry policy, and gRPC's retry
      * layer (on by default) keeps a copy of every message sent for replays
@@ -126,6 +126,12 @@ int hy_rpc_client_open_ex(const hy_rpc_client_options *o, hy_rpc_client **out, h
      * without it. */
     args[cargs.num_args++] =
         (grpc_arg){.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_ENABLE_RETRIES, .value.integer = 0};
+    /* A peer that went away (a cluster member restarting, etcd after an
+     * outage) is dialled again within 2 s of coming back: gRPC's backoff
+     * would otherwise grow to 120 s, and every call meanwhile fails at once
+     * (UNAVAILABLE) without trying. */
+    args[cargs.num_args++] = (grpc_arg){
+        .type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, .value.integer = 2000};
     grpc_channel_credentials *creds;
     if (o->tls_root_pem) {
         /* gRPC copies the PEM text and the override: o need not outlive us. */
