@@ -14,6 +14,7 @@ int hy_bench_service(int argc, char **argv);
 int hy_bench_rag(int argc, char **argv);
 int hy_bench_transfer(int argc, char **argv);
 int hy_bench_scatter(int argc, char **argv);
+int hy_bench_cluster(int argc, char **argv);
 
 /* Best-of-reps sgemm rate (FLOP/s) on an m×k·k×n product using every core:
  * the machine's limit for GEMM-bound work. */

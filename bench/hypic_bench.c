@@ -12,6 +12,7 @@
  *   hypic-bench rag [--quick] [--trace FILE | --docs N --zipf S ...] [--rates R,...] [--slo-ms MS]
  *   hypic-bench transfer [--quick] [--reps N]
  *   hypic-bench scatter [--quick] [--tokens N] [--seed N]
+ *   hypic-bench cluster [--model DIR] [--quick]
  */
 #include "bench.h"
 
@@ -27,11 +28,13 @@ static const struct {
     {"pic", hy_bench_pic,
      "TTFT and quality of full / prefix / pic / noseam / naive on RAG requests"},
     {"quality", hy_bench_quality,
-     "exact-match answers of every mode, seam and storage on the trained model's held-out requests"},
+     "exact-match answers of every mode, seam and storage on the trained model's held-out "
+     "requests"},
     {"policies", hy_bench_policies,
      "hit rate and FLOPs saved of every eviction x admission policy on a trace"},
     {"tiers", hy_bench_tiers,
-     "host and NVMe tier throughput vs memcpy and raw O_DIRECT io_uring; NVMe index lookups/s, host hits/s"},
+     "host and NVMe tier throughput vs memcpy and raw O_DIRECT io_uring; NVMe index lookups/s, "
+     "host hits/s"},
     {"service", hy_bench_service,
      "Lookup and Prefill through hypic-cached over loopback vs the same handlers in-process"},
     {"rag", hy_bench_rag,
@@ -40,6 +43,8 @@ static const struct {
      "bulk transports (shm, tcp, rdma) vs memcpy and a raw socket copy of the same bytes"},
     {"scatter", hy_bench_scatter,
      "a cold request on 1 and 2 scatter workers, LPT vs round-robin, the simulator to 16"},
+    {"cluster", hy_bench_cluster,
+     "cluster on etcd: QPS on 1-3 members, keys moved on join and leave, a kill's convergence"},
 };
 
 int main(int argc, char **argv)

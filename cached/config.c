@@ -130,6 +130,8 @@ static const opt k_opts[] = {
     ITEM_NUMBER("tenants.list[].max_in_flight", OPT_U32, hy_cfg_tenant, max_in_flight, 0, 65536,
                 "0"),
     ITEM_NUMBER("tenants.list[].admin", OPT_BOOL, hy_cfg_tenant, admin, 0, 0, "false"),
+    ITEM_NUMBER("tenants.list[].replicas", OPT_U32, hy_cfg_tenant, replicas, 0, HY_CFG_MAX_REPLICAS,
+                "0"),
     NUMBER("limits.max_message", OPT_SIZE, max_message, 4 * KIB, GIB, "64M"),
     NUMBER("limits.max_segments", OPT_U32, max_segments, 1, 65536, "256"),
     NUMBER("limits.max_tokens", OPT_U64, max_tokens, 1, 16777216, "262144"),
@@ -161,6 +163,17 @@ static const opt k_opts[] = {
     NUMBER("scatter.retries", OPT_U32, scatter_retries, 0, 16, "2"),
     NUMBER("scatter.min_tokens", OPT_U32, scatter_min_tokens, 0, 16777216, "256"),
     NUMBER("scatter.probe_ms", OPT_U32, scatter_probe_ms, 50, 600000, "1000"),
+    STRING("cluster.id", cluster_id, ""),
+    STRING("cluster.advertise", cluster_advertise, ""),
+    NUMBER("cluster.replicas", OPT_U32, cluster_replicas, 1, HY_CFG_MAX_REPLICAS, "1"),
+    LIST("cluster.members", cluster_members, hy_cfg_member, 0, HY_CFG_MAX_MEMBERS,
+         ncluster_members),
+    ITEM_STRING("cluster.members[].id", OPT_STR, hy_cfg_member, id, NEED_ALWAYS),
+    ITEM_STRING("cluster.members[].address", OPT_STR, hy_cfg_member, address, NEED_ALWAYS),
+    STRING("cluster.etcd.endpoints", cluster_etcd, ""),
+    STRING("cluster.etcd.prefix", cluster_etcd_prefix, "/hypic/members/"),
+    NUMBER("cluster.etcd.ttl_s", OPT_U32, cluster_ttl_s, 1, 3600, "10"),
+    NUMBER("cluster.peer_timeout_ms", OPT_U32, cluster_peer_timeout_ms, 1, 600000, "2000"),
     NAMED("log.level", OPT_LEVEL, log_level, "info"),
     NAMED("log.requests", OPT_BOOL, log_requests, "true"),
 };
@@ -817,6 +830,62 @@ static int check_tenants(cfg_ctx *x, const hy_cached_config *c)
     return 0;
 }
 
+/* cluster.*: a member id where one is needed, the static set or etcd (not
+ * both), addresses of the right form. */
+static int check_cluster(cfg_ctx *x, const hy_cached_config *c)
+{
+    const char *id = c->cluster_id;
+    if (id[0] && !valid_name(id))
+        return fail_key(x, HY_EINVAL, "cluster.id",
+                        "'%s' is not an id ([A-Za-z0-9._-], 1 to 63 characters)", id);
+    /* (an empty id with members or etcd set is checked at the start: a
+     * StatefulSet's pods share one file and each passes --cluster-id) */
+    if (c->ncluster_members && c->cluster_etcd[0])
+        return fail_key(x, HY_EINVAL, "cluster.members",
+                        "%d members listed and cluster.etcd.endpoints set: the set comes from one "
+                        "of the two",
+                        c->ncluster_members);
+    bool lo;
+    if (c->cluster_advertise[0]) {
+        int rc = check_addr(x, "cluster.advertise", c->cluster_advertise, &lo);
+        if (rc) return rc;
+    }
+    bool self_listed = false;
+    for (int i = 0; i < c->ncluster_members; i++) {
+        char key[64];
+        const hy_cfg_member *m = &c->cluster_members[i];
+        snprintf(key, sizeof key, "cluster.members[%d].id", i);
+        if (!valid_name(m->id))
+            return fail_key(x, HY_EINVAL, key,
+                            "'%s' is not an id ([A-Za-z0-9._-], 1 to 63 characters)", m->id);
+        for (int j = 0; j < i; j++)
+            if (!strcmp(m->id, c->cluster_members[j].id))
+                return fail_key(x, HY_EINVAL, key, "'%s' is already cluster.members[%d]'s id",
+                                m->id, j);
+        snprintf(key, sizeof key, "cluster.members[%d].address", i);
+        int rc = check_addr(x, key, m->address, &lo);
+        if (rc) return rc;
+        self_listed |= !strcmp(m->id, id);
+    }
+    if (id[0] && c->ncluster_members && !self_listed)
+        return fail_key(x, HY_EINVAL, "cluster.members",
+                        "cluster.id '%s' is not among the %d members listed", id,
+                        c->ncluster_members);
+    char ep[sizeof c->cluster_etcd];
+    snprintf(ep, sizeof ep, "%s", c->cluster_etcd);
+    int k = 0;
+    for (char *save = NULL, *t = strtok_r(ep, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        char key[64];
+        snprintf(key, sizeof key, "cluster.etcd.endpoints (endpoint %d)", ++k);
+        int rc = check_addr(x, key, t, &lo);
+        if (rc) return rc;
+    }
+    if (c->cluster_etcd[0] && c->cluster_etcd_prefix[0] != '/')
+        return fail_key(x, HY_EINVAL, "cluster.etcd.prefix", "'%s' does not start with '/'",
+                        c->cluster_etcd_prefix);
+    return 0;
+}
+
 /* What involves more than one key, or a string's form. */
 static int check_whole(cfg_ctx *x, hy_cached_config *c)
 {
@@ -849,8 +918,8 @@ static int check_whole(cfg_ctx *x, hy_cached_config *c)
     }
     if (!rc && c->nscatter_workers + (int)c->scatter_spawn > HY_CFG_MAX_WORKERS)
         rc = fail_key(x, HY_EINVAL, "scatter.spawn",
-                      "%u spawned and %d listed workers are over the limit of %d",
-                      c->scatter_spawn, c->nscatter_workers, HY_CFG_MAX_WORKERS);
+                      "%u spawned and %d listed workers are over the limit of %d", c->scatter_spawn,
+                      c->nscatter_workers, HY_CFG_MAX_WORKERS);
     if (!rc && strcmp(c->scatter_policy, "lpt") && strcmp(c->scatter_policy, "round-robin"))
         rc = fail_key(x, HY_EINVAL, "scatter.policy", "'%s' is not lpt or round-robin",
                       c->scatter_policy);
@@ -858,6 +927,7 @@ static int check_whole(cfg_ctx *x, hy_cached_config *c)
         strcmp(c->tp_rdma, "required"))
         rc = fail_key(x, HY_EINVAL, "transport.rdma", "'%s' is not auto, off or required",
                       c->tp_rdma);
+    if (!rc) rc = check_cluster(x, c);
     if (!rc) rc = check_tls(x, c);
     if (!rc) rc = check_models(x, c);
     if (!rc) rc = check_tiers(x, c);

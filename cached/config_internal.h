@@ -27,13 +27,15 @@
 #include <stdio.h>
 #include <stdbool.h>
 
-#define HY_CFG_MAX_MODELS  8
-#define HY_CFG_MAX_TENANTS 64
-#define HY_CFG_NAME_MAX    64  /* model names, including the NUL */
-#define HY_CFG_TOKEN_MAX   256 /* bearer tokens, including the NUL */
-#define HY_CFG_TOKEN_MIN   16  /* characters a bearer token has at least */
-#define HY_CFG_ADDR_MAX    256
-#define HY_CFG_MAX_WORKERS 64  /* scatter workers listed, spawned, or found by DNS */
+#define HY_CFG_MAX_MODELS   8
+#define HY_CFG_MAX_TENANTS  64
+#define HY_CFG_NAME_MAX     64  /* model names, including the NUL */
+#define HY_CFG_TOKEN_MAX    256 /* bearer tokens, including the NUL */
+#define HY_CFG_TOKEN_MIN    16  /* characters a bearer token has at least */
+#define HY_CFG_ADDR_MAX     256
+#define HY_CFG_MAX_WORKERS  64 /* scatter workers listed, spawned, or found by DNS */
+#define HY_CFG_MAX_MEMBERS  64 /* cluster.members listed */
+#define HY_CFG_MAX_REPLICAS 16 /* cluster.replicas, tenants.list[].replicas */
 
 /* models: 1..HY_CFG_MAX_MODELS items, each with both keys. */
 typedef struct hy_cfg_model {
@@ -54,7 +56,14 @@ typedef struct hy_cfg_tenant {
     uint64_t quota_bytes;   /* `quota`, any size; 0: the default quota (tenants.default_quota) */
     uint32_t max_in_flight; /* 0..65536; 0: limits.in_flight_per_tenant */
     bool admin;             /* `admin: true`: may set policies and sees the whole store's Stats */
+    uint32_t replicas;      /* owners of each of its entries, 0..16; 0: cluster.replicas */
 } hy_cfg_tenant;
+
+/* cluster.members: 0..HY_CFG_MAX_MEMBERS items, both keys each. */
+typedef struct hy_cfg_member {
+    char id[HY_CFG_NAME_MAX];      /* [A-Za-z0-9._-]{1,63}, unique */
+    char address[HY_CFG_ADDR_MAX]; /* its gRPC host:port */
+} hy_cfg_member;
 
 /* scatter.workers: 0..HY_CFG_MAX_WORKERS items. */
 typedef struct hy_cfg_worker {
@@ -134,35 +143,52 @@ typedef struct hy_cached_config {
     /* bulk transports (docs/transports.md) */
     char tp_tcp_listen[HY_CFG_ADDR_MAX]; /* transport.tcp_listen: the data port, host:port;
                                           * "" (default): listen's host, any free port */
-    char tp_shm_socket[108];   /* transport.shm_socket: the Unix socket shm clients attach on;
-                                * "" (default): $TMPDIR (or /tmp)/hypic-cached-<grpc port>.sock;
-                                * "off": no shm */
-    char tp_rdma[16];          /* transport.rdma auto|off|required, default auto */
-    char tp_rdma_device[64];   /* transport.rdma_device: "" (default) the first active one */
-    uint32_t tp_max_sessions;  /* transport.max_sessions 1..65536 open at once, default 64 */
-    uint64_t tp_max_buffer;    /* transport.max_buffer 4K..16T per session, default 16G */
+    char tp_shm_socket[108];  /* transport.shm_socket: the Unix socket shm clients attach on;
+                               * "" (default): $TMPDIR (or /tmp)/hypic-cached-<grpc port>.sock;
+                               * "off": no shm */
+    char tp_rdma[16];         /* transport.rdma auto|off|required, default auto */
+    char tp_rdma_device[64];  /* transport.rdma_device: "" (default) the first active one */
+    uint32_t tp_max_sessions; /* transport.max_sessions 1..65536 open at once, default 64 */
+    uint64_t tp_max_buffer;   /* transport.max_buffer 4K..16T per session, default 16G */
 
     /* scatter workers (docs/scheduler.md): cold segments of a request are
      * built on workers while the combiner composes in request order. No
      * worker listed, spawned or found: every miss is built inline. */
     hy_cfg_worker scatter_workers[HY_CFG_MAX_WORKERS]; /* scatter.workers[].address */
     int nscatter_workers;
-    uint32_t scatter_spawn;        /* scatter.spawn 0..64: local hypic-worker processes the
-                                    * daemon starts (on loopback, port 0) and restarts, default 0 */
-    int scatter_spawn_threads;     /* scatter.spawn_threads 1..256: executor threads each,
-                                    * default 1 */
+    uint32_t scatter_spawn;            /* scatter.spawn 0..64: local hypic-worker processes the
+                                        * daemon starts (on loopback, port 0) and restarts, default 0 */
+    int scatter_spawn_threads;         /* scatter.spawn_threads 1..256: executor threads each,
+                                        * default 1 */
     char scatter_worker_bin[PATH_MAX]; /* scatter.worker_bin: the program spawned; "" (default):
                                         * hypic-worker beside the daemon's own executable */
     char scatter_dns[HY_CFG_ADDR_MAX]; /* scatter.dns name:port: every address the name resolves
                                         * to is a worker (a headless Service); "" (default) none */
-    char scatter_policy[16];       /* scatter.policy lpt | round-robin, default lpt */
-    uint32_t scatter_timeout_ms;   /* scatter.timeout_ms 1..3600000: one segment's Build on a
-                                    * worker, default 60000 */
-    uint32_t scatter_retries;      /* scatter.retries 0..16: other workers tried, default 2 */
-    uint32_t scatter_min_tokens;   /* scatter.min_tokens 0..16777216: shorter misses are built
-                                    * inline, default 256 */
-    uint32_t scatter_probe_ms;     /* scatter.probe_ms 50..600000: Health probes, DNS and
-                                    * spawned processes checked this often, default 1000 */
+    char scatter_policy[16];           /* scatter.policy lpt | round-robin, default lpt */
+    uint32_t scatter_timeout_ms;       /* scatter.timeout_ms 1..3600000: one segment's Build on a
+                                        * worker, default 60000 */
+    uint32_t scatter_retries;          /* scatter.retries 0..16: other workers tried, default 2 */
+    uint32_t scatter_min_tokens;       /* scatter.min_tokens 0..16777216: shorter misses are built
+                                        * inline, default 256 */
+    uint32_t scatter_probe_ms;         /* scatter.probe_ms 50..600000: Health probes, DNS and
+                                        * spawned processes checked this often, default 1000 */
+
+    /* cluster mode (docs/deploy.md#cluster-mode): entries sharded over the
+     * members by rendezvous hashing of their keys (hy_cluster.h). */
+    char cluster_id[HY_CFG_NAME_MAX];        /* cluster.id: this member's id; "": one node */
+    char cluster_advertise[HY_CFG_ADDR_MAX]; /* cluster.advertise: the gRPC host:port peers and
+                                              * clients reach it at; "": listen (its bound port) */
+    uint32_t cluster_replicas;               /* cluster.replicas 1..16, default 1 */
+    hy_cfg_member cluster_members[HY_CFG_MAX_MEMBERS]; /* cluster.members: a static set */
+    int ncluster_members;
+    char cluster_etcd[1024];                       /* cluster.etcd.endpoints: "host:port,..."; "":
+                                                    * no etcd (the static set) */
+    char cluster_etcd_prefix[HY_CFG_NAME_MAX * 2]; /* cluster.etcd.prefix, default
+                                                    * "/hypic/members/" */
+    uint32_t cluster_ttl_s;                        /* cluster.etcd.ttl_s 1..3600: the lease, default
+                                                    * 10 */
+    uint32_t cluster_peer_timeout_ms; /* cluster.peer_timeout_ms 1..600000, default 2000:
+                                       * one call to a peer */
 
     /* logging */
     int log_level;     /* log.level debug|info|warn|error (HY_LOG_*), default info */

@@ -14,6 +14,7 @@
  * answer of an absent one (a miss, NOT_FOUND, 0 removed). Listing, Watch and
  * Stats are filtered to the caller's tenant (Stats in full for admins).
  */
+#include "cluster_internal.h"
 #include "handlers_internal.h"
 
 #include <math.h>
@@ -160,6 +161,8 @@ void h_seg_drop(rq *r, seg *sg)
     sg->entry = NULL;
     if (sg->lease) hy_store_release(r->s->store, sg->lease);
     sg->lease = NULL;
+    free(sg->rbuf);
+    sg->rbuf = NULL;
 }
 
 void h_segs_free(rq *r, seg *sg, size_t n)
@@ -246,16 +249,12 @@ hy_rpc_code h_segs_parse(rq *r, svc_model *sm, Hypic__V1__Segment **in, size_t n
 }
 
 /* Leases the entry under key (visible to the caller, of model sm) and
- * verifies it: *out is a view into the leased bytes (no copy), and *lease
- * must be released after *out is freed (h_seg_drop). HY_ENOTFOUND on a miss;
- * a stored entry that fails its checks (a wrong byte is worse than a miss)
- * is removed and reported as a miss. *from: the tier it came from; *bytes
- * its size. */
-int h_fetch_entry(rq *r, svc_model *sm, const hy_key *k, hy_entry **out, hy_lease **lease,
-                  hy_tier_id *from, uint64_t *bytes, hy_err *err)
+ * verifies it: g->entry is a view into the leased bytes (no copy), and
+ * g->lease must be released after it is freed (h_seg_drop). HY_ENOTFOUND on
+ * a miss; a stored entry that fails its checks (a wrong byte is worse than a
+ * miss) is removed and reported as a miss. */
+static int fetch_local(rq *r, svc_model *sm, const hy_key *k, seg *g, uint64_t *bytes, hy_err *err)
 {
-    *out = NULL;
-    *lease = NULL;
     hy_lease *l;
     int rc = hy_store_acquire(r->s->store, k, &l, err);
     if (rc == HY_EFORMAT) return HY_ENOTFOUND; /* its NVMe copy failed its checksums: dropped */
@@ -265,11 +264,11 @@ int h_fetch_entry(rq *r, svc_model *sm, const hy_key *k, hy_entry **out, hy_leas
         hy_store_release(r->s->store, l);
         return HY_ENOTFOUND;
     }
-    *from = hy_lease_tier(l);
+    g->from = hy_lease_tier(l);
     *bytes = m->bytes;
-    rc = hy_entry_view(sm->m, hy_lease_data(l), m->bytes, out, err);
+    rc = hy_entry_view(sm->m, hy_lease_data(l), m->bytes, &g->entry, err);
     if (rc == HY_OK) {
-        *lease = l;
+        g->lease = l;
         return HY_OK;
     }
     hy_store_release(r->s->store, l);
@@ -286,6 +285,53 @@ int h_fetch_entry(rq *r, svc_model *sm, const hy_key *k, hy_entry **out, hy_leas
     return rc;
 }
 
+/* From an owner (cluster mode): the bytes must decode and be the entry of
+ * key k for this tenant (an owner's wrong byte is a miss too). */
+static int fetch_remote(rq *r, svc_model *sm, const hy_key *k, seg *g, uint64_t *bytes)
+{
+    svc_view *v = svc_view_get(r->s);
+    if (!v) return HY_ENOTFOUND;
+    void *buf = NULL;
+    size_t len = 0;
+    hy_err e = {0};
+    int rc = svc_cluster_fetch(r->s, v, sm, r->who.tenant, k, &buf, &len, g->member, &e);
+    svc_view_put(v);
+    if (rc) return HY_ENOTFOUND;
+    hy_entry *ent = NULL;
+    uint8_t want[32];
+    const int32_t *tok;
+    if (hy_entry_view(sm->m, buf, len, &ent, &e) == HY_OK) {
+        const int n = hy_entry_tokens(ent, &tok);
+        hy_entry_key(r->who.tenant, sm->fp, hy_entry_seam_setting(ent), hy_entry_dtype_of(ent), tok,
+                     (size_t)n, want);
+        if (memcmp(want, k->b, 32) == 0) {
+            g->entry = ent;
+            g->rbuf = buf;
+            g->from = HY_TIER_NONE;
+            *bytes = len;
+            return HY_OK;
+        }
+        snprintf(e.msg, sizeof e.msg, "its tokens are not the key's");
+    }
+    hy_log(HY_LOG_WARN, "cluster: an entry from %s failed its checks, taken as a miss: %s",
+           g->member, e.msg);
+    hy_entry_free(ent);
+    free(buf);
+    g->member[0] = '\0';
+    return HY_ENOTFOUND;
+}
+
+int h_fetch_entry(rq *r, svc_model *sm, const hy_key *k, seg *g, uint64_t *bytes, hy_err *err)
+{
+    g->entry = NULL;
+    g->lease = NULL;
+    g->rbuf = NULL;
+    g->member[0] = '\0';
+    int rc = fetch_local(r, sm, k, g, bytes, err);
+    if (rc == HY_ENOTFOUND && r->s->cluster) rc = fetch_remote(r, sm, k, g, bytes);
+    return rc;
+}
+
 /* Fills the tokens of segments given by key from their entries. */
 hy_rpc_code h_segs_resolve_keys(rq *r, svc_model *sm, seg *sg, size_t n)
 {
@@ -293,8 +339,7 @@ hy_rpc_code h_segs_resolve_keys(rq *r, svc_model *sm, seg *sg, size_t n)
         if (!sg[i].by_key) continue;
         uint64_t bytes;
         hy_err e = {0};
-        int rc =
-            h_fetch_entry(r, sm, &sg[i].key, &sg[i].entry, &sg[i].lease, &sg[i].from, &bytes, &e);
+        int rc = h_fetch_entry(r, sm, &sg[i].key, &sg[i], &bytes, &e);
         if (rc == HY_ENOTFOUND)
             return h_fail(r, HY_RPC_NOT_FOUND,
                           "segments[%zu]: its key is not cached (a segment given by key must be a "
@@ -419,6 +464,6 @@ HANDLER(h_build, 15, do_build, true)
 
 /* In hy_rpc_methods' order (hypic.proto's). */
 const hy_rpc_handler svc_handlers[] = {
-    h_lookup,  h_warm,  h_prefill, h_get_entry,  h_put_entry,  h_invalidate, h_list,
-    h_inspect, h_watch, h_stats,   h_get_policy, h_set_policy, h_health, h_open_transport,
-    h_close_transport, h_build};
+    h_lookup, h_warm,           h_prefill,         h_get_entry, h_put_entry,  h_invalidate,
+    h_list,   h_inspect,        h_watch,           h_stats,     h_get_policy, h_set_policy,
+    h_health, h_open_transport, h_close_transport, h_build};

@@ -2,6 +2,7 @@
  * Lookup, Warm and Prefill: the methods that hash segments into their keys,
  * build entries and run the model (handlers_internal.h).
  */
+#include "cluster_internal.h"
 #include "handlers_internal.h"
 #include "router_internal.h"
 
@@ -14,6 +15,69 @@
 #include <time.h>
 
 /* --- Lookup --------------------------------------------------------------------- */
+
+/* Cluster mode: the segments this member does not have, asked of their
+ * owners — first each one's best owner (one Lookup per member, its keys
+ * together), then the next owner for what is still missing (r > 1). A
+ * member that does not answer leaves its segments misses. Returns the view
+ * used (NULL on one node), to be put once the response is sent. */
+static svc_view *lookup_on_owners(rq *r, svc_model *sm, seg *sg, Hypic__V1__SegmentStatus *st,
+                                  size_t n)
+{
+    svc_view *v = svc_view_get(r->s);
+    if (!v) return NULL;
+    svc_peer *(*own)[HY_OWNERS_MAX] = calloc(n, sizeof *own);
+    size_t *nown = calloc(n, sizeof *nown), *idx = calloc(n, sizeof *idx);
+    hy_key *keys = calloc(n, sizeof *keys);
+    Hypic__V1__SegmentStatus *got = calloc(n, sizeof *got);
+    if (!own || !nown || !idx || !keys || !got) goto out;
+    bool self;
+    for (size_t i = 0; i < n; i++)
+        if (!st[i].hit)
+            nown[i] = svc_view_owners(r->s, v, r->who.tenant, &sg[i].key, own[i], &self);
+    for (size_t rank = 0; rank < HY_OWNERS_MAX; rank++) {
+        bool any = false;
+        for (size_t i = 0; i < n; i++) { /* a member with segments at this rank, then its batch */
+            if (st[i].hit || rank >= nown[i] || !own[i][rank] || own[i][rank]->self) continue;
+            svc_peer *p = own[i][rank];
+            size_t k = 0;
+            for (size_t j = i; j < n; j++)
+                if (!st[j].hit && rank < nown[j] && own[j][rank] == p) {
+                    idx[k] = j;
+                    keys[k++] = sg[j].key;
+                    own[j][rank] = NULL; /* asked */
+                }
+            for (size_t j = 0; j < k; j++) {
+                Hypic__V1__SegmentStatus init = HYPIC__V1__SEGMENT_STATUS__INIT;
+                got[j] = init;
+            }
+            hy_err e = {0};
+            svc_cluster_count_forward(r->s);
+            if (svc_cluster_lookup(r->s, p, sm->name, r->who.tenant, keys, k, got, &e)) {
+                hy_log(HY_LOG_DEBUG, "cluster: %s (its segments taken as misses)", e.msg);
+                continue;
+            }
+            for (size_t j = 0; j < k; j++) {
+                if (!got[j].hit) continue;
+                Hypic__V1__SegmentStatus *o = &st[idx[j]];
+                o->hit = true;
+                o->tier = got[j].tier;
+                o->bytes = got[j].bytes;
+                if (sg[idx[j]].by_key) o->tokens = got[j].tokens;
+                o->member = p->id; /* the view outlives the response: sent before it is put */
+            }
+            any = true;
+        }
+        if (!any && rank > 0) break;
+    }
+out:
+    free(own);
+    free(nown);
+    free(idx);
+    free(keys);
+    free(got);
+    return v; /* the caller's, until the response is sent: member names point into it */
+}
 
 hy_rpc_code do_lookup(rq *r, const ProtobufCMessage *req)
 {
@@ -38,12 +102,12 @@ hy_rpc_code do_lookup(rq *r, const ProtobufCMessage *req)
     Hypic__V1__SegmentStatus **sp = calloc(n, sizeof *sp);
     hy_lease **leases = q->lease_ms ? calloc(n, sizeof *leases) : NULL;
     size_t nleases = 0;
+    svc_view *held = NULL;
     Hypic__V1__LookupResponse resp = HYPIC__V1__LOOKUP_RESPONSE__INIT;
     if (!st || !sp || (q->lease_ms && !leases)) {
         c = h_fail(r, HY_RPC_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
-    bool leading = true;
     for (size_t i = 0; i < n; i++) {
         Hypic__V1__SegmentStatus init = HYPIC__V1__SEGMENT_STATUS__INIT;
         st[i] = init;
@@ -63,10 +127,15 @@ hy_rpc_code do_lookup(rq *r, const ProtobufCMessage *req)
         st[i].tier = hit ? h_pb_tier(h_fastest(mask)) : HYPIC__V1__TIER__TIER_NONE;
         st[i].bytes = hit ? m.bytes : 0;
         st[i].tokens = sg[i].by_key ? (hit ? m.tokens : 0) : (uint32_t)sg[i].n;
-        leading &= hit;
+        if (hit) st[i].member = (char *)r->s->cfg.cluster_id;
+    }
+    if (r->s->cluster && !q->local_only) held = lookup_on_owners(r, sm, sg, st, n);
+    bool leading = true;
+    for (size_t i = 0; i < n; i++) {
+        leading &= st[i].hit;
         if (leading) resp.leading_hits++, resp.leading_tokens += st[i].tokens;
-        r->hits += hit;
-        r->misses += !hit;
+        r->hits += st[i].hit;
+        r->misses += !st[i].hit;
     }
     resp.n_segments = n;
     resp.segments = sp;
@@ -80,6 +149,7 @@ out:
         for (size_t i = 0; i < nleases; i++) hy_store_release(r->s->store, leases[i]);
         free(leases);
     }
+    svc_view_put(held);
     free(st);
     free(sp);
     h_segs_free(r, sg, q->n_segments);
@@ -87,6 +157,31 @@ out:
 }
 
 /* --- Warm ----------------------------------------------------------------------- */
+
+/* Cluster mode: whether an owner other than this member holds key k (its
+ * size into *bytes, its id into member). */
+static bool h_on_owners(rq *r, svc_model *sm, const hy_key *k, uint64_t *bytes,
+                        char member[HY_MEMBER_ID_MAX])
+{
+    svc_view *v = svc_view_get(r->s);
+    if (!v) return false;
+    svc_peer *own[HY_OWNERS_MAX];
+    bool self, hit = false;
+    const size_t n = svc_view_owners(r->s, v, r->who.tenant, k, own, &self);
+    for (size_t i = 0; i < n && !hit; i++) {
+        if (own[i]->self) continue;
+        Hypic__V1__SegmentStatus st = HYPIC__V1__SEGMENT_STATUS__INIT;
+        hy_err e = {0};
+        if (svc_cluster_lookup(r->s, own[i], sm->name, r->who.tenant, k, 1, &st, &e) == HY_OK &&
+            st.hit) {
+            hit = true;
+            *bytes = st.bytes;
+            snprintf(member, HY_MEMBER_ID_MAX, "%s", own[i]->id);
+        }
+    }
+    svc_view_put(v);
+    return hit;
+}
 
 hy_rpc_code do_warm(rq *r, const ProtobufCMessage *req)
 {
@@ -116,9 +211,13 @@ hy_rpc_code do_warm(rq *r, const ProtobufCMessage *req)
                        i, q->n_segments);
             break;
         }
-        if (h_visible(r, sm, &sg[i].key, &m, NULL)) {
+        char member[HY_MEMBER_ID_MAX] = "";
+        uint64_t held = 0;
+        if (h_visible(r, sm, &sg[i].key, &m, NULL) ||
+            h_on_owners(r, sm, &sg[i].key, &held, member)) {
             p.state = HYPIC__V1__WARM_PROGRESS__STATE__STATE_CACHED;
-            p.bytes = m.bytes;
+            p.bytes = member[0] ? held : m.bytes;
+            if (!member[0]) snprintf(member, sizeof member, "%s", r->s->cfg.cluster_id);
             r->hits++;
         } else if (hy_entry_seam(sm->c, sg[i].n, W, &w, &e) != HY_OK) {
             p.state = HYPIC__V1__WARM_PROGRESS__STATE__STATE_UNCACHEABLE;
@@ -134,7 +233,7 @@ hy_rpc_code do_warm(rq *r, const ProtobufCMessage *req)
             uint64_t bytes = 0;
             if (!rc)
                 rc = svc_store_entry(r->s, sm, r->who.tenant, &sg[i].key, ent, sg[i].tags,
-                                     sg[i].ntags, &placed, &bytes, &e);
+                                     sg[i].ntags, &placed, &bytes, member, &e);
             hy_entry_free(ent);
             r->computed += (int64_t)sg[i].n;
             r->misses++;
@@ -142,7 +241,9 @@ hy_rpc_code do_warm(rq *r, const ProtobufCMessage *req)
                 p.state = HYPIC__V1__WARM_PROGRESS__STATE__STATE_FAILED;
                 p.error = e.msg;
             } else {
-                p.state = placed == HY_TIER_NONE
+                /* another member's to admit: sent to it */
+                const bool away = member[0] && strcmp(member, r->s->cfg.cluster_id) != 0;
+                p.state = placed == HY_TIER_NONE && !away
                               ? HYPIC__V1__WARM_PROGRESS__STATE__STATE_NOT_ADMITTED
                               : HYPIC__V1__WARM_PROGRESS__STATE__STATE_BUILT;
                 p.tier = h_pb_tier(placed);
@@ -150,6 +251,7 @@ hy_rpc_code do_warm(rq *r, const ProtobufCMessage *req)
             }
         }
         p.ms = (hy_now_s() - t0) * 1e3;
+        p.member = member;
         c = h_send(r, &p.base);
     }
     h_segs_free(r, sg, q->n_segments);
@@ -195,7 +297,7 @@ static void build_layer(void *ctx, const hy_entry *e, int layer)
 {
     build_stream *b = ctx;
     if (b->c) return; /* the caller is gone: build on, send nothing */
-    if (!b->buf) { /* the first layer: the entry's size and meta are known now */
+    if (!b->buf) {    /* the first layer: the entry's size and meta are known now */
         b->total = hy_entry_serialized_bytes(e);
         if (!b->total || !(b->buf = calloc(1, b->total))) {
             b->c = h_fail(b->r, HY_RPC_RESOURCE_EXHAUSTED, "out of memory for the entry");
@@ -266,8 +368,8 @@ hy_rpc_code do_build(rq *r, const ProtobufCMessage *req)
     h_set_threads(r->s);
     hy_state_reset(x->st);
     hy_entry *ent = NULL;
-    int rc = hy_entry_build_streamed(x->ex, x->st, sg[0].tok, sg[0].n, W, dt, build_layer, &b,
-                                     &ent, &e);
+    int rc =
+        hy_entry_build_streamed(x->ex, x->st, sg[0].tok, sg[0].n, W, dt, build_layer, &b, &ent, &e);
     svc_exec_give(r->s, sm, x);
     r->computed = (int64_t)sg[0].n;
     r->misses = 1;
@@ -377,11 +479,12 @@ hy_rpc_code do_prefill(rq *r, const ProtobufCMessage *req)
     Hypic__V1__SegmentOutcome *oc = calloc(n, sizeof *oc);
     Hypic__V1__SegmentOutcome **ocp = calloc(n, sizeof *ocp);
     hy_key *keys = calloc(n, sizeof *keys);
+    char(*members)[HY_MEMBER_ID_MAX] = calloc(n, sizeof *members); /* owners put to */
     sc_seg_in *si = NULL;
     sc_outcome *so = NULL;
     sc_job *job = NULL;
     if (!from || !hs || !built || !query || !logits || !tp || !tpp || !gen || !oc || !ocp ||
-        !keys) {
+        !keys || !members) {
         c = h_fail(r, HY_RPC_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
@@ -404,7 +507,8 @@ hy_rpc_code do_prefill(rq *r, const ProtobufCMessage *req)
         t0 = hy_now_s();
         hy_err e = {0};
         uint64_t bytes;
-        int rc = h_fetch_entry(r, sm, &keys[i], &sg[i].entry, &sg[i].lease, &from[i], &bytes, &e);
+        int rc = h_fetch_entry(r, sm, &keys[i], &sg[i], &bytes, &e);
+        from[i] = sg[i].from;
         const double ms = (hy_now_s() - t0) * 1e3;
         if (rc == HY_ENOTFOUND) {
             from[i] = HY_TIER_NONE;
@@ -416,7 +520,9 @@ hy_rpc_code do_prefill(rq *r, const ProtobufCMessage *req)
             goto out;
         }
         hs[i].entry = sg[i].entry;
-        if (from[i] == HY_TIER_HBM)
+        if (sg[i].member[0])
+            tm.fetch_remote_ms += ms;
+        else if (from[i] == HY_TIER_HBM)
             tm.fetch_hbm_ms += ms;
         else if (from[i] == HY_TIER_NVME)
             tm.fetch_nvme_ms += ms;
@@ -534,6 +640,7 @@ hy_rpc_code do_prefill(rq *r, const ProtobufCMessage *req)
         } else if (hs[i].entry) {
             oc[i].kind = HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_HIT;
             oc[i].tier = h_pb_tier(from[i]);
+            oc[i].member = sg[i].member[0] ? sg[i].member : (char *)s->cfg.cluster_id;
             r->hits++;
         } else if (so && so[i].built) { /* a scatter worker's entry, stored as it came */
             oc[i].kind = HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_MISS;
@@ -546,10 +653,11 @@ hy_rpc_code do_prefill(rq *r, const ProtobufCMessage *req)
             hy_tier_id placed = HY_TIER_NONE;
             hy_err se = {0};
             if (svc_store_entry(s, sm, r->who.tenant, &keys[i], built[i], sg[i].tags, sg[i].ntags,
-                                &placed, NULL, &se))
+                                &placed, NULL, members[i], &se))
                 hy_log(HY_LOG_WARN, "storing an entry built inline: %s", se.msg);
             oc[i].stored = placed != HY_TIER_NONE;
             oc[i].tier = h_pb_tier(placed);
+            oc[i].member = members[i];
             r->misses++;
         } else {
             oc[i].kind = reuse ? HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_UNCACHEABLE
@@ -594,6 +702,7 @@ out:
     free(oc);
     free(ocp);
     free(keys);
+    free(members);
 out_segs:
     h_segs_free(r, sg, n);
     return c;

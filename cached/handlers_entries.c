@@ -2,6 +2,7 @@
  * The methods over stored entries — GetEntry, PutEntry, Invalidate, List,
  * Inspect, Watch — and Stats, the policies and Health (handlers_internal.h).
  */
+#include "cluster_internal.h"
 #include "handlers_internal.h"
 #include "router_internal.h"
 
@@ -18,6 +19,59 @@
 
 /* --- GetEntry / PutEntry ---------------------------------------------------------- */
 
+/* Sends bytes data[0..n) as GetEntry answers: through the client's
+ * transport session (the meta in the one reply), or in chunks. */
+static hy_rpc_code send_entry(rq *r, const Hypic__V1__GetEntryRequest *q, pb_meta *pm,
+                              const uint8_t *data, uint64_t n)
+{
+    hy_rpc_code c = HY_RPC_OK;
+    if (q->transport_session) { /* the bytes through the client's session, meta here */
+        Hypic__V1__Delivery d;
+        if ((c = h_deliver_bytes(r, q->transport_session, q->offset, data, n, &d))) return c;
+        Hypic__V1__EntryChunk ch = HYPIC__V1__ENTRY_CHUNK__INIT;
+        ch.meta = &pm->pb;
+        ch.delivery = &d;
+        return h_send(r, &ch.base);
+    }
+    const size_t chunk = HY_MIN((size_t)CHUNK_BYTES, (size_t)r->s->cfg.max_message / 2);
+    for (uint64_t off = 0; off < n && !c; off += chunk) {
+        Hypic__V1__EntryChunk ch = HYPIC__V1__ENTRY_CHUNK__INIT;
+        if (off == 0) ch.meta = &pm->pb;
+        ch.data =
+            (ProtobufCBinaryData){(size_t)HY_MIN((uint64_t)chunk, n - off), (uint8_t *)data + off};
+        c = h_send(r, &ch.base);
+    }
+    return c;
+}
+
+/* Cluster mode, the key not here: from its owners, verified (the bytes are
+ * the entry of this key for this tenant), or NOT_FOUND. */
+static hy_rpc_code get_from_owners(rq *r, const Hypic__V1__GetEntryRequest *q, svc_model *sm,
+                                   const hy_key *k)
+{
+    seg g = {0};
+    uint64_t bytes = 0;
+    hy_err e = {0};
+    svc_cluster_count_forward(r->s);
+    if (h_fetch_entry(r, sm, k, &g, &bytes, &e) != HY_OK || !g.rbuf) {
+        h_seg_drop(r, &g);
+        return h_fail(r, HY_RPC_NOT_FOUND, "key is not cached (asked its owners too)");
+    }
+    hy_meta m;
+    memset(&m, 0, sizeof m);
+    m.key = *k;
+    snprintf(m.tenant, sizeof m.tenant, "%s", r->who.tenant);
+    memcpy(m.model, sm->fp, 32);
+    const int32_t *tok;
+    m.tokens = (uint32_t)hy_entry_tokens(g.entry, &tok);
+    m.bytes = bytes;
+    pb_meta pm;
+    h_meta_to_pb(r->s, &m, 0, &pm);
+    hy_rpc_code c = send_entry(r, q, &pm, g.rbuf, bytes);
+    h_seg_drop(r, &g);
+    return c;
+}
+
 hy_rpc_code do_get_entry(rq *r, const ProtobufCMessage *req)
 {
     const Hypic__V1__GetEntryRequest *q = (const void *)req;
@@ -27,7 +81,10 @@ hy_rpc_code do_get_entry(rq *r, const ProtobufCMessage *req)
     if ((c = h_check_tenant(r, q->tenant)) || (c = h_need_model(r, q->model, &sm)) ||
         (c = h_key_of(r, "key", q->key, &k)))
         return c;
-    if (!h_visible(r, sm, &k, NULL, NULL)) return h_fail(r, HY_RPC_NOT_FOUND, "key is not cached");
+    if (!h_visible(r, sm, &k, NULL, NULL)) {
+        if (r->s->cluster && !q->local_only) return get_from_owners(r, q, sm, &k);
+        return h_fail(r, HY_RPC_NOT_FOUND, "key is not cached");
+    }
     hy_lease *l;
     hy_err e = {0};
     int rc = hy_store_acquire(r->s->store, &k, &l, &e);
@@ -40,25 +97,7 @@ hy_rpc_code do_get_entry(rq *r, const ProtobufCMessage *req)
     hy_store_tiers_of(r->s->store, &k, &mask);
     pb_meta pm;
     h_meta_to_pb(r->s, &m, mask, &pm);
-    const uint8_t *data = hy_lease_data(l);
-    if (q->transport_session) { /* the bytes through the client's session, meta here */
-        Hypic__V1__Delivery d;
-        c = h_deliver_bytes(r, q->transport_session, q->offset, data, m.bytes, &d);
-        hy_store_release(r->s->store, l);
-        if (c) return c;
-        Hypic__V1__EntryChunk ch = HYPIC__V1__ENTRY_CHUNK__INIT;
-        ch.meta = &pm.pb;
-        ch.delivery = &d;
-        return h_send(r, &ch.base);
-    }
-    const size_t chunk = HY_MIN((size_t)CHUNK_BYTES, (size_t)r->s->cfg.max_message / 2);
-    for (uint64_t off = 0; off < m.bytes && !c; off += chunk) {
-        Hypic__V1__EntryChunk ch = HYPIC__V1__ENTRY_CHUNK__INIT;
-        if (off == 0) ch.meta = &pm.pb;
-        ch.data = (ProtobufCBinaryData){(size_t)HY_MIN((uint64_t)chunk, m.bytes - off),
-                                        (uint8_t *)data + off};
-        c = h_send(r, &ch.base);
-    }
+    c = send_entry(r, q, &pm, hy_lease_data(l), m.bytes);
     hy_store_release(r->s->store, l);
     return c;
 }
@@ -73,7 +112,7 @@ hy_rpc_code do_put_entry(rq *r, const ProtobufCMessage *req)
     hy_meta m;
     memset(&m, 0, sizeof m);
     svc_model *sm = NULL;
-    bool have_key = false;
+    bool have_key = false, local_only = false;
     hy_key given;
     for (size_t i = 0;; i++) {
         ProtobufCMessage *msg;
@@ -113,6 +152,7 @@ hy_rpc_code do_put_entry(rq *r, const ProtobufCMessage *req)
                            (unsigned long long)pm->bytes);
             } else {
                 have_key = pm->key.len != 0;
+                local_only = ch->local_only;
                 want = pm->bytes;
                 for (size_t t = 0; t < pm->n_tags && !c; t++) {
                     if (!pm->tags[t][0] || strlen(pm->tags[t]) >= HY_TAG_MAX)
@@ -166,7 +206,27 @@ hy_rpc_code do_put_entry(rq *r, const ProtobufCMessage *req)
         m.bytes = got;
     }
     hy_tier_id placed = HY_TIER_NONE;
-    if (!c) {
+    char member[HY_MEMBER_ID_MAX] = "";
+    bool here = true; /* stored on this member */
+    svc_view *v = !c && !local_only ? svc_view_get(s) : NULL;
+    if (v) { /* cluster mode: to the key's owners */
+        svc_peer *own[HY_OWNERS_MAX];
+        bool self;
+        const size_t n = svc_view_owners(s, v, r->who.tenant, &k, own, &self);
+        svc_view_put(v);
+        here = self;
+        if (n > (self ? 1u : 0u)) {
+            char *tags[HY_MAX_TAGS];
+            for (uint32_t t = 0; t < m.ntags; t++) tags[t] = m.tags[t];
+            svc_cluster_count_forward(s);
+            /* not here: one owner must take it now; here: the others later */
+            int rc = svc_cluster_put(s, sm->name, r->who.tenant, &k, tags, m.ntags, buf, got, !self,
+                                     member, &e);
+            if (rc && !self) c = h_fail(r, HY_RPC_UNAVAILABLE, "%s", e.msg);
+        }
+        if (self) snprintf(member, sizeof member, "%s", s->cfg.cluster_id);
+    }
+    if (!c && here) {
         hy_put *p;
         void *dst;
         int rc = hy_store_reserve(s->store, &m, &p, &dst, &e);
@@ -182,6 +242,7 @@ hy_rpc_code do_put_entry(rq *r, const ProtobufCMessage *req)
     Hypic__V1__PutEntryResponse resp = HYPIC__V1__PUT_ENTRY_RESPONSE__INIT;
     resp.key = (ProtobufCBinaryData){HY_KEY_BYTES, k.b};
     resp.placed = h_pb_tier(placed);
+    resp.member = member;
     return h_send(r, &resp.base);
 }
 
@@ -222,7 +283,16 @@ hy_rpc_code do_invalidate(rq *r, const ProtobufCMessage *req)
     int rc = hy_store_invalidate(r->s->store, &f, &removed, &e);
     if (rc) return h_from_err(r, rc, &e);
     Hypic__V1__InvalidateResponse resp = HYPIC__V1__INVALIDATE_RESPONSE__INIT;
-    resp.removed = removed;
+    uint64_t total = removed;
+    char unreach[HY_CFG_MAX_MEMBERS][HY_MEMBER_ID_MAX];
+    char *up[HY_CFG_MAX_MEMBERS];
+    size_t nun = 0;
+    if (r->s->cluster && !q->local_only) /* the entries are spread over the members */
+        svc_cluster_invalidate(r->s, r->who.tenant, q, &total, unreach, HY_CFG_MAX_MEMBERS, &nun);
+    for (size_t i = 0; i < nun; i++) up[i] = unreach[i];
+    resp.removed = total;
+    resp.n_unreachable = nun;
+    resp.unreachable = up;
     return h_send(r, &resp.base);
 }
 
@@ -527,7 +597,7 @@ hy_rpc_code do_stats(rq *r, const ProtobufCMessage *req)
     h_tp_stats tps;
     h_transport_stats(s, &tps);
     if (r->who.admin) resp.transport = &tps.pb; /* every tenant's sessions */
-    if (r->who.admin) { /* the whole store */
+    if (r->who.admin) {                         /* the whole store */
         ts[0].entries = st.hbm_entries, ts[0].bytes = st.hbm_bytes, ts[0].hits = st.hits_hbm;
         ts[0].evictions = st.hbm_evictions, ts[0].promotions = st.hbm_promotions;
         ts[0].demotions = st.hbm_demotions;
@@ -558,9 +628,13 @@ hy_rpc_code do_stats(rq *r, const ProtobufCMessage *req)
     if (r->who.admin) svc_router_stats(s, &ws, &nws); /* the scatter workers */
     resp.n_workers = nws;
     resp.workers = ws;
+    svc_cluster_pb cs;
+    svc_cluster_stats(s, &cs); /* the members' view: ids and addresses, no tenant's data */
+    if (s->cluster) resp.cluster = &cs.pb;
     resp.n_tiers = 3;
     resp.tiers = tsp;
     hy_rpc_code c = h_send(r, &resp.base);
+    svc_cluster_stats_free(&cs);
     svc_router_stats_free(ws, nws);
     return c;
 }

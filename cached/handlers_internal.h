@@ -45,6 +45,8 @@ typedef struct seg {
                       * view into the bytes of `lease` */
     hy_lease *lease; /* held until the entry is freed (h_seg_drop) */
     hy_tier_id from; /* where that entry's bytes came from */
+    void *rbuf;      /* or: the bytes fetched from an owner (cluster mode), the entry's view */
+    char member[64]; /* that owner's id */
     char **tags;
     size_t ntags;
 } seg;
@@ -79,8 +81,12 @@ void h_segs_free(rq *r, seg *sg, size_t n);
 void h_seg_drop(rq *r, seg *sg);
 hy_rpc_code h_segs_parse(rq *r, svc_model *sm, Hypic__V1__Segment **in, size_t n,
                          size_t extra_tokens, bool keys_allowed, seg **out);
-int h_fetch_entry(rq *r, svc_model *sm, const hy_key *k, hy_entry **out, hy_lease **lease,
-                  hy_tier_id *from, uint64_t *bytes, hy_err *err);
+/* The entry under k (visible to the caller, of model sm) into g: a view of
+ * its leased bytes (g->entry, g->lease, g->from), or in cluster mode, when
+ * this member does not have it, of the bytes fetched from an owner (g->rbuf,
+ * g->member; g->from HY_TIER_NONE). Verified; HY_ENOTFOUND on a miss.
+ * *bytes: its size. */
+int h_fetch_entry(rq *r, svc_model *sm, const hy_key *k, seg *g, uint64_t *bytes, hy_err *err);
 hy_rpc_code h_segs_resolve_keys(rq *r, svc_model *sm, seg *sg, size_t n);
 void h_meta_to_pb(hy_svc *s, hy_meta *m, unsigned mask, pb_meta *o);
 hy_rpc_code h_send(rq *r, const ProtobufCMessage *m);

@@ -24,6 +24,7 @@
  * never fills (the host tier at its minimum, no NVMe tier).
  */
 #include "http_internal.h"
+#include "cluster_internal.h"
 #include "router_internal.h"
 #include "service_internal.h"
 
@@ -61,6 +62,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: " PROG " [--config FILE] [--init-models] [--ready-file FILE]\n"
                "                    [--listen HOST:PORT] [--http-listen HOST:PORT] [--threads N]\n"
+               "                    [--cluster-id ID] [--advertise HOST:PORT]\n"
                "       " PROG " --check-config FILE [--print]\n"
 #ifdef HY_CACHED_WORKER
                "A scatter worker: serves Build, Health and Stats of hypic.v1 (gRPC) and\n"
@@ -122,7 +124,7 @@ int main(int argc, char **argv)
      * spinning, on 2 cores under load). Read when OpenMP starts, below. */
     setenv("OMP_WAIT_POLICY", "passive", 0);
     const char *config = NULL, *check = NULL, *ready_file = NULL, *listen = NULL, *http = NULL,
-               *threads = NULL;
+               *threads = NULL, *cluster_id = NULL, *advertise = NULL;
     bool print = false, init = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -145,6 +147,10 @@ int main(int argc, char **argv)
             http = argv[++i];
         } else if (i + 1 < argc && strcmp(a, "--threads") == 0) {
             threads = argv[++i];
+        } else if (i + 1 < argc && strcmp(a, "--cluster-id") == 0) {
+            cluster_id = argv[++i];
+        } else if (i + 1 < argc && strcmp(a, "--advertise") == 0) {
+            advertise = argv[++i];
         } else {
             fprintf(stderr, PROG ": unknown or incomplete argument '%s'\n", a);
             usage(stderr);
@@ -172,9 +178,13 @@ int main(int argc, char **argv)
         hy_cached_config_default(&cfg);
     }
     /* command-line overrides, validated again with everything else */
-    if (listen || http) {
+    if (listen || http || cluster_id || advertise) {
         if (listen) snprintf(cfg.listen, sizeof cfg.listen, "%s", listen);
         if (http) snprintf(cfg.http_listen, sizeof cfg.http_listen, "%s", http);
+        /* a StatefulSet's pods share one configuration: each its own id */
+        if (cluster_id) snprintf(cfg.cluster_id, sizeof cfg.cluster_id, "%s", cluster_id);
+        if (advertise)
+            snprintf(cfg.cluster_advertise, sizeof cfg.cluster_advertise, "%s", advertise);
         if (hy_cached_config_validate(&cfg, &e)) {
             fprintf(stderr, PROG ": %s\n", e.msg);
             return 1;
@@ -269,6 +279,15 @@ int main(int argc, char **argv)
     }
     with_port(cfg.listen, hy_rpc_server_port(rpc), grpc_addr, sizeof grpc_addr);
     if (web) with_port(cfg.http_listen, hy_http_port(web), http_addr, sizeof http_addr);
+    if (router && svc_cluster_start(&svc, grpc_addr, &e)) { /* serving: peers may call at once */
+        fprintf(stderr, PROG ": %s\n", e.msg);
+        hy_rpc_server_stop(rpc);
+        hy_http_stop(web);
+        hy_free(cert);
+        hy_free(key);
+        svc_close(&svc);
+        return 1;
+    }
     if (!cert && !svc.open_access && !hy_cached_config_is_loopback(cfg.listen))
         hy_log(HY_LOG_WARN,
                "listening on %s without TLS: bearer tokens cross the network in "
@@ -307,6 +326,7 @@ int main(int argc, char **argv)
     hy_log(HY_LOG_INFO, "draining: %d call(s) in flight, waiting up to %u ms",
            atomic_load(&svc.in_flight), cfg.drain_ms);
     svc.draining = true;
+    svc_cluster_leave(&svc); /* peers and clients stop sending here */
     pthread_mutex_lock(&svc.hub.mu);
     pthread_cond_broadcast(&svc.hub.cv);
     pthread_mutex_unlock(&svc.hub.mu);

@@ -3,6 +3,7 @@
  * service's counters and the store's, and readiness (docs/operations.md
  * lists every metric).
  */
+#include "cluster_internal.h"
 #include "router_internal.h"
 #include "service_internal.h"
 
@@ -127,14 +128,15 @@ void svc_metrics_render(void *app, hy_strbuf *b)
         svc_router_stats_free(ws, nws);
         gauge(b, "hypic_scatter_workers", "Scatter workers known", (double)nws);
         gauge(b, "hypic_scatter_workers_up", "Scatter workers answering", up);
-        gauge(b, "hypic_scatter_in_flight", "Segments sent to workers and not yet back",
-              in_flight);
+        gauge(b, "hypic_scatter_in_flight", "Segments sent to workers and not yet back", in_flight);
         counter(b, "hypic_scatter_built_total", "Entries received from workers and verified",
                 built);
         counter(b, "hypic_scatter_failed_total",
                 "Worker calls that failed or timed out (their segments retried or built inline)",
                 failed);
     }
+
+    svc_cluster_metrics(s, b); /* cluster mode only */
 
     hy_store_stats st;
     hy_store_stats_get(s->store, &st);

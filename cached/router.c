@@ -20,10 +20,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#define SAMPLES         64   /* recent (tokens, seconds) builds the cost model is fitted to */
-#define SPAWN_WAIT_S    60.0 /* svc_router_start's wait for spawned workers */
-#define PROBE_DEADLINE  2000 /* ms a Health probe may take */
-#define AWAIT_TICK_MS   10   /* how often a waiting combiner looks at its call */
+#define SAMPLES        64   /* recent (tokens, seconds) builds the cost model is fitted to */
+#define SPAWN_WAIT_S   60.0 /* svc_router_start's wait for spawned workers */
+#define PROBE_DEADLINE 2000 /* ms a Health probe may take */
+#define AWAIT_TICK_MS  10   /* how often a waiting combiner looks at its call */
 
 typedef enum w_source { W_CONFIG = 0, W_SPAWN, W_DNS } w_source;
 static const char *const k_sources[] = {"config", "spawn", "dns"};
@@ -270,13 +270,6 @@ static void *probe_main(void *arg)
     return NULL;
 }
 
-static const hy_rpc_method *method_named(const char *name)
-{
-    for (size_t i = 0; i < hy_rpc_method_count; i++)
-        if (strcmp(hy_rpc_methods[i].name, name) == 0) return &hy_rpc_methods[i];
-    return NULL;
-}
-
 int svc_router_start(hy_svc *s, hy_err *err)
 {
     const hy_cached_config *c = &s->cfg;
@@ -289,8 +282,8 @@ int svc_router_start(hy_svc *s, hy_err *err)
     pthread_cond_init(&rt->cv, NULL);
     rt->policy = strcmp(c->scatter_policy, "round-robin") == 0 ? HY_PLAN_RR : HY_PLAN_LPT;
     rt->cost = (hy_cost_model){.per_token_s = 1e-4}; /* until builds are measured: by tokens */
-    rt->build = method_named("Build");
-    rt->health = method_named("Health");
+    rt->build = hy_rpc_method_named("Build");
+    rt->health = hy_rpc_method_named("Health");
     s->router = rt;
     int rc = HY_OK;
     for (int i = 0; i < c->nscatter_workers && !rc; i++)
@@ -569,9 +562,8 @@ static int build_on(sc_job *j, sc_runner *t, sc_seg *g, hy_rpc_client *cl, hy_ti
     hy_chunks ga = {.max = s->cfg.max_entry_bytes};
     hy_rpc_status st = {0};
     hy_err e = {0};
-    int rc = hy_rpc_client_call_ex(cl, j->s->router->build, &q.base,
-                                   j->has_token ? j->token : NULL, s->cfg.scatter_timeout_ms,
-                                   t->cancel, on_chunk, &ga, &st, &e);
+    int rc = hy_rpc_client_call_ex(cl, j->s->router->build, &q.base, j->has_token ? j->token : NULL,
+                                   s->cfg.scatter_timeout_ms, t->cancel, on_chunk, &ga, &st, &e);
     free(ids);
     if (rc) {
         snprintf(why, cap, "%.250s", ga.why[0] ? ga.why : e.msg);
@@ -584,8 +576,8 @@ static int build_on(sc_job *j, sc_runner *t, sc_seg *g, hy_rpc_client *cl, hy_ti
                  st.code == HY_RPC_INTERNAL;
         rc = HY_EIO;
     } else if (!hy_chunks_complete(&ga)) {
-        snprintf(why, cap, "the stream ended after %llu of %llu bytes",
-                 (unsigned long long)ga.got, (unsigned long long)ga.want);
+        snprintf(why, cap, "the stream ended after %llu of %llu bytes", (unsigned long long)ga.got,
+                 (unsigned long long)ga.want);
         *fatal = true;
         rc = HY_EIO;
     }
@@ -607,7 +599,7 @@ static int build_on(sc_job *j, sc_runner *t, sc_seg *g, hy_rpc_client *cl, hy_ti
     if (!rc) {
         hy_err se = {0};
         if (svc_store_bytes(s, j->sm, j->tenant, &g->key, ent, ga.buf, (size_t)ga.got, g->tags,
-                            g->ntags, tier, &se))
+                            g->ntags, tier, NULL, &se))
             hy_log(HY_LOG_WARN, "scatter: storing the entry of a worker: %s", se.msg);
         *stored = *tier != HY_TIER_NONE;
         g->entry = ent;
@@ -710,9 +702,8 @@ int sc_job_start(hy_svc *s, svc_model *sm, const char *tenant, int W, hy_entry_d
     for (int i = 0; i < rt->n; i++) {
         const svc_worker *w = &rt->w[i];
         if (!w->up || w->gone) continue;
-        views[m] = (hy_worker_view){.speed = w->speed > 0.05 ? w->speed : 0.05,
-                                    .ready_s = w->load_s,
-                                    .up = true};
+        views[m] = (hy_worker_view){
+            .speed = w->speed > 0.05 ? w->speed : 0.05, .ready_s = w->load_s, .up = true};
         index[m++] = i;
     }
     cost = rt->cost;
@@ -750,8 +741,12 @@ int sc_job_start(hy_svc *s, svc_model *sm, const char *tenant, int W, hy_entry_d
             if (memcmp(j->u[g].key.b, segs[i].key.b, HY_KEY_BYTES) == 0) j->slot_of[i] = (int)g;
         if (j->slot_of[i] >= 0) continue;
         sc_seg *g = &j->u[j->nu];
-        *g = (sc_seg){.tok = segs[i].tok, .n = segs[i].n, .key = segs[i].key,
-                      .tags = segs[i].tags, .ntags = segs[i].ntags, .by = -1};
+        *g = (sc_seg){.tok = segs[i].tok,
+                      .n = segs[i].n,
+                      .key = segs[i].key,
+                      .tags = segs[i].tags,
+                      .ntags = segs[i].ntags,
+                      .by = -1};
         tokens[j->nu] = segs[i].n;
         j->slot_of[i] = (int)j->nu++;
     }

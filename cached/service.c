@@ -3,6 +3,7 @@
  * (service_internal.h): models and executor contexts, the store, tenants,
  * leases, the Watch hub and the metrics.
  */
+#include "cluster_internal.h"
 #include "router_internal.h"
 #include "service_internal.h"
 
@@ -290,10 +291,29 @@ void svc_prefix_put(svc_prefix *p)
 /* --- storing entries -------------------------------------------------------------- */
 
 int svc_store_bytes(hy_svc *s, svc_model *sm, const char *tenant, const hy_key *key,
-                    const hy_entry *e, const void *buf, size_t len, char *const *tags,
-                    size_t ntags, hy_tier_id *placed, hy_err *err)
+                    const hy_entry *e, const void *buf, size_t len, char *const *tags, size_t ntags,
+                    hy_tier_id *placed, char *member, hy_err *err)
 {
     *placed = HY_TIER_NONE;
+    if (member) member[0] = '\0';
+    svc_view *v = svc_view_get(s);
+    if (v) { /* cluster mode: to its owners; stored here only when this member is one */
+        svc_peer *own[HY_OWNERS_MAX];
+        bool self;
+        const size_t n = svc_view_owners(s, v, tenant, key, own, &self);
+        if (member && n)
+            snprintf(member, HY_MEMBER_ID_MAX, "%s", self ? s->cfg.cluster_id : own[0]->id);
+        svc_view_put(v);
+        char first[HY_MEMBER_ID_MAX];
+        hy_err pe = {0};
+        if (n > (self ? 1u : 0u) &&
+            svc_cluster_put(s, sm->name, tenant, key, tags, ntags, buf, len, false, first, &pe))
+            hy_log(HY_LOG_WARN, "cluster: %s", pe.msg);
+        if (!self) {
+            atomic_fetch_add(&s->met.entries_built, 1);
+            return HY_OK;
+        }
+    }
     hy_meta m;
     memset(&m, 0, sizeof m);
     m.key = *key;
@@ -321,14 +341,14 @@ int svc_store_bytes(hy_svc *s, svc_model *sm, const char *tenant, const hy_key *
 
 int svc_store_entry(hy_svc *s, svc_model *sm, const char *tenant, const hy_key *key,
                     const hy_entry *e, char *const *tags, size_t ntags, hy_tier_id *placed,
-                    uint64_t *bytes, hy_err *err)
+                    uint64_t *bytes, char *member, hy_err *err)
 {
     *placed = HY_TIER_NONE;
     void *buf;
     size_t len;
     int rc = hy_entry_serialize(e, &buf, &len, err);
     if (rc) return rc;
-    rc = svc_store_bytes(s, sm, tenant, key, e, buf, len, tags, ntags, placed, err);
+    rc = svc_store_bytes(s, sm, tenant, key, e, buf, len, tags, ntags, placed, member, err);
     free(buf);
     if (bytes) *bytes = len;
     return rc;
@@ -574,7 +594,8 @@ int svc_close(hy_svc *s)
     int rc = HY_OK;
     hy_tp_hub_stop(s->tp); /* the rpc server is stopped: no transfer is running */
     s->tp = NULL;
-    svc_router_stop(s); /* no request is running: no job either */
+    svc_router_stop(s);  /* no request is running: no job either */
+    svc_cluster_stop(s); /* what is queued for other owners, then the membership */
     svc_lease_reap(s, true);
     if (s->store) {
         size_t written = 0;

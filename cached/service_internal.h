@@ -103,7 +103,7 @@ typedef struct svc_hub {
 } svc_hub;
 
 /* Per-mode TTFT histograms and per-method, per-status counts. */
-#define SVC_CODES 17
+#define SVC_CODES   17
 #define SVC_METHODS 16 /* hy_rpc_method_count (svc_open checks) */
 typedef struct svc_metrics {
     hy_hist ttft[HY_MODE_COUNT];
@@ -130,9 +130,10 @@ typedef struct hy_svc {
     _Atomic bool draining, ready;
     svc_metrics met;
     uint64_t started_ns;
-    hy_tp_hub *tp;          /* bulk transports; NULL until svc_transport_start */
-    struct svc_router *router; /* scatter workers (router_internal.h); NULL: none */
-    char tp_shm_path[108];  /* the shm socket ("" when shm is off) */
+    hy_tp_hub *tp;               /* bulk transports; NULL until svc_transport_start */
+    struct svc_router *router;   /* scatter workers (router_internal.h); NULL: none */
+    struct svc_cluster *cluster; /* cluster mode (cluster_internal.h); NULL: one node */
+    char tp_shm_path[108];       /* the shm socket ("" when shm is off) */
 } hy_svc;
 
 /* A call's identity once authenticated. */
@@ -178,16 +179,20 @@ int svc_prefix_get(hy_svc *s, svc_model *sm, const char *tenant, svc_prefix **ou
 void svc_prefix_put(svc_prefix *p);
 
 /* Stores a built entry under key for the tenant: serialised, reserved,
- * committed. *placed as hy_store_commit says; *bytes the serialised size. */
+ * committed. *placed as hy_store_commit says; *bytes the serialised size.
+ * Cluster mode: it goes to the key's owners (in the background) and is
+ * stored here only when this member is one of them (*placed HY_TIER_NONE
+ * otherwise); member (NULL, or 64 bytes): this member's id when it is an
+ * owner, else the first owner's ("" on one node). */
 int svc_store_entry(hy_svc *s, svc_model *sm, const char *tenant, const hy_key *key,
                     const hy_entry *e, char *const *tags, size_t ntags, hy_tier_id *placed,
-                    uint64_t *bytes, hy_err *err);
+                    uint64_t *bytes, char *member, hy_err *err);
 
 /* The same for an entry already serialised and validated (e is buf's
  * entry, read for its tokens only): a scatter worker's. */
 int svc_store_bytes(hy_svc *s, svc_model *sm, const char *tenant, const hy_key *key,
-                    const hy_entry *e, const void *buf, size_t len, char *const *tags,
-                    size_t ntags, hy_tier_id *placed, hy_err *err);
+                    const hy_entry *e, const void *buf, size_t len, char *const *tags, size_t ntags,
+                    hy_tier_id *placed, char *member, hy_err *err);
 
 /* Leases for Lookup. */
 uint64_t svc_lease_add(hy_svc *s, hy_lease **leases, size_t n, uint32_t ms);

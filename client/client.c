@@ -50,9 +50,9 @@ int status_ok(hyc_status *st)
  * miss is a broken build. */
 const hy_rpc_method *method(const char *name)
 {
-    for (size_t i = 0; i < hy_rpc_method_count; i++)
-        if (strcmp(hy_rpc_methods[i].name, name) == 0) return &hy_rpc_methods[i];
-    abort();
+    const hy_rpc_method *m = hy_rpc_method_named(name);
+    if (!m) abort();
+    return m;
 }
 
 int hyc_open(const hyc_options *o, hyc **out, hyc_status *st)

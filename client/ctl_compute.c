@@ -125,8 +125,11 @@ int ctl_lookup(ctl *x, int argc, char **argv)
     } else if (x->json) {
         ctl_json_print(ctl_json_msg(&r->base));
     } else {
-        static const char *const hdr[] = {"#", "HIT", "TIER", "TOKENS", "BYTES", "KEY", "SEGMENT"};
-        ctl_table *t = ctl_table_new(7, hdr);
+        static const char *const hdr[] = {"#",     "HIT", "TIER",    "TOKENS",
+                                          "BYTES", "KEY", "SEGMENT", "MEMBER"};
+        bool cluster = false; /* MEMBER: who answered, in cluster mode */
+        for (size_t i = 0; i < r->n_segments; i++) cluster |= r->segments[i]->member[0] != '\0';
+        ctl_table *t = ctl_table_new(cluster ? 8 : 7, hdr);
         for (size_t i = 0; i < r->n_segments; i++) {
             const Hypic__V1__SegmentStatus *s = r->segments[i];
             char idx[24], tok[16], bytes[32], key[65];
@@ -135,8 +138,8 @@ int ctl_lookup(ctl *x, int argc, char **argv)
             ctl_bytes(s->bytes, bytes, sizeof bytes);
             ctl_hex(&s->key, key, sizeof key);
             const char *row[] = {
-                idx, s->hit ? "hit" : "miss",       ctl_tier_name(s->tier), tok, bytes,
-                key, i < files.n ? files.v[i] : "-"};
+                idx, s->hit ? "hit" : "miss",        ctl_tier_name(s->tier),        tok, bytes,
+                key, i < files.n ? files.v[i] : "-", s->member[0] ? s->member : "-"};
             ctl_table_row(t, row);
         }
         ctl_table_print(t);
@@ -360,11 +363,19 @@ static void print_prefill(const Hypic__V1__PrefillResponse *r, char *const *file
         printf("\"\n");
     }
     printf("\n");
-    bool scattered = false;
-    for (size_t i = 0; i < r->n_segments; i++) scattered |= r->segments[i]->built_by[0] != '\0';
-    static const char *const shdr[] = {"#",   "OUTCOME", "TIER",    "STORED",
-                                       "KEY", "SEGMENT", "BUILT BY"};
-    ctl_table *s = ctl_table_new(scattered ? 7 : 6, shdr); /* BUILT BY: scatter workers */
+    bool scattered = false, cluster = false;
+    for (size_t i = 0; i < r->n_segments; i++) {
+        scattered |= r->segments[i]->built_by[0] != '\0';
+        cluster |= r->segments[i]->member[0] != '\0';
+    }
+    /* BUILT BY: scatter workers; MEMBER: the owner it came from or went to */
+    static const char *const shdr[] = {"#",   "OUTCOME", "TIER",     "STORED",
+                                       "KEY", "SEGMENT", "BUILT BY", "MEMBER"};
+    const char *cols[8];
+    size_t nc = 0;
+    for (size_t k = 0; k < 8; k++)
+        if ((k != 6 || scattered) && (k != 7 || cluster)) cols[nc++] = shdr[k];
+    ctl_table *s = ctl_table_new((int)nc, cols);
     for (size_t i = 0; i < r->n_segments; i++) {
         const Hypic__V1__SegmentOutcome *o = r->segments[i];
         char idx[24], kind[24], key[65];
@@ -380,10 +391,15 @@ static void print_prefill(const Hypic__V1__PrefillResponse *r, char *const *file
                                  : "-",
                              key,
                              i < nfiles ? files[i] : "?",
-                             o->built_by[0] ? o->built_by
+                             o->built_by[0]                                           ? o->built_by
                              : o->kind == HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_MISS ? "inline"
-                                                                                   : "-"};
-        ctl_table_row(s, row);
+                                                                                      : "-",
+                             o->member[0] ? o->member : "-"};
+        const char *cells[8];
+        size_t nk = 0;
+        for (size_t k = 0; k < 8; k++)
+            if ((k != 6 || scattered) && (k != 7 || cluster)) cells[nk++] = row[k];
+        ctl_table_row(s, cells);
     }
     ctl_table_print(s);
     printf("\ntokens computed: %llu\n\n", (unsigned long long)r->tokens_computed);
@@ -396,6 +412,7 @@ static void print_prefill(const Hypic__V1__PrefillResponse *r, char *const *file
                   {"fetch hbm", tm->fetch_hbm_ms},
                   {"fetch host", tm->fetch_host_ms},
                   {"fetch nvme", tm->fetch_nvme_ms},
+                  {"fetch remote", tm->fetch_remote_ms},
                   {"prefix restore", tm->prefix_restore_ms},
                   {"forward pass", tm->forward_ms},
                   {"  of it composing", tm->compose_ms},

@@ -93,8 +93,8 @@ static void print_status(const Hypic__V1__HealthResponse *h, const Hypic__V1__St
         if (!s->tiers[i]->present)
             printf("%-4s  absent: %s\n", ctl_tier_name(s->tiers[i]->tier), s->tiers[i]->why_absent);
     if (s->n_workers) { /* the scatter workers (docs/scheduler.md) */
-        static const char *const whdr[] = {"WORKER",  "SOURCE", "STATE",  "IN FLIGHT", "LOAD S",
-                                           "BUILT",   "FAILED", "TOK/S",  "SPEED",     "LAST ERROR"};
+        static const char *const whdr[] = {"WORKER", "SOURCE", "STATE", "IN FLIGHT", "LOAD S",
+                                           "BUILT",  "FAILED", "TOK/S", "SPEED",     "LAST ERROR"};
         ctl_table *w = ctl_table_new(10, whdr);
         for (size_t i = 0; i < s->n_workers; i++) {
             const Hypic__V1__WorkerStats *ws = s->workers[i];
@@ -106,12 +106,34 @@ static void print_status(const Hypic__V1__HealthResponse *h, const Hypic__V1__St
             snprintf(tps, sizeof tps, "%.0f", ws->tokens_per_s);
             snprintf(speed, sizeof speed, "%.2f", ws->speed);
             snprintf(err, sizeof err, "%.79s", ws->last_error[0] ? ws->last_error : "-");
-            const char *row[] = {ws->address, ws->source, ws->up ? "up" : "down", fl, load,
-                                 built,       failed,     tps,   speed,      err};
+            const char *row[] = {
+                ws->address, ws->source, ws->up ? "up" : "down", fl, load, built, failed, tps,
+                speed,       err};
             ctl_table_row(w, row);
         }
         printf("\n");
         ctl_table_print(w);
+    }
+    const Hypic__V1__ClusterStats *cs = s->cluster;
+    if (cs) { /* cluster mode (docs/deploy.md#cluster-mode) */
+        printf("\ncluster: member %s, %s membership, %u replica(s) per entry; the set changed "
+               "%llu time(s), last %.1f s ago\n",
+               cs->self, cs->membership, cs->replicas, (unsigned long long)cs->view_changes,
+               cs->view_age_s);
+        printf("  from owners: %llu hit(s), %llu miss(es); to owners: %llu put(s), %llu failed, "
+               "%llu queued; %llu call(s) passed on, %llu peer error(s)\n",
+               (unsigned long long)cs->remote_hits, (unsigned long long)cs->remote_misses,
+               (unsigned long long)cs->puts_sent, (unsigned long long)cs->puts_failed,
+               (unsigned long long)cs->puts_queued, (unsigned long long)cs->forwarded,
+               (unsigned long long)cs->peer_errors);
+        static const char *const mhdr[] = {"MEMBER", "ADDRESS", ""};
+        ctl_table *m = ctl_table_new(3, mhdr);
+        for (size_t i = 0; i < cs->n_members; i++) {
+            const char *row[] = {cs->members[i]->id, cs->members[i]->address,
+                                 cs->members[i]->self ? "(this one)" : ""};
+            ctl_table_row(m, row);
+        }
+        ctl_table_print(m);
     }
     const Hypic__V1__TransportStats *tp = s->transport;
     if (!tp) return; /* not an admin: the transports are every tenant's */
@@ -380,6 +402,8 @@ static int invalidate(ctl *x, Hypic__V1__InvalidateRequest *rq)
         ctl_json_print(ctl_json_msg(&r->base));
     } else {
         printf("removed %llu\n", (unsigned long long)r->removed);
+        for (size_t i = 0; i < r->n_unreachable; i++) /* cluster mode */
+            printf("member %s did not answer: its entries stay\n", r->unreachable[i]);
     }
     hyc_free(r);
     hyc_close(c);

@@ -45,6 +45,13 @@ const hy_rpc_method *hy_rpc_method_find(const char *path, size_t len)
     return NULL;
 }
 
+const hy_rpc_method *hy_rpc_method_named(const char *name)
+{
+    for (size_t i = 0; i < hy_rpc_method_count; i++)
+        if (strcmp(hy_rpc_methods[i].name, name) == 0) return &hy_rpc_methods[i];
+    return NULL;
+}
+
 int hy_rpc_unpack(const ProtobufCMessageDescriptor *d, const void *buf, size_t len, size_t max,
                   ProtobufCMessage **out, hy_err *err)
 {

@@ -200,6 +200,56 @@ int hyc_prefill_state(hyc *c, hyc_session *s, uint64_t offset, Hypic__V1__Prefil
 int hyc_get_entry_into(hyc *c, hyc_session *s, uint64_t offset, Hypic__V1__GetEntryRequest *rq,
                        Hypic__V1__EntryMeta **meta, hyc_status *st);
 
+/* ---- cluster mode (docs/deploy.md#cluster-mode) ----
+ *
+ * A cluster of hypic-cached members shares the key space: an entry's owners
+ * are the top r members by rendezvous hashing of its key (hy_cluster.h).
+ * Any member answers any call (asking the owners itself), but a client that
+ * knows the set goes straight to them: GetEntry, PutEntry and Lookup by key
+ * to the owners, Prefill to any member, the next one when a member does not
+ * answer. A member that is gone is a miss, never an error. */
+typedef struct hyc_cluster hyc_cluster;
+
+typedef struct hyc_cluster_options {
+    const char *members; /* a static set: "id=host:port,id=host:port,..." */
+    const char *etcd;    /* or etcd's endpoints "host:port,...": the set is the members
+                          * registered there, followed as they join and leave */
+    const char *prefix;  /* etcd's key prefix; NULL: "/hypic/members/" */
+    uint32_t replicas;   /* owners per entry, as the members are configured; 0: 1 */
+    hyc_options client;  /* token, deadline, limits and TLS of every member's connection
+                          * (its target is ignored) */
+} hyc_cluster_options;
+
+/* INVALID_ARGUMENT for a member list that does not parse (naming the item)
+ * or neither members nor etcd; UNAVAILABLE when no etcd endpoint answers. */
+int hyc_cluster_open(const hyc_cluster_options *o, hyc_cluster **out, hyc_status *st);
+void hyc_cluster_close(hyc_cluster *c);
+/* The live set now, by id: how many; ids and addrs (either may be NULL)
+ * filled for the first cap. */
+size_t hyc_cluster_members(hyc_cluster *c, char (*ids)[64], char (*addrs)[256], size_t cap);
+/* key's owners, best first: how many; their ids for the first cap. */
+size_t hyc_cluster_owners(hyc_cluster *c, const uint8_t key[32], char (*ids)[64], size_t cap);
+/* The connection to member id (NULL when it is not in the set): for the
+ * calls that are not routed. Valid until hyc_cluster_close. */
+hyc *hyc_cluster_member(hyc_cluster *c, const char *id);
+/* GetEntry from the key's owners in order: the first that has it. NOT_FOUND
+ * when none has it or none answers. */
+int hyc_cluster_get_entry(hyc_cluster *c, const Hypic__V1__GetEntryRequest *rq,
+                          Hypic__V1__EntryMeta **meta, void **bytes, size_t *n, hyc_status *st);
+/* PutEntry to the first of meta->key's owners that takes it (that member
+ * gives it to the other owners in the background). meta->key is required. */
+int hyc_cluster_put_entry(hyc_cluster *c, const Hypic__V1__EntryMeta *meta, const void *bytes,
+                          size_t n, Hypic__V1__PutEntryResponse **out, hyc_status *st);
+/* Lookup: segments given by key asked of their owners (one call per member,
+ * merged in request order), those given by tokens of any member (which asks
+ * the owners). A member that does not answer leaves its segments misses. */
+int hyc_cluster_lookup(hyc_cluster *c, const Hypic__V1__LookupRequest *rq,
+                       Hypic__V1__LookupResponse **out, hyc_status *st);
+/* Prefill on the members in turn (round-robin); a member that does not
+ * answer (UNAVAILABLE) is skipped for the next, each member tried once. */
+int hyc_cluster_prefill(hyc_cluster *c, const Hypic__V1__PrefillRequest *rq,
+                        Hypic__V1__PrefillResponse **out, hyc_status *st);
+
 /* ---- helpers ---- */
 
 /* Frees any response message a hyc call returned (and EntryMeta from

@@ -39,6 +39,8 @@ extern const size_t hy_rpc_method_count;
 
 /* The method whose gRPC path is path[0..len), or NULL. */
 const hy_rpc_method *hy_rpc_method_find(const char *path, size_t len);
+/* The method called name ("GetEntry"), or NULL. */
+const hy_rpc_method *hy_rpc_method_named(const char *name);
 
 /* Decodes len bytes as a message of descriptor d. HY_ERANGE when len exceeds
  * max (the message is not read), HY_EFORMAT when the bytes are not such a
@@ -92,7 +94,7 @@ typedef struct hy_chunks {
     bool started;
     struct {
         uint64_t lo, hi;
-    } *spans; /* received, sorted, merged */
+    } * spans; /* received, sorted, merged */
     size_t nspans, spans_cap;
     char why[200];
 } hy_chunks;

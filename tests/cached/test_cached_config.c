@@ -158,7 +158,8 @@ static const char *k_full =
     "tenants:\n"
     "  default_quota: 10G\n"
     "  list:\n"
-    "    - {name: alice, token: \"alice-token-0123456789\", quota: 1G, max_in_flight: 8, admin: true}\n"
+    "    - {name: alice, token: \"alice-token-0123456789\", quota: 1G, max_in_flight: 8, admin: "
+    "true}\n"
     "    - name: bob.B-2\n"
     "      token_file: %s/bob.token\n"
     "limits: {max_message: 4K, max_segments: 65536, max_tokens: 16777216, max_top_k: 1024,\n"
@@ -460,12 +461,42 @@ static void test_named_values(void)
     CU_ASSERT_EQUAL(g_a.scatter_spawn_threads, 1); /* the default */
     fails("scatter: {policy: fastest}", HY_EINVAL,
           "key 'scatter.policy': 'fastest' is not lpt or round-robin", NULL);
-    fails("scatter: {workers: [{address: nowhere}]}", HY_EINVAL,
-          "key 'scatter.workers[0].address'", "is not host:port", NULL);
+    fails("scatter: {workers: [{address: nowhere}]}", HY_EINVAL, "key 'scatter.workers[0].address'",
+          "is not host:port", NULL);
     fails("scatter: {workers: [{}]}", HY_EINVAL, "scatter.workers[0]", "address", NULL);
     fails("scatter: {dns: \"no-port\"}", HY_EINVAL, "key 'scatter.dns'", NULL);
     fails("scatter: {spawn: 65}", HY_EINVAL, "scatter.spawn", NULL);
     fails("scatter: {probe_ms: 10}", HY_EINVAL, "scatter.probe_ms", NULL);
+    /* cluster mode */
+    parse_ok("cluster: {id: a, replicas: 2, members: [{id: a, address: \"10.0.0.1:7878\"},\n"
+             "          {id: b, address: \"h2:7878\"}], peer_timeout_ms: 300}\n"
+             "tenants: {list: [{name: t, token: \"t-0123456789abcdef\", replicas: 3}]}",
+             &g_a);
+    CU_ASSERT_EQUAL(g_a.ncluster_members, 2);
+    CU_ASSERT_STRING_EQUAL(g_a.cluster_members[1].address, "h2:7878");
+    CU_ASSERT_EQUAL(g_a.cluster_replicas, 2);
+    CU_ASSERT_EQUAL(g_a.tenants[0].replicas, 3);
+    CU_ASSERT_EQUAL(g_a.cluster_ttl_s, 10); /* the default */
+    parse_ok("cluster: {id: n1, etcd: {endpoints: \"e0:2379,10.0.0.9:2379\", ttl_s: 2}}", &g_a);
+    CU_ASSERT_STRING_EQUAL(g_a.cluster_etcd_prefix, "/hypic/members/");
+    /* one file for every pod of a StatefulSet: the id comes from --cluster-id */
+    parse_ok("cluster: {etcd: {endpoints: \"e0:2379\"}}", &g_a);
+    fails("cluster: {id: \"a b\"}", HY_EINVAL, "key 'cluster.id'", "is not an id", NULL);
+    fails("cluster: {id: a, members: [{id: b, address: \"h:1\"}]}", HY_EINVAL,
+          "key 'cluster.members'", "'a' is not among the 1 members", NULL);
+    fails("cluster: {id: a, members: [{id: a, address: \"h:1\"}, {id: a, address: \"h:2\"}]}",
+          HY_EINVAL, "key 'cluster.members[1].id'", "already", NULL);
+    fails("cluster: {id: a, members: [{id: a, address: nowhere}]}", HY_EINVAL,
+          "key 'cluster.members[0].address'", "is not host:port", NULL);
+    fails("cluster: {id: a, members: [{id: a, address: \"h:1\"}], etcd: {endpoints: \"e:1\"}}",
+          HY_EINVAL, "key 'cluster.members'", "one of the two", NULL);
+    fails("cluster: {id: a, etcd: {endpoints: \"e:1,nope\"}}", HY_EINVAL,
+          "cluster.etcd.endpoints (endpoint 2)", "is not host:port", NULL);
+    fails("cluster: {id: a, etcd: {endpoints: \"e:1\", prefix: hypic}}", HY_EINVAL,
+          "key 'cluster.etcd.prefix'", NULL);
+    fails("cluster: {replicas: 17}", HY_EINVAL, "cluster.replicas", NULL);
+    fails("tenants: {list: [{name: t, token: \"t-0123456789abcdef\", replicas: 17}]}", HY_EINVAL,
+          "tenants.list[0].replicas", NULL);
 }
 
 static void test_unknown_keys(void)
@@ -474,7 +505,9 @@ static void test_unknown_keys(void)
         const char *text, *key, *allowed;
     } k[] = {
         {"lisen: x\n", "'lisen'",
-         "listen, http_listen, tls, models, tiers, pic, executor, tenants, limits, transport, scatter, log"},
+         "listen, http_listen, tls, models, tiers, pic, executor, tenants, limits, transport, "
+         "scatter, "
+         "cluster, log"},
         {"tls: {cart: x}\n", "'tls.cart'", "cert, key"},
         {"tiers: {hots: {}}\n", "'tiers.hots'", "host, nvme, hbm, ttl_s"},
         {"tiers: {host: {size: 1G}}\n", "'tiers.host.size'", "bytes, evict, admit, min_tokens"},

@@ -1,0 +1,445 @@
+/*
+ * Cluster mode against real processes (issue 14): etcd (Debian's
+ * etcd-server, tests/etcd_fixture.h) and hypic-cached members on loopback
+ * ports they pick, registered in etcd under leases of 2 s.
+ *
+ *   - three members: documents warmed through one land on their owners by
+ *     rendezvous hashing (the client computes the same owners), and any
+ *     member answers for any key;
+ *   - a fourth member joins: exactly the keys it now owns move to it (about
+ *     a quarter), and no other key moves;
+ *   - Prefill load through the cluster client while one of the four is
+ *     SIGKILLed: no request fails; the dead member leaves every view once
+ *     its lease expires; its entries are misses, rebuilt onto their new
+ *     owners, and then hits again;
+ *   - a static member list (no etcd) routes the same way.
+ *
+ * Every process started is stopped, also when a check fails (the fixtures'
+ * PDEATHSIG and exit hooks).
+ */
+#include "etcd_fixture.h"
+#include "service_fixture.h"
+#include "test_util.h"
+
+#include <CUnit/Basic.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/stat.h>
+
+#define NDOCS   32
+#define DOC_LEN 48
+#define TTL_S   2
+
+static char g_tmp[128];
+static hy_test_etcd g_etcd;
+static hy_daemon g_node[4];
+static hyc_cluster *g_cl;
+static uint8_t g_keys[NDOCS][32];
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Member n<i+1>, registered in etcd. */
+static int start_member(int i)
+{
+    char dir[200], cfg[1600];
+    snprintf(dir, sizeof dir, "%s/n%d", g_tmp, i + 1);
+    mkdir(dir, 0700);
+    snprintf(cfg, sizeof cfg,
+             "listen: 127.0.0.1:0\n"
+             "http_listen: \"\"\n"
+             "models: [{name: tiny, path: %s/models/tiny}]\n"
+             "tiers: {host: {bytes: 64M}}\n"
+             "executor: {threads: 1}\n"
+             "log: {requests: false}\n"
+             "cluster: {id: n%d, peer_timeout_ms: 2000, etcd: {endpoints: \"%s\", ttl_s: %d}}\n",
+             g_tmp, i + 1, g_etcd.endpoint, TTL_S);
+    return hy_daemon_start(&g_node[i], dir, cfg);
+}
+
+/* The index of member id "n<k>". */
+static int node_of(const char *id)
+{
+    return id[1] - '1';
+}
+
+/* All documents, as one request's segments. */
+static void all_docs(segs *s)
+{
+    memset(s, 0, sizeof *s);
+    for (int d = 0; d < NDOCS; d++) segs_doc(s, d, DOC_LEN);
+}
+
+/* Waits until the cluster client sees n members; the seconds it took, or -1. */
+static double wait_members(hyc_cluster *c, size_t n, double timeout_s)
+{
+    const double t0 = now_s();
+    while (now_s() - t0 < timeout_s) {
+        if (hyc_cluster_members(c, NULL, NULL, 0) == n) return now_s() - t0;
+        usleep(10000);
+    }
+    return -1;
+}
+
+/* The members member i's daemon sees (its Stats), or -1. */
+static int daemon_view(int i)
+{
+    hyc *c = connect_as(&g_node[i], NULL);
+    Hypic__V1__StatsRequest q = HYPIC__V1__STATS_REQUEST__INIT;
+    Hypic__V1__StatsResponse *r = NULL;
+    hyc_status st;
+    int n = -1;
+    if (c && !hyc_stats(c, &q, &r, &st) && r->cluster) n = (int)r->cluster->n_members;
+    hyc_free(r);
+    hyc_close(c);
+    return n;
+}
+
+/* Warm every document through member i: how many were built and how many
+ * were cached already; the keys into g_keys. */
+static int warm_all(int i, int *built, int *cached)
+{
+    segs s;
+    all_docs(&s);
+    hyc *c = connect_as(&g_node[i], NULL);
+    warm_out w;
+    hyc_status st;
+    int rc = warm(c, &s, &w, &st);
+    if (rc) printf("\n  Warm: %s\n", st.msg);
+    hyc_close(c);
+    *built = *cached = 0;
+    for (int d = 0; d < NDOCS && !rc; d++) {
+        *built += w.states[d] == HYPIC__V1__WARM_PROGRESS__STATE__STATE_BUILT;
+        *cached += w.states[d] == HYPIC__V1__WARM_PROGRESS__STATE__STATE_CACHED;
+        memcpy(g_keys[d], w.keys[d], 32);
+    }
+    return rc;
+}
+
+/* Whether key is in member i's own store (Lookup, local_only). */
+static bool held_by(int i, const uint8_t *key)
+{
+    hyc *c = connect_as(&g_node[i], NULL);
+    segs s = {0};
+    segs_key(&s, key);
+    Hypic__V1__LookupRequest rq = HYPIC__V1__LOOKUP_REQUEST__INIT;
+    rq.model = "tiny";
+    rq.n_segments = 1;
+    rq.segments = s.sp;
+    rq.local_only = true;
+    Hypic__V1__LookupResponse *r = NULL;
+    hyc_status st;
+    bool hit = !hyc_lookup(c, &rq, &r, &st) && r->segments[0]->hit;
+    hyc_free(r);
+    hyc_close(c);
+    return hit;
+}
+
+/* The put queues drained on the live members (entries reached their owners). */
+static void wait_puts(void)
+{
+    for (int t = 0; t < 500; t++) {
+        bool idle = true;
+        for (int i = 0; i < 4; i++) {
+            if (g_node[i].pid <= 0) continue;
+            hyc *c = connect_as(&g_node[i], NULL);
+            Hypic__V1__StatsRequest q = HYPIC__V1__STATS_REQUEST__INIT;
+            Hypic__V1__StatsResponse *r = NULL;
+            hyc_status st;
+            if (!hyc_stats(c, &q, &r, &st) && r->cluster && r->cluster->puts_queued) idle = false;
+            hyc_free(r);
+            hyc_close(c);
+        }
+        if (idle) return;
+        usleep(20000);
+    }
+}
+
+static void test_three_members_place_by_owner(void)
+{
+    hyc_cluster_options o = {.etcd = g_etcd.endpoint, .client = {.deadline_ms = 20000}};
+    hyc_status st;
+    CU_ASSERT_EQUAL_FATAL(hyc_cluster_open(&o, &g_cl, &st), 0);
+    CU_ASSERT_FATAL(wait_members(g_cl, 3, 10) >= 0);
+    for (int i = 0; i < 3; i++) CU_ASSERT_EQUAL(daemon_view(i), 3);
+    int built, cached;
+    CU_ASSERT_EQUAL_FATAL(warm_all(0, &built, &cached), 0);
+    CU_ASSERT_EQUAL(built, NDOCS);
+    wait_puts();
+    int per[3] = {0};
+    for (int d = 0; d < NDOCS; d++) {
+        char own[1][64];
+        CU_ASSERT_EQUAL_FATAL(hyc_cluster_owners(g_cl, g_keys[d], own, 1), 1);
+        const int o_i = node_of(own[0]);
+        CU_ASSERT_FATAL(o_i >= 0 && o_i < 3);
+        per[o_i]++;
+        for (int i = 0; i < 3; i++) CU_ASSERT_EQUAL(held_by(i, g_keys[d]), i == o_i);
+        /* straight to the owner, and through any member */
+        Hypic__V1__GetEntryRequest gq = HYPIC__V1__GET_ENTRY_REQUEST__INIT;
+        gq.model = "tiny";
+        gq.key = (ProtobufCBinaryData){32, g_keys[d]};
+        Hypic__V1__EntryMeta *m = NULL;
+        void *b = NULL;
+        size_t n = 0;
+        CU_ASSERT_EQUAL(hyc_cluster_get_entry(g_cl, &gq, &m, &b, &n, &st), 0);
+        hyc_free(m);
+        free(b);
+        hyc *c = connect_as(&g_node[(o_i + 1) % 3], NULL);
+        CU_ASSERT_EQUAL(get_entry(c, g_keys[d], &b, &n, &st), 0);
+        free(b);
+        hyc_close(c);
+    }
+    printf("\n  32 keys over 3 members: %d %d %d\n", per[0], per[1], per[2]);
+    for (int i = 0; i < 3; i++) CU_ASSERT(per[i] > 0);
+    /* a second warm through another member: all cached, wherever they live */
+    CU_ASSERT_EQUAL(warm_all(1, &built, &cached), 0);
+    CU_ASSERT_EQUAL(cached, NDOCS);
+}
+
+typedef struct load {
+    _Atomic bool stop;
+    _Atomic int sent, failed, hits, segs;
+    int seed;
+} load;
+
+static void *load_main(void *arg)
+{
+    load *l = arg;
+    unsigned x = (unsigned)l->seed;
+    while (!atomic_load(&l->stop)) {
+        segs s = {0};
+        for (int k = 0; k < 3; k++) {
+            x = x * 1103515245u + 12345u;
+            segs_doc(&s, (int)((x >> 8) % NDOCS), DOC_LEN);
+        }
+        static uint32_t query[4] = {11, 22, 33, 44};
+        Hypic__V1__PrefillRequest rq = HYPIC__V1__PREFILL_REQUEST__INIT;
+        rq.model = "tiny";
+        rq.n_segments = s.n;
+        rq.segments = s.sp;
+        rq.n_query = 4;
+        rq.query = query;
+        Hypic__V1__PrefillResponse *r = NULL;
+        hyc_status st;
+        atomic_fetch_add(&l->sent, 1);
+        if (hyc_cluster_prefill(g_cl, &rq, &r, &st)) {
+            atomic_fetch_add(&l->failed, 1);
+            printf("\n  Prefill failed: %s %s\n", hyc_code_name(st.code), st.msg);
+        } else {
+            for (size_t i = 0; i < r->n_segments; i++)
+                atomic_fetch_add(&l->hits, r->segments[i]->kind ==
+                                               HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_HIT);
+            atomic_fetch_add(&l->segs, (int)r->n_segments);
+        }
+        hyc_free(r);
+    }
+    return NULL;
+}
+
+static void test_kill_a_member_under_load(void)
+{
+    CU_ASSERT_FATAL(g_cl != NULL);
+    char own[1][64];
+    int lost = 0; /* n2's keys */
+    for (int d = 0; d < NDOCS; d++) {
+        hyc_cluster_owners(g_cl, g_keys[d], own, 1);
+        lost += !strcmp(own[0], "n2");
+    }
+    load l[2] = {{.seed = 1}, {.seed = 2}};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, load_main, &l[i]);
+    usleep(800000);
+    const double t_kill = now_s();
+    hy_daemon_stop_with(&g_node[1], SIGKILL, 5); /* n2: no goodbye, its lease runs out */
+    const double client_s = wait_members(g_cl, 3, TTL_S + 5);
+    double daemons_s = -1;
+    while (now_s() - t_kill < TTL_S + 5 && daemons_s < 0)
+        if (daemon_view(0) == 3 && daemon_view(2) == 3 && daemon_view(3) == 3)
+            daemons_s = now_s() - t_kill;
+        else
+            usleep(20000);
+    usleep(1500000); /* load on the three that are left */
+    for (int i = 0; i < 2; i++) {
+        atomic_store(&l[i].stop, true);
+        pthread_join(th[i], NULL);
+    }
+    const int sent = l[0].sent + l[1].sent, failed = l[0].failed + l[1].failed;
+    printf("\n  %d Prefills, %d failed; n2 gone from the client's view after %.2f s, from the "
+           "members' after %.2f s (lease %d s); n2 owned %d of %d keys\n",
+           sent, failed, client_s, daemons_s, TTL_S, lost, NDOCS);
+    CU_ASSERT(sent > 10);
+    CU_ASSERT_EQUAL(failed, 0);
+    CU_ASSERT(client_s >= 0 && client_s < TTL_S + 3);
+    CU_ASSERT(daemons_s >= 0 && daemons_s < TTL_S + 3);
+    /* n2's entries are misses now, built again onto their new owners; the rest still hits */
+    wait_puts();
+    int built, cached;
+    CU_ASSERT_EQUAL_FATAL(warm_all(0, &built, &cached), 0);
+    /* (the load above may have rebuilt some of them already) */
+    CU_ASSERT(built <= lost);
+    CU_ASSERT_EQUAL(built + cached, NDOCS);
+    wait_puts();
+    CU_ASSERT_EQUAL(warm_all(2, &built, &cached), 0);
+    CU_ASSERT_EQUAL(cached, NDOCS); /* the hit rate has recovered */
+    for (int d = 0; d < NDOCS; d++) {
+        hyc_cluster_owners(g_cl, g_keys[d], own, 1);
+        CU_ASSERT(strcmp(own[0], "n2") != 0);
+        CU_ASSERT(held_by(node_of(own[0]), g_keys[d]));
+    }
+}
+
+static void test_a_fourth_member_joins(void)
+{
+    CU_ASSERT_FATAL(g_cl != NULL);
+    char before[NDOCS][1][64];
+    for (int d = 0; d < NDOCS; d++) hyc_cluster_owners(g_cl, g_keys[d], before[d], 1);
+    CU_ASSERT_EQUAL_FATAL(start_member(3), 0);
+    CU_ASSERT_FATAL(wait_members(g_cl, 4, 5) >= 0);
+    for (int t = 0; t < 200 && (daemon_view(0) != 4 || daemon_view(1) != 4 || daemon_view(2) != 4);
+         t++)
+        usleep(20000);
+    int moved = 0, moved_elsewhere = 0;
+    for (int d = 0; d < NDOCS; d++) {
+        char own[1][64];
+        hyc_cluster_owners(g_cl, g_keys[d], own, 1);
+        if (strcmp(own[0], before[d][0])) {
+            moved++;
+            moved_elsewhere += strcmp(own[0], "n4") != 0;
+        }
+    }
+    /* through n4: a key it owns is built there unless an owner has it (only n4 owns it:
+     * a miss); any other key is asked of its owner, which still has it */
+    int built, cached;
+    CU_ASSERT_EQUAL_FATAL(warm_all(3, &built, &cached), 0);
+    printf("\n  n4 joined: %d of %d keys moved to it (ideal 1/4: %.1f), %d elsewhere; the warm "
+           "pass rebuilt %d\n",
+           moved, NDOCS, NDOCS / 4.0, moved_elsewhere, built);
+    CU_ASSERT_EQUAL(moved_elsewhere, 0); /* no other key moves */
+    CU_ASSERT_EQUAL(built, moved);       /* exactly the moved keys were misses */
+    CU_ASSERT(moved >= NDOCS / 8 && moved <= NDOCS / 2);
+    wait_puts();
+    for (int d = 0; d < NDOCS; d++) {
+        char own[1][64];
+        hyc_cluster_owners(g_cl, g_keys[d], own, 1);
+        if (!strcmp(own[0], "n4")) CU_ASSERT(held_by(3, g_keys[d]));
+    }
+}
+
+static void test_static_members(void)
+{
+    /* s1, s2 on fixed free ports: a static list names addresses up front */
+    int p1 = hy_test_etcd_free_port(), p2 = hy_test_etcd_free_port();
+    while (p2 == p1) p2 = hy_test_etcd_free_port();
+    char members[300];
+    snprintf(members, sizeof members,
+             "{id: s1, address: \"127.0.0.1:%d\"}, {id: s2, address: \"127.0.0.1:%d\"}", p1, p2);
+    hy_daemon s[2];
+    for (int i = 0; i < 2; i++) {
+        char dir[200], cfg[1200];
+        snprintf(dir, sizeof dir, "%s/s%d", g_tmp, i + 1);
+        mkdir(dir, 0700);
+        snprintf(cfg, sizeof cfg,
+                 "listen: 127.0.0.1:%d\nhttp_listen: \"\"\n"
+                 "models: [{name: tiny, path: %s/models/tiny}]\n"
+                 "tiers: {host: {bytes: 64M}}\nexecutor: {threads: 1}\nlog: {requests: false}\n"
+                 "cluster: {id: s%d, members: [%s]}\n",
+                 i ? p2 : p1, g_tmp, i + 1, members);
+        CU_ASSERT_EQUAL_FATAL(hy_daemon_start(&s[i], dir, cfg), 0);
+    }
+    char list[200];
+    snprintf(list, sizeof list, "s1=127.0.0.1:%d,s2=127.0.0.1:%d", p1, p2);
+    hyc_cluster_options o = {.members = list, .client = {.deadline_ms = 20000}};
+    hyc_cluster *cl = NULL;
+    hyc_status st;
+    CU_ASSERT_EQUAL_FATAL(hyc_cluster_open(&o, &cl, &st), 0);
+    CU_ASSERT_EQUAL(hyc_cluster_members(cl, NULL, NULL, 0), 2);
+    segs d;
+    memset(&d, 0, sizeof d);
+    for (int i = 0; i < 8; i++) segs_doc(&d, 100 + i, DOC_LEN);
+    hyc *c1 = connect_as(&s[0], NULL);
+    warm_out w;
+    CU_ASSERT_EQUAL_FATAL(warm(c1, &d, &w, &st), 0);
+    hyc_close(c1);
+    /* Lookup by key through the cluster client: every one a hit, answered by its owner */
+    segs k = {0};
+    for (int i = 0; i < 8; i++) segs_key(&k, w.keys[i]);
+    Hypic__V1__LookupRequest rq = HYPIC__V1__LOOKUP_REQUEST__INIT;
+    rq.model = "tiny";
+    rq.n_segments = k.n;
+    rq.segments = k.sp;
+    for (int t = 0; t < 100; t++) { /* the puts to the other owner are in the background */
+        Hypic__V1__LookupResponse *r = NULL;
+        bool all = !hyc_cluster_lookup(cl, &rq, &r, &st) && r->leading_hits == 8;
+        for (size_t i = 0; all && i < r->n_segments; i++) {
+            char own[1][64];
+            hyc_cluster_owners(cl, w.keys[i], own, 1);
+            all = !strcmp(r->segments[i]->member, own[0]);
+        }
+        hyc_free(r);
+        if (all) break;
+        CU_ASSERT(t < 99);
+        usleep(20000);
+    }
+    /* a put through the cluster client lands on the owner */
+    void *b = NULL;
+    size_t n = 0;
+    Hypic__V1__GetEntryRequest gq = HYPIC__V1__GET_ENTRY_REQUEST__INIT;
+    gq.model = "tiny";
+    gq.key = (ProtobufCBinaryData){32, w.keys[0]};
+    Hypic__V1__EntryMeta *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(hyc_cluster_get_entry(cl, &gq, &m, &b, &n, &st), 0);
+    hyc_free(m);
+    char own[1][64];
+    hyc_cluster_owners(cl, w.keys[0], own, 1);
+    hyc *oc = hyc_cluster_member(cl, own[0]);
+    uint64_t removed;
+    CU_ASSERT_EQUAL(invalidate_key(oc, w.keys[0], &removed, &st), 0);
+    CU_ASSERT_EQUAL(removed, 1);
+    Hypic__V1__EntryMeta pm = HYPIC__V1__ENTRY_META__INIT;
+    pm.model = "tiny";
+    pm.key = (ProtobufCBinaryData){32, w.keys[0]};
+    Hypic__V1__PutEntryResponse *pr = NULL;
+    CU_ASSERT_EQUAL(hyc_cluster_put_entry(cl, &pm, b, n, &pr, &st), 0);
+    if (pr) CU_ASSERT_STRING_EQUAL(pr->member, own[0]);
+    hyc_free(pr);
+    free(b);
+    hyc_cluster_close(cl);
+    for (int i = 0; i < 2; i++) CU_ASSERT(hy_daemon_stop(&s[i]));
+}
+
+int main(void)
+{
+    if (hy_test_mkdtemp("hy_test_cluster_", g_tmp, sizeof g_tmp)) return 1;
+    if (hy_test_etcd_start(&g_etcd)) {
+        hy_test_rmtree(g_tmp);
+        return 1;
+    }
+    int started = 0;
+    while (started < 3 && start_member(started) == 0) started++;
+    int rc = 1;
+    if (started == 3) {
+        static const hy_test_case cases[] = {
+            {"three members: entries on their owners, any member answers",
+             test_three_members_place_by_owner},
+            {"a fourth member joins: only the keys it now owns move", test_a_fourth_member_joins},
+            {"a member SIGKILLed under load: 0 failures, its keys rebuilt elsewhere",
+             test_kill_a_member_under_load},
+            {"a static member list routes the same way", test_static_members},
+            {NULL, NULL},
+        };
+        rc = hy_test_main("cluster", cases);
+    }
+    hyc_cluster_close(g_cl);
+    for (int i = 0; i < 4; i++)
+        if (g_node[i].pid > 0 && !hy_daemon_stop(&g_node[i])) {
+            fprintf(stderr, "member n%d did not stop cleanly on SIGTERM; its log:\n", i + 1);
+            rc = 1;
+        }
+    hy_test_etcd_stop(&g_etcd);
+    hy_test_rmtree(g_tmp);
+    return rc;
+}
