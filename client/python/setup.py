@@ -6,9 +6,12 @@ hypic_pb2.py and .pyi (messages, with type stubs) and hypic_pb2_grpc.py (the
 service). protoc writes the grpc module with an absolute `import hypic_pb2`, which
 works only when _gen/ is on sys.path, so it is rewritten to a relative import.
 
+The same is done for rpc/etcd.proto (etcd_pb2*.py: the slice of etcd's v3 API that
+hypic.Cluster reads its members from), which is found beside hypic.proto.
+
 Where the proto is found, first match: $HYPIC_PROTO; ../../rpc/hypic.proto (a
 checkout: `pip install client/python`); ./hypic.proto (an sdist, which carries a
-copy: see Sdist below). Everything else is in pyproject.toml.
+copy of both: see Sdist below). Everything else is in pyproject.toml.
 """
 
 import os
@@ -21,6 +24,7 @@ from setuptools.command.sdist import sdist
 
 HERE = Path(__file__).resolve().parent
 PROTO_NAME = "hypic.proto"
+ETCD_PROTO_NAME = "etcd.proto"  # beside hypic.proto, wherever that is found
 
 
 def find_proto() -> Path:
@@ -37,12 +41,21 @@ def find_proto() -> Path:
 
 
 def generate_stubs(out_dir: Path) -> None:
-    """Writes hypic_pb2.py, hypic_pb2.pyi and hypic_pb2_grpc.py into out_dir."""
+    """Writes {hypic,etcd}_pb2.py, _pb2.pyi and _pb2_grpc.py into out_dir."""
+    hypic = find_proto()
+    etcd = hypic.parent / ETCD_PROTO_NAME
+    if not etcd.is_file():
+        raise SystemExit(f"hypic: cannot find {ETCD_PROTO_NAME} beside {hypic}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for proto in (hypic, etcd):
+        generate_one(proto, out_dir)
+
+
+def generate_one(proto: Path, out_dir: Path) -> None:
+    """protoc on one proto; its grpc module's import of the messages made relative."""
     import grpc_tools
     from grpc_tools import protoc
 
-    proto = find_proto()
-    out_dir.mkdir(parents=True, exist_ok=True)
     well_known = Path(grpc_tools.__file__).parent / "_proto"
     args = [
         "grpc_tools.protoc",
@@ -56,11 +69,15 @@ def generate_stubs(out_dir: Path) -> None:
     if protoc.main(args) != 0:
         raise SystemExit(f"hypic: grpc_tools.protoc failed on {proto}")
 
-    grpc_py = out_dir / "hypic_pb2_grpc.py"
+    mod = proto.stem + "_pb2"
+    grpc_py = out_dir / f"{mod}_grpc.py"
     text = grpc_py.read_text()
-    fixed, n = re.subn(r"^import hypic_pb2 as ", "from . import hypic_pb2 as ", text, flags=re.MULTILINE)
-    if n != 1:  # protoc changed how it writes the import: fail here, not at import time
-        raise SystemExit(f"hypic: {grpc_py}: expected one 'import hypic_pb2 as', found {n}")
+    fixed, n = re.subn(rf"^import {mod} as ", f"from . import {mod} as ", text, flags=re.MULTILINE)
+    # etcd.proto declares messages only (the client names etcd's methods itself), so its
+    # grpc module imports nothing; a proto with a service imports its messages once
+    want = 1 if "\nservice " in proto.read_text() else 0
+    if n != want:  # protoc changed how it writes the import: fail here, not at import time
+        raise SystemExit(f"hypic: {grpc_py}: expected {want} 'import {mod} as', found {n}")
     grpc_py.write_text(fixed)
 
 
@@ -76,12 +93,13 @@ class BuildPyWithStubs(build_py):
 
 
 class SdistWithProto(sdist):
-    """An sdist carries a copy of the proto, so that it builds away from the checkout."""
+    """An sdist carries a copy of the protos, so that it builds away from the checkout."""
 
     def make_release_tree(self, base_dir: str, files: list[str]) -> None:
         super().make_release_tree(base_dir, files)
-        dst = Path(base_dir) / PROTO_NAME
-        dst.write_bytes(find_proto().read_bytes())
+        proto = find_proto()
+        for name in (PROTO_NAME, ETCD_PROTO_NAME):
+            (Path(base_dir) / name).write_bytes((proto.parent / name).read_bytes())
 
 
 setup(cmdclass={"build_py": BuildPyWithStubs, "sdist": SdistWithProto})

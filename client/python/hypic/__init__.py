@@ -9,12 +9,15 @@ the enums, Segment and Entry (hypic.types) are what the methods take and answer 
 the proto's messages (hypic.pb, generated from rpc/hypic.proto at install); tokenize and
 detokenize are the embedded models' byte tokenizer (hypic.text). Session (hypic.transport)
 is a buffer the daemon delivers states and entries into (Client.session), State
-(hypic.state) a delivered state read in place as numpy views.
+(hypic.state) a delivered state read in place as numpy views. Cluster (hypic.cluster) is a
+client of every member of a cluster, routing each call to the members that own its
+entries.
 """
 
 from ._gen import hypic_pb2 as pb
 from . import cluster
 from .client import Client
+from .cluster import Cluster
 from .errors import HypicError
 from .state import LayerTensor, State
 from .text import detokenize, tokenize
@@ -38,6 +41,7 @@ __version__ = "0.9.0"
 
 __all__ = [
     "Client",
+    "Cluster",
     "Entry",
     "EventKind",
     "HealthStatus",
