@@ -140,5 +140,15 @@ run scatter cold_ttft_s.m1\>0 cold_ttft_s.m2\>0 efficiency_m2\>0 lpt_over_rr_mak
     sim_speedup.m8\>0 sim_speedup.m16\>0 sim_error_m2 cost_model.per_token_s\>0 \
     -- scatter --model "$tmp/tiny" --tokens 2048
 
+# etcd and four members on tiny: QPS on 1-3 members, a join, a SIGKILL, a SIGTERM
+run cluster lookup_qps.n1\>0 prefill_qps.n3\>0 keys_moved_on_join\>0 ideal_moved_on_join\>0 \
+    keys_moved_on_join_random\>0 failed_requests_on_kill view_convergence_ms\>0 \
+    -- cluster --model "$tmp/tiny" --quick
+for d in "$tmp"/hypic-bench-cluster-*; do
+    [ -e "$d" ] || continue
+    fail=$((fail + 1))
+    echo "  FAIL  hypic-bench cluster left $d behind"
+done
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
