@@ -91,19 +91,28 @@ static bool wait_members(bench *b, size_t n, double timeout_s, double *took)
     return false;
 }
 
-/* Members in member i's own view (its Stats), -1 when it does not answer. */
-static int member_view(bench *b, int i)
+/* Member i's cluster section (its Stats): the members in its view and the
+entries in its put queue; false when it does not answer. */
+static bool member_stats(bench *b, int i, int *members, uint64_t *queued)
 {
     hyc_options o = {.target = b->node[i].grpc, .deadline_ms = 2000};
     hyc *c;
     hyc_status st;
-    if (hyc_open(&o, &c, &st)) return -1;
+    if (hyc_open(&o, &c, &st)) return false;
     Hypic__V1__StatsRequest q = HYPIC__V1__STATS_REQUEST__INIT;
     Hypic__V1__StatsResponse *r = NULL;
-    int n = !hyc_stats(c, &q, &r, &st) && r->cluster ? (int)r->cluster->n_members : -1;
+    const bool ok = !hyc_stats(c, &q, &r, &st) && r->cluster;
+    if (ok) *members = (int)r->cluster->n_members, *queued = r->cluster->puts_queued;
     hyc_free(r);
     hyc_close(c);
-    return n;
+    return ok;
+}
+
+static int member_view(bench *b, int i)
+{
+    int n;
+    uint64_t q;
+    return member_stats(b, i, &n, &q) ? n : -1;
 }
 
 /* Until every live member sees n members; false after timeout_s. */
@@ -118,6 +127,21 @@ static bool wait_views(bench *b, int n, double timeout_s)
         usleep(5000);
     }
     return false;
+}
+
+/* Document d as a segment of tokens (into the caller's messages). */
+static void doc_segment(bench *b, int d, Hypic__V1__Tokens *tk, Hypic__V1__Segment *sg,
+                        Hypic__V1__Segment **sp)
+{
+    Hypic__V1__Tokens ti = HYPIC__V1__TOKENS__INIT;
+    *tk = ti;
+    tk->n_ids = DOC_LEN;
+    tk->ids = b->doc[d];
+    Hypic__V1__Segment si = HYPIC__V1__SEGMENT__INIT;
+    *sg = si;
+    sg->ref_case = HYPIC__V1__SEGMENT__REF_TOKENS;
+    sg->tokens = tk;
+    *sp = sg;
 }
 
 /* Warm every document through member i; how many were built. */
@@ -140,17 +164,7 @@ static int warm_all(bench *b, int i, warm_count *w)
 {
     Hypic__V1__Tokens tk[NDOCS];
     Hypic__V1__Segment sg[NDOCS], *sp[NDOCS];
-    for (int d = 0; d < NDOCS; d++) {
-        Hypic__V1__Tokens ti = HYPIC__V1__TOKENS__INIT;
-        tk[d] = ti;
-        tk[d].n_ids = DOC_LEN;
-        tk[d].ids = b->doc[d];
-        Hypic__V1__Segment si = HYPIC__V1__SEGMENT__INIT;
-        sg[d] = si;
-        sg[d].ref_case = HYPIC__V1__SEGMENT__REF_TOKENS;
-        sg[d].tokens = &tk[d];
-        sp[d] = &sg[d];
-    }
+    for (int d = 0; d < NDOCS; d++) doc_segment(b, d, &tk[d], &sg[d], &sp[d]);
     Hypic__V1__WarmRequest rq = HYPIC__V1__WARM_REQUEST__INIT;
     rq.model = MODEL;
     rq.n_segments = NDOCS;
@@ -174,16 +188,9 @@ static void wait_puts(bench *b)
     for (int t = 0; t < 1000; t++) {
         bool idle = true;
         for (int i = 0; i < MEMBERS && idle; i++) {
-            if (b->node[i].pid <= 0) continue;
-            hyc_options o = {.target = b->node[i].grpc, .deadline_ms = 2000};
-            hyc *c;
-            hyc_status st;
-            if (hyc_open(&o, &c, &st)) continue;
-            Hypic__V1__StatsRequest q = HYPIC__V1__STATS_REQUEST__INIT;
-            Hypic__V1__StatsResponse *r = NULL;
-            if (!hyc_stats(c, &q, &r, &st) && r->cluster && r->cluster->puts_queued) idle = false;
-            hyc_free(r);
-            hyc_close(c);
+            int n;
+            uint64_t queued;
+            if (b->node[i].pid > 0 && member_stats(b, i, &n, &queued) && queued) idle = false;
         }
         if (idle) return;
         usleep(10000);
@@ -209,16 +216,7 @@ static void *load_main(void *arg)
         Hypic__V1__Segment sg[PER_REQ], *sp[PER_REQ];
         for (int k = 0; k < PER_REQ; k++) {
             l->seed = l->seed * 1103515245u + 12345u;
-            const int d = (int)((l->seed >> 8) % NDOCS);
-            Hypic__V1__Tokens ti = HYPIC__V1__TOKENS__INIT;
-            tk[k] = ti;
-            tk[k].n_ids = DOC_LEN;
-            tk[k].ids = l->b->doc[d];
-            Hypic__V1__Segment si = HYPIC__V1__SEGMENT__INIT;
-            sg[k] = si;
-            sg[k].ref_case = HYPIC__V1__SEGMENT__REF_TOKENS;
-            sg[k].tokens = &tk[k];
-            sp[k] = &sg[k];
+            doc_segment(l->b, (int)((l->seed >> 8) % NDOCS), &tk[k], &sg[k], &sp[k]);
         }
         hyc_status st;
         int rc;

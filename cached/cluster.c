@@ -5,6 +5,7 @@
  */
 #include "cluster_internal.h"
 #include "hy_membership.h"
+#include "hypic_client.h"
 
 #include <cjson/cJSON.h>
 #include <stddef.h>
@@ -18,6 +19,8 @@
 #define PUT_TRIES       10             /* then the entry is given up (puts_failed) */
 #define PUT_BACKOFF_MAX 3.0            /* seconds between tries, at most */
 #define PEER_CHUNK      (1u << 20)     /* bytes per PutEntry chunk */
+#define PEER_SESSIONS   4              /* transport sessions to a member per tenant, at most */
+#define TP_RETRY_S      5.0            /* a session that failed to open: streams this long */
 
 /* An entry on its way to its owners. */
 typedef struct put_item {
@@ -51,6 +54,7 @@ typedef struct svc_cluster {
     pthread_t putter;
     bool putter_started;
     _Atomic uint64_t remote_hits, remote_misses, peer_errors, puts_sent, puts_failed, forwarded;
+    _Atomic uint64_t via_transport; /* remote hits delivered through a transport session */
 } svc_cluster;
 
 static svc_cluster *cl_of(hy_svc *s)
@@ -60,9 +64,28 @@ static svc_cluster *cl_of(hy_svc *s)
 
 /* --- views --------------------------------------------------------------------------- */
 
+/* A transport session to a peer, for one tenant (sessions are a tenant's):
+ * GetEntry delivers an entry into its buffer over shm, TCP or RDMA — the
+ * data plane's transports — instead of gRPC chunks. */
+typedef struct peer_tp {
+    char tenant[HY_TENANT_MAX];
+    hyc *c;
+    hyc_session *s;
+    bool busy;
+    struct peer_tp *next;
+} peer_tp;
+
 static void peer_put(svc_peer *p)
 {
     if (!p || atomic_fetch_sub(&p->refs, 1) != 1) return;
+    while (p->tps) {
+        peer_tp *t = p->tps;
+        p->tps = t->next;
+        hyc_session_close(t->s);
+        hyc_close(t->c);
+        free(t);
+    }
+    pthread_mutex_destroy(&p->tp_mu);
     hy_rpc_client_close(p->cl);
     free(p);
 }
@@ -122,10 +145,12 @@ static void view_set(svc_cluster *c, const char *const *ids, const char *const *
             snprintf(p->address, sizeof p->address, "%s", addrs[i]);
             p->self = !strcmp(ids[i], c->self);
             atomic_init(&p->refs, 1);
+            pthread_mutex_init(&p->tp_mu, NULL);
             hy_err e = {0};
             if (!p->self && hy_rpc_client_open(addrs[i], c->s->cfg.max_message, &p->cl, &e)) {
                 hy_log(HY_LOG_WARN, "cluster: member %s at %s: %s (taken as absent)", ids[i],
                        addrs[i], e.msg);
+                pthread_mutex_destroy(&p->tp_mu);
                 free(p);
                 p = NULL;
             }
@@ -210,6 +235,110 @@ static int on_chunk(void *ctx, const ProtobufCMessage *msg)
     return 0;
 }
 
+/* A free session to p for tenant, opened when there are fewer than
+ * PEER_SESSIONS (NULL: none free, or sessions are off or failing: the
+ * caller streams). Give it back with tp_release. */
+static peer_tp *tp_acquire(hy_svc *s, svc_peer *p, const char *tenant, const char *token)
+{
+    if (!s->cfg.cluster_transport_bytes) return NULL;
+    pthread_mutex_lock(&p->tp_mu);
+    int n = 0;
+    peer_tp *t = NULL;
+    for (peer_tp *x = p->tps; x && !t; x = x->next)
+        if (!strcmp(x->tenant, tenant)) {
+            n++;
+            if (!x->busy) t = x;
+        }
+    if (t || n >= PEER_SESSIONS || hy_now_s() < p->tp_off_until) {
+        if (t) t->busy = true;
+        pthread_mutex_unlock(&p->tp_mu);
+        return t;
+    }
+    pthread_mutex_unlock(&p->tp_mu);
+    /* a new one: OpenTransport offers RDMA (with a device), shm (same host), TCP */
+    if (!(t = calloc(1, sizeof *t))) return NULL;
+    snprintf(t->tenant, sizeof t->tenant, "%s", tenant);
+    hyc_options o = {.target = p->address,
+                     .token = token,
+                     .deadline_ms = s->cfg.cluster_peer_timeout_ms,
+                     .max_message = s->cfg.max_message};
+    hyc_status st;
+    if (hyc_open(&o, &t->c, &st) ||
+        hyc_session_open(t->c, NULL, s->cfg.cluster_transport_bytes, &t->s, &st)) {
+        hy_log(HY_LOG_WARN,
+               "cluster: no transport session to %s (%s): %s; entries come over gRPC for %.0f s",
+               p->id, p->address, st.msg, TP_RETRY_S);
+        hyc_close(t->c);
+        free(t);
+        pthread_mutex_lock(&p->tp_mu);
+        p->tp_off_until = hy_now_s() + TP_RETRY_S;
+        pthread_mutex_unlock(&p->tp_mu);
+        return NULL;
+    }
+    hy_log(HY_LOG_INFO, "cluster: a %s session to %s for tenant '%s' (%llu bytes)",
+           hyc_session_kind(t->s), p->id, tenant,
+           (unsigned long long)s->cfg.cluster_transport_bytes);
+    t->busy = true;
+    pthread_mutex_lock(&p->tp_mu);
+    t->next = p->tps;
+    p->tps = t;
+    pthread_mutex_unlock(&p->tp_mu);
+    return t;
+}
+
+/* Gives t back; broken: the session failed (the peer restarted, ...), so it
+ * is closed and dropped. */
+static void tp_release(svc_peer *p, peer_tp *t, bool broken)
+{
+    pthread_mutex_lock(&p->tp_mu);
+    if (broken)
+        for (peer_tp **x = &p->tps; *x; x = &(*x)->next)
+            if (*x == t) {
+                *x = t->next;
+                break;
+            }
+    t->busy = false;
+    pthread_mutex_unlock(&p->tp_mu);
+    if (broken) {
+        hyc_session_close(t->s);
+        hyc_close(t->c);
+        free(t);
+    }
+}
+
+/* GetEntry from p into a transport session: HY_OK with the bytes copied out
+ * (64-byte aligned), HY_ENOTFOUND when p does not have it, HY_EAGAIN when
+ * the session could not be used (the caller streams). */
+static int fetch_by_session(hy_svc *s, svc_peer *p, Hypic__V1__GetEntryRequest *q,
+                            const char *token, void **buf, size_t *len)
+{
+    peer_tp *t = tp_acquire(s, p, q->tenant, token);
+    if (!t) return HY_EAGAIN;
+    Hypic__V1__EntryMeta *meta = NULL;
+    hyc_status st;
+    int rc = hyc_get_entry_into(t->c, t->s, 0, q, &meta, &st);
+    q->transport_session = 0; /* the request may be streamed next */
+    q->offset = 0;
+    if (rc == HYC_OK && meta->bytes <= hyc_session_capacity(t->s)) {
+        void *al = NULL;
+        if (posix_memalign(&al, 64, meta->bytes ? meta->bytes : 1) == 0) {
+            memcpy(al, hyc_session_buffer(t->s), meta->bytes);
+            *buf = al;
+            *len = meta->bytes;
+        }
+        hyc_free(meta);
+        tp_release(p, t, false);
+        return al ? HY_OK : HY_ENOMEM;
+    }
+    hyc_free(meta);
+    /* NOT_FOUND: a miss; an entry larger than the buffer: streamed; a session
+     * the peer no longer knows, or a transfer that failed: dropped */
+    tp_release(p, t,
+               rc != HYC_NOT_FOUND && rc != HYC_RESOURCE_EXHAUSTED && rc != HYC_OK &&
+                   rc != HYC_INVALID_ARGUMENT);
+    return rc == HYC_NOT_FOUND ? HY_ENOTFOUND : HY_EAGAIN;
+}
+
 int svc_cluster_fetch(hy_svc *s, svc_view *v, svc_model *sm, const char *tenant, const hy_key *k,
                       void **buf, size_t *len, char member[HY_MEMBER_ID_MAX], hy_err *err)
 {
@@ -226,6 +355,18 @@ int svc_cluster_fetch(hy_svc *s, svc_view *v, svc_model *sm, const char *tenant,
         q.tenant = (char *)tenant;
         q.key = (ProtobufCBinaryData){HY_KEY_BYTES, (uint8_t *)k->b};
         q.local_only = true;
+        const int trc = fetch_by_session(s, own[i], &q, token, buf, len);
+        if (trc == HY_OK) {
+            snprintf(member, HY_MEMBER_ID_MAX, "%s", own[i]->id);
+            atomic_fetch_add(&c->remote_hits, 1);
+            atomic_fetch_add(&c->via_transport, 1);
+            return HY_OK;
+        }
+        if (trc == HY_ENOMEM) return hy_err_set(err, HY_ENOMEM, "out of memory");
+        if (trc == HY_ENOTFOUND) {
+            atomic_fetch_add(&c->remote_misses, 1);
+            continue;
+        }
         fetch_ctx f = {.ch = {.max = s->cfg.max_entry_bytes}};
         hy_rpc_status st;
         hy_err e = {0};
@@ -765,6 +906,7 @@ void svc_cluster_stats(hy_svc *s, svc_cluster_pb *o)
     o->pb.puts_sent = atomic_load(&c->puts_sent);
     o->pb.puts_failed = atomic_load(&c->puts_failed);
     o->pb.forwarded = atomic_load(&c->forwarded);
+    o->pb.remote_via_transport = atomic_load(&c->via_transport);
 }
 
 void svc_cluster_stats_free(svc_cluster_pb *o)
@@ -790,6 +932,9 @@ void svc_cluster_metrics(hy_svc *s, hy_strbuf *b)
          offsetof(Hypic__V1__ClusterStats, view_changes)},
         {"hypic_cluster_remote_hits_total", "counter", "Entries fetched from their owners",
          offsetof(Hypic__V1__ClusterStats, remote_hits)},
+        {"hypic_cluster_remote_via_transport_total", "counter",
+         "Of the entries fetched from owners, those delivered through a transport session",
+         offsetof(Hypic__V1__ClusterStats, remote_via_transport)},
         {"hypic_cluster_remote_misses_total", "counter", "Owners asked that did not have the entry",
          offsetof(Hypic__V1__ClusterStats, remote_misses)},
         {"hypic_cluster_peer_errors_total", "counter",

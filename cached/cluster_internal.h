@@ -28,6 +28,11 @@ typedef struct svc_peer {
     bool self;
     hy_rpc_client *cl; /* NULL for self */
     _Atomic int refs;  /* views holding it */
+    /* transport sessions to it (cluster.transport_bytes), per tenant: what
+     * GetEntry delivers entries into (cluster.c) */
+    pthread_mutex_t tp_mu;
+    struct peer_tp *tps;
+    double tp_off_until; /* hy_now_s: after a session failed to open, streams until then */
 } svc_peer;
 
 typedef struct svc_view {

@@ -174,6 +174,7 @@ static const opt k_opts[] = {
     STRING("cluster.etcd.prefix", cluster_etcd_prefix, "/hypic/members/"),
     NUMBER("cluster.etcd.ttl_s", OPT_U32, cluster_ttl_s, 1, 3600, "10"),
     NUMBER("cluster.peer_timeout_ms", OPT_U32, cluster_peer_timeout_ms, 1, 600000, "2000"),
+    NUMBER("cluster.transport_bytes", OPT_SIZE, cluster_transport_bytes, 0, 16 * GIB, "64M"),
     NAMED("log.level", OPT_LEVEL, log_level, "info"),
     NAMED("log.requests", OPT_BOOL, log_requests, "true"),
 };

@@ -187,6 +187,9 @@ typedef struct hy_cached_config {
                                                     * "/hypic/members/" */
     uint32_t cluster_ttl_s;                        /* cluster.etcd.ttl_s 1..3600: the lease, default
                                                     * 10 */
+    uint64_t cluster_transport_bytes;          /* cluster.transport_bytes 0..16G, default 64M: the
+                                                * buffer of a transport session to a member
+                                                * (entries fetched into it); 0: gRPC streams */
     uint32_t cluster_peer_timeout_ms; /* cluster.peer_timeout_ms 1..600000, default 2000:
                                        * one call to a peer */
 

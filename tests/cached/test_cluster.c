@@ -43,22 +43,34 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-/* Member n<i+1>, registered in etcd. */
-static int start_member(int i)
+/* A member called name, listening on port (0: any), with `cluster` (its
+YAML mapping), started into *d. */
+static int member_start(hy_daemon *d, const char *name, int port, const char *cluster)
 {
     char dir[200], cfg[1600];
-    snprintf(dir, sizeof dir, "%s/n%d", g_tmp, i + 1);
+    snprintf(dir, sizeof dir, "%s/%s", g_tmp, name);
     mkdir(dir, 0700);
     snprintf(cfg, sizeof cfg,
-             "listen: 127.0.0.1:0\n"
+             "listen: 127.0.0.1:%d\n"
              "http_listen: \"\"\n"
              "models: [{name: tiny, path: %s/models/tiny}]\n"
              "tiers: {host: {bytes: 64M}}\n"
              "executor: {threads: 1}\n"
              "log: {requests: false}\n"
-             "cluster: {id: n%d, peer_timeout_ms: 2000, etcd: {endpoints: \"%s\", ttl_s: %d}}\n",
-             g_tmp, i + 1, g_etcd.endpoint, TTL_S);
-    return hy_daemon_start(&g_node[i], dir, cfg);
+             "cluster: %s\n",
+             port, g_tmp, cluster);
+    return hy_daemon_start(d, dir, cfg);
+}
+
+/* Member n<i+1>, registered in etcd. */
+static int start_member(int i)
+{
+    char name[8], cluster[300];
+    snprintf(name, sizeof name, "n%d", i + 1);
+    snprintf(cluster, sizeof cluster,
+             "{id: %s, peer_timeout_ms: 2000, etcd: {endpoints: \"%s\", ttl_s: %d}}", name,
+             g_etcd.endpoint, TTL_S);
+    return member_start(&g_node[i], name, 0, cluster);
 }
 
 /* The index of member id "n<k>". */
@@ -85,18 +97,38 @@ static double wait_members(hyc_cluster *c, size_t n, double timeout_s)
     return -1;
 }
 
-/* The members member i's daemon sees (its Stats), or -1. */
-static int daemon_view(int i)
+/* Member i's cluster section (its Stats): the members in its view, the
+ * entries in its put queue, the entries it fetched from owners through a
+ * transport session. False when it does not answer. */
+static bool member_stats_ex(int i, int *members, uint64_t *queued, uint64_t *via)
 {
     hyc *c = connect_as(&g_node[i], NULL);
     Hypic__V1__StatsRequest q = HYPIC__V1__STATS_REQUEST__INIT;
     Hypic__V1__StatsResponse *r = NULL;
     hyc_status st;
-    int n = -1;
-    if (c && !hyc_stats(c, &q, &r, &st) && r->cluster) n = (int)r->cluster->n_members;
+    const bool ok = c && !hyc_stats(c, &q, &r, &st) && r->cluster;
+    if (ok) {
+        *members = (int)r->cluster->n_members;
+        *queued = r->cluster->puts_queued;
+        *via = r->cluster->remote_via_transport;
+    }
     hyc_free(r);
     hyc_close(c);
-    return n;
+    return ok;
+}
+
+static bool member_stats(int i, int *members, uint64_t *queued)
+{
+    uint64_t via;
+    return member_stats_ex(i, members, queued, &via);
+}
+
+/* The members member i sees, or -1. */
+static int daemon_view(int i)
+{
+    int n;
+    uint64_t q;
+    return member_stats(i, &n, &q) ? n : -1;
 }
 
 /* Warm every document through member i: how many were built and how many
@@ -145,14 +177,9 @@ static void wait_puts(void)
     for (int t = 0; t < 500; t++) {
         bool idle = true;
         for (int i = 0; i < 4; i++) {
-            if (g_node[i].pid <= 0) continue;
-            hyc *c = connect_as(&g_node[i], NULL);
-            Hypic__V1__StatsRequest q = HYPIC__V1__STATS_REQUEST__INIT;
-            Hypic__V1__StatsResponse *r = NULL;
-            hyc_status st;
-            if (!hyc_stats(c, &q, &r, &st) && r->cluster && r->cluster->puts_queued) idle = false;
-            hyc_free(r);
-            hyc_close(c);
+            int n;
+            uint64_t queued;
+            if (g_node[i].pid > 0 && member_stats(i, &n, &queued) && queued) idle = false;
         }
         if (idle) return;
         usleep(20000);
@@ -193,7 +220,17 @@ static void test_three_members_place_by_owner(void)
         free(b);
         hyc_close(c);
     }
-    printf("\n  32 keys over 3 members: %d %d %d\n", per[0], per[1], per[2]);
+    /* the members that fetched from owners did it through transport sessions (shm here) */
+    uint64_t via = 0;
+    for (int i = 0; i < 3; i++) {
+        int n;
+        uint64_t q, v = 0;
+        member_stats_ex(i, &n, &q, &v);
+        via += v;
+    }
+    printf("\n  32 keys over 3 members: %d %d %d; %llu fetched through transport sessions\n",
+           per[0], per[1], per[2], (unsigned long long)via);
+    CU_ASSERT(via >= NDOCS); /* each key once through a member that is not its owner */
     for (int i = 0; i < 3; i++) CU_ASSERT(per[i] > 0);
     /* a second warm through another member: all cached, wherever they live */
     CU_ASSERT_EQUAL(warm_all(1, &built, &cached), 0);
@@ -339,16 +376,10 @@ static void test_static_members(void)
              "{id: s1, address: \"127.0.0.1:%d\"}, {id: s2, address: \"127.0.0.1:%d\"}", p1, p2);
     hy_daemon s[2];
     for (int i = 0; i < 2; i++) {
-        char dir[200], cfg[1200];
-        snprintf(dir, sizeof dir, "%s/s%d", g_tmp, i + 1);
-        mkdir(dir, 0700);
-        snprintf(cfg, sizeof cfg,
-                 "listen: 127.0.0.1:%d\nhttp_listen: \"\"\n"
-                 "models: [{name: tiny, path: %s/models/tiny}]\n"
-                 "tiers: {host: {bytes: 64M}}\nexecutor: {threads: 1}\nlog: {requests: false}\n"
-                 "cluster: {id: s%d, members: [%s]}\n",
-                 i ? p2 : p1, g_tmp, i + 1, members);
-        CU_ASSERT_EQUAL_FATAL(hy_daemon_start(&s[i], dir, cfg), 0);
+        char name[8], cluster[400];
+        snprintf(name, sizeof name, "s%d", i + 1);
+        snprintf(cluster, sizeof cluster, "{id: %s, members: [%s]}", name, members);
+        CU_ASSERT_EQUAL_FATAL(member_start(&s[i], name, i ? p2 : p1, cluster), 0);
     }
     char list[200];
     snprintf(list, sizeof list, "s1=127.0.0.1:%d,s2=127.0.0.1:%d", p1, p2);
