@@ -27,15 +27,7 @@ static hy_rpc_handler g_handlers[16];
 
 static const hy_rpc_method *method(const char *name)
 {
-    for (size_t i = 0; i < hy_rpc_method_count; i++)
-        if (strcmp(hy_rpc_methods[i].name, name) == 0) return &hy_rpc_methods[i];
-    return NULL;
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
+    return hy_rpc_method_named(name);
 }
 
 /* ---- the scripted server ---- */
@@ -63,7 +55,7 @@ static void h_lookup(void *app, hy_rpc_call *c, const ProtobufCMessage *req)
         hy_rpc_call_finish(c, HY_RPC_NOT_FOUND, "segments[0]: no such entry");
         return;
     }
-    sleep_ms(300);
+    hy_test_sleep_ms(300);
     Hypic__V1__SegmentStatus s = HYPIC__V1__SEGMENT_STATUS__INIT;
     Hypic__V1__SegmentStatus *ps = &s;
     s.tokens = 42;
@@ -224,7 +216,7 @@ static void stream_until_gone(hy_rpc_call *c, bool warm)
             break;
         }
         g_stream_sent++;
-        sleep_ms(2);
+        hy_test_sleep_ms(2);
     }
     hy_rpc_call_finish(c, HY_RPC_OK, NULL);
     g_stream_done = 1;
@@ -470,7 +462,7 @@ static int on_event(void *ctx, const Hypic__V1__WatchEvent *e)
 
 static void wait_stream_done(void)
 {
-    for (int i = 0; i < 500 && !g_stream_done; i++) sleep_ms(10);
+    for (int i = 0; i < 500 && !g_stream_done; i++) hy_test_sleep_ms(10);
     CU_ASSERT_FATAL(g_stream_done);
 }
 

@@ -28,20 +28,6 @@
 #include <time.h>
 #include <unistd.h>
 
-
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 /* What the server's handlers saw, under mu; cv is signalled when ran or done
  * grows. One call at a time: each test resets it and waits for its handler
  * to end before the next. */
@@ -122,14 +108,14 @@ static void h_wait(void *app, hy_rpc_call *c, const ProtobufCMessage *req)
         hy_rpc_call_send(c, &ev.base, NULL);
     }
     rec_bump(&g_rec.ran);
-    const long long t0 = now_ms();
+    const long long t0 = hy_test_now_ms();
     long long waited = -1;
-    while (now_ms() - t0 < 10000) {
+    while (hy_test_now_ms() - t0 < 10000) {
         if (hy_rpc_call_cancelled(c)) {
-            waited = now_ms() - t0;
+            waited = hy_test_now_ms() - t0;
             break;
         }
-        sleep_ms(5);
+        hy_test_sleep_ms(5);
     }
     const bool still = hy_rpc_call_cancelled(c);
     /* Past the deadline, say so: this status can reach the client before its
@@ -198,7 +184,6 @@ static void h_warm(void *app, hy_rpc_call *c, const ProtobufCMessage *req)
     finish_recorded(c);
 }
 
-
 static int on_count(void *ctx, const ProtobufCMessage *m)
 {
     (void)m;
@@ -218,8 +203,8 @@ static void *fire_later(void *arg)
 {
     firer *f = arg;
     rec_wait(&g_rec.ran, 1, 5000);
-    sleep_ms(200);
-    f->fired_at = now_ms();
+    hy_test_sleep_ms(200);
+    f->fired_at = hy_test_now_ms();
     hy_rpc_cancel_fire(f->h);
     hy_rpc_cancel_fire(f->h);
     return NULL;
@@ -238,7 +223,7 @@ static void fire_during(const char *name, const ProtobufCMessage *req, int want_
     hy_rpc_status st = {0};
     int n = 0;
     int rc = hy_rpc_client_call_ex(g_cl, method(name), req, NULL, 10000, h, on_count, &n, &st, &e);
-    const long long returned = now_ms();
+    const long long returned = hy_test_now_ms();
     pthread_join(t, NULL);
     CU_ASSERT_EQUAL(rc, HY_OK);
     CU_ASSERT_EQUAL(st.code, HY_RPC_CANCELLED);
@@ -276,12 +261,12 @@ static void test_deadline_passes(void)
     Hypic__V1__LookupRequest req = HYPIC__V1__LOOKUP_REQUEST__INIT;
     hy_rpc_status st = {0};
     hy_err e = {0};
-    const long long t0 = now_ms();
+    const long long t0 = hy_test_now_ms();
     CU_ASSERT_EQUAL(
         hy_rpc_client_call(g_cl, method("Lookup"), &req.base, NULL, 300, NULL, NULL, &st, &e),
         HY_OK);
     CU_ASSERT_EQUAL(st.code, HY_RPC_DEADLINE_EXCEEDED);
-    CU_ASSERT(now_ms() - t0 < 2000);
+    CU_ASSERT(hy_test_now_ms() - t0 < 2000);
     CU_ASSERT_FATAL(rec_wait(&g_rec.done, 1, 5000));
     CU_ASSERT(g_rec.waited_ms >= 200); /* not before the deadline */
     CU_ASSERT(g_rec.waited_ms < 1500);
@@ -296,7 +281,7 @@ static void test_deadline_passes(void)
 static void *exit_later(void *arg)
 {
     (void)arg;
-    sleep_ms(200);
+    hy_test_sleep_ms(200);
     _exit(0);
 }
 
@@ -329,14 +314,14 @@ static void client_goes(const char *mode)
     bool ran = rec_wait(&g_rec.ran, 1, 5000);
     CU_ASSERT(ran);
     if (strcmp(mode, "kill") == 0) {
-        sleep_ms(200);
+        hy_test_sleep_ms(200);
         kill(pid, SIGKILL);
     }
     int status = 0;
     pid_t got = 0;
     for (int i = 0; i < 500 && got == 0; i++) { /* bounded: 5 s */
         got = waitpid(pid, &status, WNOHANG);
-        if (got == 0) sleep_ms(10);
+        if (got == 0) hy_test_sleep_ms(10);
     }
     if (got == 0) { /* still there: the test fails, but leaves no process behind */
         kill(pid, SIGKILL);
@@ -434,7 +419,7 @@ static void test_fired_before(void)
         CU_ASSERT_EQUAL(n, 0);
     }
     hy_rpc_cancel_free(h);
-    sleep_ms(200); /* a request that had left would have reached the handler by now */
+    hy_test_sleep_ms(200); /* a request that had left would have reached the handler by now */
     CU_ASSERT_EQUAL(rec_get(&g_rec.ran), 0);
 
     /* the same call without the handle does reach it */

@@ -30,19 +30,6 @@
 
 static hy_test_etcd g_etcd;
 
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 static hy_etcd *open_client(void)
 {
     const char *ep[] = {g_etcd.endpoint};
@@ -107,16 +94,16 @@ static void test_lease_expires(void)
     int64_t id = 0, ttl = 0;
     CU_ASSERT_FATAL(hy_etcd_lease_grant(e, 1, &id, &ttl, &err) == 0);
     CU_ASSERT(id != 0 && ttl >= 1);
-    long long t0 = now_ms();
+    long long t0 = hy_test_now_ms();
     CU_ASSERT_FATAL(hy_etcd_put(e, "/t/lease/x", "v", 1, id, &err) == 0);
     CU_ASSERT(key_exists(e, "/t/lease/x"));
     long long gone_ms = -1;
-    while (now_ms() - t0 < 5000) {
+    while (hy_test_now_ms() - t0 < 5000) {
         if (!key_exists(e, "/t/lease/x")) {
-            gone_ms = now_ms() - t0;
+            gone_ms = hy_test_now_ms() - t0;
             break;
         }
-        sleep_ms(50);
+        hy_test_sleep_ms(50);
     }
     printf("\n    lease of %lld s: key gone after %lld ms ", (long long)ttl, gone_ms);
     CU_ASSERT(gone_ms >= 500 && gone_ms < ttl * 1000 + 2000);
@@ -134,10 +121,10 @@ static void test_lease_kept_alive(void)
     int64_t id = 0, ttl = 0;
     CU_ASSERT_FATAL(hy_etcd_lease_grant(e, 1, &id, &ttl, &err) == 0);
     CU_ASSERT_FATAL(hy_etcd_put(e, "/t/alive/x", "v", 1, id, &err) == 0);
-    long long t0 = now_ms();
+    long long t0 = hy_test_now_ms();
     int renewals = 0;
-    while (now_ms() - t0 < 3 * ttl * 1000) {
-        sleep_ms(250);
+    while (hy_test_now_ms() - t0 < 3 * ttl * 1000) {
+        hy_test_sleep_ms(250);
         int64_t left = 0;
         int rc = hy_etcd_lease_keepalive(e, id, &left, &err);
         if (rc) fprintf(stderr, "keepalive: %s\n", err.msg);
@@ -190,11 +177,11 @@ static void on_events(void *ctx, bool ok, const hy_etcd_event *ev, size_t n, int
 
 static bool seen_wait(seen *s, int want, long timeout_ms)
 {
-    long long until = now_ms() + timeout_ms;
+    long long until = hy_test_now_ms() + timeout_ms;
     pthread_mutex_lock(&s->mu);
-    while (s->n < want && now_ms() < until) {
+    while (s->n < want && hy_test_now_ms() < until) {
         pthread_mutex_unlock(&s->mu);
-        sleep_ms(10);
+        hy_test_sleep_ms(10);
         pthread_mutex_lock(&s->mu);
     }
     bool ok = s->n >= want;
@@ -226,13 +213,13 @@ static void test_watch_order(void)
     /* The call was half-closed when the watch was created: what follows
      * arrives only if etcd keeps a half-closed watch stream going. Wait a
      * little first, so that is not just a race with etcd seeing the close. */
-    sleep_ms(300);
+    hy_test_sleep_ms(300);
     CU_ASSERT(hy_etcd_put(e, "/t/w/a", "1", 1, 0, &err) == 0);
     CU_ASSERT(hy_etcd_put(e, "/t/wx", "outside", 7, 0, &err) == 0);
     CU_ASSERT(hy_etcd_put(e, "/t/w/b", "2", 1, 0, &err) == 0);
     CU_ASSERT(hy_etcd_delete(e, "/t/w/a", &err) == 0);
     CU_ASSERT(seen_wait(&s, 3, 3000));
-    sleep_ms(100); /* nothing more may come (the key outside the prefix) */
+    hy_test_sleep_ms(100); /* nothing more may come (the key outside the prefix) */
     hy_etcd_watch_stop(w);
     check_put_put_delete(&s);
     CU_ASSERT(!s.broken); /* a stop is not a break */
@@ -242,7 +229,7 @@ static void test_watch_order(void)
     seen_init(&r);
     CU_ASSERT_FATAL(hy_etcd_watch_start(e, "/t/w/", s.rev[0], on_events, &r, &w, &err) == 0);
     CU_ASSERT(seen_wait(&r, 3, 3000));
-    sleep_ms(100);
+    hy_test_sleep_ms(100);
     hy_etcd_watch_stop(w);
     check_put_put_delete(&r);
     hy_etcd_close(e);
@@ -306,14 +293,14 @@ static bool rec_saw(rec *r, const char *ids)
 /* Milliseconds until r's set reads ids (-1: not within timeout_ms). */
 static long long rec_wait(rec *r, const char *ids, long timeout_ms)
 {
-    long long t0 = now_ms();
+    long long t0 = hy_test_now_ms();
     for (;;) {
         pthread_mutex_lock(&r->mu);
         bool ok = strcmp(r->ids, ids) == 0;
         pthread_mutex_unlock(&r->mu);
-        if (ok) return now_ms() - t0;
-        if (now_ms() - t0 > timeout_ms) return -1;
-        sleep_ms(5);
+        if (ok) return hy_test_now_ms() - t0;
+        if (hy_test_now_ms() - t0 > timeout_ms) return -1;
+        hy_test_sleep_ms(5);
     }
 }
 
@@ -354,10 +341,10 @@ static void test_membership_stop_and_abandon(void)
     CU_ASSERT(rec_wait(&ra, "a,b", 2000) >= 0);
 
     /* stop: a revokes its lease, the others see it leave at once */
-    long long t0 = now_ms();
+    long long t0 = hy_test_now_ms();
     hy_membership_stop(a);
-    long long tb = rec_wait(&rb, "b", 2000) >= 0 ? now_ms() - t0 : -1;
-    long long tc = rec_wait(&rc, "b", 2000) >= 0 ? now_ms() - t0 : -1;
+    long long tb = rec_wait(&rb, "b", 2000) >= 0 ? hy_test_now_ms() - t0 : -1;
+    long long tc = rec_wait(&rc, "b", 2000) >= 0 ? hy_test_now_ms() - t0 : -1;
     printf("\n    stopped member gone after %lld ms (member), %lld ms (watcher) ", tb, tc);
     CU_ASSERT(tb >= 0 && tb < 500 && tc >= 0 && tc < 500);
 
@@ -365,12 +352,12 @@ static void test_membership_stop_and_abandon(void)
     rec_init(&ra);
     a = member("a", 1, &ra);
     CU_ASSERT(rec_wait(&rb, "a,b", 2000) >= 0 && rec_wait(&rc, "a,b", 2000) >= 0);
-    sleep_ms(700); /* at least one renewal went out */
-    t0 = now_ms();
+    hy_test_sleep_ms(700); /* at least one renewal went out */
+    t0 = hy_test_now_ms();
     hy_membership_abandon(a);
     tb = rec_wait(&rb, "b", 5000);
     tc = rec_wait(&rc, "b", 5000);
-    long long total = now_ms() - t0;
+    long long total = hy_test_now_ms() - t0;
     printf("\n    abandoned member (TTL 1 s) gone after %lld ms ", total);
     CU_ASSERT(tb >= 300 && total < 1000 + 2000); /* not revoked, yet gone within TTL + 2 s */
     CU_ASSERT(tc >= 0);
@@ -396,10 +383,10 @@ static void test_membership_lease_lost(void)
     rec_mark(&rb);
     CU_ASSERT(hy_etcd_lease_revoke(e, kvs[0].lease, &err) == 0);
     hy_etcd_kvs_free(kvs, n);
-    long long back = -1, t0 = now_ms();
-    while (back < 0 && now_ms() - t0 < 3000) {
-        if (rec_saw(&rb, "b") && rec_wait(&rb, "a,b", 0) >= 0) back = now_ms() - t0;
-        sleep_ms(5);
+    long long back = -1, t0 = hy_test_now_ms();
+    while (back < 0 && hy_test_now_ms() - t0 < 3000) {
+        if (rec_saw(&rb, "b") && rec_wait(&rb, "a,b", 0) >= 0) back = hy_test_now_ms() - t0;
+        hy_test_sleep_ms(5);
     }
     printf("\n    member back %lld ms after losing its lease ", back);
     CU_ASSERT(back >= 0);
@@ -409,10 +396,10 @@ static void test_membership_lease_lost(void)
      * a puts it back when its watch shows the DELETE */
     rec_mark(&rb);
     CU_ASSERT(hy_etcd_delete(e, PREFIX "a", &err) == 0);
-    back = -1, t0 = now_ms();
-    while (back < 0 && now_ms() - t0 < 2000) {
-        if (rec_saw(&rb, "b") && rec_wait(&rb, "a,b", 0) >= 0) back = now_ms() - t0;
-        sleep_ms(5);
+    back = -1, t0 = hy_test_now_ms();
+    while (back < 0 && hy_test_now_ms() - t0 < 2000) {
+        if (rec_saw(&rb, "b") && rec_wait(&rb, "a,b", 0) >= 0) back = hy_test_now_ms() - t0;
+        hy_test_sleep_ms(5);
     }
     printf("\n    member back %lld ms after its key was deleted ", back);
     CU_ASSERT(back >= 0);
@@ -443,10 +430,10 @@ static void test_membership_etcd_restart(void)
     CU_ASSERT_FATAL(hy_test_etcd_restart(&g_etcd, 300) == 0);
     /* the watch broke: the watcher reads the set again (one more call, the
      * same set: the lease survived the restart) */
-    long long t0 = now_ms();
+    long long t0 = hy_test_now_ms();
     bool reread = false;
-    while (!reread && now_ms() - t0 < 8000) {
-        sleep_ms(10);
+    while (!reread && hy_test_now_ms() - t0 < 8000) {
+        hy_test_sleep_ms(10);
         pthread_mutex_lock(&rw.mu);
         reread = rw.calls > calls && strcmp(rw.ids, "a") == 0;
         pthread_mutex_unlock(&rw.mu);
