@@ -51,10 +51,12 @@ typedef struct svc_cluster {
     put_item *head, *tail;
     size_t queued, queued_bytes;
     bool stopping;
-    pthread_t putter;
-    bool putter_started;
+    pthread_t putter, handover;
+    bool putter_started, handover_started;
+    svc_view *handover_from; /* under mu: the set before changes not handed over yet */
     _Atomic uint64_t remote_hits, remote_misses, peer_errors, puts_sent, puts_failed, forwarded;
     _Atomic uint64_t via_transport; /* remote hits delivered through a transport session */
+    _Atomic uint64_t handed_over;   /* entries queued for owners that gained them */
 } svc_cluster;
 
 static svc_cluster *cl_of(hy_svc *s)
@@ -162,6 +164,12 @@ static void view_set(svc_cluster *c, const char *const *ids, const char *const *
     c->view = v;
     c->view_changes++;
     c->view_since_s = hy_now_s();
+    /* the hand-over compares with the set before the first change it has not
+     * handled yet (changes in a burst: one pass) */
+    if (old && c->handover_started && !c->handover_from) {
+        c->handover_from = old;
+        old = NULL; /* its reference passes to the hand-over */
+    }
     pthread_cond_broadcast(&c->cv); /* queued puts: their owners may have changed */
     pthread_mutex_unlock(&c->mu);
     char list[512] = "";
@@ -169,7 +177,7 @@ static void view_set(svc_cluster *c, const char *const *ids, const char *const *
     for (size_t i = 0; i < v->n && at < sizeof list - 1; i++)
         at += (size_t)snprintf(list + at, sizeof list - at, "%s%s", i ? " " : "", v->ids[i]);
     hy_log(HY_LOG_INFO, "cluster: %zu member(s): %s", v->n, list);
-    svc_view_put(old);
+    svc_view_put(old); /* NULL when the hand-over took it */
 }
 
 static void on_members(void *ctx, const hy_member *m, size_t n)
@@ -646,16 +654,14 @@ static void *putter_main(void *arg)
     return NULL;
 }
 
-int svc_cluster_put(hy_svc *s, const char *model, const char *tenant, const hy_key *k,
-                    char *const *tags, size_t ntags, const void *buf, size_t len, bool wait_one,
-                    char member[HY_MEMBER_ID_MAX], hy_err *err)
+/* A queue item holding a copy of buf[0..len). NULL when out of memory. */
+static put_item *item_new(const char *model, const char *tenant, const hy_key *k,
+                          const char *const *tags, size_t ntags, const void *buf, size_t len)
 {
-    svc_cluster *c = cl_of(s);
-    member[0] = '\0';
     put_item *it = calloc(1, sizeof *it);
     if (!it || !(it->buf = malloc(len ? len : 1))) {
         free(it);
-        return hy_err_set(err, HY_ENOMEM, "out of memory");
+        return NULL;
     }
     snprintf(it->model, sizeof it->model, "%s", model);
     snprintf(it->tenant, sizeof it->tenant, "%s", tenant);
@@ -664,6 +670,43 @@ int svc_cluster_put(hy_svc *s, const char *model, const char *tenant, const hy_k
         snprintf(it->tags[it->ntags++], HY_TAG_MAX, "%s", tags[i]);
     memcpy(it->buf, buf, len);
     it->len = len;
+    return it;
+}
+
+/* Queues it for the put thread (which then owns it); a full queue or a
+ * stopping cluster drops it (counted as failed). */
+static void item_queue(svc_cluster *c, put_item *it)
+{
+    pthread_mutex_lock(&c->mu);
+    if (c->stopping || c->queued_bytes + it->len > PUT_QUEUE_BYTES) {
+        pthread_mutex_unlock(&c->mu);
+        atomic_fetch_add(&c->puts_failed, 1);
+        hy_log(HY_LOG_WARN,
+               "cluster: the put queue is full (%zu entries, %zu bytes): an entry of %zu bytes "
+               "is not put to its owners",
+               c->queued, c->queued_bytes, it->len);
+        item_free(it);
+        return;
+    }
+    if (c->tail)
+        c->tail->next = it;
+    else
+        c->head = it;
+    c->tail = it;
+    c->queued++;
+    c->queued_bytes += it->len;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+int svc_cluster_put(hy_svc *s, const char *model, const char *tenant, const hy_key *k,
+                    char *const *tags, size_t ntags, const void *buf, size_t len, bool wait_one,
+                    char member[HY_MEMBER_ID_MAX], hy_err *err)
+{
+    svc_cluster *c = cl_of(s);
+    member[0] = '\0';
+    put_item *it = item_new(model, tenant, k, (const char *const *)tags, ntags, buf, len);
+    if (!it) return hy_err_set(err, HY_ENOMEM, "out of memory");
     svc_view *v = svc_view_get(s);
     svc_peer *own[HY_OWNERS_MAX];
     bool self;
@@ -695,31 +738,104 @@ int svc_cluster_put(hy_svc *s, const char *model, const char *tenant, const hy_k
     svc_view_put(v);
     bool more = false; /* owners left for the background */
     for (size_t i = 0; i < n; i++) more |= !own[i]->self && !item_done_by(it, own[i]->id);
-    if (!more || rc) {
+    if (!more || rc)
         item_free(it);
-        return rc;
-    }
-    pthread_mutex_lock(&c->mu);
-    if (c->stopping || c->queued_bytes + len > PUT_QUEUE_BYTES) {
-        pthread_mutex_unlock(&c->mu);
-        atomic_fetch_add(&c->puts_failed, 1);
-        hy_log(HY_LOG_WARN,
-               "cluster: the put queue is full (%zu entries, %zu bytes): an entry of %zu bytes "
-               "is not put to its owners",
-               c->queued, c->queued_bytes, len);
-        item_free(it);
-        return rc;
-    }
-    if (c->tail)
-        c->tail->next = it;
     else
-        c->head = it;
-    c->tail = it;
-    c->queued++;
-    c->queued_bytes += len;
-    pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
+        item_queue(c, it);
     return rc;
+}
+
+/* --- hand-over ----------------------------------------------------------------------- */
+
+/* After the set changed from `from` to `to`: every entry held here whose
+ * owners under `to` include members that were not owners under `from` (nor
+ * this one) is queued for them — a newcomer gets the entries it now owns
+ * from the members that hold them, a replica that replaced a leaver gets
+ * the surviving copy, and an entry this member no longer owns goes to its
+ * owner. Owners that were owners before are left alone (they have it), so a
+ * change moves only what it must. Reads each entry once (a lease), paced by
+ * the put queue (half full: wait). */
+static void hand_over(hy_svc *s, svc_view *from, svc_view *to)
+{
+    svc_cluster *c = cl_of(s);
+    enum { PAGE = 256 };
+    hy_meta *page = malloc(PAGE * sizeof *page);
+    size_t off = 0, queued = 0, seen = 0;
+    while (page) {
+        size_t n = 0, total = 0;
+        hy_err e = {0};
+        hy_store_filter f = {0};
+        if (hy_store_list(s->store, &f, off, page, PAGE, &n, &total, &e) || n == 0) break;
+        off += n;
+        for (size_t i = 0; i < n; i++) {
+            const hy_meta *m = &page[i];
+            seen++;
+            svc_peer *own_to[HY_OWNERS_MAX], *own_from[HY_OWNERS_MAX];
+            bool self_to, self_from;
+            const size_t nt = svc_view_owners(s, to, m->tenant, &m->key, own_to, &self_to);
+            const size_t nf = svc_view_owners(s, from, m->tenant, &m->key, own_from, &self_from);
+            bool target = false;
+            for (size_t a = 0; a < nt; a++) {
+                bool was = own_to[a]->self;
+                for (size_t b = 0; b < nf && !was; b++)
+                    was = !strcmp(own_to[a]->id, own_from[b]->id);
+                target |= !was;
+            }
+            const char *model = NULL;
+            for (int k = 0; k < s->nmodels && !model; k++)
+                if (!memcmp(s->models[k].fp, m->model, 32)) model = s->models[k].name;
+            if (!target || !model) continue;
+            hy_lease *l;
+            if (hy_store_acquire(s->store, &m->key, &l, &e)) continue; /* gone meanwhile */
+            const char *tags[HY_MAX_TAGS];
+            for (uint32_t t = 0; t < m->ntags && t < HY_MAX_TAGS; t++) tags[t] = m->tags[t];
+            put_item *it = item_new(model, m->tenant, &m->key, tags, m->ntags, hy_lease_data(l),
+                                    hy_lease_meta(l)->bytes);
+            hy_store_release(s->store, l);
+            if (!it) continue;
+            for (size_t b = 0; b < nf && it->ndone < HY_OWNERS_MAX; b++) /* they have it */
+                snprintf(it->done[it->ndone++], HY_MEMBER_ID_MAX, "%s", own_from[b]->id);
+            item_queue(c, it);
+            queued++;
+            atomic_fetch_add(&c->handed_over, 1);
+        }
+        pthread_mutex_lock(&c->mu); /* pace: the queue at most half full */
+        while (!c->stopping && c->queued_bytes > PUT_QUEUE_BYTES / 2) {
+            pthread_mutex_unlock(&c->mu);
+            usleep(20000);
+            pthread_mutex_lock(&c->mu);
+        }
+        const bool stop = c->stopping;
+        pthread_mutex_unlock(&c->mu);
+        if (stop || off >= total) break;
+    }
+    free(page);
+    if (queued)
+        hy_log(HY_LOG_INFO, "cluster: %zu of %zu entries handed over to their new owners", queued,
+               seen);
+}
+
+static void *handover_main(void *arg)
+{
+    hy_svc *s = arg;
+    svc_cluster *c = cl_of(s);
+    pthread_mutex_lock(&c->mu);
+    while (!c->stopping) {
+        if (!c->handover_from) {
+            pthread_cond_wait(&c->cv, &c->mu);
+            continue;
+        }
+        svc_view *from = c->handover_from, *to = c->view;
+        c->handover_from = NULL;
+        atomic_fetch_add(&to->refs, 1);
+        pthread_mutex_unlock(&c->mu);
+        hand_over(s, from, to);
+        svc_view_put(from);
+        svc_view_put(to);
+        pthread_mutex_lock(&c->mu);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
 }
 
 /* --- start, leave, stop -------------------------------------------------------------- */
@@ -786,6 +902,11 @@ int svc_cluster_start(hy_svc *s, const char *bound, hy_err *err)
     if (pthread_create(&c->putter, NULL, putter_main, s))
         return hy_err_set(err, HY_ENOMEM, "cluster: cannot start the put thread");
     c->putter_started = true;
+    if (pthread_create(&c->handover, NULL, handover_main, s))
+        return hy_err_set(err, HY_ENOMEM, "cluster: cannot start the hand-over thread");
+    pthread_mutex_lock(&c->mu);
+    c->handover_started = true;
+    pthread_mutex_unlock(&c->mu);
     if (!cfg->cluster_etcd[0]) { /* the static set */
         const char *ids[HY_CFG_MAX_MEMBERS], *addrs[HY_CFG_MAX_MEMBERS];
         const int n = cfg->ncluster_members ? cfg->ncluster_members : 1;
@@ -842,6 +963,7 @@ void svc_cluster_stop(hy_svc *s)
 {
     svc_cluster *c = cl_of(s);
     if (!c) return;
+    svc_cluster_leave(s);    /* no view changes from here on */
     if (c->putter_started) { /* what is queued gets about 2 s to reach its owners */
         const double until = hy_now_s() + 2.0;
         pthread_mutex_lock(&c->mu);
@@ -850,12 +972,16 @@ void svc_cluster_stop(hy_svc *s)
             usleep(20000);
             pthread_mutex_lock(&c->mu);
         }
-        c->stopping = true;
-        pthread_cond_broadcast(&c->cv);
         pthread_mutex_unlock(&c->mu);
-        pthread_join(c->putter, NULL);
     }
-    svc_cluster_leave(s);
+    pthread_mutex_lock(&c->mu);
+    c->stopping = true;
+    pthread_cond_broadcast(&c->cv);
+    const bool handover = c->handover_started;
+    pthread_mutex_unlock(&c->mu);
+    if (handover) pthread_join(c->handover, NULL);
+    if (c->putter_started) pthread_join(c->putter, NULL);
+    svc_view_put(c->handover_from);
     svc_view_put(c->view);
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);
@@ -907,6 +1033,7 @@ void svc_cluster_stats(hy_svc *s, svc_cluster_pb *o)
     o->pb.puts_failed = atomic_load(&c->puts_failed);
     o->pb.forwarded = atomic_load(&c->forwarded);
     o->pb.remote_via_transport = atomic_load(&c->via_transport);
+    o->pb.handed_over = atomic_load(&c->handed_over);
 }
 
 void svc_cluster_stats_free(svc_cluster_pb *o)
@@ -946,6 +1073,9 @@ void svc_cluster_metrics(hy_svc *s, hy_strbuf *b)
          offsetof(Hypic__V1__ClusterStats, puts_failed)},
         {"hypic_cluster_forwarded_total", "counter", "Calls passed on to the owners of their keys",
          offsetof(Hypic__V1__ClusterStats, forwarded)},
+        {"hypic_cluster_handed_over_total", "counter",
+         "Entries held here queued for members that became their owners (hand-over)",
+         offsetof(Hypic__V1__ClusterStats, handed_over)},
         {"hypic_cluster_puts_queued", "gauge", "Entries waiting to be put to their owners",
          offsetof(Hypic__V1__ClusterStats, puts_queued)},
     };

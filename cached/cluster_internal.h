@@ -11,6 +11,8 @@
  *   - puts an entry it built to its owners (in the background: a queue with
  *     retries, recomputing the owners from the view at each try, so an owner
  *     that died is replaced once its lease has expired);
+ *   - after each change of the set, hands the entries it holds to members
+ *     that became their owners (a newcomer gets what it now owns);
  *   - takes a member that does not answer as a miss, never as an error.
  *
  * A view is immutable and counted: a request takes one (svc_view_get) and

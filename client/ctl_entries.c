@@ -121,12 +121,13 @@ static void print_status(const Hypic__V1__HealthResponse *h, const Hypic__V1__St
                cs->self, cs->membership, cs->replicas, (unsigned long long)cs->view_changes,
                cs->view_age_s);
         printf("  from owners: %llu hit(s) (%llu through a transport session), %llu miss(es); to "
-               "owners: %llu put(s), %llu failed, %llu queued; %llu call(s) passed on, %llu peer "
-               "error(s)\n",
+               "owners: %llu put(s), %llu failed, %llu queued, %llu handed over; %llu call(s) "
+               "passed on, %llu peer error(s)\n",
                (unsigned long long)cs->remote_hits, (unsigned long long)cs->remote_via_transport,
                (unsigned long long)cs->remote_misses, (unsigned long long)cs->puts_sent,
                (unsigned long long)cs->puts_failed, (unsigned long long)cs->puts_queued,
-               (unsigned long long)cs->forwarded, (unsigned long long)cs->peer_errors);
+               (unsigned long long)cs->handed_over, (unsigned long long)cs->forwarded,
+               (unsigned long long)cs->peer_errors);
         static const char *const mhdr[] = {"MEMBER", "ADDRESS", ""};
         ctl_table *m = ctl_table_new(3, mhdr);
         for (size_t i = 0; i < cs->n_members; i++) {
