@@ -781,10 +781,9 @@ static void hand_over(hy_svc *s, svc_view *from, svc_view *to)
                     was = !strcmp(own_to[a]->id, own_from[b]->id);
                 target |= !was;
             }
-            const char *model = NULL;
-            for (int k = 0; k < s->nmodels && !model; k++)
-                if (!memcmp(s->models[k].fp, m->model, 32)) model = s->models[k].name;
-            if (!target || !model) continue;
+            const svc_model *sm = svc_model_by_fp(s, m->model);
+            if (!target || !sm) continue;
+            const char *model = sm->name;
             hy_lease *l;
             if (hy_store_acquire(s->store, &m->key, &l, &e)) continue; /* gone meanwhile */
             const char *tags[HY_MAX_TAGS];

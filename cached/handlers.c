@@ -148,13 +148,6 @@ bool h_visible(rq *r, const svc_model *sm, const hy_key *k, hy_meta *m, unsigned
     return !sm || memcmp(m->model, sm->fp, 32) == 0;
 }
 
-const svc_model *h_model_by_fp(hy_svc *s, const uint8_t fp[32])
-{
-    for (int i = 0; i < s->nmodels; i++)
-        if (memcmp(s->models[i].fp, fp, 32) == 0) return &s->models[i];
-    return NULL;
-}
-
 void h_seg_drop(rq *r, seg *sg)
 {
     hy_entry_free(sg->entry); /* first: a view reads the lease's bytes */
@@ -360,7 +353,7 @@ void h_meta_to_pb(hy_svc *s, hy_meta *m, unsigned mask, pb_meta *o)
     Hypic__V1__EntryMeta init = HYPIC__V1__ENTRY_META__INIT;
     o->pb = init;
     o->pb.key = (ProtobufCBinaryData){HY_KEY_BYTES, m->key.b};
-    const svc_model *sm = h_model_by_fp(s, m->model);
+    const svc_model *sm = svc_model_by_fp(s, m->model);
     o->pb.model = sm ? (char *)sm->name : "";
     o->pb.model_fingerprint = (ProtobufCBinaryData){32, m->model};
     o->pb.tenant = m->tenant;

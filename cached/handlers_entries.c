@@ -439,7 +439,7 @@ hy_rpc_code do_inspect(rq *r, const ProtobufCMessage *req)
     hy_meta m;
     unsigned mask;
     if (!h_visible(r, NULL, &k, &m, &mask)) return h_fail(r, HY_RPC_NOT_FOUND, "key is not cached");
-    const svc_model *sm = h_model_by_fp(r->s, m.model);
+    const svc_model *sm = svc_model_by_fp(r->s, m.model);
     if (!sm)
         return h_fail(r, HY_RPC_FAILED_PRECONDITION,
                       "the entry is of a model this server no longer serves");

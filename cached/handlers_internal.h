@@ -75,7 +75,6 @@ hy_rpc_code h_key_of(rq *r, const char *field, ProtobufCBinaryData b, hy_key *k)
 Hypic__V1__Tier h_pb_tier(hy_tier_id t);
 hy_tier_id h_fastest(unsigned mask);
 bool h_visible(rq *r, const svc_model *sm, const hy_key *k, hy_meta *m, unsigned *mask);
-const svc_model *h_model_by_fp(hy_svc *s, const uint8_t fp[32]);
 void h_segs_free(rq *r, seg *sg, size_t n);
 /* Frees a segment's entry and releases the lease its bytes live in. */
 void h_seg_drop(rq *r, seg *sg);

@@ -121,6 +121,13 @@ svc_model *svc_model_find(hy_svc *s, const char *name)
     return NULL;
 }
 
+svc_model *svc_model_by_fp(hy_svc *s, const uint8_t fp[32])
+{
+    for (int i = 0; i < s->nmodels; i++)
+        if (memcmp(s->models[i].fp, fp, 32) == 0) return &s->models[i];
+    return NULL;
+}
+
 static int model_open(svc_model *sm, const hy_cfg_model *cm, const hy_cached_config *cfg,
                       hy_err *err)
 {

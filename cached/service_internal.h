@@ -159,6 +159,8 @@ int svc_transport_start(hy_svc *s, int grpc_port, hy_err *err);
 int svc_reload(hy_svc *s, const hy_cached_config *cfg, hy_err *err);
 
 svc_model *svc_model_find(hy_svc *s, const char *name);
+/* The model whose fingerprint is fp, or NULL (an entry's model). */
+svc_model *svc_model_by_fp(hy_svc *s, const uint8_t fp[32]);
 /* The caller of a call from its bearer token: UNAUTHENTICATED when tokens are
  * configured and it has none or an unknown one. Counts the call in flight
  * for its tenant: RESOURCE_EXHAUSTED beyond the tenant's limit. Pair with

@@ -200,11 +200,11 @@ class Cluster:
         leases: dict[int, int] = {}  # first segment of a group -> its lease
         gone: set[str] = set()
         anyone = self._round_robin()
-        todo = list(range(len(segs)))
+        pending = list(range(len(segs)))
         last: HypicError | None = None
-        while todo:
+        while pending:
             groups: dict[str, list[int]] = {}
-            for i in todo:
+            for i in pending:
                 by_key = segs[i].WhichOneof("ref") == "key"
                 cands = [m for m in (self.owners(segs[i].key) if by_key else anyone) if m not in gone]
                 if cands:
@@ -213,7 +213,7 @@ class Cluster:
                     out[i] = pb.SegmentStatus(key=segs[i].key, hit=False)
                 else:
                     raise last or HypicError("UNAVAILABLE", "client: the cluster has no members")
-            todo = []
+            pending = []
             for mid, idx in groups.items():
                 rq = pb.LookupRequest(
                     model=model, segments=[segs[i] for i in idx], dtype=dt, lease_ms=lease_ms, tenant=tenant
@@ -226,7 +226,7 @@ class Cluster:
                     if not _gone(e, self, mid):
                         raise
                     gone.add(mid)
-                    todo += idx
+                    pending += idx
                     last = e
                     continue
                 if len(r.segments) != len(idx):
@@ -236,7 +236,7 @@ class Cluster:
                     out[i] = st
                 if r.lease_id:
                     leases[idx[0]] = r.lease_id
-            todo.sort()
+            pending.sort()
         resp = pb.LookupResponse(segments=out)
         for st in resp.segments:
             if not st.hit:
