@@ -139,17 +139,24 @@ typedef struct hy_cached_config {
     uint64_t max_entry_bytes; /* limits.max_entry_bytes 4K..1T a PutEntry may send, default 1G */
     uint32_t drain_ms;        /* limits.drain_ms 0..600000: SIGTERM's wait for in-flight
                                * calls, default 10000 */
+    uint32_t idle_ms;         /* limits.idle_ms 0..3600000: the longest one receive or send
+                               * of a call waits for its client, default 15000 (0: none) */
+    uint32_t watchers_per_tenant; /* limits.watchers_per_tenant 1..1024: one tenant's Watch
+                                   * streams, default 4 */
 
     /* bulk transports (docs/transports.md) */
     char tp_tcp_listen[HY_CFG_ADDR_MAX]; /* transport.tcp_listen: the data port, host:port;
                                           * "" (default): listen's host, any free port */
-    char tp_shm_socket[108];  /* transport.shm_socket: the Unix socket shm clients attach on;
-                               * "" (default): $TMPDIR (or /tmp)/hypic-cached-<grpc port>.sock;
-                               * "off": no shm */
-    char tp_rdma[16];         /* transport.rdma auto|off|required, default auto */
-    char tp_rdma_device[64];  /* transport.rdma_device: "" (default) the first active one */
-    uint32_t tp_max_sessions; /* transport.max_sessions 1..65536 open at once, default 64 */
-    uint64_t tp_max_buffer;   /* transport.max_buffer 4K..16T per session, default 16G */
+    char tp_shm_socket[108];         /* transport.shm_socket: the Unix socket shm clients attach on;
+                                      * "" (default): $TMPDIR (or /tmp)/hypic-cached-<grpc port>.sock;
+                                      * "off": no shm */
+    char tp_rdma[16];                /* transport.rdma auto|off|required, default auto */
+    char tp_rdma_device[64];         /* transport.rdma_device: "" (default) the first active one */
+    uint32_t tp_max_sessions;        /* transport.max_sessions 1..65536 open at once, default 64 */
+    uint64_t tp_max_buffer;          /* transport.max_buffer 4K..16T per session, default 16G */
+    uint32_t tp_sessions_per_tenant; /* transport.sessions_per_tenant 1..65536, default 16 */
+    uint64_t tp_tenant_bytes;        /* transport.tenant_bytes 4K..64T: one tenant's sessions'
+                                      * buffers together, default 32G */
 
     /* scatter workers (docs/scheduler.md): cold segments of a request are
      * built on workers while the combiner composes in request order. No
@@ -187,9 +194,9 @@ typedef struct hy_cached_config {
                                                     * "/hypic/members/" */
     uint32_t cluster_ttl_s;                        /* cluster.etcd.ttl_s 1..3600: the lease, default
                                                     * 10 */
-    uint64_t cluster_transport_bytes;          /* cluster.transport_bytes 0..16G, default 64M: the
-                                                * buffer of a transport session to a member
-                                                * (entries fetched into it); 0: gRPC streams */
+    uint64_t cluster_transport_bytes; /* cluster.transport_bytes 0..16G, default 64M: the
+                                       * buffer of a transport session to a member
+                                       * (entries fetched into it); 0: gRPC streams */
     uint32_t cluster_peer_timeout_ms; /* cluster.peer_timeout_ms 1..600000, default 2000:
                                        * one call to a peer */
 

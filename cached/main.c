@@ -242,9 +242,13 @@ int main(int argc, char **argv)
         svc_close(&svc);
         return 1;
     }
+    static const char *const dedicated[] = {"Health", NULL}; /* probes never wait */
     hy_rpc_server_config rc = {.address = cfg.listen,
                                .workers = (int)cfg.workers,
                                .max_message = cfg.max_message,
+                               .idle_ms = cfg.idle_ms,
+                               .handler_receives = true,
+                               .dedicated = dedicated,
                                .tls_cert_pem = cert,
                                .tls_key_pem = key,
                                .on_refused = svc_refused};
@@ -255,11 +259,8 @@ int main(int argc, char **argv)
 #ifdef HY_CACHED_WORKER
     hy_rpc_handler handlers[SVC_METHODS] = {0};
     const bool router = false;
-    for (size_t m = 0; m < hy_rpc_method_count; m++) {
-        const char *name = hy_rpc_methods[m].name;
-        if (!strcmp(name, "Build") || !strcmp(name, "Health") || !strcmp(name, "Stats"))
-            handlers[m] = svc_handlers[m];
-    }
+    for (size_t m = 0; m < hy_rpc_method_count; m++)
+        if (svc_method_on_worker(m)) handlers[m] = svc_handlers[m];
     const bool transports = false;
 #else
     const hy_rpc_handler *handlers = svc_handlers;

@@ -33,6 +33,10 @@ static int tenants_from(const hy_cached_config *cfg, svc_tenant **out, int *n, b
         t[i].admin = c->admin;
         t[i].max_in_flight = c->max_in_flight ? c->max_in_flight : cfg->in_flight_per_tenant;
     }
+    /* One tenant never holds every worker: its calls in flight stay below
+     * limits.workers, so another tenant's call still finds one. */
+    for (int i = 0; i < nt; i++)
+        if (t[i].max_in_flight >= cfg->workers) t[i].max_in_flight = cfg->workers - 1;
     *out = t;
     *n = nt;
     return HY_OK;
@@ -50,38 +54,68 @@ static int apply_quotas(hy_svc *s, const hy_cached_config *cfg, hy_err *err)
     return HY_OK;
 }
 
-/* Constant-time comparison: how many bytes differ is not timed. */
-static bool token_eq(const char *a, const char *b)
+static svc_tenant *tenant_named(hy_svc *s, const char *name)
 {
-    const size_t na = strlen(a), nb = strlen(b);
+    for (int i = 0; i < s->ntenants; i++)
+        if (strcmp(s->tenants[i].name, name) == 0) return &s->tenants[i];
+    return NULL;
+}
+
+/* Constant-time comparison of the n bytes at a with the configured token b:
+ * how many bytes differ is not timed. */
+static bool token_eq(const uint8_t *a, size_t na, const char *b)
+{
+    const size_t nb = strlen(b);
     unsigned char d = (unsigned char)(na != nb);
     for (size_t i = 0; i < HY_CFG_TOKEN_MAX; i++) {
-        const unsigned char x = i < na ? (unsigned char)a[i] : 0;
+        const unsigned char x = i < na ? a[i] : 0;
         const unsigned char y = i < nb ? (unsigned char)b[i] : 0;
         d |= x ^ y;
     }
     return d == 0;
 }
 
+/* The token of an authorization value as it came: "Bearer " and then
+ * printable ASCII only (HTTP/2 calls a NUL or another control byte in a
+ * field value malformed; a token is compared over exactly these bytes).
+ * NULL, with why, when the value is not of that form. */
+static const uint8_t *bearer_token(const uint8_t *v, size_t n, size_t *len, const char **why)
+{
+    for (size_t i = 0; i < n; i++)
+        if (v[i] < 0x20 || v[i] > 0x7e) {
+            *why = "the authorization value holds a control or non-ASCII byte";
+            return NULL;
+        }
+    if (n < 7 || memcmp(v, "Bearer ", 7) != 0) {
+        *why = "the authorization header is not 'Bearer <token>'";
+        return NULL;
+    }
+    if (n - 7 >= HY_CFG_TOKEN_MAX) {
+        *why = "the bearer token is longer than any token of this server";
+        return NULL;
+    }
+    *len = n - 7;
+    return v + 7;
+}
+
 hy_rpc_code svc_enter(hy_svc *s, hy_rpc_call *call, svc_caller *who, char *msg, size_t cap)
 {
-    char auth[HY_CFG_TOKEN_MAX + 16];
-    const char *h = hy_rpc_call_metadata(call, "authorization", auth, sizeof auth);
-    const char *token = NULL;
-    if (h && strncmp(h, "Bearer ", 7) == 0) token = h + 7;
+    const void *v = NULL;
+    size_t n = 0, tn = 0;
+    const bool has = hy_rpc_call_metadata_raw(call, "authorization", &v, &n);
+    const char *why = "no bearer token (metadata 'authorization: Bearer <token>')";
+    const uint8_t *token = has ? bearer_token(v, n, &tn, &why) : NULL;
     pthread_mutex_lock(&s->mu);
     svc_tenant *t = NULL;
     if (s->open_access) {
         t = &s->tenants[0];
     } else if (!token) {
         pthread_mutex_unlock(&s->mu);
-        snprintf(msg, cap, "%s",
-                 h ? "the authorization header is not 'Bearer <token>'"
-                   : "no bearer token (metadata 'authorization: Bearer <token>')");
+        snprintf(msg, cap, "%s", why);
         return HY_RPC_UNAUTHENTICATED;
     } else {
         for (int i = 0; i < s->ntenants; i++) /* every tenant: no early exit */
-            if (token_eq(token, s->tenants[i].token) && !t) t = &s->tenants[i];
+            if (token_eq(token, tn, s->tenants[i].token) && !t) t = &s->tenants[i];
     }
     if (!t) {
         pthread_mutex_unlock(&s->mu);
@@ -104,11 +138,26 @@ hy_rpc_code svc_enter(hy_svc *s, hy_rpc_call *call, svc_caller *who, char *msg, 
 void svc_leave(hy_svc *s, const svc_caller *who)
 {
     pthread_mutex_lock(&s->mu);
-    for (int i = 0; i < s->ntenants; i++)
-        if (strcmp(s->tenants[i].name, who->tenant) == 0) {
-            if (s->tenants[i].in_flight) s->tenants[i].in_flight--;
-            break;
-        }
+    svc_tenant *t = tenant_named(s, who->tenant);
+    if (t && t->in_flight) t->in_flight--;
+    pthread_mutex_unlock(&s->mu);
+}
+
+bool svc_watch_enter(hy_svc *s, const svc_caller *who)
+{
+    pthread_mutex_lock(&s->mu);
+    svc_tenant *t = tenant_named(s, who->tenant);
+    const bool ok = t && t->watchers < s->cfg.watchers_per_tenant;
+    if (ok) t->watchers++;
+    pthread_mutex_unlock(&s->mu);
+    return ok;
+}
+
+void svc_watch_leave(hy_svc *s, const svc_caller *who)
+{
+    pthread_mutex_lock(&s->mu);
+    svc_tenant *t = tenant_named(s, who->tenant);
+    if (t && t->watchers) t->watchers--;
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -441,6 +490,8 @@ int svc_open(hy_svc *s, const hy_cached_config *cfg, hy_err *err)
     if (!s->hub.ring || !s->models) return hy_err_set(err, HY_ENOMEM, "out of memory");
     for (int i = 0; i < HY_MODE_COUNT; i++)
         hy_hist_init(&s->met.ttft[i], hy_hist_latency_bounds, hy_hist_latency_nb);
+    int drc = svc_doors_check(err);
+    if (drc) return drc;
     if (hy_rpc_method_count != SVC_METHODS)
         return hy_err_set(err, HY_EINVAL, "internal: %zu methods, SVC_METHODS says %d",
                           hy_rpc_method_count, SVC_METHODS);
@@ -521,7 +572,7 @@ int svc_reload(hy_svc *s, const hy_cached_config *cfg, hy_err *err)
     for (int i = 0; i < n; i++) /* calls in flight keep counting against their tenant */
         for (int j = 0; j < s->ntenants; j++)
             if (strcmp(t[i].name, s->tenants[j].name) == 0)
-                t[i].in_flight = s->tenants[j].in_flight;
+                t[i].in_flight = s->tenants[j].in_flight, t[i].watchers = s->tenants[j].watchers;
     free(s->tenants);
     s->tenants = t;
     s->ntenants = n;
@@ -582,7 +633,9 @@ int svc_transport_start(hy_svc *s, int grpc_port, hy_err *err)
                            .rdma_device = c->tp_rdma_device[0] ? c->tp_rdma_device : NULL,
                            .rdma_gid_index = -1,
                            .max_sessions = c->tp_max_sessions,
-                           .max_buffer = c->tp_max_buffer};
+                           .max_buffer = c->tp_max_buffer,
+                           .tenant_sessions = c->tp_sessions_per_tenant,
+                           .tenant_bytes = c->tp_tenant_bytes};
     int rc = hy_tp_hub_start(&hc, &s->tp, err);
     if (rc) return rc;
     hy_tp_stats st;

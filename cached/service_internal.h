@@ -72,6 +72,7 @@ typedef struct svc_tenant {
     bool admin;
     uint32_t max_in_flight;
     uint32_t in_flight; /* under svc.mu */
+    uint32_t watchers;  /* its open Watch streams, under svc.mu */
 } svc_tenant;
 
 /* Leases taken by Lookup (lease_ms > 0), released when they expire. */
@@ -167,6 +168,10 @@ svc_model *svc_model_by_fp(hy_svc *s, const uint8_t fp[32]);
  * svc_leave. */
 hy_rpc_code svc_enter(hy_svc *s, hy_rpc_call *call, svc_caller *who, char *msg, size_t cap);
 void svc_leave(hy_svc *s, const svc_caller *who);
+/* Counts a Watch stream of the caller's tenant: false (nothing counted) when
+ * it has limits.watchers_per_tenant open. Pair with svc_watch_leave. */
+bool svc_watch_enter(hy_svc *s, const svc_caller *who);
+void svc_watch_leave(hy_svc *s, const svc_caller *who);
 
 /* An executor context of model sm, waiting in the bounded queue:
  * RESOURCE_EXHAUSTED when the queue is full, DEADLINE_EXCEEDED when the
@@ -215,7 +220,23 @@ bool svc_ready(void *app, char *why, size_t cap);
 
 /* --- handlers.c ------------------------------------------------------------ */
 
-/* hy_rpc_method_count handlers in hy_rpc_methods' order. */
+/* hy_rpc_method_count handlers in hy_rpc_methods' order: each is the front
+ * door (the method's row: who may call it, where and when, its message
+ * limit) and then the method. They receive their own request: serve them
+ * with hy_rpc_server_config.handler_receives. */
 extern const hy_rpc_handler svc_handlers[];
+/* The rows are the methods' (names, order): HY_EINVAL otherwise. */
+int svc_doors_check(hy_err *err);
+/* Whether method idx (of hy_rpc_methods) is served by hypic-worker. */
+bool svc_method_on_worker(size_t idx);
+/* The largest request method idx takes, bytes: a small one's
+ * SVC_SMALL_REQUEST, one of segments svc_request_limit, PutEntry's chunks
+ * limits.max_message. */
+#define SVC_SMALL_REQUEST (64u << 10)
+size_t svc_method_limit(const hy_svc *s, size_t idx);
+/* The largest Lookup, Warm, Prefill or Build request the limits allow:
+ * limits.max_tokens token ids at 5 bytes, limits.max_segments segments with
+ * all their tags, 64 KiB for the rest; at most limits.max_message. */
+size_t svc_request_limit(const hy_cached_config *cfg);
 
 #endif

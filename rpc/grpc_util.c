@@ -9,6 +9,8 @@
 
 #include <assert.h>
 #include <grpc/byte_buffer_reader.h>
+#include <grpc/support/time.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 grpc_byte_buffer *hy_rpc_buffer_from(const void *b, size_t n)
@@ -48,9 +50,30 @@ int hy_rpc_batch(grpc_call *call, grpc_completion_queue *cq, const grpc_op *ops,
 int hy_rpc_batch_beside(grpc_call *call, grpc_completion_queue *cq, const grpc_op *ops, size_t n,
                         void *tag, void *other, bool *other_done)
 {
+    return hy_rpc_batch_within(call, cq, ops, n, tag, other, other_done, 0, NULL);
+}
+
+int hy_rpc_batch_within(grpc_call *call, grpc_completion_queue *cq, const grpc_op *ops, size_t n,
+                        void *tag, void *other, bool *other_done, int64_t idle_ms, bool *idled)
+{
     if (grpc_call_start_batch(call, ops, n, tag, NULL) != GRPC_CALL_OK) return HY_EIO;
+    gpr_timespec until = idle_ms > 0 ? gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                                    gpr_time_from_millis(idle_ms, GPR_TIMESPAN))
+                                     : gpr_inf_future(GPR_CLOCK_MONOTONIC);
     for (;;) {
-        grpc_event ev = grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        grpc_event ev = grpc_completion_queue_next(cq, until, NULL);
+        if (ev.type == GRPC_QUEUE_TIMEOUT) {
+            /* No progress for idle_ms (a client that does not read, or does
+             * not send): the call ends here, which completes the batch
+             * (unsuccessfully) soon after; waited for with no limit. */
+            char why[96];
+            snprintf(why, sizeof why, "no progress for %lld ms (limits.idle_ms)",
+                     (long long)idle_ms);
+            grpc_call_cancel_with_status(call, GRPC_STATUS_DEADLINE_EXCEEDED, why, NULL);
+            if (idled) *idled = true;
+            until = gpr_inf_future(GPR_CLOCK_MONOTONIC);
+            continue;
+        }
         /* With an infinite deadline and a queue nobody shuts down while it
          * has work outstanding, only completions come back. */
         if (ev.type != GRPC_OP_COMPLETE) return HY_EIO;

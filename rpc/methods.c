@@ -7,6 +7,9 @@
  */
 #include "hy_rpc.h"
 
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define HY_RPC_SERVICE "/hypic.v1.Cache/"
@@ -52,6 +55,140 @@ const hy_rpc_method *hy_rpc_method_named(const char *name)
     return NULL;
 }
 
+/* --- decoding bytes from the network -------------------------------------------
+ *
+ * protobuf-c unpacks a string field into a NUL-terminated copy, so a NUL
+ * inside the field's bytes would cut the string the handler sees short of
+ * the one the client sent ("recall\0zzz" served as "recall"). The wire is
+ * walked first, field by field through the descriptor, and a string with a
+ * NUL is refused naming its path. The walk only looks: malformed bytes stop
+ * it quietly and are left for protobuf-c's unpack to refuse.
+ *
+ * A message's decoded form can be far larger than its bytes (an empty
+ * sub-message is 2 bytes on the wire and a struct of some 80 bytes plus a
+ * pointer decoded), so unpacking allocates under a budget. */
+
+#define WALK_DEPTH 32 /* deeper than any hypic.v1 or etcd message nests */
+
+/* The varint at *p (below end) into *v; false when it runs off the end or
+ * past 10 bytes. */
+static bool varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
+{
+    uint64_t x = 0;
+    for (int i = 0; i < 10 && *p < end; i++) {
+        const uint8_t b = *(*p)++;
+        x |= (uint64_t)(b & 0x7f) << (7 * i);
+        if (!(b & 0x80)) {
+            *v = x;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Appends ".name" (or "name" at the top) and "[i]" for a repeated field to
+ * path; returns the old length, to cut it back. */
+static size_t path_push(char *path, size_t cap, const ProtobufCFieldDescriptor *f, uint32_t i)
+{
+    const size_t n = strlen(path);
+    if (f->label == PROTOBUF_C_LABEL_REPEATED)
+        snprintf(path + n, cap - n, "%s%s[%u]", n ? "." : "", f->name, i);
+    else
+        snprintf(path + n, cap - n, "%s%s", n ? "." : "", f->name);
+    return n;
+}
+
+static int walk_strings(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t len,
+                        int depth, char *path, size_t cap, hy_err *err)
+{
+    enum { NCOUNT = 64 };
+    uint32_t seen[NCOUNT] = {0}; /* occurrences per field, for repeated fields' indices */
+    const uint8_t *end = p + len;
+    while (p < end) {
+        uint64_t tag, n;
+        if (!varint(&p, end, &tag)) return HY_OK;
+        const ProtobufCFieldDescriptor *f =
+            tag >> 3 <= UINT32_MAX
+                ? protobuf_c_message_descriptor_get_field(d, (unsigned)(tag >> 3))
+                : NULL;
+        switch (tag & 7) {
+        case 0:
+            if (!varint(&p, end, &n)) return HY_OK;
+            continue;
+        case 1:
+            if (end - p < 8) return HY_OK;
+            p += 8;
+            continue;
+        case 5:
+            if (end - p < 4) return HY_OK;
+            p += 4;
+            continue;
+        case 2:
+            break;
+        default:
+            return HY_OK; /* groups and unknown wire types: unpack refuses them */
+        }
+        if (!varint(&p, end, &n) || n > (uint64_t)(end - p)) return HY_OK;
+        const uint8_t *v = p;
+        p += n;
+        if (!f) continue;
+        const size_t fi = (size_t)(f - d->fields);
+        const uint32_t idx = fi < NCOUNT ? seen[fi]++ : 0;
+        if (f->type == PROTOBUF_C_TYPE_STRING) {
+            const uint8_t *nul = memchr(v, 0, n);
+            if (nul) {
+                path_push(path, cap, f, idx);
+                return hy_err_set(err, HY_EFORMAT,
+                                  "field '%s': a NUL byte at offset %td of its %llu (a string "
+                                  "may not contain NUL)",
+                                  path, nul - v, (unsigned long long)n);
+            }
+        } else if (f->type == PROTOBUF_C_TYPE_MESSAGE && depth < WALK_DEPTH) {
+            const size_t keep = path_push(path, cap, f, idx);
+            int rc = walk_strings(f->descriptor, v, n, depth + 1, path, cap, err);
+            if (rc) return rc;
+            path[keep] = '\0';
+        }
+    }
+    return HY_OK;
+}
+
+int hy_rpc_check_strings(const ProtobufCMessageDescriptor *d, const void *buf, size_t len,
+                         hy_err *err)
+{
+    char path[256] = "";
+    return walk_strings(d, buf, len, 0, path, sizeof path, err);
+}
+
+typedef struct budget {
+    size_t left;
+    bool over;
+} budget;
+
+static void *budget_alloc(void *data, size_t n)
+{
+    budget *b = data;
+    if (n > b->left) {
+        b->over = true;
+        return NULL;
+    }
+    b->left -= n;
+    return malloc(n ? n : 1);
+}
+
+static void budget_free(void *data, void *p)
+{
+    (void)data;
+    free(p);
+}
+
+size_t hy_rpc_decode_budget(size_t len)
+{
+    return len > (SIZE_MAX - HY_RPC_DECODE_FLOOR) / HY_RPC_DECODE_FACTOR
+               ? SIZE_MAX
+               : len * HY_RPC_DECODE_FACTOR + HY_RPC_DECODE_FLOOR;
+}
+
 int hy_rpc_unpack(const ProtobufCMessageDescriptor *d, const void *buf, size_t len, size_t max,
                   ProtobufCMessage **out, hy_err *err)
 {
@@ -59,7 +196,19 @@ int hy_rpc_unpack(const ProtobufCMessageDescriptor *d, const void *buf, size_t l
     if (len > max)
         return hy_err_set(err, HY_ERANGE, "%s: %zu bytes, more than the limit of %zu", d->name, len,
                           max);
-    *out = protobuf_c_message_unpack(d, NULL, len, buf);
+    int rc = hy_rpc_check_strings(d, buf, len, err);
+    if (rc) return rc;
+    /* What the budget allocator hands out is plain malloc memory: the
+     * message is freed with protobuf_c_message_free_unpacked(m, NULL). */
+    budget b = {.left = hy_rpc_decode_budget(len)};
+    ProtobufCAllocator a = {.alloc = budget_alloc, .free = budget_free, .allocator_data = &b};
+    *out = protobuf_c_message_unpack(d, &a, len, buf);
+    if (!*out && b.over)
+        return hy_err_set(err, HY_ERANGE,
+                          "%s: %zu bytes that would take over %zu bytes decoded (%d x their size "
+                          "+ %d KiB)",
+                          d->name, len, hy_rpc_decode_budget(len), HY_RPC_DECODE_FACTOR,
+                          HY_RPC_DECODE_FLOOR >> 10);
     if (!*out)
         return hy_err_set(err, HY_EFORMAT, "%s: %zu bytes that are not such a message", d->name,
                           len);

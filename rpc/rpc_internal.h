@@ -29,6 +29,11 @@ int hy_rpc_batch(grpc_call *call, grpc_completion_queue *cq, const grpc_op *ops,
  * and the wait goes on for tag. */
 int hy_rpc_batch_beside(grpc_call *call, grpc_completion_queue *cq, const grpc_op *ops, size_t n,
                         void *tag, void *other, bool *other_done);
+/* hy_rpc_batch_beside waiting at most idle_ms (> 0) for the batch: past that
+ * the call is cancelled with DEADLINE_EXCEEDED (*idled set), and the batch,
+ * which then fails, is waited for to its end. idle_ms 0: no limit. */
+int hy_rpc_batch_within(grpc_call *call, grpc_completion_queue *cq, const grpc_op *ops, size_t n,
+                        void *tag, void *other, bool *other_done, int64_t idle_ms, bool *idled);
 /* Bytes per message each way when the caller says 0. */
 #define HY_RPC_MAX_MESSAGE_DEFAULT (4u << 20)
 

@@ -69,6 +69,10 @@ struct hy_rpc_call {
                                 * method, sent with the status (one batch) */
     gpr_timespec deadline;
     size_t max_message;
+    int64_t idle_ms;       /* the longest one receive or send may wait; 0: no limit */
+    bool idled;            /* a batch waited idle_ms: the call was ended DEADLINE_EXCEEDED */
+    ProtobufCMessage *req; /* the first request, once received (owned by the call) */
+    bool req_taken;        /* hy_rpc_call_request has run */
     /* RECV_CLOSE_ON_SERVER, started before the handler (tag &close_tag):
      * close_seen once it completed, cancelled as gRPC filled it in */
     bool close_started, close_seen;
@@ -83,6 +87,10 @@ typedef struct worker {
     grpc_completion_queue *cq;
     pthread_t thread;
     bool started;
+    /* a worker of its own for one method (hy_rpc_server_config.dedicated):
+     * it takes only that method's calls, the others any other call */
+    const hy_rpc_method *only;
+    void *registered; /* gRPC's handle of that method */
 } worker;
 
 struct hy_rpc_server {
@@ -92,6 +100,8 @@ struct hy_rpc_server {
     void *app;
     hy_rpc_refused_fn on_refused;
     size_t max_message;
+    int64_t idle_ms;
+    bool handler_receives;
     int port, nworkers;
     worker *workers;
 };
@@ -127,6 +137,30 @@ const char *hy_rpc_call_metadata(const hy_rpc_call *c, const char *key, char *bu
     return NULL;
 }
 
+bool hy_rpc_call_metadata_raw(const hy_rpc_call *c, const char *key, const void **v, size_t *n)
+{
+    if (c->kind == CALL_LOCAL) {
+        const char *a = c->local->authorization;
+        if (!a || strcmp(key, "authorization") != 0) return false;
+        *v = a;
+        *n = strlen(a);
+        return true;
+    }
+    for (size_t i = 0; i < c->md->count; i++) {
+        const grpc_metadata *m = &c->md->metadata[i];
+        if (grpc_slice_str_cmp(m->key, key) != 0) continue;
+        *v = GRPC_SLICE_START_PTR(m->value);
+        *n = GRPC_SLICE_LENGTH(m->value);
+        return true;
+    }
+    return false;
+}
+
+bool hy_rpc_call_idled(const hy_rpc_call *c)
+{
+    return c->idled;
+}
+
 int64_t hy_rpc_call_ms_left(const hy_rpc_call *c)
 {
     if (c->kind == CALL_LOCAL) return INT64_MAX; /* a local call has no deadline */
@@ -141,7 +175,11 @@ int64_t hy_rpc_call_ms_left(const hy_rpc_call *c)
  * first (see the top of the file). */
 static int call_batch(hy_rpc_call *c, const grpc_op *ops, size_t n)
 {
-    return hy_rpc_batch_beside(c->call, c->cq, ops, n, c, &c->close_tag, &c->close_seen);
+    bool idled = false;
+    int rc = hy_rpc_batch_within(c->call, c->cq, ops, n, c, &c->close_tag, &c->close_seen,
+                                 c->idled ? 0 : c->idle_ms, &idled);
+    if (idled) c->idled = true;
+    return rc;
 }
 
 /* Starts RECV_CLOSE_ON_SERVER on its own, so a handler can learn the call
@@ -282,6 +320,37 @@ int hy_rpc_call_recv(hy_rpc_call *c, ProtobufCMessage **msg, hy_err *err)
     return rc;
 }
 
+/* Receives and decodes the one request of a unary or server-streaming call
+ * within max bytes (the server's limit when 0). */
+static int recv_first(hy_rpc_call *c, size_t max, hy_err *err)
+{
+    const size_t keep = c->max_message;
+    if (max && max < c->max_message) c->max_message = max;
+    int rc = hy_rpc_call_recv(c, &c->req, err);
+    c->max_message = keep;
+    if (rc == HY_ENOTFOUND)
+        rc = hy_err_set(err, HY_ENOTFOUND, "the call carried no request message");
+    return rc;
+}
+
+int hy_rpc_call_request(hy_rpc_call *c, size_t max, const ProtobufCMessage **req, hy_err *err)
+{
+    *req = NULL;
+    if (c->method->shape == HY_RPC_CLIENT_STREAM)
+        return hy_err_set(err, HY_EINVAL, "%s: a client stream has no one request (recv them)",
+                          c->method->name);
+    if (c->req_taken) {
+        if (!c->req)
+            return hy_err_set(err, HY_EINVAL, "%s: the request was refused", c->method->name);
+        *req = c->req;
+        return HY_OK;
+    }
+    c->req_taken = true;
+    int rc = recv_first(c, max, err);
+    *req = c->req;
+    return rc;
+}
+
 int hy_rpc_call_finish(hy_rpc_call *c, hy_rpc_code code, const char *msg)
 {
     if (c->finished) return HY_EINVAL;
@@ -326,50 +395,61 @@ static void refuse(hy_rpc_server *s, hy_rpc_call *c, bool known, hy_rpc_code cod
     if (s->on_refused) s->on_refused(s->app, known ? c->method : NULL, code, msg);
 }
 
+/* A status for a receive that failed: over a limit RESOURCE_EXHAUSTED, not a
+ * request INVALID_ARGUMENT, no progress DEADLINE_EXCEEDED, a client gone
+ * UNAVAILABLE. */
+hy_rpc_code hy_rpc_recv_code(const hy_rpc_call *c, int rc)
+{
+    return c->idled                                 ? HY_RPC_DEADLINE_EXCEEDED
+           : rc == HY_ERANGE                        ? HY_RPC_RESOURCE_EXHAUSTED
+           : rc == HY_EFORMAT || rc == HY_ENOTFOUND ? HY_RPC_INVALID_ARGUMENT
+                                                    : HY_RPC_UNAVAILABLE;
+}
+
 /* One call, from its first request to its status. */
-static void serve(hy_rpc_server *s, worker *w, grpc_call *call, grpc_call_details *d,
-                  grpc_metadata_array *md)
+static void serve(hy_rpc_server *s, worker *w, grpc_call *call, const hy_rpc_method *m,
+                  gpr_timespec deadline, grpc_metadata_array *md)
 {
     hy_rpc_call c = {.kind = CALL_GRPC,
+                     .method = m,
                      .call = call,
                      .cq = w->cq,
                      .md = md,
-                     .deadline = d->deadline,
-                     .max_message = s->max_message};
-    c.method = hy_rpc_method_find((const char *)GRPC_SLICE_START_PTR(d->method),
-                                  GRPC_SLICE_LENGTH(d->method));
-    if (!c.method || !s->handlers[c.method - hy_rpc_methods]) {
-        static const hy_rpc_method unknown = {"(unknown)", "", HY_RPC_UNARY, NULL, NULL};
-        char msg[300];
-        snprintf(msg, sizeof msg, "no method %.*s in this server",
-                 (int)GRPC_SLICE_LENGTH(d->method), (const char *)GRPC_SLICE_START_PTR(d->method));
-        const bool known = c.method != NULL;
-        if (!c.method) c.method = &unknown;
-        refuse(s, &c, known, HY_RPC_UNIMPLEMENTED, msg);
-        return;
-    }
-    ProtobufCMessage *req = NULL;
-    if (c.method->shape != HY_RPC_CLIENT_STREAM) {
+                     .deadline = deadline,
+                     .max_message = s->max_message,
+                     .idle_ms = s->idle_ms};
+    if (!s->handler_receives && c.method->shape != HY_RPC_CLIENT_STREAM) {
         hy_err e = {0};
-        int rc = hy_rpc_call_recv(&c, &req, &e);
-        if (rc == HY_ENOTFOUND) {
-            refuse(s, &c, true, HY_RPC_INVALID_ARGUMENT, "the call carried no request message");
-            return;
-        }
+        c.req_taken = true;
+        int rc = recv_first(&c, 0, &e);
         if (rc) {
-            refuse(s, &c, true,
-                   rc == HY_ERANGE    ? HY_RPC_RESOURCE_EXHAUSTED
-                   : rc == HY_EFORMAT ? HY_RPC_INVALID_ARGUMENT
-                                      : HY_RPC_UNAVAILABLE,
-                   e.msg);
+            refuse(s, &c, true, hy_rpc_recv_code(&c, rc), e.msg);
             return;
         }
     }
     start_close(&c);
-    s->handlers[c.method - hy_rpc_methods](s->app, &c, req);
+    s->handlers[c.method - hy_rpc_methods](s->app, &c, s->handler_receives ? NULL : c.req);
     if (!c.finished) hy_rpc_call_finish(&c, HY_RPC_INTERNAL, "the handler ended without a status");
     wait_close(&c); /* (done by the finish; the call must be drained before it is unref'd) */
-    if (req) protobuf_c_message_free_unpacked(req, NULL);
+    if (c.req) protobuf_c_message_free_unpacked(c.req, NULL);
+}
+
+/* A call to a method this server has no handler for (or none at all). */
+static void serve_unknown(hy_rpc_server *s, worker *w, grpc_call *call, const grpc_call_details *d,
+                          const hy_rpc_method *m, grpc_metadata_array *md)
+{
+    static const hy_rpc_method unknown = {"(unknown)", "", HY_RPC_UNARY, NULL, NULL};
+    hy_rpc_call c = {.kind = CALL_GRPC,
+                     .method = m ? m : &unknown,
+                     .call = call,
+                     .cq = w->cq,
+                     .md = md,
+                     .deadline = d->deadline,
+                     .idle_ms = s->idle_ms};
+    char msg[300];
+    snprintf(msg, sizeof msg, "no method %.*s in this server", (int)GRPC_SLICE_LENGTH(d->method),
+             (const char *)GRPC_SLICE_START_PTR(d->method));
+    refuse(s, &c, m != NULL, HY_RPC_UNIMPLEMENTED, msg);
 }
 
 int hy_rpc_call_local(const hy_rpc_method *m, const ProtobufCMessage *req, hy_rpc_handler h,
@@ -403,6 +483,8 @@ int hy_rpc_call_local(const hy_rpc_method *m, const ProtobufCMessage *req, hy_rp
         hy_rpc_call_finish(&c, HY_RPC_INVALID_ARGUMENT, e.msg);
         return HY_OK;
     }
+    c.req = in; /* what hy_rpc_call_request answers */
+    c.req_taken = true;
     h(app, &c, in);
     if (!c.finished) hy_rpc_call_finish(&c, HY_RPC_INTERNAL, "the handler ended without a status");
     protobuf_c_message_free_unpacked(in, NULL);
@@ -417,16 +499,30 @@ static void *worker_main(void *arg)
         grpc_call *call = NULL;
         grpc_call_details d;
         grpc_metadata_array md;
+        gpr_timespec deadline = gpr_inf_future(GPR_CLOCK_REALTIME);
         grpc_call_details_init(&d);
         grpc_metadata_array_init(&md);
-        bool ok =
-            grpc_server_request_call(s->server, &call, &d, &md, w->cq, w->cq, w) == GRPC_CALL_OK;
+        grpc_call_error ce =
+            w->only ? grpc_server_request_registered_call(s->server, w->registered, &call,
+                                                          &deadline, &md, NULL, w->cq, w->cq, w)
+                    : grpc_server_request_call(s->server, &call, &d, &md, w->cq, w->cq, w);
+        bool ok = ce == GRPC_CALL_OK;
         if (ok) {
             grpc_event ev =
                 grpc_completion_queue_next(w->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
             ok = ev.type == GRPC_OP_COMPLETE && ev.success;
         }
-        if (ok) serve(s, w, call, &d, &md);
+        if (ok) {
+            const hy_rpc_method *m =
+                w->only ? w->only
+                        : hy_rpc_method_find((const char *)GRPC_SLICE_START_PTR(d.method),
+                                             GRPC_SLICE_LENGTH(d.method));
+            if (!w->only) deadline = d.deadline;
+            if (m && s->handlers[m - hy_rpc_methods])
+                serve(s, w, call, m, deadline, &md);
+            else
+                serve_unknown(s, w, call, &d, m, &md);
+        }
         if (call) grpc_call_unref(call);
         grpc_call_details_destroy(&d);
         grpc_metadata_array_destroy(&md);
@@ -479,7 +575,11 @@ int hy_rpc_server_start(const hy_rpc_server_config *cfg, const hy_rpc_handler *h
     s->app = app;
     s->on_refused = cfg->on_refused;
     s->max_message = cfg->max_message ? cfg->max_message : HY_RPC_MAX_MESSAGE_DEFAULT;
-    s->nworkers = cfg->workers > 0 ? cfg->workers : 4;
+    s->idle_ms = cfg->idle_ms;
+    s->handler_receives = cfg->handler_receives;
+    size_t ndedicated = 0;
+    while (cfg->dedicated && cfg->dedicated[ndedicated]) ndedicated++;
+    s->nworkers = (cfg->workers > 0 ? cfg->workers : 4) + (int)ndedicated;
     s->workers = calloc((size_t)s->nworkers, sizeof *s->workers);
     if (!s->workers) {
         hy_rpc_server_stop(s);
@@ -495,6 +595,23 @@ int hy_rpc_server_start(const hy_rpc_server_config *cfg, const hy_rpc_handler *h
         s->workers[i].s = s;
         s->workers[i].cq = grpc_completion_queue_create_for_next(NULL);
         grpc_server_register_completion_queue(s->server, s->workers[i].cq, NULL);
+    }
+    /* The dedicated methods' workers come last. A registered method's calls
+     * go only to the workers that ask for it by its handle, so the shared
+     * workers never see them and they never wait behind the shared ones. */
+    for (size_t k = 0; k < ndedicated; k++) {
+        worker *w = &s->workers[s->nworkers - (int)ndedicated + (int)k];
+        w->only = hy_rpc_method_named(cfg->dedicated[k]);
+        if (!w->only || !handlers[w->only - hy_rpc_methods]) {
+            const char *name = cfg->dedicated[k];
+            grpc_server_destroy(s->server);
+            s->server = NULL;
+            hy_rpc_server_stop(s);
+            return hy_err_set(err, HY_EINVAL, "dedicated worker: '%s' is not a method served here",
+                              name);
+        }
+        w->registered =
+            grpc_server_register_method(s->server, w->only->path, NULL, GRPC_SRM_PAYLOAD_NONE, 0);
     }
     grpc_server_register_completion_queue(s->server, s->notify_cq, NULL);
     grpc_server_credentials *creds;

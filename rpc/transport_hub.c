@@ -14,7 +14,12 @@
  *
  * A transfer holds its session BUSY from acquire to release, so transfers on
  * one session never interleave. A sender that breaks ends its session; the
- * client sees its connection close and opens another.
+ * client sees its connection close and opens another. A session ends with
+ * its client's connection too: after the HELLO a client only reads, so a
+ * hang-up or any byte on a READY session's socket (polled whenever a session
+ * is opened) ends it, and a client that drops its sockets without
+ * CloseTransport frees its slots for everyone. Each tenant has a cap on its
+ * sessions and on their buffers' bytes together, below the hub's own.
  */
 #include "transport_internal.h"
 
@@ -25,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -81,14 +87,38 @@ static void drop(hy_tp_hub *h, session *s)
     free(s);
 }
 
-/* Sessions never attached within the timeout end (the lock is held). */
+/* Whether a READY session's client has hung up (or sent a byte it never
+ * should: the connection is no longer one we understand). */
+static bool hung_up(const session *s)
+{
+    if (s->state != S_READY || !s->sender || s->sender->conn_fd < 0) return false;
+    struct pollfd p = {.fd = s->sender->conn_fd, .events = POLLIN | POLLRDHUP};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR));
+}
+
+/* Sessions never attached within the timeout, dead, or whose client hung up
+ * end (the lock is held). */
 static void expire(hy_tp_hub *h)
 {
     uint64_t now = hy_now_ns(), limit = (uint64_t)h->cfg.attach_timeout_ms * 1000000u;
     for (session *s = h->sessions, *next; s; s = next) {
         next = s->next;
-        if ((s->state == S_PENDING && now - s->opened_ns > limit) || s->state == S_DEAD) drop(h, s);
+        if ((s->state == S_PENDING && now - s->opened_ns > limit) || s->state == S_DEAD ||
+            hung_up(s))
+            drop(h, s);
     }
+}
+
+/* The sessions of tenant and their buffers' bytes (the lock is held). */
+static void tenant_use(hy_tp_hub *h, const char *tenant, uint32_t *n, uint64_t *bytes)
+{
+    *n = 0;
+    *bytes = 0;
+    for (session *s = h->sessions; s; s = s->next)
+        if (strcmp(s->tenant, tenant) == 0) {
+            (*n)++;
+            *bytes += s->capacity;
+        }
 }
 
 /* ---- attaching ---- */
@@ -301,6 +331,8 @@ int hy_tp_hub_start(const hy_tp_hub_config *cfg, hy_tp_hub **out, hy_err *err)
     h->cfg.shm_path = h->shm_path;
     h->cfg.rdma_device = NULL; /* not kept: used below only */
     if (!h->cfg.max_sessions) h->cfg.max_sessions = 64;
+    if (!h->cfg.tenant_sessions || h->cfg.tenant_sessions > h->cfg.max_sessions)
+        h->cfg.tenant_sessions = h->cfg.max_sessions;
     if (!h->cfg.max_buffer) h->cfg.max_buffer = 16ull << 30;
     if (!h->cfg.attach_timeout_ms) h->cfg.attach_timeout_ms = 10000;
     h->tcp_fd = h->unix_fd = -1;
@@ -363,6 +395,32 @@ void hy_tp_hub_stop(hy_tp_hub *h)
 
 /* ---- sessions ---- */
 
+/* HY_ERANGE when one more session of `bytes` for tenant would pass a limit:
+ * the hub's sessions, the tenant's sessions or its bytes (the lock is held). */
+static int over_limits(hy_tp_hub *h, const char *tenant, uint64_t bytes, hy_err *err)
+{
+    uint32_t mine;
+    uint64_t mine_bytes;
+    tenant_use(h, tenant, &mine, &mine_bytes);
+    if (h->st.open_sessions >= h->cfg.max_sessions)
+        return hy_err_set(err, HY_ERANGE,
+                          "transport sessions: %u open, the limit (transport.max_sessions); "
+                          "close one (CloseTransport) first",
+                          h->cfg.max_sessions);
+    if (mine >= h->cfg.tenant_sessions)
+        return hy_err_set(err, HY_ERANGE,
+                          "transport sessions: tenant '%s' has %u open, its limit "
+                          "(transport.sessions_per_tenant); close one (CloseTransport) first",
+                          tenant, mine);
+    if (h->cfg.tenant_bytes && mine_bytes + bytes > h->cfg.tenant_bytes)
+        return hy_err_set(err, HY_ERANGE,
+                          "transport sessions: tenant '%s' has %llu buffer bytes in sessions; "
+                          "%llu more would pass its limit of %llu (transport.tenant_bytes)",
+                          tenant, (unsigned long long)mine_bytes, (unsigned long long)bytes,
+                          (unsigned long long)h->cfg.tenant_bytes);
+    return 0;
+}
+
 /* Appends "kind (why); " to the passed-over list. */
 static void passed(char *buf, size_t cap, hy_tp_kind k, const char *why)
 {
@@ -405,16 +463,14 @@ int hy_tp_hub_open(hy_tp_hub *h, const char *tenant, const hy_tp_offer *offers, 
                     (unsigned long long)o->rdma.bytes, (unsigned long long)o->capacity);
         }
     }
+    /* the largest offer is what the session may take */
+    uint64_t most = 0;
+    for (size_t i = 0; i < n; i++) most = HY_MAX(most, offers[i].capacity);
     pthread_mutex_lock(&h->mu);
     expire(h);
-    if (h->st.open_sessions >= h->cfg.max_sessions) {
-        pthread_mutex_unlock(&h->mu);
-        return hy_err_set(err, HY_ERANGE,
-                          "transport sessions: %u open, the limit (transport.max_sessions); "
-                          "close one (CloseTransport) first",
-                          h->cfg.max_sessions);
-    }
+    int lim = over_limits(h, tenant, most, err);
     pthread_mutex_unlock(&h->mu);
+    if (lim) return lim;
 
     const hy_tp_offer *take = NULL;
     hy_tp_sender *snd = NULL;
@@ -461,6 +517,13 @@ int hy_tp_hub_open(hy_tp_hub *h, const char *tenant, const hy_tp_offer *offers, 
     s->sender = snd;
     s->state = snd ? S_READY : S_PENDING;
     pthread_mutex_lock(&h->mu);
+    int lim2 = over_limits(h, tenant, s->capacity, err); /* again: others opened meanwhile */
+    if (lim2) {
+        pthread_mutex_unlock(&h->mu);
+        hy_tp_sender_free(snd);
+        free(s);
+        return lim2;
+    }
     s->id = h->next_id++;
     s->next = h->sessions;
     h->sessions = s;

@@ -605,7 +605,7 @@ int hy_tp_rdma_sender_new(hy_tp_rdma *r, const hy_tp_rdma_peer *client, hy_tp_rd
     if (rc) return rc;
     rdma_sender *s = calloc(1, sizeof *s);
     if (!s) return hy_err_set(err, HY_ENOMEM, "rdma: out of memory");
-    s->base = (hy_tp_sender){&rdma_sender_ops, HY_TP_RDMA, client->bytes, false};
+    s->base = (hy_tp_sender){&rdma_sender_ops, HY_TP_RDMA, client->bytes, false, -1};
     s->dev = r;
     s->raddr = client->addr;
     s->rkey = client->rkey;

@@ -1,11 +1,15 @@
 /*
  * The shared-memory transport, for a client on the daemon's host.
  *
- * The client creates a memfd of its buffer's size, maps it, and passes the
- * descriptor with its HELLO over the daemon's Unix socket (SCM_RIGHTS). The
- * daemon maps the same pages (MAP_SHARED | MAP_POPULATE, so the copy does not
- * take a fault per page) and write() is one memcpy into them: the bytes land
- * where the client reads them, and the client copies nothing. done() sends a
+ * The client creates a memfd of its buffer's size, seals it against
+ * shrinking and growing (F_SEAL_SHRINK | F_SEAL_GROW), maps it, and passes
+ * the descriptor with its HELLO over the daemon's Unix socket (SCM_RIGHTS).
+ * The daemon takes only such a memfd, of exactly the session's size: a
+ * client that could truncate the file under the daemon's mapping would turn
+ * the daemon's next copy into SIGBUS. It maps the pages MAP_SHARED, without
+ * MAP_POPULATE (a client's sparse file must not become the daemon's resident
+ * memory before anything is written), and write() is one memcpy into them:
+ * the bytes land where the client reads them, and the client copies nothing. done() sends a
  * DONE frame on the Unix socket after the copies, which is the client's fence
  * (the frame's send happens after the stores; the client's reader sees it
  * only after the kernel has moved it, and reads the buffer after that).
@@ -13,12 +17,15 @@
 #include "transport_internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -62,21 +69,33 @@ int hy_tp_shm_sender_new(int memfd, uint64_t capacity, int notify_fd, hy_tp_send
                          hy_err *err)
 {
     struct stat st;
-    int rc = 0;
+    struct statfs fs;
+    int rc = 0, seals = -1;
+    const int need = F_SEAL_SHRINK | F_SEAL_GROW;
     if (fstat(memfd, &st) != 0)
         rc =
             hy_err_set(err, HY_EIO, "shm transport: fstat of the client's fd: %s", strerror(errno));
     else if (!S_ISREG(st.st_mode))
         rc = hy_err_set(err, HY_EINVAL,
                         "shm transport: the client's fd is not a memfd or regular file");
-    else if ((uint64_t)st.st_size < capacity)
-        rc = hy_err_set(err, HY_ERANGE,
+    else if (fstatfs(memfd, &fs) != 0 || fs.f_type != TMPFS_MAGIC)
+        /* hugetlbfs can be sealed too, but a write into a huge page the pool
+         * cannot give is SIGBUS all the same */
+        rc = hy_err_set(err, HY_EINVAL,
+                        "shm transport: the client's fd is not a memfd on shared memory (tmpfs)");
+    else if ((seals = fcntl(memfd, F_GET_SEALS)) < 0 || (seals & need) != need)
+        rc = hy_err_set(err, HY_EINVAL,
+                        "shm transport: the client's memfd is not sealed against shrinking and "
+                        "growing (memfd_create with MFD_ALLOW_SEALING, then F_ADD_SEALS "
+                        "F_SEAL_SHRINK | F_SEAL_GROW)");
+    else if ((uint64_t)st.st_size != capacity)
+        rc = hy_err_set(err, HY_EINVAL,
                         "shm transport: the client's memfd holds %lld bytes, its offer said "
                         "%llu",
                         (long long)st.st_size, (unsigned long long)capacity);
     void *map = MAP_FAILED;
     if (!rc) {
-        map = mmap(NULL, capacity, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, memfd, 0);
+        map = mmap(NULL, capacity, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
         if (map == MAP_FAILED)
             rc = hy_err_set(err, HY_EIO, "shm transport: cannot map the client's %llu bytes: %s",
                             (unsigned long long)capacity, strerror(errno));
@@ -93,7 +112,7 @@ int hy_tp_shm_sender_new(int memfd, uint64_t capacity, int notify_fd, hy_tp_send
         return hy_err_set(err, HY_ENOMEM, "shm transport: out of memory");
     }
     hy_tp_set_timeouts(notify_fd, 30000, 0);
-    m->base = (hy_tp_sender){&shm_ops, HY_TP_SHM, capacity, false};
+    m->base = (hy_tp_sender){&shm_ops, HY_TP_SHM, capacity, false, notify_fd};
     m->map = map;
     m->notify_fd = notify_fd;
     *out = &m->base;
@@ -116,13 +135,14 @@ int hy_tp_shm_receiver_open(const char *path, uint64_t id, const uint8_t secret[
         return hy_err_set(err, HY_EINVAL, "%s: the socket path is longer than %zu bytes", what,
                           sizeof a.sun_path - 1);
     strcpy(a.sun_path, path);
-    int memfd = memfd_create("hypic-state", MFD_CLOEXEC);
+    int memfd = memfd_create("hypic-state", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (memfd < 0) return hy_err_set(err, HY_EIO, "%s: memfd_create: %s", what, strerror(errno));
-    if (ftruncate(memfd, (off_t)capacity) != 0) {
+    if (ftruncate(memfd, (off_t)capacity) != 0 ||
+        fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
         int e = errno;
         close(memfd);
-        return hy_err_set(err, HY_ENOMEM, "%s: cannot size the memfd to %llu bytes: %s", what,
-                          (unsigned long long)capacity, strerror(e));
+        return hy_err_set(err, HY_ENOMEM, "%s: cannot size and seal the memfd at %llu bytes: %s",
+                          what, (unsigned long long)capacity, strerror(e));
     }
     void *buf = mmap(NULL, capacity, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
     if (buf == MAP_FAILED) {

@@ -249,7 +249,7 @@ int hy_tp_tcp_sender_new(int fd, uint64_t capacity, hy_tp_sender **out, hy_err *
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     hy_tp_set_timeouts(fd, 30000, 0);
-    t->base = (hy_tp_sender){&tcp_ops, HY_TP_TCP, capacity, false};
+    t->base = (hy_tp_sender){&tcp_ops, HY_TP_TCP, capacity, false, fd};
     t->fd = fd;
     *out = &t->base;
     return 0;

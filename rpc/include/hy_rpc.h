@@ -42,12 +42,28 @@ const hy_rpc_method *hy_rpc_method_find(const char *path, size_t len);
 /* The method called name ("GetEntry"), or NULL. */
 const hy_rpc_method *hy_rpc_method_named(const char *name);
 
-/* Decodes len bytes as a message of descriptor d. HY_ERANGE when len exceeds
- * max (the message is not read), HY_EFORMAT when the bytes are not such a
- * message (protobuf-c's unpack refuses them); the error names the message
- * type. *out is freed with protobuf_c_message_free_unpacked(*out, NULL). */
+/* Decodes len bytes as a message of descriptor d, as bytes from the
+ * network must be: HY_ERANGE when len exceeds max (the message is not read)
+ * or decoding would allocate more than hy_rpc_decode_budget(len);
+ * HY_EFORMAT when a string field (at any depth) holds a NUL byte, the error
+ * naming the field's path ("segments[2].tags[0]"), or when the bytes are not
+ * such a message (protobuf-c's unpack refuses them); the error names the
+ * message type. *out is freed with protobuf_c_message_free_unpacked(*out,
+ * NULL). */
 int hy_rpc_unpack(const ProtobufCMessageDescriptor *d, const void *buf, size_t len, size_t max,
                   ProtobufCMessage **out, hy_err *err);
+/* The string check of hy_rpc_unpack alone: HY_EFORMAT naming the first
+ * string field whose bytes hold a NUL; bytes that are not a message are not
+ * its business (0). */
+int hy_rpc_check_strings(const ProtobufCMessageDescriptor *d, const void *buf, size_t len,
+                         hy_err *err);
+/* What decoding len bytes may allocate: HY_RPC_DECODE_FACTOR x len +
+ * HY_RPC_DECODE_FLOOR. Every hypic.v1 message a client sends in earnest
+ * decodes within 4x its bytes plus a little (token ids of one byte are the most: 4 bytes
+ * each decoded); messages of empty sub-messages are what the budget stops. */
+#define HY_RPC_DECODE_FACTOR 8
+#define HY_RPC_DECODE_FLOOR  (1 << 20)
+size_t hy_rpc_decode_budget(size_t len);
 
 /* ---- Status codes: gRPC's, by number (the same on every wire) ---- */
 
@@ -110,17 +126,26 @@ void hy_chunks_free(hy_chunks *a);
  *
  * `workers` threads each take one call at a time from gRPC and run its
  * handler to the end, so at most `workers` calls are served at once and the
- * rest wait in gRPC's queue. A call's first request message is decoded
- * (bounded by max_message, which gRPC also enforces on the wire) before its
- * handler runs: bytes that are not the method's request type are answered
- * INVALID_ARGUMENT, an unknown method UNIMPLEMENTED, without a handler. */
+ * rest wait in gRPC's queue; each method named in `dedicated` has a worker
+ * of its own besides, which takes only that method's calls (a Health that
+ * never waits behind the others). An unknown method is answered
+ * UNIMPLEMENTED without a handler.
+ *
+ * The request of a unary or server-streaming call is received either by
+ * the server before the handler runs (bounded by max_message, which gRPC
+ * also enforces on the wire; bytes that are not the method's request type
+ * are answered INVALID_ARGUMENT without a handler), or, with
+ * handler_receives, by the handler itself through hy_rpc_call_request, so it
+ * can authenticate the call from its metadata first and never read the body
+ * of a call it refuses. */
 typedef struct hy_rpc_server hy_rpc_server;
 typedef struct hy_rpc_call hy_rpc_call;
 
 /* Serves one call. req: its decoded request, or NULL for a client-streaming
- * method (read them with hy_rpc_call_recv); owned by the server. The handler
- * ends the call with hy_rpc_call_finish (if it returns without, the call is
- * finished INTERNAL). */
+ * method (read them with hy_rpc_call_recv) and on a server whose handlers
+ * receive (hy_rpc_call_request); owned by the server. The handler ends the
+ * call with hy_rpc_call_finish (if it returns without, the call is finished
+ * INTERNAL). */
 typedef void (*hy_rpc_handler)(void *app, hy_rpc_call *call, const ProtobufCMessage *req);
 
 /* Told of every call the server answers itself, before any handler: an
@@ -134,6 +159,15 @@ typedef struct hy_rpc_server_config {
     const char *address; /* e.g. "127.0.0.1:0" (port 0: any free port) */
     int workers;         /* calls served at once; 0: 4 */
     size_t max_message;  /* bytes per message each way; 0: 4 MiB */
+    /* The longest any one receive or send of a call may wait for the client
+     * (a request that does not come, a stream the client does not read):
+     * past it the call ends DEADLINE_EXCEEDED and its worker is free. 0: no
+     * limit. */
+    int64_t idle_ms;
+    bool handler_receives; /* handlers take their request (hy_rpc_call_request) */
+    /* Names of methods ("Health") each served by a worker of its own
+     * besides `workers`; NULL-terminated, or NULL: none. */
+    const char *const *dedicated;
     /* TLS: the server's certificate chain and private key, PEM text (not
      * paths); both NULL: plaintext. No client certificates are asked for:
      * callers authenticate with bearer tokens. */
@@ -156,6 +190,23 @@ const hy_rpc_method *hy_rpc_call_method(const hy_rpc_call *c);
 /* Request metadata `key` (lower case), copied NUL-terminated into buf (cap
  * bytes, truncated if longer); NULL when the client sent none. */
 const char *hy_rpc_call_metadata(const hy_rpc_call *c, const char *key, char *buf, size_t cap);
+/* Request metadata `key` exactly as it came (NULs and all): *v (valid for
+ * the call) and *n its length; false when the client sent none. */
+bool hy_rpc_call_metadata_raw(const hy_rpc_call *c, const char *key, const void **v, size_t *n);
+/* The request of a unary or server-streaming call, received and decoded
+ * (hy_rpc_unpack) within max bytes (0: the server's max_message; a larger
+ * max is the server's): owned by the call, the same pointer on every call.
+ * HY_ENOTFOUND when the client sent none, HY_ERANGE over a limit, HY_EFORMAT
+ * for bytes that are not the request (or a string holding a NUL), HY_EIO when
+ * the client is gone or made no progress (hy_rpc_recv_code gives the status
+ * to answer). On a server that receives first, and on a local call, the
+ * request already received. */
+int hy_rpc_call_request(hy_rpc_call *c, size_t max, const ProtobufCMessage **req, hy_err *err);
+/* The status to end a call with when receiving its request failed with rc. */
+hy_rpc_code hy_rpc_recv_code(const hy_rpc_call *c, int rc);
+/* Whether a receive or send of the call waited the server's idle_ms and the
+ * call was ended DEADLINE_EXCEEDED. */
+bool hy_rpc_call_idled(const hy_rpc_call *c);
 /* Milliseconds left before the client's deadline (INT64_MAX: none). */
 int64_t hy_rpc_call_ms_left(const hy_rpc_call *c);
 /* Sends one response message: the response of a unary or client-streaming

@@ -116,6 +116,10 @@ struct hy_tp_sender {
     hy_tp_kind kind;
     uint64_t capacity; /* the peer's registered buffer, bytes */
     bool broken;       /* a write or done failed: the session is unusable */
+    /* The connection the session lives on (TCP's data socket, shm's Unix
+     * socket), which the client only reads after its HELLO: the hub takes a
+     * hang-up or any byte on it for the client gone. -1: none (RDMA). */
+    int conn_fd;
 };
 
 /* Calls through the ops, keeping `broken` (a broken sender refuses with HY_EIO). */
@@ -240,6 +244,8 @@ typedef struct hy_tp_hub_config {
     int rdma_port, rdma_gid_index;
     uint32_t max_sessions;      /* open at once; 0: 64 */
     uint64_t max_buffer;        /* bytes per session's buffer; 0: 16 GiB */
+    uint32_t tenant_sessions;   /* one tenant's sessions open at once; 0: max_sessions */
+    uint64_t tenant_bytes;      /* one tenant's sessions' buffers together; 0: no limit */
     uint32_t attach_timeout_ms; /* 0: 10000 */
 } hy_tp_hub_config;
 
@@ -280,8 +286,10 @@ void hy_tp_hub_stop(hy_tp_hub *h);
 
 /* Takes the first of offers[0..n) this daemon can serve. HY_EINVAL: no
  * offer, a kind twice or unknown, a capacity of 0, a bad RDMA peer;
- * HY_ERANGE: capacity over max_buffer, or max_sessions open; HY_EUNSUPPORTED:
- * none can be served (the message says why for each). */
+ * HY_ERANGE: capacity over max_buffer, max_sessions open, or the tenant's
+ * tenant_sessions or tenant_bytes taken; HY_EUNSUPPORTED: none can be served
+ * (the message says why for each). Sessions whose client hung up, or never
+ * attached in time, are ended first and count for nobody. */
 int hy_tp_hub_open(hy_tp_hub *h, const char *tenant, const hy_tp_offer *offers, size_t n,
                    hy_tp_accept *acc, hy_err *err);
 /* Session `id`'s sender for one transfer, held until _release: waits for a

@@ -35,6 +35,7 @@ so a view never points at freed memory; nothing writes into it any more.
 
 from __future__ import annotations
 
+import fcntl
 import mmap
 import os
 import socket
@@ -152,9 +153,12 @@ class Session:
         self._fd = -1
         self.buffer: mmap.mmap
         if self.kind == Transport.SHM:
-            # the daemon maps these same pages (MAP_SHARED over the memfd)
-            self._fd = os.memfd_create(f"hypic-session-{self.id}", os.MFD_CLOEXEC)
+            # the daemon maps these same pages (MAP_SHARED over the memfd); it takes only
+            # a memfd sealed at exactly this size, so that neither side can shrink it
+            # under the other's mapping
+            self._fd = os.memfd_create(f"hypic-session-{self.id}", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
             os.ftruncate(self._fd, capacity)
+            fcntl.fcntl(self._fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
             self.buffer = mmap.mmap(self._fd, capacity)
         else:
             self.buffer = mmap.mmap(-1, capacity)
