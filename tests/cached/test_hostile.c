@@ -1,0 +1,606 @@
+/*
+ * hypic-cached against a hostile client on the same host: two tenants with
+ * tokens, the daemon on loopback, and each attack a client could make with
+ * the access it has — a shared-memory session whose file it truncates or
+ * makes huge and sparse, calls that send their headers and never a message,
+ * a large request with no token, sessions dropped without CloseTransport, a
+ * NUL inside the authorization value (over raw HTTP/2, which no gRPC library
+ * sends) and inside every string field of every request. After each the
+ * daemon must still be serving, and the entries stored before any of them
+ * must read back byte for byte.
+ */
+#include "h2_raw.h"
+#include "hy_common.h"
+#include "hy_rpc.h"
+#include "hy_transport.h"
+#include "service_fixture.h"
+#include "test_util.h"
+
+#include <CUnit/Basic.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/un.h>
+
+static char g_tmp[128];
+static hy_daemon g_d;
+static hyc *g_alice, *g_bob, *g_anon;
+
+#define ALICE "alice-token-0123456789"
+#define BOB   "bob-token-0123456789ab"
+
+#define WORKERS 4
+#define IDLE_MS 1500
+#define NDOCS   3
+
+static const char *k_config = "listen: 127.0.0.1:0\n"
+                              "http_listen: ''\n"
+                              "models: [{name: tiny, path: var/models/tiny}]\n"
+                              "tiers: {host: {bytes: 64M}}\n"
+                              "executor: {threads: 1}\n"
+                              "tenants:\n"
+                              "  list:\n"
+                              "    - {name: alice, token: " ALICE ", admin: true}\n"
+                              "    - {name: bob, token: " BOB "}\n"
+                              "limits: {workers: 4, watchers: 2, idle_ms: 1500}\n"
+                              "transport: {max_sessions: 8, sessions_per_tenant: 6}\n"
+                              "log: {requests: false}\n";
+
+/* The entries stored before the attacks, and their bytes. */
+static uint8_t g_keys[NDOCS][32];
+static void *g_bytes[NDOCS];
+static size_t g_nbytes[NDOCS];
+
+/* --- the daemon's state --------------------------------------------------------- */
+
+/* A line of /proc/<pid>/status ("VmHWM:"), in KiB; -1 when absent. */
+static long proc_kib(pid_t pid, const char *field)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    long v = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, field, strlen(field))) v = atol(line + strlen(field));
+    if (f) fclose(f);
+    return v;
+}
+
+/* Resets the daemon's peak RSS (VmHWM) to its current RSS. */
+static void reset_peak(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/clear_refs", (int)pid);
+    FILE *f = fopen(path, "w");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fputs("5", f);
+    fclose(f);
+}
+
+static int start_daemon(void);
+
+/* The daemon is alive and serving, and every entry stored before reads back
+ * byte for byte. A daemon that died is started again (the case failed), so
+ * that every later case is still judged on its own. */
+static void check_serving(const char *after)
+{
+    int st;
+    const bool alive = waitpid(g_d.pid, &st, WNOHANG) == 0;
+    CU_ASSERT(alive);
+    if (!alive) {
+        fprintf(stderr, "after %s: the daemon exited (status 0x%x); starting it again\n", after,
+                st);
+        g_d.pid = 0;
+        CU_ASSERT_FATAL(start_daemon() == 0);
+        return;
+    }
+    hyc_status hs;
+    CU_ASSERT_EQUAL(health(g_anon, &hs), 0);
+    for (int i = 0; i < NDOCS; i++) {
+        void *b = NULL;
+        size_t n = 0;
+        CU_ASSERT_EQUAL(get_entry(g_alice, g_keys[i], &b, &n, &hs), 0);
+        CU_ASSERT(n == g_nbytes[i] && b && !memcmp(b, g_bytes[i], n));
+        free(b);
+    }
+}
+
+/* --- transport sessions by hand ------------------------------------------------ */
+
+/* OpenTransport for one offer of kind and capacity as the caller of c. */
+static int open_session(hyc *c, Hypic__V1__Transport kind, uint64_t capacity,
+                        Hypic__V1__OpenTransportResponse **out, hyc_status *st)
+{
+    Hypic__V1__TransportOffer o = HYPIC__V1__TRANSPORT_OFFER__INIT, *op = &o;
+    o.kind = kind;
+    o.capacity = capacity;
+    Hypic__V1__OpenTransportRequest rq = HYPIC__V1__OPEN_TRANSPORT_REQUEST__INIT;
+    rq.n_offers = 1;
+    rq.offers = &op;
+    *out = NULL;
+    return hyc_open_transport(c, &rq, out, st);
+}
+
+/* The attach: HELLO (with memfd passed when >= 0) on fd, then the ACK's
+ * status (0: attached). -1 when the daemon closed without an ACK. */
+static int attach(int fd, const Hypic__V1__OpenTransportResponse *r, int memfd)
+{
+    uint8_t hello[HY_TP_FRAME_BYTES], ack[HY_TP_FRAME_BYTES];
+    hy_tp_hello_pack(r->session, r->secret.data, hello);
+    struct iovec iov = {hello, sizeof hello};
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } ctl;
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (memfd >= 0) {
+        m.msg_control = ctl.buf;
+        m.msg_controllen = sizeof ctl.buf;
+        struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &memfd, sizeof(int));
+    }
+    if (sendmsg(fd, &m, MSG_NOSIGNAL) != (ssize_t)sizeof hello) return -1;
+    if (recv(fd, ack, sizeof ack, MSG_WAITALL) != (ssize_t)sizeof ack) return -1;
+    hy_tp_frame f;
+    hy_err e = {0};
+    if (hy_tp_frame_unpack(ack, &f, &e) || f.type != HY_TP_ACK) return -1;
+    return (int)(int64_t)f.length;
+}
+
+static int connect_unix(const char *path)
+{
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static int connect_tcp(int port)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* A memfd of n bytes, sealed against shrinking and growing when seal. */
+static int make_memfd(uint64_t n, bool seal)
+{
+    int fd = memfd_create("hostile", seal ? MFD_ALLOW_SEALING : 0);
+    CU_ASSERT_FATAL(fd >= 0);
+    CU_ASSERT_FATAL(ftruncate(fd, (off_t)n) == 0);
+    if (seal) CU_ASSERT_FATAL(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0);
+    return fd;
+}
+
+/* GetEntry of doc 0 into session id (the reply carries the delivery, no
+ * chunks): the status code. */
+static int get_into(uint64_t id)
+{
+    Hypic__V1__GetEntryRequest rq = HYPIC__V1__GET_ENTRY_REQUEST__INIT;
+    rq.model = "tiny";
+    rq.key = (ProtobufCBinaryData){32, g_keys[0]};
+    rq.transport_session = id;
+    hy_rpc_client *cl;
+    hy_err e = {0};
+    hy_rpc_status st = {0};
+    if (hy_rpc_client_open(g_d.grpc, 0, &cl, &e)) return -1;
+    int rc = hy_rpc_client_call(cl, hy_rpc_method_named("GetEntry"), &rq.base, ALICE, 10000, NULL,
+                                NULL, &st, &e);
+    hy_rpc_client_close(cl);
+    if (rc || st.code)
+        fprintf(stderr, "  GetEntry into session %llu: %s %s\n", (unsigned long long)id,
+                hy_rpc_code_name(st.code), rc ? e.msg : st.msg);
+    return rc ? rc : st.code;
+}
+
+static void close_session(hyc *c, uint64_t id)
+{
+    Hypic__V1__CloseTransportRequest rq = HYPIC__V1__CLOSE_TRANSPORT_REQUEST__INIT;
+    rq.session = id;
+    Hypic__V1__CloseTransportResponse *r = NULL;
+    hyc_status st;
+    hyc_close_transport(c, &rq, &r, &st);
+    hyc_free(r);
+}
+
+/* --- the cases ----------------------------------------------------------------- */
+
+/* A client that truncates its memfd after attaching made the daemon's next
+ * copy into it SIGBUS: only a memfd sealed at exactly the session's size is
+ * taken now. */
+static void test_shm_truncated(void)
+{
+    const uint64_t cap = 1 << 20;
+    Hypic__V1__OpenTransportResponse *r;
+    hyc_status st;
+    /* unsealed: refused at the attach; truncating it afterwards harms nobody */
+    CU_ASSERT_EQUAL_FATAL(open_session(g_alice, HYPIC__V1__TRANSPORT__TRANSPORT_SHM, cap, &r, &st),
+                          0);
+    int mfd = make_memfd(cap, false);
+    int fd = connect_unix(r->shm_socket);
+    CU_ASSERT_FATAL(fd >= 0);
+    const int ack = attach(fd, r, mfd);
+    CU_ASSERT_NOT_EQUAL(ack, 0);
+    CU_ASSERT(ftruncate(mfd, 0) == 0);
+    CU_ASSERT_NOT_EQUAL(get_into(r->session), 0); /* no such session: never attached */
+    close(fd);
+    close(mfd);
+    hyc_free(r);
+    check_serving("a truncated memfd");
+    /* sealed, but not the session's size */
+    CU_ASSERT_EQUAL_FATAL(open_session(g_alice, HYPIC__V1__TRANSPORT__TRANSPORT_SHM, cap, &r, &st),
+                          0);
+    mfd = make_memfd(2 * cap, true);
+    fd = connect_unix(r->shm_socket);
+    CU_ASSERT_NOT_EQUAL(attach(fd, r, mfd), 0);
+    close(fd);
+    close(mfd);
+    hyc_free(r);
+    /* sealed at its size: attached, and the entry lands in it */
+    CU_ASSERT_EQUAL_FATAL(open_session(g_alice, HYPIC__V1__TRANSPORT__TRANSPORT_SHM, cap, &r, &st),
+                          0);
+    mfd = make_memfd(cap, true);
+    fd = connect_unix(r->shm_socket);
+    CU_ASSERT_EQUAL(attach(fd, r, mfd), 0);
+    uint8_t *map = mmap(NULL, cap, PROT_READ, MAP_SHARED, mfd, 0);
+    CU_ASSERT_FATAL(map != MAP_FAILED);
+    CU_ASSERT_EQUAL(get_into(r->session), 0);
+    CU_ASSERT(!memcmp(map, g_bytes[0], g_nbytes[0]));
+    munmap(map, cap);
+    close_session(g_alice, r->session);
+    close(fd);
+    close(mfd);
+    hyc_free(r);
+    check_serving("a sealed memfd");
+}
+
+/* A sparse 2 GiB memfd costs its client nothing: the daemon's mapping of it
+ * must not cost the daemon 2 GiB of resident memory either. */
+static void test_shm_sparse_huge(void)
+{
+    const uint64_t cap = 2ull << 30;
+    Hypic__V1__OpenTransportResponse *r;
+    hyc_status st;
+    CU_ASSERT_EQUAL_FATAL(open_session(g_alice, HYPIC__V1__TRANSPORT__TRANSPORT_SHM, cap, &r, &st),
+                          0);
+    const long before = proc_kib(g_d.pid, "RssShmem:");
+    int mfd = make_memfd(cap, true);
+    int fd = connect_unix(r->shm_socket);
+    CU_ASSERT_EQUAL(attach(fd, r, mfd), 0);
+    CU_ASSERT_EQUAL(get_into(r->session), 0);
+    const long after = proc_kib(g_d.pid, "RssShmem:");
+    fprintf(stderr, "  RssShmem %ld -> %ld KiB after attaching a sparse 2 GiB memfd\n", before,
+            after);
+    CU_ASSERT(after - before < 64 * 1024);
+    close_session(g_alice, r->session);
+    close(fd);
+    close(mfd);
+    hyc_free(r);
+    check_serving("a sparse huge memfd");
+}
+
+/* Calls that send their headers and never a message: without a token they
+ * are refused from the headers alone; with one they hold at most the
+ * tenant's in-flight limit (below the workers) and end after limits.idle_ms.
+ * Health answers within 100 ms throughout, and another tenant is served. */
+static void test_header_only_calls(void)
+{
+    h2_conn anon, al;
+    CU_ASSERT_EQUAL_FATAL(h2_open(&anon, g_d.grpc), 0);
+    CU_ASSERT_EQUAL_FATAL(h2_open(&al, g_d.grpc), 0);
+    static const char bearer[] = "Bearer " ALICE;
+    for (int i = 0; i < 2 * WORKERS; i++) {
+        CU_ASSERT_PTR_NOT_NULL(h2_call(&anon, "/hypic.v1.Cache/Lookup", NULL, 0, NULL, 0, true));
+        CU_ASSERT_PTR_NOT_NULL(
+            h2_call(&al, "/hypic.v1.Cache/Lookup", bearer, sizeof bearer - 1, NULL, 0, true));
+    }
+    h2_pump(&anon, 300, NULL);
+    h2_pump(&al, 300, NULL);
+    long long t0 = hy_test_now_ms();
+    hyc_status st;
+    CU_ASSERT_EQUAL(health(g_anon, &st), 0);
+    const long long health_ms = hy_test_now_ms() - t0;
+    fprintf(stderr, "  Health in %lld ms beside %d header-only calls\n", health_ms, 4 * WORKERS);
+    CU_ASSERT(health_ms < 100);
+    segs s = {0};
+    segs_doc(&s, 1, 300);
+    Hypic__V1__LookupResponse *lr = NULL;
+    CU_ASSERT_EQUAL(lookup(g_bob, &s, 0, &lr, &st), 0); /* bob still finds a worker */
+    hyc_free(lr);
+    int unauth = 0;
+    for (int i = 0; i < anon.n; i++) unauth += anon.st[i].closed && anon.st[i].grpc_status == 16;
+    CU_ASSERT_EQUAL(unauth, 2 * WORKERS);
+    /* alice's: over her limit at once, the rest when idle_ms has passed */
+    t0 = hy_test_now_ms();
+    for (int i = 0; i < al.n; i++) h2_pump(&al, IDLE_MS + 2000, &al.st[i]);
+    int exhausted = 0, idled = 0;
+    for (int i = 0; i < al.n; i++) {
+        exhausted += al.st[i].grpc_status == 8;
+        idled += al.st[i].grpc_status == 4;
+    }
+    fprintf(stderr, "  alice's header-only calls: %d refused over her limit, %d ended idle\n",
+            exhausted, idled);
+    CU_ASSERT_EQUAL(idled, WORKERS - 1);
+    CU_ASSERT_EQUAL(exhausted + idled, 2 * WORKERS);
+    h2_close(&anon);
+    h2_close(&al);
+    check_serving("header-only calls");
+}
+
+/* n bytes of a LookupRequest made of empty segments (2 bytes each). */
+static uint8_t *empty_segments(size_t n)
+{
+    uint8_t *b = malloc(n);
+    for (size_t i = 0; i + 1 < n; i += 2) b[i] = 0x12, b[i + 1] = 0;
+    return b;
+}
+
+/* One raw call of method name with body b[0..n) as token. */
+static int raw_call(const char *name, const void *b, size_t n, const char *token, int64_t ms,
+                    hy_rpc_status *st)
+{
+    hy_rpc_client *cl;
+    hy_err e = {0};
+    if (hy_rpc_client_open(g_d.grpc, 80u << 20, &cl, &e)) return -1;
+    int rc = hy_rpc_client_call_raw(cl, hy_rpc_method_named(name)->path, b, n, token, ms, NULL,
+                                    NULL, st, &e);
+    hy_rpc_client_close(cl);
+    return rc;
+}
+
+/* A 48 MiB request of empty segments with no token: refused from its
+ * headers; the daemon's peak memory grows by less than the message. */
+static void test_unauthenticated_large(void)
+{
+    const size_t n = 48u << 20;
+    uint8_t *b = empty_segments(n);
+    reset_peak(g_d.pid);
+    const long before = proc_kib(g_d.pid, "VmHWM:");
+    hy_rpc_status st;
+    CU_ASSERT_EQUAL(raw_call("Lookup", b, n, NULL, 20000, &st), 0);
+    CU_ASSERT_EQUAL(st.code, HY_RPC_UNAUTHENTICATED);
+    const long after = proc_kib(g_d.pid, "VmHWM:");
+    fprintf(stderr, "  peak RSS %ld -> %ld KiB over a 48 MiB unauthenticated Lookup (%s)\n", before,
+            after, hy_rpc_code_name(st.code));
+    CU_ASSERT(after - before < (long)(n >> 10));
+    free(b);
+    check_serving("a large unauthenticated request");
+}
+
+/* Authenticated, a request is bounded by its method's own limit (a Lookup by
+ * the segments and tokens a request may have), and decoding by a budget. */
+static void test_authenticated_oversize(void)
+{
+    hy_rpc_status st;
+    uint8_t *b = empty_segments(4u << 20);
+    CU_ASSERT_EQUAL(raw_call("Lookup", b, 4u << 20, ALICE, 20000, &st), 0);
+    CU_ASSERT_EQUAL(st.code, HY_RPC_RESOURCE_EXHAUSTED);
+    fprintf(stderr, "  4 MiB Lookup: %s %s\n", hy_rpc_code_name(st.code), st.msg);
+    CU_ASSERT_EQUAL(raw_call("Health", b, 1u << 20, NULL, 20000, &st), 0);
+    CU_ASSERT_EQUAL(st.code, HY_RPC_RESOURCE_EXHAUSTED); /* a small method's limit */
+    /* under the Lookup limit, but 700 000 segments decoded would take ~60 MiB */
+    CU_ASSERT_EQUAL(raw_call("Lookup", b, 1400000, ALICE, 20000, &st), 0);
+    CU_ASSERT_EQUAL(st.code, HY_RPC_RESOURCE_EXHAUSTED);
+    fprintf(stderr, "  1.4 MB Lookup of empty segments: %s %s\n", hy_rpc_code_name(st.code),
+            st.msg);
+    free(b);
+    check_serving("oversized requests");
+}
+
+/* Sessions whose client dropped its sockets without CloseTransport end with
+ * their connection: another tenant opens one within a second. A tenant has
+ * a cap of its own, below the daemon's. */
+static void test_dropped_sessions(void)
+{
+    hyc_status st;
+    Hypic__V1__OpenTransportResponse *r;
+    int fds[6];
+    for (int i = 0; i < 6; i++) {
+        CU_ASSERT_EQUAL_FATAL(
+            open_session(g_alice, HYPIC__V1__TRANSPORT__TRANSPORT_TCP, 1 << 20, &r, &st), 0);
+        fds[i] = connect_tcp((int)r->tcp_port);
+        CU_ASSERT_EQUAL(attach(fds[i], r, -1), 0);
+        hyc_free(r);
+    }
+    r = NULL;
+    CU_ASSERT_EQUAL(open_session(g_alice, HYPIC__V1__TRANSPORT__TRANSPORT_TCP, 1 << 20, &r, &st),
+                    HYC_RESOURCE_EXHAUSTED); /* transport.sessions_per_tenant */
+    hyc_free(r);
+    for (int i = 0; i < 6; i++) close(fds[i]); /* gone, without CloseTransport */
+    hy_test_sleep_ms(200);
+    const long long t0 = hy_test_now_ms();
+    uint64_t ids[3];
+    int opened = 0;
+    for (int i = 0; i < 3; i++) {
+        r = NULL;
+        if (open_session(g_bob, HYPIC__V1__TRANSPORT__TRANSPORT_TCP, 1 << 20, &r, &st) == 0)
+            ids[opened++] = r->session;
+        else
+            fprintf(stderr, "  bob's session %d: %s\n", i, st.msg);
+        hyc_free(r);
+    }
+    fprintf(stderr, "  bob opened %d of 3 sessions in %lld ms after alice dropped 6\n", opened,
+            hy_test_now_ms() - t0);
+    CU_ASSERT_EQUAL(opened, 3);
+    CU_ASSERT(hy_test_now_ms() - t0 < 1000);
+    for (int i = 0; i < opened; i++) close_session(g_bob, ids[i]);
+    check_serving("dropped sessions");
+}
+
+/* A NUL in the authorization value, over raw HTTP/2: the token is compared
+ * over the bytes that came, which are not alice's token. */
+static void test_nul_in_authorization(void)
+{
+    static const char v1[] = "Bearer " ALICE "\0junk", v2[] = "Bearer " ALICE "\0" BOB;
+    const struct {
+        const char *v;
+        size_t n;
+    } vals[] = {{v1, sizeof v1 - 1}, {v2, sizeof v2 - 1}};
+    /* a ListRequest: empty */
+    for (size_t i = 0; i < 2; i++) {
+        h2_conn c;
+        CU_ASSERT_EQUAL_FATAL(h2_open(&c, g_d.grpc), 0);
+        h2_stream *s = h2_call(&c, "/hypic.v1.Cache/List", vals[i].v, vals[i].n, NULL, 0, false);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+        h2_pump(&c, 5000, s);
+        fprintf(stderr, "  authorization with a NUL: grpc-status %d (%s)\n", s->grpc_status,
+                s->grpc_message);
+        CU_ASSERT(s->closed);
+        CU_ASSERT_EQUAL(s->grpc_status, HY_RPC_UNAUTHENTICATED);
+        h2_close(&c);
+    }
+    /* the same path with the plain value works: the test would see a refusal
+     * of everything otherwise */
+    h2_conn c;
+    CU_ASSERT_EQUAL_FATAL(h2_open(&c, g_d.grpc), 0);
+    h2_stream *s = h2_call(&c, "/hypic.v1.Cache/List", v1, strlen(v1), NULL, 0, false);
+    h2_pump(&c, 5000, s);
+    CU_ASSERT_EQUAL(s->grpc_status, HY_RPC_OK);
+    h2_close(&c);
+    check_serving("a NUL in the authorization value");
+}
+
+/* --- a NUL in every string field of every request --------------------------- */
+
+typedef struct probe {
+    uint8_t b[256];
+    size_t n;
+    char path[160];
+} probe;
+
+static size_t put_varint(uint8_t *p, uint64_t v)
+{
+    size_t n = 0;
+    do {
+        p[n++] = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
+        v >>= 7;
+    } while (v);
+    return n;
+}
+
+/* Every string field reachable from d (3 levels deep), each as a message
+ * holding only that field, "a\0b", and its path as the daemon names it. */
+static int collect(const ProtobufCMessageDescriptor *d, int depth, probe *out, int cap)
+{
+    int n = 0;
+    for (unsigned i = 0; i < d->n_fields && n < cap; i++) {
+        const ProtobufCFieldDescriptor *f = &d->fields[i];
+        char name[80];
+        snprintf(name, sizeof name, "%s%s", f->name,
+                 f->label == PROTOBUF_C_LABEL_REPEATED ? "[0]" : "");
+        if (f->type == PROTOBUF_C_TYPE_STRING) {
+            probe *p = &out[n++];
+            p->n = put_varint(p->b, (uint64_t)f->id << 3 | 2);
+            p->b[p->n++] = 3;
+            memcpy(p->b + p->n, "a\0b", 3);
+            p->n += 3;
+            snprintf(p->path, sizeof p->path, "%s", name);
+        } else if (f->type == PROTOBUF_C_TYPE_MESSAGE && depth < 3) {
+            probe sub[32];
+            const int k = collect(f->descriptor, depth + 1, sub, 32);
+            for (int j = 0; j < k && n < cap; j++) {
+                probe *p = &out[n++];
+                p->n = put_varint(p->b, (uint64_t)f->id << 3 | 2);
+                p->n += put_varint(p->b + p->n, sub[j].n);
+                memcpy(p->b + p->n, sub[j].b, sub[j].n);
+                p->n += sub[j].n;
+                snprintf(p->path, sizeof p->path, "%s.%s", name, sub[j].path);
+            }
+        }
+    }
+    return n;
+}
+
+static void test_nul_in_string_fields(void)
+{
+    int probes = 0, refused = 0;
+    for (size_t m = 0; m < hy_rpc_method_count; m++) {
+        probe p[64];
+        const int k = collect(hy_rpc_methods[m].request, 0, p, 64);
+        for (int i = 0; i < k; i++) {
+            hy_rpc_status st = {0};
+            CU_ASSERT_EQUAL(raw_call(hy_rpc_methods[m].name, p[i].b, p[i].n, ALICE, 3000, &st), 0);
+            const bool ok = st.code == HY_RPC_INVALID_ARGUMENT && strstr(st.msg, p[i].path);
+            if (!ok)
+                fprintf(stderr, "  %s %s: %s %s\n", hy_rpc_methods[m].name, p[i].path,
+                        hy_rpc_code_name(st.code), st.msg);
+            probes++;
+            refused += ok;
+        }
+    }
+    fprintf(stderr, "  %d of %d string fields holding a NUL refused, naming the field\n", refused,
+            probes);
+    CU_ASSERT(probes > 20);
+    CU_ASSERT_EQUAL(refused, probes);
+    check_serving("NULs in string fields");
+}
+
+/* Starts the daemon, connects the clients and stores the entries the cases
+ * check afterwards. */
+static int start_daemon(void)
+{
+    hyc_close(g_alice);
+    hyc_close(g_bob);
+    hyc_close(g_anon);
+    if (hy_daemon_start(&g_d, g_tmp, k_config)) return -1;
+    g_alice = connect_as(&g_d, ALICE);
+    g_bob = connect_as(&g_d, BOB);
+    g_anon = connect_as(&g_d, NULL);
+    segs s = {0};
+    for (int i = 0; i < NDOCS; i++) segs_doc(&s, 100 + i, 300);
+    warm_out w;
+    hyc_status st;
+    int rc = warm(g_alice, &s, &w, &st);
+    for (int i = 0; !rc && i < NDOCS; i++) {
+        memcpy(g_keys[i], w.keys[i], 32);
+        free(g_bytes[i]);
+        g_bytes[i] = NULL;
+        rc = get_entry(g_alice, g_keys[i], &g_bytes[i], &g_nbytes[i], &st);
+    }
+    if (rc) fprintf(stderr, "test_hostile: setting up: %s\n", st.msg);
+    return rc;
+}
+
+int main(void)
+{
+    if (!hy_daemon_bin()) {
+        fprintf(stderr, "test_hostile: HYPIC_CACHED is not set\n");
+        return 1;
+    }
+    snprintf(g_tmp, sizeof g_tmp, "/tmp/hy-hostile-XXXXXX");
+    if (!mkdtemp(g_tmp)) return 1;
+    if (start_daemon()) {
+        hy_daemon_stop(&g_d);
+        return 1;
+    }
+    static const hy_test_case cases[] = {
+        {"shm: a truncated or unsealed memfd", test_shm_truncated},
+        {"shm: a sparse 2 GiB memfd", test_shm_sparse_huge},
+        {"header-only calls", test_header_only_calls},
+        {"a 48 MiB request without a token", test_unauthenticated_large},
+        {"requests over their method's limit", test_authenticated_oversize},
+        {"sessions dropped without CloseTransport", test_dropped_sessions},
+        {"a NUL in the authorization value", test_nul_in_authorization},
+        {"a NUL in every string field", test_nul_in_string_fields},
+        {NULL, NULL},
+    };
+    int failed = hy_test_main("hostile clients", cases);
+    hyc_close(g_alice);
+    hyc_close(g_bob);
+    hyc_close(g_anon);
+    if (!hy_daemon_stop(&g_d)) failed++;
+    for (int i = 0; i < NDOCS; i++) free(g_bytes[i]);
+    hy_test_rmtree(g_tmp);
+    return failed;
+}
