@@ -36,8 +36,9 @@ typedef struct nvme_busy {
 
 typedef struct quota {
     char tenant[HY_TENANT_MAX];
-    uint64_t bytes;
-    bool has_limit; /* hy_store_set_quota: limit replaces cfg.tenant_quota */
+    uint64_t bytes;    /* of its stored entries */
+    uint64_t reserved; /* of its puts reserved and not yet committed or aborted */
+    bool has_limit;    /* hy_store_set_quota: limit replaces cfg.tenant_quota */
     uint64_t limit;
     struct quota *next;
 } quota;
@@ -47,6 +48,7 @@ enum { MOVE_MAKE_ROOM = 1 };
 struct hy_put {
     hy_meta meta;
     size_t off;
+    uint64_t charged; /* bytes counted in its tenant's quota.reserved */
 };
 
 /* --- index ------------------------------------------------------------------ */
@@ -66,17 +68,30 @@ static obj *idx_find(hy_store *s, const hy_key *k)
 static int idx_grow(hy_store *s)
 {
     size_t nb = s->nbuckets * 2;
-    obj **b = calloc(nb, sizeof *b);
-    if (!b) return HY_ENOMEM;
-    for (size_t i = 0; i < s->nbuckets; i++)
+    obj **b = calloc(nb, sizeof *b), **ob = calloc(nb, sizeof *ob);
+    if (!b || !ob) {
+        free(b);
+        free(ob);
+        return HY_ENOMEM;
+    }
+    for (size_t i = 0; i < s->nbuckets; i++) {
         for (obj *o = s->buckets[i], *nx; o; o = nx) {
             nx = o->next;
             obj **h = &b[hy_key_id(&o->meta.key) & (nb - 1)];
             o->next = *h;
             *h = o;
         }
+        for (obj *o = s->obuckets[i], *nx; o; o = nx) {
+            nx = o->id_next;
+            obj **h = &ob[o->oid & (nb - 1)];
+            o->id_next = *h;
+            *h = o;
+        }
+    }
     free(s->buckets);
+    free(s->obuckets);
     s->buckets = b;
+    s->obuckets = ob;
     s->nbuckets = nb;
     return HY_OK;
 }
@@ -87,6 +102,9 @@ static void idx_insert(hy_store *s, obj *o)
     obj **h = &s->buckets[hy_key_id(&o->meta.key) & (s->nbuckets - 1)];
     o->next = *h;
     *h = o;
+    obj **oh = &s->obuckets[o->oid & (s->nbuckets - 1)];
+    o->id_next = *oh;
+    *oh = o;
     s->count++;
 }
 
@@ -96,7 +114,23 @@ static void idx_unlink(hy_store *s, obj *o)
     assert(*p == o);
     *p = o->next;
     o->next = NULL;
+    obj **q = &s->obuckets[o->oid & (s->nbuckets - 1)];
+    while (*q != o) q = &(*q)->id_next;
+    *q = o->id_next;
+    o->id_next = NULL;
     s->count--;
+}
+
+obj *st_find_key(hy_store *s, const hy_key *key)
+{
+    return idx_find(s, key);
+}
+
+obj *st_obj_new(hy_store *s)
+{
+    obj *o = calloc(1, sizeof *o);
+    if (o) o->oid = __atomic_add_fetch(&s->next_oid, 1, __ATOMIC_RELAXED); /* with or without mu */
+    return o;
 }
 
 /* --- quotas -------------------------------------------------------------------- */
@@ -120,6 +154,15 @@ static void quota_add(hy_store *s, const hy_meta *m, int64_t sign)
     if (q) q->bytes += (uint64_t)(sign * (int64_t)m->bytes);
 }
 
+/* A put's reservation leaves its tenant's reserved bytes: committed (its
+ * entry is counted in bytes instead) or aborted (the lock is held). */
+static void quota_unreserve(hy_store *s, hy_put *p)
+{
+    quota *q = p->charged ? quota_of(s, p->meta.tenant, false) : NULL;
+    if (q) q->reserved -= HY_MIN(q->reserved, p->charged);
+    p->charged = 0;
+}
+
 /* --- copies and removal ---------------------------------------------------------- */
 
 static bool resident(const obj *o, hy_tier_id t)
@@ -140,8 +183,7 @@ void st_copy_add(hy_store *s, obj *o, hy_tier_id t, size_t off)
     default:
         o->in_nvme = true, s->st.nvme_entries++;
     }
-    hy_evictor_insert(s->ev[t], hy_key_id(&o->meta.key), o->meta.bytes, o->meta.flops,
-                      o->meta.tokens, ++s->tick);
+    hy_evictor_insert(s->ev[t], o->oid, o->meta.bytes, o->meta.flops, o->meta.tokens, ++s->tick);
 }
 
 static nvme_busy *nvme_busy_find(hy_store *s, const hy_key *k)
@@ -167,7 +209,7 @@ static void nvme_remove_key(hy_store *s, const hy_key *k)
 void st_copy_drop(hy_store *s, obj *o, hy_tier_id t)
 {
     assert(resident(o, t) && !o->dead);
-    hy_evictor_remove(s->ev[t], hy_key_id(&o->meta.key)); /* no-op when moving */
+    hy_evictor_remove(s->ev[t], o->oid); /* no-op when moving */
     switch (t) {
     case HY_TIER_HBM:
         st_hbm_release(s, o->doff);
@@ -200,7 +242,7 @@ void st_unpin(hy_store *s, obj *o)
 
 void st_obj_remove(hy_store *s, obj *o, const char *reason)
 {
-    const uint64_t id = hy_key_id(&o->meta.key);
+    const uint64_t id = o->oid;
     if (reason && s->cfg.on_event)
         s->cfg.on_event(s->cfg.event_ctx, HY_STORE_REMOVED, &o->meta, reason);
     idx_unlink(s, o);
@@ -215,14 +257,17 @@ void st_obj_remove(hy_store *s, obj *o, const char *reason)
 
 /* --- host and NVMe eviction ------------------------------------------------------- */
 
-/* The entry whose key starts with id (the policies know entries by id; two
- * SHA-256 keys sharing 64 leading bits is a 2^-64 event we accept). The id
- * also picks the bucket, so this is a chain walk. */
 obj *st_find_by_id(hy_store *s, uint64_t id)
 {
-    for (obj *o = s->buckets[id & (s->nbuckets - 1)]; o; o = o->next)
-        if (hy_key_id(&o->meta.key) == id) return o;
+    for (obj *o = s->obuckets[id & (s->nbuckets - 1)]; o; o = o->id_next)
+        if (o->oid == id) return o;
     return NULL;
+}
+
+uint64_t st_freq_id(hy_store *s, uint64_t oid)
+{
+    const obj *o = oid ? st_find_by_id(s, oid) : NULL;
+    return o ? hy_key_id(&o->meta.key) : 0;
 }
 
 bool st_pinned_cb(void *ctx, uint64_t id)
@@ -304,7 +349,8 @@ static int evict_one_host(hy_store *s, hy_err *err)
     }
     s->st.evictions++;
     hy_evictor_remove(s->ev[HY_TIER_HOST], vid); /* not a candidate while it moves */
-    if (s->nvme && !v->in_nvme && hy_admitter_admit(s->ad[HY_TIER_NVME], vid, v->meta.tokens, 0)) {
+    if (s->nvme && !v->in_nvme &&
+        hy_admitter_admit(s->ad[HY_TIER_NVME], hy_key_id(&v->meta.key), v->meta.tokens, 0)) {
         hy_err e2 = {0};
         bool wrote;
         v->pins++;
@@ -403,7 +449,7 @@ static void *mover_main(void *arg)
 static int load_nvme_entry(void *ctx, const hy_meta *m)
 {
     hy_store *s = ctx;
-    obj *o = calloc(1, sizeof *o);
+    obj *o = st_obj_new(s);
     if (!o) return HY_ENOMEM;
     o->meta = *m;
     idx_insert(s, o);
@@ -445,7 +491,8 @@ static int store_open(const hy_store_config *cfg, const hy_devtier_ops *ops, voi
     pthread_cond_init(&s->nvme_cv, NULL);
     s->nbuckets = 1024;
     s->buckets = calloc(s->nbuckets, sizeof *s->buckets);
-    int rc = s->buckets ? HY_OK : hy_err_set(err, HY_ENOMEM, "out of memory");
+    s->obuckets = calloc(s->nbuckets, sizeof *s->obuckets);
+    int rc = s->buckets && s->obuckets ? HY_OK : hy_err_set(err, HY_ENOMEM, "out of memory");
     if (!rc && cfg->host_bytes == 0) rc = hy_err_set(err, HY_EINVAL, "store: host_bytes is 0");
     s->cfg.host_policy.capacity = cfg->host_bytes;
     if (!rc) rc = hy_arena_new(cfg->host_bytes, &s->arena, err);
@@ -527,6 +574,7 @@ void hy_store_close(hy_store *s)
             free(o); /* the arena and the device tier go whole */
         }
     free(s->buckets);
+    free(s->obuckets);
     for (quota *q = s->quotas, *nx; q; q = nx) nx = q->next, free(q);
     for (int t = 0; t < HY_TIER_COUNT; t++) hy_evictor_free(s->ev[t]), hy_admitter_free(s->ad[t]);
     hy_nvme_close(s->nvme);
@@ -548,14 +596,34 @@ int hy_store_reserve(hy_store *s, const hy_meta *meta, hy_put **out, void **buf,
     p->meta = *meta;
     pthread_mutex_lock(&s->mu);
     quota *q = quota_of(s, meta->tenant, false);
-    const uint64_t used = q ? q->bytes : 0;
+    const uint64_t used = q ? q->bytes + q->reserved : 0;
     const uint64_t limit = q && q->has_limit ? q->limit : s->cfg.tenant_quota;
     if (limit && used + meta->bytes > limit)
         rc = hy_err_set(err, HY_ERANGE,
-                        "tenant '%s': %llu bytes stored + %llu would exceed its quota of %llu",
+                        "tenant '%s': %llu bytes stored or being put + %llu would exceed its quota "
+                        "of %llu",
                         meta->tenant, (unsigned long long)used, (unsigned long long)meta->bytes,
                         (unsigned long long)limit);
-    if (!rc) rc = st_host_alloc(s, meta->bytes, &p->off, err);
+    if (!rc) rc = st_host_alloc(s, meta->bytes, &p->off, err); /* may drop the lock */
+    /* Charged now, under the same hold of the lock as the check above (the
+     * allocation may drop it, so the quota is checked again after it): puts
+     * that run at once cannot all pass a check made before any counted. */
+    if (!rc && limit) {
+        q = quota_of(s, meta->tenant, true);
+        const uint64_t now_used = q ? q->bytes + q->reserved : 0;
+        if (!q)
+            rc = hy_err_set(err, HY_ENOMEM, "out of memory");
+        else if (now_used + meta->bytes > limit)
+            rc = hy_err_set(err, HY_ERANGE,
+                            "tenant '%s': %llu bytes stored or being put + %llu would exceed its "
+                            "quota of %llu",
+                            meta->tenant, (unsigned long long)now_used,
+                            (unsigned long long)meta->bytes, (unsigned long long)limit);
+        if (rc)
+            hy_arena_release(s->arena, p->off);
+        else
+            q->reserved += meta->bytes, p->charged = meta->bytes;
+    }
     void *b = rc ? NULL : hy_arena_ptr(s->arena, p->off);
     pthread_mutex_unlock(&s->mu);
     if (rc) {
@@ -571,6 +639,7 @@ void hy_store_abort(hy_store *s, hy_put *p)
 {
     if (!p) return;
     pthread_mutex_lock(&s->mu);
+    quota_unreserve(s, p);
     hy_arena_release(s->arena, p->off);
     pthread_mutex_unlock(&s->mu);
     free(p);
@@ -587,7 +656,7 @@ int hy_store_commit(hy_store *s, hy_put *p, hy_tier_id *placed, hy_err *err)
     m->hits = 0;
     if (!m->expires_ns && s->cfg.default_ttl_ns)
         m->expires_ns = m->created_ns + s->cfg.default_ttl_ns;
-    obj *o = calloc(1, sizeof *o); /* before any write, so that a failed commit changes nothing */
+    obj *o = st_obj_new(s); /* before any write, so that a failed commit changes nothing */
     if (!o) {
         hy_store_abort(s, p);
         if (placed) *placed = HY_TIER_NONE;
@@ -595,6 +664,7 @@ int hy_store_commit(hy_store *s, hy_put *p, hy_tier_id *placed, hy_err *err)
     }
 
     pthread_mutex_lock(&s->mu);
+    quota_unreserve(s, p); /* counted as stored below, if it is stored */
     s->st.puts++;
     size_t doff = 0;
     const bool to_hbm = st_hbm_place(s, m, data, &doff); /* the block is ours alone */
@@ -604,7 +674,7 @@ int hy_store_commit(hy_store *s, hy_put *p, hy_tier_id *placed, hy_err *err)
     if (as.largest_free < st_round_page(m->bytes) &&
         hy_evictor_victim(s->ev[HY_TIER_HOST], &vid, st_pinned_cb, s) != HY_OK)
         vid = 0;
-    const bool to_host = hy_admitter_admit(s->ad[HY_TIER_HOST], id, m->tokens, vid);
+    const bool to_host = hy_admitter_admit(s->ad[HY_TIER_HOST], id, m->tokens, st_freq_id(s, vid));
     const bool to_nvme = s->nvme && (s->cfg.write_through || !to_host) &&
                          hy_admitter_admit(s->ad[HY_TIER_NVME], id, m->tokens, 0);
     bool wrote;
@@ -612,7 +682,7 @@ int hy_store_commit(hy_store *s, hy_put *p, hy_tier_id *placed, hy_err *err)
     obj *old = rc ? NULL : idx_find(s, &m->key); /* a failed replace keeps the old entry */
     if (old) {
         if (old->in_nvme && to_nvme && !rc) { /* the record on disk is the new one already */
-            hy_evictor_remove(s->ev[HY_TIER_NVME], id);
+            hy_evictor_remove(s->ev[HY_TIER_NVME], old->oid);
             old->in_nvme = false;
             s->st.nvme_entries--;
         }
@@ -668,7 +738,7 @@ obj *st_lookup(hy_store *s, const hy_key *key, uint64_t now)
 
 void st_served(hy_store *s, obj *o, hy_tier_id from, uint64_t now)
 {
-    const uint64_t id = hy_key_id(&o->meta.key);
+    const uint64_t id = o->oid;
     if (from == HY_TIER_HBM)
         s->st.hits_hbm++;
     else if (from == HY_TIER_HOST)
@@ -708,7 +778,7 @@ int st_fetch_host(hy_store *s, obj *o, size_t *off, bool *tmp, hy_err *err)
         if (!from_hbm && rc == HY_EFORMAT) {
             s->st.checksum_failures++;
             if (!o->dead) { /* the NVMe tier dropped it: so do we */
-                hy_evictor_remove(s->ev[HY_TIER_NVME], id);
+                hy_evictor_remove(s->ev[HY_TIER_NVME], o->oid);
                 o->in_nvme = false;
                 s->st.nvme_entries--;
                 st_obj_remove(s, o, "corrupt");
@@ -988,8 +1058,8 @@ int hy_store_set_policy(hy_store *s, hy_tier_id tier, const hy_policy_config *p,
     for (size_t i = 0; i < s->nbuckets; i++)
         for (obj *o = s->buckets[i]; o; o = o->next)
             if (resident(o, tier))
-                hy_evictor_insert(ev, hy_key_id(&o->meta.key), o->meta.bytes, o->meta.flops,
-                                  o->meta.tokens, ++s->tick);
+                hy_evictor_insert(ev, o->oid, o->meta.bytes, o->meta.flops, o->meta.tokens,
+                                  ++s->tick);
     hy_evictor_free(s->ev[tier]);
     hy_admitter_free(s->ad[tier]);
     s->ev[tier] = ev;

@@ -118,8 +118,8 @@ int st_hbm_copy_down(hy_store *s, size_t doff, void *dst, size_t n, hy_err *err)
     return rc;
 }
 
-/* The hbm entry a new block of `bytes` would displace, for the admitter; 0
- * when the tier has room (or nothing can be displaced). */
+/* The hbm entry a new block of `bytes` would displace, as the admitter knows
+ * it (st_freq_id); 0 when the tier has room (or nothing can be displaced). */
 static uint64_t would_displace(hy_store *s, uint64_t bytes)
 {
     hy_hbm_stats hs;
@@ -128,7 +128,7 @@ static uint64_t would_displace(hy_store *s, uint64_t bytes)
     if (hs.largest_free < st_round_page(bytes) &&
         hy_evictor_victim(s->ev[HY_TIER_HBM], &vid, st_pinned_cb, s) != HY_OK)
         vid = 0;
-    return vid;
+    return st_freq_id(s, vid);
 }
 
 /* --- eviction ------------------------------------------------------------------- */

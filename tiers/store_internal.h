@@ -41,13 +41,22 @@
 
 #include <pthread.h>
 
+/* An entry. The policies know it by oid, an id of the store's own (unique
+ * while the store is open, never 0), not by anything a client can choose:
+ * the key's leading bytes would do as a hash, but a tenant who finds two
+ * segments whose keys share them would have two entries under one id. The
+ * admitters, which count how often a key is asked for before any entry
+ * exists, still count by hy_key_id: a collision there only adds up two
+ * keys' frequencies. */
 typedef struct obj {
     hy_meta meta;
+    uint64_t oid;
     bool in_hbm, in_host, in_nvme, dead;
-    size_t off;  /* host block, when in_host */
-    size_t doff; /* device block, when in_hbm */
-    int pins;    /* leases and in-flight copies: no copy of a pinned entry is evicted */
-    struct obj *next;
+    size_t off;          /* host block, when in_host */
+    size_t doff;         /* device block, when in_hbm */
+    int pins;            /* leases and in-flight copies: no copy of a pinned entry is evicted */
+    struct obj *next;    /* in the key index's chain */
+    struct obj *id_next; /* in the oid index's chain */
 } obj;
 
 struct quota;
@@ -73,8 +82,10 @@ struct hy_store {
     char hbm_why[128]; /* what the tier is, or why there is none */
     hy_evictor *ev[HY_TIER_COUNT];
     hy_admitter *ad[HY_TIER_COUNT];
-    obj **buckets;
+    obj **buckets;  /* by key */
+    obj **obuckets; /* by oid, as many buckets */
     size_t nbuckets, count;
+    uint64_t next_oid;
     struct quota *quotas;
     uint64_t tick;
     hy_store_stats st;
@@ -110,8 +121,16 @@ obj *st_lookup(hy_store *s, const hy_key *key, uint64_t now);
 /* An acquire served from tier `from`: counts the hit, the entry's hits and
  * access time, and touches every evictor that holds a copy. */
 void st_served(hy_store *s, obj *o, hy_tier_id from, uint64_t now);
-/* The entry whose key starts with id (see store.c), NULL when none. */
+/* A new entry (zeroed, with its oid), not yet in the index; NULL when out of
+ * memory. */
+obj *st_obj_new(hy_store *s);
+/* The live entry of key, NULL when none (no lookup is recorded). */
+obj *st_find_key(hy_store *s, const hy_key *key);
+/* The live entry whose oid is id, NULL when none. */
 obj *st_find_by_id(hy_store *s, uint64_t id);
+/* The admitters' id of the entry an evictor named by oid (its key's
+ * hy_key_id), 0 for none. */
+uint64_t st_freq_id(hy_store *s, uint64_t oid);
 /* Whether the entry of id is pinned (an evictor's `pinned` callback). */
 bool st_pinned_cb(void *ctx, uint64_t id);
 /* Records a new copy of o in tier t at block off (ignored for NVMe): sets the

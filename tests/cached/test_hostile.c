@@ -18,6 +18,7 @@
 
 #include <CUnit/Basic.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/un.h>
 
@@ -27,6 +28,7 @@ static hyc *g_alice, *g_bob, *g_anon;
 
 #define ALICE "alice-token-0123456789"
 #define BOB   "bob-token-0123456789ab"
+#define CAROL "carol-token-0123456789"
 
 #define WORKERS 4
 #define IDLE_MS 1500
@@ -41,6 +43,7 @@ static const char *k_config = "listen: 127.0.0.1:0\n"
                               "  list:\n"
                               "    - {name: alice, token: " ALICE ", admin: true}\n"
                               "    - {name: bob, token: " BOB "}\n"
+                              "    - {name: carol, token: " CAROL ", quota: 430000}\n"
                               "limits: {workers: 4, watchers: 2, idle_ms: 1500}\n"
                               "transport: {max_sessions: 8, sessions_per_tenant: 6}\n"
                               "log: {requests: false}\n";
@@ -471,6 +474,80 @@ static void test_nul_in_authorization(void)
     check_serving("a NUL in the authorization value");
 }
 
+/* Concurrent PutEntry calls of one tenant at its quota (4 entries of 300
+ * tokens fit in 430 000 bytes): never more stored than the quota allows. */
+typedef struct put_arg {
+    void *bytes;
+    size_t n;
+    int code;
+} put_arg;
+
+static void *put_one(void *arg)
+{
+    put_arg *a = arg;
+    hyc *c = connect_as(&g_d, CAROL);
+    Hypic__V1__PutEntryResponse *r = NULL;
+    hyc_status st;
+    a->code = put_entry(c, a->bytes, a->n, &r, &st);
+    hyc_free(r);
+    hyc_close(c);
+    return NULL;
+}
+
+static void invalidate_all(hyc *c)
+{
+    Hypic__V1__InvalidateRequest rq = HYPIC__V1__INVALIDATE_REQUEST__INIT;
+    rq.target_case = HYPIC__V1__INVALIDATE_REQUEST__TARGET_ALL_OF_TENANT;
+    rq.all_of_tenant = true;
+    Hypic__V1__InvalidateResponse *r = NULL;
+    hyc_status st;
+    CU_ASSERT_EQUAL(hyc_invalidate(c, &rq, &r, &st), 0);
+    hyc_free(r);
+}
+
+static void test_quota_concurrent_puts(void)
+{
+    enum { N = 16 };
+    hyc *carol = connect_as(&g_d, CAROL);
+    put_arg a[N] = {{0}};
+    hyc_status st;
+    for (int round = 0; round < N / 4; round++) { /* 4 at a time fit her quota */
+        segs s = {0};
+        for (int i = 0; i < 4; i++) segs_doc(&s, 200 + round * 4 + i, 300);
+        warm_out w;
+        CU_ASSERT_EQUAL_FATAL(warm(carol, &s, &w, &st), 0);
+        for (int i = 0; i < 4; i++) {
+            put_arg *p = &a[round * 4 + i];
+            CU_ASSERT_EQUAL_FATAL(get_entry(carol, w.keys[i], &p->bytes, &p->n, &st), 0);
+        }
+        invalidate_all(carol);
+    }
+    pthread_t t[N];
+    for (int i = 0; i < N; i++) pthread_create(&t[i], NULL, put_one, &a[i]);
+    int ok = 0, over = 0;
+    for (int i = 0; i < N; i++) {
+        pthread_join(t[i], NULL);
+        ok += a[i].code == 0;
+        over += a[i].code == HYC_RESOURCE_EXHAUSTED;
+        free(a[i].bytes);
+    }
+    Hypic__V1__ListRequest lr = HYPIC__V1__LIST_REQUEST__INIT;
+    Hypic__V1__ListResponse *l = NULL;
+    CU_ASSERT_EQUAL(hyc_list(carol, &lr, &l, &st), 0);
+    uint64_t bytes = 0;
+    for (size_t i = 0; l && i < l->n_entries; i++) bytes += l->entries[i]->bytes;
+    fprintf(stderr, "  16 concurrent PutEntry at the quota: %d stored, %d refused, %llu bytes\n",
+            ok, over, (unsigned long long)bytes);
+    CU_ASSERT(l && l->total == (uint64_t)ok);
+    CU_ASSERT(ok <= 4);
+    CU_ASSERT(bytes <= 430000);
+    CU_ASSERT_EQUAL(ok + over, N);
+    hyc_free(l);
+    invalidate_all(carol);
+    hyc_close(carol);
+    check_serving("concurrent puts at the quota");
+}
+
 /* --- a NUL in every string field of every request --------------------------- */
 
 typedef struct probe {
@@ -593,6 +670,7 @@ int main(void)
         {"sessions dropped without CloseTransport", test_dropped_sessions},
         {"a NUL in the authorization value", test_nul_in_authorization},
         {"a NUL in every string field", test_nul_in_string_fields},
+        {"concurrent puts at the quota", test_quota_concurrent_puts},
         {NULL, NULL},
     };
     int failed = hy_test_main("hostile clients", cases);

@@ -521,6 +521,155 @@ static void test_flush_then_restart(void)
     hy_store_close(s);
 }
 
+/* Two keys sharing their first 8 bytes (what a tenant can find with ~2^32
+ * hashes of its own segments): the policies must still tell them apart. With
+ * the old key-prefix ids the GDSF heap took the same node twice (an assert
+ * compiled out of Release builds) and eviction could spin forever under the
+ * store lock; alarm() turns such a hang into a failure. */
+static void put_key(hy_store *s, const hy_key *k, uint64_t n, size_t bytes, hy_err *e, int *rc)
+{
+    hy_meta m = meta_of(n, bytes, "mallory", NULL);
+    m.key = *k;
+    hy_put *p;
+    void *buf;
+    *rc = hy_store_reserve(s, &m, &p, &buf, e);
+    if (*rc) return;
+    fill(buf, n, bytes);
+    *rc = hy_store_commit(s, p, NULL, e);
+}
+
+static int get_key(hy_store *s, const hy_key *k, uint64_t n, size_t bytes)
+{
+    hy_lease *l;
+    hy_err e = {0};
+    int rc = hy_store_acquire(s, k, &l, &e);
+    if (rc) return rc;
+    rc = hy_lease_meta(l)->bytes == bytes && check(hy_lease_data(l), n, bytes) ? 0 : HY_EFORMAT;
+    hy_store_release(s, l);
+    return rc;
+}
+
+static void test_key_id_collisions(void)
+{
+    static const hy_evict_kind kinds[] = {HY_EVICT_GDSF, HY_EVICT_LRU, HY_EVICT_LFU,
+                                          HY_EVICT_S3FIFO, HY_EVICT_HYBRID};
+    alarm(60);
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        hy_store_config c = config(8, NULL);
+        c.host_policy.evict = kinds[k];
+        hy_store *s;
+        hy_err e = {0};
+        CU_ASSERT_EQUAL_FATAL(hy_store_open(&c, &s, &e), 0);
+        /* pairs of keys equal in bytes 0..7, different after */
+        hy_key a[8], b[8];
+        for (int i = 0; i < 8; i++) {
+            a[i] = b[i] = key_of(1000 + (uint64_t)i);
+            b[i].b[31] ^= 0x5a;
+            b[i].b[8] ^= 0xa5;
+        }
+        int rc;
+        for (int round = 0; round < 4; round++)
+            for (int i = 0; i < 8; i++) {
+                put_key(s, &a[i], 1000 + (uint64_t)i, MB, &e, &rc);
+                CU_ASSERT_EQUAL(rc, 0);
+                put_key(s, &b[i], 2000 + (uint64_t)i, MB, &e, &rc);
+                CU_ASSERT_EQUAL(rc, 0);
+                get_key(s, &a[i], 1000 + (uint64_t)i, MB); /* accesses shuffle the policies */
+            }
+        /* whatever is left reads back as its own, and the counts add up */
+        hy_store_stats st;
+        hy_store_stats_get(s, &st);
+        int left = 0;
+        for (int i = 0; i < 8; i++) {
+            int ra = get_key(s, &a[i], 1000 + (uint64_t)i, MB);
+            int rb = get_key(s, &b[i], 2000 + (uint64_t)i, MB);
+            CU_ASSERT(ra == 0 || ra == HY_ENOTFOUND);
+            CU_ASSERT(rb == 0 || rb == HY_ENOTFOUND);
+            left += (ra == 0) + (rb == 0);
+        }
+        CU_ASSERT_EQUAL((uint64_t)left, st.host_entries);
+        CU_ASSERT(left >= 4); /* 8 MiB of host: most of it holds entries */
+        size_t removed;
+        hy_store_filter f = {.tenant = "mallory"};
+        CU_ASSERT_EQUAL(hy_store_invalidate(s, &f, &removed, &e), 0);
+        CU_ASSERT_EQUAL(removed, (size_t)left);
+        hy_store_stats_get(s, &st);
+        CU_ASSERT_EQUAL(st.host_entries, 0);
+        hy_store_close(s);
+    }
+    alarm(0);
+}
+
+/* A tenant's quota holds under concurrent puts: charged when reserved, not
+ * when committed, so 16 threads putting at once never pass it together. */
+typedef struct quota_arg {
+    hy_store *s;
+    int i, rc_reserve, rc_commit;
+    pthread_barrier_t *go;
+} quota_arg;
+
+static void *quota_put(void *arg)
+{
+    quota_arg *q = arg;
+    hy_meta m = meta_of(5000 + (uint64_t)q->i, MB, "carol", NULL);
+    hy_put *p;
+    void *buf;
+    hy_err e = {0};
+    pthread_barrier_wait(q->go);
+    q->rc_reserve = hy_store_reserve(q->s, &m, &p, &buf, &e);
+    if (q->rc_reserve) return NULL;
+    fill(buf, 5000 + (uint64_t)q->i, MB);
+    usleep(20000); /* every reservation is in before any commit */
+    q->rc_commit = hy_store_commit(q->s, p, NULL, &e);
+    return NULL;
+}
+
+static void test_quota_concurrent_puts(void)
+{
+    hy_store_config c = config(64, NULL);
+    c.tenant_quota = 4 * MB;
+    hy_store *s;
+    hy_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(hy_store_open(&c, &s, &e), 0);
+    enum { N = 16 };
+    pthread_t t[N];
+    quota_arg q[N];
+    pthread_barrier_t go;
+    pthread_barrier_init(&go, NULL, N);
+    for (int i = 0; i < N; i++) {
+        q[i] = (quota_arg){.s = s, .i = i, .go = &go};
+        pthread_create(&t[i], NULL, quota_put, &q[i]);
+    }
+    int reserved = 0, committed = 0;
+    for (int i = 0; i < N; i++) {
+        pthread_join(t[i], NULL);
+        reserved += q[i].rc_reserve == 0;
+        committed += q[i].rc_reserve == 0 && q[i].rc_commit == 0;
+        CU_ASSERT(q[i].rc_reserve == 0 || q[i].rc_reserve == HY_ERANGE);
+    }
+    pthread_barrier_destroy(&go);
+    hy_meta out[N];
+    size_t n, total;
+    hy_store_filter f = {.tenant = "carol"};
+    CU_ASSERT_EQUAL(hy_store_list(s, &f, 0, out, N, &n, &total, &e), 0);
+    fprintf(stderr, "  %d of %d concurrent puts reserved, %d committed, %zu stored (quota 4)\n",
+            reserved, N, committed, total);
+    CU_ASSERT_EQUAL(reserved, 4);
+    CU_ASSERT_EQUAL(total, 4);
+    /* an aborted reservation gives its bytes back */
+    size_t removed;
+    CU_ASSERT_EQUAL(hy_store_invalidate(s, &f, &removed, &e), 0);
+    for (int i = 0; i < 8; i++) {
+        hy_meta m = meta_of(6000 + (uint64_t)i, MB, "carol", NULL);
+        hy_put *p;
+        void *buf;
+        CU_ASSERT_EQUAL(hy_store_reserve(s, &m, &p, &buf, &e), 0);
+        hy_store_abort(s, p);
+    }
+    CU_ASSERT_EQUAL(put(s, 7000, 4 * MB, "carol", NULL, NULL, &e), 0);
+    hy_store_close(s);
+}
+
 int main(void)
 {
     if (hy_test_mkdtemp("hy_test_store_", g_tmp, sizeof g_tmp)) return 1;
@@ -536,6 +685,8 @@ int main(void)
         {"threads_stress", test_threads_stress},
         {"events_quotas_peek", test_events_quotas_peek},
         {"flush_then_restart", test_flush_then_restart},
+        {"key_id_collisions", test_key_id_collisions},
+        {"quota_concurrent_puts", test_quota_concurrent_puts},
         {NULL, NULL},
     };
     int rc = hy_test_main("store", cases);

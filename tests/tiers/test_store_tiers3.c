@@ -936,7 +936,7 @@ static bool pinned(hy_store *s, uint64_t want)
 {
     const hy_key k = key_of(1);
     pthread_mutex_lock(&s->mu);
-    const obj *o = st_find_by_id(s, hy_key_id(&k));
+    const obj *o = st_find_key(s, &k);
     const bool yes = o && o->pins >= (int)want;
     pthread_mutex_unlock(&s->mu);
     return yes;
