@@ -755,49 +755,81 @@ int svc_cluster_put(hy_svc *s, const char *model, const char *tenant, const hy_k
  * owner. Owners that were owners before are left alone (they have it), so a
  * change moves only what it must. Reads each entry once (a lease), paced by
  * the put queue (half full: wait). */
+/* A batch of the store's metas, copied under its lock by hy_store_scan. */
+typedef struct meta_batch {
+    hy_meta *m;
+    size_t n, cap;
+    bool oom;
+} meta_batch;
+
+static void batch_add(void *ctx, const hy_meta *m)
+{
+    meta_batch *b = ctx;
+    if (b->n == b->cap) {
+        const size_t cap = b->cap ? 2 * b->cap : 256;
+        hy_meta *g = realloc(b->m, cap * sizeof *g);
+        if (!g) {
+            b->oom = true;
+            return;
+        }
+        b->m = g, b->cap = cap;
+    }
+    b->m[b->n++] = *m;
+}
+
+/* Queues entry m for the members that own it in `to` and did not in `from`
+ * (none: nothing to do). Returns whether it was queued. */
+static bool hand_over_one(hy_svc *s, svc_cluster *c, svc_view *from, svc_view *to, const hy_meta *m)
+{
+    svc_peer *own_to[HY_OWNERS_MAX], *own_from[HY_OWNERS_MAX];
+    bool self_to, self_from;
+    const size_t nt = svc_view_owners(s, to, m->tenant, &m->key, own_to, &self_to);
+    const size_t nf = svc_view_owners(s, from, m->tenant, &m->key, own_from, &self_from);
+    bool target = false;
+    for (size_t a = 0; a < nt; a++) {
+        bool was = own_to[a]->self;
+        for (size_t b = 0; b < nf && !was; b++) was = !strcmp(own_to[a]->id, own_from[b]->id);
+        target |= !was;
+    }
+    const svc_model *sm = svc_model_by_fp(s, m->model);
+    if (!target || !sm) return false;
+    hy_lease *l;
+    hy_err e = {0};
+    if (hy_store_acquire(s->store, &m->key, &l, &e)) return false; /* gone meanwhile */
+    const char *tags[HY_MAX_TAGS];
+    for (uint32_t t = 0; t < m->ntags && t < HY_MAX_TAGS; t++) tags[t] = m->tags[t];
+    put_item *it = item_new(sm->name, m->tenant, &m->key, tags, m->ntags, hy_lease_data(l),
+                            hy_lease_meta(l)->bytes);
+    hy_store_release(s->store, l);
+    if (!it) return false;
+    for (size_t b = 0; b < nf && it->ndone < HY_OWNERS_MAX; b++) /* they have it */
+        snprintf(it->done[it->ndone++], HY_MEMBER_ID_MAX, "%s", own_from[b]->id);
+    item_queue(c, it);
+    atomic_fetch_add(&c->handed_over, 1);
+    return true;
+}
+
+/* After a change of the set from `from` to `to`: every entry held here goes
+ * to the members that became its owners. The store is walked with a cursor
+ * (hy_store_scan), a few buckets at a time, so the walk is linear in the
+ * entries, holds the store's lock only per batch, and misses none of those
+ * present throughout however the store changes meanwhile. */
 static void hand_over(hy_svc *s, svc_view *from, svc_view *to)
 {
     svc_cluster *c = cl_of(s);
-    enum { PAGE = 256 };
-    hy_meta *page = malloc(PAGE * sizeof *page);
-    size_t off = 0, queued = 0, seen = 0;
-    while (page) {
-        size_t n = 0, total = 0;
-        hy_err e = {0};
-        hy_store_filter f = {0};
-        if (hy_store_list(s->store, &f, off, page, PAGE, &n, &total, &e) || n == 0) break;
-        off += n;
-        for (size_t i = 0; i < n; i++) {
-            const hy_meta *m = &page[i];
-            seen++;
-            svc_peer *own_to[HY_OWNERS_MAX], *own_from[HY_OWNERS_MAX];
-            bool self_to, self_from;
-            const size_t nt = svc_view_owners(s, to, m->tenant, &m->key, own_to, &self_to);
-            const size_t nf = svc_view_owners(s, from, m->tenant, &m->key, own_from, &self_from);
-            bool target = false;
-            for (size_t a = 0; a < nt; a++) {
-                bool was = own_to[a]->self;
-                for (size_t b = 0; b < nf && !was; b++)
-                    was = !strcmp(own_to[a]->id, own_from[b]->id);
-                target |= !was;
-            }
-            const svc_model *sm = svc_model_by_fp(s, m->model);
-            if (!target || !sm) continue;
-            const char *model = sm->name;
-            hy_lease *l;
-            if (hy_store_acquire(s->store, &m->key, &l, &e)) continue; /* gone meanwhile */
-            const char *tags[HY_MAX_TAGS];
-            for (uint32_t t = 0; t < m->ntags && t < HY_MAX_TAGS; t++) tags[t] = m->tags[t];
-            put_item *it = item_new(model, m->tenant, &m->key, tags, m->ntags, hy_lease_data(l),
-                                    hy_lease_meta(l)->bytes);
-            hy_store_release(s->store, l);
-            if (!it) continue;
-            for (size_t b = 0; b < nf && it->ndone < HY_OWNERS_MAX; b++) /* they have it */
-                snprintf(it->done[it->ndone++], HY_MEMBER_ID_MAX, "%s", own_from[b]->id);
-            item_queue(c, it);
-            queued++;
-            atomic_fetch_add(&c->handed_over, 1);
+    meta_batch b = {0};
+    uint64_t cursor = 0;
+    size_t queued = 0, seen = 0;
+    int more;
+    do {
+        b.n = 0;
+        more = hy_store_scan(s->store, &cursor, 64, batch_add, &b);
+        if (b.oom) {
+            hy_log(HY_LOG_WARN, "cluster: out of memory handing entries over; the rest are "
+                                "rebuilt by their new owners when missed");
+            break;
         }
+        for (size_t i = 0; i < b.n; i++, seen++) queued += hand_over_one(s, c, from, to, &b.m[i]);
         pthread_mutex_lock(&c->mu); /* pace: the queue at most half full */
         while (!c->stopping && c->queued_bytes > PUT_QUEUE_BYTES / 2) {
             pthread_mutex_unlock(&c->mu);
@@ -806,9 +838,9 @@ static void hand_over(hy_svc *s, svc_view *from, svc_view *to)
         }
         const bool stop = c->stopping;
         pthread_mutex_unlock(&c->mu);
-        if (stop || off >= total) break;
-    }
-    free(page);
+        if (stop) break;
+    } while (more == HY_EAGAIN);
+    free(b.m);
     if (queued)
         hy_log(HY_LOG_INFO, "cluster: %zu of %zu entries handed over to their new owners", queued,
                seen);

@@ -121,20 +121,23 @@ typedef struct hy_cached_config {
     uint64_t default_quota; /* tenants.default_quota bytes, any size, 0 (default): unlimited */
 
     /* limits */
-    uint64_t max_message;          /* limits.max_message 4K..1G bytes, default 64M (entries
-                                    * stream in chunks) */
-    uint32_t max_segments;         /* limits.max_segments 1..65536 per request, default 256 */
-    uint64_t max_tokens;           /* limits.max_tokens 1..16777216 per request (segments +
-                                    * query), default 262144 */
-    uint32_t max_top_k;            /* limits.max_top_k 1..1024, default 100 */
-    uint32_t max_new_tokens;       /* limits.max_new_tokens 0..65536, default 256 */
-    uint32_t in_flight_per_tenant; /* limits.in_flight_per_tenant 1..65536, default 64 */
-    uint32_t queue;                /* limits.queue 0..65536: requests waiting for an executor,
-                                    * default 64 (0: none wait) */
-    uint32_t max_lease_ms;         /* limits.max_lease_ms 1..3600000, default 10000 */
-    uint32_t watchers;             /* limits.watchers 0..1024: Watch streams at once, default 16
-                                    * (0: Watch is refused) */
-    uint32_t workers;              /* limits.workers 2..1024: calls served at once, default 32 */
+    uint64_t max_message;            /* limits.max_message 4K..1G bytes, default 64M (entries
+                                      * stream in chunks) */
+    uint32_t max_segments;           /* limits.max_segments 1..65536 per request, default 256 */
+    uint64_t max_tokens;             /* limits.max_tokens 1..16777216 per request (segments +
+                                      * query), default 262144 */
+    uint32_t max_top_k;              /* limits.max_top_k 1..1024, default 100 */
+    uint32_t max_new_tokens;         /* limits.max_new_tokens 0..65536, default 256 */
+    uint32_t in_flight_per_tenant;   /* limits.in_flight_per_tenant 1..65536, default 64 */
+    uint32_t queue;                  /* limits.queue 0..65536: requests waiting for an executor,
+                                      * default 64 (0: none wait) */
+    uint32_t max_lease_ms;           /* limits.max_lease_ms 1..3600000, default 10000 */
+    uint64_t lease_bytes_per_tenant; /* limits.lease_bytes_per_tenant: bytes one tenant's
+                                      * Lookup leases may hold; 0 (default): a quarter of
+                                      * tiers.host.bytes */
+    uint32_t watchers;               /* limits.watchers 0..1024: Watch streams at once, default 16
+                                      * (0: Watch is refused) */
+    uint32_t workers;                /* limits.workers 2..1024: calls served at once, default 32 */
     uint32_t page_size;       /* limits.page_size 1..100000: List's maximum page, default 1000 */
     uint64_t max_entry_bytes; /* limits.max_entry_bytes 4K..1T a PutEntry may send, default 1G */
     uint32_t drain_ms;        /* limits.drain_ms 0..600000: SIGTERM's wait for in-flight

@@ -140,8 +140,14 @@ hy_rpc_code do_lookup(rq *r, const ProtobufCMessage *req)
     resp.n_segments = n;
     resp.segments = sp;
     if (leases && nleases) {
-        resp.lease_id = svc_lease_add(r->s, leases, nleases, q->lease_ms);
-        leases = NULL; /* the lease table owns them */
+        char why[256];
+        resp.lease_id =
+            svc_lease_add(r->s, r->who.tenant, leases, nleases, q->lease_ms, why, sizeof why);
+        leases = NULL; /* the lease table owns them, or they are released */
+        if (!resp.lease_id) {
+            c = h_fail(r, HY_RPC_RESOURCE_EXHAUSTED, "field 'lease_ms': %s", why);
+            goto out;
+        }
     }
     c = h_send(r, &resp.base);
 out:

@@ -71,10 +71,10 @@ int sc_await(void *ctx, size_t i, bool wait, const hy_entry **entry, hy_err *err
 
 /* What became of request segment i once the job is over. */
 typedef struct sc_outcome {
-    bool shipped;        /* sent to a worker */
-    bool built;          /* a worker's entry was used */
-    bool stored;         /* and admitted by the store */
-    hy_tier_id tier;     /* where it was placed */
+    bool shipped;             /* sent to a worker */
+    bool built;               /* a worker's entry was used */
+    bool stored;              /* and admitted by the store */
+    hy_tier_id tier;          /* where it was placed */
     char by[HY_CFG_ADDR_MAX]; /* the worker that built it */
 } sc_outcome;
 

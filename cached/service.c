@@ -412,24 +412,48 @@ int svc_store_entry(hy_svc *s, svc_model *sm, const char *tenant, const hy_key *
 
 /* --- leases ---------------------------------------------------------------------- */
 
-uint64_t svc_lease_add(hy_svc *s, hy_lease **leases, size_t n, uint32_t ms)
+uint64_t svc_lease_cap(const hy_svc *s)
 {
+    return s->cfg.lease_bytes_per_tenant ? s->cfg.lease_bytes_per_tenant : s->cfg.host_bytes / 4;
+}
+
+uint64_t svc_lease_add(hy_svc *s, const char *tenant, hy_lease **leases, size_t n, uint32_t ms,
+                       char *why, size_t cap)
+{
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < n; i++) bytes += hy_lease_meta(leases[i])->bytes;
     svc_lease_set *ls = calloc(1, sizeof *ls);
-    if (!ls) {
+    pthread_mutex_lock(&s->mu);
+    svc_tenant *t = tenant_named(s, tenant);
+    const uint64_t held = t ? t->leased : 0, limit = svc_lease_cap(s);
+    const bool over = !t || held + bytes > limit;
+    if (ls && !over) {
+        ls->leases = leases;
+        ls->n = n;
+        ls->bytes = bytes;
+        snprintf(ls->tenant, sizeof ls->tenant, "%s", tenant);
+        ls->expires_ns = hy_now_ns() + (uint64_t)ms * 1000000ull;
+        ls->id = ++s->next_lease;
+        ls->next = s->leases;
+        s->leases = ls;
+        t->leased += bytes;
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (!ls || over) {
+        if (!ls)
+            snprintf(why, cap, "out of memory");
+        else
+            snprintf(why, cap,
+                     "tenant '%s' holds leases on %llu bytes; %llu more would pass its limit of "
+                     "%llu (limits.lease_bytes_per_tenant)",
+                     tenant, (unsigned long long)held, (unsigned long long)bytes,
+                     (unsigned long long)limit);
         for (size_t i = 0; i < n; i++) hy_store_release(s->store, leases[i]);
         free(leases);
+        free(ls);
         return 0;
     }
-    ls->leases = leases;
-    ls->n = n;
-    ls->expires_ns = hy_now_ns() + (uint64_t)ms * 1000000ull;
-    pthread_mutex_lock(&s->mu);
-    ls->id = ++s->next_lease;
-    ls->next = s->leases;
-    s->leases = ls;
-    const uint64_t id = ls->id;
-    pthread_mutex_unlock(&s->mu);
-    return id;
+    return ls->id;
 }
 
 void svc_lease_reap(hy_svc *s, bool all)
@@ -443,6 +467,8 @@ void svc_lease_reap(hy_svc *s, bool all)
             *p = x->next;
             x->next = done;
             done = x;
+            svc_tenant *t = tenant_named(s, x->tenant);
+            if (t) t->leased -= HY_MIN(t->leased, x->bytes);
         } else {
             p = &(*p)->next;
         }
@@ -654,9 +680,11 @@ int svc_close(hy_svc *s)
     int rc = HY_OK;
     hy_tp_hub_stop(s->tp); /* the rpc server is stopped: no transfer is running */
     s->tp = NULL;
-    svc_router_stop(s);  /* no request is running: no job either */
-    svc_cluster_stop(s); /* what is queued for other owners, then the membership */
+    svc_router_stop(s); /* no request is running: no job either */
     svc_lease_reap(s, true);
+    /* The write-back flush first: what only this member holds reaches its
+     * own disk before any time goes to peers, which may not answer (the
+     * cluster's queue then has about 2 s, and each put its peer timeout). */
     if (s->store) {
         size_t written = 0;
         hy_err e = {0};
@@ -665,8 +693,9 @@ int svc_close(hy_svc *s)
                    written, e.msg);
         else if (written)
             hy_log(HY_LOG_INFO, "flushed %zu write-back entries to NVMe", written);
-        hy_store_close(s->store);
     }
+    svc_cluster_stop(s); /* what is queued for other owners, then the membership */
+    if (s->store) hy_store_close(s->store);
     for (int i = 0; i < s->nmodels; i++) model_close(&s->models[i]);
     free(s->models);
     free(s->tenants);

@@ -73,11 +73,14 @@ typedef struct svc_tenant {
     uint32_t max_in_flight;
     uint32_t in_flight; /* under svc.mu */
     uint32_t watchers;  /* its open Watch streams, under svc.mu */
+    uint64_t leased;    /* bytes of the entries its Lookup leases hold, under svc.mu */
 } svc_tenant;
 
 /* Leases taken by Lookup (lease_ms > 0), released when they expire. */
 typedef struct svc_lease_set {
     uint64_t id;
+    char tenant[HY_TENANT_MAX];
+    uint64_t bytes;      /* the leased entries' bytes, counted against the tenant */
     uint64_t expires_ns; /* hy_now_ns */
     hy_lease **leases;
     size_t n;
@@ -202,7 +205,15 @@ int svc_store_bytes(hy_svc *s, svc_model *sm, const char *tenant, const hy_key *
                     hy_tier_id *placed, char *member, hy_err *err);
 
 /* Leases for Lookup. */
-uint64_t svc_lease_add(hy_svc *s, hy_lease **leases, size_t n, uint32_t ms);
+/* Holds leases[0..n) for tenant for ms: the set's id, or 0 when they would
+ * pass the tenant's limit on leased bytes (svc_lease_cap) or memory ran out,
+ * with why said (the leases are released and freed either way but the
+ * first). */
+uint64_t svc_lease_add(hy_svc *s, const char *tenant, hy_lease **leases, size_t n, uint32_t ms,
+                       char *why, size_t cap);
+/* One tenant's limit on the bytes its leases hold: limits.lease_bytes_per_tenant,
+ * or a quarter of the host tier when that is 0. */
+uint64_t svc_lease_cap(const hy_svc *s);
 /* Releases the leases past their time (all of them with all = true). */
 void svc_lease_reap(hy_svc *s, bool all);
 

@@ -59,6 +59,11 @@ uint64_t hy_xxh3(const void *data, size_t n)
     return XXH3_64bits(data, n);
 }
 
+uint64_t hy_xxh3_seeded(const void *data, size_t n, uint64_t seed)
+{
+    return XXH3_64bits_withSeed(data, n, seed);
+}
+
 void hy_hex(const uint8_t *bytes, size_t n, char *out)
 {
     static const char digits[] = "0123456789abcdef";

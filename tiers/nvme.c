@@ -55,9 +55,15 @@ void nv_extent_path(const hy_nvme *n, uint32_t id, char *out, size_t cap)
 
 /* --- the index ------------------------------------------------------------------ */
 
+/* Keyed with the index's random seed: keys are steerable by clients. */
+static uint64_t key_hash(const hy_nvme *n, const hy_key *k)
+{
+    return hy_xxh3_seeded(k->b, HY_KEY_BYTES, n->seed);
+}
+
 static nv_entry **slot_of(hy_nvme *n, const hy_key *k)
 {
-    nv_entry **p = &n->buckets[hy_key_id(k) & (n->nbuckets - 1)];
+    nv_entry **p = &n->buckets[key_hash(n, k) & (n->nbuckets - 1)];
     while (*p && memcmp((*p)->rec.meta.key.b, k->b, HY_KEY_BYTES) != 0) p = &(*p)->next;
     return p;
 }
@@ -78,7 +84,7 @@ void nv_index_insert(hy_nvme *n, nv_entry *e)
             for (size_t i = 0; i < n->nbuckets; i++)
                 for (nv_entry *x = n->buckets[i], *nx; x; x = nx) {
                     nx = x->next;
-                    nv_entry **h = &b[hy_key_id(&x->rec.meta.key) & (nb - 1)];
+                    nv_entry **h = &b[key_hash(n, &x->rec.meta.key) & (nb - 1)];
                     x->next = *h, *h = x;
                 }
             free(n->buckets);

@@ -340,6 +340,7 @@ struct hy_nvme {
     uint32_t ncap, nextents;
     nv_entry **buckets; /* [nbuckets], a power of two */
     size_t nbuckets, nentries;
+    uint64_t seed; /* of the buckets' hash: random per open (see the store's key_hash) */
     uint64_t live_bytes, used_bytes;
     uint64_t reads, writes, checksum_failures, dropped_on_open;
 

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -328,8 +329,7 @@ static int make_dir(const char *path, hy_err *err)
     char buf[4096];
     const size_t n = strlen(path);
     if (n == 0 || n >= sizeof buf)
-        return hy_err_set(err, HY_EINVAL, "directory path of %zu bytes: 1..%zu", n,
-                          sizeof buf - 1);
+        return hy_err_set(err, HY_EINVAL, "directory path of %zu bytes: 1..%zu", n, sizeof buf - 1);
     memcpy(buf, path, n + 1);
     for (size_t i = 1; i <= n; i++) {
         if (buf[i] != '/' && buf[i] != '\0') continue;
@@ -362,6 +362,8 @@ int hy_nvme_open(const char *dir, const hy_nvme_config *cfg, hy_nvme **out, hy_e
     n->lock_fd = -1;
     n->max_extents = c.max_extents;
     n->nbuckets = 64;
+    if (getrandom(&n->seed, sizeof n->seed, 0) != (ssize_t)sizeof n->seed)
+        n->seed = hy_now_ns() ^ (uint64_t)(uintptr_t)n;
     n->buckets = calloc(n->nbuckets, sizeof *n->buckets);
     char sub[4096];
     snprintf(sub, sizeof sub, "%s/extents", dir);

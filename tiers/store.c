@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 /* A key whose NVMe put is in flight (lives on the putting thread's stack). */
 typedef struct nvme_busy {
@@ -53,9 +54,18 @@ struct hy_put {
 
 /* --- index ------------------------------------------------------------------ */
 
+/* A key's bucket hash: keyed with the store's random seed. The key's own
+ * leading bytes would do for keys nobody chooses, but a tenant can search
+ * for segments whose keys share their low bits and pile entries into one
+ * chain that every lookup then walks. */
+static uint64_t key_hash(const hy_store *s, const hy_key *k)
+{
+    return hy_xxh3_seeded(k->b, HY_KEY_BYTES, s->seed);
+}
+
 static obj **slot(hy_store *s, const hy_key *k)
 {
-    obj **p = &s->buckets[hy_key_id(k) & (s->nbuckets - 1)];
+    obj **p = &s->buckets[key_hash(s, k) & (s->nbuckets - 1)];
     while (*p && memcmp((*p)->meta.key.b, k->b, HY_KEY_BYTES) != 0) p = &(*p)->next;
     return p;
 }
@@ -77,7 +87,7 @@ static int idx_grow(hy_store *s)
     for (size_t i = 0; i < s->nbuckets; i++) {
         for (obj *o = s->buckets[i], *nx; o; o = nx) {
             nx = o->next;
-            obj **h = &b[hy_key_id(&o->meta.key) & (nb - 1)];
+            obj **h = &b[key_hash(s, &o->meta.key) & (nb - 1)];
             o->next = *h;
             *h = o;
         }
@@ -99,7 +109,7 @@ static int idx_grow(hy_store *s)
 static void idx_insert(hy_store *s, obj *o)
 {
     if (s->count >= s->nbuckets) idx_grow(s); /* on failure chains just get longer */
-    obj **h = &s->buckets[hy_key_id(&o->meta.key) & (s->nbuckets - 1)];
+    obj **h = &s->buckets[key_hash(s, &o->meta.key) & (s->nbuckets - 1)];
     o->next = *h;
     *h = o;
     obj **oh = &s->obuckets[o->oid & (s->nbuckets - 1)];
@@ -490,6 +500,8 @@ static int store_open(const hy_store_config *cfg, const hy_devtier_ops *ops, voi
     pthread_cond_init(&s->cv, NULL);
     pthread_cond_init(&s->nvme_cv, NULL);
     s->nbuckets = 1024;
+    if (getrandom(&s->seed, sizeof s->seed, 0) != (ssize_t)sizeof s->seed)
+        s->seed = hy_now_ns() ^ (uint64_t)(uintptr_t)s; /* no entropy yet: still not a constant */
     s->buckets = calloc(s->nbuckets, sizeof *s->buckets);
     s->obuckets = calloc(s->nbuckets, sizeof *s->obuckets);
     int rc = s->buckets && s->obuckets ? HY_OK : hy_err_set(err, HY_ENOMEM, "out of memory");
@@ -1031,6 +1043,39 @@ int hy_store_list(hy_store *s, const hy_store_filter *f, size_t offset, hy_meta 
     *n = m;
     if (total) *total = k;
     return HY_OK;
+}
+
+/* v with its bits in reverse order. */
+static uint64_t bit_reverse(uint64_t v)
+{
+    v = (v >> 1 & 0x5555555555555555ull) | (v & 0x5555555555555555ull) << 1;
+    v = (v >> 2 & 0x3333333333333333ull) | (v & 0x3333333333333333ull) << 2;
+    v = (v >> 4 & 0x0f0f0f0f0f0f0f0full) | (v & 0x0f0f0f0f0f0f0f0full) << 4;
+    v = (v >> 8 & 0x00ff00ff00ff00ffull) | (v & 0x00ff00ff00ff00ffull) << 8;
+    v = (v >> 16 & 0x0000ffff0000ffffull) | (v & 0x0000ffff0000ffffull) << 16;
+    return v >> 32 | v << 32;
+}
+
+/* The cursor walks the buckets in the order of their indices' bits read
+ * backwards (Redis's SCAN does the same): the index only ever doubles, and a
+ * bucket's entries then split between it and the bucket whose index adds the
+ * new high bit, which this order visits after it — so an entry present from
+ * the first call to the last is passed at least once, whatever the index
+ * did in between (at most twice, when it grew). */
+int hy_store_scan(hy_store *s, uint64_t *cursor, size_t buckets, hy_store_scan_fn fn, void *ctx)
+{
+    pthread_mutex_lock(&s->mu);
+    const uint64_t mask = s->nbuckets - 1;
+    uint64_t v = *cursor;
+    size_t done = 0;
+    do {
+        for (obj *o = s->buckets[v & mask]; o; o = o->next) fn(ctx, &o->meta);
+        v |= ~mask;
+        v = bit_reverse(bit_reverse(v) + 1);
+    } while (v && ++done < buckets);
+    pthread_mutex_unlock(&s->mu);
+    *cursor = v;
+    return v ? HY_EAGAIN : HY_OK;
 }
 
 int hy_store_set_policy(hy_store *s, hy_tier_id tier, const hy_policy_config *p, hy_err *err)

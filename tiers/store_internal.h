@@ -85,6 +85,7 @@ struct hy_store {
     obj **buckets;  /* by key */
     obj **obuckets; /* by oid, as many buckets */
     size_t nbuckets, count;
+    uint64_t seed; /* of the key index's bucket hash: random per open */
     uint64_t next_oid;
     struct quota *quotas;
     uint64_t tick;

@@ -100,6 +100,10 @@ void hy_sha256_end(hy_sha256_ctx *h, uint8_t digest[32]);
 int hy_sha256(const void *data, size_t n, uint8_t digest[32]);
 /* XXH3-64 (libxxhash): section checksums. */
 uint64_t hy_xxh3(const void *data, size_t n);
+/* XXH3-64 under a seed: a hash table's bucket index for keys a client can
+ * steer (a secret seed per table, so that nobody outside can aim entries at
+ * one bucket). */
+uint64_t hy_xxh3_seeded(const void *data, size_t n, uint64_t seed);
 /* Lower-case hex of n bytes into out (2n + 1 chars). */
 void hy_hex(const uint8_t *bytes, size_t n, char *out);
 

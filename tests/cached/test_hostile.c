@@ -34,19 +34,20 @@ static hyc *g_alice, *g_bob, *g_anon;
 #define IDLE_MS 1500
 #define NDOCS   3
 
-static const char *k_config = "listen: 127.0.0.1:0\n"
-                              "http_listen: ''\n"
-                              "models: [{name: tiny, path: var/models/tiny}]\n"
-                              "tiers: {host: {bytes: 64M}}\n"
-                              "executor: {threads: 1}\n"
-                              "tenants:\n"
-                              "  list:\n"
-                              "    - {name: alice, token: " ALICE ", admin: true}\n"
-                              "    - {name: bob, token: " BOB "}\n"
-                              "    - {name: carol, token: " CAROL ", quota: 430000}\n"
-                              "limits: {workers: 4, watchers: 2, idle_ms: 1500}\n"
-                              "transport: {max_sessions: 8, sessions_per_tenant: 6}\n"
-                              "log: {requests: false}\n";
+static const char *k_config =
+    "listen: 127.0.0.1:0\n"
+    "http_listen: ''\n"
+    "models: [{name: tiny, path: var/models/tiny}]\n"
+    "tiers: {host: {bytes: 64M}}\n"
+    "executor: {threads: 1}\n"
+    "tenants:\n"
+    "  list:\n"
+    "    - {name: alice, token: " ALICE ", admin: true}\n"
+    "    - {name: bob, token: " BOB "}\n"
+    "    - {name: carol, token: " CAROL ", quota: 430000}\n"
+    "limits: {workers: 4, watchers: 3, watchers_per_tenant: 1, idle_ms: 1500}\n"
+    "transport: {max_sessions: 8, sessions_per_tenant: 6}\n"
+    "log: {requests: false}\n";
 
 /* The entries stored before the attacks, and their bytes. */
 static uint8_t g_keys[NDOCS][32];
@@ -548,6 +549,52 @@ static void test_quota_concurrent_puts(void)
     check_serving("concurrent puts at the quota");
 }
 
+/* Lookup leases and Watch streams are capped per tenant: alice pinning all
+ * she can (a quarter of the 64 MiB host tier) or holding her Watch leaves
+ * bob his. */
+static void test_leases_and_watchers_per_tenant(void)
+{
+    segs s = {0};
+    for (int i = 0; i < NDOCS; i++) segs_key(&s, g_keys[i]);
+    hyc_status st;
+    int granted = 0, refused = 0;
+    for (int i = 0; i < 80 && !refused; i++) {
+        Hypic__V1__LookupResponse *r = NULL;
+        const int rc = lookup(g_alice, &s, 3000, &r, &st);
+        granted += rc == 0 && r && r->lease_id;
+        refused += rc == HYC_RESOURCE_EXHAUSTED;
+        hyc_free(r);
+    }
+    fprintf(stderr, "  alice: %d lease sets of %d entries granted, then %s\n", granted, NDOCS,
+            refused ? st.msg : "no refusal");
+    CU_ASSERT_EQUAL(refused, 1);
+    CU_ASSERT(granted > 10 && granted < 80);
+    Hypic__V1__LookupResponse *r = NULL;
+    CU_ASSERT_EQUAL(lookup(g_bob, &s, 3000, &r, &st), 0); /* bob's own cap: untouched */
+    hyc_free(r);
+    /* Watch: one per tenant here */
+    h2_conn c;
+    CU_ASSERT_EQUAL_FATAL(h2_open(&c, g_d.grpc), 0);
+    static const char ba[] = "Bearer " ALICE, bb[] = "Bearer " BOB;
+    h2_stream *w1 = h2_call(&c, "/hypic.v1.Cache/Watch", ba, sizeof ba - 1, NULL, 0, false);
+    h2_pump(&c, 300, NULL);
+    h2_stream *w2 = h2_call(&c, "/hypic.v1.Cache/Watch", ba, sizeof ba - 1, NULL, 0, false);
+    h2_stream *w3 = h2_call(&c, "/hypic.v1.Cache/Watch", bb, sizeof bb - 1, NULL, 0, false);
+    h2_pump(&c, 500, w2);
+    h2_pump(&c, 200, NULL);
+    CU_ASSERT(!w1->closed);
+    CU_ASSERT(w2->closed && w2->grpc_status == HY_RPC_RESOURCE_EXHAUSTED);
+    CU_ASSERT(!w3->closed);
+    fprintf(stderr, "  alice's second Watch: %d (%s); bob's first %s\n", w2->grpc_status,
+            w2->grpc_message, w3->closed ? "closed" : "open");
+    h2_close(&c);
+    hy_test_sleep_ms(3100); /* alice's leases expire */
+    r = NULL;
+    CU_ASSERT_EQUAL(lookup(g_alice, &s, 3000, &r, &st), 0);
+    hyc_free(r);
+    check_serving("leases and Watch streams per tenant");
+}
+
 /* --- a NUL in every string field of every request --------------------------- */
 
 typedef struct probe {
@@ -671,6 +718,7 @@ int main(void)
         {"a NUL in the authorization value", test_nul_in_authorization},
         {"a NUL in every string field", test_nul_in_string_fields},
         {"concurrent puts at the quota", test_quota_concurrent_puts},
+        {"leases and Watch streams per tenant", test_leases_and_watchers_per_tenant},
         {NULL, NULL},
     };
     int failed = hy_test_main("hostile clients", cases);

@@ -399,6 +399,16 @@ int hy_store_invalidate(hy_store *s, const hy_store_filter *f, size_t *removed, 
  * order; *total (optional) is the number matching. */
 int hy_store_list(hy_store *s, const hy_store_filter *f, size_t offset, hy_meta *out, size_t cap,
                   size_t *n, size_t *total, hy_err *err);
+/* Every entry once, a few at a time: each call passes the entries of up to
+ * `buckets` buckets of the index to fn (under the store's lock: fn copies
+ * what it needs and returns, calling nothing of the store's), from *cursor
+ * (0 to begin), and moves *cursor on. HY_EAGAIN while there is more, 0 when
+ * the scan has ended (*cursor is 0 again). Linear in the entries: an entry
+ * present through the whole scan is passed at least once, at most twice
+ * (when the index grew meanwhile); one added or removed during it may or
+ * may not be. */
+typedef void (*hy_store_scan_fn)(void *ctx, const hy_meta *m);
+int hy_store_scan(hy_store *s, uint64_t *cursor, size_t buckets, hy_store_scan_fn fn, void *ctx);
 /* Replaces a tier's policy at runtime (residents are re-registered);
  * HY_EINVAL for a tier the store does not have. */
 int hy_store_set_policy(hy_store *s, hy_tier_id tier, const hy_policy_config *p, hy_err *err);
