@@ -149,7 +149,7 @@ static void view_set(svc_cluster *c, const char *const *ids, const char *const *
             atomic_init(&p->refs, 1);
             pthread_mutex_init(&p->tp_mu, NULL);
             hy_err e = {0};
-            if (!p->self && hy_rpc_client_open(addrs[i], c->s->cfg.max_message, &p->cl, &e)) {
+            if (!p->self && svc_peer_open(c->s, addrs[i], &p->cl, &e)) {
                 hy_log(HY_LOG_WARN, "cluster: member %s at %s: %s (taken as absent)", ids[i],
                        addrs[i], e.msg);
                 pthread_mutex_destroy(&p->tp_mu);
@@ -180,8 +180,36 @@ static void view_set(svc_cluster *c, const char *const *ids, const char *const *
     svc_view_put(old); /* NULL when the hand-over took it */
 }
 
+/* A registration's seal: HMAC-SHA-256 under cluster.secret over its id and
+ * address, so that whoever can write the membership prefix but has no
+ * secret cannot join the members' views (and receive their calls). */
+static void registration_mac(const hy_svc *s, const char *id, const char *address, char hex[65])
+{
+    char msg[400];
+    const int n = snprintf(msg, sizeof msg, "hypic registration v1:%s\n%s", id, address);
+    uint8_t mac[32];
+    hy_hmac_sha256(s->cfg.cluster_secret, strlen(s->cfg.cluster_secret), msg, (size_t)n, mac);
+    hy_hex(mac, 32, hex);
+}
+
+/* Whether member m's registration carries the seal this member expects
+ * (always, without a secret). */
+static bool registration_sealed(const hy_svc *s, const hy_member *m)
+{
+    if (!s->cfg.cluster_secret[0]) return true;
+    char want[65];
+    registration_mac(s, m->id, m->address, want);
+    cJSON *j = m->info ? cJSON_Parse(m->info) : NULL;
+    const cJSON *mac = j ? cJSON_GetObjectItemCaseSensitive(j, "mac") : NULL;
+    unsigned char d = !(cJSON_IsString(mac) && strlen(mac->valuestring) == 64);
+    for (size_t i = 0; !d && i < 64; i++) d |= (unsigned char)(want[i] ^ mac->valuestring[i]);
+    cJSON_Delete(j);
+    return d == 0;
+}
+
 static void on_members(void *ctx, const hy_member *m, size_t n)
 {
+    const hy_svc *s = ((svc_cluster *)ctx)->s;
     const char **ids = calloc(n ? n : 1, sizeof *ids), **addrs = calloc(n ? n : 1, sizeof *addrs);
     if (!ids || !addrs) {
         free(ids);
@@ -189,7 +217,18 @@ static void on_members(void *ctx, const hy_member *m, size_t n)
         hy_log(HY_LOG_ERROR, "cluster: out of memory for a view of %zu members", n);
         return;
     }
-    for (size_t i = 0; i < n; i++) ids[i] = m[i].id, addrs[i] = m[i].address;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!registration_sealed(s, &m[i])) {
+            hy_log(HY_LOG_WARN,
+                   "cluster: %s at %s is registered without this cluster's seal "
+                   "(cluster.secret): not a member",
+                   m[i].id, m[i].address);
+            continue;
+        }
+        ids[k] = m[i].id, addrs[k] = m[i].address, k++;
+    }
+    n = k;
     view_set(ctx, ids, addrs, n);
     free(ids);
     free(addrs);
@@ -217,16 +256,11 @@ size_t svc_view_owners(hy_svc *s, const svc_view *v, const char *tenant, const h
     return n;
 }
 
-/* The bearer token calls to peers carry for tenant (NULL: no tokens). */
+/* The credential calls to peers carry for tenant: the member credential
+ * (svc_member_token), never the tenant's own token; NULL without tokens. */
 static const char *token_of(hy_svc *s, const char *tenant, char *buf, size_t cap)
 {
-    if (s->open_access) return NULL;
-    buf[0] = '\0';
-    pthread_mutex_lock(&s->mu);
-    for (int i = 0; i < s->ntenants; i++)
-        if (!strcmp(s->tenants[i].name, tenant)) snprintf(buf, cap, "%s", s->tenants[i].token);
-    pthread_mutex_unlock(&s->mu);
-    return buf[0] ? buf : NULL;
+    return svc_member_token(s, tenant, buf, cap);
 }
 
 /* --- calls to peers ------------------------------------------------------------------ */
@@ -248,7 +282,9 @@ static int on_chunk(void *ctx, const ProtobufCMessage *msg)
  * caller streams). Give it back with tp_release. */
 static peer_tp *tp_acquire(hy_svc *s, svc_peer *p, const char *tenant, const char *token)
 {
-    if (!s->cfg.cluster_transport_bytes) return NULL;
+    /* the data plane has no encryption of its own: with TLS, entries come as
+     * gRPC chunks over the TLS channel */
+    if (!s->cfg.cluster_transport_bytes || s->peer_ca_pem) return NULL;
     pthread_mutex_lock(&p->tp_mu);
     int n = 0;
     peer_tp *t = NULL;
@@ -880,6 +916,11 @@ static char *member_info(hy_svc *s, const char *address)
     cJSON_AddStringToObject(o, "id", s->cfg.cluster_id);
     cJSON_AddStringToObject(o, "address", address);
     cJSON_AddStringToObject(o, "version", HY_CACHED_VERSION);
+    if (s->cfg.cluster_secret[0]) {
+        char mac[65];
+        registration_mac(s, s->cfg.cluster_id, address, mac);
+        cJSON_AddStringToObject(o, "mac", mac);
+    }
     cJSON *tp = cJSON_AddArrayToObject(o, "transports");
     if (tp) {
         cJSON_AddItemToArray(tp, cJSON_CreateString("tcp"));

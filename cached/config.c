@@ -82,6 +82,7 @@ typedef struct opt {
 #define STRING(name, m, def)               {name, OPT_STR, M_(m), MS_(m), 0, 0, def, 0, NEED_ANY}
 #define NUMBER(name, kind, m, lo, hi, def) {name, kind, M_(m), 0, lo, hi, def, 0, NEED_ANY}
 #define NAMED(name, kind, m, def)          {name, kind, M_(m), 0, 0, 0, def, 0, NEED_ANY}
+#define TOKEN(name, kind, m)               {name, kind, M_(m), MS_(m), 0, 0, NULL, 0, NEED_ANY}
 #define LIST(name, m, T, lo, hi, n)        {name, OPT_LIST, M_(m), sizeof(T), lo, hi, NULL, M_(n), NEED_ANY}
 #define ITEM_STRING(name, kind, T, m, need) \
     {name, kind, offsetof(T, m), sizeof(((T *)0)->m), 0, 0, NULL, 0, need}
@@ -180,6 +181,10 @@ static const opt k_opts[] = {
     NUMBER("cluster.etcd.ttl_s", OPT_U32, cluster_ttl_s, 1, 3600, "10"),
     NUMBER("cluster.peer_timeout_ms", OPT_U32, cluster_peer_timeout_ms, 1, 600000, "2000"),
     NUMBER("cluster.transport_bytes", OPT_SIZE, cluster_transport_bytes, 0, 16 * GIB, "64M"),
+    TOKEN("cluster.secret", OPT_TOKEN, cluster_secret),
+    TOKEN("cluster.secret_file", OPT_TOKEN_FILE, cluster_secret),
+    STRING("cluster.tls_ca", cluster_tls_ca, ""),
+    STRING("cluster.tls_server_name", cluster_tls_server_name, ""),
     NAMED("log.level", OPT_LEVEL, log_level, "info"),
     NAMED("log.requests", OPT_BOOL, log_requests, "true"),
 };
@@ -840,6 +845,36 @@ static int check_tenants(cfg_ctx *x, const hy_cached_config *c)
  * both), addresses of the right form. */
 static int check_cluster(cfg_ctx *x, const hy_cached_config *c)
 {
+    const bool members = c->ncluster_members || c->cluster_etcd[0];
+    const bool workers = c->nscatter_workers || c->scatter_spawn || c->scatter_dns[0];
+    if (seen_line(x, "cluster.secret") && seen_line(x, "cluster.secret_file"))
+        return fail_key(x, HY_EINVAL, "cluster.secret_file",
+                        "give cluster.secret or "
+                        "cluster.secret_file, not both");
+    const char *skey =
+        seen_line(x, "cluster.secret_file") ? "cluster.secret_file" : "cluster.secret";
+    const size_t sn = strlen(c->cluster_secret);
+    if (sn && sn < HY_CFG_SECRET_MIN)
+        return fail_key(x, HY_EINVAL, skey, "the secret has %zu characters; at least %d are needed",
+                        sn, HY_CFG_SECRET_MIN);
+    for (size_t j = 0; j < sn; j++)
+        if (c->cluster_secret[j] <= ' ' || c->cluster_secret[j] > '~')
+            return fail_key(x, HY_EINVAL, skey,
+                            "the secret's character %zu is not printable ASCII (spaces excluded)",
+                            j + 1);
+    for (int i = 0; sn && i < c->ntenants; i++)
+        if (!strcmp(c->cluster_secret, c->tenants[i].token))
+            return fail_key(x, HY_EINVAL, skey, "the secret is tenants.list[%d]'s token", i);
+    /* with tokens, members and workers call each other as members, never as a tenant */
+    if (!sn && c->ntenants && (members || workers))
+        return fail_key(x, HY_EINVAL, "cluster.secret",
+                        "needed with tenants and %s: members and scatter workers call each other "
+                        "with a credential of their own (at least %d printable characters, the "
+                        "same on every member and worker), never with a tenant's token",
+                        members ? "cluster members" : "scatter workers", HY_CFG_SECRET_MIN);
+    if (c->cluster_tls_ca[0] && access(c->cluster_tls_ca, R_OK) != 0)
+        return fail_key(x, HY_EINVAL, "cluster.tls_ca", "cannot read %s: %s", c->cluster_tls_ca,
+                        strerror(errno));
     const char *id = c->cluster_id;
     if (id[0] && !valid_name(id))
         return fail_key(x, HY_EINVAL, "cluster.id",
@@ -1103,7 +1138,7 @@ static void format_value(const opt *o, const void *base, char *out, size_t cap)
         snprintf(out, cap, "%s", field);
         break;
     case OPT_TOKEN:
-        snprintf(out, cap, "<redacted>");
+        snprintf(out, cap, "%s", field[0] ? "<redacted>" : ""); /* set or not, never what */
         break;
     case OPT_SIZE:
     case OPT_U64:
@@ -1201,7 +1236,8 @@ void hy_cached_config_print(const hy_cached_config *c, FILE *out)
     char open[CFG_KEY_MAX] = "";
     for (size_t i = 0; i < NOPTS; i++) {
         const opt *o = &k_opts[i];
-        if (strchr(o->name, '[')) continue; /* a list item's field */
+        if (strchr(o->name, '[')) continue;      /* a list item's field */
+        if (o->kind == OPT_TOKEN_FILE) continue; /* printed as its token, redacted */
         enter_section(&em, open, o->name);
         const char *dot = strrchr(o->name, '.');
         emit_scalar(&em, dot ? dot + 1 : o->name);

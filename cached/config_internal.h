@@ -32,6 +32,7 @@
 #define HY_CFG_NAME_MAX     64  /* model names, including the NUL */
 #define HY_CFG_TOKEN_MAX    256 /* bearer tokens, including the NUL */
 #define HY_CFG_TOKEN_MIN    16  /* characters a bearer token has at least */
+#define HY_CFG_SECRET_MIN   32  /* characters cluster.secret has at least */
 #define HY_CFG_ADDR_MAX     256
 #define HY_CFG_MAX_WORKERS  64 /* scatter workers listed, spawned, or found by DNS */
 #define HY_CFG_MAX_MEMBERS  64 /* cluster.members listed */
@@ -186,6 +187,13 @@ typedef struct hy_cached_config {
     /* cluster mode (docs/deploy.md#cluster-mode): entries sharded over the
      * members by rendezvous hashing of their keys (hy_cluster.h). */
     char cluster_id[HY_CFG_NAME_MAX];        /* cluster.id: this member's id; "": one node */
+    char cluster_secret[HY_CFG_TOKEN_MAX];   /* cluster.secret (or _file): what members and
+                                              * scatter workers authenticate each other with;
+                                              * needed with tenants */
+    char cluster_tls_ca[PATH_MAX];           /* cluster.tls_ca: PEM the peers' and workers'
+                                              * certificates chain to; "": tls.cert's own */
+    char cluster_tls_server_name[256];       /* cluster.tls_server_name: the name their
+                                              * certificates carry; "": the address's host */
     char cluster_advertise[HY_CFG_ADDR_MAX]; /* cluster.advertise: the gRPC host:port peers and
                                               * clients reach it at; "": listen (its bound port) */
     uint32_t cluster_replicas;               /* cluster.replicas 1..16, default 1 */

@@ -58,6 +58,14 @@ hy_rpc_code h_check_tenant(rq *r, const char *tenant)
     return HY_RPC_OK;
 }
 
+hy_rpc_code h_need_member(rq *r, bool local_only)
+{
+    if (!local_only || r->who.member) return HY_RPC_OK;
+    return h_fail(r, HY_RPC_PERMISSION_DENIED,
+                  "field 'local_only': only another member may ask for this member's store "
+                  "alone (it calls with the member credential of cluster.secret)");
+}
+
 hy_rpc_code h_need_model(rq *r, const char *name, svc_model **out)
 {
     *out = NULL;

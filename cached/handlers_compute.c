@@ -90,6 +90,7 @@ hy_rpc_code do_lookup(rq *r, const ProtobufCMessage *req)
     if ((c = h_keyed_fields(r, q->tenant, q->model,
                             q->seam_opt_case == HYPIC__V1__LOOKUP_REQUEST__SEAM_OPT_SEAM, q->seam,
                             q->dtype, &sm, &W, &dt)) ||
+        (c = h_need_member(r, q->local_only)) ||
         (c = h_segs_parse(r, sm, q->segments, q->n_segments, 0, true, &sg)))
         return c;
     if (q->lease_ms > r->s->cfg.max_lease_ms) {

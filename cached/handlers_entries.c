@@ -78,8 +78,8 @@ hy_rpc_code do_get_entry(rq *r, const ProtobufCMessage *req)
     svc_model *sm;
     hy_key k;
     hy_rpc_code c;
-    if ((c = h_check_tenant(r, q->tenant)) || (c = h_need_model(r, q->model, &sm)) ||
-        (c = h_key_of(r, "key", q->key, &k)))
+    if ((c = h_check_tenant(r, q->tenant)) || (c = h_need_member(r, q->local_only)) ||
+        (c = h_need_model(r, q->model, &sm)) || (c = h_key_of(r, "key", q->key, &k)))
         return c;
     if (!h_visible(r, sm, &k, NULL, NULL)) {
         if (r->s->cluster && !q->local_only) return get_from_owners(r, q, sm, &k);
@@ -147,6 +147,11 @@ hy_rpc_code do_put_entry(rq *r, const ProtobufCMessage *req)
                 c = h_fail(r, HY_RPC_INVALID_ARGUMENT, "field 'meta.tags': over %d tags",
                            HY_MAX_TAGS);
             } else if (pm->key.len && (c = h_key_of(r, "meta.key", pm->key, &given))) {
+            } else if ((c = h_need_member(r, ch->local_only))) {
+            } else if (!s->cluster && hy_store_quota_room(s->store, r->who.tenant, pm->bytes, &e)) {
+                /* before its bytes are gathered: a tenant at its quota cannot make the
+                 * daemon hold limits.max_entry_bytes per stream for nothing */
+                c = h_fail(r, HY_RPC_RESOURCE_EXHAUSTED, "%s", e.msg);
             } else if (!(buf = malloc(pm->bytes))) {
                 c = h_fail(r, HY_RPC_RESOURCE_EXHAUSTED, "out of memory for %llu bytes",
                            (unsigned long long)pm->bytes);
@@ -252,7 +257,7 @@ hy_rpc_code do_invalidate(rq *r, const ProtobufCMessage *req)
 {
     const Hypic__V1__InvalidateRequest *q = (const void *)req;
     hy_rpc_code c;
-    if ((c = h_check_tenant(r, q->tenant))) return c;
+    if ((c = h_check_tenant(r, q->tenant)) || (c = h_need_member(r, q->local_only))) return c;
     hy_store_filter f = {.tenant = r->who.tenant};
     hy_key k;
     switch (q->target_case) {

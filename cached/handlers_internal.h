@@ -64,6 +64,9 @@ hy_rpc_code h_fail(rq *r, hy_rpc_code code, const char *fmt, ...)
 hy_rpc_code h_from_err(rq *r, int rc, const hy_err *e);
 hy_rpc_code h_check_tenant(rq *r, const char *tenant);
 hy_rpc_code h_need_model(rq *r, const char *name, svc_model **out);
+/* PERMISSION_DENIED when local_only is asked by a caller that is not a member
+ * (cluster mode's calls between members, and hand-over, carry it). */
+hy_rpc_code h_need_member(rq *r, bool local_only);
 hy_rpc_code h_seam_of(rq *r, bool has, uint32_t seam, int *W);
 hy_rpc_code h_dtype_of(rq *r, Hypic__V1__StateDtype d, hy_entry_dtype *out);
 /* The fields every keyed method checks first, in this order: tenant, model,

@@ -201,6 +201,11 @@ int main(int argc, char **argv)
     }
     hy_log_set_level(cfg.log_level);
 #ifdef HY_CACHED_WORKER
+    if (cfg.ntenants && !cfg.cluster_secret[0]) {
+        fprintf(stderr, PROG ": cluster.secret: needed with tenants: the daemon calls a "
+                             "worker as a member, never with a tenant's token\n");
+        return 1;
+    }
     char log_name[64]; /* a spawned worker shares the daemon's stderr: say whose line it is */
     snprintf(log_name, sizeof log_name, "hypic-worker %.40s", cfg.listen);
     hy_log_set_name(log_name);

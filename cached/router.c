@@ -73,7 +73,7 @@ static int worker_add(svc_router *rt, const char *addr, w_source src, hy_err *er
     snprintf(w->addr, sizeof w->addr, "%.255s", addr);
     w->source = src;
     w->speed = 1;
-    int rc = hy_rpc_client_open(addr, rt->s->cfg.max_message, &w->cl, err);
+    int rc = svc_peer_open(rt->s, addr, &w->cl, err);
     if (rc) return rc;
     rt->n++;
     return HY_OK;
@@ -765,15 +765,9 @@ int sc_job_start(hy_svc *s, svc_model *sm, const char *tenant, int W, hy_entry_d
             j->u[g].owner = runner_of[k];
             j->u[g].predicted_s = hy_cost_prefill(&cost, j->u[g].n) / views[k].speed;
         }
-        if (!s->open_access) {
-            pthread_mutex_lock(&s->mu);
-            for (int t = 0; t < s->ntenants; t++)
-                if (strcmp(s->tenants[t].name, tenant) == 0) {
-                    snprintf(j->token, sizeof j->token, "%s", s->tenants[t].token);
-                    j->has_token = true;
-                }
-            pthread_mutex_unlock(&s->mu);
-        }
+        /* the worker is called as a member on the tenant's behalf, never with
+         * the tenant's own token */
+        j->has_token = svc_member_token(s, tenant, j->token, sizeof j->token) != NULL;
     }
     for (int k = 0; !rc && k < j->nr; k++) rc = hy_rpc_cancel_new(&j->r[k].cancel, err);
     free(tokens);

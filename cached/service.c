@@ -75,6 +75,47 @@ static bool token_eq(const uint8_t *a, size_t na, const char *b)
     return d == 0;
 }
 
+/* The member credential for tenant: "member:<tenant>:<hex>", where hex is
+ * HMAC-SHA-256 under cluster.secret of a fixed label and the tenant. A
+ * member or scatter worker sends it as its bearer token for calls it makes
+ * on a tenant's behalf; it is no tenant's token (a tenant's never leaves the
+ * member it was sent to), it names its tenant, and it can only be made by
+ * whoever holds the secret. ':' is in no tenant name. */
+static void member_mac(const char *secret, const char *tenant, char hex[65])
+{
+    char msg[HY_TENANT_MAX + 32];
+    const int n = snprintf(msg, sizeof msg, "hypic member v1:%s", tenant);
+    uint8_t mac[32];
+    hy_hmac_sha256(secret, strlen(secret), msg, (size_t)n, mac);
+    hy_hex(mac, 32, hex);
+}
+
+const char *svc_member_token(const hy_svc *s, const char *tenant, char *buf, size_t cap)
+{
+    if (s->open_access) return NULL; /* no tokens: nothing to present */
+    char hex[65];
+    member_mac(s->cfg.cluster_secret, tenant, hex);
+    snprintf(buf, cap, "member:%s:%s", tenant, hex);
+    return buf;
+}
+
+/* Whether token[0..n) is a member credential; *tenant (HY_TENANT_MAX) then
+ * names its tenant. Compared in constant time once the form is known. */
+static bool member_token(const hy_svc *s, const uint8_t *t, size_t n, char *tenant)
+{
+    if (!s->cfg.cluster_secret[0] || n < 7 + 1 + 1 + 64 || memcmp(t, "member:", 7) != 0)
+        return false;
+    const size_t tn = n - 7 - 1 - 64;
+    if (tn == 0 || tn >= HY_TENANT_MAX || t[7 + tn] != ':') return false;
+    memcpy(tenant, t + 7, tn);
+    tenant[tn] = '\0';
+    char want[65];
+    member_mac(s->cfg.cluster_secret, tenant, want);
+    unsigned char d = 0;
+    for (size_t i = 0; i < 64; i++) d |= (unsigned char)(want[i] ^ t[7 + tn + 1 + i]);
+    return d == 0;
+}
+
 /* The token of an authorization value as it came: "Bearer " and then
  * printable ASCII only (HTTP/2 calls a NUL or another control byte in a
  * field value malformed; a token is compared over exactly these bytes).
@@ -107,8 +148,12 @@ hy_rpc_code svc_enter(hy_svc *s, hy_rpc_call *call, svc_caller *who, char *msg, 
     const uint8_t *token = has ? bearer_token(v, n, &tn, &why) : NULL;
     pthread_mutex_lock(&s->mu);
     svc_tenant *t = NULL;
+    char as[HY_TENANT_MAX];
+    bool member = false;
     if (s->open_access) {
         t = &s->tenants[0];
+    } else if (token && (member = member_token(s, token, tn, as))) {
+        t = tenant_named(s, as); /* a member on this tenant's behalf */
     } else if (!token) {
         pthread_mutex_unlock(&s->mu);
         snprintf(msg, cap, "%s", why);
@@ -130,7 +175,8 @@ hy_rpc_code svc_enter(hy_svc *s, hy_rpc_call *call, svc_caller *who, char *msg, 
     }
     t->in_flight++;
     snprintf(who->tenant, sizeof who->tenant, "%s", t->name);
-    who->admin = t->admin;
+    who->admin = t->admin && !member; /* a member acts for a tenant, never as an admin */
+    who->member = member || s->open_access;
     pthread_mutex_unlock(&s->mu);
     return HY_RPC_OK;
 }
@@ -159,6 +205,17 @@ void svc_watch_leave(hy_svc *s, const svc_caller *who)
     svc_tenant *t = tenant_named(s, who->tenant);
     if (t && t->watchers) t->watchers--;
     pthread_mutex_unlock(&s->mu);
+}
+
+int svc_peer_open(hy_svc *s, const char *address, hy_rpc_client **out, hy_err *err)
+{
+    hy_rpc_client_options o = {.target = address,
+                               .max_message = s->cfg.max_message,
+                               .tls_root_pem = s->peer_ca_pem,
+                               .tls_server_name = s->cfg.cluster_tls_server_name[0]
+                                                      ? s->cfg.cluster_tls_server_name
+                                                      : NULL};
+    return hy_rpc_client_open_ex(&o, out, err);
 }
 
 /* --- models and executors -------------------------------------------------------- */
@@ -514,6 +571,15 @@ int svc_open(hy_svc *s, const hy_cached_config *cfg, hy_err *err)
     s->hub.ring = calloc(SVC_HUB_RING, sizeof *s->hub.ring);
     s->models = calloc((size_t)cfg->nmodels, sizeof *s->models);
     if (!s->hub.ring || !s->models) return hy_err_set(err, HY_ENOMEM, "out of memory");
+    if (cfg->tls_cert[0]) { /* what peers' and workers' certificates must chain to */
+        const char *ca = cfg->cluster_tls_ca[0] ? cfg->cluster_tls_ca : cfg->tls_cert;
+        size_t len;
+        int rc = hy_read_file(ca, 1 << 20, &s->peer_ca_pem, &len, err);
+        if (rc) {
+            hy_err_prefix(err, "%s", cfg->cluster_tls_ca[0] ? "cluster.tls_ca" : "tls.cert");
+            return rc;
+        }
+    }
     for (int i = 0; i < HY_MODE_COUNT; i++)
         hy_hist_init(&s->met.ttft[i], hy_hist_latency_bounds, hy_hist_latency_nb);
     int drc = svc_doors_check(err);
@@ -699,6 +765,7 @@ int svc_close(hy_svc *s)
     for (int i = 0; i < s->nmodels; i++) model_close(&s->models[i]);
     free(s->models);
     free(s->tenants);
+    hy_free(s->peer_ca_pem);
     free(s->hub.ring);
     pthread_mutex_destroy(&s->hub.mu);
     pthread_cond_destroy(&s->hub.cv);

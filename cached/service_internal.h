@@ -138,12 +138,15 @@ typedef struct hy_svc {
     struct svc_router *router;   /* scatter workers (router_internal.h); NULL: none */
     struct svc_cluster *cluster; /* cluster mode (cluster_internal.h); NULL: one node */
     char tp_shm_path[108];       /* the shm socket ("" when shm is off) */
+    char *peer_ca_pem;           /* with tls: what peers' and workers' certificates chain to */
 } hy_svc;
 
 /* A call's identity once authenticated. */
 typedef struct svc_caller {
     char tenant[HY_TENANT_MAX];
     bool admin;
+    bool member; /* another member or the daemon of a scatter worker, on tenant's behalf
+                  * (always, without tokens) */
 } svc_caller;
 
 /* --- service.c ------------------------------------------------------------ */
@@ -171,6 +174,15 @@ svc_model *svc_model_by_fp(hy_svc *s, const uint8_t fp[32]);
  * svc_leave. */
 hy_rpc_code svc_enter(hy_svc *s, hy_rpc_call *call, svc_caller *who, char *msg, size_t cap);
 void svc_leave(hy_svc *s, const svc_caller *who);
+/* The credential this daemon presents to members and scatter workers for a
+ * call on tenant's behalf (cluster.secret's; see service.c), in buf; NULL
+ * without tokens (nothing to present). */
+const char *svc_member_token(const hy_svc *s, const char *tenant, char *buf, size_t cap);
+/* A channel to another member or a scatter worker at address: TLS when this
+ * daemon serves TLS (their certificates verified against cluster.tls_ca, or
+ * tls.cert's own chain, for cluster.tls_server_name or the address's host),
+ * plaintext otherwise. */
+int svc_peer_open(hy_svc *s, const char *address, hy_rpc_client **out, hy_err *err);
 /* Counts a Watch stream of the caller's tenant: false (nothing counted) when
  * it has limits.watchers_per_tenant open. Pair with svc_watch_leave. */
 bool svc_watch_enter(hy_svc *s, const svc_caller *who);

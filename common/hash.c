@@ -6,6 +6,7 @@
 #include "hy_common.h"
 
 #include <openssl/evp.h>
+#include <openssl/hmac.h>
 /* Inlined from the header so XXH3 is compiled for this build's instruction set
  * (HY_MARCH in CMakeLists.txt): on an AVX2 build, Debian's shared libxxhash ran
  * at ~19 GB/s, the inlined one ~50. */
@@ -52,6 +53,12 @@ int hy_sha256(const void *data, size_t n, uint8_t digest[32])
     hy_sha256_add(h, data, n);
     hy_sha256_end(h, digest);
     return HY_OK;
+}
+
+int hy_hmac_sha256(const void *key, size_t klen, const void *msg, size_t n, uint8_t mac[32])
+{
+    unsigned int len = 32;
+    return HMAC(EVP_sha256(), key, (int)klen, msg, n, mac, &len) ? HY_OK : HY_ENOMEM;
 }
 
 uint64_t hy_xxh3(const void *data, size_t n)

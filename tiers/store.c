@@ -967,6 +967,22 @@ uint64_t hy_store_tenant_bytes(hy_store *s, const char *tenant)
     return b;
 }
 
+int hy_store_quota_room(hy_store *s, const char *tenant, uint64_t bytes, hy_err *err)
+{
+    pthread_mutex_lock(&s->mu);
+    const quota *q = quota_of(s, tenant, false);
+    const uint64_t used = q ? q->bytes + q->reserved : 0;
+    const uint64_t limit = q && q->has_limit ? q->limit : s->cfg.tenant_quota;
+    pthread_mutex_unlock(&s->mu);
+    if (limit && used + bytes > limit)
+        return hy_err_set(err, HY_ERANGE,
+                          "tenant '%s': %llu bytes stored or being put + %llu would exceed its "
+                          "quota of %llu",
+                          tenant, (unsigned long long)used, (unsigned long long)bytes,
+                          (unsigned long long)limit);
+    return HY_OK;
+}
+
 int hy_store_get_policy(hy_store *s, hy_tier_id tier, hy_policy_config *p, hy_err *err)
 {
     if (tier != HY_TIER_HOST && !(tier == HY_TIER_NVME && s->nvme) &&

@@ -98,6 +98,9 @@ int hy_sha256_begin(hy_sha256_ctx **out);
 void hy_sha256_add(hy_sha256_ctx *h, const void *data, size_t n);
 void hy_sha256_end(hy_sha256_ctx *h, uint8_t digest[32]);
 int hy_sha256(const void *data, size_t n, uint8_t digest[32]);
+/* HMAC-SHA-256 of msg under key (OpenSSL): credentials derived from a
+ * secret. */
+int hy_hmac_sha256(const void *key, size_t klen, const void *msg, size_t n, uint8_t mac[32]);
 /* XXH3-64 (libxxhash): section checksums. */
 uint64_t hy_xxh3(const void *data, size_t n);
 /* XXH3-64 under a seed: a hash table's bucket index for keys a client can

@@ -469,9 +469,22 @@ static void test_named_values(void)
     fails("scatter: {probe_ms: 10}", HY_EINVAL, "scatter.probe_ms", NULL);
     /* cluster mode */
     parse_ok("cluster: {id: a, replicas: 2, members: [{id: a, address: \"10.0.0.1:7878\"},\n"
-             "          {id: b, address: \"h2:7878\"}], peer_timeout_ms: 300}\n"
+             "          {id: b, address: \"h2:7878\"}], peer_timeout_ms: 300,\n"
+             "          secret: members-secret-0123456789abcdefghijkl}\n"
              "tenants: {list: [{name: t, token: \"t-0123456789abcdef\", replicas: 3}]}",
              &g_a);
+    CU_ASSERT_STRING_EQUAL(g_a.cluster_secret, "members-secret-0123456789abcdefghijkl");
+    /* with tenants, members and workers need the secret: never a tenant's token between them */
+    fails("cluster: {id: a, members: [{id: a, address: \"h:1\"}]}\n"
+          "tenants: {list: [{name: t, token: \"t-0123456789abcdef\"}]}",
+          HY_EINVAL, "key 'cluster.secret'", "never with a tenant's token", NULL);
+    fails("scatter: {spawn: 1}\ntenants: {list: [{name: t, token: \"t-0123456789abcdef\"}]}",
+          HY_EINVAL, "key 'cluster.secret'", "scatter workers", NULL);
+    fails("cluster: {secret: short-secret-0123}", HY_EINVAL, "key 'cluster.secret'", "at least 32",
+          NULL);
+    fails("cluster: {secret: \"t-0123456789abcdef-0123456789abcdef\"}\n"
+          "tenants: {list: [{name: t, token: \"t-0123456789abcdef-0123456789abcdef\"}]}",
+          HY_EINVAL, "key 'cluster.secret'", "tenants.list[0]'s token", NULL);
     CU_ASSERT_EQUAL(g_a.ncluster_members, 2);
     CU_ASSERT_STRING_EQUAL(g_a.cluster_members[1].address, "h2:7878");
     CU_ASSERT_EQUAL(g_a.cluster_replicas, 2);

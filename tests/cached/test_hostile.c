@@ -595,6 +595,150 @@ static void test_leases_and_watchers_per_tenant(void)
     check_serving("leases and Watch streams per tenant");
 }
 
+/* --- members ------------------------------------------------------------------- */
+
+#define SECRET "members-secret-0123456789abcdefghijklmn"
+
+static int free_port(void)
+{
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    int port = -1;
+    if (bind(s, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(s, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    close(s);
+    return port;
+}
+
+/* A member credential as a member would make it, under secret. */
+static void member_token(const char *secret, const char *tenant, char *out, size_t cap)
+{
+    char msg[128], hex[65];
+    const int n = snprintf(msg, sizeof msg, "hypic member v1:%s", tenant);
+    uint8_t mac[32];
+    hy_hmac_sha256(secret, strlen(secret), msg, (size_t)n, mac);
+    hy_hex(mac, 32, hex);
+    snprintf(out, cap, "member:%s:%s", tenant, hex);
+}
+
+static hyc *connect_tls(const char *target, const char *token)
+{
+    char ca[300];
+    snprintf(ca, sizeof ca, "%s/tls/ca.pem", HY_FIXTURES_DIR);
+    hyc_options o = {.target = target, .token = token, .deadline_ms = 60000, .tls_ca_file = ca};
+    hyc *c = NULL;
+    hyc_status st;
+    if (hyc_open(&o, &c, &st)) fprintf(stderr, "hyc_open: %s\n", st.msg);
+    return c;
+}
+
+/* Two members serving TLS, calling each other over TLS with the member
+ * credential: a Warm on one puts the other's entries to it. A tenant may not
+ * ask for one member's store alone (local_only), and a credential made with
+ * another secret is refused. */
+static void test_tls_members(void)
+{
+    const char *fx = HY_FIXTURES_DIR;
+    int port[2] = {free_port(), free_port()};
+    while (port[1] == port[0]) port[1] = free_port();
+    hy_daemon m[2];
+    for (int i = 0; i < 2; i++) {
+        char dir[200], cfg[2400];
+        snprintf(dir, sizeof dir, "%.180s/m%d", g_tmp, i + 1);
+        mkdir(dir, 0700);
+        snprintf(cfg, sizeof cfg,
+                 "listen: 127.0.0.1:%d\n"
+                 "http_listen: ''\n"
+                 "models: [{name: tiny, path: %s/var/models/tiny}]\n"
+                 "tiers: {host: {bytes: 64M}}\n"
+                 "executor: {threads: 1}\n"
+                 "tls: {cert: %s/tls/server.pem, key: %s/tls/server.key}\n"
+                 "tenants:\n"
+                 "  list:\n"
+                 "    - {name: alice, token: " ALICE "}\n"
+                 "cluster:\n"
+                 "  id: m%d\n"
+                 "  secret: " SECRET "\n"
+                 "  tls_ca: %s/tls/ca.pem\n"
+                 "  members: [{id: m1, address: '127.0.0.1:%d'}, {id: m2, address: "
+                 "'127.0.0.1:%d'}]\n"
+                 "log: {requests: false}\n",
+                 port[i], g_tmp, fx, fx, i + 1, fx, port[0], port[1]);
+        CU_ASSERT_EQUAL_FATAL(hy_daemon_start(&m[i], dir, cfg), 0);
+    }
+    hyc *a1 = connect_tls(m[0].grpc, ALICE), *a2 = connect_tls(m[1].grpc, ALICE);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(a1);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(a2);
+    segs d = {0};
+    for (int i = 0; i < 8; i++) segs_doc(&d, 300 + i, 300);
+    warm_out w;
+    hyc_status st;
+    CU_ASSERT_EQUAL_FATAL(warm(a1, &d, &w, &st), 0);
+    /* which of them m2 owns (r = 1), by the rule the members use */
+    char list[200];
+    snprintf(list, sizeof list, "m1=127.0.0.1:%d,m2=127.0.0.1:%d", port[0], port[1]);
+    hyc_cluster_options co = {.members = list, .client = {.deadline_ms = 20000}};
+    hyc_cluster *cl = NULL;
+    CU_ASSERT_EQUAL_FATAL(hyc_cluster_open(&co, &cl, &st), 0);
+    int on_m2 = 0, landed = 0;
+    for (int i = 0; i < 8; i++) {
+        char own[1][64];
+        hyc_cluster_owners(cl, w.keys[i], own, 1);
+        on_m2 += !strcmp(own[0], "m2");
+    }
+    hyc_cluster_close(cl);
+    for (int t = 0; t < 200 && landed < on_m2; t++) { /* the puts to m2 are in the background */
+        Hypic__V1__ListRequest lr = HYPIC__V1__LIST_REQUEST__INIT;
+        Hypic__V1__ListResponse *l = NULL;
+        landed = hyc_list(a2, &lr, &l, &st) == 0 ? (int)l->total : -1;
+        hyc_free(l);
+        if (landed < on_m2) usleep(20000);
+    }
+    fprintf(stderr, "  warmed 8 on m1 over TLS: %d owned by m2, %d landed there\n", on_m2, landed);
+    CU_ASSERT(on_m2 > 0);
+    CU_ASSERT_EQUAL(landed, on_m2);
+    /* local_only: members only */
+    segs k = {0};
+    for (int i = 0; i < 8; i++) segs_key(&k, w.keys[i]);
+    Hypic__V1__LookupRequest rq = HYPIC__V1__LOOKUP_REQUEST__INIT;
+    rq.model = "tiny";
+    rq.n_segments = k.n;
+    rq.segments = k.sp;
+    rq.local_only = true;
+    Hypic__V1__LookupResponse *r = NULL;
+    CU_ASSERT_EQUAL(hyc_lookup(a2, &rq, &r, &st), HYC_PERMISSION_DENIED);
+    hyc_free(r);
+    char good[200], bad[200];
+    member_token(SECRET, "alice", good, sizeof good);
+    member_token("another-secret-0123456789abcdefghijklmn", "alice", bad, sizeof bad);
+    hyc *mg = connect_tls(m[1].grpc, good), *mb = connect_tls(m[1].grpc, bad);
+    r = NULL;
+    CU_ASSERT_EQUAL(hyc_lookup(mg, &rq, &r, &st), 0);
+    CU_ASSERT(r && (int)r->leading_hits <= on_m2);
+    hyc_free(r);
+    r = NULL;
+    CU_ASSERT_EQUAL(hyc_lookup(mb, &rq, &r, &st), HYC_UNAUTHENTICATED);
+    fprintf(stderr, "  a member credential of another secret: %s\n", st.msg);
+    hyc_free(r);
+    /* a member credential is no admin's */
+    Hypic__V1__SetPolicyRequest sp = HYPIC__V1__SET_POLICY_REQUEST__INIT;
+    Hypic__V1__Policy pol = HYPIC__V1__POLICY__INIT;
+    pol.tier = HYPIC__V1__TIER__TIER_HOST;
+    pol.evict = "lru";
+    sp.policy = &pol;
+    Hypic__V1__Policy *pr = NULL;
+    CU_ASSERT_EQUAL(hyc_set_policy(mg, &sp, &pr, &st), HYC_PERMISSION_DENIED);
+    hyc_free(pr);
+    hyc_close(mg);
+    hyc_close(mb);
+    hyc_close(a1);
+    hyc_close(a2);
+    for (int i = 0; i < 2; i++) CU_ASSERT(hy_daemon_stop(&m[i]));
+    check_serving("TLS members");
+}
+
 /* --- a NUL in every string field of every request --------------------------- */
 
 typedef struct probe {
@@ -719,6 +863,7 @@ int main(void)
         {"a NUL in every string field", test_nul_in_string_fields},
         {"concurrent puts at the quota", test_quota_concurrent_puts},
         {"leases and Watch streams per tenant", test_leases_and_watchers_per_tenant},
+        {"TLS members call each other as members", test_tls_members},
         {NULL, NULL},
     };
     int failed = hy_test_main("hostile clients", cases);

@@ -387,6 +387,9 @@ int hy_store_flush(hy_store *s, size_t *written, hy_err *err);
 /* Byte quota of one tenant, replacing cfg.tenant_quota for it (0:
  * unlimited). Entries already stored stay; later reserves are held to it. */
 int hy_store_set_quota(hy_store *s, const char *tenant, uint64_t bytes, hy_err *err);
+/* HY_ERANGE (saying so) when `bytes` more would not fit the tenant's quota
+ * now: a check before a put's bytes are gathered (the reserve checks again). */
+int hy_store_quota_room(hy_store *s, const char *tenant, uint64_t bytes, hy_err *err);
 /* Bytes the tenant's entries hold (counted once per entry). */
 uint64_t hy_store_tenant_bytes(hy_store *s, const char *tenant);
 /* A tier's current policy (as hy_store_set_policy left it). */

@@ -149,14 +149,15 @@ class Cluster:
 
     def get_entry(self, model: str, key: bytes, *, tenant: str = "") -> Entry:
         """Client.get_entry from key's owners in turn: a gone one (UNAVAILABLE) or one
-        without it (NOT_FOUND) passes to the next. Each is asked for its own store
-        (local_only) but the last, which answers by its own view of the owners, so that a
-        view here that lags the members' still finds the entry. NOT_FOUND when none has it."""
+        without it (NOT_FOUND) passes to the next. Each answers by its own view of the
+        owners (a member without the entry asks the others), so that a view here that
+        lags the members' still finds the entry; local_only is for members only. NOT_FOUND
+        when none has it."""
         key = to_key(key, "key")
         own = self.owners(key)
         miss: HypicError | None = None
-        for i, mid in enumerate(own):
-            rq = pb.GetEntryRequest(model=model, key=key, tenant=tenant, local_only=i + 1 < len(own))
+        for mid in own:
+            rq = pb.GetEntryRequest(model=model, key=key, tenant=tenant)
             try:
                 return self.client(mid)._entry_stream("GetEntry", rq)
             except HypicError as e:
