@@ -21,6 +21,17 @@ static Hypic__V1__Transport pb_kind(hy_tp_kind k)
     return (Hypic__V1__Transport)k; /* the enums share their numbers */
 }
 
+/* Whose a session is, for the hub: the tenant's own, or a member's on the
+ * tenant's behalf ("member/<tenant>": '/' is in no tenant name), counted
+ * apart, so that neither a tenant's sessions nor other members' fetches take
+ * the other's slots. */
+static const char *owner_of(rq *r, char *buf, size_t cap)
+{
+    if (!r->who.member || r->s->open_access) return r->who.tenant;
+    snprintf(buf, cap, "%s%s", HY_TP_PEER_PREFIX, r->who.tenant);
+    return buf;
+}
+
 static hy_rpc_code need_hub(rq *r)
 {
     if (!r->s->tp)
@@ -73,7 +84,8 @@ hy_rpc_code do_open_transport(rq *r, const ProtobufCMessage *req)
     }
     hy_tp_accept a;
     hy_err e = {0};
-    int rc = hy_tp_hub_open(r->s->tp, r->who.tenant, offers, q->n_offers, &a, &e);
+    char own[HY_TENANT_MAX + 8];
+    int rc = hy_tp_hub_open(r->s->tp, owner_of(r, own, sizeof own), offers, q->n_offers, &a, &e);
     if (rc) return tp_fail(r, rc, &e);
     Hypic__V1__OpenTransportResponse resp = HYPIC__V1__OPEN_TRANSPORT_RESPONSE__INIT;
     Hypic__V1__RdmaPeer rp = HYPIC__V1__RDMA_PEER__INIT;
@@ -97,7 +109,8 @@ hy_rpc_code do_close_transport(rq *r, const ProtobufCMessage *req)
     hy_rpc_code c;
     if ((c = h_check_tenant(r, q->tenant)) || (c = need_hub(r))) return c;
     hy_err e = {0};
-    int rc = hy_tp_hub_close(r->s->tp, r->who.tenant, q->session, &e);
+    char own[HY_TENANT_MAX + 8];
+    int rc = hy_tp_hub_close(r->s->tp, owner_of(r, own, sizeof own), q->session, &e);
     if (rc) return tp_fail(r, rc, &e);
     Hypic__V1__CloseTransportResponse resp = HYPIC__V1__CLOSE_TRANSPORT_RESPONSE__INIT;
     return h_send(r, &resp.base);
@@ -119,7 +132,8 @@ static hy_rpc_code transfer(rq *r, uint64_t id, uint64_t offset, const region *r
     uint64_t xfer;
     hy_err e = {0};
     const double t0 = hy_now_s();
-    int rc = hy_tp_hub_acquire(r->s->tp, r->who.tenant, id, 5000, &snd, &xfer, &e);
+    char own[HY_TENANT_MAX + 8];
+    int rc = hy_tp_hub_acquire(r->s->tp, owner_of(r, own, sizeof own), id, 5000, &snd, &xfer, &e);
     if (rc) return tp_fail(r, rc, &e);
     const uint64_t cap = snd->capacity;
     if (offset > cap || total > cap - offset) {
@@ -158,7 +172,8 @@ hy_rpc_code h_state_fits(rq *r, svc_model *sm, uint64_t id, uint64_t offset, int
     if ((c = need_hub(r))) return c;
     uint64_t cap, total;
     hy_err e = {0};
-    int rc = hy_tp_hub_capacity(r->s->tp, r->who.tenant, id, &cap, &e);
+    char own[HY_TENANT_MAX + 8];
+    int rc = hy_tp_hub_capacity(r->s->tp, owner_of(r, own, sizeof own), id, &cap, &e);
     if (rc) return tp_fail(r, rc, &e);
     hy_state_tensor *lay = calloc((size_t)(2 * sm->c->n_layers), sizeof *lay);
     if (!lay) return h_fail(r, HY_RPC_RESOURCE_EXHAUSTED, "out of memory");

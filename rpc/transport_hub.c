@@ -397,16 +397,23 @@ void hy_tp_hub_stop(hy_tp_hub *h)
 
 /* HY_ERANGE when one more session of `bytes` for tenant would pass a limit:
  * the hub's sessions, the tenant's sessions or its bytes (the lock is held). */
+static bool is_peer(const char *owner)
+{
+    return strncmp(owner, HY_TP_PEER_PREFIX, strlen(HY_TP_PEER_PREFIX)) == 0;
+}
+
 static int over_limits(hy_tp_hub *h, const char *tenant, uint64_t bytes, hy_err *err)
 {
-    uint32_t mine;
+    uint32_t mine, kind = 0;
     uint64_t mine_bytes;
     tenant_use(h, tenant, &mine, &mine_bytes);
-    if (h->st.open_sessions >= h->cfg.max_sessions)
+    const bool peer = is_peer(tenant);
+    for (session *s = h->sessions; s; s = s->next) kind += is_peer(s->tenant) == peer;
+    if (kind >= h->cfg.max_sessions)
         return hy_err_set(err, HY_ERANGE,
-                          "transport sessions: %u open, the limit (transport.max_sessions); "
+                          "transport sessions: %u of %s open, the limit (transport.max_sessions); "
                           "close one (CloseTransport) first",
-                          h->cfg.max_sessions);
+                          h->cfg.max_sessions, peer ? "other members" : "clients");
     if (mine >= h->cfg.tenant_sessions)
         return hy_err_set(err, HY_ERANGE,
                           "transport sessions: tenant '%s' has %u open, its limit "

@@ -284,7 +284,13 @@ int hy_tp_hub_start(const hy_tp_hub_config *cfg, hy_tp_hub **out, hy_err *err);
 /* Closes the listeners, breaks every session, frees everything. NULL: no-op. */
 void hy_tp_hub_stop(hy_tp_hub *h);
 
-/* Takes the first of offers[0..n) this daemon can serve. HY_EINVAL: no
+/* An owner named HY_TP_PEER_PREFIX "<tenant>" is another member fetching on
+ * a tenant's behalf: its sessions count apart from clients' — their own
+ * max_sessions, and per owner the same caps as a tenant's. */
+#define HY_TP_PEER_PREFIX "member/"
+
+/* Takes the first of offers[0..n) this daemon can serve (`tenant`: the
+ * session's owner; the calls below name it the same way). HY_EINVAL: no
  * offer, a kind twice or unknown, a capacity of 0, a bad RDMA peer;
  * HY_ERANGE: capacity over max_buffer, max_sessions open, or the tenant's
  * tenant_sessions or tenant_bytes taken; HY_EUNSUPPORTED: none can be served

@@ -230,6 +230,26 @@ static void test_offers(void)
     CU_ASSERT_EQUAL(hy_tp_hub_close(h, "t2", last, &e), HY_ENOTFOUND); /* not t2's */
     CU_ASSERT_EQUAL(hy_tp_hub_close(h, "t1", last, &e), 0);
     CU_ASSERT_EQUAL(hy_tp_hub_open(h, "t1", &t, 1, &a, &e), 0);
+    /* other members' sessions count apart from the clients' */
+    for (int i = 0; i < 4; i++)
+        CU_ASSERT_EQUAL(hy_tp_hub_open(h, HY_TP_PEER_PREFIX "t1", &t, 1, &a, &e), 0);
+    CU_ASSERT_EQUAL(hy_tp_hub_open(h, HY_TP_PEER_PREFIX "t2", &t, 1, &a, &e), HY_ERANGE);
+    CU_ASSERT(strstr(e.msg, "other members") != NULL);
+    CU_ASSERT_EQUAL(hy_tp_hub_close(h, "t1", a.session, &e), HY_ENOTFOUND); /* not the client's */
+    hy_tp_hub_stop(h);
+
+    /* a tenant's own cap, below the hub's */
+    hy_tp_hub_config tc = {.tcp_address = "127.0.0.1:0", .max_sessions = 8, .tenant_sessions = 2,
+                           .tenant_bytes = 100};
+    CU_ASSERT_EQUAL_FATAL(hy_tp_hub_start(&tc, &h, &e), 0);
+    hy_tp_offer t60 = offer(HY_TP_TCP, 60);
+    CU_ASSERT_EQUAL(hy_tp_hub_open(h, "t1", &t, 1, &a, &e), 0);
+    CU_ASSERT_EQUAL(hy_tp_hub_open(h, "t1", &t60, 1, &a, &e), 0);
+    CU_ASSERT_EQUAL(hy_tp_hub_open(h, "t1", &t, 1, &a, &e), HY_ERANGE); /* sessions_per_tenant */
+    CU_ASSERT(strstr(e.msg, "sessions_per_tenant") != NULL);
+    CU_ASSERT_EQUAL(hy_tp_hub_open(h, "t2", &t60, 1, &a, &e), 0);
+    CU_ASSERT_EQUAL(hy_tp_hub_open(h, "t2", &t60, 1, &a, &e), HY_ERANGE); /* tenant_bytes */
+    CU_ASSERT(strstr(e.msg, "tenant_bytes") != NULL);
     hy_tp_hub_stop(h);
 
     /* required without a device: the daemon does not start */
