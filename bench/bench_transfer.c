@@ -1,5 +1,5 @@
 /*
- * hypic-bench transfer: the bulk transports (rpc/transport*.c) against the
+ * hypic-bench transfer: the bulk transports (transport/transport*.c) against the
  * copies they cannot beat, each ratio measured in the same run.
  *
  *   shm     a session of the daemon's hub over its Unix socket, as a client on

@@ -4,7 +4,7 @@
  * (cluster_internal.h).
  */
 #include "cluster_internal.h"
-#include "hy_membership.h"
+#include "hy_cluster.h"
 #include "hypic_client.h"
 
 #include <cjson/cJSON.h>

@@ -2,7 +2,7 @@
  * Cluster mode (issue 14; docs/deploy.md#cluster-mode): the members of a
  * cluster share the key space by rendezvous hashing (hy_cluster.h). Each
  * member keeps a view of the live set — a static list from the
- * configuration, or etcd's (hy_membership.h: every member registers under a
+ * configuration, or etcd's (hy_cluster.h: every member registers under a
  * prefix with a lease it keeps alive and watches the prefix) — and with it:
  *
  *   - looks a segment up on its owners when it does not own it (Lookup,

@@ -1,6 +1,6 @@
 /*
  * The data plane's methods: OpenTransport and CloseTransport over the rpc
- * layer's session hub (rpc/transport_hub.c), and the delivery of a running
+ * layer's session hub (transport/transport_hub.c), and the delivery of a running
  * state (Prefill's return_state) or an entry's bytes (GetEntry with a
  * transport session) into a client's registered buffer.
  *

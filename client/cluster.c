@@ -12,7 +12,6 @@
 
 #include "client_internal.h"
 #include "hy_cluster.h"
-#include "hy_membership.h"
 
 #include <pthread.h>
 #include <stdbool.h>

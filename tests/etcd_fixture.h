@@ -12,14 +12,14 @@
  * Without /usr/bin/etcd, hy_test_etcd_start prints "SKIPPED: ..." and exits
  * 77 (register the ctest with SKIP_RETURN_CODE 77).
  *
- * Header-only; needs hy_rpc (hy_etcd.h) linked. Up to HY_TEST_ETCD_MAX at
+ * Header-only; needs hy_rpc (hy_cluster.h) linked. Up to HY_TEST_ETCD_MAX at
  * once (a multi-node test may start several, each its own one-member
  * cluster).
  */
 #ifndef HY_TEST_ETCD_FIXTURE_H
 #define HY_TEST_ETCD_FIXTURE_H
 
-#include "hy_etcd.h"
+#include "hy_cluster.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

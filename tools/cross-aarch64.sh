@@ -1,5 +1,5 @@
 #!/bin/sh
-# Cross-compiles the CPU parts (common/, kernels/, model/, tiers/, rpc/ and
+# Cross-compiles the CPU parts (common/, kernels/, model/, tiers/, rpc/, transport/, cluster/ and
 # tools/hypic-model) for aarch64 Linux on a Debian 12 x86-64 machine, into
 # build-aarch64/ (or $1), and checks that what it built is aarch64 code.
 #
@@ -58,7 +58,7 @@ if [ "$machine" != "AArch64" ] || [ "$class" != "ELF64" ]; then
     bad=1
 fi
 for lib in common/libhy_common.a kernels/libhy_kernels.a model/libhy_model.a tiers/libhy_tiers.a \
-    rpc/libhy_rpc.a; do
+    rpc/libhy_rpc.a transport/libhy_transport.a cluster/libhy_cluster.a; do
     machines=$(readelf -h "$build/$lib" | sed -n 's/^ *Machine: *//p' | sort -u)
     if [ "$machines" != "AArch64" ]; then
         echo "cross-aarch64: $build/$lib holds objects for: $machines"

@@ -23,6 +23,12 @@ probe tiers_includes_model hy_model.h
 probe tiers_includes_kernels hy_kernels.h
 probe rpc_includes_model hy_model.h
 probe rpc_includes_tiers hy_tiers.h
+probe rpc_includes_transport hy_transport.h
+probe rpc_includes_cluster hy_cluster.h
+probe transport_includes_rpc hy_rpc.h
+probe transport_includes_cluster hy_cluster.h
+probe cluster_includes_transport hy_transport.h
+probe cluster_includes_tiers hy_tiers.h
 probe client_includes_model hy_model.h
 probe client_includes_tiers hy_tiers.h
 probe user_includes_model_internal model_internal.h

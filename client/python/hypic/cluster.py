@@ -1,4 +1,4 @@
-"""The cluster's placement rule, as the daemons compute it (rpc/include/hy_cluster.h), and
+"""The cluster's placement rule, as the daemons compute it (cluster/include/hy_cluster.h), and
 Cluster: a client of every member that sends each call where it is answered.
 
 An entry's owners are the top ``r`` live members by rendezvous (highest-random-weight)

@@ -1,4 +1,4 @@
-"""hypic.cluster against the C rule (rpc/include/hy_cluster.h): the same score for the
+"""hypic.cluster against the C rule (cluster/include/hy_cluster.h): the same score for the
 vector tests/rpc/test_rendezvous.c checks, and the promises of rendezvous hashing. Then
 hypic.Cluster against real clusters of three hypic-cached (conftest.py's way of starting
 one): static members, where each entry must be where owners() says and every routed call

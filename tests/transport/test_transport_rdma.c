@@ -1,5 +1,5 @@
 /*
- * The RDMA transport (rpc/transport_rdma.c). Everywhere: the peer check
+ * The RDMA transport (transport/transport_rdma.c). Everywhere: the peer check
  * accepts well-formed peers of both sides and refuses each bad field with a
  * message naming it and its limit; opening a device that is not there is
  * HY_ENOTFOUND saying why, a port out of range HY_EINVAL. Without an RDMA

@@ -22,9 +22,7 @@
  * mu guards the set, the lease id and the flags, and is held across
  * on_change so that calls never overlap and each sees the set in order.
  */
-#include "hy_membership.h"
-
-#include "hy_etcd.h"
+#include "hy_cluster.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

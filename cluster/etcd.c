@@ -12,7 +12,7 @@
  *    then WatchResponses until the call is cancelled. etcd 3.4's watch server
  *    lets its receive loop end quietly on the client's half-close and keeps
  *    the stream (and its watches) alive until the call's context ends, so a
- *    half-closed Watch goes on delivering events (tests/rpc/test_etcd.c
+ *    half-closed Watch goes on delivering events (tests/cluster/test_etcd.c
  *    checks this against a real etcd). Without a request stream we cannot
  *    cancel one watch of many or ask for progress: one call, one watch.
  *
@@ -20,7 +20,7 @@
  * (nothing listening, connection lost) moves to the next. Any other status is
  * etcd's answer and is returned as it is.
  */
-#include "hy_etcd.h"
+#include "hy_cluster.h"
 
 #include "etcd.pb-c.h"
 #include "hy_rpc.h"

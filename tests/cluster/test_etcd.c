@@ -1,5 +1,5 @@
 /*
- * The etcd client (rpc/etcd.c) and the membership on it (rpc/membership.c)
+ * The etcd client (cluster/etcd.c) and the membership on it (cluster/membership.c)
  * against a real etcd (tests/etcd_fixture.h; skipped, exit 77, without one).
  *
  * Keys: put, range of a prefix (sorted, and only that prefix), delete.
@@ -17,8 +17,7 @@
  * after it is used instead.
  */
 #include "etcd_fixture.h"
-#include "hy_etcd.h"
-#include "hy_membership.h"
+#include "hy_cluster.h"
 #include "test_util.h"
 
 #include <pthread.h>

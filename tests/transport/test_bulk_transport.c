@@ -1,5 +1,5 @@
 /*
- * The bulk transports above the verbs (rpc/transport*.c): the frames; the
+ * The bulk transports above the verbs (transport/transport*.c): the frames; the
  * hub's choice among offers (RDMA passed over and counted as a fallback when
  * there is no device, shm when it is off, every refusal naming its field);
  * TCP and shared-memory sessions end to end in one process — regions written
@@ -239,8 +239,8 @@ static void test_offers(void)
     hy_tp_hub_stop(h);
 
     /* a tenant's own cap, below the hub's */
-    hy_tp_hub_config tc = {.tcp_address = "127.0.0.1:0", .max_sessions = 8, .tenant_sessions = 2,
-                           .tenant_bytes = 100};
+    hy_tp_hub_config tc = {
+        .tcp_address = "127.0.0.1:0", .max_sessions = 8, .tenant_sessions = 2, .tenant_bytes = 100};
     CU_ASSERT_EQUAL_FATAL(hy_tp_hub_start(&tc, &h, &e), 0);
     hy_tp_offer t60 = offer(HY_TP_TCP, 60);
     CU_ASSERT_EQUAL(hy_tp_hub_open(h, "t1", &t, 1, &a, &e), 0);
