@@ -458,6 +458,7 @@ hy_rpc_code do_inspect(rq *r, const ProtobufCMessage *req)
     hy_entry *ent = NULL;
     rc = hy_entry_deserialize(sm->m, hy_lease_data(l), hy_lease_meta(l)->bytes, &ent, &e);
     hy_store_release(r->s->store, l);
+    if (rc == HY_ENOMEM) return h_from_err(r, rc, &e); /* no room to look: not the bytes' fault */
     if (rc) /* reported, not removed: an operator is looking at it */
         return h_fail(r, HY_RPC_DATA_LOSS, "the entry's bytes fail validation: %s", e.msg);
     hy_entry_section secs[1 + 3 * HY_MAX_LAYERS];

@@ -1,0 +1,262 @@
+/*
+ * Allocation faults on the request path (SQLite's habit): the service runs
+ * in this process (svc_open, hy_rpc_call_local into svc_handlers: the front
+ * door, the handlers, the store, the codec), and for each method the Nth
+ * allocation the call makes from the project's own code fails, for N = 1, 2,
+ * ... until the call makes fewer than N. Every call must end with a status
+ * (a gRPC code, never a crash), and the entries stored before must read
+ * back byte for byte after each.
+ *
+ * malloc, calloc and realloc are interposed here (glibc's __libc_* do the
+ * work). A fault is injected only on the thread that armed it and only for
+ * a caller inside this executable, where every project library is linked
+ * statically: libgomp, gRPC and friends abort on a failed allocation by
+ * design, and they are not the code under test. Not built with the
+ * sanitizers, which interpose malloc themselves.
+ */
+#include "hy_rpc.h"
+#include "hy_tiers.h"
+#include "service_internal.h"
+#include "test_util.h"
+
+#include <CUnit/Basic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern void *__libc_malloc(size_t);
+extern void *__libc_calloc(size_t, size_t);
+extern void *__libc_realloc(void *, size_t);
+extern char __executable_start, etext;
+
+static __thread long t_countdown = -1; /* allocations left before the fault; -1: off */
+static __thread bool t_fired;
+
+static bool fault(const void *caller)
+{
+    if (t_countdown < 0) return false;
+    if ((const char *)caller < &__executable_start || (const char *)caller >= &etext) return false;
+    if (t_countdown-- > 0) return false;
+    t_fired = true;
+    t_countdown = -1; /* one fault per call: what follows runs as it would */
+    return true;
+}
+
+void *malloc(size_t n)
+{
+    return fault(__builtin_return_address(0)) ? NULL : __libc_malloc(n);
+}
+
+void *calloc(size_t a, size_t b)
+{
+    return fault(__builtin_return_address(0)) ? NULL : __libc_calloc(a, b);
+}
+
+void *realloc(void *p, size_t n)
+{
+    return fault(__builtin_return_address(0)) ? NULL : __libc_realloc(p, n);
+}
+
+static hy_svc g_svc;
+static char g_dir[] = "/tmp/hy_alloc_faults_XXXXXX";
+#define NSEG 3
+static uint32_t g_ids[NSEG][40];
+static Hypic__V1__Tokens g_tk[NSEG];
+static Hypic__V1__Segment g_sg[NSEG], *g_sp[NSEG];
+static uint8_t g_keys[NSEG][32];
+static void *g_bytes[NSEG];
+static size_t g_n[NSEG];
+
+static int on_warm(void *ctx, const ProtobufCMessage *m)
+{
+    (void)ctx;
+    const Hypic__V1__WarmProgress *p = (const void *)m;
+    if (p->index < NSEG && p->key.len == 32) memcpy(g_keys[p->index], p->key.data, 32);
+    return 0;
+}
+
+/* The stored entries, as they were before the faults. */
+static bool store_unchanged(void)
+{
+    for (int i = 0; i < NSEG; i++) {
+        hy_key k;
+        memcpy(k.b, g_keys[i], 32);
+        hy_lease *l;
+        hy_err e = {0};
+        if (hy_store_acquire(g_svc.store, &k, &l, &e)) return false;
+        const bool same =
+            hy_lease_meta(l)->bytes == g_n[i] && !memcmp(hy_lease_data(l), g_bytes[i], g_n[i]);
+        hy_store_release(g_svc.store, l);
+        if (!same) return false;
+    }
+    hy_store_stats st;
+    hy_store_stats_get(g_svc.store, &st);
+    return st.host_entries == NSEG;
+}
+
+/* Sweeps method name's call on req over every allocation it makes. */
+static void sweep(const char *name, const ProtobufCMessage *req)
+{
+    const hy_rpc_method *m = hy_rpc_method_named(name);
+    const size_t idx = (size_t)(m - hy_rpc_methods);
+    int codes[17] = {0};
+    long n;
+    for (n = 0; n < 20000; n++) {
+        hy_rpc_status st = {0};
+        t_fired = false;
+        t_countdown = n;
+        const int rc = hy_rpc_call_local(m, req, svc_handlers[idx], &g_svc, NULL, NULL, NULL, &st);
+        t_countdown = -1;
+        const bool fired = t_fired;
+        CU_ASSERT_EQUAL(rc, 0);
+        CU_ASSERT(st.code >= 0 && st.code <= 16);
+        if (st.code >= 0 && st.code <= 16) codes[st.code]++;
+        const bool same = store_unchanged();
+        if (!same) fprintf(stderr, "  %s, allocation %ld failed: the store changed\n", name, n + 1);
+        CU_ASSERT(same);
+        if (!fired) {
+            CU_ASSERT_EQUAL(st.code, HY_RPC_OK); /* the clean run */
+            if (st.code) fprintf(stderr, "  %s without a fault: %s\n", name, st.msg);
+            break;
+        }
+    }
+    /* a failed allocation is never reported as a corrupt entry, nor as the server's bug */
+    CU_ASSERT_EQUAL(codes[HY_RPC_DATA_LOSS], 0);
+    CU_ASSERT_EQUAL(codes[HY_RPC_INTERNAL], 0);
+    fprintf(stderr, "  %-10s %5ld allocations failed one at a time; statuses:", name, n);
+    for (int c = 0; c <= 16; c++)
+        if (codes[c]) fprintf(stderr, " %s %d", hy_rpc_code_name(c), codes[c]);
+    fprintf(stderr, "\n");
+    CU_ASSERT(n > 0 && n < 20000);
+}
+
+static void test_lookup_prefill_warm(void)
+{
+    Hypic__V1__LookupRequest lq = HYPIC__V1__LOOKUP_REQUEST__INIT;
+    lq.model = "tiny";
+    lq.n_segments = NSEG;
+    lq.segments = g_sp;
+    sweep("Lookup", &lq.base);
+    lq.lease_ms = 100;
+    sweep("Lookup", &lq.base);
+    static uint32_t query[4] = {11, 22, 33, 44};
+    Hypic__V1__PrefillRequest pq = HYPIC__V1__PREFILL_REQUEST__INIT;
+    pq.model = "tiny";
+    pq.n_segments = NSEG;
+    pq.segments = g_sp;
+    pq.n_query = 4;
+    pq.query = query;
+    pq.mode = HYPIC__V1__MODE__MODE_PIC;
+    pq.max_new_tokens = 2;
+    sweep("Prefill", &pq.base);
+    Hypic__V1__WarmRequest wq = HYPIC__V1__WARM_REQUEST__INIT; /* all hits: nothing new */
+    wq.model = "tiny";
+    wq.n_segments = NSEG;
+    wq.segments = g_sp;
+    sweep("Warm", &wq.base);
+}
+
+static void test_entry_methods(void)
+{
+    Hypic__V1__GetEntryRequest gq = HYPIC__V1__GET_ENTRY_REQUEST__INIT;
+    gq.model = "tiny";
+    gq.key = (ProtobufCBinaryData){32, g_keys[0]};
+    sweep("GetEntry", &gq.base);
+    Hypic__V1__ListRequest lq = HYPIC__V1__LIST_REQUEST__INIT;
+    sweep("List", &lq.base);
+    Hypic__V1__InspectRequest iq = HYPIC__V1__INSPECT_REQUEST__INIT;
+    iq.key = (ProtobufCBinaryData){32, g_keys[1]};
+    iq.verify = true;
+    sweep("Inspect", &iq.base);
+    Hypic__V1__InvalidateRequest vq = HYPIC__V1__INVALIDATE_REQUEST__INIT; /* removes nothing */
+    vq.target_case = HYPIC__V1__INVALIDATE_REQUEST__TARGET_TAG;
+    vq.tag = "no-such-tag";
+    sweep("Invalidate", &vq.base);
+}
+
+static void test_other_methods(void)
+{
+    Hypic__V1__StatsRequest sq = HYPIC__V1__STATS_REQUEST__INIT;
+    sweep("Stats", &sq.base);
+    Hypic__V1__GetPolicyRequest pq = HYPIC__V1__GET_POLICY_REQUEST__INIT;
+    pq.tier = HYPIC__V1__TIER__TIER_HOST;
+    sweep("GetPolicy", &pq.base);
+    Hypic__V1__HealthRequest hq = HYPIC__V1__HEALTH_REQUEST__INIT;
+    sweep("Health", &hq.base);
+    Hypic__V1__BuildRequest bq = HYPIC__V1__BUILD_REQUEST__INIT;
+    bq.model = "tiny";
+    bq.tokens = &g_tk[0];
+    sweep("Build", &bq.base);
+}
+
+int main(void)
+{
+    if (!mkdtemp(g_dir)) return 1;
+    hy_err e = {0};
+    char model[sizeof g_dir + 16];
+    snprintf(model, sizeof model, "%s/tiny", g_dir);
+    if (hy_model_init("tiny", 1, model, "F32", &e)) {
+        fprintf(stderr, "model: %s\n", e.msg);
+        return 1;
+    }
+    static hy_cached_config cfg;
+    hy_cached_config_default(&cfg);
+    snprintf(cfg.models[0].dir, sizeof cfg.models[0].dir, "%s", model);
+    snprintf(cfg.models[0].name, sizeof cfg.models[0].name, "tiny");
+    cfg.host_bytes = 32u << 20;
+    cfg.host_policy.capacity = cfg.host_bytes;
+    cfg.exec_threads = 1;
+    cfg.log_requests = false;
+    hy_log_set_level(HY_LOG_ERROR + 1); /* the faults' own messages are the expected ones */
+    if (svc_open(&g_svc, &cfg, &e)) {
+        fprintf(stderr, "svc_open: %s\n", e.msg);
+        return 1;
+    }
+    g_svc.ready = true;
+    for (int s = 0; s < NSEG; s++) {
+        for (int i = 0; i < 40; i++) g_ids[s][i] = 3 + (uint32_t)((s * 41 + i * 7) % 250);
+        Hypic__V1__Tokens ti = HYPIC__V1__TOKENS__INIT;
+        g_tk[s] = ti;
+        g_tk[s].n_ids = 20 + 10 * (size_t)s;
+        g_tk[s].ids = g_ids[s];
+        Hypic__V1__Segment gi = HYPIC__V1__SEGMENT__INIT;
+        g_sg[s] = gi;
+        g_sg[s].ref_case = HYPIC__V1__SEGMENT__REF_TOKENS;
+        g_sg[s].tokens = &g_tk[s];
+        g_sp[s] = &g_sg[s];
+    }
+    Hypic__V1__WarmRequest w = HYPIC__V1__WARM_REQUEST__INIT;
+    w.model = "tiny";
+    w.n_segments = NSEG;
+    w.segments = g_sp;
+    hy_rpc_status st;
+    if (hy_rpc_call_local(hy_rpc_method_named("Warm"), &w.base, svc_handlers[1], &g_svc, on_warm,
+                          NULL, NULL, &st) ||
+        st.code) {
+        fprintf(stderr, "warm: %s\n", st.msg);
+        return 1;
+    }
+    for (int i = 0; i < NSEG; i++) {
+        hy_key k;
+        memcpy(k.b, g_keys[i], 32);
+        hy_lease *l;
+        if (hy_store_acquire(g_svc.store, &k, &l, &e)) return 1;
+        g_n[i] = hy_lease_meta(l)->bytes;
+        g_bytes[i] = __libc_malloc(g_n[i]);
+        memcpy(g_bytes[i], hy_lease_data(l), g_n[i]);
+        hy_store_release(g_svc.store, l);
+    }
+    static const hy_test_case cases[] = {
+        {"Lookup, Prefill, Warm", test_lookup_prefill_warm},
+        {"GetEntry, List, Inspect, Invalidate", test_entry_methods},
+        {"Stats, GetPolicy, Health, Build", test_other_methods},
+        {NULL, NULL},
+    };
+    int failed = hy_test_main("allocation faults", cases);
+    svc_lease_reap(&g_svc, true);
+    svc_close(&g_svc);
+    for (int i = 0; i < NSEG; i++) free(g_bytes[i]);
+    hy_test_rmtree(g_dir);
+    return failed;
+}
