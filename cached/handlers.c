@@ -1,11 +1,12 @@
 /*
  * The RPCs of hypic.v1 over the service's state (service_internal.h).
  *
- * Every call goes through run(): refused UNAVAILABLE while draining,
- * authenticated (svc_enter: the tenant comes from the bearer token, never
- * from the body), counted in flight for its tenant, answered by its method's
- * function, finished with the status that function returns, logged as one
- * line and counted in the metrics.
+ * Every call goes through the front door (run(), below): refused
+ * UNAVAILABLE while draining, authenticated before its body is read
+ * (svc_enter: the tenant comes from the bearer token, never from the body),
+ * counted in flight for its tenant, its request received within its method's
+ * limit, answered by its method's function, finished with the status that
+ * function returns, logged as one line and counted in the metrics.
  *
  * Isolation. Keys are derived with the caller's tenant, so a tenant's
  * segments never name another's entries; a key given in a request (Lookup,

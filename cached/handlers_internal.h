@@ -1,8 +1,9 @@
 /*
  * Private to the handlers (handlers*.c): a call's context, the checks every
  * method shares, and the methods themselves.
- *   handlers.c          the shared checks and conversions, and dispatch (run:
- *                       draining, authentication, the status, the log line,
+ *   handlers.c          the shared checks and conversions, and the front door
+ *                       (the method table; run: draining, authentication, the
+ *                       request within its limit, the status, the log line,
  *                       the metrics);
  *   handlers_compute.c  Lookup, Warm and Prefill: the methods that hash,
  *                       build and run the model;

@@ -7,11 +7,13 @@
  * responses and finishes the call through hy_rpc_call_*, each step one batch
  * waited for on the worker's queue.
  *
- * Cancellation: before the handler runs, the worker also starts
- * RECV_CLOSE_ON_SERVER on its own (a tag of its own, close_tag). Until the
- * status is sent it can only complete when the call is over without it: the
- * client cancelled, its deadline passed, its connection went, or the server
- * is stopping. So a worker has at most two operations outstanding, that one
+ * Cancellation: the worker also starts RECV_CLOSE_ON_SERVER on its own (a
+ * tag of its own, close_tag) — before a streaming method's handler runs, and
+ * for a unary one when its handler first asks hy_rpc_call_cancelled (a
+ * unary call that never asks sends it with its status, in one batch: one
+ * wake-up of the worker less per call). Until the status is sent it can
+ * only complete when the call is over without it: the client cancelled, its
+ * deadline passed, its connection went, or the server is stopping. So a worker has at most two operations outstanding, that one
  * and the batch it waits for; every wait tells the two apart by tag and
  * records the close if it comes first, and hy_rpc_call_cancelled polls the
  * queue without blocking for it. The call is not released (nor the queue
@@ -206,6 +208,7 @@ static void wait_close(hy_rpc_call *c)
 bool hy_rpc_call_cancelled(hy_rpc_call *c)
 {
     if (c->kind == CALL_LOCAL) return c->local->rc != 0;
+    if (!c->close_started && !c->finished) start_close(c); /* a unary call's first ask */
     if (c->close_started && !c->close_seen) {
         /* a zero deadline: one non-blocking look (it also lets gRPC read the
          * socket, which is how a reset stream or a closed connection shows) */
@@ -372,7 +375,7 @@ int hy_rpc_call_finish(hy_rpc_call *c, hy_rpc_code code, const char *msg)
     ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
     ops[n].data.send_status_from_server.status = (grpc_status_code)code;
     ops[n++].data.send_status_from_server.status_details = &details;
-    if (!c->close_started) { /* a call refused before any handler: close with the status */
+    if (!c->close_started) { /* a unary call, or one refused: close with the status */
         ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
         ops[n++].data.recv_close_on_server.cancelled = &c->cancelled;
     }
@@ -427,7 +430,7 @@ static void serve(hy_rpc_server *s, worker *w, grpc_call *call, const hy_rpc_met
             return;
         }
     }
-    start_close(&c);
+    if (c.method->shape != HY_RPC_UNARY) start_close(&c); /* unary: when first asked */
     s->handlers[c.method - hy_rpc_methods](s->app, &c, s->handler_receives ? NULL : c.req);
     if (!c.finished) hy_rpc_call_finish(&c, HY_RPC_INTERNAL, "the handler ended without a status");
     wait_close(&c); /* (done by the finish; the call must be drained before it is unref'd) */
