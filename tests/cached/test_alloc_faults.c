@@ -16,6 +16,7 @@
  */
 #include "hy_rpc.h"
 #include "hy_tiers.h"
+#include "inproc_service.h"
 #include "service_internal.h"
 #include "test_util.h"
 
@@ -61,7 +62,7 @@ void *realloc(void *p, size_t n)
 static hy_svc g_svc;
 static char g_dir[] = "/tmp/hy_alloc_faults_XXXXXX";
 #define NSEG 3
-static uint32_t g_ids[NSEG][40];
+static uint32_t g_ids[NSEG][HY_INPROC_SEG_MAX];
 static Hypic__V1__Tokens g_tk[NSEG];
 static Hypic__V1__Segment g_sg[NSEG], *g_sp[NSEG];
 static uint8_t g_keys[NSEG][32];
@@ -194,38 +195,13 @@ int main(void)
 {
     if (!mkdtemp(g_dir)) return 1;
     hy_err e = {0};
-    char model[sizeof g_dir + 16];
-    snprintf(model, sizeof model, "%s/tiny", g_dir);
-    if (hy_model_init("tiny", 1, model, "F32", &e)) {
-        fprintf(stderr, "model: %s\n", e.msg);
-        return 1;
-    }
     static hy_cached_config cfg;
-    hy_cached_config_default(&cfg);
-    snprintf(cfg.models[0].dir, sizeof cfg.models[0].dir, "%s", model);
-    snprintf(cfg.models[0].name, sizeof cfg.models[0].name, "tiny");
-    cfg.host_bytes = 32u << 20;
-    cfg.host_policy.capacity = cfg.host_bytes;
-    cfg.exec_threads = 1;
-    cfg.log_requests = false;
     hy_log_set_level(HY_LOG_ERROR + 1); /* the faults' own messages are the expected ones */
-    if (svc_open(&g_svc, &cfg, &e)) {
+    if (hy_inproc_open(&g_svc, g_dir, &cfg, false, &e)) {
         fprintf(stderr, "svc_open: %s\n", e.msg);
         return 1;
     }
-    g_svc.ready = true;
-    for (int s = 0; s < NSEG; s++) {
-        for (int i = 0; i < 40; i++) g_ids[s][i] = 3 + (uint32_t)((s * 41 + i * 7) % 250);
-        Hypic__V1__Tokens ti = HYPIC__V1__TOKENS__INIT;
-        g_tk[s] = ti;
-        g_tk[s].n_ids = 20 + 10 * (size_t)s;
-        g_tk[s].ids = g_ids[s];
-        Hypic__V1__Segment gi = HYPIC__V1__SEGMENT__INIT;
-        g_sg[s] = gi;
-        g_sg[s].ref_case = HYPIC__V1__SEGMENT__REF_TOKENS;
-        g_sg[s].tokens = &g_tk[s];
-        g_sp[s] = &g_sg[s];
-    }
+    hy_inproc_segments(NSEG, g_ids, g_tk, g_sg, g_sp);
     Hypic__V1__WarmRequest w = HYPIC__V1__WARM_REQUEST__INIT;
     w.model = "tiny";
     w.n_segments = NSEG;

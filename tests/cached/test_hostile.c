@@ -9,6 +9,7 @@
  * daemon must still be serving, and the entries stored before any of them
  * must read back byte for byte.
  */
+#include "etcd_fixture.h" /* hy_test_etcd_free_port */
 #include "h2_raw.h"
 #include "hy_common.h"
 #include "hy_rpc.h"
@@ -599,19 +600,6 @@ static void test_leases_and_watchers_per_tenant(void)
 
 #define SECRET "members-secret-0123456789abcdefghijklmn"
 
-static int free_port(void)
-{
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    int port = -1;
-    if (bind(s, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(s, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    close(s);
-    return port;
-}
-
 /* A member credential as a member would make it, under secret. */
 static void member_token(const char *secret, const char *tenant, char *out, size_t cap)
 {
@@ -641,8 +629,8 @@ static hyc *connect_tls(const char *target, const char *token)
 static void test_tls_members(void)
 {
     const char *fx = HY_FIXTURES_DIR;
-    int port[2] = {free_port(), free_port()};
-    while (port[1] == port[0]) port[1] = free_port();
+    int port[2] = {hy_test_etcd_free_port(), hy_test_etcd_free_port()};
+    while (port[1] == port[0]) port[1] = hy_test_etcd_free_port();
     hy_daemon m[2];
     for (int i = 0; i < 2; i++) {
         char dir[200], cfg[2400];

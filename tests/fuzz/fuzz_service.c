@@ -18,6 +18,7 @@
 #include "fuzz_util.h"
 #include "hy_rpc.h"
 #include "service_internal.h"
+#include "../cached/inproc_service.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,39 +33,18 @@ static void setup(void)
     static char dir[] = "/tmp/hy_fuzz_service_XXXXXX";
     FUZZ_CHECK(mkdtemp(dir) != NULL, "mkdtemp");
     hy_err e = {0};
-    char model[sizeof dir + 16];
-    snprintf(model, sizeof model, "%s/tiny", dir);
-    FUZZ_CHECK(hy_model_init("tiny", 1, model, "F32", &e) == 0, "model: %s", e.msg);
     static hy_cached_config cfg;
     hy_cached_config_default(&cfg);
-    snprintf(cfg.models[0].dir, sizeof cfg.models[0].dir, "%s", model);
-    snprintf(cfg.models[0].name, sizeof cfg.models[0].name, "tiny");
-    cfg.host_bytes = 32u << 20;
-    cfg.host_policy.capacity = cfg.host_bytes;
-    cfg.exec_threads = 1;
     cfg.max_tokens = 512; /* each input runs the model at most this far */
     cfg.max_new_tokens = 4;
     cfg.max_segments = 8;
-    cfg.log_requests = false;
     hy_log_set_level(HY_LOG_ERROR);
-    FUZZ_CHECK(svc_open(&g_svc, &cfg, &e) == 0, "svc_open: %s", e.msg);
-    g_svc.ready = true;
+    FUZZ_CHECK(hy_inproc_open(&g_svc, dir, &cfg, true, &e) == 0, "svc_open: %s", e.msg);
     /* a few entries, so that keys and segments can hit */
-    uint32_t ids[3][40];
-    Hypic__V1__Tokens tk[3];
-    Hypic__V1__Segment sg[3], *sp[3];
-    for (int s = 0; s < 3; s++) {
-        for (int i = 0; i < 40; i++) ids[s][i] = 3 + (uint32_t)((s * 41 + i * 7) % 250);
-        Hypic__V1__Tokens ti = HYPIC__V1__TOKENS__INIT;
-        tk[s] = ti;
-        tk[s].n_ids = 20 + 10 * (size_t)s;
-        tk[s].ids = ids[s];
-        Hypic__V1__Segment gi = HYPIC__V1__SEGMENT__INIT;
-        sg[s] = gi;
-        sg[s].ref_case = HYPIC__V1__SEGMENT__REF_TOKENS;
-        sg[s].tokens = &tk[s];
-        sp[s] = &sg[s];
-    }
+    static uint32_t ids[3][HY_INPROC_SEG_MAX];
+    static Hypic__V1__Tokens tk[3];
+    static Hypic__V1__Segment sg[3], *sp[3];
+    hy_inproc_segments(3, ids, tk, sg, sp);
     Hypic__V1__WarmRequest w = HYPIC__V1__WARM_REQUEST__INIT;
     w.model = "tiny";
     w.n_segments = 3;
