@@ -1049,7 +1049,9 @@ static void test_flush_behind_demotion(void)
     CU_ASSERT_EQUAL(other.rc, 0);
     CU_ASSERT_EQUAL(fl.rc, 0);
     CU_ASSERT_EQUAL(gate_puts(&g), 1); /* entry 1 written once, by its demotion */
-    CU_ASSERT(fl.written <= 3);        /* entries 2-4 at most; entry 1 is not the flush's */
+    /* entries 2-5 at most: entry 5 may be committed while the flush walks the index (in an
+     * order the index's random seed picks); entry 1 is not the flush's (gate_puts above) */
+    CU_ASSERT(fl.written <= 4);
     CU_ASSERT_EQUAL(stats(s).demotions + fl.written, stats(s).nvme_entries);
     CU_ASSERT(where(s, 1) & NVME);
     CU_ASSERT_EQUAL(get_check(s, 1, MB), 0);
