@@ -5,11 +5,12 @@
  * OpenTransport hands a client a session id and a random 16-byte secret; the
  * session is PENDING until the client attaches: over TCP by connecting to the
  * data port, over shm by passing its memfd on the Unix socket, each with a
- * HELLO carrying the id and the secret. One accept thread per listener reads
- * the HELLO (with a timeout, so a silent connection cannot hold it), checks
- * the secret in constant time, builds the sender outside the hub's lock (a
- * shm mapping of gigabytes takes a while to populate), answers ACK and makes
- * the session READY. RDMA sessions are READY at once: the queue pairs are
+ * HELLO carrying the id and the secret. One accept thread per listener
+ * hands each connection to a thread of its own (at most ATTACH_MAX at once),
+ * which reads the HELLO with a timeout — a silent connection holds only its
+ * own thread, never the listener and the attaches behind it —, checks the
+ * secret in constant time, builds the sender outside the hub's lock, answers
+ * ACK and makes the session READY. RDMA sessions are READY at once: the queue pairs are
  * connected with the details OpenTransport exchanged.
  *
  * A transfer holds its session BUSY from acquire to release, so transfers on
@@ -64,6 +65,7 @@ struct hy_tp_hub {
     int tcp_fd, unix_fd;
     pthread_t tcp_thread, unix_thread;
     bool tcp_started, unix_started, stopping;
+    int attaching; /* attach threads running, under mu (hub_stop waits for 0) */
     hy_tp_rdma *rdma;
 };
 
@@ -206,6 +208,57 @@ typedef struct listener_arg {
     hy_tp_kind kind;
 } listener_arg;
 
+/* Each connection's HELLO is read on a thread of its own: a client that
+ * connects and sends nothing holds its thread for the HELLO's timeout, not
+ * the listener, so everyone else's attach goes on. At most ATTACH_MAX at
+ * once; beyond, a connection is closed unread. */
+#define ATTACH_MAX 64
+
+typedef struct attach_arg {
+    hy_tp_hub *h;
+    int fd;
+    hy_tp_kind kind;
+} attach_arg;
+
+static void *attach_main(void *arg)
+{
+    attach_arg *a = arg;
+    hy_tp_hub *h = a->h;
+    attach(h, a->fd, a->kind);
+    free(a);
+    pthread_mutex_lock(&h->mu);
+    h->attaching--;
+    pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+    return NULL;
+}
+
+static void attach_async(hy_tp_hub *h, int fd, hy_tp_kind kind)
+{
+    attach_arg *a = malloc(sizeof *a);
+    pthread_mutex_lock(&h->mu);
+    const bool room = a && h->attaching < ATTACH_MAX;
+    if (room) h->attaching++;
+    pthread_mutex_unlock(&h->mu);
+    pthread_t t;
+    if (room) {
+        *a = (attach_arg){h, fd, kind};
+        pthread_attr_t at;
+        pthread_attr_init(&at);
+        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        const int e = pthread_create(&t, &at, attach_main, a);
+        pthread_attr_destroy(&at);
+        if (e == 0) return;
+        pthread_mutex_lock(&h->mu);
+        h->attaching--;
+        pthread_mutex_unlock(&h->mu);
+    }
+    hy_log(HY_LOG_WARN, "transport %s: %d attaches in progress, the limit: a connection closed",
+           hy_tp_kind_name(kind), ATTACH_MAX);
+    free(a);
+    close(fd);
+}
+
 static void *listen_main(void *arg)
 {
     listener_arg *a = arg;
@@ -225,7 +278,7 @@ static void *listen_main(void *arg)
             close(fd);
             break;
         }
-        attach(h, fd, a->kind);
+        attach_async(h, fd, a->kind);
     }
     free(a);
     return NULL;
@@ -378,6 +431,9 @@ void hy_tp_hub_stop(hy_tp_hub *h)
     if (h->unix_fd >= 0) shutdown(h->unix_fd, SHUT_RDWR);
     if (h->tcp_started) pthread_join(h->tcp_thread, NULL);
     if (h->unix_started) pthread_join(h->unix_thread, NULL);
+    pthread_mutex_lock(&h->mu); /* attaches in progress end within their HELLO timeout */
+    while (h->attaching > 0) pthread_cond_wait(&h->cv, &h->mu);
+    pthread_mutex_unlock(&h->mu);
     if (h->tcp_fd >= 0) close(h->tcp_fd);
     if (h->unix_fd >= 0) {
         close(h->unix_fd);

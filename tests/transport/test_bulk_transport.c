@@ -11,7 +11,10 @@
 #include "hy_transport.h"
 #include "test_util.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdio.h>
+#include <sys/socket.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -260,6 +263,33 @@ static void test_offers(void)
     CU_ASSERT(h2 == NULL);
 }
 
+/* Connections that send no HELLO hold only their own attach thread: with
+ * eight of them open and silent, another client attaches at once (the
+ * listener read each HELLO itself before, 5 s per silent connection). */
+static void test_silent_connections(void)
+{
+    hy_tp_hub *h = hub_new(HY_TP_RDMA_OFF, NULL, 10000);
+    hy_tp_stats st;
+    hy_tp_hub_stats(h, &st);
+    int silent[8];
+    for (int i = 0; i < 8; i++) {
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)st.tcp_port)};
+        inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+        silent[i] = socket(AF_INET, SOCK_STREAM, 0);
+        CU_ASSERT_EQUAL(connect(silent[i], (struct sockaddr *)&a, sizeof a), 0);
+    }
+    usleep(50000);
+    const long long t0 = hy_test_now_ms();
+    uint64_t id;
+    hy_tp_receiver *r = connect_kind(h, "t1", HY_TP_TCP, 4096, &id);
+    const long long ms = hy_test_now_ms() - t0;
+    printf("\n  attached in %lld ms beside 8 silent connections\n", ms);
+    CU_ASSERT(ms < 1000);
+    hy_tp_receiver_free(r);
+    for (int i = 0; i < 8; i++) close(silent[i]);
+    hy_tp_hub_stop(h);
+}
+
 /* What must not work: another tenant's session, a wrong secret, an
  * unattached session past its timeout, a session whose client is gone. */
 static void test_refusals(void)
@@ -327,6 +357,7 @@ int main(void)
         {"FAIL and a timed-out wait", test_fail_and_timeout},
         {"offers: fallback, limits, refusals", test_offers},
         {"tenant, secret, attach timeout, client gone", test_refusals},
+        {"silent connections do not hold the attaches", test_silent_connections},
         {NULL, NULL},
     };
     int rc = hy_test_main("bulk_transport", cases);
