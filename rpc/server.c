@@ -125,18 +125,9 @@ static const char *copy_value(const char *v, size_t n, char *buf, size_t cap)
 
 const char *hy_rpc_call_metadata(const hy_rpc_call *c, const char *key, char *buf, size_t cap)
 {
-    if (c->kind == CALL_LOCAL) {
-        const char *v = c->local->authorization;
-        if (!v || strcmp(key, "authorization") != 0) return NULL;
-        return copy_value(v, strlen(v), buf, cap);
-    }
-    for (size_t i = 0; i < c->md->count; i++) {
-        const grpc_metadata *m = &c->md->metadata[i];
-        if (grpc_slice_str_cmp(m->key, key) != 0) continue;
-        return copy_value((const char *)GRPC_SLICE_START_PTR(m->value), GRPC_SLICE_LENGTH(m->value),
-                          buf, cap);
-    }
-    return NULL;
+    const void *v;
+    size_t n;
+    return hy_rpc_call_metadata_raw(c, key, &v, &n) ? copy_value(v, n, buf, cap) : NULL;
 }
 
 bool hy_rpc_call_metadata_raw(const hy_rpc_call *c, const char *key, const void **v, size_t *n)

@@ -164,6 +164,24 @@ static void quota_add(hy_store *s, const hy_meta *m, int64_t sign)
     if (q) q->bytes += (uint64_t)(sign * (int64_t)m->bytes);
 }
 
+/* HY_ERANGE (saying so) when `bytes` more for tenant would pass its quota,
+ * counting what it stores and what its puts have reserved (the lock is
+ * held). *limit: the quota (0: none). */
+static int quota_check(hy_store *s, const char *tenant, uint64_t bytes, uint64_t *limit,
+                       hy_err *err)
+{
+    const quota *q = quota_of(s, tenant, false);
+    const uint64_t used = q ? q->bytes + q->reserved : 0;
+    *limit = q && q->has_limit ? q->limit : s->cfg.tenant_quota;
+    if (*limit && used + bytes > *limit)
+        return hy_err_set(err, HY_ERANGE,
+                          "tenant '%s': %llu bytes stored or being put + %llu would exceed its "
+                          "quota of %llu",
+                          tenant, (unsigned long long)used, (unsigned long long)bytes,
+                          (unsigned long long)*limit);
+    return HY_OK;
+}
+
 /* A put's reservation leaves its tenant's reserved bytes: committed (its
  * entry is counted in bytes instead) or aborted (the lock is held). */
 static void quota_unreserve(hy_store *s, hy_put *p)
@@ -607,30 +625,17 @@ int hy_store_reserve(hy_store *s, const hy_meta *meta, hy_put **out, void **buf,
     if (!p) return hy_err_set(err, HY_ENOMEM, "out of memory");
     p->meta = *meta;
     pthread_mutex_lock(&s->mu);
-    quota *q = quota_of(s, meta->tenant, false);
-    const uint64_t used = q ? q->bytes + q->reserved : 0;
-    const uint64_t limit = q && q->has_limit ? q->limit : s->cfg.tenant_quota;
-    if (limit && used + meta->bytes > limit)
-        rc = hy_err_set(err, HY_ERANGE,
-                        "tenant '%s': %llu bytes stored or being put + %llu would exceed its quota "
-                        "of %llu",
-                        meta->tenant, (unsigned long long)used, (unsigned long long)meta->bytes,
-                        (unsigned long long)limit);
+    uint64_t limit;
+    rc = quota_check(s, meta->tenant, meta->bytes, &limit, err);
     if (!rc) rc = st_host_alloc(s, meta->bytes, &p->off, err); /* may drop the lock */
-    /* Charged now, under the same hold of the lock as the check above (the
+    /* Charged now, under the same hold of the lock as a check (the
      * allocation may drop it, so the quota is checked again after it): puts
      * that run at once cannot all pass a check made before any counted. */
     if (!rc && limit) {
-        q = quota_of(s, meta->tenant, true);
-        const uint64_t now_used = q ? q->bytes + q->reserved : 0;
-        if (!q)
+        quota *q = NULL;
+        rc = quota_check(s, meta->tenant, meta->bytes, &limit, err);
+        if (!rc && !(q = quota_of(s, meta->tenant, true)))
             rc = hy_err_set(err, HY_ENOMEM, "out of memory");
-        else if (now_used + meta->bytes > limit)
-            rc = hy_err_set(err, HY_ERANGE,
-                            "tenant '%s': %llu bytes stored or being put + %llu would exceed its "
-                            "quota of %llu",
-                            meta->tenant, (unsigned long long)now_used,
-                            (unsigned long long)meta->bytes, (unsigned long long)limit);
         if (rc)
             hy_arena_release(s->arena, p->off);
         else
@@ -969,18 +974,11 @@ uint64_t hy_store_tenant_bytes(hy_store *s, const char *tenant)
 
 int hy_store_quota_room(hy_store *s, const char *tenant, uint64_t bytes, hy_err *err)
 {
+    uint64_t limit;
     pthread_mutex_lock(&s->mu);
-    const quota *q = quota_of(s, tenant, false);
-    const uint64_t used = q ? q->bytes + q->reserved : 0;
-    const uint64_t limit = q && q->has_limit ? q->limit : s->cfg.tenant_quota;
+    const int rc = quota_check(s, tenant, bytes, &limit, err);
     pthread_mutex_unlock(&s->mu);
-    if (limit && used + bytes > limit)
-        return hy_err_set(err, HY_ERANGE,
-                          "tenant '%s': %llu bytes stored or being put + %llu would exceed its "
-                          "quota of %llu",
-                          tenant, (unsigned long long)used, (unsigned long long)bytes,
-                          (unsigned long long)limit);
-    return HY_OK;
+    return rc;
 }
 
 int hy_store_get_policy(hy_store *s, hy_tier_id tier, hy_policy_config *p, hy_err *err)
