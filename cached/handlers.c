@@ -37,12 +37,17 @@ hy_rpc_code h_fail(rq *r, hy_rpc_code code, const char *fmt, ...)
 }
 
 /* A library error as a status: bad input INVALID_ARGUMENT, limits
- * RESOURCE_EXHAUSTED, cancelled work CANCELLED, the rest INTERNAL. */
+ * RESOURCE_EXHAUSTED, cancelled work CANCELLED, or DEADLINE_EXCEEDED when
+ * what called it off was the call's deadline (the status a client's own
+ * timer would give: the two must not depend on which comes first), the
+ * rest INTERNAL. */
 hy_rpc_code h_from_err(rq *r, int rc, const hy_err *e)
 {
+    const bool late = rc == HY_ECANCELED && r->call && hy_rpc_call_ms_left(r->call) <= 0;
     hy_rpc_code code = rc == HY_EINVAL || rc == HY_EFORMAT  ? HY_RPC_INVALID_ARGUMENT
                        : rc == HY_ERANGE || rc == HY_ENOMEM ? HY_RPC_RESOURCE_EXHAUSTED
                        : rc == HY_ENOTFOUND                 ? HY_RPC_NOT_FOUND
+                       : late                               ? HY_RPC_DEADLINE_EXCEEDED
                        : rc == HY_ECANCELED                 ? HY_RPC_CANCELLED
                                                             : HY_RPC_INTERNAL;
     return h_fail(r, code, "%s", e->msg[0] ? e->msg : hy_strerror(rc));

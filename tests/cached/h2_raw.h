@@ -42,6 +42,8 @@ typedef struct h2_conn {
     nghttp2_session *s;
     h2_stream st[H2_STREAMS];
     int n;
+    int timeout_ms; /* when > 0, the calls started after carry it as grpc-timeout: the
+                     * server's deadline, with no timer of the client's own */
 } h2_conn;
 
 static inline h2_stream *h2_find(h2_conn *c, int32_t id)
@@ -157,6 +159,8 @@ static inline h2_stream *h2_call(h2_conn *c, const char *path, const void *auth,
     st->body[1] = (uint8_t)(n >> 24), st->body[2] = (uint8_t)(n >> 16);
     st->body[3] = (uint8_t)(n >> 8), st->body[4] = (uint8_t)n;
     if (n) memcpy(st->body + 5, msg, n);
+    char timeout[24];
+    snprintf(timeout, sizeof timeout, "%dm", c->timeout_ms);
 #define NV(K, V, VN) {(uint8_t *)(K), (uint8_t *)(V), sizeof(K) - 1, (VN), NGHTTP2_NV_FLAG_NONE}
     nghttp2_nv nv[] = {
         NV(":method", "POST", 4),
@@ -165,11 +169,18 @@ static inline h2_stream *h2_call(h2_conn *c, const char *path, const void *auth,
         NV(":authority", "localhost", 9),
         NV("content-type", "application/grpc", 16),
         NV("te", "trailers", 8),
+        NV("grpc-timeout", timeout, strlen(timeout)),
         NV("authorization", auth ? auth : "", auth_n),
     };
 #undef NV
+    /* grpc-timeout only when asked: dropped from the list by moving
+     * authorization into its place */
+    size_t nnv = 6;
+    if (c->timeout_ms > 0) nnv++;
+    else nv[6] = nv[7];
+    if (auth) nnv++;
     nghttp2_data_provider dp = {.source.ptr = st, .read_callback = h2_body_cb};
-    int32_t id = nghttp2_submit_request(c->s, NULL, nv, auth ? 7 : 6, &dp, NULL);
+    int32_t id = nghttp2_submit_request(c->s, NULL, nv, nnv, &dp, NULL);
     if (id < 0) {
         free(st->body);
         return NULL;

@@ -22,6 +22,7 @@
  *     are built inline, the failure is counted on the worker;
  *   - hypicctl-visible state: Stats lists the workers, up, with their counts.
  */
+#include "h2_raw.h"
 #include "hy_rpc.h"
 #include "service_fixture.h"
 #include "test_util.h"
@@ -343,6 +344,38 @@ static void test_cancellation(void)
     CU_ASSERT(wait_idle(1.0)); /* the builds were called off, not left to time out */
     printf("\n    deadline: builds called off %.0f ms after the client's deadline",
            (now_s() - t0) * 1e3);
+    /* The same deadline seen by the server alone (grpc-timeout, no timer of
+     * the client's): the status it sends must say DEADLINE_EXCEEDED. With a
+     * gRPC client the two race, and the server's CANCELLED won now and then. */
+    {
+        segs s5 = {0};
+        segs_doc(&s5, 147, 400);
+        segs_doc(&s5, 148, 400);
+        static uint32_t query[8] = {10, 20, 30, 40, 50, 60, 70, 80};
+        Hypic__V1__PrefillRequest rq = HYPIC__V1__PREFILL_REQUEST__INIT;
+        rq.model = "tiny";
+        rq.n_segments = s5.n;
+        rq.segments = s5.sp;
+        rq.n_query = 8;
+        rq.query = query;
+        rq.mode = HYPIC__V1__MODE__MODE_PIC;
+        const size_t n = hypic__v1__prefill_request__get_packed_size(&rq);
+        uint8_t *buf = malloc(n);
+        hypic__v1__prefill_request__pack(&rq, buf);
+        h2_conn h;
+        CU_ASSERT_EQUAL_FATAL(h2_open(&h, g_d.grpc), 0);
+        h.timeout_ms = 400;
+        h2_stream *hs = h2_call(&h, "/hypic.v1.Cache/Prefill", NULL, 0, buf, n, false);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(hs);
+        h2_pump(&h, 5000, hs);
+        CU_ASSERT(hs->closed);
+        CU_ASSERT_EQUAL(hs->grpc_status, HY_RPC_DEADLINE_EXCEEDED);
+        printf("\n    the server's own deadline: grpc-status %d (%s)", hs->grpc_status,
+               hs->grpc_message);
+        h2_close(&h);
+        free(buf);
+        CU_ASSERT(wait_idle(1.0));
+    }
     /* a client that goes away mid-request: this program again (a fresh
      * process: gRPC's state does not survive a fork), killed */
     pid_t child = fork();
