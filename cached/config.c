@@ -101,6 +101,8 @@ static const opt k_opts[] = {
     STRING("http_listen", http_listen, "127.0.0.1:7879"),
     STRING("tls.cert", tls_cert, ""),
     STRING("tls.key", tls_key, ""),
+    STRING("tls.client_ca", tls_client_ca, ""),
+    NAMED("tls.require_client_cert", OPT_BOOL, tls_require_client_cert, "false"),
     LIST("models", models, hy_cfg_model, 1, HY_CFG_MAX_MODELS, nmodels),
     ITEM_STRING("models[].name", OPT_STR, hy_cfg_model, name, NEED_ALWAYS),
     ITEM_STRING("models[].path", OPT_STR, hy_cfg_model, dir, NEED_ALWAYS),
@@ -732,12 +734,28 @@ static int check_tls(cfg_ctx *x, const hy_cached_config *c)
         return fail_key(x, HY_EINVAL, c->tls_cert[0] ? "tls.cert" : "tls.key",
                         "tls needs both cert and key (%s is missing)",
                         c->tls_cert[0] ? "tls.key" : "tls.cert");
-    const char *files[2] = {c->tls_cert, c->tls_key}, *keys[2] = {"tls.cert", "tls.key"};
-    for (int i = 0; i < 2 && c->tls_cert[0]; i++) {
+    const char *files[3] = {c->tls_cert, c->tls_key, c->tls_client_ca},
+               *keys[3] = {"tls.cert", "tls.key", "tls.client_ca"};
+    for (int i = 0; i < 3 && c->tls_cert[0]; i++) {
+        if (!files[i][0]) continue;
         FILE *f = fopen(files[i], "r");
         if (!f)
             return fail_key(x, HY_EIO, keys[i], "cannot read %s: %s", files[i], strerror(errno));
         fclose(f);
+    }
+    if (c->tls_client_ca[0] && !c->tls_cert[0])
+        return fail_key(x, HY_EINVAL, "tls.client_ca",
+                        "client certificates are asked for over TLS: set tls.cert and tls.key");
+    if (c->tls_require_client_cert && !c->tls_client_ca[0])
+        return fail_key(x, HY_EINVAL, "tls.require_client_cert",
+                        "needs tls.client_ca (the authority the certificates must chain to)");
+    if (c->tls_client_ca[0]) { /* this member presents tls.cert to its peers and workers */
+        char why[200];
+        if (!hy_cert_client_ok(c->tls_cert, why, sizeof why))
+            return fail_key(x, HY_EINVAL, "tls.cert",
+                            "%s: with tls.client_ca this certificate is also the member's client "
+                            "certificate, and it %s (extendedKeyUsage needs clientAuth too)",
+                            c->tls_cert, why);
     }
     return 0;
 }

@@ -82,6 +82,12 @@ typedef struct hy_cached_config {
                                         * tokens */
     char tls_cert[PATH_MAX];           /* tls.cert, tls.key: PEM files; both or neither, */
     char tls_key[PATH_MAX];            /* readable at validation; default "" (no TLS) */
+    char tls_client_ca[PATH_MAX];      /* tls.client_ca: PEM of the authority client
+                                        * certificates chain to (mutual TLS); "" none. With it
+                                        * a member's calls must come with one, and this member
+                                        * presents tls.cert as its own (clientAuth) */
+    bool tls_require_client_cert;      /* tls.require_client_cert: every connection presents
+                                        * one (tenants' too); default false */
 
     hy_cfg_model models[HY_CFG_MAX_MODELS];
     int nmodels; /* >= 1 */

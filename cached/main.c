@@ -239,11 +239,15 @@ int main(int argc, char **argv)
         svc_close(&svc);
         return 1;
     }
-    char *cert = NULL, *key = NULL;
+    char *cert = NULL, *key = NULL, *client_ca = NULL;
     size_t len;
-    if (cfg.tls_cert[0] && (hy_read_file(cfg.tls_cert, 1 << 20, &cert, &len, &e) ||
-                            hy_read_file(cfg.tls_key, 1 << 20, &key, &len, &e))) {
+    if (cfg.tls_cert[0] &&
+        (hy_read_file(cfg.tls_cert, 1 << 20, &cert, &len, &e) ||
+         hy_read_file(cfg.tls_key, 1 << 20, &key, &len, &e) ||
+         (cfg.tls_client_ca[0] && hy_read_file(cfg.tls_client_ca, 1 << 20, &client_ca, &len, &e)))) {
         fprintf(stderr, PROG ": tls: %s\n", e.msg);
+        hy_free(cert);
+        hy_free(key);
         svc_close(&svc);
         return 1;
     }
@@ -256,6 +260,8 @@ int main(int argc, char **argv)
                                .dedicated = dedicated,
                                .tls_cert_pem = cert,
                                .tls_key_pem = key,
+                               .tls_client_ca_pem = client_ca,
+                               .tls_require_client_cert = cfg.tls_require_client_cert,
                                .on_refused = svc_refused};
     hy_rpc_server *rpc = NULL;
     hy_http *web = NULL;
@@ -280,6 +286,7 @@ int main(int argc, char **argv)
         hy_rpc_server_stop(rpc); /* NULL when it did not start */
         hy_free(cert);
         hy_free(key);
+        hy_free(client_ca);
         svc_close(&svc);
         return 1;
     }
@@ -291,6 +298,7 @@ int main(int argc, char **argv)
         hy_http_stop(web);
         hy_free(cert);
         hy_free(key);
+        hy_free(client_ca);
         svc_close(&svc);
         return 1;
     }
@@ -347,6 +355,7 @@ int main(int argc, char **argv)
     const int frc = svc_close(&svc);
     hy_free(cert);
     hy_free(key);
+    hy_free(client_ca);
     if (frc) {
         hy_log(HY_LOG_ERROR, "stopped, but write-back entries were lost (see above)");
         return 1;

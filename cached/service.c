@@ -146,6 +146,10 @@ hy_rpc_code svc_enter(hy_svc *s, hy_rpc_call *call, svc_caller *who, char *msg, 
     const bool has = hy_rpc_call_metadata_raw(call, "authorization", &v, &n);
     const char *why = "no bearer token (metadata 'authorization: Bearer <token>')";
     const uint8_t *token = has ? bearer_token(v, n, &tn, &why) : NULL;
+    /* with tls.client_ca, a member proves itself twice: the credential, and
+     * a client certificate of the members' authority on the connection */
+    const bool mtls = s->cfg.tls_client_ca[0] != '\0';
+    const bool certified = mtls && hy_rpc_call_peer_certified(call);
     pthread_mutex_lock(&s->mu);
     svc_tenant *t = NULL;
     char as[HY_TENANT_MAX];
@@ -154,6 +158,13 @@ hy_rpc_code svc_enter(hy_svc *s, hy_rpc_call *call, svc_caller *who, char *msg, 
         t = &s->tenants[0];
     } else if (token && (member = member_token(s, token, tn, as))) {
         t = tenant_named(s, as); /* a member on this tenant's behalf */
+        if (mtls && !certified) {
+            pthread_mutex_unlock(&s->mu);
+            snprintf(msg, cap,
+                     "a member credential needs mutual TLS: this connection presented no client "
+                     "certificate of tls.client_ca's authority");
+            return HY_RPC_UNAUTHENTICATED;
+        }
     } else if (!token) {
         pthread_mutex_unlock(&s->mu);
         snprintf(msg, cap, "%s", why);
@@ -214,7 +225,9 @@ int svc_peer_open(hy_svc *s, const char *address, hy_rpc_client **out, hy_err *e
                                .tls_root_pem = s->peer_ca_pem,
                                .tls_server_name = s->cfg.cluster_tls_server_name[0]
                                                       ? s->cfg.cluster_tls_server_name
-                                                      : NULL};
+                                                      : NULL,
+                               .tls_cert_pem = s->peer_cert_pem,
+                               .tls_key_pem = s->peer_key_pem};
     return hy_rpc_client_open_ex(&o, out, err);
 }
 
@@ -580,6 +593,15 @@ int svc_open(hy_svc *s, const hy_cached_config *cfg, hy_err *err)
             return rc;
         }
     }
+    if (cfg->tls_client_ca[0]) { /* mutual TLS: tls.cert is also this member's client side */
+        size_t len;
+        int rc = hy_read_file(cfg->tls_cert, 1 << 20, &s->peer_cert_pem, &len, err);
+        if (!rc) rc = hy_read_file(cfg->tls_key, 1 << 20, &s->peer_key_pem, &len, err);
+        if (rc) {
+            hy_err_prefix(err, "tls");
+            return rc;
+        }
+    }
     for (int i = 0; i < HY_MODE_COUNT; i++)
         hy_hist_init(&s->met.ttft[i], hy_hist_latency_bounds, hy_hist_latency_nb);
     int drc = svc_doors_check(err);
@@ -766,6 +788,8 @@ int svc_close(hy_svc *s)
     free(s->models);
     free(s->tenants);
     hy_free(s->peer_ca_pem);
+    hy_free(s->peer_cert_pem);
+    hy_free(s->peer_key_pem);
     free(s->hub.ring);
     pthread_mutex_destroy(&s->hub.mu);
     pthread_cond_destroy(&s->hub.cv);

@@ -139,6 +139,8 @@ typedef struct hy_svc {
     struct svc_cluster *cluster; /* cluster mode (cluster_internal.h); NULL: one node */
     char tp_shm_path[108];       /* the shm socket ("" when shm is off) */
     char *peer_ca_pem;           /* with tls: what peers' and workers' certificates chain to */
+    char *peer_cert_pem;         /* with tls.client_ca: tls.cert and tls.key, presented as */
+    char *peer_key_pem;          /* this member's client certificate on those channels */
 } hy_svc;
 
 /* A call's identity once authenticated. */

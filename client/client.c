@@ -88,12 +88,39 @@ int hyc_open(const hyc_options *o, hyc **out, hyc_status *st)
                               o->tls_ca_file);
         }
     }
+    /* mutual TLS: this client's certificate and key */
+    char *mine[2] = {NULL, NULL};
+    const char *files[2] = {o->tls_cert_file, o->tls_key_file};
+    static const char *const what[2] = {"certificate", "key"};
+    if (!o->tls_cert_file != !o->tls_key_file || (o->tls_cert_file && !pem)) {
+        hy_free(pem);
+        hyc_close(c);
+        return status_set(st, HYC_INVALID_ARGUMENT,
+                          "client: a TLS client certificate needs tls_cert_file, tls_key_file "
+                          "and tls_ca_file");
+    }
+    for (int i = 0; i < 2 && files[0]; i++)
+        if (hy_read_file(files[i], HYC_CA_FILE_MAX, &mine[i], &(size_t){0}, &e) ||
+            !strstr(mine[i], "-----BEGIN ")) {
+            const bool read = e.msg[0] == '\0';
+            hy_free(pem);
+            hy_free(mine[0]);
+            hy_free(mine[1]);
+            hyc_close(c);
+            return status_set(st, HYC_INVALID_ARGUMENT, "client: TLS client %s file %s: %s",
+                              what[i], files[i], read ? "no PEM block in it" : e.msg);
+        }
     hy_rpc_client_options ro = {.target = o->target,
                                 .max_message = c->max_message,
                                 .tls_root_pem = pem,
-                                .tls_server_name = o->tls_server_name};
+                                .tls_server_name = o->tls_server_name,
+                                .tls_cert_pem = mine[0],
+                                .tls_key_pem = mine[1],
+                                .wait_for_ready = o->wait_for_ready};
     int rc = hy_rpc_client_open_ex(&ro, &c->rpc, &e);
     hy_free(pem);
+    hy_free(mine[0]);
+    hy_free(mine[1]);
     if (rc) {
         hyc_close(c);
         return status_set(st, HYC_INVALID_ARGUMENT, "client: %s", e.msg);

@@ -31,6 +31,8 @@ typedef struct ctl {
     const char *token;    /* --token, $HYPIC_TOKEN, or NULL */
     const char *tls_ca;   /* --tls-ca FILE, or NULL */
     const char *tls_name; /* --tls-server-name, or NULL */
+    const char *tls_cert; /* --tls-cert FILE, or NULL */
+    const char *tls_key;  /* --tls-key FILE, or NULL */
     int64_t deadline_ms;  /* --deadline-ms; -1: the command's default */
     const char *model;    /* --model, default "tiny" */
     bool json;            /* --json */
@@ -95,6 +97,9 @@ int ctl_key(const ctl *x, const char *v, uint8_t out[32]);
  * CTL_OK, or the exit code after printing why (CTL_USAGE for options
  * hyc_open refuses, e.g. a --tls-ca file without a certificate). */
 int ctl_connect(const ctl *x, int64_t deadline_ms, hyc **out);
+/* The same, with calls that wait for the connection (within their deadline)
+ * instead of failing while it is down: the bench's clients. */
+int ctl_connect_waiting(const ctl *x, int64_t deadline_ms, hyc **out);
 /* Prints "hypicctl: <CODE>: <msg>" on stderr; returns CTL_UNAVAILABLE for
  * UNAVAILABLE, CTL_FAILED otherwise. */
 int ctl_fail(const hyc_status *st);

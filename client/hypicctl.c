@@ -25,6 +25,9 @@ static const char *const usage_text =
     "  --token T            bearer token of your tenant (default $HYPIC_TOKEN)\n"
     "  --tls-ca FILE        TLS, trusting the CA in FILE (PEM); default: plaintext\n"
     "  --tls-server-name N  the name the server's certificate must carry (default: HOST)\n"
+    "  --tls-cert FILE      with --tls-key: this client's certificate (PEM), for a daemon\n"
+    "                       that asks for one (tls.client_ca: mutual TLS)\n"
+    "  --tls-key FILE       the private key of --tls-cert (PEM)\n"
     "  --deadline-ms N      per call (default 60000; warm and watch: none)\n"
     "  --model NAME         the model requests name (default $HYPIC_MODEL, else recall:\n"
     "                       the daemon's embedded default)\n"
@@ -289,6 +292,14 @@ int ctl_global(ctl *x, int argc, char **argv, int *i)
         if (r > 0) x->tls_name = v;
         return r;
     }
+    if ((r = ctl_arg(x, argc, argv, i, "--tls-cert", &v))) {
+        if (r > 0) x->tls_cert = v;
+        return r;
+    }
+    if ((r = ctl_arg(x, argc, argv, i, "--tls-key", &v))) {
+        if (r > 0) x->tls_key = v;
+        return r;
+    }
     if ((r = ctl_arg(x, argc, argv, i, "--model", &v))) {
         if (r > 0) x->model = v;
         return r;
@@ -321,18 +332,31 @@ int ctl_rest(ctl *x, int argc, char **argv, int *i, const char **const pos[], in
     return ctl_usage(x, "unexpected argument '%s'", a);
 }
 
-int ctl_connect(const ctl *x, int64_t deadline_ms, hyc **out)
+static int connect_as(const ctl *x, int64_t deadline_ms, bool wait_for_ready, hyc **out)
 {
-    hyc_options o = {.target = x->addr,
+    hyc_options o = {.wait_for_ready = wait_for_ready,
+                     .target = x->addr,
                      .token = x->token,
                      .deadline_ms = x->deadline_ms >= 0 ? x->deadline_ms : deadline_ms,
                      .tls_ca_file = x->tls_ca,
-                     .tls_server_name = x->tls_name};
+                     .tls_server_name = x->tls_name,
+                     .tls_cert_file = x->tls_cert,
+                     .tls_key_file = x->tls_key};
     hyc_status st;
     if (hyc_open(&o, out, &st) == HYC_OK) return CTL_OK;
     int rc = ctl_fail(&st);
-    /* what hyc_open refuses is what the options said (--addr, --tls-ca) */
+    /* what hyc_open refuses is what the options said (--addr, --tls-*) */
     return st.code == HYC_INVALID_ARGUMENT ? CTL_USAGE : rc;
+}
+
+int ctl_connect(const ctl *x, int64_t deadline_ms, hyc **out)
+{
+    return connect_as(x, deadline_ms, false, out);
+}
+
+int ctl_connect_waiting(const ctl *x, int64_t deadline_ms, hyc **out)
+{
+    return connect_as(x, deadline_ms, true, out);
 }
 
 int main(int argc, char **argv)

@@ -1,12 +1,16 @@
 /*
  * Hashes, from well-kept libraries: SHA-256 through OpenSSL's EVP interface
  * (keys and model fingerprints are a security boundary, so a cryptographic
- * hash) and XXH3-64 from libxxhash (section checksums: fast, not secret).
+ * hash) and XXH3-64 from libxxhash (section checksums: fast, not secret);
+ * and the one certificate check the configuration makes.
  */
 #include "hy_common.h"
 
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <openssl/pem.h>
+#include <openssl/x509v3.h>
+#include <stdio.h>
 /* Inlined from the header so XXH3 is compiled for this build's instruction set
  * (HY_MARCH in CMakeLists.txt): on an AVX2 build, Debian's shared libxxhash ran
  * at ~19 GB/s, the inlined one ~50. */
@@ -79,4 +83,23 @@ void hy_hex(const uint8_t *bytes, size_t n, char *out)
         out[2 * i + 1] = digits[bytes[i] & 15];
     }
     out[2 * n] = '\0';
+}
+
+bool hy_cert_client_ok(const char *path, char *why, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(why, cap, "cannot be read");
+        return false;
+    }
+    X509 *x = PEM_read_X509(f, NULL, NULL, NULL);
+    fclose(f);
+    if (!x) {
+        snprintf(why, cap, "holds no PEM certificate");
+        return false;
+    }
+    const bool ok = X509_check_purpose(x, X509_PURPOSE_SSL_CLIENT, 0) == 1;
+    X509_free(x);
+    if (!ok) snprintf(why, cap, "may not authenticate a TLS client");
+    return ok;
 }

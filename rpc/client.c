@@ -47,6 +47,7 @@
 struct hy_rpc_client {
     grpc_channel *ch;
     size_t max_message;
+    bool wait_for_ready;
 };
 
 /* The status message of a call its handle cancelled. */
@@ -112,10 +113,16 @@ int hy_rpc_client_open_ex(const hy_rpc_client_options *o, hy_rpc_client **out, h
 {
     *out = NULL;
     if (!o->target || !o->target[0]) return hy_err_set(err, HY_EINVAL, "no target address");
+    if (!o->tls_cert_pem != !o->tls_key_pem || (o->tls_cert_pem && !o->tls_root_pem))
+        return hy_err_set(err, HY_EINVAL,
+                          "%s: a client certificate needs its key and a TLS channel (root "
+                          "certificates)",
+                          o->target);
     hy_rpc_client *cl = calloc(1, sizeof *cl);
     if (!cl) return hy_err_set(err, HY_ENOMEM, "out of memory");
     hy_rpc_grpc_acquire();
     cl->max_message = o->max_message ? o->max_message : HY_RPC_MAX_MESSAGE_DEFAULT;
+    cl->wait_for_ready = o->wait_for_ready;
     grpc_arg args[HY_RPC_ARGS + 4];
     grpc_channel_args cargs = hy_rpc_args(args, cl->max_message, false);
     /* No transparent retries: we configure no retry policy, and gRPC's retry
@@ -135,7 +142,9 @@ int hy_rpc_client_open_ex(const hy_rpc_client_options *o, hy_rpc_client **out, h
     grpc_channel_credentials *creds;
     if (o->tls_root_pem) {
         /* gRPC copies the PEM text and the override: o need not outlive us. */
-        creds = grpc_ssl_credentials_create(o->tls_root_pem, NULL, NULL, NULL);
+        grpc_ssl_pem_key_cert_pair pair = {o->tls_key_pem, o->tls_cert_pem};
+        const bool mine = o->tls_cert_pem && o->tls_key_pem;
+        creds = grpc_ssl_credentials_create(o->tls_root_pem, mine ? &pair : NULL, NULL, NULL);
         if (o->tls_server_name) {
             args[cargs.num_args++] = (grpc_arg){.type = GRPC_ARG_STRING,
                                                 .key = GRPC_SSL_TARGET_NAME_OVERRIDE_ARG,
@@ -232,6 +241,9 @@ static bool call_batch(call *c, const grpc_op *ops, size_t n)
 static grpc_op op_send_metadata(call *c)
 {
     grpc_op op = {.op = GRPC_OP_SEND_INITIAL_METADATA};
+    if (c->cl->wait_for_ready)
+        op.flags = GRPC_INITIAL_METADATA_WAIT_FOR_READY |
+                   GRPC_INITIAL_METADATA_WAIT_FOR_READY_EXPLICITLY_SET;
     op.data.send_initial_metadata.count = c->has_md ? 1 : 0;
     op.data.send_initial_metadata.metadata = c->has_md ? &c->md : NULL;
     return op;

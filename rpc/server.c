@@ -108,6 +108,19 @@ struct hy_rpc_server {
     worker *workers;
 };
 
+bool hy_rpc_call_peer_certified(const hy_rpc_call *c)
+{
+    if (c->kind != CALL_GRPC || !c->call) return false;
+    /* gRPC names a TLS peer by its certificate (subject names) only when it
+     * presented one, which the handshake then verified: a server that asks
+     * for client certificates refuses one that does not chain to its CA. */
+    grpc_auth_context *ac = grpc_call_auth_context(c->call);
+    if (!ac) return false;
+    const bool ok = grpc_auth_context_peer_is_authenticated(ac) != 0;
+    grpc_auth_context_release(ac);
+    return ok;
+}
+
 const hy_rpc_method *hy_rpc_call_method(const hy_rpc_call *c)
 {
     return c->method;
@@ -611,7 +624,11 @@ int hy_rpc_server_start(const hy_rpc_server_config *cfg, const hy_rpc_handler *h
     grpc_server_credentials *creds;
     if (cfg->tls_cert_pem && cfg->tls_key_pem) {
         grpc_ssl_pem_key_cert_pair pair = {cfg->tls_key_pem, cfg->tls_cert_pem};
-        creds = grpc_ssl_server_credentials_create(NULL, &pair, 1, 0, NULL);
+        const grpc_ssl_client_certificate_request_type ask =
+            !cfg->tls_client_ca_pem          ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+            : cfg->tls_require_client_cert ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                                           : GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY;
+        creds = grpc_ssl_server_credentials_create_ex(cfg->tls_client_ca_pem, &pair, 1, ask, NULL);
     } else {
         creds = grpc_insecure_server_credentials_create();
     }

@@ -28,6 +28,7 @@
 
 #include "hypic.pb-c.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -47,6 +48,14 @@ typedef struct hyc_options {
     /* The name the server's certificate must carry instead of target's host;
      * NULL: target's host. TLS only. */
     const char *tls_server_name;
+    /* Mutual TLS (a daemon with tls.client_ca): PEM files of this client's
+     * certificate and its private key, presented when the daemon asks; both
+     * or neither, with tls_ca_file. NULL: none. */
+    const char *tls_cert_file, *tls_key_file;
+    /* Calls wait, within their deadline, for the connection to come up
+     * instead of failing UNAVAILABLE at once while the daemon cannot be
+     * reached (gRPC's wait_for_ready); false: fail fast. */
+    bool wait_for_ready;
 } hyc_options;
 
 typedef struct hyc_status {

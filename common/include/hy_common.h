@@ -12,6 +12,7 @@
 #define HY_COMMON_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -101,6 +102,10 @@ int hy_sha256(const void *data, size_t n, uint8_t digest[32]);
 /* HMAC-SHA-256 of msg under key (OpenSSL): credentials derived from a
  * secret. */
 int hy_hmac_sha256(const void *key, size_t klen, const void *msg, size_t n, uint8_t mac[32]);
+/* Whether the first certificate of the PEM file at path may authenticate a
+ * TLS client (OpenSSL's SSL client purpose: an extendedKeyUsage, if it has
+ * one, that lists clientAuth); when not, why[0..cap) says why. */
+bool hy_cert_client_ok(const char *path, char *why, size_t cap);
 /* XXH3-64 (libxxhash): section checksums. */
 uint64_t hy_xxh3(const void *data, size_t n);
 /* XXH3-64 under a seed: a hash table's bucket index for keys a client can

@@ -169,9 +169,15 @@ typedef struct hy_rpc_server_config {
      * besides `workers`; NULL-terminated, or NULL: none. */
     const char *const *dedicated;
     /* TLS: the server's certificate chain and private key, PEM text (not
-     * paths); both NULL: plaintext. No client certificates are asked for:
-     * callers authenticate with bearer tokens. */
+     * paths); both NULL: plaintext. */
     const char *tls_cert_pem, *tls_key_pem;
+    /* Mutual TLS: PEM text of the authorities client certificates must
+     * chain to. A client that presents one that does not verify is refused
+     * at the handshake; one that presents none is served (its calls are
+     * not hy_rpc_call_peer_certified) unless tls_require_client_cert.
+     * NULL: no client certificate is asked for. */
+    const char *tls_client_ca_pem;
+    bool tls_require_client_cert;
     hy_rpc_refused_fn on_refused; /* optional */
 } hy_rpc_server_config;
 
@@ -207,6 +213,10 @@ hy_rpc_code hy_rpc_recv_code(const hy_rpc_call *c, int rc);
 /* Whether a receive or send of the call waited the server's idle_ms and the
  * call was ended DEADLINE_EXCEEDED. */
 bool hy_rpc_call_idled(const hy_rpc_call *c);
+/* Whether the call came over a connection whose client presented a
+ * certificate that verified against the server's tls_client_ca_pem (false
+ * on plaintext, without one, and for a local call). */
+bool hy_rpc_call_peer_certified(const hy_rpc_call *c);
 /* Milliseconds left before the client's deadline (INT64_MAX: none). */
 int64_t hy_rpc_call_ms_left(const hy_rpc_call *c);
 /* Sends one response message: the response of a unary or client-streaming
@@ -268,6 +278,14 @@ typedef struct hy_rpc_client_options {
     /* The name the server's certificate must carry instead of target's host
      * (gRPC's ssl_target_name_override); NULL: target's host. TLS only. */
     const char *tls_server_name;
+    /* Mutual TLS: this client's certificate chain and private key, PEM
+     * text, presented when the server asks for one; both or neither. TLS
+     * only. */
+    const char *tls_cert_pem, *tls_key_pem;
+    /* Calls wait (within their deadline) for the channel to connect instead
+     * of failing UNAVAILABLE at once while a connection attempt has failed
+     * and gRPC waits to dial again (gRPC's wait_for_ready). */
+    bool wait_for_ready;
 } hy_rpc_client_options;
 
 /* A channel to o->target; nothing is sent until the first call, so a server

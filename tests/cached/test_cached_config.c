@@ -521,7 +521,7 @@ static void test_unknown_keys(void)
          "listen, http_listen, tls, models, tiers, pic, executor, tenants, limits, transport, "
          "scatter, "
          "cluster, log"},
-        {"tls: {cart: x}\n", "'tls.cart'", "cert, key"},
+        {"tls: {cart: x}\n", "'tls.cart'", "cert, key, client_ca, require_client_cert"},
         {"tiers: {hots: {}}\n", "'tiers.hots'", "host, nvme, hbm, ttl_s"},
         {"tiers: {host: {size: 1G}}\n", "'tiers.host.size'", "bytes, evict, admit, min_tokens"},
         {"tiers: {nvme: {dir: x}}\n", "'tiers.nvme.dir'",
@@ -794,6 +794,32 @@ static void test_tls(void)
     snprintf(text, sizeof text, "tls: {cert: %s/cert.pem, key: %s/key.pem}\n", g_dir, g_dir);
     parse_ok(text, &g_a);
     CU_ASSERT_PTR_NOT_NULL(strstr(g_a.tls_key, "/key.pem"));
+    CU_ASSERT_STRING_EQUAL(g_a.tls_client_ca, "");
+    CU_ASSERT(!g_a.tls_require_client_cert);
+    /* mutual TLS: the fixtures' member certificate (serverAuth and clientAuth) */
+    const char *fx = HY_FIXTURES_DIR "/tls";
+    snprintf(text, sizeof text,
+             "tls: {cert: %s/member.pem, key: %s/member.key, client_ca: %s/members-ca.pem,\n"
+             "      require_client_cert: true}\n",
+             fx, fx, fx);
+    parse_ok(text, &g_a);
+    CU_ASSERT_PTR_NOT_NULL(strstr(g_a.tls_client_ca, "/members-ca.pem"));
+    CU_ASSERT(g_a.tls_require_client_cert);
+    snprintf(text, sizeof text, "tls: {client_ca: %s/members-ca.pem}\n", fx);
+    fails(text, HY_EINVAL, "key 'tls.client_ca'", "set tls.cert and tls.key", NULL);
+    snprintf(text, sizeof text,
+             "tls: {cert: %s/member.pem, key: %s/member.key, require_client_cert: true}\n", fx, fx);
+    fails(text, HY_EINVAL, "key 'tls.require_client_cert'", "needs tls.client_ca", NULL);
+    snprintf(text, sizeof text,
+             "tls: {cert: %s/member.pem, key: %s/member.key, client_ca: %s/none.pem}\n", fx, fx,
+             fx);
+    fails(text, HY_EIO, "key 'tls.client_ca': cannot read ", "none.pem", NULL);
+    /* a serverAuth-only certificate cannot be the member's client certificate */
+    snprintf(text, sizeof text,
+             "tls: {cert: %s/server.pem, key: %s/server.key, client_ca: %s/members-ca.pem}\n", fx,
+             fx, fx);
+    fails(text, HY_EINVAL, "key 'tls.cert'", "may not authenticate a TLS client", "clientAuth",
+          NULL);
 }
 
 static void test_tenant_by_token(void)

@@ -611,27 +611,39 @@ static void member_token(const char *secret, const char *tenant, char *out, size
     snprintf(out, cap, "member:%s:%s", tenant, hex);
 }
 
-static hyc *connect_tls(const char *target, const char *token)
+/* A TLS client trusting the fixture authority ca (a file of tests/fixtures/tls),
+ * presenting the certificate cert (and its key) when not NULL. */
+static hyc *connect_tls_as(const char *target, const char *token, const char *ca,
+                           const char *cert)
 {
-    char ca[300];
-    snprintf(ca, sizeof ca, "%s/tls/ca.pem", HY_FIXTURES_DIR);
-    hyc_options o = {.target = target, .token = token, .deadline_ms = 60000, .tls_ca_file = ca};
+    char caf[300], cf[300], kf[300];
+    snprintf(caf, sizeof caf, "%s/tls/%s", HY_FIXTURES_DIR, ca);
+    snprintf(cf, sizeof cf, "%s/tls/%s.pem", HY_FIXTURES_DIR, cert ? cert : "");
+    snprintf(kf, sizeof kf, "%s/tls/%s.key", HY_FIXTURES_DIR, cert ? cert : "");
+    hyc_options o = {.target = target,
+                     .token = token,
+                     .deadline_ms = 60000,
+                     .tls_ca_file = caf,
+                     .tls_cert_file = cert ? cf : NULL,
+                     .tls_key_file = cert ? kf : NULL};
     hyc *c = NULL;
     hyc_status st;
     if (hyc_open(&o, &c, &st)) fprintf(stderr, "hyc_open: %s\n", st.msg);
     return c;
 }
 
-/* Two members serving TLS, calling each other over TLS with the member
- * credential: a Warm on one puts the other's entries to it. A tenant may not
- * ask for one member's store alone (local_only), and a credential made with
- * another secret is refused. */
-static void test_tls_members(void)
+static hyc *connect_tls(const char *target, const char *token)
 {
-    const char *fx = HY_FIXTURES_DIR;
-    int port[2] = {hy_test_etcd_free_port(), hy_test_etcd_free_port()};
+    return connect_tls_as(target, token, "ca.pem", NULL);
+}
+
+/* Two members m1, m2 on loopback ports, tenant alice, the member secret,
+ * each with the line tls[i] (tls: {...}) and cluster.tls_ca = ca (a file of
+ * tests/fixtures/tls). */
+static void start_members(hy_daemon m[2], int port[2], const char *const tls[2], const char *ca)
+{
+    port[0] = hy_test_etcd_free_port(), port[1] = hy_test_etcd_free_port();
     while (port[1] == port[0]) port[1] = hy_test_etcd_free_port();
-    hy_daemon m[2];
     for (int i = 0; i < 2; i++) {
         char dir[200], cfg[2400];
         snprintf(dir, sizeof dir, "%.180s/m%d", g_tmp, i + 1);
@@ -642,27 +654,32 @@ static void test_tls_members(void)
                  "models: [{name: tiny, path: %s/var/models/tiny}]\n"
                  "tiers: {host: {bytes: 64M}}\n"
                  "executor: {threads: 1}\n"
-                 "tls: {cert: %s/tls/server.pem, key: %s/tls/server.key}\n"
                  "tenants:\n"
                  "  list:\n"
                  "    - {name: alice, token: " ALICE "}\n"
+                 "%s"
                  "cluster:\n"
                  "  id: m%d\n"
                  "  secret: " SECRET "\n"
-                 "  tls_ca: %s/tls/ca.pem\n"
+                 "  tls_ca: %s/tls/%s\n"
                  "  members: [{id: m1, address: '127.0.0.1:%d'}, {id: m2, address: "
                  "'127.0.0.1:%d'}]\n"
                  "log: {requests: false}\n",
-                 port[i], g_tmp, fx, fx, i + 1, fx, port[0], port[1]);
+                 port[i], g_tmp, tls[i], i + 1, HY_FIXTURES_DIR, ca, port[0], port[1]);
         CU_ASSERT_EQUAL_FATAL(hy_daemon_start(&m[i], dir, cfg), 0);
     }
-    hyc *a1 = connect_tls(m[0].grpc, ALICE), *a2 = connect_tls(m[1].grpc, ALICE);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(a1);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(a2);
+}
+
+/* Warms 8 documents through a1 (on m1) and waits for those m2 owns to be
+ * listed through a2 (on m2): how many it owns, and how many landed. */
+static void warm_and_land(hyc *a1, hyc *a2, const int port[2], int first_doc, int *on_m2,
+                          int *landed, uint8_t keys[8][32])
+{
     segs d = {0};
-    for (int i = 0; i < 8; i++) segs_doc(&d, 300 + i, 300);
+    for (int i = 0; i < 8; i++) segs_doc(&d, first_doc + i, 300);
     warm_out w;
     hyc_status st;
+    *on_m2 = *landed = 0;
     CU_ASSERT_EQUAL_FATAL(warm(a1, &d, &w, &st), 0);
     /* which of them m2 owns (r = 1), by the rule the members use */
     char list[200];
@@ -670,26 +687,48 @@ static void test_tls_members(void)
     hyc_cluster_options co = {.members = list, .client = {.deadline_ms = 20000}};
     hyc_cluster *cl = NULL;
     CU_ASSERT_EQUAL_FATAL(hyc_cluster_open(&co, &cl, &st), 0);
-    int on_m2 = 0, landed = 0;
     for (int i = 0; i < 8; i++) {
         char own[1][64];
         hyc_cluster_owners(cl, w.keys[i], own, 1);
-        on_m2 += !strcmp(own[0], "m2");
+        *on_m2 += !strcmp(own[0], "m2");
+        memcpy(keys[i], w.keys[i], 32);
     }
     hyc_cluster_close(cl);
-    for (int t = 0; t < 200 && landed < on_m2; t++) { /* the puts to m2 are in the background */
+    for (int t = 0; t < 200 && *landed < *on_m2; t++) { /* the puts to m2 are in the background */
         Hypic__V1__ListRequest lr = HYPIC__V1__LIST_REQUEST__INIT;
         Hypic__V1__ListResponse *l = NULL;
-        landed = hyc_list(a2, &lr, &l, &st) == 0 ? (int)l->total : -1;
+        *landed = hyc_list(a2, &lr, &l, &st) == 0 ? (int)l->total : -1;
         hyc_free(l);
-        if (landed < on_m2) usleep(20000);
+        if (*landed < *on_m2) usleep(20000);
     }
+}
+
+/* Two members serving TLS, calling each other over TLS with the member
+ * credential: a Warm on one puts the other's entries to it. A tenant may not
+ * ask for one member's store alone (local_only), and a credential made with
+ * another secret is refused. */
+static void test_tls_members(void)
+{
+    const char *fx = HY_FIXTURES_DIR;
+    char tls[400];
+    snprintf(tls, sizeof tls, "tls: {cert: %s/tls/server.pem, key: %s/tls/server.key}\n", fx, fx);
+    const char *const both[2] = {tls, tls};
+    hy_daemon m[2];
+    int port[2];
+    start_members(m, port, both, "ca.pem");
+    hyc *a1 = connect_tls(m[0].grpc, ALICE), *a2 = connect_tls(m[1].grpc, ALICE);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(a1);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(a2);
+    int on_m2, landed;
+    uint8_t keys[8][32];
+    warm_and_land(a1, a2, port, 300, &on_m2, &landed, keys);
     fprintf(stderr, "  warmed 8 on m1 over TLS: %d owned by m2, %d landed there\n", on_m2, landed);
     CU_ASSERT(on_m2 > 0);
     CU_ASSERT_EQUAL(landed, on_m2);
     /* local_only: members only */
     segs k = {0};
-    for (int i = 0; i < 8; i++) segs_key(&k, w.keys[i]);
+    for (int i = 0; i < 8; i++) segs_key(&k, keys[i]);
+    hyc_status st;
     Hypic__V1__LookupRequest rq = HYPIC__V1__LOOKUP_REQUEST__INIT;
     rq.model = "tiny";
     rq.n_segments = k.n;
@@ -725,6 +764,87 @@ static void test_tls_members(void)
     hyc_close(a2);
     for (int i = 0; i < 2; i++) CU_ASSERT(hy_daemon_stop(&m[i]));
     check_serving("TLS members");
+}
+
+/* Mutual TLS (tls.client_ca): the members present their certificates to
+ * each other, so a Warm on m1 still lands on m2, which asks every connection
+ * for one (tls.require_client_cert). On m1, which only asks: a tenant is
+ * served without a certificate, the member credential is not (a stolen
+ * credential alone is not a member), and a certificate of another authority
+ * is refused at the handshake. */
+static void test_mtls_members(void)
+{
+    const char *fx = HY_FIXTURES_DIR;
+    char t1[600], t2[600];
+    snprintf(t1, sizeof t1,
+             "tls: {cert: %s/tls/member.pem, key: %s/tls/member.key, "
+             "client_ca: %s/tls/members-ca.pem}\n",
+             fx, fx, fx);
+    snprintf(t2, sizeof t2,
+             "tls: {cert: %s/tls/member.pem, key: %s/tls/member.key, "
+             "client_ca: %s/tls/members-ca.pem, require_client_cert: true}\n",
+             fx, fx, fx);
+    const char *const tls[2] = {t1, t2};
+    hy_daemon m[2];
+    int port[2];
+    start_members(m, port, tls, "members-ca.pem");
+    hyc_status st;
+    /* m2 serves no connection without a certificate of the members' authority */
+    hyc *bare = connect_tls_as(m[1].grpc, ALICE, "members-ca.pem", NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(bare);
+    Hypic__V1__ListRequest lr = HYPIC__V1__LIST_REQUEST__INIT;
+    Hypic__V1__ListResponse *l = NULL;
+    CU_ASSERT_EQUAL(hyc_list(bare, &lr, &l, &st), HYC_UNAVAILABLE);
+    fprintf(stderr, "  m2 (require_client_cert), no certificate: %s\n", st.msg);
+    hyc_free(l);
+    hyc_close(bare);
+    hyc *a1 = connect_tls_as(m[0].grpc, ALICE, "members-ca.pem", NULL);
+    hyc *a2 = connect_tls_as(m[1].grpc, ALICE, "members-ca.pem", "member");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(a1);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(a2);
+    int on_m2, landed;
+    uint8_t keys[8][32];
+    warm_and_land(a1, a2, port, 320, &on_m2, &landed, keys);
+    fprintf(stderr, "  warmed 8 on m1 over mutual TLS: %d owned by m2, %d landed there\n", on_m2,
+            landed);
+    CU_ASSERT(on_m2 > 0);
+    CU_ASSERT_EQUAL(landed, on_m2);
+    /* the member credential on m1: with the members' certificate only */
+    segs k = {0};
+    for (int i = 0; i < 8; i++) segs_key(&k, keys[i]);
+    Hypic__V1__LookupRequest rq = HYPIC__V1__LOOKUP_REQUEST__INIT;
+    rq.model = "tiny";
+    rq.n_segments = k.n;
+    rq.segments = k.sp;
+    rq.local_only = true;
+    char good[200];
+    member_token(SECRET, "alice", good, sizeof good);
+    hyc *nocert = connect_tls_as(m[0].grpc, good, "members-ca.pem", NULL);
+    hyc *cert = connect_tls_as(m[0].grpc, good, "members-ca.pem", "member");
+    hyc *stranger = connect_tls_as(m[0].grpc, good, "members-ca.pem", "stranger");
+    Hypic__V1__LookupResponse *r = NULL;
+    CU_ASSERT_EQUAL(hyc_lookup(nocert, &rq, &r, &st), HYC_UNAUTHENTICATED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(st.msg, "mutual TLS"));
+    fprintf(stderr, "  the member credential without a certificate: %s\n", st.msg);
+    hyc_free(r);
+    r = NULL;
+    CU_ASSERT_EQUAL(hyc_lookup(cert, &rq, &r, &st), 0);
+    hyc_free(r);
+    r = NULL;
+    CU_ASSERT_EQUAL(hyc_lookup(stranger, &rq, &r, &st), HYC_UNAVAILABLE);
+    fprintf(stderr, "  a certificate of another authority: %s\n", st.msg);
+    hyc_free(r);
+    /* a tenant on m1 needs none */
+    l = NULL;
+    CU_ASSERT_EQUAL(hyc_list(a1, &lr, &l, &st), 0);
+    hyc_free(l);
+    hyc_close(nocert);
+    hyc_close(cert);
+    hyc_close(stranger);
+    hyc_close(a1);
+    hyc_close(a2);
+    for (int i = 0; i < 2; i++) CU_ASSERT(hy_daemon_stop(&m[i]));
+    check_serving("mutual TLS members");
 }
 
 /* --- a NUL in every string field of every request --------------------------- */
@@ -852,6 +972,7 @@ int main(void)
         {"concurrent puts at the quota", test_quota_concurrent_puts},
         {"leases and Watch streams per tenant", test_leases_and_watchers_per_tenant},
         {"TLS members call each other as members", test_tls_members},
+        {"mutual TLS: members present certificates", test_mtls_members},
         {NULL, NULL},
     };
     int failed = hy_test_main("hostile clients", cases);

@@ -87,8 +87,10 @@ class Client:
     certificate(s) of the CA the server's certificate chains to (bytes or str): TLS;
     None: plaintext (unless tls_server_name is set: TLS with the system's CAs).
     tls_server_name: the name the server's certificate must carry instead of target's
-    host. timeout: seconds per call (None: no deadline). Nothing is sent until the
-    first call, so a server that is not there shows as UNAVAILABLE on that call.
+    host. timeout: seconds per call (None: no deadline). tls_cert_pem, tls_key_pem: this
+    client's certificate chain and private key (PEM, both or neither), for a daemon with
+    tls.client_ca (mutual TLS). Nothing is sent until the first call, so a server that is
+    not there shows as UNAVAILABLE on that call.
     """
 
     def __init__(
@@ -100,9 +102,15 @@ class Client:
         timeout: float | None = 30.0,
         *,
         max_message: int = MAX_MESSAGE,
+        tls_cert_pem: bytes | str | None = None,
+        tls_key_pem: bytes | str | None = None,
     ) -> None:
         if not target:
             raise client_error("target is empty")
+        if (tls_cert_pem is None) != (tls_key_pem is None):
+            raise client_error("tls_cert_pem and tls_key_pem go together (both or neither)")
+        if tls_cert_pem is not None and tls_root_pem is None and not tls_server_name:
+            raise client_error("a client certificate needs TLS (tls_root_pem)")
         self.target = target
         self.timeout = timeout
         self.max_message = max_message
@@ -119,7 +127,13 @@ class Client:
                     raise client_error("tls_root_pem holds no PEM certificate")
             if tls_server_name:
                 options.append(("grpc.ssl_target_name_override", tls_server_name))
-            creds = grpc.ssl_channel_credentials(root_certificates=roots)
+            mine = [p.encode() if isinstance(p, str) else p for p in (tls_key_pem, tls_cert_pem)]
+            for what, pem in zip(("tls_key_pem", "tls_cert_pem"), mine):
+                if pem is not None and b"-----BEGIN " not in pem:
+                    raise client_error(f"{what} holds no PEM block")
+            creds = grpc.ssl_channel_credentials(
+                root_certificates=roots, private_key=mine[0], certificate_chain=mine[1]
+            )
             self._channel = grpc.secure_channel(target, creds, options)
         else:
             self._channel = grpc.insecure_channel(target, options)

@@ -140,6 +140,22 @@ tenants:
     yield from _serve(tmp_path_factory, "secure", config)
 
 
+@pytest.fixture(scope="session")
+def mtls_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """hypic-cached asking every connection for a client certificate of members-ca.pem."""
+    config = (
+        COMMON
+        + f"""\
+tls: {{cert: {TLS / "member.pem"}, key: {TLS / "member.key"}, client_ca: {TLS / "members-ca.pem"},
+      require_client_cert: true}}
+tenants:
+  list:
+    - {{name: alice, token: {ALICE}, admin: true}}
+"""
+    )
+    yield from _serve(tmp_path_factory, "mtls", config)
+
+
 @pytest.fixture
 def client(daemon: Daemon) -> Iterator[hypic.Client]:
     """A client of the open daemon, whose store starts each test empty."""

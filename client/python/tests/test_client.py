@@ -435,6 +435,28 @@ def test_tls_and_bearer_tokens(secure_daemon: Daemon) -> None:
         assert code_of(e) == "UNAVAILABLE"
 
 
+def test_mutual_tls(mtls_daemon: Daemon) -> None:
+    ca = (TLS / "members-ca.pem").read_bytes()
+    cert, key = (TLS / "member.pem").read_bytes(), (TLS / "member.key").read_bytes()
+    with hypic.Client(mtls_daemon.addr, token=ALICE, tls_root_pem=ca, tls_cert_pem=cert, tls_key_pem=key) as c:
+        assert c.health().status == hypic.HealthStatus.SERVING
+        assert c.list().total >= 0
+    with hypic.Client(mtls_daemon.addr, token=ALICE, tls_root_pem=ca, timeout=5) as bare:
+        with pytest.raises(hypic.HypicError) as e:
+            bare.health()
+        assert code_of(e) == "UNAVAILABLE"  # refused at the handshake: no certificate
+    stranger = (TLS / "stranger.pem").read_bytes(), (TLS / "stranger.key").read_bytes()
+    with hypic.Client(
+        mtls_daemon.addr, token=ALICE, tls_root_pem=ca, tls_cert_pem=stranger[0], tls_key_pem=stranger[1], timeout=5
+    ) as other:
+        with pytest.raises(hypic.HypicError) as e:
+            other.health()
+        assert code_of(e) == "UNAVAILABLE"  # a certificate of another authority
+    with pytest.raises(hypic.HypicError) as e:
+        hypic.Client(mtls_daemon.addr, tls_root_pem=ca, tls_cert_pem=cert)
+    assert "both or neither" in e.value.message
+
+
 def test_tenants_are_isolated(secure_daemon: Daemon) -> None:
     with tls_client(secure_daemon, ALICE) as alice, tls_client(secure_daemon, BOB) as bob:
         alice.invalidate(all_of_tenant=True)
