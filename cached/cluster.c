@@ -997,28 +997,55 @@ int svc_cluster_start(hy_svc *s, const char *bound, hy_err *err)
     for (char *save = NULL, *t = strtok_r(eps, ",", &save); t && nep < 32;
          t = strtok_r(NULL, ",", &save))
         ep[nep++] = t;
+    /* etcd over TLS: the PEM files' text (the etcd client copies it) */
+    char *pem[3] = {NULL, NULL, NULL};
+    const char *files[3] = {cfg->cluster_etcd_tls_ca, cfg->cluster_etcd_tls_cert,
+                            cfg->cluster_etcd_tls_key};
+    static const char *const keys[3] = {"cluster.etcd.tls_ca", "cluster.etcd.tls_cert",
+                                        "cluster.etcd.tls_key"};
+    for (int i = 0; i < 3; i++) {
+        size_t len;
+        if (files[i][0] && hy_read_file(files[i], 1 << 20, &pem[i], &len, err)) {
+            hy_err_prefix(err, "%s", keys[i]);
+            for (int j = 0; j < i; j++) hy_free(pem[j]);
+            return HY_EIO;
+        }
+    }
     char *info = member_info(s, c->advertise);
-    if (!info) return hy_err_set(err, HY_ENOMEM, "out of memory");
-    hy_membership_config mc = {.endpoints = ep,
-                               .nendpoints = nep,
-                               .prefix = cfg->cluster_etcd_prefix,
-                               .ttl_s = (int)cfg->cluster_ttl_s,
-                               .self_id = c->self,
-                               .self_info = info,
-                               .on_change = on_members,
-                               .ctx = c};
+    if (!info) {
+        for (int i = 0; i < 3; i++) hy_free(pem[i]);
+        return hy_err_set(err, HY_ENOMEM, "out of memory");
+    }
+    hy_membership_config mc = {
+        .endpoints = ep,
+        .nendpoints = nep,
+        .prefix = cfg->cluster_etcd_prefix,
+        .ttl_s = (int)cfg->cluster_ttl_s,
+        .self_id = c->self,
+        .self_info = info,
+        .on_change = on_members,
+        .ctx = c,
+        .tls_ca_pem = pem[0],
+        .tls_cert_pem = pem[1],
+        .tls_key_pem = pem[2],
+        .tls_server_name =
+            cfg->cluster_etcd_tls_server_name[0] ? cfg->cluster_etcd_tls_server_name : NULL,
+        .user = cfg->cluster_etcd_user[0] ? cfg->cluster_etcd_user : NULL,
+        .password = cfg->cluster_etcd_user[0] ? cfg->cluster_etcd_password : NULL};
     c->etcd = true;
     int rc = hy_membership_start(&mc, &c->ms, err);
     free(info);
+    for (int i = 0; i < 3; i++) hy_free(pem[i]);
     if (rc) {
         hy_err_prefix(err, "cluster: etcd (%s)", cfg->cluster_etcd);
         return rc;
     }
     hy_log(HY_LOG_INFO,
-           "cluster: member '%s' (%s) registered in etcd under %s%s (lease %u s), %u replica(s) "
-           "per entry",
+           "cluster: member '%s' (%s) registered in etcd under %s%s (lease %u s; %s%s%s), %u "
+           "replica(s) per entry",
            c->self, c->advertise, cfg->cluster_etcd_prefix, c->self, cfg->cluster_ttl_s,
-           cfg->cluster_replicas);
+           cfg->cluster_etcd_tls_ca[0] ? "TLS" : "plaintext", cfg->cluster_etcd_user[0] ? ", as user " : "",
+           cfg->cluster_etcd_user, cfg->cluster_replicas);
     return HY_OK;
 }
 

@@ -181,6 +181,13 @@ static const opt k_opts[] = {
     STRING("cluster.etcd.endpoints", cluster_etcd, ""),
     STRING("cluster.etcd.prefix", cluster_etcd_prefix, "/hypic/members/"),
     NUMBER("cluster.etcd.ttl_s", OPT_U32, cluster_ttl_s, 1, 3600, "10"),
+    STRING("cluster.etcd.tls_ca", cluster_etcd_tls_ca, ""),
+    STRING("cluster.etcd.tls_cert", cluster_etcd_tls_cert, ""),
+    STRING("cluster.etcd.tls_key", cluster_etcd_tls_key, ""),
+    STRING("cluster.etcd.tls_server_name", cluster_etcd_tls_server_name, ""),
+    STRING("cluster.etcd.user", cluster_etcd_user, ""),
+    TOKEN("cluster.etcd.password", OPT_TOKEN, cluster_etcd_password),
+    TOKEN("cluster.etcd.password_file", OPT_TOKEN_FILE, cluster_etcd_password),
     NUMBER("cluster.peer_timeout_ms", OPT_U32, cluster_peer_timeout_ms, 1, 600000, "2000"),
     NUMBER("cluster.transport_bytes", OPT_SIZE, cluster_transport_bytes, 0, 16 * GIB, "64M"),
     TOKEN("cluster.secret", OPT_TOKEN, cluster_secret),
@@ -942,6 +949,38 @@ static int check_cluster(cfg_ctx *x, const hy_cached_config *c)
     if (c->cluster_etcd[0] && c->cluster_etcd_prefix[0] != '/')
         return fail_key(x, HY_EINVAL, "cluster.etcd.prefix", "'%s' does not start with '/'",
                         c->cluster_etcd_prefix);
+    /* etcd over TLS and as a user of its own */
+    const char *files[3] = {c->cluster_etcd_tls_ca, c->cluster_etcd_tls_cert,
+                            c->cluster_etcd_tls_key};
+    static const char *const fkeys[3] = {"cluster.etcd.tls_ca", "cluster.etcd.tls_cert",
+                                         "cluster.etcd.tls_key"};
+    for (int i = 0; i < 3; i++) {
+        if (!files[i][0]) continue;
+        if (!c->cluster_etcd[0])
+            return fail_key(x, HY_EINVAL, fkeys[i], "set without cluster.etcd.endpoints");
+        if (access(files[i], R_OK) != 0)
+            return fail_key(x, HY_EIO, fkeys[i], "cannot read %s: %s", files[i], strerror(errno));
+    }
+    if (!c->cluster_etcd_tls_cert[0] != !c->cluster_etcd_tls_key[0])
+        return fail_key(x, HY_EINVAL,
+                        c->cluster_etcd_tls_cert[0] ? "cluster.etcd.tls_key"
+                                                    : "cluster.etcd.tls_cert",
+                        "a client certificate for etcd needs both tls_cert and tls_key");
+    if (c->cluster_etcd_tls_cert[0] && !c->cluster_etcd_tls_ca[0])
+        return fail_key(x, HY_EINVAL, "cluster.etcd.tls_cert",
+                        "a client certificate needs TLS: set cluster.etcd.tls_ca");
+    if (c->cluster_etcd_tls_server_name[0] && !c->cluster_etcd_tls_ca[0])
+        return fail_key(x, HY_EINVAL, "cluster.etcd.tls_server_name",
+                        "set without cluster.etcd.tls_ca (TLS)");
+    if (c->cluster_etcd_user[0] && !c->cluster_etcd[0])
+        return fail_key(x, HY_EINVAL, "cluster.etcd.user", "set without cluster.etcd.endpoints");
+    if (c->cluster_etcd_password[0] && !c->cluster_etcd_user[0])
+        return fail_key(x, HY_EINVAL, "cluster.etcd.password",
+                        "a password without cluster.etcd.user");
+    if (c->cluster_etcd_user[0] && !c->cluster_etcd_password[0])
+        return fail_key(x, HY_EINVAL, "cluster.etcd.password",
+                        "cluster.etcd.user '%s' needs its password (password or password_file)",
+                        c->cluster_etcd_user);
     return 0;
 }
 

@@ -211,6 +211,15 @@ typedef struct hy_cached_config {
                                                     * "/hypic/members/" */
     uint32_t cluster_ttl_s;                        /* cluster.etcd.ttl_s 1..3600: the lease, default
                                                     * 10 */
+    char cluster_etcd_tls_ca[PATH_MAX];   /* cluster.etcd.tls_ca: the CA PEM etcd's certificates
+                                           * chain to: https endpoints; "": plaintext */
+    char cluster_etcd_tls_cert[PATH_MAX]; /* cluster.etcd.tls_cert, tls_key: a client certificate
+                                           * for etcd (--client-cert-auth); both or neither */
+    char cluster_etcd_tls_key[PATH_MAX];
+    char cluster_etcd_tls_server_name[256]; /* the name etcd's certificate carries; "": the
+                                             * endpoint's host */
+    char cluster_etcd_user[HY_CFG_NAME_MAX];       /* cluster.etcd.user: etcd's auth; "": none */
+    char cluster_etcd_password[HY_CFG_TOKEN_MAX];  /* cluster.etcd.password (or _file) */
     uint64_t cluster_transport_bytes; /* cluster.transport_bytes 0..16G, default 64M: the
                                        * buffer of a transport session to a member
                                        * (entries fetched into it); 0: gRPC streams */

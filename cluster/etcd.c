@@ -56,11 +56,15 @@ static const hy_rpc_method m_lease_keepalive =
       lease_keep_alive_response);
 static const hy_rpc_method m_watch =
     M(Watch, "Watch", HY_RPC_SERVER_STREAM, watch_request, watch_response);
+static const hy_rpc_method m_authenticate =
+    M(Authenticate, "Auth", HY_RPC_UNARY, authenticate_request, authenticate_response);
 #undef M
 
 #define MAX_ENDPOINTS 16
 /* Responses larger than this are refused (a range of a huge prefix). */
 #define MAX_MESSAGE (64u << 20)
+
+#define TOKEN_MAX 512 /* etcd's simple tokens are 16 letters and a counter; JWTs ~ 300 */
 
 struct hy_etcd {
     size_t n;
@@ -68,19 +72,44 @@ struct hy_etcd {
     hy_rpc_client *cl[MAX_ENDPOINTS];
     int64_t timeout_ms;
     _Atomic size_t cur; /* the endpoint that answered last */
+    /* etcd's auth: the user, and each endpoint's token (a simple token is
+     * only known to the etcd member that issued it); under mu */
+    char *user, *password;
+    pthread_mutex_t mu;
+    char token[MAX_ENDPOINTS][TOKEN_MAX];
 };
 
 int hy_etcd_open(const char *const *endpoints, size_t n, int64_t timeout_ms, hy_etcd **out,
                  hy_err *err)
 {
+    hy_etcd_options o = {.endpoints = endpoints, .n = n, .timeout_ms = timeout_ms};
+    return hy_etcd_open_ex(&o, out, err);
+}
+
+int hy_etcd_open_ex(const hy_etcd_options *o, hy_etcd **out, hy_err *err)
+{
+    const char *const *endpoints = o->endpoints;
+    const size_t n = o->n;
+    const int64_t timeout_ms = o->timeout_ms;
     *out = NULL;
+    if (!o->tls_cert_pem != !o->tls_key_pem || (o->tls_cert_pem && !o->tls_ca_pem))
+        return hy_err_set(err, HY_EINVAL,
+                          "etcd: a client certificate needs its key and TLS (the CA)");
+    if (o->password && !o->user)
+        return hy_err_set(err, HY_EINVAL, "etcd: a password without a user");
     if (n == 0 || n > MAX_ENDPOINTS)
         return hy_err_set(err, HY_EINVAL, "etcd: %zu endpoints (need 1 to %d)", n, MAX_ENDPOINTS);
     if (timeout_ms <= 0)
         return hy_err_set(err, HY_EINVAL, "etcd: timeout_ms %" PRId64 " (need > 0)", timeout_ms);
     hy_etcd *e = calloc(1, sizeof *e);
     if (!e) return hy_err_set(err, HY_ENOMEM, "etcd: out of memory");
+    pthread_mutex_init(&e->mu, NULL);
     e->timeout_ms = timeout_ms;
+    if (o->user && (!(e->user = strdup(o->user)) ||
+                    !(e->password = strdup(o->password ? o->password : "")))) {
+        hy_etcd_close(e);
+        return hy_err_set(err, HY_ENOMEM, "etcd: out of memory");
+    }
     for (size_t i = 0; i < n; i++) {
         if (!endpoints[i] || !endpoints[i][0]) {
             hy_etcd_close(e);
@@ -92,7 +121,14 @@ int hy_etcd_open(const char *const *endpoints, size_t n, int64_t timeout_ms, hy_
             hy_etcd_close(e);
             return hy_err_set(err, HY_ENOMEM, "etcd: out of memory");
         }
-        int rc = hy_rpc_client_open(endpoints[i], MAX_MESSAGE, &e->cl[i], err);
+        hy_rpc_client_options ro = {.target = endpoints[i],
+                                    .max_message = MAX_MESSAGE,
+                                    .tls_root_pem = o->tls_ca_pem,
+                                    .tls_server_name = o->tls_server_name,
+                                    .tls_cert_pem = o->tls_cert_pem,
+                                    .tls_key_pem = o->tls_key_pem,
+                                    .token_key = "token"};
+        int rc = hy_rpc_client_open_ex(&ro, &e->cl[i], err);
         if (rc) {
             hy_err_prefix(err, "etcd endpoint %s", endpoints[i]);
             hy_etcd_close(e);
@@ -110,6 +146,10 @@ void hy_etcd_close(hy_etcd *e)
         hy_rpc_client_close(e->cl[i]);
         free(e->endpoint[i]);
     }
+    if (e->password) memset(e->password, 0, strlen(e->password));
+    free(e->user);
+    free(e->password);
+    pthread_mutex_destroy(&e->mu);
     free(e);
 }
 
@@ -138,6 +178,47 @@ static int code_to_hy(int code)
  * has delivered: a second one would deliver again); UNAVAILABLE then ends the
  * call like any other status. 0 when a call completed OK; otherwise the error names the
  * endpoint(s), the method and etcd's (or gRPC's) message. */
+static int take_token(void *ctx, const ProtobufCMessage *msg)
+{
+    const Etcdserverpb__AuthenticateResponse *r = (const void *)msg;
+    snprintf(ctx, TOKEN_MAX, "%s", r->token ? r->token : "");
+    return 0;
+}
+
+/* Endpoint k's token into tok (TOKEN_MAX), asking it for one when it has
+ * none or `stale` is the one it has (etcd said it is no longer valid): 0,
+ * HY_EAGAIN when the endpoint is UNAVAILABLE (*st says why), or the error. */
+static int token_of(hy_etcd *e, size_t k, const char *stale, char *tok, hy_rpc_status *st,
+                    hy_err *err)
+{
+    pthread_mutex_lock(&e->mu);
+    if (stale && !strcmp(e->token[k], stale)) e->token[k][0] = '\0';
+    snprintf(tok, TOKEN_MAX, "%s", e->token[k]);
+    pthread_mutex_unlock(&e->mu);
+    if (tok[0]) return 0;
+    Etcdserverpb__AuthenticateRequest req = ETCDSERVERPB__AUTHENTICATE_REQUEST__INIT;
+    req.name = e->user;
+    req.password = e->password;
+    hy_err cerr = {0};
+    int rc = hy_rpc_client_call(e->cl[k], &m_authenticate, &req.base, NULL, e->timeout_ms,
+                                take_token, tok, st, &cerr);
+    if (rc) return hy_err_set(err, rc, "etcd %s Authenticate: %s", e->endpoint[k], cerr.msg);
+    if (st->code == HY_RPC_UNAVAILABLE) return HY_EAGAIN;
+    if (st->code != HY_RPC_OK)
+        return hy_err_set(err, st->code == HY_RPC_INVALID_ARGUMENT ? HY_EINVAL : HY_EIO,
+                          "etcd %s Authenticate as user '%s': %s: %s", e->endpoint[k], e->user,
+                          hy_rpc_code_name(st->code) ? hy_rpc_code_name(st->code) : "status",
+                          st->msg);
+    if (!tok[0])
+        return hy_err_set(err, HY_EIO,
+                          "etcd %s Authenticate as user '%s': no token came (is auth enabled?)",
+                          e->endpoint[k], e->user);
+    pthread_mutex_lock(&e->mu);
+    snprintf(e->token[k], TOKEN_MAX, "%s", tok);
+    pthread_mutex_unlock(&e->mu);
+    return 0;
+}
+
 static int etcd_call(hy_etcd *e, const hy_rpc_method *m, const ProtobufCMessage *req,
                      int64_t deadline_ms, hy_rpc_cancel *cancel,
                      int (*on_msg)(void *ctx, const ProtobufCMessage *msg), void *ctx,
@@ -149,8 +230,22 @@ static int etcd_call(hy_etcd *e, const hy_rpc_method *m, const ProtobufCMessage 
         size_t k = (start + i) % e->n;
         hy_rpc_status st;
         hy_err cerr = {0};
-        int rc = hy_rpc_client_call_ex(e->cl[k], m, req, NULL, deadline_ms, cancel, on_msg, ctx,
-                                       &st, &cerr);
+        char tok[TOKEN_MAX] = "";
+        int rc = 0;
+        for (int again = 0; again < 2; again++) {
+            if (e->user) {
+                rc = token_of(e, k, again ? tok : NULL, tok, &st, err);
+                if (rc == HY_EAGAIN) break; /* UNAVAILABLE: the next endpoint */
+                if (rc) return rc;
+            }
+            rc = hy_rpc_client_call_ex(e->cl[k], m, req, e->user ? tok : NULL, deadline_ms,
+                                       cancel, on_msg, ctx, &st, &cerr);
+            /* a token etcd no longer knows (it restarted, or the token's TTL
+             * passed): one new one, unless the call delivered already */
+            if (rc || !e->user || st.code != HY_RPC_UNAUTHENTICATED || (committed && *committed))
+                break;
+        }
+        if (rc == HY_EAGAIN) rc = 0;
         if (rc) return hy_err_set(err, rc, "etcd %s %s: %s", e->endpoint[k], m->name, cerr.msg);
         if (st.code == HY_RPC_UNAVAILABLE && !(committed && *committed)) {
             size_t l = strlen(tried);

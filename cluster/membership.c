@@ -439,8 +439,16 @@ int hy_membership_start(const hy_membership_config *c, hy_membership **out, hy_e
         membership_free(m);
         return hy_err_set(err, HY_ENOMEM, "membership: out of memory");
     }
-    rc =
-        hy_etcd_open(c->endpoints, c->nendpoints, c->timeout_ms ? c->timeout_ms : 2000, &m->e, err);
+    hy_etcd_options eo = {.endpoints = c->endpoints,
+                          .n = c->nendpoints,
+                          .timeout_ms = c->timeout_ms ? c->timeout_ms : 2000,
+                          .tls_ca_pem = c->tls_ca_pem,
+                          .tls_cert_pem = c->tls_cert_pem,
+                          .tls_key_pem = c->tls_key_pem,
+                          .tls_server_name = c->tls_server_name,
+                          .user = c->user,
+                          .password = c->password};
+    rc = hy_etcd_open_ex(&eo, &m->e, err);
     if (!rc && m->self_id) rc = join(m, err);
     if (!rc) rc = read_and_watch(m, err);
     if (!rc && m->self_id) {

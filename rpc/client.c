@@ -48,6 +48,7 @@ struct hy_rpc_client {
     grpc_channel *ch;
     size_t max_message;
     bool wait_for_ready;
+    char token_key[32]; /* "" : authorization: Bearer */
 };
 
 /* The status message of a call its handle cancelled. */
@@ -123,6 +124,13 @@ int hy_rpc_client_open_ex(const hy_rpc_client_options *o, hy_rpc_client **out, h
     hy_rpc_grpc_acquire();
     cl->max_message = o->max_message ? o->max_message : HY_RPC_MAX_MESSAGE_DEFAULT;
     cl->wait_for_ready = o->wait_for_ready;
+    if (o->token_key && strlen(o->token_key) >= sizeof cl->token_key) {
+        free(cl);
+        hy_rpc_grpc_release();
+        return hy_err_set(err, HY_EINVAL, "%s: token_key '%.40s' is longer than %zu characters",
+                          o->target, o->token_key, sizeof cl->token_key - 1);
+    }
+    snprintf(cl->token_key, sizeof cl->token_key, "%s", o->token_key ? o->token_key : "");
     grpc_arg args[HY_RPC_ARGS + 4];
     grpc_channel_args cargs = hy_rpc_args(args, cl->max_message, false);
     /* No transparent retries: we configure no retry policy, and gRPC's retry
@@ -216,7 +224,12 @@ static void call_begin(call *c, hy_rpc_client *cl, const char *path, const char 
     c->call = grpc_channel_create_call(cl->ch, NULL, GRPC_PROPAGATE_DEFAULTS, c->cq, method, NULL,
                                        deadline, NULL);
     grpc_slice_unref(method);
-    if (token) {
+    if (token && cl->token_key[0]) {
+        snprintf(c->auth, sizeof c->auth, "%s", token);
+        c->md.key = grpc_slice_from_static_string(cl->token_key); /* cl outlives its calls */
+        c->md.value = grpc_slice_from_copied_string(c->auth);
+        c->has_md = true;
+    } else if (token) {
         snprintf(c->auth, sizeof c->auth, "Bearer %s", token);
         c->md.key = grpc_slice_from_static_string("authorization");
         c->md.value = grpc_slice_from_copied_string(c->auth);

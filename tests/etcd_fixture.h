@@ -44,6 +44,12 @@ typedef struct hy_test_etcd {
     char dir[128];     /* the data directory (and etcd.log) */
     int client_port, peer_port;
     pid_t pid; /* 0: not running */
+    /* hy_test_etcd_start_tls: etcd's certificate and key files and the CA
+     * file its clients trust ("": plaintext); hy_test_etcd_auth: the user
+     * the fixture's own probes call as ("": none) */
+    char cert[320], key[320], ca[320];
+    char user[64], password[64];
+    char probe[128]; /* the prefix the probes range ("": /hy-test-etcd-probe/) */
 } hy_test_etcd;
 
 /* The running ones, for the exit and signal paths (plain data: the signal
@@ -136,7 +142,8 @@ static inline void hy_test_etcd_require(void)
 static inline int hy_test_etcd_spawn(hy_test_etcd *e)
 {
     char client[64], peer[64], cluster[96], data[200], log[200];
-    snprintf(client, sizeof client, "http://127.0.0.1:%d", e->client_port);
+    snprintf(client, sizeof client, "%s://127.0.0.1:%d", e->cert[0] ? "https" : "http",
+             e->client_port);
     snprintf(peer, sizeof peer, "http://127.0.0.1:%d", e->peer_port);
     snprintf(cluster, sizeof cluster, "hytest=%s", peer);
     snprintf(data, sizeof data, "%s/data", e->dir);
@@ -153,11 +160,19 @@ static inline int hy_test_etcd_spawn(hy_test_etcd *e)
             dup2(fd, 2);
             close(fd);
         }
-        execl(HY_TEST_ETCD_BIN, "etcd", "--name", "hytest", "--data-dir", data,
-              "--listen-client-urls", client, "--advertise-client-urls", client,
-              "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-              "--initial-cluster", cluster, "--initial-cluster-state", "new",
-              "--heartbeat-interval", "50", "--election-timeout", "250", (char *)NULL);
+        if (e->cert[0])
+            execl(HY_TEST_ETCD_BIN, "etcd", "--name", "hytest", "--data-dir", data,
+                  "--listen-client-urls", client, "--advertise-client-urls", client,
+                  "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+                  "--initial-cluster", cluster, "--initial-cluster-state", "new",
+                  "--heartbeat-interval", "50", "--election-timeout", "250", "--cert-file",
+                  e->cert, "--key-file", e->key, (char *)NULL);
+        else
+            execl(HY_TEST_ETCD_BIN, "etcd", "--name", "hytest", "--data-dir", data,
+                  "--listen-client-urls", client, "--advertise-client-urls", client,
+                  "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+                  "--initial-cluster", cluster, "--initial-cluster-state", "new",
+                  "--heartbeat-interval", "50", "--election-timeout", "250", (char *)NULL);
         _exit(127);
     }
     e->pid = pid;
@@ -166,11 +181,56 @@ static inline int hy_test_etcd_spawn(hy_test_etcd *e)
 
 /* Waits up to 15 s for etcd to answer a Range; 0 when it did, -1 when it
  * exited or never answered. */
+/* A client of e as the fixture calls it (its TLS and user); NULL on failure. */
+static inline hy_etcd *hy_test_etcd_client(const hy_test_etcd *e, int64_t timeout_ms)
+{
+    const char *ep[] = {e->endpoint};
+    char ca[8192] = "";
+    if (e->ca[0]) {
+        FILE *f = fopen(e->ca, "r");
+        if (!f) return NULL;
+        size_t n = fread(ca, 1, sizeof ca - 1, f);
+        fclose(f);
+        ca[n] = '\0';
+    }
+    hy_etcd_options o = {.endpoints = ep,
+                         .n = 1,
+                         .timeout_ms = timeout_ms,
+                         .tls_ca_pem = e->ca[0] ? ca : NULL,
+                         .user = e->user[0] ? e->user : NULL,
+                         .password = e->user[0] ? e->password : NULL};
+    hy_etcd *c = NULL;
+    return hy_etcd_open_ex(&o, &c, NULL) ? NULL : c;
+}
+
+/* Whether something accepts TCP connections on 127.0.0.1:port now. */
+static inline int hy_test_etcd_listening(int port)
+{
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    if (s < 0) return 0;
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    const int ok = connect(s, (struct sockaddr *)&a, sizeof a) == 0;
+    close(s);
+    return ok;
+}
+
 static inline int hy_test_etcd_wait(hy_test_etcd *e)
 {
-    hy_etcd *c;
-    const char *ep[] = {e->endpoint};
-    if (hy_etcd_open(ep, 1, 500, &c, NULL)) return -1;
+    /* its port first: a gRPC channel whose first connect was refused waits
+     * out a backoff before it dials again (over TLS it missed the whole 15 s
+     * once) */
+    for (int i = 0; i < 300 && !hy_test_etcd_listening(e->client_port); i++) {
+        if (waitpid(e->pid, NULL, WNOHANG) == e->pid) {
+            e->pid = 0;
+            return -1;
+        }
+        struct timespec ts = {0, 50 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    hy_etcd *c = hy_test_etcd_client(e, 500);
+    if (!c) return -1;
     int rc = -1;
     for (int i = 0; i < 300; i++) {
         if (waitpid(e->pid, NULL, WNOHANG) == e->pid) {
@@ -179,7 +239,8 @@ static inline int hy_test_etcd_wait(hy_test_etcd *e)
         }
         hy_etcd_kv *kvs;
         size_t n;
-        if (hy_etcd_range_prefix(c, "/hy-test-etcd-probe/", &kvs, &n, NULL, NULL) == 0) {
+        if (hy_etcd_range_prefix(c, e->probe[0] ? e->probe : "/hy-test-etcd-probe/", &kvs, &n,
+                                 NULL, NULL) == 0) {
             hy_etcd_kvs_free(kvs, n);
             rc = 0;
             break;
@@ -209,11 +270,33 @@ static inline void hy_test_etcd_print_log(const hy_test_etcd *e)
 /* Starts an etcd into *e (zeroed or not) and waits until it answers. 0, or -1
  * with the reason on stderr (etcd's log tail included). Exits 77 when etcd
  * is not installed. */
+static inline int hy_test_etcd_start_as(hy_test_etcd *e, const char *cert, const char *key,
+                                        const char *ca);
+
 static inline int hy_test_etcd_start(hy_test_etcd *e)
+{
+    return hy_test_etcd_start_as(e, NULL, NULL, NULL);
+}
+
+/* hy_test_etcd_start serving TLS with the PEM files cert and key, its
+ * clients trusting ca (the fixture's probes included). */
+static inline int hy_test_etcd_start_tls(hy_test_etcd *e, const char *cert, const char *key,
+                                         const char *ca)
+{
+    return hy_test_etcd_start_as(e, cert, key, ca);
+}
+
+static inline int hy_test_etcd_start_as(hy_test_etcd *e, const char *cert, const char *key,
+                                        const char *ca)
 {
     hy_test_etcd_require();
     hy_test_etcd_install_cleanup();
     memset(e, 0, sizeof *e);
+    if (cert) {
+        snprintf(e->cert, sizeof e->cert, "%s", cert);
+        snprintf(e->key, sizeof e->key, "%s", key);
+        snprintf(e->ca, sizeof e->ca, "%s", ca);
+    }
     int slot = -1;
     for (int i = 0; i < HY_TEST_ETCD_MAX && slot < 0; i++)
         if (!hy_test_etcd_live[i]) slot = i;
@@ -266,6 +349,51 @@ static inline void hy_test_etcd_stop(hy_test_etcd *e)
     for (int i = 0; i < HY_TEST_ETCD_MAX; i++)
         if (hy_test_etcd_live[i] == e) hy_test_etcd_live[i] = NULL;
     hy_test_etcd_kill_safe(e);
+}
+
+/* Runs `etcdctl <args>` against e (its TLS; as root once auth is on); 0 when
+ * it succeeded, its output on stderr otherwise. */
+static inline int hy_test_etcdctl(const hy_test_etcd *e, const char *args)
+{
+    char cmd[1600];
+    snprintf(cmd, sizeof cmd,
+             "ETCDCTL_API=3 /usr/bin/etcdctl --endpoints=%s://%s %s%s %s %s >%s/etcdctl.log 2>&1",
+             e->cert[0] ? "https" : "http", e->endpoint, e->ca[0] ? "--cacert=" : "", e->ca,
+             e->user[0] ? "--user=root:root-password-0" : "", args, e->dir);
+    if (system(cmd) == 0) return 0;
+    fprintf(stderr, "etcdctl %s failed:\n", args);
+    snprintf(cmd, sizeof cmd, "cat %s/etcdctl.log >&2", e->dir);
+    if (system(cmd)) {}
+    return -1;
+}
+
+/* Turns on etcd's auth with etcdctl (Debian's etcd-client): a root user
+ * (password root-password-0), and `user` (password pw) with a role that may read and write the keys under
+ * prefix only; the fixture's probes call as `user` from then on. 0, 77 when
+ * etcdctl is not installed (the caller says SKIPPED), -1 on failure (the
+ * command's output on stderr). */
+static inline int hy_test_etcd_auth(hy_test_etcd *e, const char *user, const char *pw,
+                                    const char *prefix)
+{
+    if (access("/usr/bin/etcdctl", X_OK) != 0) return 77;
+    char perm[300], add[300], grant[300];
+    snprintf(perm, sizeof perm, "role grant-permission member --prefix=true readwrite %s", prefix);
+    snprintf(add, sizeof add, "user add %s --new-user-password=%s", user, pw);
+    snprintf(grant, sizeof grant, "user grant-role %s member", user);
+    const char *steps[] = {"user add root --new-user-password=root-password-0",
+                           "role add root",
+                           "user grant-role root root",
+                           "role add member",
+                           perm,
+                           add,
+                           grant,
+                           "auth enable"};
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++)
+        if (hy_test_etcdctl(e, steps[i])) return -1;
+    snprintf(e->user, sizeof e->user, "%s", user);
+    snprintf(e->password, sizeof e->password, "%s", pw);
+    snprintf(e->probe, sizeof e->probe, "%s", prefix);
+    return 0;
 }
 
 #endif

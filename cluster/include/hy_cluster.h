@@ -44,8 +44,9 @@ size_t hy_rendezvous_owners(const uint8_t key[32], const char *const *ids, size_
 
 /*
  * A small etcd v3 client (etcd.c): keys, leases and prefix watches over
- * etcd's gRPC API, on hy_rpc_client. Enough for the cluster membership
- * (below) and nothing more: no transactions, no auth, no TLS.
+ * etcd's gRPC API, on hy_rpc_client, over TLS (client certificates too) and
+ * as a user of etcd's own (its auth API), when asked. Enough for the cluster
+ * membership (below) and nothing more: no transactions, no user admin.
  *
  * The messages are protoc-c's, generated from cluster/etcd.proto (our own
  * declaration of the part of etcd's API we use, with etcd's field numbers).
@@ -70,6 +71,29 @@ typedef struct hy_etcd hy_etcd;
  * a bad timeout. */
 int hy_etcd_open(const char *const *endpoints, size_t n, int64_t timeout_ms, hy_etcd **out,
                  hy_err *err);
+
+/* How to reach etcd: hy_etcd_open's arguments, and */
+typedef struct hy_etcd_options {
+    const char *const *endpoints;
+    size_t n;
+    int64_t timeout_ms;
+    /* TLS: PEM text of the CA etcd's certificates chain to (NULL:
+     * plaintext); with it, optionally this client's certificate and key (PEM
+     * text, both or neither: etcd's --client-cert-auth) and the name etcd's
+     * certificate carries instead of each endpoint's host. */
+    const char *tls_ca_pem, *tls_cert_pem, *tls_key_pem, *tls_server_name;
+    /* A user of etcd's (NULL: none, for an etcd without auth): each endpoint
+     * is asked for a token (Auth.Authenticate) before the first call, the
+     * token sent with every call, and asked for again once when etcd says it
+     * is no longer valid. A wrong name or password is HY_EINVAL naming the
+     * user; a user without permission on a key, HY_EIO with etcd's
+     * "permission denied". */
+    const char *user, *password;
+} hy_etcd_options;
+/* hy_etcd_open with these options; they are copied. HY_EINVAL as
+ * hy_etcd_open's, and for a certificate without its key (or without TLS), or
+ * a password without a user. */
+int hy_etcd_open_ex(const hy_etcd_options *o, hy_etcd **out, hy_err *err);
 /* Closes every channel; no call or watch may still be running on e. NULL is
  * a no-op. */
 void hy_etcd_close(hy_etcd *e);
@@ -185,6 +209,10 @@ typedef struct hy_membership_config {
     int64_t timeout_ms;    /* each etcd call's deadline; 0: 2000 */
     hy_members_fn on_change;
     void *ctx;
+    /* TLS and etcd's auth, as hy_etcd_options has them (all NULL: plaintext,
+     * no user) */
+    const char *tls_ca_pem, *tls_cert_pem, *tls_key_pem, *tls_server_name;
+    const char *user, *password;
 } hy_membership_config;
 
 typedef struct hy_membership hy_membership;

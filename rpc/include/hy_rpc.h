@@ -286,6 +286,10 @@ typedef struct hy_rpc_client_options {
      * of failing UNAVAILABLE at once while a connection attempt has failed
      * and gRPC waits to dial again (gRPC's wait_for_ready). */
     bool wait_for_ready;
+    /* The metadata key a call's token is sent under, its value the token as
+     * it is (etcd's "token"); NULL: "authorization: Bearer <token>". At
+     * most 31 characters. */
+    const char *token_key;
 } hy_rpc_client_options;
 
 /* A channel to o->target; nothing is sent until the first call, so a server
@@ -301,7 +305,8 @@ int hy_rpc_client_open(const char *target, size_t max_message, hy_rpc_client **o
 void hy_rpc_client_close(hy_rpc_client *cl);
 
 /* One call of method m with request req, sent with "authorization: Bearer
- * <token>" when token is not NULL, within deadline_ms (0: none). Each
+ * <token>" (or under the client's token_key) when token is not NULL, within
+ * deadline_ms (0: none). Each
  * response is decoded and passed to on_msg (which must not keep it); a unary
  * method has one. An on_msg that returns non-zero cancels the call (the
  * server sees the client go) and that value is returned. Returns 0 when the

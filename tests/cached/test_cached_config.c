@@ -485,6 +485,34 @@ static void test_named_values(void)
     fails("cluster: {secret: \"t-0123456789abcdef-0123456789abcdef\"}\n"
           "tenants: {list: [{name: t, token: \"t-0123456789abcdef-0123456789abcdef\"}]}",
           HY_EINVAL, "key 'cluster.secret'", "tenants.list[0]'s token", NULL);
+    /* etcd over TLS, as a user of its own */
+    {
+        char t[900];
+        const char *fx = HY_FIXTURES_DIR "/tls";
+        snprintf(t, sizeof t,
+                 "cluster: {etcd: {endpoints: \"h:2379\", tls_ca: %s/ca.pem, user: hypic,\n"
+                 "          password: etcd-password-1}}",
+                 fx);
+        parse_ok(t, &g_b);
+        CU_ASSERT_STRING_EQUAL(g_b.cluster_etcd_user, "hypic");
+        CU_ASSERT_STRING_EQUAL(g_b.cluster_etcd_password, "etcd-password-1");
+        fails("cluster: {etcd: {endpoints: \"h:2379\", user: hypic}}", HY_EINVAL,
+              "key 'cluster.etcd.password'", "needs its password", NULL);
+        fails("cluster: {etcd: {endpoints: \"h:2379\", password: p-0123456789}}", HY_EINVAL,
+              "key 'cluster.etcd.password'", "without cluster.etcd.user", NULL);
+        snprintf(t, sizeof t, "cluster: {etcd: {endpoints: \"h:2379\", tls_cert: %s/member.pem}}",
+                 fx);
+        fails(t, HY_EINVAL, "key 'cluster.etcd.tls_key'", "both tls_cert and tls_key", NULL);
+        snprintf(t, sizeof t,
+                 "cluster: {etcd: {endpoints: \"h:2379\", tls_cert: %s/member.pem,\n"
+                 "          tls_key: %s/member.key}}",
+                 fx, fx);
+        fails(t, HY_EINVAL, "key 'cluster.etcd.tls_cert'", "set cluster.etcd.tls_ca", NULL);
+        snprintf(t, sizeof t, "cluster: {etcd: {tls_ca: %s/ca.pem}}", fx);
+        fails(t, HY_EINVAL, "key 'cluster.etcd.tls_ca'", "without cluster.etcd.endpoints", NULL);
+        fails("cluster: {etcd: {endpoints: \"h:2379\", tls_ca: /nonexistent.pem}}", HY_EIO,
+              "key 'cluster.etcd.tls_ca'", "cannot read", NULL);
+    }
     CU_ASSERT_EQUAL(g_a.ncluster_members, 2);
     CU_ASSERT_STRING_EQUAL(g_a.cluster_members[1].address, "h2:7878");
     CU_ASSERT_EQUAL(g_a.cluster_replicas, 2);

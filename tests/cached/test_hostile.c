@@ -847,6 +847,79 @@ static void test_mtls_members(void)
     check_serving("mutual TLS members");
 }
 
+/* A member whose etcd serves TLS with auth on: it registers as the user the
+ * configuration names (password from a file), and its registration can be
+ * read by that user; with a wrong password it does not start, and says why. */
+static void test_etcd_tls_user(void)
+{
+    const char *fx = HY_FIXTURES_DIR "/tls";
+    char cert[300], key[300], ca[300];
+    snprintf(cert, sizeof cert, "%s/server.pem", fx);
+    snprintf(key, sizeof key, "%s/server.key", fx);
+    snprintf(ca, sizeof ca, "%s/ca.pem", fx);
+    hy_test_etcd et;
+    CU_ASSERT_FATAL(hy_test_etcd_start_tls(&et, cert, key, ca) == 0);
+    const int arc = hy_test_etcd_auth(&et, "hypic", "hypic-etcd-password-1", "/hypic/");
+    if (arc == 77) {
+        fprintf(stderr, "  SKIPPED: etcdctl not installed (deploy/debian-packages.txt: etcd-client)\n");
+        hy_test_etcd_stop(&et);
+        return;
+    }
+    CU_ASSERT_FATAL(arc == 0);
+    for (int wrong = 0; wrong < 2; wrong++) {
+        char dir[200], pw[240], cfg[2400];
+        snprintf(dir, sizeof dir, "%.180s/etcd-m%d", g_tmp, wrong);
+        mkdir(dir, 0700);
+        snprintf(pw, sizeof pw, "%s/etcd.password", dir);
+        FILE *f = fopen(pw, "w");
+        CU_ASSERT_FATAL(f != NULL);
+        fputs(wrong ? "not-the-password\n" : "hypic-etcd-password-1\n", f);
+        fclose(f);
+        snprintf(cfg, sizeof cfg,
+                 "listen: 127.0.0.1:0\n"
+                 "http_listen: ''\n"
+                 "models: [{name: tiny, path: %s/var/models/tiny}]\n"
+                 "tiers: {host: {bytes: 64M}}\n"
+                 "executor: {threads: 1}\n"
+                 "tenants: {list: [{name: alice, token: " ALICE "}]}\n"
+                 "cluster:\n"
+                 "  id: m1\n"
+                 "  secret: " SECRET "\n"
+                 "  etcd:\n"
+                 "    endpoints: %s\n"
+                 "    prefix: /hypic/members/\n"
+                 "    tls_ca: %s\n"
+                 "    user: hypic\n"
+                 "    password_file: %s\n"
+                 "log: {requests: false}\n",
+                 g_tmp, et.endpoint, ca, pw);
+        hy_daemon d;
+        const int rc = hy_daemon_start(&d, dir, cfg);
+        if (wrong) {
+            CU_ASSERT(rc != 0);
+            CU_ASSERT(hy_daemon_log_has(&d, "Authenticate as user 'hypic'"));
+            CU_ASSERT(hy_daemon_log_has(&d, "authentication failed"));
+            if (rc == 0) hy_daemon_stop(&d);
+            continue;
+        }
+        CU_ASSERT_FATAL(rc == 0);
+        CU_ASSERT(hy_daemon_log_has(&d, "(lease 10 s; TLS, as user hypic)"));
+        hy_etcd *c = hy_test_etcd_client(&et, 2000);
+        CU_ASSERT_FATAL(c != NULL);
+        hy_etcd_kv *kvs = NULL;
+        size_t n = 0;
+        hy_err e = {0};
+        CU_ASSERT(hy_etcd_range_prefix(c, "/hypic/members/", &kvs, &n, NULL, &e) == 0);
+        CU_ASSERT(n == 1 && kvs && !strcmp(kvs[0].key, "/hypic/members/m1"));
+        fprintf(stderr, "  registered over TLS as etcd user hypic: %s\n", n ? kvs[0].key : "-");
+        hy_etcd_kvs_free(kvs, n);
+        hy_etcd_close(c);
+        CU_ASSERT(hy_daemon_stop(&d));
+    }
+    hy_test_etcd_stop(&et);
+    check_serving("etcd over TLS with a user");
+}
+
 /* --- a NUL in every string field of every request --------------------------- */
 
 typedef struct probe {
@@ -973,6 +1046,7 @@ int main(void)
         {"leases and Watch streams per tenant", test_leases_and_watchers_per_tenant},
         {"TLS members call each other as members", test_tls_members},
         {"mutual TLS: members present certificates", test_mtls_members},
+        {"etcd over TLS, as a user of its own", test_etcd_tls_user},
         {NULL, NULL},
     };
     int failed = hy_test_main("hostile clients", cases);

@@ -492,6 +492,123 @@ static void test_bad_endpoint(void)
     CU_ASSERT(hy_membership_start(&c, &m, &err) == HY_EINVAL);
 }
 
+/* --- etcd over TLS, as a user of its own ------------------------------------- */
+
+#define TLS_DIR HY_FIXTURES_DIR "/tls"
+
+static char *read_pem(const char *name)
+{
+    char path[300], *pem = NULL;
+    size_t n;
+    snprintf(path, sizeof path, "%s/%s", TLS_DIR, name);
+    CU_ASSERT_FATAL(hy_read_file(path, 1 << 20, &pem, &n, NULL) == 0);
+    return pem;
+}
+
+static int open_as(const hy_test_etcd *t, const char *ca_pem, const char *user, const char *pw,
+                   hy_etcd **out, hy_err *err)
+{
+    const char *ep[] = {t->endpoint};
+    hy_etcd_options o = {.endpoints = ep,
+                         .n = 1,
+                         .timeout_ms = 2000,
+                         .tls_ca_pem = ca_pem,
+                         .user = user,
+                         .password = pw};
+    return hy_etcd_open_ex(&o, out, err);
+}
+
+/* An etcd serving TLS with auth on: the user may read and write /hypic/
+ * only. Keys, leases, a watch and the membership work as that user over
+ * TLS; a wrong password, no user, a key outside the prefix and a plaintext
+ * client are refused with etcd's reason; once etcd has dropped the client's
+ * token, the next call asks for a new one by itself. */
+static void test_tls_and_user(void)
+{
+    hy_test_etcd t;
+    CU_ASSERT_FATAL(hy_test_etcd_start_tls(&t, TLS_DIR "/server.pem", TLS_DIR "/server.key",
+                                           TLS_DIR "/ca.pem") == 0);
+    int arc = hy_test_etcd_auth(&t, "hypic", "hypic-password-1", "/hypic/");
+    if (arc == 77) {
+        printf("\n    SKIPPED: etcdctl not installed (deploy/debian-packages.txt: etcd-client) ");
+        hy_test_etcd_stop(&t);
+        return;
+    }
+    CU_ASSERT_FATAL(arc == 0);
+    char *ca = read_pem("ca.pem");
+    hy_etcd *e = NULL;
+    hy_err err = {0};
+    CU_ASSERT_FATAL(open_as(&t, ca, "hypic", "hypic-password-1", &e, &err) == 0);
+    CU_ASSERT(hy_etcd_put(e, "/hypic/a", "1", 1, 0, &err) == 0);
+    hy_etcd_kv *kvs = NULL;
+    size_t n = 0;
+    CU_ASSERT(hy_etcd_range_prefix(e, "/hypic/", &kvs, &n, NULL, &err) == 0);
+    CU_ASSERT(n == 1 && kvs && !strcmp(kvs[0].key, "/hypic/a"));
+    hy_etcd_kvs_free(kvs, n);
+    int64_t lease = 0, ttl = 0;
+    CU_ASSERT(hy_etcd_lease_grant(e, 5, &lease, &ttl, &err) == 0);
+    CU_ASSERT(hy_etcd_lease_keepalive(e, lease, &ttl, &err) == 0 && ttl > 0);
+    /* outside the user's prefix */
+    int rc = hy_etcd_put(e, "/other", "x", 1, 0, &err);
+    printf("\n    outside the prefix: %s ", err.msg);
+    CU_ASSERT(rc != 0 && strstr(err.msg, "permission denied"));
+    /* auth turned off and on again: every token etcd issued is gone (as
+     * after its TTL), and the client asks for a new one by itself */
+    CU_ASSERT_FATAL(hy_test_etcdctl(&t, "auth disable") == 0);
+    CU_ASSERT_FATAL(hy_test_etcdctl(&t, "auth enable") == 0);
+    memset(&err, 0, sizeof err);
+    rc = hy_etcd_put(e, "/hypic/b", "2", 1, 0, &err);
+    if (rc) printf("\n    with its token dropped: %s ", err.msg);
+    CU_ASSERT(rc == 0);
+    /* the membership as that user, over TLS */
+    rec r;
+    rec_init(&r);
+    const char *ep[] = {t.endpoint};
+    hy_membership_config mc = {.endpoints = ep,
+                               .nendpoints = 1,
+                               .prefix = "/hypic/members/",
+                               .ttl_s = 2,
+                               .self_id = "m1",
+                               .self_info = "{\"id\":\"m1\",\"address\":\"addr-m1\"}",
+                               .on_change = on_members,
+                               .ctx = &r,
+                               .tls_ca_pem = ca,
+                               .user = "hypic",
+                               .password = "hypic-password-1"};
+    hy_membership *m = NULL;
+    rc = hy_membership_start(&mc, &m, &err);
+    if (rc) printf("\n    membership: %s ", err.msg);
+    CU_ASSERT_FATAL(rc == 0);
+    CU_ASSERT(strcmp(r.ids, "m1") == 0);
+    hy_membership_stop(m);
+    hy_etcd_close(e);
+    /* refused: a wrong password, no user, plaintext */
+    e = NULL;
+    CU_ASSERT(open_as(&t, ca, "hypic", "wrong-password", &e, &err) == 0);
+    rc = hy_etcd_put(e, "/hypic/c", "3", 1, 0, &err);
+    printf("\n    a wrong password: %s ", err.msg);
+    CU_ASSERT(rc == HY_EINVAL && strstr(err.msg, "user 'hypic'") &&
+              strstr(err.msg, "authentication failed"));
+    hy_etcd_close(e);
+    CU_ASSERT(open_as(&t, ca, NULL, NULL, &e, &err) == 0);
+    rc = hy_etcd_put(e, "/hypic/c", "3", 1, 0, &err);
+    printf("\n    no user: %s ", err.msg);
+    CU_ASSERT(rc != 0 && strstr(err.msg, "user name is empty"));
+    hy_etcd_close(e);
+    CU_ASSERT(open_as(&t, NULL, "hypic", "hypic-password-1", &e, &err) == 0);
+    rc = hy_etcd_put(e, "/hypic/c", "3", 1, 0, &err);
+    printf("\n    plaintext to TLS: %s ", err.msg);
+    CU_ASSERT(rc == HY_EIO);
+    hy_etcd_close(e);
+    /* a certificate without its key */
+    const char *one[] = {t.endpoint};
+    hy_etcd_options bad = {.endpoints = one, .n = 1, .timeout_ms = 1000, .tls_ca_pem = ca,
+                           .tls_cert_pem = ca};
+    CU_ASSERT(hy_etcd_open_ex(&bad, &e, &err) == HY_EINVAL);
+    hy_free(ca);
+    hy_test_etcd_stop(&t);
+}
+
 int main(void)
 {
     if (hy_test_etcd_start(&g_etcd) != 0) {
@@ -510,6 +627,7 @@ int main(void)
          test_membership_lease_lost},
         {"membership: watchers follow again after etcd restarts", test_membership_etcd_restart},
         {"a bad endpoint is named; the next one is used", test_bad_endpoint},
+        {"TLS and a user of etcd's own", test_tls_and_user},
         {NULL, NULL},
     };
     int rc = hy_test_main("etcd", cases);
