@@ -31,7 +31,7 @@ venv=$(dirname "$(dirname "$VENV_PYTHON")")
 pip="$VENV_PYTHON -m pip --quiet --disable-pip-version-check"
 (cd "$pkg" && tar --exclude=./.venv --exclude=./build --exclude='./*.egg-info' \
     --exclude=__pycache__ -cf - .) | tar -C "$src" -xf -
-HYPIC_PROTO=$repo/rpc/hypic.proto $pip install "$src"
+HYPIC_PROTO=$repo/rpc/hypic.proto $pip install --no-build-isolation "$src"
 
 # From the tests folder, so that `import hypic` is the installed package (with its
 # generated stubs), never the source folder beside it.
