@@ -55,6 +55,24 @@ const hy_rpc_method *method(const char *name)
     return m;
 }
 
+/* The PEM text of `what`'s file into *out, which must hold marker: gRPC
+ * takes any text and fails each call later with a message that does not
+ * name the file ("empty address list"). Non-zero (INVALID_ARGUMENT in st)
+ * when it cannot be read or holds no such block. */
+static int read_pem(const char *what, const char *file, const char *noun, const char *marker,
+                    char **out, hyc_status *st)
+{
+    hy_err e = {0};
+    size_t len;
+    if (hy_read_file(file, HYC_CA_FILE_MAX, out, &len, &e))
+        return status_set(st, HYC_INVALID_ARGUMENT, "client: TLS %s file: %s", what, e.msg);
+    if (strstr(*out, marker)) return 0;
+    hy_free(*out);
+    *out = NULL;
+    return status_set(st, HYC_INVALID_ARGUMENT, "client: TLS %s file %s: no PEM %s in it (%s)",
+                      what, file, noun, marker);
+}
+
 int hyc_open(const hyc_options *o, hyc **out, hyc_status *st)
 {
     *out = NULL;
@@ -69,47 +87,26 @@ int hyc_open(const hyc_options *o, hyc **out, hyc_status *st)
         free(c);
         return status_set(st, HYC_INTERNAL, "client: out of memory");
     }
-    char *pem = NULL;
-    hy_err e = {0};
-    if (o->tls_ca_file) {
-        size_t len;
-        if (hy_read_file(o->tls_ca_file, HYC_CA_FILE_MAX, &pem, &len, &e)) {
-            hyc_close(c);
-            return status_set(st, HYC_INVALID_ARGUMENT, "client: TLS CA file: %s", e.msg);
-        }
-        /* gRPC takes any text here and fails each call later with a message
-         * that does not name the file ("empty address list") */
-        if (!strstr(pem, "-----BEGIN CERTIFICATE-----")) {
-            hy_free(pem);
-            hyc_close(c);
-            return status_set(st, HYC_INVALID_ARGUMENT,
-                              "client: TLS CA file %s: no PEM certificate in it (-----BEGIN "
-                              "CERTIFICATE-----)",
-                              o->tls_ca_file);
-        }
-    }
-    /* mutual TLS: this client's certificate and key */
-    char *mine[2] = {NULL, NULL};
-    const char *files[2] = {o->tls_cert_file, o->tls_key_file};
-    static const char *const what[2] = {"certificate", "key"};
-    if (!o->tls_cert_file != !o->tls_key_file || (o->tls_cert_file && !pem)) {
-        hy_free(pem);
+    /* TLS: the CA, and for mutual TLS this client's certificate and key */
+    if (!o->tls_cert_file != !o->tls_key_file || (o->tls_cert_file && !o->tls_ca_file)) {
         hyc_close(c);
         return status_set(st, HYC_INVALID_ARGUMENT,
                           "client: a TLS client certificate needs tls_cert_file, tls_key_file "
                           "and tls_ca_file");
     }
-    for (int i = 0; i < 2 && files[0]; i++)
-        if (hy_read_file(files[i], HYC_CA_FILE_MAX, &mine[i], &(size_t){0}, &e) ||
-            !strstr(mine[i], "-----BEGIN ")) {
-            const bool read = e.msg[0] == '\0';
-            hy_free(pem);
-            hy_free(mine[0]);
-            hy_free(mine[1]);
-            hyc_close(c);
-            return status_set(st, HYC_INVALID_ARGUMENT, "client: TLS client %s file %s: %s",
-                              what[i], files[i], read ? "no PEM block in it" : e.msg);
-        }
+    char *pem = NULL, *mine[2] = {NULL, NULL};
+    if ((o->tls_ca_file &&
+         read_pem("CA", o->tls_ca_file, "certificate", "-----BEGIN CERTIFICATE-----", &pem, st)) ||
+        (o->tls_cert_file &&
+         (read_pem("client certificate", o->tls_cert_file, "block", "-----BEGIN ", &mine[0], st) ||
+          read_pem("client key", o->tls_key_file, "block", "-----BEGIN ", &mine[1], st)))) {
+        hy_free(pem);
+        hy_free(mine[0]);
+        hy_free(mine[1]);
+        hyc_close(c);
+        return st->code;
+    }
+    hy_err e = {0};
     hy_rpc_client_options ro = {.target = o->target,
                                 .max_message = c->max_message,
                                 .tls_root_pem = pem,
