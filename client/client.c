@@ -55,12 +55,8 @@ const hy_rpc_method *method(const char *name)
     return m;
 }
 
-/* The PEM text of `what`'s file into *out, which must hold marker: gRPC
- * takes any text and fails each call later with a message that does not
- * name the file ("empty address list"). Non-zero (INVALID_ARGUMENT in st)
- * when it cannot be read or holds no such block. */
-static int read_pem(const char *what, const char *file, const char *noun, const char *marker,
-                    char **out, hyc_status *st)
+int read_pem(const char *what, const char *file, const char *noun, const char *marker, char **out,
+             hyc_status *st)
 {
     hy_err e = {0};
     size_t len;

@@ -23,6 +23,7 @@ struct hyc {
 #define method      hyci_method
 #define call_status hyci_call_status
 #define unary       hyci_unary
+#define read_pem    hyci_read_pem
 
 /* st->code = code, st->msg formatted; returns code. */
 int status_set(hyc_status *st, int code, const char *fmt, ...)
@@ -35,6 +36,13 @@ const hy_rpc_method *method(const char *name);
 int call_status(int rc, const hy_rpc_status *rs, const hy_err *e, hyc_status *st);
 /* One unary call of the method named name; *out the decoded response. */
 int unary(hyc *c, const char *name, const ProtobufCMessage *rq, void **out, hyc_status *st);
+/* The PEM text of `what`'s file into *out (free with hy_free), which must
+ * hold marker: gRPC takes any text and fails each call later with a message
+ * that does not name the file ("empty address list"). Non-zero
+ * (INVALID_ARGUMENT in st, naming the file) when it cannot be read or holds
+ * no such block. */
+int read_pem(const char *what, const char *file, const char *noun, const char *marker, char **out,
+             hyc_status *st);
 /* The host part of "host:port" ("[v6]:port" gives v6). */
 void hyci_target_host(const char *target, char *host, size_t cap);
 

@@ -88,6 +88,31 @@ static char *dup_or_null(const char *s, bool *oom)
     return d;
 }
 
+/* The PEM texts of the etcd TLS files that are set (pem[0] the CA, [1] the
+ * certificate, [2] the key); non-zero with st set, naming the file, when
+ * one cannot be read or the set makes no sense. */
+static int etcd_pems(const hyc_cluster_options *o, char *pem[3], hyc_status *st)
+{
+    if (!o->etcd_tls_cert_file != !o->etcd_tls_key_file)
+        return status_set(st, HYC_INVALID_ARGUMENT,
+                          "client: etcd_tls_cert_file and etcd_tls_key_file go together");
+    if ((o->etcd_tls_cert_file || o->etcd_tls_server_name) && !o->etcd_tls_ca_file)
+        return status_set(st, HYC_INVALID_ARGUMENT,
+                          "client: etcd's TLS certificate or server name needs etcd_tls_ca_file");
+    if (o->etcd_password && !o->etcd_user)
+        return status_set(st, HYC_INVALID_ARGUMENT, "client: etcd_password without etcd_user");
+    if ((o->etcd_tls_ca_file && read_pem("etcd CA", o->etcd_tls_ca_file, "certificate",
+                                         "-----BEGIN CERTIFICATE-----", &pem[0], st)) ||
+        (o->etcd_tls_cert_file && (read_pem("etcd client certificate", o->etcd_tls_cert_file,
+                                            "block", "-----BEGIN ", &pem[1], st) ||
+                                   read_pem("etcd client key", o->etcd_tls_key_file, "block",
+                                            "-----BEGIN ", &pem[2], st)))) {
+        for (int i = 0; i < 3; i++) hy_free(pem[i]), pem[i] = NULL;
+        return st->code;
+    }
+    return 0;
+}
+
 int hyc_cluster_open(const hyc_cluster_options *o, hyc_cluster **out, hyc_status *st)
 {
     *out = NULL;
@@ -130,6 +155,11 @@ int hyc_cluster_open(const hyc_cluster_options *o, hyc_cluster **out, hyc_status
             return rc;
         }
     } else {
+        char *pem[3] = {NULL, NULL, NULL};
+        if (etcd_pems(o, pem, st)) {
+            hyc_cluster_close(c);
+            return st->code;
+        }
         char *list = strdup(o->etcd);
         const char *eps[32];
         size_t n = 0;
@@ -140,13 +170,23 @@ int hyc_cluster_open(const hyc_cluster_options *o, hyc_cluster **out, hyc_status
                                    .nendpoints = n,
                                    .prefix = o->prefix ? o->prefix : "/hypic/members/",
                                    .on_change = on_members,
-                                   .ctx = c};
+                                   .ctx = c,
+                                   .tls_ca_pem = pem[0],
+                                   .tls_cert_pem = pem[1],
+                                   .tls_key_pem = pem[2],
+                                   .tls_server_name = o->etcd_tls_server_name,
+                                   .user = o->etcd_user,
+                                   .password = o->etcd_password};
         hy_err e = {0};
         int rc = list ? hy_membership_start(&mc, &c->ms, &e) : HY_ENOMEM;
         free(list);
+        for (int i = 0; i < 3; i++) hy_free(pem[i]);
         if (rc) {
             hyc_cluster_close(c);
-            return status_set(st, rc == HY_ENOMEM ? HYC_INTERNAL : HYC_UNAVAILABLE,
+            return status_set(st,
+                              rc == HY_ENOMEM   ? HYC_INTERNAL
+                              : rc == HY_EINVAL ? HYC_INVALID_ARGUMENT
+                                                : HYC_UNAVAILABLE,
                               "client: etcd (%s): %s", o->etcd, e.msg);
         }
     }

@@ -224,13 +224,25 @@ typedef struct hyc_cluster_options {
     const char *etcd;    /* or etcd's endpoints "host:port,...": the set is the members
                           * registered there, followed as they join and leave */
     const char *prefix;  /* etcd's key prefix; NULL: "/hypic/members/" */
-    uint32_t replicas;   /* owners per entry, as the members are configured; 0: 1 */
-    hyc_options client;  /* token, deadline, limits and TLS of every member's connection
-                          * (its target is ignored) */
+    /* etcd over TLS (the CA its certificate chains to; a certificate and key
+     * of this client's for an etcd with --client-cert-auth; the name its
+     * certificate carries instead of the endpoint's host), and as a user of
+     * etcd's own, which needs only read access to the prefix. NULL: plaintext,
+     * no user. The members' registration seal (cluster.secret) is theirs:
+     * a client trusts the set as far as etcd's access control goes, and each
+     * member's certificate (client.tls_ca_file) proves the member is one. */
+    const char *etcd_tls_ca_file, *etcd_tls_cert_file, *etcd_tls_key_file;
+    const char *etcd_tls_server_name;
+    const char *etcd_user, *etcd_password;
+    uint32_t replicas;  /* owners per entry, as the members are configured; 0: 1 */
+    hyc_options client; /* token, deadline, limits and TLS of every member's connection
+                         * (its target is ignored) */
 } hyc_cluster_options;
 
-/* INVALID_ARGUMENT for a member list that does not parse (naming the item)
- * or neither members nor etcd; UNAVAILABLE when no etcd endpoint answers. */
+/* INVALID_ARGUMENT for a member list that does not parse (naming the item),
+ * neither members nor etcd, an etcd TLS file that cannot be read (naming
+ * it), a password without a user or a user etcd refuses (naming the user);
+ * UNAVAILABLE when no etcd endpoint answers. */
 int hyc_cluster_open(const hyc_cluster_options *o, hyc_cluster **out, hyc_status *st);
 void hyc_cluster_close(hyc_cluster *c);
 /* The live set now, by id: how many; ids and addrs (either may be NULL)

@@ -613,8 +613,7 @@ static void member_token(const char *secret, const char *tenant, char *out, size
 
 /* A TLS client trusting the fixture authority ca (a file of tests/fixtures/tls),
  * presenting the certificate cert (and its key) when not NULL. */
-static hyc *connect_tls_as(const char *target, const char *token, const char *ca,
-                           const char *cert)
+static hyc *connect_tls_as(const char *target, const char *token, const char *ca, const char *cert)
 {
     char caf[300], cf[300], kf[300];
     snprintf(caf, sizeof caf, "%s/tls/%s", HY_FIXTURES_DIR, ca);
@@ -850,6 +849,48 @@ static void test_mtls_members(void)
 /* A member whose etcd serves TLS with auth on: it registers as the user the
  * configuration names (password from a file), and its registration can be
  * read by that user; with a wrong password it does not start, and says why. */
+/* A client that follows the member set in et (TLS, auth on) as a user that
+ * may only read the prefix: it sees the member at addr; a wrong password
+ * and plaintext are refused, and the message says why. */
+static void cluster_client_over_tls(hy_test_etcd *et, const char *ca, const char *addr)
+{
+    const char *steps[] = {
+        "role add reader", "role grant-permission reader --prefix=true read /hypic/members/",
+        "user add reader --new-user-password=reader-password-2", "user grant-role reader reader"};
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++)
+        CU_ASSERT_FATAL(hy_test_etcdctl(et, steps[i]) == 0);
+    for (int t = 0; t < 3; t++) {
+        hyc_cluster_options o = {.etcd = et->endpoint,
+                                 .etcd_tls_ca_file = t == 2 ? NULL : ca,
+                                 .etcd_user = "reader",
+                                 .etcd_password = t == 1 ? "wrong" : "reader-password-2",
+                                 .client = {.token = ALICE, .deadline_ms = 5000}};
+        hyc_cluster *cl = NULL;
+        hyc_status st = {0};
+        const int rc = hyc_cluster_open(&o, &cl, &st);
+        if (t == 0) {
+            CU_ASSERT_FATAL(rc == HYC_OK);
+            char ids[4][64], addrs[4][256];
+            const size_t n = hyc_cluster_members(cl, ids, addrs, 4);
+            CU_ASSERT(n == 1 && !strcmp(ids[0], "m1") && !strcmp(addrs[0], addr));
+            fprintf(stderr,
+                    "  a client follows the set over TLS as read-only user reader: %zu member(s)\n",
+                    n);
+            hyc_cluster_close(cl);
+            continue;
+        }
+        CU_ASSERT(rc != HYC_OK && cl == NULL);
+        fprintf(stderr, "  %s: %s\n", t == 1 ? "wrong password" : "plaintext", st.msg);
+        if (t == 1) {
+            CU_ASSERT(rc == HYC_INVALID_ARGUMENT);
+            CU_ASSERT(strstr(st.msg, "user 'reader'") != NULL);
+            CU_ASSERT(strstr(st.msg, "authentication failed") != NULL);
+        } else {
+            CU_ASSERT(rc == HYC_UNAVAILABLE);
+        }
+    }
+}
+
 static void test_etcd_tls_user(void)
 {
     const char *fx = HY_FIXTURES_DIR "/tls";
@@ -861,7 +902,8 @@ static void test_etcd_tls_user(void)
     CU_ASSERT_FATAL(hy_test_etcd_start_tls(&et, cert, key, ca) == 0);
     const int arc = hy_test_etcd_auth(&et, "hypic", "hypic-etcd-password-1", "/hypic/");
     if (arc == 77) {
-        fprintf(stderr, "  SKIPPED: etcdctl not installed (deploy/debian-packages.txt: etcd-client)\n");
+        fprintf(stderr,
+                "  SKIPPED: etcdctl not installed (deploy/debian-packages.txt: etcd-client)\n");
         hy_test_etcd_stop(&et);
         return;
     }
@@ -914,6 +956,7 @@ static void test_etcd_tls_user(void)
         fprintf(stderr, "  registered over TLS as etcd user hypic: %s\n", n ? kvs[0].key : "-");
         hy_etcd_kvs_free(kvs, n);
         hy_etcd_close(c);
+        cluster_client_over_tls(&et, ca, d.grpc);
         CU_ASSERT(hy_daemon_stop(&d));
     }
     hy_test_etcd_stop(&et);

@@ -65,6 +65,13 @@ class Cluster:
     background thread that reads it again when the stream breaks), so members() follows
     joins and deaths. replicas: the daemons' cluster.replicas, what owners() ranks.
     token and client_kwargs (tls_root_pem, timeout, ...) go to each member's Client.
+    etcd_tls_root_pem (with etcd_tls_cert_pem and etcd_tls_key_pem for an etcd that asks
+    for client certificates, and etcd_tls_server_name for a certificate that does not name
+    the endpoint's host): etcd over TLS; etcd_user and etcd_password: a user of etcd's
+    own (its auth API), which needs only read access to the prefix. The members' seal on
+    their registrations (cluster.secret) is theirs alone: a client trusts the set as far
+    as etcd's access control goes, and a member's certificate (tls_root_pem) proves it is
+    one.
 
     Any member answers any call, passing it on to the owners itself; routing here only
     saves that hop. A member that is gone (UNAVAILABLE) is a miss for get_entry and
@@ -81,6 +88,12 @@ class Cluster:
         prefix: str = "/hypic/members/",
         replicas: int = 1,
         token: str | None = None,
+        etcd_tls_root_pem: bytes | None = None,
+        etcd_tls_cert_pem: bytes | None = None,
+        etcd_tls_key_pem: bytes | None = None,
+        etcd_tls_server_name: str | None = None,
+        etcd_user: str | None = None,
+        etcd_password: str | None = None,
         **client_kwargs: Any,
     ) -> None:
         if (members is None) == (etcd is None):
@@ -104,7 +117,15 @@ class Cluster:
             eps = [e for e in (etcd.split(",") if isinstance(etcd, str) else etcd or []) if e]
             if not eps:
                 raise client_error("Cluster: no etcd endpoints")
-            self._watch = _EtcdWatch(eps, prefix, self._set_members)
+            access = _EtcdAccess(
+                etcd_tls_root_pem,
+                etcd_tls_cert_pem,
+                etcd_tls_key_pem,
+                etcd_tls_server_name,
+                etcd_user,
+                etcd_password,
+            )
+            self._watch = _EtcdWatch(eps, prefix, self._set_members, access)
 
     # ---- the view ------------------------------------------------------------------------
 
@@ -343,6 +364,88 @@ def _prefix_end(prefix: bytes) -> bytes:
     return b"\0"
 
 
+class _EtcdAccess:
+    """How etcd is reached: plaintext or TLS, and as a user of its own or as nobody.
+
+    With a user, each channel asks for a token (Auth.Authenticate) before its first call,
+    sends it as etcd's "token" metadata, and asks again once when etcd answers
+    UNAUTHENTICATED (a token expires, and every one is dropped when auth is turned off and
+    on again).
+    """
+
+    def __init__(
+        self,
+        root_pem: bytes | None,
+        cert_pem: bytes | None,
+        key_pem: bytes | None,
+        server_name: str | None,
+        user: str | None,
+        password: str | None,
+    ) -> None:
+        if (cert_pem is None) != (key_pem is None):
+            raise client_error("Cluster: etcd_tls_cert_pem and etcd_tls_key_pem go together")
+        if (cert_pem is not None or server_name) and root_pem is None:
+            raise client_error("Cluster: etcd's client certificate or server name needs etcd_tls_root_pem")
+        if password is not None and not user:
+            raise client_error("Cluster: etcd_password without etcd_user")
+        self.tls = root_pem is not None
+        self._creds = (
+            grpc.ssl_channel_credentials(root_pem, key_pem, cert_pem) if self.tls else None
+        )
+        self._server_name = server_name
+        self.user = user
+        self._password = password or ""
+        self._token: str | None = None
+        self._mu = threading.Lock()
+
+    def channel(self, endpoint: str) -> grpc.Channel:
+        opts: list[tuple[str, Any]] = [
+            ("grpc.keepalive_time_ms", 10000),
+            ("grpc.keepalive_timeout_ms", 5000),
+        ]
+        if self._creds is None:
+            return grpc.insecure_channel(endpoint, opts)
+        if self._server_name:
+            opts.append(("grpc.ssl_target_name_override", self._server_name))
+        return grpc.secure_channel(endpoint, self._creds, opts)
+
+    def forget(self) -> None:
+        """Drops the token (a new channel, or etcd refused it): the next call asks again."""
+        with self._mu:
+            self._token = None
+
+    def metadata(self, ch: grpc.Channel) -> list[tuple[str, str]]:
+        """What a call on ch carries: the token, asked for when there is none."""
+        if not self.user:
+            return []
+        with self._mu:
+            tok = self._token
+        if tok is None:
+            auth = ch.unary_unary(
+                "/etcdserverpb.Auth/Authenticate",
+                request_serializer=epb.AuthenticateRequest.SerializeToString,
+                response_deserializer=epb.AuthenticateResponse.FromString,
+            )
+            try:
+                r = auth(epb.AuthenticateRequest(name=self.user, password=self._password), timeout=5.0)
+            except grpc.RpcError as e:
+                if e.code() == grpc.StatusCode.UNAVAILABLE:
+                    raise
+                raise HypicError(
+                    "INVALID_ARGUMENT" if e.code() == grpc.StatusCode.INVALID_ARGUMENT else "UNAVAILABLE",
+                    f"client: etcd: Authenticate as user '{self.user}': {e.details()}",
+                ) from None
+            if not r.token:
+                raise HypicError(
+                    "UNAVAILABLE",
+                    f"client: etcd: Authenticate as user '{self.user}': no token came (is auth enabled?)",
+                )
+            tok = r.token
+            with self._mu:
+                self._token = tok
+        return [("token", tok)]
+
+
 class _EtcdWatch:
     """The members registered under a prefix in etcd, kept current by a thread.
 
@@ -356,9 +459,14 @@ class _EtcdWatch:
     RETRY_S = (0.1, 2.0)  # back-off between attempts: first, at most
 
     def __init__(
-        self, endpoints: Sequence[str], prefix: str, publish: Callable[[dict[str, str]], None]
+        self,
+        endpoints: Sequence[str],
+        prefix: str,
+        publish: Callable[[dict[str, str]], None],
+        access: _EtcdAccess,
     ) -> None:
         self._eps = [e.split("://", 1)[-1] for e in endpoints]
+        self._access = access
         self._at = 0
         self._prefix = prefix.encode()
         self._end = _prefix_end(self._prefix)
@@ -376,6 +484,12 @@ class _EtcdWatch:
             except grpc.RpcError as e:
                 err = HypicError.from_rpc(e)
                 self._next_endpoint()
+            except HypicError as e:  # etcd refused the user: no other endpoint will differ
+                self._close_channel()
+                if e.code == "INVALID_ARGUMENT":
+                    raise
+                err = e
+                self._next_endpoint()
         if rev is None:
             self._close_channel()
             said = f"client: no etcd endpoint of {self._eps} answered: {err.message}"
@@ -388,8 +502,8 @@ class _EtcdWatch:
     def _chan(self) -> grpc.Channel:
         with self._mu:
             if self._channel is None:
-                keepalive = [("grpc.keepalive_time_ms", 10000), ("grpc.keepalive_timeout_ms", 5000)]
-                self._channel = grpc.insecure_channel(self._eps[self._at], keepalive)
+                self._channel = self._access.channel(self._eps[self._at])
+                self._access.forget()  # a token is per endpoint: ask this one
             return self._channel
 
     def _close_channel(self) -> None:
@@ -404,12 +518,20 @@ class _EtcdWatch:
 
     def _range(self) -> int:
         """Reads every registration; publishes the set; answers the revision read at."""
-        rng = self._chan().unary_unary(
+        ch = self._chan()
+        rng = ch.unary_unary(
             "/etcdserverpb.KV/Range",
             request_serializer=epb.RangeRequest.SerializeToString,
             response_deserializer=epb.RangeResponse.FromString,
         )
-        r = rng(epb.RangeRequest(key=self._prefix, range_end=self._end), timeout=5.0)
+        rq = epb.RangeRequest(key=self._prefix, range_end=self._end)
+        try:
+            r = rng(rq, timeout=5.0, metadata=self._access.metadata(ch))
+        except grpc.RpcError as e:
+            if e.code() != grpc.StatusCode.UNAUTHENTICATED or not self._access.user:
+                raise
+            self._access.forget()  # the token went stale: ask once more
+            r = rng(rq, timeout=5.0, metadata=self._access.metadata(ch))
         members: dict[str, str] = {}
         for kv in r.kvs:
             m = self._member_of(kv)
@@ -436,7 +558,7 @@ class _EtcdWatch:
                 if rev:
                     self._watch(rev + 1)
                     pause = self.RETRY_S[0]  # it ran: the next failure starts the back-off over
-            except grpc.RpcError:
+            except (grpc.RpcError, HypicError):
                 pass
             rev = 0
             if self._stop.wait(pause):
@@ -445,7 +567,7 @@ class _EtcdWatch:
             self._next_endpoint()
             try:
                 rev = self._range()
-            except grpc.RpcError:
+            except (grpc.RpcError, HypicError):
                 continue
 
     def _watch(self, start: int) -> None:
@@ -458,12 +580,13 @@ class _EtcdWatch:
             while not ended.wait(0.5) and not self._stop.is_set():
                 pass  # the send side stays open while the stream runs
 
-        watch = self._chan().stream_stream(
+        ch = self._chan()
+        watch = ch.stream_stream(
             "/etcdserverpb.Watch/Watch",
             request_serializer=epb.WatchRequest.SerializeToString,
             response_deserializer=epb.WatchResponse.FromString,
         )
-        call = watch(requests())
+        call = watch(requests(), metadata=self._access.metadata(ch))
         with self._mu:
             self._call = call
         try:

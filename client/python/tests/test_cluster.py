@@ -23,7 +23,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from conftest import EXAMPLES, MODEL_DIR, Daemon, _die_with_parent, start_daemon, stop_daemon
+from conftest import EXAMPLES, MODEL_DIR, TLS, Daemon, _die_with_parent, start_daemon, stop_daemon
 
 import hypic
 from hypic import cluster
@@ -81,6 +81,9 @@ def test_cluster_arguments() -> None:
         lambda: hypic.Cluster({"a": "127.0.0.1:1"}, etcd=["127.0.0.1:2"]),
         lambda: hypic.Cluster({}),
         lambda: hypic.Cluster({"a": "127.0.0.1:1"}, replicas=0),
+        lambda: hypic.Cluster(etcd=["127.0.0.1:2"], etcd_password="pw"),
+        lambda: hypic.Cluster(etcd=["127.0.0.1:2"], etcd_tls_server_name="etcd"),
+        lambda: hypic.Cluster(etcd=["127.0.0.1:2"], etcd_tls_root_pem=b"x", etcd_tls_cert_pem=b"y"),
     ):
         with pytest.raises(hypic.HypicError) as e:
             bad()
@@ -277,25 +280,30 @@ def test_static_view_with_a_gone_member(static_members: dict[str, Daemon]) -> No
 TTL_S = 2
 
 
-@pytest.fixture
-def etcd(tmp_path: Path) -> Iterator[str]:
-    """A one-node etcd on free ports (its client endpoint), killed at the end."""
+def start_etcd(tmp: Path, tls: bool = False) -> tuple[subprocess.Popen[bytes], str]:
+    """A one-node etcd on free ports, serving TLS with tests/fixtures/tls's server
+    certificate when asked: its process and client endpoint, once it answers (the
+    caller kills it)."""
     exe = shutil.which("etcd")
     if exe is None:
         pytest.skip("etcd is not on PATH (Debian: etcd-server): the etcd membership is not tested")
     client_port, peer_port = free_ports(2)
-    cu, pu = f"http://127.0.0.1:{client_port}", f"http://127.0.0.1:{peer_port}"
-    with open(tmp_path / "etcd.log", "wb") as log:
+    cu = f"{'https' if tls else 'http'}://127.0.0.1:{client_port}"
+    pu = f"http://127.0.0.1:{peer_port}"
+    more = ["--cert-file", str(TLS / "server.pem"), "--key-file", str(TLS / "server.key")] if tls else []
+    with open(tmp / "etcd.log", "wb") as log:
         proc = subprocess.Popen(
-            [exe, "--name", "t", "--data-dir", str(tmp_path / "etcd-data"),
+            [exe, "--name", "t", "--data-dir", str(tmp / "etcd-data"),
              "--listen-client-urls", cu, "--advertise-client-urls", cu,
              "--listen-peer-urls", pu, "--initial-advertise-peer-urls", pu,
-             "--initial-cluster", f"t={pu}", "--heartbeat-interval", "50", "--election-timeout", "250"],
+             "--initial-cluster", f"t={pu}", "--heartbeat-interval", "50", "--election-timeout", "250",
+             *more],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, preexec_fn=_die_with_parent,
         )  # fmt: skip
+    endpoint = f"127.0.0.1:{client_port}"
     try:
-        endpoint = f"127.0.0.1:{client_port}"
-        with grpc.insecure_channel(endpoint) as ch:
+        creds = grpc.ssl_channel_credentials((TLS / "ca.pem").read_bytes()) if tls else None
+        with grpc.secure_channel(endpoint, creds) if creds else grpc.insecure_channel(endpoint) as ch:
             rng = ch.unary_unary(
                 "/etcdserverpb.KV/Range",
                 request_serializer=etcd_pb2.RangeRequest.SerializeToString,
@@ -311,8 +319,20 @@ def etcd(tmp_path: Path) -> Iterator[str]:
 
             up = wait_until(ready, 20, 0.1) and proc.poll() is None
         if not up:
-            log = (tmp_path / "etcd.log").read_text(errors="replace")
+            log = (tmp / "etcd.log").read_text(errors="replace")
             pytest.fail(f"etcd did not start; its log:\n{log}")
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    return proc, endpoint
+
+
+@pytest.fixture
+def etcd(tmp_path: Path) -> Iterator[str]:
+    """A one-node etcd on free ports (its client endpoint), killed at the end."""
+    proc, endpoint = start_etcd(tmp_path)
+    try:
         yield endpoint
     finally:
         proc.kill()
@@ -376,3 +396,69 @@ def test_etcd_view_follows_a_death(etcd: str, etcd_members: dict[str, Daemon]) -
         assert failures == [], failures[:3]
         r = cl.lookup(MODEL, DOCS)  # the two left still answer for every document
         assert len(r.segments) == 4 and all(s.member != "e1" for s in r.segments)
+
+
+# ---- etcd over TLS, with auth on ------------------------------------------------------------
+
+
+def etcdctl(endpoint: str, *args: str, user: str | None = "root:root-password-0") -> None:
+    """etcdctl (Debian: etcd-client) against the TLS etcd at endpoint, as root once auth is on."""
+    cmd = ["etcdctl", f"--endpoints=https://{endpoint}", f"--cacert={TLS / 'ca.pem'}"]
+    if user:
+        cmd.append(f"--user={user}")
+    r = subprocess.run([*cmd, *args], env={**os.environ, "ETCDCTL_API": "3"},
+                       capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert r.returncode == 0, f"etcdctl {' '.join(args)}: {r.stdout}{r.stderr}"
+
+
+def test_etcd_over_tls_as_a_reader(tmp_path: Path) -> None:
+    """A member registers in an etcd that serves TLS with auth on, as a user that may write
+    the prefix; the Cluster follows the set as a user that may only read it. A wrong
+    password is INVALID_ARGUMENT naming the user, plaintext UNAVAILABLE."""
+    if shutil.which("etcdctl") is None:
+        pytest.skip("etcdctl is not on PATH (Debian: etcd-client): etcd's auth is not tested")
+    proc, ep = start_etcd(tmp_path, tls=True)
+    started: list[Daemon] = []
+    try:
+        for step in (
+            ["user", "add", "root", "--new-user-password=root-password-0"],
+            ["role", "add", "root"],
+            ["user", "grant-role", "root", "root"],
+            ["role", "add", "member"],
+            ["role", "grant-permission", "member", "--prefix=true", "readwrite", "/hypic/"],
+            ["user", "add", "hypic", "--new-user-password=hypic-etcd-password-1"],
+            ["user", "grant-role", "hypic", "member"],
+            ["role", "add", "reader"],
+            ["role", "grant-permission", "reader", "--prefix=true", "read", "/hypic/members/"],
+            ["user", "add", "reader", "--new-user-password=reader-password-2"],
+            ["user", "grant-role", "reader", "reader"],
+        ):
+            etcdctl(ep, *step, user=None)
+        etcdctl(ep, "auth", "enable", user=None)
+        pw = tmp_path / "etcd.password"
+        pw.write_text("hypic-etcd-password-1\n")
+        etcd_yaml = (f"{{endpoints: '{ep}', ttl_s: {TTL_S}, tls_ca: {TLS / 'ca.pem'}, user: hypic, "
+                     f"password_file: {pw}}}")  # fmt: skip
+        m = start_members(tmp_path, {"t0": member_config("127.0.0.1:0", f"{{id: t0, etcd: {etcd_yaml}}}")}, started)
+        ca = (TLS / "ca.pem").read_bytes()
+        with hypic.Cluster(etcd=[ep], etcd_tls_root_pem=ca, etcd_user="reader",
+                           etcd_password="reader-password-2", timeout=30) as cl:  # fmt: skip
+            assert cl.members() == {"t0": m["t0"].addr}
+            r = cl.lookup(MODEL, DOCS[:2])
+            assert len(r.segments) == 2
+        with pytest.raises(hypic.HypicError) as wrong:
+            hypic.Cluster(etcd=[ep], etcd_tls_root_pem=ca, etcd_user="reader", etcd_password="wrong")
+        assert wrong.value.code == "INVALID_ARGUMENT"
+        assert "user 'reader'" in wrong.value.message and "authentication failed" in wrong.value.message
+        with pytest.raises(hypic.HypicError) as plain:
+            hypic.Cluster(etcd=[ep], etcd_user="reader", etcd_password="reader-password-2")
+        assert plain.value.code == "UNAVAILABLE"
+        with pytest.raises(hypic.HypicError) as nobody:
+            hypic.Cluster(etcd=[ep], etcd_tls_root_pem=ca)
+        assert nobody.value.code == "UNAVAILABLE" and "user name is empty" in nobody.value.message
+        print(f"wrong password: {wrong.value.message}\nno user: {nobody.value.message}")
+    finally:
+        for d in started:
+            stop_daemon(d)
+        proc.kill()
+        proc.wait()
