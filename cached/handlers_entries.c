@@ -119,8 +119,9 @@ hy_rpc_code do_put_entry(rq *r, const ProtobufCMessage *req)
         hy_err e = {0};
         int rc = hy_rpc_call_recv(r->call, &msg, &e);
         if (rc == HY_ENOTFOUND) break; /* the end of the stream */
-        if (rc == HY_EFORMAT) {
-            c = h_fail(r, HY_RPC_INVALID_ARGUMENT, "chunk %zu: %s", i, e.msg);
+        if (rc == HY_EFORMAT || rc == HY_ENOMEM || rc == HY_ERANGE) {
+            c = h_fail(r, rc == HY_EFORMAT ? HY_RPC_INVALID_ARGUMENT : HY_RPC_RESOURCE_EXHAUSTED,
+                       "chunk %zu: %s%s", i, e.msg, rc == HY_ENOMEM ? ": nothing was stored" : "");
             break;
         }
         if (rc) {
@@ -192,7 +193,10 @@ hy_rpc_code do_put_entry(rq *r, const ProtobufCMessage *req)
     hy_err e = {0};
     if (!c) {
         int rc = hy_entry_deserialize(sm->m, buf, got, &ent, &e);
-        if (rc) c = h_fail(r, HY_RPC_INVALID_ARGUMENT, "the entry failed validation: %s", e.msg);
+        if (rc == HY_ENOMEM) /* no room to look: not the bytes' fault */
+            c = h_fail(r, HY_RPC_RESOURCE_EXHAUSTED, "no memory to validate the entry: %s", e.msg);
+        else if (rc)
+            c = h_fail(r, HY_RPC_INVALID_ARGUMENT, "the entry failed validation: %s", e.msg);
     }
     hy_key k;
     if (!c) {

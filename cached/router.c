@@ -583,7 +583,10 @@ static int build_on(sc_job *j, sc_runner *t, sc_seg *g, hy_rpc_client *cl, hy_ti
     }
     hy_entry *ent = NULL;
     if (!rc && (rc = hy_entry_deserialize(j->sm->m, ga.buf, (size_t)ga.got, &ent, &e)))
-        snprintf(why, cap, "its entry failed validation: %.200s", e.msg);
+        snprintf(why, cap, "%s: %.200s",
+                 rc == HY_ENOMEM ? "no memory to validate its entry"
+                                 : "its entry failed validation",
+                 e.msg);
     if (!rc) {
         hy_key k;
         const int32_t *tok;

@@ -162,7 +162,8 @@ int hy_rpc_check_strings(const ProtobufCMessageDescriptor *d, const void *buf, s
 
 typedef struct budget {
     size_t left;
-    bool over;
+    bool over; /* the message would take more than the budget */
+    bool oom;  /* malloc failed within it */
 } budget;
 
 static void *budget_alloc(void *data, size_t n)
@@ -173,7 +174,11 @@ static void *budget_alloc(void *data, size_t n)
         return NULL;
     }
     b->left -= n;
-    return malloc(n ? n : 1);
+    /* (not a tail call, either: tests/cached/test_alloc_faults.c fails the
+     * allocations whose caller is the project's code) */
+    void *p = malloc(n ? n : 1);
+    if (!p) b->oom = true; /* the host's lack, not the bytes' fault */
+    return p;
 }
 
 static void budget_free(void *data, void *p)
@@ -209,6 +214,8 @@ int hy_rpc_unpack(const ProtobufCMessageDescriptor *d, const void *buf, size_t l
                           "+ %d KiB)",
                           d->name, len, hy_rpc_decode_budget(len), HY_RPC_DECODE_FACTOR,
                           HY_RPC_DECODE_FLOOR >> 10);
+    if (!*out && b.oom)
+        return hy_err_set(err, HY_ENOMEM, "%s: out of memory decoding %zu bytes", d->name, len);
     if (!*out)
         return hy_err_set(err, HY_EFORMAT, "%s: %zu bytes that are not such a message", d->name,
                           len);

@@ -13,11 +13,11 @@
  * unary call that never asks sends it with its status, in one batch: one
  * wake-up of the worker less per call). Until the status is sent it can
  * only complete when the call is over without it: the client cancelled, its
- * deadline passed, its connection went, or the server is stopping. So a worker has at most two operations outstanding, that one
- * and the batch it waits for; every wait tells the two apart by tag and
- * records the close if it comes first, and hy_rpc_call_cancelled polls the
- * queue without blocking for it. The call is not released (nor the queue
- * reused for the next call) until the close has come back.
+ * deadline passed, its connection went, or the server is stopping. So a worker has at most two
+ * operations outstanding, that one and the batch it waits for; every wait tells the two apart by
+ * tag and records the close if it comes first, and hy_rpc_call_cancelled polls the queue without
+ * blocking for it. The call is not released (nor the queue reused for the next call) until the
+ * close has come back.
  *
  * Stopping: grpc_server_shutdown_and_notify stops new calls and
  * grpc_server_cancel_all_calls cancels those in flight (their batches fail,
@@ -57,6 +57,10 @@ typedef struct local_end {
     const char *authorization; /* the "authorization" metadata, or NULL */
     hy_rpc_status *st;
     int rc; /* 0, on_msg's non-zero return, or HY_EFORMAT for a response that did not decode */
+    /* a client-streaming method's requests (hy_rpc_call_local_stream), handed
+     * to hy_rpc_call_recv in turn */
+    const ProtobufCMessage *const *reqs;
+    size_t nreqs, next;
 } local_end;
 
 struct hy_rpc_call {
@@ -230,6 +234,20 @@ bool hy_rpc_call_cancelled(hy_rpc_call *c)
     return hy_rpc_call_ms_left(c) < 0;
 }
 
+/* msg packed and decoded again as type, as it would cross the wire: 0 and
+ * *out, or HY_ENOMEM / the decoder's error. */
+static int repack(const ProtobufCMessageDescriptor *type, const ProtobufCMessage *msg,
+                  ProtobufCMessage **out, hy_err *err)
+{
+    const size_t n = protobuf_c_message_get_packed_size(msg);
+    uint8_t *b = malloc(n ? n : 1);
+    if (!b) return hy_err_set(err, HY_ENOMEM, "out of memory");
+    protobuf_c_message_pack(msg, b);
+    int rc = hy_rpc_unpack(type, b, n, SIZE_MAX, out, err);
+    free(b);
+    return rc;
+}
+
 /* A local call's send: the message packed, decoded again as the method's
  * response type and handed to on_msg, as a client would receive it. Once
  * on_msg has refused a message the caller is gone: this and every later
@@ -238,14 +256,10 @@ static int local_send(hy_rpc_call *c, const ProtobufCMessage *msg, hy_err *err)
 {
     local_end *l = c->local;
     if (l->rc) return hy_err_set(err, HY_EIO, "%s: the caller is gone", c->method->name);
-    const size_t n = protobuf_c_message_get_packed_size(msg);
-    uint8_t *b = malloc(n ? n : 1);
-    if (!b) return hy_err_set(err, HY_ENOMEM, "out of memory");
-    protobuf_c_message_pack(msg, b);
     ProtobufCMessage *back;
     hy_err e = {0};
-    int rc = hy_rpc_unpack(c->method->response, b, n, SIZE_MAX, &back, &e);
-    free(b);
+    int rc = repack(c->method->response, msg, &back, &e);
+    if (rc == HY_ENOMEM) return hy_err_set(err, HY_ENOMEM, "out of memory");
     if (rc) { /* what a client would make of it: it cannot decode the response */
         l->rc = rc;
         return hy_err_set(err, HY_EIO, "%s: the caller could not decode the response: %s",
@@ -288,6 +302,18 @@ int hy_rpc_call_send(hy_rpc_call *c, const ProtobufCMessage *msg, hy_err *err)
     return HY_OK;
 }
 
+/* A local call's receive: the next of its requests, HY_ENOTFOUND after the
+ * last; a call made by hy_rpc_call_local has no request stream. */
+static int local_recv(hy_rpc_call *c, ProtobufCMessage **msg, hy_err *err)
+{
+    local_end *l = c->local;
+    if (!l->reqs)
+        return hy_err_set(err, HY_EINVAL, "%s: this in-process call has no request stream",
+                          c->method->name);
+    if (l->next == l->nreqs) return HY_ENOTFOUND;
+    return repack(c->method->request, l->reqs[l->next++], msg, err);
+}
+
 /* The next request message's bytes: 0 and *bb (NULL at the end of the
  * stream), or HY_EIO. */
 static int recv_buffer(hy_rpc_call *c, grpc_byte_buffer **bb)
@@ -311,9 +337,7 @@ static int decode(hy_rpc_call *c, grpc_byte_buffer *bb, ProtobufCMessage **msg, 
 int hy_rpc_call_recv(hy_rpc_call *c, ProtobufCMessage **msg, hy_err *err)
 {
     *msg = NULL;
-    if (c->kind == CALL_LOCAL) /* hy_rpc_call_local runs no client-streaming method */
-        return hy_err_set(err, HY_EINVAL, "%s: an in-process call has no request stream",
-                          c->method->name);
+    if (c->kind == CALL_LOCAL) return local_recv(c, msg, err);
     grpc_byte_buffer *bb;
     if (recv_buffer(c, &bb))
         return hy_err_set(err, HY_EIO, "%s: the client is gone", c->method->name);
@@ -408,7 +432,7 @@ static void refuse(hy_rpc_server *s, hy_rpc_call *c, bool known, hy_rpc_code cod
 hy_rpc_code hy_rpc_recv_code(const hy_rpc_call *c, int rc)
 {
     return c->idled                                 ? HY_RPC_DEADLINE_EXCEEDED
-           : rc == HY_ERANGE                        ? HY_RPC_RESOURCE_EXHAUSTED
+           : rc == HY_ERANGE || rc == HY_ENOMEM     ? HY_RPC_RESOURCE_EXHAUSTED
            : rc == HY_EFORMAT || rc == HY_ENOTFOUND ? HY_RPC_INVALID_ARGUMENT
                                                     : HY_RPC_UNAVAILABLE;
 }
@@ -468,26 +492,20 @@ int hy_rpc_call_local(const hy_rpc_method *m, const ProtobufCMessage *req, hy_rp
     memset(st, 0, sizeof *st);
     if (!h || m->shape == HY_RPC_CLIENT_STREAM) {
         hy_rpc_call_finish(&c, HY_RPC_UNIMPLEMENTED,
-                           h ? "a client-streaming method cannot be called in-process"
+                           h ? "a client-streaming method is called in-process with "
+                               "hy_rpc_call_local_stream"
                              : "no handler for this method");
         return HY_OK;
     }
     /* The request as the server would hand it over: packed, decoded again
      * as the method's request type (bytes that are not one are
      * INVALID_ARGUMENT, before the handler, as on the wire). */
-    const size_t n = protobuf_c_message_get_packed_size(req);
-    uint8_t *b = malloc(n ? n : 1);
-    if (!b) {
-        hy_rpc_call_finish(&c, HY_RPC_RESOURCE_EXHAUSTED, "out of memory");
-        return HY_OK;
-    }
-    protobuf_c_message_pack(req, b);
     ProtobufCMessage *in = NULL;
     hy_err e = {0};
-    int rc = hy_rpc_unpack(m->request, b, n, SIZE_MAX, &in, &e);
-    free(b);
+    int rc = repack(m->request, req, &in, &e);
     if (rc) {
-        hy_rpc_call_finish(&c, HY_RPC_INVALID_ARGUMENT, e.msg);
+        hy_rpc_call_finish(
+            &c, rc == HY_ENOMEM ? HY_RPC_RESOURCE_EXHAUSTED : HY_RPC_INVALID_ARGUMENT, e.msg);
         return HY_OK;
     }
     c.req = in; /* what hy_rpc_call_request answers */
@@ -495,6 +513,31 @@ int hy_rpc_call_local(const hy_rpc_method *m, const ProtobufCMessage *req, hy_rp
     h(app, &c, in);
     if (!c.finished) hy_rpc_call_finish(&c, HY_RPC_INTERNAL, "the handler ended without a status");
     protobuf_c_message_free_unpacked(in, NULL);
+    return l.rc;
+}
+
+int hy_rpc_call_local_stream(const hy_rpc_method *m, const ProtobufCMessage *const *reqs,
+                             size_t nreqs, hy_rpc_handler h, void *app,
+                             int (*on_msg)(void *ctx, const ProtobufCMessage *msg), void *ctx,
+                             const char *authorization, hy_rpc_status *st)
+{
+    static const ProtobufCMessage *const none[1];
+    local_end l = {.on_msg = on_msg,
+                   .ctx = ctx,
+                   .authorization = authorization,
+                   .st = st,
+                   .reqs = nreqs ? reqs : none,
+                   .nreqs = nreqs};
+    hy_rpc_call c = {.kind = CALL_LOCAL, .method = m, .local = &l, .req_taken = true};
+    memset(st, 0, sizeof *st);
+    if (!h || m->shape != HY_RPC_CLIENT_STREAM) {
+        hy_rpc_call_finish(&c, HY_RPC_UNIMPLEMENTED,
+                           h ? "hy_rpc_call_local_stream is for client-streaming methods"
+                             : "no handler for this method");
+        return HY_OK;
+    }
+    h(app, &c, NULL);
+    if (!c.finished) hy_rpc_call_finish(&c, HY_RPC_INTERNAL, "the handler ended without a status");
     return l.rc;
 }
 
@@ -625,9 +668,10 @@ int hy_rpc_server_start(const hy_rpc_server_config *cfg, const hy_rpc_handler *h
     if (cfg->tls_cert_pem && cfg->tls_key_pem) {
         grpc_ssl_pem_key_cert_pair pair = {cfg->tls_key_pem, cfg->tls_cert_pem};
         const grpc_ssl_client_certificate_request_type ask =
-            !cfg->tls_client_ca_pem          ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
-            : cfg->tls_require_client_cert ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
-                                           : GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY;
+            !cfg->tls_client_ca_pem ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+            : cfg->tls_require_client_cert
+                ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                : GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY;
         creds = grpc_ssl_server_credentials_create_ex(cfg->tls_client_ca_pem, &pair, 1, ask, NULL);
     } else {
         creds = grpc_insecure_server_credentials_create();

@@ -253,7 +253,8 @@ bool hy_rpc_call_cancelled(hy_rpc_call *c);
  * for "authorization" and NULL for any other key, hy_rpc_call_ms_left
  * INT64_MAX (no deadline), hy_rpc_call_recv HY_EINVAL (there is no request
  * stream), and hy_rpc_call_finish records the status into *st. A
- * client-streaming method, or a NULL h, is UNIMPLEMENTED without running h; a
+ * client-streaming method (hy_rpc_call_local_stream below), or a NULL h, is
+ * UNIMPLEMENTED without running h; a
  * handler that returns without a status is INTERNAL. An on_msg that returns
  * non-zero is a caller gone: that send and every later one fail HY_EIO,
  * and hy_rpc_call_cancelled turns true.
@@ -263,6 +264,14 @@ bool hy_rpc_call_cancelled(hy_rpc_call *c);
 int hy_rpc_call_local(const hy_rpc_method *m, const ProtobufCMessage *req, hy_rpc_handler h,
                       void *app, int (*on_msg)(void *ctx, const ProtobufCMessage *msg), void *ctx,
                       const char *authorization, hy_rpc_status *st);
+/* The same for a client-streaming method: h's hy_rpc_call_recv answers
+ * reqs[0..nreqs) in turn (each packed and decoded again; the caller frees
+ * what it receives, as over gRPC), then the end of the stream. Any other
+ * method is UNIMPLEMENTED without running h. */
+int hy_rpc_call_local_stream(const hy_rpc_method *m, const ProtobufCMessage *const *reqs,
+                             size_t nreqs, hy_rpc_handler h, void *app,
+                             int (*on_msg)(void *ctx, const ProtobufCMessage *msg), void *ctx,
+                             const char *authorization, hy_rpc_status *st);
 
 /* ---- Client ---- */
 

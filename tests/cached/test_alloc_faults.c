@@ -5,7 +5,10 @@
  * allocation the call makes from the project's own code fails, for N = 1, 2,
  * ... until the call makes fewer than N. Every call must end with a status
  * (a gRPC code, never a crash), and the entries stored before must read
- * back byte for byte after each.
+ * back byte for byte after each. PutEntry (its chunks through
+ * hy_rpc_call_local_stream) puts an entry the store was made to lack: after
+ * each fault it is stored whole or not at all. HY_FAULT_VERBOSE=1 prints
+ * each faulted call's status.
  *
  * malloc, calloc and realloc are interposed here (glibc's __libc_* do the
  * work). A fault is injected only on the thread that armed it and only for
@@ -96,8 +99,41 @@ static bool store_unchanged(void)
     return st.host_entries == NSEG;
 }
 
-/* Sweeps method name's call on req over every allocation it makes. */
-static void sweep(const char *name, const ProtobufCMessage *req)
+/* Removes stored entry i (what a PutEntry of it then stores again). */
+static void remove_entry(int i)
+{
+    hy_key k;
+    memcpy(k.b, g_keys[i], 32);
+    const hy_store_filter f = {.key = &k};
+    size_t removed = 0;
+    hy_err e = {0};
+    CU_ASSERT(hy_store_invalidate(g_svc.store, &f, &removed, &e) == 0 && removed == 1);
+}
+
+/* After a PutEntry of entry 0 into a store without it: stored byte for byte
+ * when the call succeeded; when it did not, absent, or whole (the fault hit
+ * the response after the commit, as a client gone then would); the others
+ * unchanged. */
+static bool put_all_or_nothing(int code)
+{
+    hy_key k;
+    memcpy(k.b, g_keys[0], 32);
+    hy_meta m;
+    unsigned mask = 0;
+    if (code != HY_RPC_OK && hy_store_peek(g_svc.store, &k, &m, &mask) != 0) {
+        hy_store_stats st;
+        hy_store_stats_get(g_svc.store, &st);
+        return st.host_entries == NSEG - 1;
+    }
+    return store_unchanged();
+}
+
+/* Sweeps method name's call over every allocation it makes: on req, or for
+ * a client stream on the nreqs messages of reqs; before each call prepare
+ * runs (NULL: nothing), after it check judges the store (NULL: unchanged). */
+static void sweep_with(const char *name, const ProtobufCMessage *req,
+                       const ProtobufCMessage *const *reqs, size_t nreqs, void (*prepare)(void),
+                       bool (*check)(int code))
 {
     const hy_rpc_method *m = hy_rpc_method_named(name);
     const size_t idx = (size_t)(m - hy_rpc_methods);
@@ -105,16 +141,25 @@ static void sweep(const char *name, const ProtobufCMessage *req)
     long n;
     for (n = 0; n < 20000; n++) {
         hy_rpc_status st = {0};
+        if (prepare) prepare();
         t_fired = false;
         t_countdown = n;
-        const int rc = hy_rpc_call_local(m, req, svc_handlers[idx], &g_svc, NULL, NULL, NULL, &st);
+        const int rc =
+            reqs ? hy_rpc_call_local_stream(m, reqs, nreqs, svc_handlers[idx], &g_svc, NULL, NULL,
+                                            NULL, &st)
+                 : hy_rpc_call_local(m, req, svc_handlers[idx], &g_svc, NULL, NULL, NULL, &st);
         t_countdown = -1;
         const bool fired = t_fired;
         CU_ASSERT_EQUAL(rc, 0);
         CU_ASSERT(st.code >= 0 && st.code <= 16);
         if (st.code >= 0 && st.code <= 16) codes[st.code]++;
-        const bool same = store_unchanged();
-        if (!same) fprintf(stderr, "  %s, allocation %ld failed: the store changed\n", name, n + 1);
+        if (getenv("HY_FAULT_VERBOSE"))
+            fprintf(stderr, "    %ld: %s %s\n", n + 1, hy_rpc_code_name(st.code), st.msg);
+        const bool same = check ? check(st.code) : store_unchanged();
+        if (!same)
+            fprintf(stderr,
+                    "  %s, allocation %ld failed (%s: %s): the store is not as it should be\n",
+                    name, n + 1, hy_rpc_code_name(st.code), st.msg);
         CU_ASSERT(same);
         if (!fired) {
             CU_ASSERT_EQUAL(st.code, HY_RPC_OK); /* the clean run */
@@ -125,11 +170,51 @@ static void sweep(const char *name, const ProtobufCMessage *req)
     /* a failed allocation is never reported as a corrupt entry, nor as the server's bug */
     CU_ASSERT_EQUAL(codes[HY_RPC_DATA_LOSS], 0);
     CU_ASSERT_EQUAL(codes[HY_RPC_INTERNAL], 0);
+    CU_ASSERT_EQUAL(codes[HY_RPC_INVALID_ARGUMENT], 0); /* nor as the client's */
     fprintf(stderr, "  %-10s %5ld allocations failed one at a time; statuses:", name, n);
     for (int c = 0; c <= 16; c++)
         if (codes[c]) fprintf(stderr, " %s %d", hy_rpc_code_name(c), codes[c]);
     fprintf(stderr, "\n");
     CU_ASSERT(n > 0 && n < 20000);
+}
+
+static void sweep(const char *name, const ProtobufCMessage *req)
+{
+    sweep_with(name, req, NULL, 0, NULL, NULL);
+}
+
+/* The store without entry 0, as a PutEntry of it finds it. */
+static void without_entry0(void)
+{
+    hy_key k;
+    memcpy(k.b, g_keys[0], 32);
+    hy_meta m;
+    unsigned mask = 0;
+    if (hy_store_peek(g_svc.store, &k, &m, &mask) == 0) remove_entry(0);
+}
+
+static void test_put_entry(void)
+{
+    /* entry 0's bytes in three chunks, the first with the meta */
+    Hypic__V1__EntryMeta meta = HYPIC__V1__ENTRY_META__INIT;
+    meta.model = "tiny";
+    meta.bytes = g_n[0];
+    meta.key = (ProtobufCBinaryData){32, g_keys[0]};
+    static char *tags[] = {"fault-sweep"};
+    meta.n_tags = 1;
+    meta.tags = tags;
+    Hypic__V1__EntryChunk ch[3];
+    const ProtobufCMessage *reqs[3];
+    const size_t third = g_n[0] / 3;
+    for (int i = 0; i < 3; i++) {
+        hypic__v1__entry_chunk__init(&ch[i]);
+        const size_t at = (size_t)i * third, len = i == 2 ? g_n[0] - at : third;
+        ch[i].data = (ProtobufCBinaryData){len, (uint8_t *)g_bytes[0] + at};
+        reqs[i] = &ch[i].base;
+    }
+    ch[0].meta = &meta;
+    sweep_with("PutEntry", NULL, reqs, 3, without_entry0, put_all_or_nothing);
+    CU_ASSERT(store_unchanged()); /* the clean run stored it again */
 }
 
 static void test_lookup_prefill_warm(void)
@@ -227,6 +312,7 @@ int main(void)
         {"Lookup, Prefill, Warm", test_lookup_prefill_warm},
         {"GetEntry, List, Inspect, Invalidate", test_entry_methods},
         {"Stats, GetPolicy, Health, Build", test_other_methods},
+        {"PutEntry", test_put_entry},
         {NULL, NULL},
     };
     int failed = hy_test_main("allocation faults", cases);
