@@ -1,11 +1,17 @@
 /*
  * The gRPC server of hypic.v1 over gRPC core's C API.
  *
- * Each worker thread owns a completion queue and serves one call at a time:
- * it asks gRPC for the next call (grpc_server_request_call on its queue),
- * decodes the first request, runs the method's handler, which sends
- * responses and finishes the call through hy_rpc_call_*, each step one batch
- * waited for on the worker's queue.
+ * Calls are served in slots, one per shared worker thread: each slot has a
+ * completion queue its call is bound to, and gRPC is asked for each slot's
+ * next call (grpc_server_request_call) with the hand-over coming on one
+ * queue all shared workers wait on. Whichever worker takes a slot's call off
+ * it serves the call: decodes the first request, runs the method's handler,
+ * which sends responses and finishes the call through hy_rpc_call_*, each
+ * step one batch waited for on the slot's queue; then asks for the slot's
+ * next call. (The thread that read a call off its connection is then
+ * usually the one that serves it; with a queue per worker, every call woke
+ * another thread.) A dedicated worker (one method's) has a slot and a queue
+ * of its own for both.
  *
  * Cancellation: the worker also starts RECV_CLOSE_ON_SERVER on its own (a
  * tag of its own, close_tag) — before a streaming method's handler runs, and
@@ -13,7 +19,7 @@
  * unary call that never asks sends it with its status, in one batch: one
  * wake-up of the worker less per call). Until the status is sent it can
  * only complete when the call is over without it: the client cancelled, its
- * deadline passed, its connection went, or the server is stopping. So a worker has at most two
+ * deadline passed, its connection went, or the server is stopping. So a slot has at most two
  * operations outstanding, that one and the batch it waits for; every wait tells the two apart by
  * tag and records the close if it comes first, and hy_rpc_call_cancelled polls the queue without
  * blocking for it. The call is not released (nor the queue reused for the next call) until the
@@ -22,8 +28,10 @@
  * Stopping: grpc_server_shutdown_and_notify stops new calls and
  * grpc_server_cancel_all_calls cancels those in flight (their batches fail,
  * handlers see HY_EIO); every worker's pending request then completes
- * unsuccessfully and the worker exits; the shutdown notification arrives on
- * a queue of its own; then the server and the queues are destroyed.
+ * unsuccessfully: a dedicated worker then exits, and the shared worker that
+ * sees the last slot's request fail shuts the shared queue, which ends the
+ * others; the shutdown notification arrives on a queue of its own; then the
+ * server and the queues are destroyed.
  *
  * A call is of one of two kinds. A gRPC call is the above. A local call
  * (hy_rpc_call_local) runs a handler inside the caller's process on the same
@@ -38,6 +46,7 @@
 #include <grpc/grpc_security.h>
 #include <grpc/support/time.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -88,20 +97,36 @@ struct hy_rpc_call {
     local_end *local;
 };
 
+/* One call's place: the queue its batches complete on, and what gRPC
+ * fills in when it hands the call over. Used by one thread at a time. */
+typedef struct slot {
+    grpc_completion_queue *cq;
+    grpc_call *call;
+    grpc_call_details d;
+    grpc_metadata_array md;
+    gpr_timespec deadline; /* a registered method's (d has none) */
+} slot;
+
 typedef struct worker {
     hy_rpc_server *s;
-    grpc_completion_queue *cq;
     pthread_t thread;
     bool started;
     /* a worker of its own for one method (hy_rpc_server_config.dedicated):
-     * it takes only that method's calls, the others any other call */
+     * it takes only that method's calls, on its own slot and queue; the
+     * shared workers take any other call, in any of their slots */
     const hy_rpc_method *only;
     void *registered; /* gRPC's handle of that method */
+    slot own;
 } worker;
 
 struct hy_rpc_server {
     grpc_server *server;
     grpc_completion_queue *notify_cq; /* the shutdown notification only */
+    /* where the shared workers' slots are handed their calls; shut down by
+     * the worker that sees the last slot fail (the server stopping) */
+    grpc_completion_queue *call_cq;
+    int nshared;
+    _Atomic int slots_done;
     const hy_rpc_handler *handlers;
     void *app;
     hy_rpc_refused_fn on_refused;
@@ -203,7 +228,7 @@ static void start_close(hy_rpc_call *c)
 
 /* Waits for the close started by start_close (the status has been sent or
  * the call cancelled, so it comes), after which gRPC no longer writes into
- * c and the worker's queue has nothing outstanding. */
+ * c and the slot's queue has nothing outstanding. */
 static void wait_close(hy_rpc_call *c)
 {
     while (c->close_started && !c->close_seen) {
@@ -438,13 +463,13 @@ hy_rpc_code hy_rpc_recv_code(const hy_rpc_call *c, int rc)
 }
 
 /* One call, from its first request to its status. */
-static void serve(hy_rpc_server *s, worker *w, grpc_call *call, const hy_rpc_method *m,
-                  gpr_timespec deadline, grpc_metadata_array *md)
+static void serve(hy_rpc_server *s, grpc_completion_queue *cq, grpc_call *call,
+                  const hy_rpc_method *m, gpr_timespec deadline, grpc_metadata_array *md)
 {
     hy_rpc_call c = {.kind = CALL_GRPC,
                      .method = m,
                      .call = call,
-                     .cq = w->cq,
+                     .cq = cq,
                      .md = md,
                      .deadline = deadline,
                      .max_message = s->max_message,
@@ -466,14 +491,15 @@ static void serve(hy_rpc_server *s, worker *w, grpc_call *call, const hy_rpc_met
 }
 
 /* A call to a method this server has no handler for (or none at all). */
-static void serve_unknown(hy_rpc_server *s, worker *w, grpc_call *call, const grpc_call_details *d,
-                          const hy_rpc_method *m, grpc_metadata_array *md)
+static void serve_unknown(hy_rpc_server *s, grpc_completion_queue *cq, grpc_call *call,
+                          const grpc_call_details *d, const hy_rpc_method *m,
+                          grpc_metadata_array *md)
 {
     static const hy_rpc_method unknown = {"(unknown)", "", HY_RPC_UNARY, NULL, NULL};
     hy_rpc_call c = {.kind = CALL_GRPC,
                      .method = m ? m : &unknown,
                      .call = call,
-                     .cq = w->cq,
+                     .cq = cq,
                      .md = md,
                      .deadline = d->deadline,
                      .idle_ms = s->idle_ms};
@@ -541,42 +567,90 @@ int hy_rpc_call_local_stream(const hy_rpc_method *m, const ProtobufCMessage *con
     return l.rc;
 }
 
-static void *worker_main(void *arg)
+/* The call a slot was handed, served: found by its path (a dedicated
+ * worker's is its method), then the slot is reset for the next. */
+static void slot_serve(hy_rpc_server *s, slot *sl, const hy_rpc_method *only)
+{
+    const hy_rpc_method *m =
+        only ? only
+             : hy_rpc_method_find((const char *)GRPC_SLICE_START_PTR(sl->d.method),
+                                  GRPC_SLICE_LENGTH(sl->d.method));
+    const gpr_timespec deadline = only ? sl->deadline : sl->d.deadline;
+    if (m && s->handlers[m - hy_rpc_methods])
+        serve(s, sl->cq, sl->call, m, deadline, &sl->md);
+    else
+        serve_unknown(s, sl->cq, sl->call, &sl->d, m, &sl->md);
+}
+
+static void slot_reset(slot *sl)
+{
+    if (sl->call) grpc_call_unref(sl->call);
+    sl->call = NULL;
+    grpc_call_details_destroy(&sl->d);
+    grpc_metadata_array_destroy(&sl->md);
+}
+
+/* Asks gRPC for the slot's next call: its completion comes on notify (the
+ * shared workers' queue, or a dedicated worker's own), the call is bound to
+ * the slot's queue. False once the server is shutting down. */
+static bool slot_request(hy_rpc_server *s, slot *sl, grpc_completion_queue *notify,
+                         void *registered)
+{
+    sl->call = NULL;
+    sl->deadline = gpr_inf_future(GPR_CLOCK_REALTIME);
+    grpc_call_details_init(&sl->d);
+    grpc_metadata_array_init(&sl->md);
+    const grpc_call_error ce =
+        registered
+            ? grpc_server_request_registered_call(s->server, registered, &sl->call, &sl->deadline,
+                                                  &sl->md, NULL, sl->cq, notify, sl)
+            : grpc_server_request_call(s->server, &sl->call, &sl->d, &sl->md, sl->cq, notify, sl);
+    if (ce != GRPC_CALL_OK) {
+        slot_reset(sl);
+        return false;
+    }
+    return true;
+}
+
+/* A dedicated worker: one slot, its requests on the slot's own queue. */
+static void *dedicated_main(void *arg)
+{
+    worker *w = arg;
+    hy_rpc_server *s = w->s;
+    slot *sl = &w->own;
+    for (;;) {
+        if (!slot_request(s, sl, sl->cq, w->registered)) return NULL;
+        grpc_event ev =
+            grpc_completion_queue_next(sl->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        const bool ok = ev.type == GRPC_OP_COMPLETE && ev.success;
+        if (ok) slot_serve(s, sl, w->only);
+        slot_reset(sl);
+        if (!ok) return NULL; /* the server is shutting down */
+    }
+}
+
+/* A shared worker: whichever slot's call comes first on the shared queue.
+ * The thread that read the call off the connection is usually the one
+ * waiting on that queue, so it serves the call itself, where a queue per
+ * worker had it wake another thread for every call (a context switch each
+ * way). The slot is this thread's until its next call is asked for. */
+static void *shared_main(void *arg)
 {
     worker *w = arg;
     hy_rpc_server *s = w->s;
     for (;;) {
-        grpc_call *call = NULL;
-        grpc_call_details d;
-        grpc_metadata_array md;
-        gpr_timespec deadline = gpr_inf_future(GPR_CLOCK_REALTIME);
-        grpc_call_details_init(&d);
-        grpc_metadata_array_init(&md);
-        grpc_call_error ce =
-            w->only ? grpc_server_request_registered_call(s->server, w->registered, &call,
-                                                          &deadline, &md, NULL, w->cq, w->cq, w)
-                    : grpc_server_request_call(s->server, &call, &d, &md, w->cq, w->cq, w);
-        bool ok = ce == GRPC_CALL_OK;
-        if (ok) {
-            grpc_event ev =
-                grpc_completion_queue_next(w->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-            ok = ev.type == GRPC_OP_COMPLETE && ev.success;
-        }
-        if (ok) {
-            const hy_rpc_method *m =
-                w->only ? w->only
-                        : hy_rpc_method_find((const char *)GRPC_SLICE_START_PTR(d.method),
-                                             GRPC_SLICE_LENGTH(d.method));
-            if (!w->only) deadline = d.deadline;
-            if (m && s->handlers[m - hy_rpc_methods])
-                serve(s, w, call, m, deadline, &md);
-            else
-                serve_unknown(s, w, call, &d, m, &md);
-        }
-        if (call) grpc_call_unref(call);
-        grpc_call_details_destroy(&d);
-        grpc_metadata_array_destroy(&md);
-        if (!ok) return NULL; /* the server is shutting down */
+        grpc_event ev =
+            grpc_completion_queue_next(s->call_cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        if (ev.type == GRPC_QUEUE_SHUTDOWN) return NULL;
+        if (ev.type != GRPC_OP_COMPLETE) continue;
+        slot *sl = ev.tag;
+        if (ev.success) slot_serve(s, sl, NULL);
+        slot_reset(sl);
+        if (ev.success && slot_request(s, sl, s->call_cq, NULL)) continue;
+        /* the server is stopping: this slot is done, and after the last
+         * nothing more can come on the queue */
+        if (atomic_fetch_add(&s->slots_done, 1) + 1 == s->nshared)
+            grpc_completion_queue_shutdown(s->call_cq);
     }
 }
 
@@ -602,12 +676,15 @@ void hy_rpc_server_stop(hy_rpc_server *s)
         static int notify_tag;
         grpc_server_shutdown_and_notify(s->server, s->notify_cq, &notify_tag);
         grpc_server_cancel_all_calls(s->server);
+        /* every worker ends: a dedicated one when its request fails, the
+         * shared ones when the last slot's has (which shuts their queue) */
         for (int i = 0; i < s->nworkers; i++)
             if (s->workers[i].started) pthread_join(s->workers[i].thread, NULL);
         grpc_completion_queue_next(s->notify_cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
         grpc_server_destroy(s->server);
     }
-    for (int i = 0; i < s->nworkers; i++) drain_destroy(s->workers[i].cq);
+    for (int i = 0; i < s->nworkers; i++) drain_destroy(s->workers[i].own.cq);
+    drain_destroy(s->call_cq);
     drain_destroy(s->notify_cq);
     free(s->workers);
     free(s);
@@ -641,10 +718,15 @@ int hy_rpc_server_start(const hy_rpc_server_config *cfg, const hy_rpc_handler *h
     grpc_channel_args cargs = hy_rpc_args(args, s->max_message, false);
     s->server = grpc_server_create(&cargs, NULL);
     s->notify_cq = grpc_completion_queue_create_for_next(NULL);
+    s->call_cq = grpc_completion_queue_create_for_next(NULL);
+    grpc_server_register_completion_queue(s->server, s->call_cq, NULL);
+    s->nshared = s->nworkers - (int)ndedicated;
     for (int i = 0; i < s->nworkers; i++) {
         s->workers[i].s = s;
-        s->workers[i].cq = grpc_completion_queue_create_for_next(NULL);
-        grpc_server_register_completion_queue(s->server, s->workers[i].cq, NULL);
+        s->workers[i].own.cq = grpc_completion_queue_create_for_next(NULL);
+        /* a dedicated worker's calls are handed over on its own queue */
+        if (i >= s->nshared)
+            grpc_server_register_completion_queue(s->server, s->workers[i].own.cq, NULL);
     }
     /* The dedicated methods' workers come last. A registered method's calls
      * go only to the workers that ask for it by its handle, so the shared
@@ -686,8 +768,12 @@ int hy_rpc_server_start(const hy_rpc_server_config *cfg, const hy_rpc_handler *h
                           cfg->address);
     }
     grpc_server_start(s->server);
+    for (int i = 0; i < s->nshared; i++)
+        if (!slot_request(s, &s->workers[i].own, s->call_cq, NULL))
+            atomic_fetch_add(&s->slots_done, 1); /* (not while the server runs) */
     for (int i = 0; i < s->nworkers; i++) {
-        if (pthread_create(&s->workers[i].thread, NULL, worker_main, &s->workers[i])) {
+        if (pthread_create(&s->workers[i].thread, NULL,
+                           i < s->nshared ? shared_main : dedicated_main, &s->workers[i])) {
             hy_rpc_server_stop(s);
             return hy_err_set(err, HY_ENOMEM, "cannot start a server thread");
         }
