@@ -69,23 +69,28 @@ typedef struct bench {
 
 /* Latencies of one path, in seconds, with what the handler reported. */
 typedef struct samples {
-    double *v, *handler; /* handler: Prefill's timings.total_ms in s (0 for Lookup) */
+    /* handler: Prefill's timings.total_ms in s, server: its timings.server_ms
+     * (the front door's part too; 0 in-process); both 0 for Lookup */
+    double *v, *handler, *server;
     size_t n, cap;
 } samples;
 
-static int samples_add(samples *s, double v, double handler)
+static int samples_add(samples *s, double v, double handler, double server)
 {
     if (s->n == s->cap) {
         const size_t cap = s->cap ? 2 * s->cap : 4096;
         double *nv = realloc(s->v, cap * sizeof *nv);
         if (nv) s->v = nv;
         double *nh = nv ? realloc(s->handler, cap * sizeof *nh) : NULL;
-        if (!nv || !nh) return HY_ENOMEM;
-        s->handler = nh;
+        if (nh) s->handler = nh;
+        double *ns = nh ? realloc(s->server, cap * sizeof *ns) : NULL;
+        if (!ns) return HY_ENOMEM;
+        s->server = ns;
         s->cap = cap;
     }
     s->v[s->n] = v;
-    s->handler[s->n++] = handler;
+    s->handler[s->n] = handler;
+    s->server[s->n++] = server;
     return HY_OK;
 }
 
@@ -93,6 +98,7 @@ static void samples_free(samples *s)
 {
     free(s->v);
     free(s->handler);
+    free(s->server);
     memset(s, 0, sizeof *s);
 }
 
@@ -164,6 +170,7 @@ typedef struct outcome {
     int nseg;
     bool all_hit;
     double handler_s; /* Prefill: timings.total_ms */
+    double server_s;  /* Prefill: timings.server_ms */
 } outcome;
 
 static bool lookup_all_hit(const Hypic__V1__LookupResponse *r, int nseg)
@@ -192,13 +199,14 @@ static int on_prefill(void *ctx, const ProtobufCMessage *m)
     const Hypic__V1__PrefillResponse *r = (const Hypic__V1__PrefillResponse *)m;
     o->all_hit = prefill_all_hit(r, o->nseg);
     o->handler_s = r->timings ? r->timings->total_ms * 1e-3 : 0;
+    o->server_s = r->timings ? r->timings->server_ms * 1e-3 : 0;
     return 0;
 }
 
 /* One call of `which` on path p: 0 with its latency (and the handler's own
  * time for Prefill), or 1 with why it does not count in why. */
 static int call_one(bench *b, path p, rpc which, hyc *cl, request *r, double *lat, double *handler,
-                    char *why, size_t cap)
+                    double *server, char *why, size_t cap)
 {
     outcome o = {.nseg = b->nseg};
     int code;
@@ -217,6 +225,7 @@ static int call_one(bench *b, path p, rpc which, hyc *cl, request *r, double *la
             if (resp) {
                 o.all_hit = prefill_all_hit(resp, b->nseg);
                 o.handler_s = resp->timings ? resp->timings->total_ms * 1e-3 : 0;
+                o.server_s = resp->timings ? resp->timings->server_ms * 1e-3 : 0;
             }
             hyc_free(resp);
         }
@@ -231,6 +240,7 @@ static int call_one(bench *b, path p, rpc which, hyc *cl, request *r, double *la
     }
     *lat = (double)(hy_now_ns() - t0) * 1e-9;
     *handler = o.handler_s;
+    *server = o.server_s;
     if (code != HY_RPC_OK) {
         snprintf(why, cap, "%s %s: status %d: %s", k_path[p], b->m[which]->name, code, msg);
         return 1;
@@ -274,11 +284,11 @@ static void *client_main(void *arg)
         for (int k = 0; k < (c->paired ? 2 : 1); k++) {
             /* paired: the order alternates, so neither path always runs second */
             const path p = c->paired ? (path)((i + (uint64_t)k) % 2) : c->p;
-            double lat, handler;
+            double lat, handler, server;
             char why[600];
-            if (call_one(b, p, c->which, c->cl, r, &lat, &handler, why, sizeof why)) {
+            if (call_one(b, p, c->which, c->cl, r, &lat, &handler, &server, why, sizeof why)) {
                 if (!c->errors++) snprintf(c->why, sizeof c->why, "%s", why);
-            } else if (atomic_load(&b->measuring) && samples_add(&c->s[p], lat, handler)) {
+            } else if (atomic_load(&b->measuring) && samples_add(&c->s[p], lat, handler, server)) {
                 c->errors++;
                 snprintf(c->why, sizeof c->why, "out of memory");
             }
@@ -362,6 +372,7 @@ typedef struct result {
     size_t calls;
     double qps, p50, p99, mean;
     double handler_p50, outside_p50; /* Prefill: the handler's own time; the rest of each call */
+    double door_p50, wire_p50;       /* the rest: the front door's part; beyond the daemon */
     cpu cpu;                         /* used over the measured window */
 } result;
 
@@ -424,7 +435,9 @@ static int phase(bench *b, rpc which, bool paired, path p, int nclients, double 
         }
         for (int k = 0; k < 2; k++)
             for (size_t j = 0; j < cs[i].s[k].n && !rc; j++)
-                if (samples_add(&all[k], cs[i].s[k].v[j], cs[i].s[k].handler[j])) rc = 1;
+                if (samples_add(&all[k], cs[i].s[k].v[j], cs[i].s[k].handler[j],
+                                cs[i].s[k].server[j]))
+                    rc = 1;
         samples_free(&cs[i].s[0]);
         samples_free(&cs[i].s[1]);
         hyc_close(cs[i].cl);
@@ -448,6 +461,14 @@ static int phase(bench *b, rpc which, bool paired, path p, int nclients, double 
         }
         for (size_t j = 0; j < s->n; j++) outside[j] = s->v[j] - s->handler[j];
         o->outside_p50 = quantile(outside, s->n, 0.5);
+        /* the front door's part (in the daemon, around the handler) and the
+         * rest (transport, gRPC's queue, the client's wake-up) */
+        for (size_t j = 0; j < s->n; j++)
+            outside[j] = s->server[j] > 0 ? s->server[j] - s->handler[j] : 0;
+        o->door_p50 = quantile(outside, s->n, 0.5);
+        for (size_t j = 0; j < s->n; j++)
+            outside[j] = s->server[j] > 0 ? s->v[j] - s->server[j] : 0;
+        o->wire_p50 = quantile(outside, s->n, 0.5);
         free(outside);
         o->handler_p50 = quantile(s->handler, s->n, 0.5);
         o->p50 = quantile(s->v, s->n, 0.5);
@@ -697,10 +718,15 @@ int hy_bench_service(int argc, char **argv)
            "  Of each call, p50: the handler's own time (timings.total_ms) %.3f ms in the daemon, "
            "%.3f ms in-process;\n"
            "  the rest (transport, (de)serialisation, dispatch) %.3f ms through the daemon, "
-           "%.3f ms in-process.\n",
+           "%.3f ms in-process;\n"
+           "  of the rest through the daemon: the front door's own (timings.server_ms - "
+           "total_ms: token, receipt, decoding) %.3f ms,\n"
+           "  beyond the daemon's handling (loopback, gRPC's queues, the waiting threads' "
+           "wake-ups, the client's own packing and decoding) %.3f ms.\n",
            overhead_ms, pf1[SERVICE].p50 * 1e3, pf1[INPROC].p50 * 1e3,
            pf1[SERVICE].handler_p50 * 1e3, pf1[INPROC].handler_p50 * 1e3,
-           pf1[SERVICE].outside_p50 * 1e3, pf1[INPROC].outside_p50 * 1e3);
+           pf1[SERVICE].outside_p50 * 1e3, pf1[INPROC].outside_p50 * 1e3,
+           pf1[SERVICE].door_p50 * 1e3, pf1[SERVICE].wire_p50 * 1e3);
     printf("Lookup, 16 clients: %.0f calls/s (target >= 20000), %.0f calls/s per core on %ld "
            "core(s) shared by the clients and the daemon.\n",
            ls->qps, ls->qps / (double)cores, cores);
@@ -730,6 +756,7 @@ int hy_bench_service(int argc, char **argv)
            "\"inproc_prefill_p99_ms\":%.4f,"
            "\"prefill_handler_p50_ms\":{\"service\":%.4f,\"inproc\":%.4f},"
            "\"prefill_outside_handler_p50_ms\":{\"service\":%.4f,\"inproc\":%.4f},"
+           "\"prefill_front_door_p50_ms\":%.4f,\"prefill_beyond_daemon_p50_ms\":%.4f,"
            "\"rpc_overhead_p50_ms\":%.4f}\n",
            nseg, SEG_TOKENS, duration, cores, lk1[SERVICE].qps, ls->qps, ls->qps / (double)cores,
            lk1[SERVICE].p50 * 1e6, lk1[SERVICE].p99 * 1e6, ls->p50 * 1e6, ls->p99 * 1e6,
@@ -738,7 +765,8 @@ int hy_bench_service(int argc, char **argv)
            pf1[SERVICE].p50 * 1e3, pf1[SERVICE].p99 * 1e3, pf16s[SERVICE].p50 * 1e3,
            pf16s[SERVICE].p99 * 1e3, pf16i[INPROC].qps, pf1[INPROC].p50 * 1e3,
            pf1[INPROC].p99 * 1e3, pf1[SERVICE].handler_p50 * 1e3, pf1[INPROC].handler_p50 * 1e3,
-           pf1[SERVICE].outside_p50 * 1e3, pf1[INPROC].outside_p50 * 1e3, overhead_ms);
+           pf1[SERVICE].outside_p50 * 1e3, pf1[INPROC].outside_p50 * 1e3,
+           pf1[SERVICE].door_p50 * 1e3, pf1[SERVICE].wire_p50 * 1e3, overhead_ms);
     rc = 0;
 out:
     fflush(stdout);

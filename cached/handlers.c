@@ -531,7 +531,7 @@ static void run(void *app, hy_rpc_call *call, size_t idx)
     hy_svc *s = app;
     const door *d = &k_doors[idx];
     const double t0 = hy_now_s();
-    rq r = {.s = s, .call = call, .mode = ""};
+    rq r = {.s = s, .call = call, .mode = "", .t_door = t0};
     bool entered;
     const ProtobufCMessage *req = NULL;
     atomic_fetch_add(&s->in_flight, 1);

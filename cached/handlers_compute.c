@@ -691,6 +691,7 @@ hy_rpc_code do_prefill(rq *r, const ProtobufCMessage *req)
     resp.tokens_computed = (uint64_t)r->computed;
     resp.timings = &tm;
     if (q->return_state) resp.state = &dl.d;
+    tm.server_ms = (hy_now_s() - r->t_door) * 1e3;
     c = h_send(r, &resp.base);
 out:
     sc_job_end(job, NULL, NULL); /* a request that failed before composing */

@@ -33,6 +33,7 @@ typedef struct rq {
     int segs, hits, misses;
     int64_t computed;
     double ttft_ms;
+    double t_door; /* hy_now_s() when the front door took the call */
 } rq;
 
 /* The segments of a request, resolved: token ids checked against the
