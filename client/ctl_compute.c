@@ -419,7 +419,8 @@ static void print_prefill(const Hypic__V1__PrefillResponse *r, char *const *file
                   {"ttft", tm->ttft_ms},
                   {"decode", tm->decode_ms},
                   {"store", tm->store_ms},
-                  {"total", tm->total_ms}};
+                  {"total", tm->total_ms},
+                  {"server (total + front door)", tm->server_ms}};
     static const char *const phdr[] = {"PHASE", "MS"};
     ctl_table *p = ctl_table_new(2, phdr);
     for (size_t i = 0; i < sizeof phases / sizeof phases[0]; i++) {
