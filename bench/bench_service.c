@@ -4,7 +4,7 @@
  * paths in the same run:
  *   - service: hypic-cached started by the bench as a child process on
  *     loopback (tests/cached/daemon_fixture.h, the tests' fixture), called
- *     through libhypic-client, each client thread with a channel of its own;
+ *     through libhypic-client, each client thread with a channel (and a connection) of its own;
  *   - in-process: svc_open on the same configuration in this process and
  *     hy_rpc_call_local into svc_handlers[]: the same handler code and the
  *     same (de)serialisation of request and response, without gRPC and the

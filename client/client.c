@@ -109,7 +109,10 @@ int hyc_open(const hyc_options *o, hyc **out, hyc_status *st)
                                 .tls_server_name = o->tls_server_name,
                                 .tls_cert_pem = mine[0],
                                 .tls_key_pem = mine[1],
-                                .wait_for_ready = o->wait_for_ready};
+                                .wait_for_ready = o->wait_for_ready,
+                                /* each hyc a connection: a frontend's threads,
+                                 * each with its handle, are read in parallel */
+                                .own_connection = true};
     int rc = hy_rpc_client_open_ex(&ro, &c->rpc, &e);
     hy_free(pem);
     hy_free(mine[0]);

@@ -147,6 +147,10 @@ int hy_rpc_client_open_ex(const hy_rpc_client_options *o, hy_rpc_client **out, h
      * (UNAVAILABLE) without trying. */
     args[cargs.num_args++] = (grpc_arg){
         .type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, .value.integer = 2000};
+    if (o->own_connection)
+        args[cargs.num_args++] = (grpc_arg){.type = GRPC_ARG_INTEGER,
+                                            .key = GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL,
+                                            .value.integer = 1};
     grpc_channel_credentials *creds;
     if (o->tls_root_pem) {
         /* gRPC copies the PEM text and the override: o need not outlive us. */

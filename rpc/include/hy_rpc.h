@@ -295,6 +295,11 @@ typedef struct hy_rpc_client_options {
      * of failing UNAVAILABLE at once while a connection attempt has failed
      * and gRPC waits to dial again (gRPC's wait_for_ready). */
     bool wait_for_ready;
+    /* A TCP connection of this client's own. Without it gRPC shares one
+     * among the channels of a process to the same target and arguments, so
+     * that many clients of one process are one HTTP/2 connection, read by one
+     * server thread at a time. */
+    bool own_connection;
     /* The metadata key a call's token is sent under, its value the token as
      * it is (etcd's "token"); NULL: "authorization: Bearer <token>". At
      * most 31 characters. */
