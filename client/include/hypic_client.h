@@ -84,11 +84,12 @@ enum {
     HYC_UNAUTHENTICATED = 16,
 };
 
-/* Opens a connection to o->target. Nothing is sent until the first call, so
- * a server that is not listening shows as UNAVAILABLE on that call, not
- * here. INVALID_ARGUMENT when o->target is empty or the CA file cannot be
- * read or holds no PEM certificate (the message names the file). The
- * options are copied. */
+/* Opens a connection to o->target: a TCP connection of this handle's own
+ * (not shared with other handles to the same target, so that a frontend's
+ * threads, each with its handle, are read by the daemon in parallel). Nothing is sent until the
+ * first call, so a server that is not listening shows as UNAVAILABLE on that call, not here.
+ * INVALID_ARGUMENT when o->target is empty or the CA file cannot be read or holds no PEM
+ * certificate (the message names the file). The options are copied. */
 int hyc_open(const hyc_options *o, hyc **out, hyc_status *st);
 /* Closes the connection; no call may be in flight on it. NULL is a no-op. */
 void hyc_close(hyc *c);
