@@ -120,8 +120,8 @@ hy_rpc_code do_put_entry(rq *r, const ProtobufCMessage *req)
         int rc = hy_rpc_call_recv(r->call, &msg, &e);
         if (rc == HY_ENOTFOUND) break; /* the end of the stream */
         if (rc == HY_EFORMAT || rc == HY_ENOMEM || rc == HY_ERANGE) {
-            c = h_fail(r, rc == HY_EFORMAT ? HY_RPC_INVALID_ARGUMENT : HY_RPC_RESOURCE_EXHAUSTED,
-                       "chunk %zu: %s%s", i, e.msg, rc == HY_ENOMEM ? ": nothing was stored" : "");
+            c = h_fail(r, hy_rpc_recv_code(r->call, rc), "chunk %zu: %s%s", i, e.msg,
+                       rc == HY_ENOMEM ? ": nothing was stored" : "");
             break;
         }
         if (rc) {

@@ -55,8 +55,12 @@ const hy_rpc_method *method(const char *name)
     return m;
 }
 
-int read_pem(const char *what, const char *file, const char *noun, const char *marker, char **out,
-             hyc_status *st)
+/* The PEM text of `what`'s file into *out, which must hold marker: gRPC
+ * takes any text and fails each call later with a message that does not
+ * name the file ("empty address list"). Non-zero (INVALID_ARGUMENT in st)
+ * when it cannot be read or holds no such block. */
+static int read_pem(const char *what, const char *file, const char *noun, const char *marker,
+                    char **out, hyc_status *st)
 {
     hy_err e = {0};
     size_t len;
@@ -67,6 +71,28 @@ int read_pem(const char *what, const char *file, const char *noun, const char *m
     *out = NULL;
     return status_set(st, HYC_INVALID_ARGUMENT, "client: TLS %s file %s: no PEM %s in it (%s)",
                       what, file, noun, marker);
+}
+
+int read_tls(const char *who, const char *ca_file, const char *cert_file, const char *key_file,
+             char *pem[3], hyc_status *st)
+{
+    char what[64];
+    pem[0] = pem[1] = pem[2] = NULL;
+    snprintf(what, sizeof what, "%sCA", who);
+    int rc =
+        ca_file ? read_pem(what, ca_file, "certificate", "-----BEGIN CERTIFICATE-----", &pem[0], st)
+                : 0;
+    if (!rc && cert_file) {
+        snprintf(what, sizeof what, "%sclient certificate", who);
+        rc = read_pem(what, cert_file, "block", "-----BEGIN ", &pem[1], st);
+    }
+    if (!rc && cert_file) {
+        snprintf(what, sizeof what, "%sclient key", who);
+        rc = read_pem(what, key_file, "block", "-----BEGIN ", &pem[2], st);
+    }
+    if (rc)
+        for (int i = 0; i < 3; i++) hy_free(pem[i]), pem[i] = NULL;
+    return rc;
 }
 
 int hyc_open(const hyc_options *o, hyc **out, hyc_status *st)
@@ -90,33 +116,24 @@ int hyc_open(const hyc_options *o, hyc **out, hyc_status *st)
                           "client: a TLS client certificate needs tls_cert_file, tls_key_file "
                           "and tls_ca_file");
     }
-    char *pem = NULL, *mine[2] = {NULL, NULL};
-    if ((o->tls_ca_file &&
-         read_pem("CA", o->tls_ca_file, "certificate", "-----BEGIN CERTIFICATE-----", &pem, st)) ||
-        (o->tls_cert_file &&
-         (read_pem("client certificate", o->tls_cert_file, "block", "-----BEGIN ", &mine[0], st) ||
-          read_pem("client key", o->tls_key_file, "block", "-----BEGIN ", &mine[1], st)))) {
-        hy_free(pem);
-        hy_free(mine[0]);
-        hy_free(mine[1]);
+    char *pem[3];
+    if (read_tls("", o->tls_ca_file, o->tls_cert_file, o->tls_key_file, pem, st)) {
         hyc_close(c);
         return st->code;
     }
     hy_err e = {0};
     hy_rpc_client_options ro = {.target = o->target,
                                 .max_message = c->max_message,
-                                .tls_root_pem = pem,
+                                .tls_root_pem = pem[0],
                                 .tls_server_name = o->tls_server_name,
-                                .tls_cert_pem = mine[0],
-                                .tls_key_pem = mine[1],
+                                .tls_cert_pem = pem[1],
+                                .tls_key_pem = pem[2],
                                 .wait_for_ready = o->wait_for_ready,
                                 /* each hyc a connection: a frontend's threads,
                                  * each with its handle, are read in parallel */
                                 .own_connection = true};
     int rc = hy_rpc_client_open_ex(&ro, &c->rpc, &e);
-    hy_free(pem);
-    hy_free(mine[0]);
-    hy_free(mine[1]);
+    for (int i = 0; i < 3; i++) hy_free(pem[i]);
     if (rc) {
         hyc_close(c);
         return status_set(st, HYC_INVALID_ARGUMENT, "client: %s", e.msg);

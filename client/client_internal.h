@@ -23,7 +23,7 @@ struct hyc {
 #define method      hyci_method
 #define call_status hyci_call_status
 #define unary       hyci_unary
-#define read_pem    hyci_read_pem
+#define read_tls    hyci_read_tls
 
 /* st->code = code, st->msg formatted; returns code. */
 int status_set(hyc_status *st, int code, const char *fmt, ...)
@@ -36,13 +36,15 @@ const hy_rpc_method *method(const char *name);
 int call_status(int rc, const hy_rpc_status *rs, const hy_err *e, hyc_status *st);
 /* One unary call of the method named name; *out the decoded response. */
 int unary(hyc *c, const char *name, const ProtobufCMessage *rq, void **out, hyc_status *st);
-/* The PEM text of `what`'s file into *out (free with hy_free), which must
- * hold marker: gRPC takes any text and fails each call later with a message
- * that does not name the file ("empty address list"). Non-zero
- * (INVALID_ARGUMENT in st, naming the file) when it cannot be read or holds
- * no such block. */
-int read_pem(const char *what, const char *file, const char *noun, const char *marker, char **out,
-             hyc_status *st);
+/* The PEM texts of the TLS files that are given (NULL: none) into pem[0]
+ * (the CA), pem[1] (a client certificate) and pem[2] (its key; read when
+ * cert_file is), each freed with hy_free; who prefixes the file's name in a
+ * message ("" or "etcd "). Each must hold a PEM block: gRPC takes any text
+ * and fails each call later with a message that does not name the file.
+ * Non-zero (INVALID_ARGUMENT in st, naming the file; pem all NULL) when one
+ * cannot be read or holds none. */
+int read_tls(const char *who, const char *ca_file, const char *cert_file, const char *key_file,
+             char *pem[3], hyc_status *st);
 /* The host part of "host:port" ("[v6]:port" gives v6). */
 void hyci_target_host(const char *target, char *host, size_t cap);
 

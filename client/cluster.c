@@ -101,16 +101,8 @@ static int etcd_pems(const hyc_cluster_options *o, char *pem[3], hyc_status *st)
                           "client: etcd's TLS certificate or server name needs etcd_tls_ca_file");
     if (o->etcd_password && !o->etcd_user)
         return status_set(st, HYC_INVALID_ARGUMENT, "client: etcd_password without etcd_user");
-    if ((o->etcd_tls_ca_file && read_pem("etcd CA", o->etcd_tls_ca_file, "certificate",
-                                         "-----BEGIN CERTIFICATE-----", &pem[0], st)) ||
-        (o->etcd_tls_cert_file && (read_pem("etcd client certificate", o->etcd_tls_cert_file,
-                                            "block", "-----BEGIN ", &pem[1], st) ||
-                                   read_pem("etcd client key", o->etcd_tls_key_file, "block",
-                                            "-----BEGIN ", &pem[2], st)))) {
-        for (int i = 0; i < 3; i++) hy_free(pem[i]), pem[i] = NULL;
-        return st->code;
-    }
-    return 0;
+    return read_tls("etcd ", o->etcd_tls_ca_file, o->etcd_tls_cert_file, o->etcd_tls_key_file, pem,
+                    st);
 }
 
 int hyc_cluster_open(const hyc_cluster_options *o, hyc_cluster **out, hyc_status *st)

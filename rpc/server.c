@@ -425,39 +425,29 @@ static bool drain(hy_rpc_call *c, hy_rpc_code code, const char *msg)
 {
     const gpr_timespec until =
         gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(DRAIN_MS, GPR_TIMESPAN));
-    size_t got = 0;
-    bool cut = code == HY_RPC_UNAUTHENTICATED;
-    while (!cut) {
+    for (size_t got = 0; code != HY_RPC_UNAUTHENTICATED && got <= c->max_message;) {
         grpc_byte_buffer *bb = NULL;
         grpc_op op = {.op = GRPC_OP_RECV_MESSAGE};
         op.data.recv_message.recv_message = &bb;
         if (grpc_call_start_batch(c->call, &op, 1, &bb, NULL) != GRPC_CALL_OK) return false;
-        bool done = false, ok = false;
-        while (!done) {
-            grpc_event ev = grpc_completion_queue_next(c->cq, until, NULL);
-            if (ev.type == GRPC_QUEUE_TIMEOUT && !cut) { /* too slow: cut it short */
+        bool late = false;
+        grpc_event ev;
+        for (;;) {
+            ev = grpc_completion_queue_next(
+                c->cq, late ? gpr_inf_future(GPR_CLOCK_MONOTONIC) : until, NULL);
+            if (ev.type == GRPC_QUEUE_TIMEOUT) { /* too slow: the reset ends the receive */
                 grpc_call_cancel_with_status(c->call, (grpc_status_code)code, msg, NULL);
-                cut = true;
-                continue;
-            }
-            if (ev.type == GRPC_QUEUE_TIMEOUT) { /* the cancel completes it soon */
-                ev = grpc_completion_queue_next(c->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
-            }
-            if (ev.type != GRPC_OP_COMPLETE) return cut;
-            if (ev.tag == &c->close_tag) {
+                late = true;
+            } else if (ev.type == GRPC_OP_COMPLETE && ev.tag == &c->close_tag) {
                 c->close_seen = true;
-                continue;
+            } else {
+                break;
             }
-            done = true;
-            ok = ev.success;
         }
-        if (!ok || !bb) return cut; /* the end of the stream (or the call is over) */
-        got += grpc_byte_buffer_length(bb);
-        grpc_byte_buffer_destroy(bb);
-        if (got > c->max_message && !cut) {
-            grpc_call_cancel_with_status(c->call, (grpc_status_code)code, msg, NULL);
-            cut = true;
-        }
+        const bool ok = ev.type == GRPC_OP_COMPLETE && ev.success && bb;
+        if (bb) got += grpc_byte_buffer_length(bb), grpc_byte_buffer_destroy(bb);
+        if (late) return true;
+        if (!ok) return false; /* the end of the stream (or the call is over) */
     }
     grpc_call_cancel_with_status(c->call, (grpc_status_code)code, msg, NULL);
     return true;
@@ -692,6 +682,14 @@ static void *dedicated_main(void *arg)
     }
 }
 
+/* A shared slot asks for no more calls (the server is stopping): after the
+ * last, nothing more can come on the shared queue, which is shut. */
+static void slot_done(hy_rpc_server *s)
+{
+    if (atomic_fetch_add(&s->slots_done, 1) + 1 == s->nshared)
+        grpc_completion_queue_shutdown(s->call_cq);
+}
+
 /* A shared worker: whichever slot's call comes first on the shared queue.
  * The thread that read the call off the connection is usually the one
  * waiting on that queue, so it serves the call itself, where a queue per
@@ -709,11 +707,7 @@ static void *shared_main(void *arg)
         slot *sl = ev.tag;
         if (ev.success) slot_serve(s, sl, NULL);
         slot_reset(sl);
-        if (ev.success && slot_request(s, sl, s->call_cq, NULL)) continue;
-        /* the server is stopping: this slot is done, and after the last
-         * nothing more can come on the queue */
-        if (atomic_fetch_add(&s->slots_done, 1) + 1 == s->nshared)
-            grpc_completion_queue_shutdown(s->call_cq);
+        if (!ev.success || !slot_request(s, sl, s->call_cq, NULL)) slot_done(s);
     }
 }
 
@@ -832,8 +826,7 @@ int hy_rpc_server_start(const hy_rpc_server_config *cfg, const hy_rpc_handler *h
     }
     grpc_server_start(s->server);
     for (int i = 0; i < s->nshared; i++)
-        if (!slot_request(s, &s->workers[i].own, s->call_cq, NULL))
-            atomic_fetch_add(&s->slots_done, 1); /* (not while the server runs) */
+        if (!slot_request(s, &s->workers[i].own, s->call_cq, NULL)) slot_done(s);
     for (int i = 0; i < s->nworkers; i++) {
         if (pthread_create(&s->workers[i].thread, NULL,
                            i < s->nshared ? shared_main : dedicated_main, &s->workers[i])) {

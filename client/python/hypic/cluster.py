@@ -388,9 +388,8 @@ class _EtcdAccess:
             raise client_error("Cluster: etcd's client certificate or server name needs etcd_tls_root_pem")
         if password is not None and not user:
             raise client_error("Cluster: etcd_password without etcd_user")
-        self.tls = root_pem is not None
         self._creds = (
-            grpc.ssl_channel_credentials(root_pem, key_pem, cert_pem) if self.tls else None
+            grpc.ssl_channel_credentials(root_pem, key_pem, cert_pem) if root_pem is not None else None
         )
         self._server_name = server_name
         self.user = user
@@ -484,9 +483,9 @@ class _EtcdWatch:
             except grpc.RpcError as e:
                 err = HypicError.from_rpc(e)
                 self._next_endpoint()
-            except HypicError as e:  # etcd refused the user: no other endpoint will differ
-                self._close_channel()
-                if e.code == "INVALID_ARGUMENT":
+            except HypicError as e:
+                if e.code == "INVALID_ARGUMENT":  # etcd refused the user: so will the others
+                    self._close_channel()
                     raise
                 err = e
                 self._next_endpoint()
