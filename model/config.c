@@ -36,14 +36,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { N_ARCH = 3, MAX_KEYS = 48 };
-_Static_assert(HY_ARCH_QWEN3_NEXT == 0 && HY_ARCH_QWEN3_5 == 1 && HY_ARCH_QWEN3_5_MOE == 2,
+enum { N_ARCH = HY_ARCH_COUNT, MAX_KEYS = 48 };
+_Static_assert(HY_ARCH_QWEN3_NEXT == 0 && HY_ARCH_QWEN3_5 == 1 && HY_ARCH_QWEN3_5_MOE == 2 &&
+                   HY_ARCH_OLMO_HYBRID == 3 && N_ARCH == 4,
                "k_keys' default columns are indexed by hy_arch");
 
 /* The text model type of each architecture, as transformers names it. */
-static const char *const k_text_type[N_ARCH] = {"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"};
+static const char *const k_text_type[N_ARCH] = {"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text",
+                                                "olmo_hybrid"};
 
 typedef enum key_type { KT_INT, KT_NUM, KT_BOOL, KT_OTHER } key_type;
+/* An int field whose key is absent (or null) and derived from others. */
+enum { DERIVED = INT_MIN };
 typedef enum key_where { AT_TEXT, AT_TOP } key_where;
 
 /* What the scalar keys are read into before hy_model_config is derived. */
@@ -51,7 +55,7 @@ typedef struct cfg_vals {
     hy_model_config c;
     double rms_eps, rope_theta, partial_rotary;
     int sparse_step;
-    bool attention_bias;
+    bool attention_bias, neg_eigval;
     bool mlp_only[HY_MAX_LAYERS];
 } cfg_vals;
 
@@ -90,109 +94,124 @@ static int read_mlp_only(cfg_ctx *c, const cfg_key *k);
 
 #define V(f) offsetof(cfg_vals, f)
 /* Table rows: a scalar key read in table order, or one with its own reader. */
-#define SCALAR(nm, at, ty, field, d0, d1, d2, lo_, hi_, what)                                      \
+#define SCALAR(nm, at, ty, field, d0, d1, d2, d3, lo_, hi_, what)                                  \
     {                                                                                              \
-        .name = nm, .where = at, .type = ty, .off = V(field), .def = {d0, d1, d2}, .lo = lo_,      \
+        .name = nm, .where = at, .type = ty, .off = V(field), .def = {d0, d1, d2, d3}, .lo = lo_,  \
         .hi = hi_, .meaning = what                                                                 \
     }
-#define OTHER(nm, at, tn, d0, d1, d2, reader, runs_, what, later)                                  \
+#define OTHER(nm, at, tn, d0, d1, d2, d3, reader, runs_, what, later)                              \
     {                                                                                              \
-        .name = nm, .where = at, .type = KT_OTHER, .def = {d0, d1, d2}, .read = reader,            \
+        .name = nm, .where = at, .type = KT_OTHER, .def = {d0, d1, d2, d3}, .read = reader,        \
         .tname = tn, .runs = runs_, .meaning = what, .deferred = later                             \
     }
 
 /* Every key the loader reads, in the order it reads them. Defaults are
  * transformers 5.23's (configuration_qwen3_next.py, configuration_qwen3_5.py,
- * configuration_qwen3_5_moe.py; RoPE defaults from modeling_rope_utils.py). */
+ * configuration_qwen3_5_moe.py, configuration_olmo_hybrid.py; RoPE defaults
+ * from modeling_rope_utils.py). A default written "=<when>: <rule>" is
+ * derived from other keys (derive()) when the key is absent or, where <when>
+ * says `null`, null; a default mentioning `null` accepts null. */
 static const cfg_key k_keys[] = {
-    OTHER("model_type", AT_TOP, "string", "required", "required", "required", NULL,
+    OTHER("model_type", AT_TOP, "string", "required", "required", "required", "required", NULL,
           "`qwen3_next`; `qwen3_5_text` or `qwen3_5` (nested); `qwen3_5_moe_text` or "
-          "`qwen3_5_moe` (nested)",
+          "`qwen3_5_moe` (nested); `olmo_hybrid`",
           "selects the architecture; `qwen3_5` and `qwen3_5_moe` are the vision-language "
           "composites whose text model is under `text_config`",
           true),
-    OTHER("architectures", AT_TOP, "list of strings", "none", "none", "none", NULL, "any",
+    OTHER("architectures", AT_TOP, "list of strings", "none", "none", "none", "none", NULL, "any",
           "recorded (the first entry) for reports; the executor is chosen by `model_type`", true),
     OTHER("text_config", AT_TOP, "object", NULL, "`{}` (all defaults)", "`{}` (all defaults)", NULL,
-          "an object or null",
+          NULL, "an object or null",
           "the text model's keys of a composite config; its own `model_type` is not consulted",
           true),
-    SCALAR("vocab_size", AT_TEXT, KT_INT, c.vocab, "151936", "248320", "248320", 1, 1 << 24,
-           "rows of the embedding and of the LM head"),
-    SCALAR("hidden_size", AT_TEXT, KT_INT, c.hidden, "2048", "4096", "2048", 1, 1 << 16,
+    SCALAR("vocab_size", AT_TEXT, KT_INT, c.vocab, "151936", "248320", "248320", "100352", 1,
+           1 << 24, "rows of the embedding and of the LM head"),
+    SCALAR("hidden_size", AT_TEXT, KT_INT, c.hidden, "2048", "4096", "2048", "3840", 1, 1 << 16,
            "width of the residual stream"),
-    SCALAR("num_hidden_layers", AT_TEXT, KT_INT, c.n_layers, "48", "32", "40", 1, HY_MAX_LAYERS,
-           "decoder layers; a tensor of a layer beyond them is an error"),
-    SCALAR("intermediate_size", AT_TEXT, KT_INT, c.intermediate, "5632", "12288", NULL, 0, 1 << 20,
-           "width of a dense (SwiGLU) MLP; 0 only where no layer is dense"),
-    SCALAR("num_attention_heads", AT_TEXT, KT_INT, c.n_heads, "16", "16", "16", 1, 1024,
+    SCALAR("num_hidden_layers", AT_TEXT, KT_INT, c.n_layers, "48", "32", "40", "32", 1,
+           HY_MAX_LAYERS, "decoder layers; a tensor of a layer beyond them is an error"),
+    SCALAR("intermediate_size", AT_TEXT, KT_INT, c.intermediate, "5632", "12288", NULL, "11008", 0,
+           1 << 20, "width of a dense (SwiGLU) MLP; 0 only where no layer is dense"),
+    SCALAR("num_attention_heads", AT_TEXT, KT_INT, c.n_heads, "16", "16", "16", "30", 1, 1024,
            "query heads of a full-attention layer; a multiple of `num_key_value_heads`"),
-    SCALAR("num_key_value_heads", AT_TEXT, KT_INT, c.n_kv_heads, "2", "4", "2", 1, 1024,
+    SCALAR("num_key_value_heads", AT_TEXT, KT_INT, c.n_kv_heads, "2", "4", "2",
+           "=`null`: `num_attention_heads`", 1, 1024,
            "key/value heads of a full-attention layer (GQA)"),
-    SCALAR("head_dim", AT_TEXT, KT_INT, c.head_dim, "256", "256", "256", 2, 4096,
+    SCALAR("head_dim", AT_TEXT, KT_INT, c.head_dim, "256", "256", "256",
+           "=absent: `hidden_size` / `num_attention_heads`", 2, 4096,
            "width of a full-attention head"),
-    OTHER("hidden_act", AT_TEXT, "string", "`\"silu\"`", "`\"silu\"`", "`\"silu\"`", read_act,
-          "`\"silu\"` only", "activation of every MLP", false),
-    SCALAR("attention_bias", AT_TEXT, KT_BOOL, attention_bias, "false", "false", "false", 0, 0,
-           "biases on the q/k/v/o projections"),
-    SCALAR("rms_norm_eps", AT_TEXT, KT_NUM, rms_eps, "1e-06", "1e-06", "1e-06", 0, 1,
+    OTHER("hidden_act", AT_TEXT, "string", "`\"silu\"`", "`\"silu\"`", "`\"silu\"`", "`\"silu\"`",
+          read_act, "`\"silu\"` only", "activation of every MLP", false),
+    SCALAR("attention_bias", AT_TEXT, KT_BOOL, attention_bias, "false", "false", "false", "false",
+           0, 0, "biases on the q/k/v/o projections"),
+    SCALAR("rms_norm_eps", AT_TEXT, KT_NUM, rms_eps, "1e-06", "1e-06", "1e-06", "1e-06", 0, 1,
            "epsilon of every RMSNorm"),
-    SCALAR("linear_num_key_heads", AT_TEXT, KT_INT, c.lin_k_heads, "16", "16", "16", 1, 1024,
-           "query/key heads of a Gated DeltaNet layer"),
-    SCALAR("linear_num_value_heads", AT_TEXT, KT_INT, c.lin_v_heads, "32", "32", "32", 1, 1024,
+    SCALAR("linear_num_key_heads", AT_TEXT, KT_INT, c.lin_k_heads, "16", "16", "16",
+           "=`null`: `num_attention_heads`", 1, 1024, "query/key heads of a Gated DeltaNet layer"),
+    SCALAR("linear_num_value_heads", AT_TEXT, KT_INT, c.lin_v_heads, "32", "32", "32",
+           "=`null`: `num_attention_heads`", 1, 1024,
            "value heads of a Gated DeltaNet layer; a multiple of `linear_num_key_heads`"),
-    SCALAR("linear_key_head_dim", AT_TEXT, KT_INT, c.lin_dk, "128", "128", "128", 1, 1024,
+    SCALAR("linear_key_head_dim", AT_TEXT, KT_INT, c.lin_dk, "128", "128", "128",
+           "=`null`: int(0.75 × `hidden_size` / `linear_num_key_heads`)", 1, 1024,
            "key width of a Gated DeltaNet head"),
-    SCALAR("linear_value_head_dim", AT_TEXT, KT_INT, c.lin_dv, "128", "128", "128", 1, 1024,
-           "value width of a Gated DeltaNet head"),
-    SCALAR("linear_conv_kernel_dim", AT_TEXT, KT_INT, c.conv_kernel, "4", "4", "4", 1, 16,
+    SCALAR("linear_value_head_dim", AT_TEXT, KT_INT, c.lin_dv, "128", "128", "128",
+           "=`null`: 2 × `linear_key_head_dim`", 1, 1024, "value width of a Gated DeltaNet head"),
+    SCALAR("linear_allow_neg_eigval", AT_TEXT, KT_BOOL, neg_eigval, NULL, NULL, NULL, "true", 0, 1,
+           "beta = 2·sigmoid(b) instead of sigmoid(b): the delta rule's eigenvalues 1 − beta "
+           "then reach down to −1"),
+    SCALAR("linear_conv_kernel_dim", AT_TEXT, KT_INT, c.conv_kernel, "4", "4", "4", "4", 1, 16,
            "taps of the causal short convolution before the delta rule"),
-    SCALAR("rope_theta", AT_TEXT, KT_NUM, rope_theta, "10000.0", "10000.0", "10000.0", 1, 1e12,
-           "RoPE base where the RoPE object does not give one"),
-    SCALAR("partial_rotary_factor", AT_TEXT, KT_NUM, partial_rotary, "0.25", "0.25", "0.25", 0, 1,
+    SCALAR("rope_theta", AT_TEXT, KT_NUM, rope_theta, "10000.0", "10000.0", "10000.0",
+           "10000.0; `null`: no RoPE", 1, 1e12,
+           "RoPE base where the RoPE object does not give one; OLMo-Hybrid runs without "
+           "positional encoding (NoPE) when the base in effect is null"),
+    SCALAR("partial_rotary_factor", AT_TEXT, KT_NUM, partial_rotary, "0.25", "0.25", "0.25", NULL,
+           0, 1,
            "rotated fraction of `head_dim` where the RoPE object does not give one; "
            "int(head_dim x factor) must be even and >= 2"),
-    OTHER("rope_parameters", AT_TEXT, "object", "`null`", "`null`", "`null`", read_rope,
+    OTHER("rope_parameters", AT_TEXT, "object", "`null`", "`null`", "`null`", "`null`", read_rope,
           "`rope_type` (or `type`) `\"default\"`; M-RoPE sections accepted",
           "RoPE settings (`rope_theta`, `partial_rotary_factor`) that win over the top-level "
           "keys; for text every M-RoPE section sees the same position, which is plain RoPE",
           false),
-    OTHER("rope_scaling", AT_TEXT, "object", "`null`", "`null`", "`null`", NULL,
+    OTHER("rope_scaling", AT_TEXT, "object", "`null`", "`null`", "`null`", "`null`", NULL,
           "as `rope_parameters`",
           "the older name: when a non-empty object it replaces `rope_parameters` entirely", true),
-    OTHER("layer_types", AT_TEXT, "list of strings", "`null`", "`null`", "`null`", read_layers,
+    OTHER("layer_types", AT_TEXT, "list of strings", "`null`", "`null`", "`null`", "`null`",
+          read_layers,
           "`num_hidden_layers` entries, each `\"linear_attention\"` or `\"full_attention\"`",
           "the token mixer of each layer; null derives it from `full_attention_interval`", false),
     {.name = "full_attention_interval",
      .where = AT_TEXT,
      .type = KT_INT,
-     .def = {"4", "4", "4"},
+     .def = {"4", "4", "4", NULL},
      .lo = 1,
      .hi = HY_MAX_LAYERS,
      .meaning = "read only when `layer_types` is null: layer i has full attention when "
                 "(i + 1) % interval == 0, else linear attention",
      .deferred = true},
-    SCALAR("num_experts", AT_TEXT, KT_INT, c.n_experts, "512", NULL, "256", 0, 4096,
+    SCALAR("num_experts", AT_TEXT, KT_INT, c.n_experts, "512", NULL, "256", NULL, 0, 4096,
            "routed experts per MoE layer; 0 (Qwen3-Next only) makes every layer dense"),
-    SCALAR("num_experts_per_tok", AT_TEXT, KT_INT, c.top_k, "10", NULL, "8", 1, 4096,
+    SCALAR("num_experts_per_tok", AT_TEXT, KT_INT, c.top_k, "10", NULL, "8", NULL, 1, 4096,
            "experts each token is routed to; at most `num_experts`"),
-    SCALAR("moe_intermediate_size", AT_TEXT, KT_INT, c.moe_intermediate, "512", NULL, "512", 1,
-           1 << 20, "width of a routed expert's SwiGLU"),
+    SCALAR("moe_intermediate_size", AT_TEXT, KT_INT, c.moe_intermediate, "512", NULL, "512", NULL,
+           1, 1 << 20, "width of a routed expert's SwiGLU"),
     SCALAR("shared_expert_intermediate_size", AT_TEXT, KT_INT, c.shared_intermediate, "512", NULL,
-           "512", 0, 1 << 20,
+           "512", NULL, 0, 1 << 20,
            "width of the sigmoid-gated shared expert of every MoE layer; 0: none (its tensors "
            "must then be absent)"),
-    SCALAR("norm_topk_prob", AT_TEXT, KT_BOOL, c.norm_topk, "true", NULL, NULL, 0, 1,
+    SCALAR("norm_topk_prob", AT_TEXT, KT_BOOL, c.norm_topk, "true", NULL, NULL, NULL, 0, 1,
            "renormalise the top-k routing weights to sum 1; the Qwen3.5 MoE router always does, "
            "whatever the key says"),
-    SCALAR("decoder_sparse_step", AT_TEXT, KT_INT, sparse_step, "1", NULL, NULL, 1, HY_MAX_LAYERS,
+    SCALAR("decoder_sparse_step", AT_TEXT, KT_INT, sparse_step, "1", NULL, NULL, NULL, 1,
+           HY_MAX_LAYERS,
            "layer i is MoE when (i + 1) % step == 0 and i is not in `mlp_only_layers` (Qwen3.5 "
            "MoE routes every layer)"),
-    OTHER("mlp_only_layers", AT_TEXT, "list of ints", "`[]`", NULL, NULL, read_mlp_only,
+    OTHER("mlp_only_layers", AT_TEXT, "list of ints", "`[]`", NULL, NULL, NULL, read_mlp_only,
           "integers; those outside [0, num_hidden_layers) match no layer",
           "layers with a dense MLP although the sparse step would route them", false),
-    SCALAR("tie_word_embeddings", AT_TOP, KT_BOOL, c.tie_embeddings, "false", "false", "false", 0,
-           1,
+    SCALAR("tie_word_embeddings", AT_TOP, KT_BOOL, c.tie_embeddings, "false", "false", "false",
+           "false", 0, 1,
            "the LM head is the embedding matrix (`lm_head.weight` may then be absent; when present "
            "it is used, as transformers does); a composite config ties by its own flag, never by "
            "`text_config`'s"),
@@ -260,8 +279,19 @@ static int read_scalar(cfg_ctx *c, const cfg_key *k)
         *(bool *)field = b;
         return HY_OK;
     }
+    /* "=…" defaults are derived later (DERIVED in the field until then); a
+     * default mentioning `null` takes null for what the rule says */
+    const cJSON *v = get(obj, k->name);
+    const bool derived = def[0] == '=', null_ok = strstr(def, "`null`") != NULL;
+    if ((derived && !v) || (null_ok && cJSON_IsNull(v))) {
+        if (k->type == KT_INT)
+            *(int *)field = DERIVED;
+        else
+            *(double *)field = NAN;
+        return HY_OK;
+    }
     double x;
-    int rc = read_number(c, obj, k->name, k->type, def, k->lo, k->hi, &x);
+    int rc = read_number(c, obj, k->name, k->type, derived ? "0" : def, k->lo, k->hi, &x);
     if (rc) return rc;
     if (k->type == KT_INT)
         *(int *)field = (int)x;
@@ -309,19 +339,22 @@ static int read_rope(cfg_ctx *c, const cfg_key *k)
         snprintf(dflt[0], sizeof dflt[0], "%.17g", theta);
         snprintf(dflt[1], sizeof dflt[1], "%.17g", partial);
         int rc;
-        if ((rc = read_number(c, use, "rope_theta", KT_NUM, dflt[0], 1.0, 1e12, &theta)) ||
+        /* a null base is OLMo-Hybrid's NoPE (rope_theta's default says so) */
+        const cJSON *rt = get(use, "rope_theta");
+        if (c->arch == HY_ARCH_OLMO_HYBRID && cJSON_IsNull(rt))
+            theta = NAN;
+        else if (rt && (rc = read_number(c, use, "rope_theta", KT_NUM, dflt[0], 1.0, 1e12, &theta)))
+            return rc;
+        /* only the classes that define the factor read it (OLMo-Hybrid rotates
+         * the whole head, whatever the object says) */
+        if (k_keys[key_index("partial_rotary_factor")].def[c->arch] &&
             (rc =
                  read_number(c, use, "partial_rotary_factor", KT_NUM, dflt[1], 0.0, 1.0, &partial)))
             return rc;
     }
-    hy_model_config *cfg = &c->v.c;
-    cfg->rope_theta = theta;
-    cfg->rotary_dim = (int)(cfg->head_dim * partial);
-    if (cfg->rotary_dim < 2 || cfg->rotary_dim % 2)
-        return hy_err_set(c->err, HY_EINVAL,
-                          "%s: head_dim %d x partial_rotary_factor %g gives %d rotary dims; need "
-                          "an even number >= 2",
-                          c->path, cfg->head_dim, partial, cfg->rotary_dim);
+    /* rotary_dim follows from head_dim in derive() */
+    c->v.rope_theta = theta;
+    c->v.partial_rotary = partial;
     return HY_OK;
 }
 
@@ -347,6 +380,17 @@ static int read_layers(cfg_ctx *c, const cfg_key *k)
                                   "'full_attention'",
                                   c->path, i);
         }
+        return HY_OK;
+    }
+    if (c->arch == HY_ARCH_OLMO_HYBRID) {
+        /* OlmoHybridConfig: every fourth layer (i % 4 == 3) has full
+         * attention, and the last one when that leaves none */
+        bool any = false;
+        for (int i = 0; i < cfg->n_layers; i++) {
+            cfg->layer_kind[i] = i % 4 == 3 ? HY_LAYER_ATTENTION : HY_LAYER_LINEAR;
+            any |= i % 4 == 3;
+        }
+        if (!any) cfg->layer_kind[cfg->n_layers - 1] = HY_LAYER_ATTENTION;
         return HY_OK;
     }
     /* transformers pops full_attention_interval only here, so with layer_types
@@ -401,13 +445,14 @@ static int read_identity(cfg_ctx *c, cJSON **empty)
         {"qwen3_5", HY_ARCH_QWEN3_5, true},
         {"qwen3_5_moe_text", HY_ARCH_QWEN3_5_MOE, false},
         {"qwen3_5_moe", HY_ARCH_QWEN3_5_MOE, true},
+        {"olmo_hybrid", HY_ARCH_OLMO_HYBRID, false},
     };
     size_t t = 0;
     while (t < sizeof types / sizeof *types && strcmp(types[t].type, mt->valuestring) != 0) t++;
     if (t == sizeof types / sizeof *types)
         return hy_err_set(c->err, HY_EUNSUPPORTED,
                           "%s: model_type '%s' is not supported (qwen3_next, qwen3_5_text, "
-                          "qwen3_5, qwen3_5_moe_text, qwen3_5_moe)",
+                          "qwen3_5, qwen3_5_moe_text, qwen3_5_moe, olmo_hybrid)",
                           c->path, mt->valuestring);
     c->arch = types[t].arch;
     c->nested = types[t].nested;
@@ -468,10 +513,86 @@ static void log_ignored(const cfg_ctx *c)
 
 /* What follows from the keys together: head multiples, the MoE layers, the
  * routing rule, dense widths. */
+/* Fills an int key derived from others ("=…" defaults) and checks it against
+ * the table's bounds, as it would be if config.json had said it. */
+static int fill_derived(cfg_ctx *c, const char *key, int *field, double value)
+{
+    const cfg_key *k = &k_keys[key_index(key)];
+    if (*field != DERIVED) return HY_OK;
+    if (!(value >= k->lo && value <= k->hi))
+        return hy_err_set(c->err, HY_ERANGE,
+                          "%s: '%s' is not given and its default (%s) comes to %.0f, outside "
+                          "[%.0f, %.0f]",
+                          c->path, key, k->def[c->arch] + 1, value, k->lo, k->hi);
+    *field = (int)value;
+    return HY_OK;
+}
+
+/* The keys derived from others, in OlmoHybridConfig.__post_init__'s order,
+ * and OLMo-Hybrid's fixed choices: plain GQA with the norms over all heads,
+ * full-width RoPE, post-normalised attention layers, beta up to 2, a gated
+ * output norm with its own epsilon. */
+static int derive_olmo(cfg_ctx *c, hy_model_config *cfg)
+{
+    int rc;
+    if ((rc = fill_derived(c, "linear_num_key_heads", &cfg->lin_k_heads, cfg->n_heads)) ||
+        (rc = fill_derived(c, "linear_num_value_heads", &cfg->lin_v_heads, cfg->n_heads)) ||
+        (rc = fill_derived(c, "linear_key_head_dim", &cfg->lin_dk,
+                           floor(0.75 * cfg->hidden / cfg->lin_k_heads))) ||
+        (rc = fill_derived(c, "linear_value_head_dim", &cfg->lin_dv, 2.0 * cfg->lin_dk)) ||
+        (rc = fill_derived(c, "num_key_value_heads", &cfg->n_kv_heads, cfg->n_heads)) ||
+        (rc = fill_derived(c, "head_dim", &cfg->head_dim, cfg->hidden / cfg->n_heads)))
+        return rc;
+    bool lin = false, att = false;
+    for (int i = 0; i < cfg->n_layers; i++) {
+        lin |= cfg->layer_kind[i] == HY_LAYER_LINEAR;
+        att |= cfg->layer_kind[i] == HY_LAYER_ATTENTION;
+        cfg->layer_post_norm[i] = cfg->layer_kind[i] == HY_LAYER_ATTENTION;
+    }
+    if (!lin || !att) /* OlmoHybridConfig.validate_architecture */
+        return hy_err_set(c->err, HY_EINVAL,
+                          "%s: olmo_hybrid needs at least one linear_attention and one "
+                          "full_attention layer",
+                          c->path);
+    cfg->attn_gate = false;
+    cfg->qk_norm_flat = true;
+    cfg->lin_beta_scale = c->v.neg_eigval ? 2.0f : 1.0f;
+    cfg->lin_norm_eps = 1e-5f; /* OlmoHybridGatedDeltaNet's o_norm, whatever rms_norm_eps says */
+    c->v.partial_rotary = 1.0;
+    return HY_OK;
+}
+
+/* RoPE's base and width: the rotated part of each head is even; none with
+ * OLMo-Hybrid's null base. */
+static int derive_rope(cfg_ctx *c, hy_model_config *cfg)
+{
+    const double partial = c->v.partial_rotary;
+    cfg->rope_theta = isnan(c->v.rope_theta) ? 0.0 : c->v.rope_theta;
+    if (isnan(c->v.rope_theta)) {
+        cfg->rotary_dim = 0;
+        return HY_OK;
+    }
+    cfg->rotary_dim = (int)(cfg->head_dim * partial);
+    if (cfg->rotary_dim < 2 || cfg->rotary_dim % 2)
+        return hy_err_set(c->err, HY_EINVAL,
+                          "%s: head_dim %d x partial_rotary_factor %g gives %d rotary dims; need "
+                          "an even number >= 2",
+                          c->path, cfg->head_dim, partial, cfg->rotary_dim);
+    return HY_OK;
+}
+
 static int derive(cfg_ctx *c, hy_model_config *cfg)
 {
     *cfg = c->v.c;
     cfg->rms_eps = (float)c->v.rms_eps;
+    /* Qwen's choices; OLMo-Hybrid's own replace them */
+    cfg->attn_gate = true;
+    cfg->qk_norm_flat = false;
+    cfg->lin_beta_scale = 1.0f;
+    cfg->lin_norm_eps = cfg->rms_eps;
+    int rc;
+    if (c->arch == HY_ARCH_OLMO_HYBRID && (rc = derive_olmo(c, cfg))) return rc;
+    if ((rc = derive_rope(c, cfg))) return rc;
     if (cfg->n_heads % cfg->n_kv_heads)
         return hy_err_set(c->err, HY_EINVAL,
                           "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d",
@@ -573,7 +694,8 @@ static size_t mixer_params(const hy_model_config *c, int i)
                2 * (size_t)c->lin_v_heads + (size_t)c->lin_dv + vd * H;
     }
     size_t qd = (size_t)c->n_heads * c->head_dim, kd = (size_t)c->n_kv_heads * c->head_dim;
-    return H * (2 * qd + 2 * kd) + qd * H + 2 * (size_t)c->head_dim;
+    size_t norms = c->qk_norm_flat ? qd + kd : 2 * (size_t)c->head_dim;
+    return H * ((c->attn_gate ? 2 : 1) * qd + 2 * kd) + qd * H + norms;
 }
 
 static size_t mlp_params(const hy_model_config *c, int i, int active_only)
@@ -619,9 +741,11 @@ int hy_config_keys_markdown(char *buf, size_t cap)
         if (n_ < 0) return HY_EINVAL;                                                              \
         len += (size_t)n_;                                                                         \
     } while (0)
-    OUT("| key | read from | type | qwen3_next | qwen3_5_text | qwen3_5_moe_text | the executor "
-        "runs | meaning |\n");
-    OUT("|---|---|---|---|---|---|---|---|\n");
+    OUT("| key | read from | type |");
+    for (int a = 0; a < N_ARCH; a++) OUT(" %s |", k_text_type[a]);
+    OUT(" the executor runs | meaning |\n|---|---|---|");
+    for (int a = 0; a < N_ARCH; a++) OUT("---|");
+    OUT("---|---|\n");
     static const char *const tnames[] = {"int", "number", "bool"};
     for (size_t i = 0; i < N_KEYS; i++) {
         const cfg_key *k = &k_keys[i];
@@ -632,6 +756,11 @@ int hy_config_keys_markdown(char *buf, size_t cap)
                 OUT(" — |");
             else if (k->type == KT_OTHER)
                 OUT(" %s |", k->def[a]);
+            else if (k->def[a][0] == '=') /* derived: "=<when>: <rule>" */
+                OUT(" %s |", k->def[a] + 1);
+            else if (strchr(k->def[a], ';')) /* "<default>; <null rule>" */
+                OUT(" `%.*s`%s |", (int)strcspn(k->def[a], ";"), k->def[a],
+                    k->def[a] + strcspn(k->def[a], ";"));
             else
                 OUT(" `%s` |", k->def[a]);
         }

@@ -240,7 +240,7 @@ static int rope_reserve(hy_exec *ex, int64_t npos, hy_err *err)
     if (npos <= ex->rope_n) return HY_OK;
     bool attention = false;
     for (int li = 0; li < c->n_layers; li++) attention |= c->layer_kind[li] == HY_LAYER_ATTENTION;
-    if (!attention) return HY_OK;
+    if (!attention || c->rotary_dim == 0) return HY_OK; /* no RoPE to tabulate */
     const int rd = c->rotary_dim;
     const int64_t n = HY_MAX(npos, ex->rope_n + ex->rope_n / 2);
     float *t = hy_alloc((size_t)n * (size_t)rd * sizeof(float));
@@ -534,7 +534,7 @@ static void gdn_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni,
         }
         const float *b = proj + (size_t)t * P + C + Vd, *a = b + Hv;
         for (int h = 0; h < Hv; h++) {
-            ex->beta[(size_t)t * Hv + h] = hy_sigmoidf(b[h]);
+            ex->beta[(size_t)t * Hv + h] = c->lin_beta_scale * hy_sigmoidf(b[h]);
             ex->g[(size_t)t * Hv + h] = w->neg_A[h] * hy_softplusf(a[h] + w->dt_bias[h]);
         }
     }
@@ -557,7 +557,8 @@ static void gdn_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni,
     for (int t = 0; t < n; t++)
         for (int h = 0; h < Hv; h++)
             gated_rmsnorm(ex->o + (size_t)t * Vd + (size_t)h * dv,
-                          proj + (size_t)t * P + C + (size_t)h * dv, w->norm_w, dv, c->rms_eps);
+                          proj + (size_t)t * P + C + (size_t)h * dv, w->norm_w, dv,
+                          c->lin_norm_eps);
     prof_end(ex, HY_EXEC_OP_NORM_GATE);
     linear(ex, n, Vd, H, ex->o, (size_t)Vd, w->w_out, ex->y, (size_t)H);
 }
@@ -579,10 +580,10 @@ static void write_holes(hy_exec *ex, hy_state *st, int li, const item *it, int n
         float *K = st->k[li] + (size_t)p0 * KV, *V = st->v[li] + (size_t)p0 * KV;
         const float *eK = e->K[li], *eV = e->V[li];
         const int rd = c->rotary_dim;
-        assert(p0 + e->nb <= ex->rope_n);
+        assert(rd == 0 || p0 + e->nb <= ex->rope_n);
 #pragma omp parallel for schedule(static)
         for (int t = 0; t < e->nb; t++) {
-            const float *cs = ex->rope + (size_t)(p0 + t) * (size_t)rd;
+            const float *cs = rd ? ex->rope + (size_t)(p0 + t) * (size_t)rd : NULL;
             for (int g = 0; g < c->n_kv_heads; g++) {
                 const size_t at = (size_t)t * KV + (size_t)g * hd;
                 hy_rope_rotate(K + at, eK + at, rd, cs);
@@ -603,11 +604,14 @@ static void attn_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni
     const hy_model_config *c = &ex->m->cfg;
     const hy_attn_w *w = &ex->m->layers[li].attn;
     const int H = c->hidden, Hq = c->n_heads, Hkv = c->n_kv_heads, hd = c->head_dim;
-    const int Q2 = 2 * Hq * hd, KV = Hkv * hd, P = Q2 + 2 * KV, Qd = Hq * hd, grp = Hq / Hkv;
+    /* q_proj's rows: [query|gate] per head with the output gate, else queries */
+    const int qs = c->attn_gate ? 2 * hd : hd, Q2 = Hq * qs;
+    const int KV = Hkv * hd, P = Q2 + 2 * KV, Qd = Hq * hd, grp = Hq / Hkv, rd = c->rotary_dim;
     float *proj = ex->big, *ob = ex->mid;
     float *Kc = st->k[li], *Vc = st->v[li];
     assert(Hq % Hkv == 0 && Kc && Vc);
-    assert(c->rotary_dim % 2 == 0 && c->rotary_dim <= hd);
+    assert(rd % 2 == 0 && rd <= hd);
+    assert(!(c->qk_norm_flat && c->attn_gate)); /* a flat q norm needs the queries contiguous */
 
     if (nholes > 0) {
         prof_begin(ex);
@@ -625,22 +629,27 @@ static void attn_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni
         /* rows are written at their positions; the scores need HY_ATTN_BLOCK
          * × context floats per thread */
         assert(pos < st->kv_cap && ex->scratch_per_thread >= (size_t)HY_ATTN_BLOCK * (pos + 1));
-        const float *cs = ex->rope + (size_t)pos * (size_t)c->rotary_dim;
-        assert(pos < ex->rope_n);
-        for (int h = 0; h < Hq; h++) {
-            float *qh = row + (size_t)h * 2 * hd;
-            rmsnorm_row(qh, w->q_norm1, hd, c->rms_eps, qh);
-            hy_rope_rotate(qh, qh, c->rotary_dim, cs);
-        }
+        assert(rd == 0 || pos < ex->rope_n);
+        const float *cs = rd ? ex->rope + (size_t)pos * (size_t)rd : NULL;
         float *krow = Kc + (size_t)pos * KV, *vrow = Vc + (size_t)pos * KV;
+        if (c->qk_norm_flat) { /* OLMo: one norm over all heads' queries, one over the keys */
+            rmsnorm_row(row, w->q_norm1, Qd, c->rms_eps, row);
+            rmsnorm_row(row + Q2, w->k_norm1, KV, c->rms_eps, krow);
+        }
+        for (int h = 0; h < Hq; h++) {
+            float *qh = row + (size_t)h * qs;
+            if (!c->qk_norm_flat) rmsnorm_row(qh, w->q_norm1, hd, c->rms_eps, qh);
+            hy_rope_rotate(qh, qh, rd, cs);
+        }
         const hy_capture *cap = ex->rowcap[t];
         const int64_t crow = cap && pos >= cap->start ? pos - cap->start : -1; /* capture row */
         float *ck = crow >= 0 ? cap->K[li] + (size_t)crow * KV : NULL;
         for (int g = 0; g < Hkv; g++) {
             float *kh = krow + (size_t)g * hd;
-            rmsnorm_row(row + Q2 + (size_t)g * hd, w->k_norm1, hd, c->rms_eps, kh);
+            if (!c->qk_norm_flat)
+                rmsnorm_row(row + Q2 + (size_t)g * hd, w->k_norm1, hd, c->rms_eps, kh);
             if (ck) memcpy(ck + (size_t)g * hd, kh, (size_t)hd * sizeof(float)); /* canonical */
-            hy_rope_rotate(kh, kh, c->rotary_dim, cs);
+            hy_rope_rotate(kh, kh, rd, cs);
         }
         memcpy(vrow, row + Q2 + KV, (size_t)KV * sizeof(float));
         if (ck) memcpy(cap->V[li] + (size_t)crow * KV, vrow, (size_t)KV * sizeof(float));
@@ -657,21 +666,23 @@ static void attn_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni
         const int r0 = (nblk - 1 - job / Hq) * HY_ATTN_BLOCK, B = HY_MIN_INT(HY_ATTN_BLOCK, n - r0);
         assert(omp_get_thread_num() < ex->nthreads);
         float *scores = ex->scratch + (size_t)omp_get_thread_num() * ex->scratch_per_thread;
-        hy_attention_at(B, hd, ex->rowpos + r0, proj + (size_t)r0 * P + (size_t)h * 2 * hd,
-                        (size_t)P, Kc + (size_t)g * hd, (size_t)KV, Vc + (size_t)g * hd, (size_t)KV,
-                        scale, ob + (size_t)r0 * Qd + (size_t)h * hd, (size_t)Qd, scores);
+        hy_attention_at(B, hd, ex->rowpos + r0, proj + (size_t)r0 * P + (size_t)h * qs, (size_t)P,
+                        Kc + (size_t)g * hd, (size_t)KV, Vc + (size_t)g * hd, (size_t)KV, scale,
+                        ob + (size_t)r0 * Qd + (size_t)h * hd, (size_t)Qd, scores);
     }
     prof_end(ex, HY_EXEC_OP_ATTENTION);
-    prof_begin(ex);
+    if (c->attn_gate) {
+        prof_begin(ex);
 #pragma omp parallel for schedule(static)
-    for (int t = 0; t < n; t++)
-        for (int h = 0; h < Hq; h++) {
-            float *oh = ob + (size_t)t * Qd + (size_t)h * hd;
-            const float *gate = proj + (size_t)t * P + (size_t)h * 2 * hd + hd;
+        for (int t = 0; t < n; t++)
+            for (int h = 0; h < Hq; h++) {
+                float *oh = ob + (size_t)t * Qd + (size_t)h * hd;
+                const float *gate = proj + (size_t)t * P + (size_t)h * qs + hd;
 #pragma omp simd
-            for (int j = 0; j < hd; j++) oh[j] *= hy_sigmoidf(gate[j]);
-        }
-    prof_end(ex, HY_EXEC_OP_NORM_GATE);
+                for (int j = 0; j < hd; j++) oh[j] *= hy_sigmoidf(gate[j]);
+            }
+        prof_end(ex, HY_EXEC_OP_NORM_GATE);
+    }
     linear(ex, n, Qd, H, ob, (size_t)Qd, w->w_o, ex->y, (size_t)H);
 }
 
@@ -682,6 +693,31 @@ static void add_rows(float *x, const float *y, size_t count)
 }
 
 /* --- one step ----------------------------------------------------------------- */
+
+/* A sublayer's input xn: the residual stream x normalised by w, or x itself
+ * (w NULL: the layer normalises the sublayer's output instead). */
+static void sublayer_input(hy_exec *ex, int n, const float *w)
+{
+    const int H = ex->m->cfg.hidden;
+    prof_begin(ex);
+    if (w)
+        hy_rmsnorm(n, H, ex->x, (size_t)H, w, ex->m->cfg.rms_eps, ex->xn, (size_t)H);
+    else
+        memcpy(ex->xn, ex->x, (size_t)n * H * sizeof(float));
+    prof_end(ex, HY_EXEC_OP_NORM_GATE);
+}
+
+/* x += y, the sublayer's output y normalised by w first when w is given. */
+static void sublayer_output(hy_exec *ex, int n, const float *w)
+{
+    const int H = ex->m->cfg.hidden;
+    if (w) {
+        prof_begin(ex);
+        hy_rmsnorm(n, H, ex->y, (size_t)H, w, ex->m->cfg.rms_eps, ex->y, (size_t)H);
+        prof_end(ex, HY_EXEC_OP_NORM_GATE);
+    }
+    add_rows(ex->x, ex->y, (size_t)n * H);
+}
 
 /* One step: the items it[0, ni) hold n ≤ step_cap computed rows (n = 0 only
  * for holes after the last computed token), after hy_exec_run has reserved
@@ -716,26 +752,22 @@ static void step(hy_exec *ex, hy_state *st, const item *it, int ni, int n, float
         const hy_layer_w *L = &m->layers[li];
         assert(L->kind == c->layer_kind[li] && L->moe == c->layer_moe[li]);
         assert(L->moe || L->mlp.inter <= (int)widest_mlp(c));
-        if (n > 0) {
-            prof_begin(ex);
-            hy_rmsnorm(n, H, ex->x, (size_t)H, L->in_norm1, c->rms_eps, ex->xn, (size_t)H);
-            prof_end(ex, HY_EXEC_OP_NORM_GATE);
-        }
+        /* pre-normalised: x += f(norm(x)); post-normalised: x += norm(f(x)) */
+        const bool post = c->layer_post_norm[li];
+        if (n > 0) sublayer_input(ex, n, post ? NULL : L->in_norm1);
         if (L->kind == HY_LAYER_LINEAR)
             gdn_layer(ex, st, li, it, ni, n);
         else
             attn_layer(ex, st, li, it, ni, n, nblk, nholes);
         if (ex->layer_hook) ex->layer_hook(ex->layer_ctx, li, end); /* its state is final */
         if (n == 0) continue;
-        add_rows(ex->x, ex->y, (size_t)n * H);
-        prof_begin(ex);
-        hy_rmsnorm(n, H, ex->x, (size_t)H, L->post_norm1, c->rms_eps, ex->xn, (size_t)H);
-        prof_end(ex, HY_EXEC_OP_NORM_GATE);
+        sublayer_output(ex, n, post ? L->in_norm1 : NULL);
+        sublayer_input(ex, n, post ? NULL : L->post_norm1);
         if (L->moe)
             moe_mlp(ex, L, n);
         else
             swiglu_mlp(ex, &L->mlp, n, H, ex->xn, ex->gu, ex->h, ex->y);
-        add_rows(ex->x, ex->y, (size_t)n * H);
+        sublayer_output(ex, n, post ? L->post_norm1 : NULL);
     }
     st->pos = end;
     if (logits) {

@@ -123,12 +123,30 @@ static int load(loader *ld, const char *name, int nd, const int64_t *dims, float
 #define LOAD(ld, name, dst, out, ...)                                                              \
     load(ld, name, NDIMS(__VA_ARGS__), DIMS(__VA_ARGS__), dst, out)
 
+/* An RMSNorm's multiplier: Qwen's norms are zero-centred (1 + w, added here
+ * once), OLMo's plain (w). */
 static int load_norm1(loader *ld, const char *name, int64_t d, float **out)
 {
     int rc = LOAD(ld, name, NULL, out, d);
-    if (rc == HY_OK)
+    if (rc == HY_OK && ld->m->cfg.arch != HY_ARCH_OLMO_HYBRID)
         for (int64_t i = 0; i < d; i++) (*out)[i] += 1.0f;
     return rc;
+}
+
+/* Whether the checkpoint holds `name` (relative to the prefix). */
+static bool has(const loader *ld, const char *name)
+{
+    char full[sizeof ld->prefix + 256];
+    snprintf(full, sizeof full, "%s%s", ld->prefix, name);
+    return hy_st_find(ld->st, full) != NULL;
+}
+
+/* The name a tensor has in this checkpoint: the released checkpoints' (and
+ * save_pretrained's) `ckpt`, or transformers' module name `module`, which
+ * its loader renames the former to and so accepts as well. */
+static const char *either(const loader *ld, const char *ckpt, const char *module)
+{
+    return has(ld, ckpt) || !has(ld, module) ? ckpt : module;
 }
 
 static int load_mlp(loader *ld, const char *base, int inter, hy_mlp_w *w)
@@ -184,6 +202,72 @@ static int load_moe(loader *ld, int i, hy_layer_w *L)
     return HY_OK;
 }
 
+/* The depthwise conv's taps [C][1][K], tap-major into [K][C] from channel
+ * c0 on. */
+static int load_conv(loader *ld, const char *name, int64_t c0, int64_t ch, float *conv_w)
+{
+    const hy_model_config *c = &ld->m->cfg;
+    const int64_t K = c->conv_kernel, C = hy_config_conv_dim(c);
+    float *cw;
+    int rc = LOAD(ld, name, NULL, &cw, ch, 1, K);
+    if (rc) return rc;
+    for (int64_t j = 0; j < ch; j++)
+        for (int64_t t = 0; t < K; t++) conv_w[t * C + c0 + j] = cw[j * K + t];
+    return HY_OK;
+}
+
+/* OLMo-Hybrid's Gated DeltaNet: separate q/k/v/g/b/a projections (g is the
+ * output gate, z elsewhere) and, as released, one conv per q, k and v, which
+ * transformers concatenates into conv1d on loading. */
+static int load_olmo_gdn(loader *ld, int i, hy_gdn_w *w)
+{
+    const hy_model_config *c = &ld->m->cfg;
+    const int64_t H = c->hidden, Hv = c->lin_v_heads, K = c->conv_kernel;
+    const int64_t Kd = c->lin_k_heads * c->lin_dk, Vd = Hv * c->lin_dv, C = 2 * Kd + Vd;
+    static const char *const proj[] = {"q_proj", "k_proj", "v_proj", "g_proj", "b_proj", "a_proj"};
+    const int64_t rows[] = {Kd, Kd, Vd, Vd, Hv, Hv};
+    char n[200];
+    int rc;
+    int64_t r0 = 0;
+    for (int p = 0; p < 6; p++) {
+        snprintf(n, sizeof n, "layers.%d.linear_attn.%s.weight", i, proj[p]);
+        if ((rc = LOAD(ld, n, w->w_in + (size_t)(r0 * H), NULL, rows[p], H))) return rc;
+        r0 += rows[p];
+    }
+    if (!(w->conv_w = own_alloc(ld->m, (size_t)(K * C))))
+        return hy_err_set(ld->err, HY_ENOMEM, "out of memory");
+    snprintf(n, sizeof n, "layers.%d.linear_attn.conv1d.weight", i);
+    if (has(ld, n)) {
+        if ((rc = load_conv(ld, n, 0, C, w->conv_w))) return rc;
+    } else {
+        /* transformers concatenates the three along the channels, whatever
+         * their sizes (save_pretrained splits conv1d in equal thirds, so a
+         * saved q_conv1d need not be q's channels): only the total counts */
+        static const char *const conv[] = {"q_conv1d", "k_conv1d", "v_conv1d"};
+        int64_t c0 = 0;
+        for (int p = 0; p < 3; p++) {
+            char full[sizeof ld->prefix + sizeof n];
+            snprintf(n, sizeof n, "layers.%d.linear_attn.%s.weight", i, conv[p]);
+            snprintf(full, sizeof full, "%s%s", ld->prefix, n);
+            const hy_st_tensor *t = hy_st_find(ld->st, full);
+            int64_t ch = t && t->ndim == 3 ? t->shape[0] : (p == 2 ? C - c0 : Kd);
+            if (ch < 1 || ch > C - c0 - (2 - p))
+                return hy_err_set(ld->err, HY_EFORMAT,
+                                  "%s: tensor '%s' has %lld channels; q_conv1d, k_conv1d and "
+                                  "v_conv1d together must have the conv's %lld",
+                                  t->file, full, (long long)ch, (long long)C);
+            if ((rc = load_conv(ld, n, c0, ch, w->conv_w))) return rc;
+            c0 += ch;
+        }
+        if (c0 != C)
+            return hy_err_set(ld->err, HY_EFORMAT,
+                              "%s: layer %d's q_conv1d, k_conv1d and v_conv1d have %lld channels "
+                              "together; the conv has %lld",
+                              ld->dir, i, (long long)c0, (long long)C);
+    }
+    return HY_OK;
+}
+
 static int load_gdn(loader *ld, int i, hy_gdn_w *w)
 {
     const hy_model_config *c = &ld->m->cfg;
@@ -194,7 +278,9 @@ static int load_gdn(loader *ld, int i, hy_gdn_w *w)
     int rc;
     if (!(w->w_in = own_alloc(ld->m, (size_t)(P * H))))
         return hy_err_set(ld->err, HY_ENOMEM, "out of memory");
-    if (c->arch == HY_ARCH_QWEN3_NEXT) {
+    if (c->arch == HY_ARCH_OLMO_HYBRID) {
+        if ((rc = load_olmo_gdn(ld, i, w))) return rc;
+    } else if (c->arch == HY_ARCH_QWEN3_NEXT) {
         float *qkvz, *ba;
         const int64_t grp = 2 * dk + 2 * r * dv;
         snprintf(n, sizeof n, "layers.%d.linear_attn.in_proj_qkvz.weight", i);
@@ -225,28 +311,31 @@ static int load_gdn(loader *ld, int i, hy_gdn_w *w)
         snprintf(n, sizeof n, "layers.%d.linear_attn.in_proj_a.weight", i);
         if ((rc = LOAD(ld, n, w->w_in + (size_t)(C + Vd + Hv) * H, NULL, Hv, H))) return rc;
     }
-    float *cw;
-    snprintf(n, sizeof n, "layers.%d.linear_attn.conv1d.weight", i);
-    if ((rc = LOAD(ld, n, NULL, &cw, C, 1, K))) return rc;
-    if (!(w->conv_w = own_alloc(ld->m, (size_t)(K * C))))
-        return hy_err_set(ld->err, HY_ENOMEM, "out of memory");
-    for (int64_t ch = 0; ch < C; ch++)
-        for (int64_t j = 0; j < K; j++) w->conv_w[j * C + ch] = cw[ch * K + j];
+    if (c->arch != HY_ARCH_OLMO_HYBRID) {
+        if (!(w->conv_w = own_alloc(ld->m, (size_t)(K * C))))
+            return hy_err_set(ld->err, HY_ENOMEM, "out of memory");
+        snprintf(n, sizeof n, "layers.%d.linear_attn.conv1d.weight", i);
+        if ((rc = load_conv(ld, n, 0, C, w->conv_w))) return rc;
+    }
     snprintf(n, sizeof n, "layers.%d.linear_attn.A_log", i);
     if ((rc = LOAD(ld, n, NULL, &w->neg_A, Hv))) return rc;
     for (int64_t h = 0; h < Hv; h++) w->neg_A[h] = -expf(w->neg_A[h]);
     snprintf(n, sizeof n, "layers.%d.linear_attn.dt_bias", i);
     if ((rc = LOAD(ld, n, NULL, &w->dt_bias, Hv))) return rc;
-    snprintf(n, sizeof n, "layers.%d.linear_attn.norm.weight", i);
+    const bool olmo = c->arch == HY_ARCH_OLMO_HYBRID;
+    snprintf(n, sizeof n, "layers.%d.linear_attn.%s.weight", i, olmo ? "o_norm" : "norm");
     if ((rc = LOAD(ld, n, NULL, &w->norm_w, dv))) return rc;
-    snprintf(n, sizeof n, "layers.%d.linear_attn.out_proj.weight", i);
+    snprintf(n, sizeof n, "layers.%d.linear_attn.%s.weight", i, olmo ? "o_proj" : "out_proj");
     return LOAD(ld, n, NULL, &w->w_out, H, Vd);
 }
 
 static int load_attn(loader *ld, int i, hy_attn_w *w)
 {
     const hy_model_config *c = &ld->m->cfg;
-    const int64_t H = c->hidden, hd = c->head_dim, Q = 2 * c->n_heads * hd, KV = c->n_kv_heads * hd;
+    const int64_t H = c->hidden, hd = c->head_dim, KV = c->n_kv_heads * hd;
+    const int64_t Q =
+        (c->attn_gate ? 2 : 1) * c->n_heads * hd; /* [query|gate] per head, or query */
+    const int64_t qn = c->qk_norm_flat ? c->n_heads * hd : hd, kn = c->qk_norm_flat ? KV : hd;
     char n[200];
     int rc;
     if (!(w->w_qkv = own_alloc(ld->m, (size_t)((Q + 2 * KV) * H))))
@@ -260,9 +349,9 @@ static int load_attn(loader *ld, int i, hy_attn_w *w)
     snprintf(n, sizeof n, "layers.%d.self_attn.o_proj.weight", i);
     if ((rc = LOAD(ld, n, NULL, &w->w_o, H, c->n_heads * hd))) return rc;
     snprintf(n, sizeof n, "layers.%d.self_attn.q_norm.weight", i);
-    if ((rc = load_norm1(ld, n, hd, &w->q_norm1))) return rc;
+    if ((rc = load_norm1(ld, n, qn, &w->q_norm1))) return rc;
     snprintf(n, sizeof n, "layers.%d.self_attn.k_norm.weight", i);
-    return load_norm1(ld, n, hd, &w->k_norm1);
+    return load_norm1(ld, n, kn, &w->k_norm1);
 }
 
 /* The embedding and the LM head, tied as transformers' tie_weights() ties
@@ -371,6 +460,33 @@ static int check_all_used(loader *ld)
     return HY_OK;
 }
 
+/* A layer's two RMSNorms. Pre-normalised layers: input_layernorm before the
+ * mixer, post_attention_layernorm before the MLP. OLMo-Hybrid's attention
+ * layers normalise outputs instead: post_attention_layernorm after the mixer,
+ * post_feedforward_layernorm after the MLP. OLMo's released checkpoints (and
+ * save_pretrained) name input_layernorm attention_layer_norm and
+ * post_attention_layernorm feedforward_layer_norm, in every layer. */
+static int load_layer_norms(loader *ld, int i, hy_layer_w *L)
+{
+    const hy_model_config *c = &ld->m->cfg;
+    const bool olmo = c->arch == HY_ARCH_OLMO_HYBRID;
+    char a[2][96], b[2][96];
+    if (c->layer_post_norm[i]) {
+        snprintf(a[0], sizeof a[0], "layers.%d.feedforward_layer_norm.weight", i);
+        snprintf(b[0], sizeof b[0], "layers.%d.post_attention_layernorm.weight", i);
+        snprintf(a[1], sizeof a[1], "layers.%d.post_feedforward_layernorm.weight", i);
+        snprintf(b[1], sizeof b[1], "layers.%d.post_feedforward_layernorm.weight", i);
+    } else {
+        snprintf(a[0], sizeof a[0], "layers.%d.attention_layer_norm.weight", i);
+        snprintf(b[0], sizeof b[0], "layers.%d.input_layernorm.weight", i);
+        snprintf(a[1], sizeof a[1], "layers.%d.feedforward_layer_norm.weight", i);
+        snprintf(b[1], sizeof b[1], "layers.%d.post_attention_layernorm.weight", i);
+    }
+    int rc = load_norm1(ld, olmo ? either(ld, a[0], b[0]) : b[0], c->hidden, &L->in_norm1);
+    if (rc) return rc;
+    return load_norm1(ld, olmo ? either(ld, a[1], b[1]) : b[1], c->hidden, &L->post_norm1);
+}
+
 static int load_all(loader *ld)
 {
     hy_model *m = ld->m;
@@ -395,10 +511,7 @@ static int load_all(loader *ld)
         char n[200];
         L->kind = c->layer_kind[i];
         L->moe = c->layer_moe[i];
-        snprintf(n, sizeof n, "layers.%d.input_layernorm.weight", i);
-        if ((rc = load_norm1(ld, n, H, &L->in_norm1))) return rc;
-        snprintf(n, sizeof n, "layers.%d.post_attention_layernorm.weight", i);
-        if ((rc = load_norm1(ld, n, H, &L->post_norm1))) return rc;
+        if ((rc = load_layer_norms(ld, i, L))) return rc;
         rc = L->kind == HY_LAYER_LINEAR ? load_gdn(ld, i, &L->gdn) : load_attn(ld, i, &L->attn);
         if (rc) return rc;
         if (L->moe) {
@@ -410,6 +523,7 @@ static int load_all(loader *ld)
         if (rc) return rc;
     }
     if ((rc = check_all_used(ld))) return rc;
+    if (c->rotary_dim == 0) return HY_OK; /* no positional encoding */
     if (!(m->rope_inv_freq = own_alloc(m, (size_t)c->rotary_dim / 2)))
         return hy_err_set(ld->err, HY_ENOMEM, "out of memory");
     hy_rope_inv_freq(c->rotary_dim, c->rope_theta, m->rope_inv_freq);

@@ -2,8 +2,9 @@
  * model: hybrid-attention checkpoints and the CPU executor that runs them.
  *
  * A model is a Hugging Face directory (config.json + safetensors) of one of
- * the supported architectures (docs/executor.md): Qwen3NextForCausalLM and Qwen3.5
- * text (qwen3_5_text, and its MoE variant qwen3_5_moe_text). Loading validates
+ * the supported architectures (docs/executor.md): Qwen3NextForCausalLM, Qwen3.5
+ * text (qwen3_5_text, and its MoE variant qwen3_5_moe_text) and
+ * OlmoHybridForCausalLM (olmo_hybrid). Loading validates
  * the config and every tensor the architecture needs (presence, shape, dtype)
  * and widens the weights to fp32 in the executor's own layouts.
  *
@@ -22,7 +23,13 @@
 
 #define HY_MAX_LAYERS 256
 
-typedef enum hy_arch { HY_ARCH_QWEN3_NEXT = 0, HY_ARCH_QWEN3_5, HY_ARCH_QWEN3_5_MOE } hy_arch;
+typedef enum hy_arch {
+    HY_ARCH_QWEN3_NEXT = 0,
+    HY_ARCH_QWEN3_5,
+    HY_ARCH_QWEN3_5_MOE,
+    HY_ARCH_OLMO_HYBRID,
+    HY_ARCH_COUNT
+} hy_arch;
 typedef enum hy_layer_kind { HY_LAYER_LINEAR = 0, HY_LAYER_ATTENTION } hy_layer_kind;
 
 /* Everything the executor needs from config.json, validated. */
@@ -34,10 +41,14 @@ typedef struct hy_model_config {
     float rms_eps;
     bool tie_embeddings;
     /* full attention */
-    int n_heads, n_kv_heads, head_dim, rotary_dim;
+    int n_heads, n_kv_heads, head_dim, rotary_dim; /* rotary_dim 0: no positional encoding */
     double rope_theta;
+    bool attn_gate;    /* a sigmoid output gate per query head (q_proj gives [query|gate]) */
+    bool qk_norm_flat; /* q_norm / k_norm over all heads' concatenation, not per head */
     /* linear attention (Gated DeltaNet) */
     int lin_k_heads, lin_v_heads, lin_dk, lin_dv, conv_kernel;
+    float lin_beta_scale; /* beta = scale·sigmoid(b): 2 lets the eigenvalues reach −1 */
+    float lin_norm_eps;   /* epsilon of the gated output RMSNorm */
     /* MLP / MoE */
     int intermediate;        /* dense MLP width */
     int n_experts, top_k;    /* 0 experts: dense everywhere */
@@ -46,6 +57,10 @@ typedef struct hy_model_config {
     bool norm_topk;
     hy_layer_kind layer_kind[HY_MAX_LAYERS];
     bool layer_moe[HY_MAX_LAYERS];
+    /* the layer normalises its mixer's and its MLP's outputs before adding
+     * them to the residual stream (OLMo's attention layers), instead of
+     * their inputs */
+    bool layer_post_norm[HY_MAX_LAYERS];
 } hy_model_config;
 
 /* Parses and validates a config.json text (path is used in messages). */

@@ -837,6 +837,113 @@ static void test_doc_table_matches(void)
     free(want);
 }
 
+/* --- OLMo-Hybrid ----------------------------------------------------------- */
+
+/* OlmoHybridConfig's defaults (configuration_olmo_hybrid.py) and what its
+ * __post_init__ derives: the linear heads and the KV heads from the query
+ * heads, the key width int(0.75 × hidden / heads) and twice that for values,
+ * head_dim (read by getattr, not a field) hidden / heads, every fourth layer
+ * attending; the modeling file's fixed choices beside them. */
+static void test_olmo_defaults(void)
+{
+    hy_model_config c;
+    parse_ok_text("{\"model_type\": \"olmo_hybrid\"}", &c);
+    CU_ASSERT_EQUAL(c.arch, HY_ARCH_OLMO_HYBRID);
+    CU_ASSERT_STRING_EQUAL(c.model_type, "olmo_hybrid");
+    CU_ASSERT_EQUAL(c.vocab, 100352);
+    CU_ASSERT_EQUAL(c.hidden, 3840);
+    CU_ASSERT_EQUAL(c.n_layers, 32);
+    CU_ASSERT_EQUAL(c.intermediate, 11008);
+    CU_ASSERT_EQUAL(c.n_heads, 30);
+    CU_ASSERT_EQUAL(c.n_kv_heads, 30);
+    CU_ASSERT_EQUAL(c.head_dim, 128);
+    CU_ASSERT_EQUAL(c.lin_k_heads, 30);
+    CU_ASSERT_EQUAL(c.lin_v_heads, 30);
+    CU_ASSERT_EQUAL(c.lin_dk, 96);
+    CU_ASSERT_EQUAL(c.lin_dv, 192);
+    CU_ASSERT_EQUAL(c.conv_kernel, 4);
+    CU_ASSERT_EQUAL(c.n_experts, 0);
+    CU_ASSERT(c.rms_eps == 1e-6f);
+    CU_ASSERT(c.lin_norm_eps == 1e-5f);
+    CU_ASSERT(c.lin_beta_scale == 2.0f);
+    CU_ASSERT_DOUBLE_EQUAL(c.rope_theta, 10000.0, 0);
+    CU_ASSERT_EQUAL(c.rotary_dim, 128); /* the whole head */
+    CU_ASSERT_FALSE(c.tie_embeddings);
+    CU_ASSERT_FALSE(c.attn_gate);
+    CU_ASSERT(c.qk_norm_flat);
+    for (int i = 0; i < c.n_layers; i++) {
+        CU_ASSERT_EQUAL(c.layer_kind[i], i % 4 == 3 ? HY_LAYER_ATTENTION : HY_LAYER_LINEAR);
+        CU_ASSERT_EQUAL(c.layer_post_norm[i], i % 4 == 3);
+        CU_ASSERT_FALSE(c.layer_moe[i]);
+    }
+    /* null is the Optional fields' "derive it" */
+    parse_ok_text("{\"model_type\": \"olmo_hybrid\", \"hidden_size\": 50, \"num_attention_heads\": "
+                  "4, \"linear_num_key_heads\": null, \"linear_key_head_dim\": null, "
+                  "\"num_key_value_heads\": null, \"linear_allow_neg_eigval\": false}",
+                  &c);
+    CU_ASSERT_EQUAL(c.lin_k_heads, 4);
+    CU_ASSERT_EQUAL(c.lin_dk, 9); /* int(9.375) */
+    CU_ASSERT_EQUAL(c.lin_dv, 18);
+    CU_ASSERT_EQUAL(c.n_kv_heads, 4);
+    CU_ASSERT_EQUAL(c.head_dim, 12); /* 50 // 4 */
+    CU_ASSERT(c.lin_beta_scale == 1.0f);
+    /* given values win; three layers: none is i % 4 == 3, so the last attends */
+    parse_ok_text("{\"model_type\": \"olmo_hybrid\", \"num_hidden_layers\": 3, \"head_dim\": 64, "
+                  "\"linear_key_head_dim\": 32, \"num_key_value_heads\": 5}",
+                  &c);
+    CU_ASSERT_EQUAL(c.head_dim, 64);
+    CU_ASSERT_EQUAL(c.lin_dk, 32);
+    CU_ASSERT_EQUAL(c.lin_dv, 64);
+    CU_ASSERT_EQUAL(c.n_kv_heads, 5);
+    CU_ASSERT_EQUAL(c.layer_kind[0], HY_LAYER_LINEAR);
+    CU_ASSERT_EQUAL(c.layer_kind[1], HY_LAYER_LINEAR);
+    CU_ASSERT_EQUAL(c.layer_kind[2], HY_LAYER_ATTENTION);
+    /* transformers' head_dim is never null (the attention would have no width) */
+    text_fails("{\"model_type\": \"olmo_hybrid\", \"head_dim\": null}", HY_EINVAL, "'head_dim'",
+               "not null");
+    /* a derived width out of range is named with its rule */
+    text_fails("{\"model_type\": \"olmo_hybrid\", \"hidden_size\": 2, \"num_attention_heads\": 4}",
+               HY_ERANGE, "'linear_key_head_dim' is not given", "0.75");
+    /* validate_architecture: both kinds of layer */
+    text_fails("{\"model_type\": \"olmo_hybrid\", \"num_hidden_layers\": 2, \"layer_types\": "
+               "[\"linear_attention\", \"linear_attention\"]}",
+               HY_EINVAL, "at least one linear_attention and one full_attention", NULL);
+    text_fails("{\"model_type\": \"olmo_hybrid\", \"num_hidden_layers\": 1, \"layer_types\": "
+               "[\"full_attention\"]}",
+               HY_EINVAL, "at least one linear_attention", NULL);
+}
+
+/* OLMo-Hybrid's RoPE: the whole head rotates (partial_rotary_factor is not
+ * read), and a null base anywhere it is read means no positional encoding. */
+static void test_olmo_rope(void)
+{
+    hy_model_config c;
+    parse_ok_text("{\"model_type\": \"olmo_hybrid\", \"rope_parameters\": {\"rope_type\": "
+                  "\"default\", \"rope_theta\": 500000.0, \"partial_rotary_factor\": 0.5}}",
+                  &c);
+    CU_ASSERT_EQUAL(c.rotary_dim, 128);
+    CU_ASSERT_DOUBLE_EQUAL(c.rope_theta, 500000.0, 0);
+    parse_ok_text("{\"model_type\": \"olmo_hybrid\", \"rope_parameters\": {\"rope_type\": "
+                  "\"default\", \"rope_theta\": null}}",
+                  &c);
+    CU_ASSERT_EQUAL(c.rotary_dim, 0);
+    parse_ok_text("{\"model_type\": \"olmo_hybrid\", \"rope_theta\": null}", &c);
+    CU_ASSERT_EQUAL(c.rotary_dim, 0);
+    parse_ok_text("{\"model_type\": \"olmo_hybrid\", \"rope_theta\": null, \"rope_parameters\": "
+                  "{\"rope_theta\": 20000.0}}",
+                  &c);
+    CU_ASSERT_EQUAL(c.rotary_dim, 128);
+    CU_ASSERT_DOUBLE_EQUAL(c.rope_theta, 20000.0, 0);
+    /* Qwen's bases are never null */
+    text_fails("{\"model_type\": \"qwen3_next\", \"rope_theta\": null}", HY_EINVAL, "'rope_theta'",
+               "not null");
+    text_fails("{\"model_type\": \"qwen3_next\", \"rope_parameters\": {\"rope_theta\": null}}",
+               HY_EINVAL, "'rope_theta'", "not null");
+    /* an odd head cannot rotate whole */
+    text_fails("{\"model_type\": \"olmo_hybrid\", \"head_dim\": 7}", HY_EINVAL, "rotary dims",
+               NULL);
+}
+
 /* --- the suite ------------------------------------------------------------- */
 
 int main(void)
@@ -863,6 +970,8 @@ int main(void)
         {"mlp_only_layers: integers, any value", test_mlp_only_layers_values},
         {"hy_config_load paths", test_config_load_paths},
         {"docs/config-keys.md holds the table", test_doc_table_matches},
+        {"olmo_hybrid: transformers' defaults and derivations", test_olmo_defaults},
+        {"olmo_hybrid: RoPE whole or none", test_olmo_rope},
         {NULL, NULL},
     };
     return run_suite_and_remove_dir("config", cases);

@@ -28,7 +28,10 @@ static const char *k_models[] = {"qwen3next_moe",
                                  "qwen35_moe_norm_topk_false",
                                  "qwen35_moe_shared_default",
                                  "qwen35_nested_tie_top",
-                                 "qwen35_moe_nested_untie_top"};
+                                 "qwen35_moe_nested_untie_top",
+                                 "olmo_hybrid",
+                                 "olmo_hybrid_defaults",
+                                 "olmo_hybrid_nope"};
 static const int k_lengths[] = {1, 63, 64, 65, 300};
 
 typedef struct golden {
@@ -191,6 +194,9 @@ MODEL_TESTS(4)
 MODEL_TESTS(5)
 MODEL_TESTS(6)
 MODEL_TESTS(7)
+MODEL_TESTS(8)
+MODEL_TESTS(9)
+MODEL_TESTS(10)
 
 /* Last logits of the fixture's 64-token prefill under m as it is now; returns
  * the max abs error against transformers. */
@@ -291,6 +297,43 @@ static void t_untied_by_top_level(void)
     reading_matters(7, "untied by the top-level flag", head_tied);
 }
 
+/* OLMo-Hybrid's readings: beta = 2·sigmoid(b) exactly when
+ * linear_allow_neg_eigval (true in olmo_hybrid, false in
+ * olmo_hybrid_defaults), and attention layers that normalise their outputs. */
+static void beta_flipped(hy_model *m)
+{
+    m->cfg.lin_beta_scale = m->cfg.lin_beta_scale == 2.0f ? 1.0f : 2.0f;
+}
+
+static void pre_normed(hy_model *m)
+{
+    for (int i = 0; i < m->cfg.n_layers; i++) m->cfg.layer_post_norm[i] = false;
+}
+
+static void t_olmo_neg_eigval(void)
+{
+    golden g;
+    CU_ASSERT_EQUAL_FATAL(open_golden(k_models[8], &g), 0);
+    CU_ASSERT_EQUAL(hy_model_cfg(g.m)->lin_beta_scale, 2.0f);
+    close_golden(&g);
+    CU_ASSERT_EQUAL_FATAL(open_golden(k_models[9], &g), 0);
+    CU_ASSERT_EQUAL(hy_model_cfg(g.m)->lin_beta_scale, 1.0f);
+    close_golden(&g);
+    reading_matters(8, "beta up to 2", beta_flipped);
+    reading_matters(9, "beta up to 1", beta_flipped);
+}
+
+static void t_olmo_post_norm(void)
+{
+    golden g;
+    CU_ASSERT_EQUAL_FATAL(open_golden(k_models[8], &g), 0);
+    const hy_model_config *c = hy_model_cfg(g.m);
+    for (int i = 0; i < c->n_layers; i++)
+        CU_ASSERT_EQUAL(c->layer_post_norm[i], c->layer_kind[i] == HY_LAYER_ATTENTION);
+    close_golden(&g);
+    reading_matters(8, "post-normalised attention layers", pre_normed);
+}
+
 #define MODEL_CASES(i)                                                                             \
     {"prefill_chunked", t_chunked_##i}, {"prefill_recurrent", t_recurrent_##i},                    \
         {"prefill_in_steps_of_50", t_split_##i},                                                   \
@@ -309,10 +352,15 @@ int main(void)
         MODEL_CASES(5),
         MODEL_CASES(6),
         MODEL_CASES(7),
+        MODEL_CASES(8),
+        MODEL_CASES(9),
+        MODEL_CASES(10),
         {"qwen3_5_moe: norm_topk_prob false is ignored", t_norm_topk_ignored},
         {"qwen3_5_moe: shared expert width defaults to 512", t_shared_default},
         {"nested: tied by the top-level flag", t_tied_by_top_level},
         {"nested: untied by the top-level flag", t_untied_by_top_level},
+        {"olmo_hybrid: beta up to 2 with linear_allow_neg_eigval", t_olmo_neg_eigval},
+        {"olmo_hybrid: attention layers normalise their outputs", t_olmo_post_norm},
         {NULL, NULL}};
     return hy_test_main("golden_vs_transformers", cases);
 }

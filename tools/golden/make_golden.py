@@ -58,6 +58,7 @@ from transformers.integrations import hub_kernels
 from transformers.models.qwen3_5 import modeling_qwen3_5 as m35
 from transformers.models.qwen3_5_moe import modeling_qwen3_5_moe as m35moe
 from transformers.models.qwen3_next import modeling_qwen3_next as mnext
+from transformers.models.olmo_hybrid import modeling_olmo_hybrid as molmo
 from transformers.utils import import_utils
 
 SEED = 20240611
@@ -68,7 +69,7 @@ SANITY_TOL = 1e-4
 MIN_ROUTER_MARGIN = 1e-5      # top-k vs (k+1)-th router probability gap; guards against near ties
 MAX_SEED_ATTEMPTS = 20
 MAX_MODEL_DIR_BYTES = 1_000_000
-MAX_TOTAL_BYTES = 6_000_000
+MAX_TOTAL_BYTES = 16_000_000  # every family's fixtures together (they live in git)
 
 FAST_PATH_FUNCS = ("causal_conv1d_fn", "causal_conv1d_update",
                    "torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule")
@@ -85,7 +86,7 @@ def assert_pure_torch_static():
     assert not import_utils.is_causal_conv1d_available(), "causal_conv1d available"
     assert not import_utils.is_kernels_available(), "kernels available"
     assert hub_kernels._kernels_enabled is False, "hub kernels enabled"
-    for mod in (mnext, m35, m35moe):
+    for mod in (mnext, m35, m35moe, molmo):
         for fname in FAST_PATH_FUNCS:
             f = getattr(mod, fname)
             # use_kernel_func_from_hub_with_fallback() returns a closure `wrapped` over
@@ -96,7 +97,8 @@ def assert_pure_torch_static():
             assert cells["implementation"] is cells["torch_function"], (mod.__name__, fname)
             assert cells["torch_function"].__module__ == mod.__name__, (mod.__name__, fname)
     for cls, mod in ((mnext.Qwen3NextGatedDeltaNet, mnext), (m35.Qwen3_5GatedDeltaNet, m35),
-                     (m35moe.Qwen3_5MoeGatedDeltaNet, m35moe)):
+                     (m35moe.Qwen3_5MoeGatedDeltaNet, m35moe),
+                     (molmo.OlmoHybridGatedDeltaNet, molmo)):
         assert cls.forward.__module__ == mod.__name__, cls  # not kernelized / replaced
 
 
@@ -278,6 +280,71 @@ SPECS = [
                  num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
                  shared_expert_intermediate_size=16, tie_word_embeddings=True),
     ),
+] + [
+    # ---- OLMo-Hybrid: Gated DeltaNet with beta up to 2, plain GQA, post-normed attention --
+    dict(
+        name="olmo_hybrid",
+        family="olmo_hybrid",
+        cls=molmo.OlmoHybridForCausalLM,
+        cfg_cls=molmo.OlmoHybridConfig,
+        storage=torch.float32,
+        on_disk_interval="keep",
+        cfg=dict(
+            vocab_size=331, hidden_size=48, num_hidden_layers=5, intermediate_size=64,
+            layer_types=["linear_attention", "full_attention", "linear_attention",
+                         "linear_attention", "full_attention"],
+            num_attention_heads=4, num_key_value_heads=2,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            linear_num_key_heads=2, linear_num_value_heads=4,
+            linear_key_head_dim=16, linear_value_head_dim=32, linear_conv_kernel_dim=4,
+            linear_allow_neg_eigval=True, tie_word_embeddings=False, rms_norm_eps=1e-6,
+            pad_token_id=None, eos_token_id=None, max_position_embeddings=4096,
+        ),
+    ),
+    dict(
+        name="olmo_hybrid_defaults",
+        family="olmo_hybrid",
+        cls=molmo.OlmoHybridForCausalLM,
+        cfg_cls=molmo.OlmoHybridConfig,
+        storage=torch.bfloat16,
+        # config.json keeps none of the keys OlmoHybridConfig derives: layer_types (every
+        # fourth layer attends), the linear heads (= num_attention_heads), their widths
+        # (int(0.75 hidden / heads), twice that) and num_key_value_heads (= heads); head_dim,
+        # not a field of the class, is still read by the attention (getattr)
+        on_disk_interval="keep",
+        config_edit={"drop": ["layer_types", "linear_num_key_heads", "linear_num_value_heads",
+                              "linear_key_head_dim", "linear_value_head_dim",
+                              "num_key_value_heads"]},
+        expect_attrs={"head_dim": 16, "linear_key_head_dim": 12, "linear_value_head_dim": 24,
+                      "linear_num_key_heads": 4, "num_key_value_heads": 4},
+        cfg=dict(
+            vocab_size=331, hidden_size=64, num_hidden_layers=4, intermediate_size=48,
+            num_attention_heads=4, head_dim=16,
+            rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+            linear_conv_kernel_dim=4, linear_allow_neg_eigval=False,
+            tie_word_embeddings=True, rms_norm_eps=1e-5,
+            pad_token_id=None, eos_token_id=None, max_position_embeddings=4096,
+        ),
+    ),
+    dict(
+        name="olmo_hybrid_nope",
+        family="olmo_hybrid",
+        cls=molmo.OlmoHybridForCausalLM,
+        cfg_cls=molmo.OlmoHybridConfig,
+        storage=torch.float16,
+        on_disk_interval="keep",
+        # a null RoPE base: no positional encoding at all (NoPE), attention first
+        cfg=dict(
+            vocab_size=331, hidden_size=32, num_hidden_layers=3, intermediate_size=40,
+            layer_types=["full_attention", "linear_attention", "linear_attention"],
+            num_attention_heads=4, num_key_value_heads=1, head_dim=8,
+            rope_parameters={"rope_type": "default", "rope_theta": None},
+            linear_num_key_heads=1, linear_num_value_heads=2,
+            linear_key_head_dim=16, linear_value_head_dim=16, linear_conv_kernel_dim=4,
+            tie_word_embeddings=False, rms_norm_eps=1e-6,
+            pad_token_id=None, eos_token_id=None, max_position_embeddings=4096,
+        ),
+    ),
 ]
 
 
@@ -286,6 +353,8 @@ SPECS = [
 # --------------------------------------------------------------------------------------
 ZERO_CENTRED_NORMS = ("input_layernorm.weight", "post_attention_layernorm.weight",
                       "q_norm.weight", "k_norm.weight")
+# OLMo-Hybrid's RMSNorms multiply by the plain weight (no 1 + w)
+PLAIN_NORMS = ZERO_CENTRED_NORMS + ("post_feedforward_layernorm.weight", "linear_attn.o_norm.weight")
 
 
 @torch.no_grad()
@@ -294,6 +363,7 @@ def init_params(model, gen):
         return torch.randn(shape, generator=gen, dtype=torch.float32) * std + mean
 
     tied = bool(model.config.tie_word_embeddings)  # a composite's own flag decides
+    plain = model.config.model_type == "olmo_hybrid"
     handled = set()
     for name, p in model.named_parameters():
         shp = tuple(p.shape)
@@ -301,6 +371,8 @@ def init_params(model, gen):
         name = name.replace("model.language_model.", "model.", 1)
         if name.startswith("model.visual."):
             v = randn(shp, 0.02)                     # vision tower: saved, never run
+        elif plain and (name.endswith(PLAIN_NORMS) or name == "model.norm.weight"):
+            v = randn(shp, 0.1, 1.0)                 # used as w
         elif name.endswith(ZERO_CENTRED_NORMS) or name == "model.norm.weight":
             v = randn(shp, 0.1)                      # used as (1 + w)
         elif name.endswith("linear_attn.norm.weight"):
@@ -483,8 +555,15 @@ def build(spec, root, seed, capture):
     if "experts_implementation" in kw:
         assert cfg._experts_implementation == "eager", cfg._experts_implementation
     assert getattr(model, "_use_kernels", False) is False
-    rot_dim = int(cfg.head_dim * cfg.rope_parameters["partial_rotary_factor"])
-    assert rot_dim < cfg.head_dim and text_model.rotary_emb.inv_freq.numel() == rot_dim // 2
+    if spec["family"] == "olmo_hybrid":  # the whole head rotates, or nothing (NoPE)
+        hd = getattr(cfg, "head_dim", cfg.hidden_size // cfg.num_attention_heads)
+        if cfg.rope_parameters.get("rope_theta") is None:
+            assert text_model.rotary_emb is None
+        else:
+            assert text_model.rotary_emb.inv_freq.numel() == hd // 2
+    else:
+        rot_dim = int(cfg.head_dim * cfg.rope_parameters["partial_rotary_factor"])
+        assert rot_dim < cfg.head_dim and text_model.rotary_emb.inv_freq.numel() == rot_dim // 2
     for pn, p in model.named_parameters():
         assert p.dtype == torch.float32, (pn, p.dtype)
     # Everything on disk must equal the fp32 model (which therefore holds the rounded values).
