@@ -26,24 +26,32 @@
 
 typedef struct preset {
     const char *name;
+    hy_arch arch;
     int vocab, hidden, layers, interval, heads, kv_heads, head_dim;
     int lk_heads, lv_heads, ldk, ldv, inter;
     int experts, top_k, moe_inter, shared_inter;
     int tie;
 } preset;
 
+/* Layer i attends when (i + 1) % interval == 0. */
 static const preset k_presets[] = {
     /* tests and the default service: < 1 MB */
-    {"tiny", 259, 64, 4, 4, 4, 2, 16, 2, 4, 16, 16, 128, 0, 0, 0, 0, 1},
+    {"tiny", HY_ARCH_QWEN3_NEXT, 259, 64, 4, 4, 4, 2, 16, 2, 4, 16, 16, 128, 0, 0, 0, 0, 1},
     /* MoE with a shared expert on every layer but the first */
-    {"tiny-moe", 259, 64, 4, 4, 4, 2, 16, 2, 4, 16, 16, 128, 8, 2, 32, 64, 0},
+    {"tiny-moe", HY_ARCH_QWEN3_NEXT, 259, 64, 4, 4, 4, 2, 16, 2, 4, 16, 16, 128, 8, 2, 32, 64, 0},
     /* one linear layer, no attention: PIC is exact for it (invariant tests) */
-    {"tiny-linear", 259, 64, 1, 2, 4, 2, 16, 2, 4, 16, 16, 128, 0, 0, 0, 0, 1},
+    {"tiny-linear", HY_ARCH_QWEN3_NEXT, 259, 64, 1, 2, 4, 2, 16, 2, 4, 16, 16, 128, 0, 0, 0, 0, 1},
     /* benchmarks: ~33 M parameters, 6 linear + 2 attention layers, real head sizes */
-    {"small", 8192, 512, 8, 4, 8, 2, 128, 4, 8, 128, 128, 1024, 0, 0, 0, 0, 1},
+    {"small", HY_ARCH_QWEN3_NEXT, 8192, 512, 8, 4, 8, 2, 128, 4, 8, 128, 128, 1024, 0, 0, 0, 0, 1},
+    /* OLMo-Hybrid: Gated DeltaNet with beta up to 2, dk != dv, post-normed GQA */
+    {"tiny-olmo", HY_ARCH_OLMO_HYBRID, 259, 64, 4, 4, 4, 2, 16, 2, 4, 16, 32, 128, 0, 0, 0, 0, 0},
+    /* its benchmark size: the released 7B's head shapes (dk 96, dv 192, head_dim 128) */
+    {"small-olmo", HY_ARCH_OLMO_HYBRID, 8192, 512, 8, 4, 4, 4, 128, 4, 4, 96, 192, 1024, 0, 0, 0, 0,
+     0},
 };
 
-const char *const hy_presets[] = {"tiny", "tiny-moe", "tiny-linear", "small", NULL};
+const char *const hy_presets[] = {"tiny",      "tiny-moe",   "tiny-linear", "small",
+                                  "tiny-olmo", "small-olmo", NULL};
 
 typedef struct writer {
     hy_st_wtensor *ts;
@@ -111,8 +119,69 @@ static void add_mlp(writer *w, const char *base, int64_t H, int64_t I)
     ADD(w, n, 0, 0.0, 1.0 / sqrt((double)I), H, I);
 }
 
+/* An OLMo-Hybrid layer under the names its released checkpoints carry: norms
+ * attention_layer_norm / feedforward_layer_norm (linear layers) and
+ * feedforward_layer_norm / post_feedforward_layernorm (attention layers,
+ * which normalise their outputs), one conv per q, k and v. Norm weights are
+ * plain (w, not 1 + w): N(1, 0.1). */
+static void add_olmo_layer(writer *w, const preset *p, int i)
+{
+    const int64_t H = p->hidden;
+    const double sH = 1.0 / sqrt((double)H);
+    char n[160];
+    const bool att = (i + 1) % p->interval == 0;
+    snprintf(n, sizeof n, "model.layers.%d.%s.weight", i,
+             att ? "feedforward_layer_norm" : "attention_layer_norm");
+    ADD(w, n, 0, 1.0, 0.1, H);
+    snprintf(n, sizeof n, "model.layers.%d.%s.weight", i,
+             att ? "post_feedforward_layernorm" : "feedforward_layer_norm");
+    ADD(w, n, 0, 1.0, 0.1, H);
+    if (att) {
+        const int64_t Q = (int64_t)p->heads * p->head_dim, KV = (int64_t)p->kv_heads * p->head_dim;
+        static const char *const proj[] = {"q_proj", "k_proj", "v_proj"};
+        for (int j = 0; j < 3; j++) {
+            snprintf(n, sizeof n, "model.layers.%d.self_attn.%s.weight", i, proj[j]);
+            ADD(w, n, 0, 0.0, sH, j ? KV : Q, H);
+        }
+        snprintf(n, sizeof n, "model.layers.%d.self_attn.o_proj.weight", i);
+        ADD(w, n, 0, 0.0, 1.0 / sqrt((double)Q), H, Q);
+        snprintf(n, sizeof n, "model.layers.%d.self_attn.q_norm.weight", i);
+        ADD(w, n, 0, 1.0, 0.1, Q);
+        snprintf(n, sizeof n, "model.layers.%d.self_attn.k_norm.weight", i);
+        ADD(w, n, 0, 1.0, 0.1, KV);
+    } else {
+        const int64_t K = 4, Kd = (int64_t)p->lk_heads * p->ldk, Vd = (int64_t)p->lv_heads * p->ldv;
+        static const char *const proj[] = {"q_proj", "k_proj", "v_proj",
+                                           "g_proj", "b_proj", "a_proj"};
+        const int64_t rows[] = {Kd, Kd, Vd, Vd, p->lv_heads, p->lv_heads};
+        for (int j = 0; j < 6; j++) {
+            snprintf(n, sizeof n, "model.layers.%d.linear_attn.%s.weight", i, proj[j]);
+            ADD(w, n, 0, 0.0, sH, rows[j], H);
+        }
+        static const char *const conv[] = {"q_conv1d", "k_conv1d", "v_conv1d"};
+        for (int j = 0; j < 3; j++) {
+            snprintf(n, sizeof n, "model.layers.%d.linear_attn.%s.weight", i, conv[j]);
+            ADD(w, n, 0, 0.0, 1.0 / sqrt((double)K), j < 2 ? Kd : Vd, 1, K);
+        }
+        snprintf(n, sizeof n, "model.layers.%d.linear_attn.dt_bias", i);
+        ADD(w, n, 0, -2.5, 1.0, p->lv_heads);
+        snprintf(n, sizeof n, "model.layers.%d.linear_attn.A_log", i);
+        ADD(w, n, 1, 0.05, 1.0, p->lv_heads);
+        snprintf(n, sizeof n, "model.layers.%d.linear_attn.o_norm.weight", i);
+        ADD(w, n, 0, 1.0, 0.1, p->ldv);
+        snprintf(n, sizeof n, "model.layers.%d.linear_attn.o_proj.weight", i);
+        ADD(w, n, 0, 0.0, 1.0 / sqrt((double)Vd), H, Vd);
+    }
+    snprintf(n, sizeof n, "model.layers.%d.mlp", i);
+    add_mlp(w, n, H, p->inter);
+}
+
 static void add_layer(writer *w, const preset *p, int i)
 {
+    if (p->arch == HY_ARCH_OLMO_HYBRID) {
+        add_olmo_layer(w, p, i);
+        return;
+    }
     const int64_t H = p->hidden;
     const double sH = 1.0 / sqrt((double)H);
     char n[160];
@@ -170,8 +239,55 @@ static void add_layer(writer *w, const preset *p, int i)
     }
 }
 
+static void add_layer_types(cJSON *c, const preset *p)
+{
+    cJSON *lt = cJSON_AddArrayToObject(c, "layer_types");
+    for (int i = 0; i < p->layers; i++)
+        cJSON_AddItemToArray(
+            lt,
+            cJSON_CreateString((i + 1) % p->interval == 0 ? "full_attention" : "linear_attention"));
+}
+
+/* config.json as OlmoHybridConfig.save_pretrained writes it (the keys the
+ * class defines). */
+static cJSON *make_olmo_config(const preset *p, const char *dtype)
+{
+    cJSON *c = cJSON_CreateObject();
+    cJSON *arch = cJSON_AddArrayToObject(c, "architectures");
+    cJSON_AddItemToArray(arch, cJSON_CreateString("OlmoHybridForCausalLM"));
+    cJSON_AddStringToObject(c, "model_type", "olmo_hybrid");
+    cJSON_AddStringToObject(c, "hypic_preset", p->name);
+    cJSON_AddStringToObject(c, "dtype", strcmp(dtype, "BF16") == 0 ? "bfloat16" : "float32");
+    cJSON_AddNumberToObject(c, "vocab_size", p->vocab);
+    cJSON_AddNumberToObject(c, "hidden_size", p->hidden);
+    cJSON_AddNumberToObject(c, "intermediate_size", p->inter);
+    cJSON_AddNumberToObject(c, "num_hidden_layers", p->layers);
+    cJSON_AddNumberToObject(c, "num_attention_heads", p->heads);
+    cJSON_AddNumberToObject(c, "num_key_value_heads", p->kv_heads);
+    cJSON_AddNumberToObject(c, "head_dim", p->head_dim);
+    cJSON_AddStringToObject(c, "hidden_act", "silu");
+    cJSON_AddNumberToObject(c, "rms_norm_eps", 1e-6);
+    cJSON_AddNumberToObject(c, "max_position_embeddings", 65536);
+    cJSON *rp = cJSON_AddObjectToObject(c, "rope_parameters");
+    cJSON_AddStringToObject(rp, "rope_type", "default");
+    cJSON_AddNumberToObject(rp, "rope_theta", 500000.0);
+    cJSON_AddNumberToObject(c, "linear_conv_kernel_dim", 4);
+    cJSON_AddNumberToObject(c, "linear_key_head_dim", p->ldk);
+    cJSON_AddNumberToObject(c, "linear_value_head_dim", p->ldv);
+    cJSON_AddNumberToObject(c, "linear_num_key_heads", p->lk_heads);
+    cJSON_AddNumberToObject(c, "linear_num_value_heads", p->lv_heads);
+    cJSON_AddBoolToObject(c, "linear_allow_neg_eigval", 1);
+    add_layer_types(c, p);
+    cJSON_AddBoolToObject(c, "tie_word_embeddings", p->tie);
+    cJSON_AddBoolToObject(c, "attention_bias", 0);
+    cJSON_AddNullToObject(c, "pad_token_id");
+    cJSON_AddNumberToObject(c, "eos_token_id", 2);
+    return c;
+}
+
 static cJSON *make_config(const preset *p, const char *dtype)
 {
+    if (p->arch == HY_ARCH_OLMO_HYBRID) return make_olmo_config(p, dtype);
     cJSON *c = cJSON_CreateObject();
     cJSON *arch = cJSON_AddArrayToObject(c, "architectures");
     cJSON_AddItemToArray(arch, cJSON_CreateString("Qwen3NextForCausalLM"));
@@ -198,11 +314,7 @@ static cJSON *make_config(const preset *p, const char *dtype)
     cJSON_AddNumberToObject(c, "linear_num_key_heads", p->lk_heads);
     cJSON_AddNumberToObject(c, "linear_num_value_heads", p->lv_heads);
     cJSON_AddNumberToObject(c, "full_attention_interval", p->interval);
-    cJSON *lt = cJSON_AddArrayToObject(c, "layer_types");
-    for (int i = 0; i < p->layers; i++)
-        cJSON_AddItemToArray(
-            lt,
-            cJSON_CreateString((i + 1) % p->interval == 0 ? "full_attention" : "linear_attention"));
+    add_layer_types(c, p);
     cJSON_AddNumberToObject(c, "num_experts", p->experts);
     if (p->experts) {
         cJSON_AddNumberToObject(c, "num_experts_per_tok", p->top_k);
@@ -249,7 +361,9 @@ int hy_model_init(const char *preset_name, uint64_t seed, const char *dir, const
         if (strcmp(k_presets[i].name, preset_name) == 0) p = &k_presets[i];
     if (!p)
         return hy_err_set(err, HY_EINVAL,
-                          "unknown preset '%s' (tiny, tiny-moe, tiny-linear, small)", preset_name);
+                          "unknown preset '%s' (tiny, tiny-moe, tiny-linear, small, tiny-olmo, "
+                          "small-olmo)",
+                          preset_name);
     writer w = {0};
     if (strcmp(dtype, "F32") == 0)
         w.dtype = HY_DT_F32;
@@ -264,7 +378,7 @@ int hy_model_init(const char *preset_name, uint64_t seed, const char *dir, const
     const int64_t H = p->hidden;
     ADD(&w, "model.embed_tokens.weight", 0, 0.0, 0.25, p->vocab, H);
     for (int i = 0; i < p->layers; i++) add_layer(&w, p, i);
-    ADD(&w, "model.norm.weight", 0, 0.0, 0.1, H);
+    ADD(&w, "model.norm.weight", 0, p->arch == HY_ARCH_OLMO_HYBRID ? 1.0 : 0.0, 0.1, H);
     if (!p->tie) ADD(&w, "lm_head.weight", 0, 0.0, 1.0 / sqrt((double)H), p->vocab, H);
 
     int rc =
