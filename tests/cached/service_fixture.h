@@ -11,6 +11,10 @@
 
 #include <stdint.h>
 
+/* The model the request builders below name; a test serving several sets it
+ * before each call. */
+static const char *g_svc_model = "tiny";
+
 /* Document d: n token ids in 3..258 (the tiny model's byte vocabulary). */
 static inline void doc_tokens(int d, size_t n, uint32_t *out)
 {
@@ -94,7 +98,7 @@ static inline int on_warm_(void *ctx, const Hypic__V1__WarmProgress *p)
 static inline int warm(hyc *c, segs *s, warm_out *w, hyc_status *st)
 {
     Hypic__V1__WarmRequest rq = HYPIC__V1__WARM_REQUEST__INIT;
-    rq.model = "tiny";
+    rq.model = (char *)g_svc_model;
     rq.n_segments = s->n;
     rq.segments = s->sp;
     memset(w, 0, sizeof *w);
@@ -106,7 +110,7 @@ static inline int prefill(hyc *c, segs *s, int mode, Hypic__V1__PrefillResponse 
 {
     static uint32_t query[8] = {10, 20, 30, 40, 50, 60, 70, 80};
     Hypic__V1__PrefillRequest rq = HYPIC__V1__PREFILL_REQUEST__INIT;
-    rq.model = "tiny";
+    rq.model = (char *)g_svc_model;
     rq.n_segments = s->n;
     rq.segments = s->sp;
     rq.n_query = 8;
@@ -121,7 +125,7 @@ static inline int lookup(hyc *c, segs *s, uint32_t lease_ms, Hypic__V1__LookupRe
                          hyc_status *st)
 {
     Hypic__V1__LookupRequest rq = HYPIC__V1__LOOKUP_REQUEST__INIT;
-    rq.model = "tiny";
+    rq.model = (char *)g_svc_model;
     rq.n_segments = s->n;
     rq.segments = s->sp;
     rq.lease_ms = lease_ms;
@@ -131,7 +135,7 @@ static inline int lookup(hyc *c, segs *s, uint32_t lease_ms, Hypic__V1__LookupRe
 static inline int get_entry(hyc *c, const uint8_t *key, void **bytes, size_t *n, hyc_status *st)
 {
     Hypic__V1__GetEntryRequest rq = HYPIC__V1__GET_ENTRY_REQUEST__INIT;
-    rq.model = "tiny";
+    rq.model = (char *)g_svc_model;
     rq.key = (ProtobufCBinaryData){32, (uint8_t *)key};
     Hypic__V1__EntryMeta *m = NULL;
     int rc = hyc_get_entry(c, &rq, &m, bytes, n, st);
@@ -143,7 +147,7 @@ static inline int put_entry(hyc *c, const void *bytes, size_t n, Hypic__V1__PutE
                             hyc_status *st)
 {
     Hypic__V1__EntryMeta m = HYPIC__V1__ENTRY_META__INIT;
-    m.model = "tiny";
+    m.model = (char *)g_svc_model;
     m.bytes = n;
     return hyc_put_entry(c, &m, bytes, n, 4096, out, st);
 }
