@@ -3,7 +3,7 @@
 # makes a venv once (Python >= 3.11, $PYTHON or python3), installs the pinned reference
 # stack client/python/requirements-e2e.txt (torch, transformers, safetensors, numpy as
 # tools/golden pins them; pytest) and the package, then runs client/python/e2e under
-# pytest, which starts its own hypic-cached (serving `tiny` and `recall`) and always kills
+# pytest, which starts its own hypic-cached (serving `tiny`, `tiny-olmo` and `recall`) and always kills
 # it. Decodes 32 tokens from the daemon's delivered state with transformers' forward and
 # checks them against transformers' own prefill-and-decode.
 #

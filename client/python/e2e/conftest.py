@@ -1,7 +1,8 @@
-"""The frontend's end-to-end test: a real hypic-cached serving both checkpoints it decodes
-from, `tiny` (the preset --init-models generates into the daemon's var/models/tiny:
-Qwen3NextForCausalLM, 4 layers, random weights) and `recall` (models/hypic-recall:
-Qwen3_5ForCausalLM, trained). The daemon is started and always stopped as the client's
+"""The frontend's end-to-end test: a real hypic-cached serving the checkpoints it decodes
+from: one generated preset per hybrid family (--init-models writes each into the daemon's
+var/models/<name>: `tiny`, Qwen3NextForCausalLM, and `tiny-olmo`, OlmoHybridForCausalLM,
+4 layers of random weights each) and `recall` (models/hypic-recall: Qwen3_5ForCausalLM,
+trained). The daemon is started and always stopped as the client's
 own tests do it (tests/conftest.py, whose helpers are loaded from there, not copied).
 
 Needs the pinned stack of requirements-e2e.txt (tests/client/test_frontend.sh makes it).
@@ -38,7 +39,8 @@ RECALL_DIR: Path = fixture.MODEL_DIR
 CONFIG = f"""\
 listen: 127.0.0.1:0
 http_listen: ""
-models: [{{name: tiny, path: var/models/tiny}}, {{name: recall, path: {RECALL_DIR}}}]
+models: [{{name: tiny, path: var/models/tiny}}, {{name: tiny-olmo, path: var/models/tiny-olmo}},
+         {{name: recall, path: {RECALL_DIR}}}]
 tiers: {{host: {{bytes: 64M, admit: always}}}}
 executor: {{threads: 2}}
 transport: {{max_buffer: 256M}}

@@ -28,10 +28,12 @@ DOCS = [EXAMPLES / f"doc{i}.txt" for i in range(1, 5)]
 QUESTION = EXAMPLES / "question.txt"
 STEPS = 32
 STATE_TOL = 1e-4  # |ours - transformers'| of a full-mode state: fp32 rounding, not a bug
+# the trained checkpoint and one generated preset per hybrid family the daemon serves
+MODELS = ("recall", "tiny", "tiny-olmo")
 
 
 def frontend(daemon: Any, model: str, *extra: str) -> list[fe.Outcome]:
-    model_dir = RECALL_DIR if model == "recall" else daemon.dir / "var" / "models" / "tiny"
+    model_dir = RECALL_DIR if model == "recall" else daemon.dir / "var" / "models" / model
     args = ["--addr", daemon.addr, "--model", model, "--model-dir", str(model_dir)]
     args += ["--segment", *map(str, DOCS), "--query", str(QUESTION), "--steps", str(STEPS), *extra]
     return fe.main(args)
@@ -41,7 +43,7 @@ def frontend(daemon: Any, model: str, *extra: str) -> list[fe.Outcome]:
 def runs(daemon: Any) -> dict[str, dict[str, fe.Outcome]]:
     """Each checkpoint through the frontend's command line, full then pic, over shm."""
     out: dict[str, dict[str, fe.Outcome]] = {}
-    for model in ("recall", "tiny"):
+    for model in MODELS:
         out[model] = {o.mode: o for o in frontend(daemon, model, "--mode", "full", "pic")}
     return out
 
@@ -50,7 +52,7 @@ def why(o: fe.Outcome) -> str:
     return fe.summary(o) + "\n" + fe.to_json(o)
 
 
-@pytest.mark.parametrize("model", ["recall", "tiny"])
+@pytest.mark.parametrize("model", MODELS)
 def test_full_mode_decodes_as_transformers_does(runs: dict[str, dict[str, fe.Outcome]], model: str) -> None:
     o = runs[model]["full"]
     assert o.transport == "shm" and o.position == o.prompt_tokens and len(o.tokens) == STEPS
@@ -69,7 +71,7 @@ def test_the_trained_model_answers_from_a_pic_state(runs: dict[str, dict[str, fe
 
 
 def test_pic_agreement_is_reported(runs: dict[str, dict[str, fe.Outcome]], capsys: pytest.CaptureFixture[str]) -> None:
-    for model in ("recall", "tiny"):
+    for model in MODELS:
         o = runs[model]["pic"]
         assert all(s == "hit" for s in o.segments) and o.position == o.prompt_tokens
         assert 0 <= o.equal <= STEPS and (o.first_divergence is None) == (o.equal == STEPS)
@@ -78,7 +80,7 @@ def test_pic_agreement_is_reported(runs: dict[str, dict[str, fe.Outcome]], capsy
         line = json.loads(fe.to_json(o))
         assert line["mode"] == "pic" and line["equal"] == o.equal and line["steps"] == STEPS
     with capsys.disabled():
-        for model in ("recall", "tiny"):
+        for model in MODELS:
             f, p = runs[model]["full"], runs[model]["pic"]
             print(
                 f"\n{model}: full {f.equal}/{STEPS} equal to transformers; pic {p.equal}/{STEPS} "
