@@ -88,7 +88,7 @@ has "UNAVAILABLE printed" err "^hypicctl: UNAVAILABLE: "
 cat >hypic-cached.yaml <<EOF
 listen: 127.0.0.1:0
 http_listen: 127.0.0.1:0
-models: [{name: tiny, path: var/models/tiny}]
+models: [{name: tiny, path: var/models/tiny}, {name: tiny-olmo, path: var/models/tiny-olmo}]
 tiers: {host: {bytes: 64M}}
 executor: {threads: 2}
 tls: {cert: $fixtures/server.pem, key: $fixtures/server.key}
@@ -312,6 +312,29 @@ run 0 "invalidate --tenant" $tls invalidate --tenant --json
 check "invalidate --tenant" 'int(d["removed"]) >= 0'
 run 0 "ls after invalidating everything" $tls ls --json
 check "nothing left" 'd["total"] == 0'
+
+# ---- every other family the daemon serves, through the same commands ---------
+for model in tiny-olmo; do
+    m="$tls --model $model"
+    run 0 "$model: warm" $m warm --json --tag "fam-$model" doc0.txt doc1.txt short.txt
+    check "$model: warm built two" 'd["built"] == 2 and d["uncacheable"] == 1'
+    run 0 "$model: lookup" $m lookup --json --segment doc0.txt doc1.txt new.txt
+    check "$model: lookup hits" 'd["leading_hits"] == 2 and not d["segments"][2]["hit"]'
+    fkey=$(python3 -c "import json; print(json.load(open('out'))['segments'][0]['key'])")
+    run 0 "$model: inspect --verify" $m inspect "$fkey" --verify --json
+    check "$model: its entry" 'd["verified"] and d["meta"]["model"] == "'"$model"'"'
+    run 0 "$model: prefill pic" $m prefill --json --segment doc1.txt doc0.txt --text "Q?" --top-k 3
+    check "$model: prefill pic hits" 'all(s["kind"] == "KIND_HIT" for s in d["segments"]) and len(d["top"]) == 3'
+    run 0 "$model: prefill full --return-state" $m prefill --json --segment doc1.txt doc0.txt --text "Q?" --mode full --return-state --state-out "state-$model.bin"
+    check "$model: the state" 'd["state"]["transport"] == "TRANSPORT_SHM" and len(d["state"]["tensors"]) == 8'
+    run 0 "$model: get" $m get "$fkey" --out "e-$model.bin"
+    run 0 "$model: put" $m put "e-$model.bin" --json
+    check "$model: put placed it" 'd["placed"] == "TIER_HOST"'
+    run 0 "$model: build" $m build built.txt --out "b-$model.bin" --json
+    check "$model: build" 'd["bytes"] > 0 and d["meta"]["model"] == "'"$model"'"'
+    run 0 "$model: invalidate --model" $m invalidate --model "$model" --json
+    check "$model: invalidate removed its entries" 'int(d["removed"]) == 2'
+done
 
 if ! kill -0 "$pid" 2>/dev/null; then
     bad "hypic-cached died during the test; its log:"
