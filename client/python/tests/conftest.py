@@ -124,6 +124,18 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     yield from _serve(tmp_path_factory, "open", COMMON)
 
 
+FAMILIES = ("tiny", "tiny-olmo")  # one generated preset per hybrid family (--init-models)
+
+
+@pytest.fixture(scope="session")
+def family_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """hypic-cached serving one generated preset of each hybrid family."""
+    models = ", ".join(f"{{name: {m}, path: var/models/{m}}}" for m in FAMILIES)
+    config = COMMON.replace(f"models: [{{name: recall, path: {MODEL_DIR}}}]", f"models: [{models}]")
+    assert config != COMMON
+    yield from _serve(tmp_path_factory, "families", config)
+
+
 @pytest.fixture(scope="session")
 def secure_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     """hypic-cached with TLS and tenants alice (admin) and bob."""
