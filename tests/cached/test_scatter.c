@@ -45,7 +45,8 @@ static double now_s(void)
 
 static const char *k_config = "listen: 127.0.0.1:0\n"
                               "http_listen: \"\"\n"
-                              "models: [{name: tiny, path: var/models/tiny}]\n"
+                              "models: [{name: tiny, path: var/models/tiny},\n"
+                              "         {name: tiny-olmo, path: var/models/tiny-olmo}]\n"
                               "tiers: {host: {bytes: 256M}}\n"
                               "executor: {threads: 1}\n"
                               "scatter: {spawn: 2, min_tokens: 64, timeout_ms: 2000,\n"
@@ -54,7 +55,8 @@ static const char *k_config = "listen: 127.0.0.1:0\n"
 
 static const char *k_ref_config = "listen: 127.0.0.1:0\n"
                                   "http_listen: \"\"\n"
-                                  "models: [{name: tiny, path: var/models/tiny}]\n"
+                                  "models: [{name: tiny, path: var/models/tiny},\n"
+                                  "         {name: tiny-olmo, path: var/models/tiny-olmo}]\n"
                                   "tiers: {host: {bytes: 256M}}\n"
                                   "executor: {threads: 1}\n"
                                   "log: {requests: false}\n";
@@ -180,6 +182,35 @@ static void test_cold_request_on_workers(void)
     CU_ASSERT_EQUAL(v.n, 2);
     CU_ASSERT_EQUAL(v.built[0] + v.built[1], 3);
     CU_ASSERT(v.pid[0] > 0 && v.pid[1] > 0);
+}
+
+/* Every family the daemon serves is scattered alike: the workers load the
+ * daemon's models, build the long misses of a tiny-olmo request, and the
+ * answer is the reference's. */
+static void test_other_family_on_workers(void)
+{
+    CU_ASSERT_FATAL(wait_up(2, 10));
+    g_svc_model = "tiny-olmo";
+    segs s = {0};
+    segs_doc(&s, 120, 400);
+    segs_doc(&s, 121, 300);
+    Hypic__V1__PrefillResponse *r = NULL;
+    hyc_status st;
+    CU_ASSERT_EQUAL_FATAL(prefill(g_c, &s, HYPIC__V1__MODE__MODE_PIC, &r, &st), 0);
+    for (int i = 0; i < 2; i++) {
+        CU_ASSERT_EQUAL(r->segments[i]->kind, HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_MISS);
+        CU_ASSERT(r->segments[i]->stored);
+        CU_ASSERT(strncmp(r->segments[i]->built_by, "127.0.0.1:", 10) == 0);
+    }
+    CU_ASSERT_EQUAL(r->timings->scattered, 2);
+    same_as_reference(&s, r);
+    hyc_free(r);
+    CU_ASSERT_EQUAL_FATAL(prefill(g_c, &s, HYPIC__V1__MODE__MODE_PIC, &r, &st), 0);
+    for (int i = 0; i < 2; i++)
+        CU_ASSERT_EQUAL(r->segments[i]->kind, HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_HIT);
+    same_as_reference(&s, r);
+    hyc_free(r);
+    g_svc_model = "tiny";
 }
 
 static void test_duplicates_built_once(void)
@@ -570,6 +601,7 @@ int main(int argc, char **argv)
     static const hy_test_case cases[] = {
         {"a cold request built on two workers, the reference's answer",
          test_cold_request_on_workers},
+        {"another family's cold request built on the workers", test_other_family_on_workers},
         {"a repeated segment is built once", test_duplicates_built_once},
         {"a slow worker times out, its segments retried; resumed, used again",
          test_slow_worker_times_out},
