@@ -3,7 +3,14 @@
  *
  *   hypic-model init --preset NAME --seed N --out DIR [--dtype F32|BF16]
  *   hypic-model info DIR
+ *   hypic-model entry-size CONFIG [--tokens N]
  *   hypic-model run DIR (--tokens FILE | --text STR) [--top K] [--recurrent] [--batch N]
+ *
+ * `entry-size` reads only a config.json (CONFIG is the file or its folder)
+ * and prints what a cached segment of N tokens (512 by default) holds for
+ * that model: per linear layer T, S and the conv tail, per attention layer K
+ * and V per body token, and the total with S in fp32 and in bf16. It is how
+ * docs/models.md sizes the entries of the published full-size checkpoints.
  *
  * `run` prefills the prompt from the empty state and prints the top-k next
  * tokens with their probabilities and the prefill time. --tokens reads
@@ -24,6 +31,7 @@ static int usage(void)
     fprintf(stderr, "usage:\n"
                     "  hypic-model init --preset NAME --seed N --out DIR [--dtype F32|BF16]\n"
                     "  hypic-model info DIR\n"
+                    "  hypic-model entry-size CONFIG [--tokens N]\n"
                     "  hypic-model run DIR (--tokens FILE | --text STR) [--top K] [--recurrent] "
                     "[--batch N]\n"
                     "presets:");
@@ -130,6 +138,67 @@ static int cmd_info(int argc, char **argv)
     human_bytes((double)kv_tok * natt, b2, sizeof b2);
     printf("total        %s constant + %s per token\n", b1, b2);
     hy_model_close(m);
+    return 0;
+}
+
+static int cmd_entry_size(int argc, char **argv)
+{
+    if (argc != 1 && !(argc == 3 && strcmp(argv[1], "--tokens") == 0)) return usage();
+    char *end = NULL;
+    const long n = argc == 3 ? strtol(argv[2], &end, 10) : 512;
+    if (argc == 3 && (*end || n < 2 || n > (1L << 24))) {
+        fprintf(stderr, "hypic-model: --tokens %s: an integer in [2, 16777216]\n", argv[2]);
+        return 2;
+    }
+    hy_err e = {0};
+    hy_model_config c;
+    const size_t len = strlen(argv[0]);
+    int rc = len >= 5 && strcmp(argv[0] + len - 5, ".json") == 0 ? 0 : 1;
+    if (rc == 0) {
+        char *text = NULL;
+        if (hy_read_file(argv[0], 16u << 20, &text, NULL, &e)) return fail(&e);
+        rc = hy_config_parse(text, argv[0], &c, &e);
+        hy_free(text);
+    } else {
+        rc = hy_config_load(argv[0], &c, &e);
+    }
+    if (rc) return fail(&e);
+    int w = 0;
+    if (hy_entry_seam(&c, (size_t)n, HY_SEAM_DEFAULT, &w, &e)) return fail(&e);
+    const long nb = n - w;
+    size_t k32, k16, tok;
+    hy_entry_bytes_for(&c, HY_ENTRY_F32, &k32, &tok);
+    hy_entry_bytes_for(&c, HY_ENTRY_BF16, &k16, &tok);
+    int nlin = 0, natt = 0;
+    for (int i = 0; i < c.n_layers; i++) {
+        nlin += c.layer_kind[i] == HY_LAYER_LINEAR;
+        natt += c.layer_kind[i] == HY_LAYER_ATTENTION;
+    }
+    const double T = (double)c.lin_v_heads * c.lin_dk * c.lin_dk * 4;
+    const double S = (double)c.lin_v_heads * c.lin_dk * c.lin_dv * 4;
+    const double tail = (double)(c.conv_kernel - 1) * hy_config_conv_dim(&c) * 4;
+    const double kv = 2.0 * c.n_kv_heads * c.head_dim * 4;
+    char b[6][32];
+    human_bytes(T, b[0], sizeof b[0]);
+    human_bytes(S, b[1], sizeof b[1]);
+    human_bytes(tail, b[2], sizeof b[2]);
+    human_bytes(kv, b[3], sizeof b[3]);
+    printf("config       %s (model_type %s)\n", argv[0], c.model_type);
+    printf("layers       %d linear, %d attention\n", nlin, natt);
+    printf("linear layer T %d x %d x %d = %s, S(body|0) %d x %d x %d = %s (fp32), conv tail "
+           "%d x %d = %s\n",
+           c.lin_v_heads, c.lin_dk, c.lin_dk, b[0], c.lin_v_heads, c.lin_dk, c.lin_dv, b[1],
+           c.conv_kernel - 1, hy_config_conv_dim(&c), b[2]);
+    printf("attention    K + V %d x %d x 2 = %s per body token\n", c.n_kv_heads, c.head_dim, b[3]);
+    human_bytes((double)k32, b[0], sizeof b[0]);
+    human_bytes((double)k16, b[1], sizeof b[1]);
+    human_bytes((double)tok, b[2], sizeof b[2]);
+    human_bytes((double)k32 + (double)tok * nb, b[3], sizeof b[3]);
+    human_bytes((double)k16 + (double)tok * nb, b[4], sizeof b[4]);
+    printf("per entry    %s constant (S bf16: %s) + %s per body token\n", b[0], b[1], b[2]);
+    printf("a %ld-token segment (seam %d, %ld body tokens): %s (S bf16: %s), %.0f bytes per body "
+           "token\n",
+           n, w, nb, b[3], b[4], ((double)k32 + (double)tok * nb) / (double)nb);
     return 0;
 }
 
@@ -255,6 +324,7 @@ int main(int argc, char **argv)
     if (argc < 2) return usage();
     if (strcmp(argv[1], "init") == 0) return cmd_init(argc - 2, argv + 2);
     if (strcmp(argv[1], "info") == 0) return cmd_info(argc - 2, argv + 2);
+    if (strcmp(argv[1], "entry-size") == 0) return cmd_entry_size(argc - 2, argv + 2);
     if (strcmp(argv[1], "run") == 0) return cmd_run(argc - 2, argv + 2);
     return usage();
 }

@@ -211,6 +211,13 @@ int hy_entry_tokens(const hy_entry *e, const int32_t **tokens); /* returns n */
 int hy_entry_seam_width(const hy_entry *e);
 int hy_entry_body_tokens(const hy_entry *e);
 size_t hy_entry_payload_bytes(const hy_entry *e);
+/* What an entry of model config c holds, from its config alone: *constant
+ * bytes (every linear layer's T, S in dtype dt and conv tail) plus
+ * *per_body_token bytes for each body token (every attention layer's K and
+ * V); the token ids (4 per segment token) and the serialised form's header
+ * and alignment come on top. */
+void hy_entry_bytes_for(const hy_model_config *c, hy_entry_dtype dt, size_t *constant,
+                        size_t *per_body_token);
 int hy_entry_seam_setting(const hy_entry *e); /* W, the setting it was built under */
 hy_entry_dtype hy_entry_dtype_of(const hy_entry *e);
 /* The sections of the serialised form, in file order: name ("TOKENS", "T",

@@ -258,6 +258,28 @@ static void test_canonical_k_rotates_to_position(void)
     canonical_k_rotates_to_position("tiny-olmo"); /* the whole head rotates */
 }
 
+/* hy_entry_bytes_for, from the config alone, is what a built entry holds. */
+static void test_entry_bytes_from_config(void)
+{
+    static const char *const presets[] = {"tiny", "tiny-moe", "tiny-olmo"};
+    for (int p = 0; p < 3; p++)
+        for (int d = 0; d < 2; d++) {
+            fixture f;
+            setup(&f, presets[p], 6);
+            hy_err e = {0};
+            int32_t *t = tokens(100, f.c->vocab, 8);
+            hy_entry *ent = NULL;
+            const hy_entry_dtype dt = d ? HY_ENTRY_BF16 : HY_ENTRY_F32;
+            CU_ASSERT_EQUAL_FATAL(hy_entry_build(f.ex, f.st, t, 100, 8, dt, NULL, &ent, &e), 0);
+            size_t k, per;
+            hy_entry_bytes_for(f.c, dt, &k, &per);
+            CU_ASSERT_EQUAL(hy_entry_payload_bytes(ent), k + per * 92 + 100 * 4);
+            hy_entry_free(ent);
+            free(t);
+            teardown(&f);
+        }
+}
+
 static void test_serialise_and_refuse(void)
 {
     fixture f;
@@ -743,6 +765,7 @@ int main(void)
         {"b_inline_entries_reused_equal_full", test_inline_entries_reused_equal_full},
         {"c_canonical_k_rotates_to_position", test_canonical_k_rotates_to_position},
         {"d_edge_lengths_and_refusals", test_edge_lengths},
+        {"entry_bytes_from_the_config_alone", test_entry_bytes_from_config},
         {"entries_serialise_and_refuse_corruption", test_serialise_and_refuse},
         {"entry_views_compose_in_place_and_refuse_corruption", test_view_in_place},
         {"naive_addition_is_wrong", test_naive_is_wrong},

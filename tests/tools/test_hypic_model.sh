@@ -36,6 +36,14 @@ expect "no arguments" 2 "usage" -- "$bin"
 expect "unknown preset" 1 "unknown preset 'big'" -- "$bin" init --preset big --seed 1 --out "$tmp/x"
 expect "bad seed" 2 "not a non-negative integer" -- "$bin" init --preset tiny --seed -4 --out "$tmp/x"
 expect "missing dir" 1 "config.json" -- "$bin" info "$tmp/nope"
+expect "init tiny-olmo" 0 "wrote preset 'tiny-olmo'" -- "$bin" init --preset tiny-olmo --seed 7 --out "$tmp/olmo"
+expect "info olmo" 0 "OlmoHybridForCausalLM" -- "$bin" info "$tmp/olmo"
+# T 4x16x16 + S 4x16x32 + tail 3x192 floats per linear layer (3), K+V 2x2x16 per token (1 layer)
+expect "entry-size of a checkpoint folder" 0 "42.8 KiB constant (S bf16: 30.8 KiB) + 256.0 B per body token" -- "$bin" entry-size "$tmp/olmo"
+printf '{"model_type": "olmo_hybrid"}' > "$tmp/olmo7b.json"
+expect "entry-size of a config.json alone" 0 "24 linear, 8 attention" -- "$bin" entry-size "$tmp/olmo7b.json" --tokens 1024
+expect "entry-size: too short to cache" 1 "too short to cache" -- "$bin" entry-size "$tmp/olmo" --tokens 3
+expect "entry-size: bad --tokens" 2 "an integer in" -- "$bin" entry-size "$tmp/olmo" --tokens x
 printf '1 2 x\n' > "$tmp/bad.txt"
 expect "bad token file" 1 "token 2 is not a non-negative integer" -- "$bin" run "$tmp/a/b" --tokens "$tmp/bad.txt"
 printf '1 999999\n' > "$tmp/big.txt"
