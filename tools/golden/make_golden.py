@@ -315,11 +315,11 @@ SPECS = [
         config_edit={"drop": ["layer_types", "linear_num_key_heads", "linear_num_value_heads",
                               "linear_key_head_dim", "linear_value_head_dim",
                               "num_key_value_heads"]},
-        expect_attrs={"head_dim": 16, "linear_key_head_dim": 12, "linear_value_head_dim": 24,
+        expect_attrs={"head_dim": 24, "linear_key_head_dim": 12, "linear_value_head_dim": 24,
                       "linear_num_key_heads": 4, "num_key_value_heads": 4},
         cfg=dict(
             vocab_size=331, hidden_size=64, num_hidden_layers=4, intermediate_size=48,
-            num_attention_heads=4, head_dim=16,
+            num_attention_heads=4, head_dim=24,  # not hidden / heads (16)
             rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
             linear_conv_kernel_dim=4, linear_allow_neg_eigval=False,
             tie_word_embeddings=True, rms_norm_eps=1e-5,
