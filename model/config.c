@@ -38,12 +38,12 @@
 
 enum { N_ARCH = HY_ARCH_COUNT, MAX_KEYS = 48 };
 _Static_assert(HY_ARCH_QWEN3_NEXT == 0 && HY_ARCH_QWEN3_5 == 1 && HY_ARCH_QWEN3_5_MOE == 2 &&
-                   HY_ARCH_OLMO_HYBRID == 3 && N_ARCH == 4,
+                   HY_ARCH_OLMO_HYBRID == 3 && HY_ARCH_MINIMAX == 4 && N_ARCH == 5,
                "k_keys' default columns are indexed by hy_arch");
 
 /* The text model type of each architecture, as transformers names it. */
 static const char *const k_text_type[N_ARCH] = {"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text",
-                                                "olmo_hybrid"};
+                                                "olmo_hybrid", "minimax"};
 
 typedef enum key_type { KT_INT, KT_NUM, KT_BOOL, KT_OTHER } key_type;
 /* An int field whose key is absent (or null) and derived from others. */
@@ -56,6 +56,8 @@ typedef struct cfg_vals {
     double rms_eps, rope_theta, partial_rotary;
     int sparse_step;
     bool attention_bias, neg_eigval;
+    int block_size;
+    double alpha_beta[6]; /* MiniMax: full-attention, linear-attention and MLP alpha, beta */
     bool mlp_only[HY_MAX_LAYERS];
 } cfg_vals;
 
@@ -91,127 +93,155 @@ static int read_act(cfg_ctx *c, const cfg_key *k);
 static int read_rope(cfg_ctx *c, const cfg_key *k);
 static int read_layers(cfg_ctx *c, const cfg_key *k);
 static int read_mlp_only(cfg_ctx *c, const cfg_key *k);
+static int read_sliding(cfg_ctx *c, const cfg_key *k);
 
 #define V(f) offsetof(cfg_vals, f)
 /* Table rows: a scalar key read in table order, or one with its own reader. */
-#define SCALAR(nm, at, ty, field, d0, d1, d2, d3, lo_, hi_, what)                                  \
+#define SCALAR(nm, at, ty, field, d0, d1, d2, d3, d4, lo_, hi_, what)                              \
     {                                                                                              \
-        .name = nm, .where = at, .type = ty, .off = V(field), .def = {d0, d1, d2, d3}, .lo = lo_,  \
-        .hi = hi_, .meaning = what                                                                 \
+        .name = nm, .where = at, .type = ty, .off = V(field), .def = {d0, d1, d2, d3, d4},         \
+        .lo = lo_, .hi = hi_, .meaning = what                                                      \
     }
-#define OTHER(nm, at, tn, d0, d1, d2, d3, reader, runs_, what, later)                              \
+#define OTHER(nm, at, tn, d0, d1, d2, d3, d4, reader, runs_, what, later)                          \
     {                                                                                              \
-        .name = nm, .where = at, .type = KT_OTHER, .def = {d0, d1, d2, d3}, .read = reader,        \
+        .name = nm, .where = at, .type = KT_OTHER, .def = {d0, d1, d2, d3, d4}, .read = reader,    \
         .tname = tn, .runs = runs_, .meaning = what, .deferred = later                             \
     }
 
 /* Every key the loader reads, in the order it reads them. Defaults are
  * transformers 5.23's (configuration_qwen3_next.py, configuration_qwen3_5.py,
- * configuration_qwen3_5_moe.py, configuration_olmo_hybrid.py; RoPE defaults
+ * configuration_qwen3_5_moe.py, configuration_olmo_hybrid.py,
+ * configuration_minimax.py; RoPE defaults
  * from modeling_rope_utils.py). A default written "=<when>: <rule>" is
  * derived from other keys (derive()) when the key is absent or, where <when>
  * says `null`, null; a default mentioning `null` accepts null. */
 static const cfg_key k_keys[] = {
-    OTHER("model_type", AT_TOP, "string", "required", "required", "required", "required", NULL,
+    OTHER("model_type", AT_TOP, "string", "required", "required", "required", "required",
+          "required", NULL,
           "`qwen3_next`; `qwen3_5_text` or `qwen3_5` (nested); `qwen3_5_moe_text` or "
-          "`qwen3_5_moe` (nested); `olmo_hybrid`",
+          "`qwen3_5_moe` (nested); `olmo_hybrid`; `minimax`",
           "selects the architecture; `qwen3_5` and `qwen3_5_moe` are the vision-language "
           "composites whose text model is under `text_config`",
           true),
-    OTHER("architectures", AT_TOP, "list of strings", "none", "none", "none", "none", NULL, "any",
-          "recorded (the first entry) for reports; the executor is chosen by `model_type`", true),
+    OTHER("architectures", AT_TOP, "list of strings", "none", "none", "none", "none", "none", NULL,
+          "any", "recorded (the first entry) for reports; the executor is chosen by `model_type`",
+          true),
     OTHER("text_config", AT_TOP, "object", NULL, "`{}` (all defaults)", "`{}` (all defaults)", NULL,
-          NULL, "an object or null",
+          NULL, NULL, "an object or null",
           "the text model's keys of a composite config; its own `model_type` is not consulted",
           true),
-    SCALAR("vocab_size", AT_TEXT, KT_INT, c.vocab, "151936", "248320", "248320", "100352", 1,
-           1 << 24, "rows of the embedding and of the LM head"),
-    SCALAR("hidden_size", AT_TEXT, KT_INT, c.hidden, "2048", "4096", "2048", "3840", 1, 1 << 16,
-           "width of the residual stream"),
-    SCALAR("num_hidden_layers", AT_TEXT, KT_INT, c.n_layers, "48", "32", "40", "32", 1,
+    SCALAR("vocab_size", AT_TEXT, KT_INT, c.vocab, "151936", "248320", "248320", "100352", "32000",
+           1, 1 << 24, "rows of the embedding and of the LM head"),
+    SCALAR("hidden_size", AT_TEXT, KT_INT, c.hidden, "2048", "4096", "2048", "3840", "4096", 1,
+           1 << 16, "width of the residual stream"),
+    SCALAR("num_hidden_layers", AT_TEXT, KT_INT, c.n_layers, "48", "32", "40", "32", "32", 1,
            HY_MAX_LAYERS, "decoder layers; a tensor of a layer beyond them is an error"),
-    SCALAR("intermediate_size", AT_TEXT, KT_INT, c.intermediate, "5632", "12288", NULL, "11008", 0,
-           1 << 20, "width of a dense (SwiGLU) MLP; 0 only where no layer is dense"),
-    SCALAR("num_attention_heads", AT_TEXT, KT_INT, c.n_heads, "16", "16", "16", "30", 1, 1024,
+    SCALAR("intermediate_size", AT_TEXT, KT_INT, c.intermediate, "5632", "12288", NULL, "11008",
+           "14336", 0, 1 << 20, "width of a dense (SwiGLU) MLP; 0 only where no layer is dense"),
+    SCALAR("num_attention_heads", AT_TEXT, KT_INT, c.n_heads, "16", "16", "16", "30", "32", 1, 1024,
            "query heads of a full-attention layer; a multiple of `num_key_value_heads`"),
     SCALAR("num_key_value_heads", AT_TEXT, KT_INT, c.n_kv_heads, "2", "4", "2",
-           "=`null`: `num_attention_heads`", 1, 1024,
+           "=`null`: `num_attention_heads`", "8", 1, 1024,
            "key/value heads of a full-attention layer (GQA)"),
     SCALAR("head_dim", AT_TEXT, KT_INT, c.head_dim, "256", "256", "256",
-           "=absent: `hidden_size` / `num_attention_heads`", 2, 4096,
+           "=absent: `hidden_size` / `num_attention_heads`",
+           "=`null`: `hidden_size` / `num_attention_heads`", 2, 4096,
            "width of a full-attention head"),
     OTHER("hidden_act", AT_TEXT, "string", "`\"silu\"`", "`\"silu\"`", "`\"silu\"`", "`\"silu\"`",
-          read_act, "`\"silu\"` only", "activation of every MLP", false),
+          "`\"silu\"`", read_act, "`\"silu\"` only", "activation of every MLP", false),
     SCALAR("attention_bias", AT_TEXT, KT_BOOL, attention_bias, "false", "false", "false", "false",
-           0, 0, "biases on the q/k/v/o projections"),
-    SCALAR("rms_norm_eps", AT_TEXT, KT_NUM, rms_eps, "1e-06", "1e-06", "1e-06", "1e-06", 0, 1,
-           "epsilon of every RMSNorm"),
+           NULL, 0, 0, "biases on the q/k/v/o projections"),
+    SCALAR("rms_norm_eps", AT_TEXT, KT_NUM, rms_eps, "1e-06", "1e-06", "1e-06", "1e-06", "1e-05", 0,
+           1, "epsilon of every RMSNorm"),
     SCALAR("linear_num_key_heads", AT_TEXT, KT_INT, c.lin_k_heads, "16", "16", "16",
-           "=`null`: `num_attention_heads`", 1, 1024, "query/key heads of a Gated DeltaNet layer"),
+           "=`null`: `num_attention_heads`", NULL, 1, 1024,
+           "query/key heads of a Gated DeltaNet layer"),
     SCALAR("linear_num_value_heads", AT_TEXT, KT_INT, c.lin_v_heads, "32", "32", "32",
-           "=`null`: `num_attention_heads`", 1, 1024,
+           "=`null`: `num_attention_heads`", NULL, 1, 1024,
            "value heads of a Gated DeltaNet layer; a multiple of `linear_num_key_heads`"),
     SCALAR("linear_key_head_dim", AT_TEXT, KT_INT, c.lin_dk, "128", "128", "128",
-           "=`null`: int(0.75 × `hidden_size` / `linear_num_key_heads`)", 1, 1024,
+           "=`null`: int(0.75 × `hidden_size` / `linear_num_key_heads`)", NULL, 1, 1024,
            "key width of a Gated DeltaNet head"),
     SCALAR("linear_value_head_dim", AT_TEXT, KT_INT, c.lin_dv, "128", "128", "128",
-           "=`null`: 2 × `linear_key_head_dim`", 1, 1024, "value width of a Gated DeltaNet head"),
-    SCALAR("linear_allow_neg_eigval", AT_TEXT, KT_BOOL, neg_eigval, NULL, NULL, NULL, "true", 0, 1,
+           "=`null`: 2 × `linear_key_head_dim`", NULL, 1, 1024,
+           "value width of a Gated DeltaNet head"),
+    SCALAR("linear_allow_neg_eigval", AT_TEXT, KT_BOOL, neg_eigval, NULL, NULL, NULL, "true", NULL,
+           0, 1,
            "beta = 2·sigmoid(b) instead of sigmoid(b): the delta rule's eigenvalues 1 − beta "
            "then reach down to −1"),
-    SCALAR("linear_conv_kernel_dim", AT_TEXT, KT_INT, c.conv_kernel, "4", "4", "4", "4", 1, 16,
-           "taps of the causal short convolution before the delta rule"),
+    SCALAR("linear_conv_kernel_dim", AT_TEXT, KT_INT, c.conv_kernel, "4", "4", "4", "4", NULL, 1,
+           16, "taps of the causal short convolution before the delta rule"),
     SCALAR("rope_theta", AT_TEXT, KT_NUM, rope_theta, "10000.0", "10000.0", "10000.0",
-           "10000.0; `null`: no RoPE", 1, 1e12,
+           "10000.0; `null`: no RoPE", "1000000.0", 1, 1e12,
            "RoPE base where the RoPE object does not give one; OLMo-Hybrid runs without "
            "positional encoding (NoPE) when the base in effect is null"),
     SCALAR("partial_rotary_factor", AT_TEXT, KT_NUM, partial_rotary, "0.25", "0.25", "0.25", NULL,
-           0, 1,
+           NULL, 0, 1,
            "rotated fraction of `head_dim` where the RoPE object does not give one; "
            "int(head_dim x factor) must be even and >= 2"),
-    OTHER("rope_parameters", AT_TEXT, "object", "`null`", "`null`", "`null`", "`null`", read_rope,
-          "`rope_type` (or `type`) `\"default\"`; M-RoPE sections accepted",
+    OTHER("rope_parameters", AT_TEXT, "object", "`null`", "`null`", "`null`", "`null`", "`null`",
+          read_rope, "`rope_type` (or `type`) `\"default\"`; M-RoPE sections accepted",
           "RoPE settings (`rope_theta`, `partial_rotary_factor`) that win over the top-level "
           "keys; for text every M-RoPE section sees the same position, which is plain RoPE",
           false),
-    OTHER("rope_scaling", AT_TEXT, "object", "`null`", "`null`", "`null`", "`null`", NULL,
+    OTHER("rope_scaling", AT_TEXT, "object", "`null`", "`null`", "`null`", "`null`", "`null`", NULL,
           "as `rope_parameters`",
           "the older name: when a non-empty object it replaces `rope_parameters` entirely", true),
     OTHER("layer_types", AT_TEXT, "list of strings", "`null`", "`null`", "`null`", "`null`",
-          read_layers,
+          "`null`", read_layers,
           "`num_hidden_layers` entries, each `\"linear_attention\"` or `\"full_attention\"`",
           "the token mixer of each layer; null derives it from `full_attention_interval`", false),
     {.name = "full_attention_interval",
      .where = AT_TEXT,
      .type = KT_INT,
-     .def = {"4", "4", "4", NULL},
+     .def = {"4", "4", "4", NULL, NULL},
      .lo = 1,
      .hi = HY_MAX_LAYERS,
      .meaning = "read only when `layer_types` is null: layer i has full attention when "
                 "(i + 1) % interval == 0, else linear attention",
      .deferred = true},
-    SCALAR("num_experts", AT_TEXT, KT_INT, c.n_experts, "512", NULL, "256", NULL, 0, 4096,
+    SCALAR("num_experts", AT_TEXT, KT_INT, c.n_experts, "512", NULL, "256", NULL, NULL, 0, 4096,
            "routed experts per MoE layer; 0 (Qwen3-Next only) makes every layer dense"),
-    SCALAR("num_experts_per_tok", AT_TEXT, KT_INT, c.top_k, "10", NULL, "8", NULL, 1, 4096,
+    SCALAR("num_experts_per_tok", AT_TEXT, KT_INT, c.top_k, "10", NULL, "8", NULL, "2", 1, 4096,
            "experts each token is routed to; at most `num_experts`"),
     SCALAR("moe_intermediate_size", AT_TEXT, KT_INT, c.moe_intermediate, "512", NULL, "512", NULL,
-           1, 1 << 20, "width of a routed expert's SwiGLU"),
+           NULL, 1, 1 << 20, "width of a routed expert's SwiGLU"),
     SCALAR("shared_expert_intermediate_size", AT_TEXT, KT_INT, c.shared_intermediate, "512", NULL,
-           "512", NULL, 0, 1 << 20,
+           "512", NULL, NULL, 0, 1 << 20,
            "width of the sigmoid-gated shared expert of every MoE layer; 0: none (its tensors "
            "must then be absent)"),
-    SCALAR("norm_topk_prob", AT_TEXT, KT_BOOL, c.norm_topk, "true", NULL, NULL, NULL, 0, 1,
+    SCALAR("norm_topk_prob", AT_TEXT, KT_BOOL, c.norm_topk, "true", NULL, NULL, NULL, NULL, 0, 1,
            "renormalise the top-k routing weights to sum 1; the Qwen3.5 MoE router always does, "
            "whatever the key says"),
-    SCALAR("decoder_sparse_step", AT_TEXT, KT_INT, sparse_step, "1", NULL, NULL, NULL, 1,
+    SCALAR("decoder_sparse_step", AT_TEXT, KT_INT, sparse_step, "1", NULL, NULL, NULL, NULL, 1,
            HY_MAX_LAYERS,
            "layer i is MoE when (i + 1) % step == 0 and i is not in `mlp_only_layers` (Qwen3.5 "
            "MoE routes every layer)"),
-    OTHER("mlp_only_layers", AT_TEXT, "list of ints", "`[]`", NULL, NULL, NULL, read_mlp_only,
+    OTHER("mlp_only_layers", AT_TEXT, "list of ints", "`[]`", NULL, NULL, NULL, NULL, read_mlp_only,
           "integers; those outside [0, num_hidden_layers) match no layer",
           "layers with a dense MLP although the sparse step would route them", false),
+    SCALAR("num_local_experts", AT_TEXT, KT_INT, c.n_experts, NULL, NULL, NULL, NULL,
+           "8; `num_experts` as alias", 1, 4096,
+           "routed experts of every MiniMax layer (`num_experts` is read when this key is absent)"),
+    OTHER("sliding_window", AT_TEXT, "int or null", NULL, NULL, NULL, NULL, "`null`", read_sliding,
+          "`null` only",
+          "a sliding attention window; the executor attends causally over everything", false),
+    SCALAR("block_size", AT_TEXT, KT_INT, block_size, NULL, NULL, NULL, NULL, "256", 1, 1 << 20,
+           "lightning attention's prefill block; the result does not depend on it (fp32 rounding)"),
+    SCALAR("full_attn_alpha_factor", AT_TEXT, KT_NUM, alpha_beta[0], NULL, NULL, NULL, NULL, "1",
+           -1e6, 1e6, "a softmax-attention layer's x = alpha·norm(x) + beta·attn(norm(x))"),
+    SCALAR("full_attn_beta_factor", AT_TEXT, KT_NUM, alpha_beta[1], NULL, NULL, NULL, NULL, "1",
+           -1e6, 1e6, "see `full_attn_alpha_factor`"),
+    SCALAR("linear_attn_alpha_factor", AT_TEXT, KT_NUM, alpha_beta[2], NULL, NULL, NULL, NULL, "1",
+           -1e6, 1e6, "the same for a lightning-attention layer"),
+    SCALAR("linear_attn_beta_factor", AT_TEXT, KT_NUM, alpha_beta[3], NULL, NULL, NULL, NULL, "1",
+           -1e6, 1e6, "see `linear_attn_alpha_factor`"),
+    SCALAR("mlp_alpha_factor", AT_TEXT, KT_NUM, alpha_beta[4], NULL, NULL, NULL, NULL, "1", -1e6,
+           1e6, "the same around the MoE: x = alpha·norm(x) + beta·moe(norm(x))"),
+    SCALAR("mlp_beta_factor", AT_TEXT, KT_NUM, alpha_beta[5], NULL, NULL, NULL, NULL, "1", -1e6,
+           1e6, "see `mlp_alpha_factor`"),
     SCALAR("tie_word_embeddings", AT_TOP, KT_BOOL, c.tie_embeddings, "false", "false", "false",
-           "false", 0, 1,
+           "false", "false", 0, 1,
            "the LM head is the embedding matrix (`lm_head.weight` may then be absent; when present "
            "it is used, as transformers does); a composite config ties by its own flag, never by "
            "`text_config`'s"),
@@ -382,6 +412,11 @@ static int read_layers(cfg_ctx *c, const cfg_key *k)
         }
         return HY_OK;
     }
+    if (c->arch == HY_ARCH_MINIMAX) { /* MiniMaxConfig: F L F L ..., full attention first */
+        for (int i = 0; i < cfg->n_layers; i++)
+            cfg->layer_kind[i] = (i + 1) % 2 ? HY_LAYER_ATTENTION : HY_LAYER_LINEAR;
+        return HY_OK;
+    }
     if (c->arch == HY_ARCH_OLMO_HYBRID) {
         /* OlmoHybridConfig: every fourth layer (i % 4 == 3) has full
          * attention, and the last one when that leaves none */
@@ -402,6 +437,19 @@ static int read_layers(cfg_ctx *c, const cfg_key *k)
     if (rc) return rc;
     for (int i = 0; i < cfg->n_layers; i++)
         cfg->layer_kind[i] = (i + 1) % (int)interval == 0 ? HY_LAYER_ATTENTION : HY_LAYER_LINEAR;
+    return HY_OK;
+}
+
+/* MiniMax's softmax layers would take a sliding window; the executor's
+ * attention is causal over the whole context, so only null (absent) runs. */
+static int read_sliding(cfg_ctx *c, const cfg_key *k)
+{
+    const cJSON *v = get(c->text, k->name);
+    if (v && !cJSON_IsNull(v))
+        return hy_err_set(c->err, HY_EUNSUPPORTED,
+                          "%s: sliding_window must be null: a sliding attention window is not "
+                          "supported",
+                          c->path);
     return HY_OK;
 }
 
@@ -446,13 +494,14 @@ static int read_identity(cfg_ctx *c, cJSON **empty)
         {"qwen3_5_moe_text", HY_ARCH_QWEN3_5_MOE, false},
         {"qwen3_5_moe", HY_ARCH_QWEN3_5_MOE, true},
         {"olmo_hybrid", HY_ARCH_OLMO_HYBRID, false},
+        {"minimax", HY_ARCH_MINIMAX, false},
     };
     size_t t = 0;
     while (t < sizeof types / sizeof *types && strcmp(types[t].type, mt->valuestring) != 0) t++;
     if (t == sizeof types / sizeof *types)
         return hy_err_set(c->err, HY_EUNSUPPORTED,
                           "%s: model_type '%s' is not supported (qwen3_next, qwen3_5_text, "
-                          "qwen3_5, qwen3_5_moe_text, qwen3_5_moe, olmo_hybrid)",
+                          "qwen3_5, qwen3_5_moe_text, qwen3_5_moe, olmo_hybrid, minimax)",
                           c->path, mt->valuestring);
     c->arch = types[t].arch;
     c->nested = types[t].nested;
@@ -485,6 +534,8 @@ static void log_ignored(const cfg_ctx *c)
         const cfg_key *k = &k_keys[i];
         /* text_config is a composite's key only: a flat config's is ignored */
         bool defined = k->def[c->arch] && (c->nested || strcmp(k->name, "text_config") != 0);
+        /* MiniMaxConfig's attribute_map: num_experts is num_local_experts */
+        defined |= c->arch == HY_ARCH_MINIMAX && strcmp(k->name, "num_experts") == 0;
         if (!defined && get(k->where == AT_TOP ? c->root : c->text, k->name)) {
             if (nu < sizeof undefined)
                 nu += (size_t)snprintf(undefined + nu, sizeof undefined - nu, "%s%s",
@@ -562,6 +613,46 @@ static int derive_olmo(cfg_ctx *c, hy_model_config *cfg)
     return HY_OK;
 }
 
+/* MiniMax: head_dim null is hidden / heads; lightning layers run
+ * num_attention_heads heads of head_dim keys and values with no conv; every
+ * layer routes (num_local_experts, alias num_experts; intermediate_size is
+ * an expert's width) and always renormalises; plain GQA without q/k norms,
+ * RoPE over the whole head; the residual alpha/beta factors. */
+static int derive_minimax(cfg_ctx *c, hy_model_config *cfg)
+{
+    int rc;
+    if ((rc = fill_derived(c, "head_dim", &cfg->head_dim, cfg->hidden / cfg->n_heads))) return rc;
+    const cfg_key *le = &k_keys[key_index("num_local_experts")];
+    const cJSON *alias = get(c->text, "num_experts");
+    if (!c->given[le - k_keys] && alias) { /* attribute_map: num_experts -> num_local_experts */
+        double x;
+        if ((rc = read_number(c, c->text, "num_experts", KT_INT, "8", le->lo, le->hi, &x)))
+            return rc;
+        cfg->n_experts = (int)x;
+    }
+    if (cfg->top_k > cfg->n_experts)
+        return hy_err_set(c->err, HY_ERANGE, "%s: 'num_experts_per_tok' = %d is outside [1, %d]",
+                          c->path, cfg->top_k, cfg->n_experts);
+    cfg->lin_kind = HY_LIN_LIGHTNING;
+    cfg->lin_k_heads = cfg->lin_v_heads = cfg->n_heads;
+    cfg->lin_dk = cfg->lin_dv = cfg->head_dim;
+    cfg->conv_kernel = 1;
+    cfg->lin_norm_eps = 1e-6f; /* MiniMaxLightningAttention's norm, whatever rms_norm_eps says */
+    cfg->moe_intermediate = cfg->intermediate;
+    cfg->shared_intermediate = 0;
+    cfg->norm_topk = true;
+    cfg->attn_gate = false;
+    cfg->qk_norm = false;
+    cfg->scaled_residual = true;
+    const double *ab = c->v.alpha_beta;
+    cfg->attn_alpha = (float)ab[0], cfg->attn_beta = (float)ab[1];
+    cfg->lin_alpha = (float)ab[2], cfg->lin_beta = (float)ab[3];
+    cfg->mlp_alpha = (float)ab[4], cfg->mlp_beta = (float)ab[5];
+    for (int i = 0; i < cfg->n_layers; i++) cfg->layer_moe[i] = true;
+    c->v.partial_rotary = 1.0;
+    return HY_OK;
+}
+
 /* RoPE's base and width: the rotated part of each head is even; none with
  * OLMo-Hybrid's null base. */
 static int derive_rope(cfg_ctx *c, hy_model_config *cfg)
@@ -587,11 +678,14 @@ static int derive(cfg_ctx *c, hy_model_config *cfg)
     cfg->rms_eps = (float)c->v.rms_eps;
     /* Qwen's choices; OLMo-Hybrid's own replace them */
     cfg->attn_gate = true;
+    cfg->qk_norm = true;
     cfg->qk_norm_flat = false;
+    cfg->lin_kind = HY_LIN_GDN;
     cfg->lin_beta_scale = 1.0f;
     cfg->lin_norm_eps = cfg->rms_eps;
     int rc;
     if (c->arch == HY_ARCH_OLMO_HYBRID && (rc = derive_olmo(c, cfg))) return rc;
+    if (c->arch == HY_ARCH_MINIMAX && (rc = derive_minimax(c, cfg))) return rc;
     if ((rc = derive_rope(c, cfg))) return rc;
     if (cfg->n_heads % cfg->n_kv_heads)
         return hy_err_set(c->err, HY_EINVAL,
@@ -618,7 +712,7 @@ static int derive(cfg_ctx *c, hy_model_config *cfg)
         if (c->arch == HY_ARCH_QWEN3_NEXT)
             cfg->layer_moe[i] =
                 cfg->n_experts > 0 && (i + 1) % c->v.sparse_step == 0 && !c->v.mlp_only[i];
-        else
+        else if (c->arch != HY_ARCH_MINIMAX)
             cfg->layer_moe[i] = c->arch == HY_ARCH_QWEN3_5_MOE;
         if (!cfg->layer_moe[i] && cfg->intermediate == 0)
             return hy_err_set(c->err, HY_EINVAL,
@@ -688,13 +782,17 @@ size_t hy_config_linear_state_floats(const hy_model_config *c)
 static size_t mixer_params(const hy_model_config *c, int i)
 {
     size_t H = (size_t)c->hidden;
+    if (c->layer_kind[i] == HY_LAYER_LINEAR && c->lin_kind == HY_LIN_LIGHTNING) {
+        const size_t d = (size_t)c->lin_v_heads * c->lin_dv; /* qkv, output gate, out, norm */
+        return H * 4 * d + d * H + d;
+    }
     if (c->layer_kind[i] == HY_LAYER_LINEAR) {
         size_t cd = (size_t)hy_config_conv_dim(c), vd = (size_t)c->lin_v_heads * c->lin_dv;
         return H * (cd + vd + 2 * (size_t)c->lin_v_heads) + cd * (size_t)c->conv_kernel +
                2 * (size_t)c->lin_v_heads + (size_t)c->lin_dv + vd * H;
     }
     size_t qd = (size_t)c->n_heads * c->head_dim, kd = (size_t)c->n_kv_heads * c->head_dim;
-    size_t norms = c->qk_norm_flat ? qd + kd : 2 * (size_t)c->head_dim;
+    size_t norms = !c->qk_norm ? 0 : c->qk_norm_flat ? qd + kd : 2 * (size_t)c->head_dim;
     return H * ((c->attn_gate ? 2 : 1) * qd + 2 * kd) + qd * H + norms;
 }
 

@@ -31,14 +31,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The family of every linear layer the executor runs. */
-#define LIN_FAMILY HY_LA_GDN
-
 /* --- sizes ---------------------------------------------------------------- */
 
 static size_t t_floats(const hy_model_config *c)
 {
-    return (size_t)c->lin_v_heads * hy_la_t_size(LIN_FAMILY, c->lin_dk);
+    return (size_t)c->lin_v_heads * hy_la_t_size(hy_lin_family(c), c->lin_dk);
 }
 static size_t s_floats(const hy_model_config *c)
 {
@@ -179,13 +176,11 @@ int hy_entry_build_begin(const hy_model *m, int64_t pos, const int32_t *tokens, 
         if (tokens[i] < 0 || tokens[i] >= c->vocab)
             return hy_err_set(err, HY_ERANGE, "token %zu has id %d, outside the vocabulary [0, %d)",
                               i, (int)tokens[i], c->vocab);
-    /* the capture advances a dense [dk][dk] T per head (hy_capture) */
-    assert(hy_la_t_kind(LIN_FAMILY) == HY_LA_T_DENSE);
     hy_entry *e;
     if ((rc = hy_entry_alloc(m, W, w, (int)n, dtype, false, &e, err))) return rc;
     memcpy(e->tokens, tokens, n * sizeof *tokens);
-    const hy_la_tkind kind = hy_la_t_kind(LIN_FAMILY);
-    const size_t th = hy_la_t_size(LIN_FAMILY, c->lin_dk);
+    const hy_la_tkind kind = hy_lin_tkind(c);
+    const size_t th = hy_la_t_size(hy_lin_family(c), c->lin_dk);
     hy_capture *cap = calloc(1, sizeof *cap);
     float **S_w = calloc((size_t)c->n_layers, sizeof *S_w);
     bool bad = !cap || !S_w;

@@ -73,7 +73,7 @@ typedef struct section {
 static void linear_sections(const hy_model_config *c, hy_entry_dtype dt, size_t *t, size_t *s,
                             size_t *tail)
 {
-    *t = (size_t)c->lin_v_heads * hy_la_t_size(HY_LA_GDN, c->lin_dk) * 4;
+    *t = (size_t)c->lin_v_heads * hy_la_t_size(hy_lin_family(c), c->lin_dk) * 4;
     *s = (size_t)c->lin_v_heads * c->lin_dk * c->lin_dv * (dt == HY_ENTRY_BF16 ? 2 : 4);
     *tail = (size_t)(c->conv_kernel - 1) * (size_t)hy_config_conv_dim(c) * 4;
 }

@@ -192,7 +192,7 @@ static size_t plan(hy_exec *ex, size_t B, float *base)
  * copy of a BF16 S_body. */
 static size_t compose_floats(const hy_model_config *c)
 {
-    return hy_la_compose_scratch(HY_LA_T_DENSE, c->lin_dk, c->lin_dv) +
+    return hy_la_compose_scratch(hy_lin_tkind(c), c->lin_dk, c->lin_dv) +
            (size_t)c->lin_dk * c->lin_dv;
 }
 
@@ -213,7 +213,9 @@ static int ensure_workspace(hy_exec *ex, size_t B, int64_t ctx, hy_err *err)
     }
     plan(ex, B, ex->ws);
     ex->step_cap = 0; /* until the scratch is in place too */
-    size_t per = hy_gdn_chunked_scratch(c->lin_dk, c->lin_dv);
+    size_t per = c->lin_kind == HY_LIN_LIGHTNING
+                     ? hy_la_chunked_scratch(HY_LA_LIGHTNING, c->lin_dk, c->lin_dv)
+                     : hy_gdn_chunked_scratch(c->lin_dk, c->lin_dv);
     per = HY_MAX(per, (size_t)HY_ATTN_BLOCK * (size_t)ctx);
     per = HY_MAX(per, compose_floats(c)); /* a hole's or a capture's composition */
     size_t total = per * (size_t)ex->nthreads;
@@ -388,9 +390,9 @@ static void moe_mlp(hy_exec *ex, const hy_layer_w *L, int n)
 
 /* --- linear layers ------------------------------------------------------ */
 
-/* The executor's linear layers are Gated DeltaNet: a dense dk×dk T per head
- * (hy_la_t_kind(HY_LA_GDN), which model/entry.c asserts). */
-#define LIN_TKIND HY_LA_T_DENSE
+/* The T of the model's linear layers: dense dk×dk per head for Gated
+ * DeltaNet, a scalar for lightning attention. */
+#define LIN_TKIND hy_lin_tkind(c)
 
 /* A hole composed into one head's state: S ← T·S + S_body, or S ← S + S_body
  * without T (naive: T replaced by I — wrong for any decaying layer). work:
@@ -408,7 +410,8 @@ static void compose_head(const hy_model_config *c, const hy_entry *e, int li, in
         sb = f;
     }
     if (use_T)
-        hy_la_apply(LIN_TKIND, dk, dv, e->T[li] + (size_t)h * dk * dk, sb, S, work);
+        hy_la_apply(LIN_TKIND, dk, dv, e->T[li] + (size_t)h * hy_la_t_size(hy_lin_family(c), dk),
+                    sb, S, work);
     else
         for (size_t j = 0; j < ss; j++) S[j] += sb[j];
 }
@@ -563,6 +566,112 @@ static void gdn_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni,
     linear(ex, n, Vd, H, ex->o, (size_t)Vd, w->w_out, ex->y, (size_t)H);
 }
 
+/* --- lightning attention (MiniMax) ----------------------------------------- */
+
+/* One head's lightning attention over the step's items in request order,
+ * as gdn_head does it for the delta rule: S ← a·S + k vᵀ per token with the
+ * head's constant decay a = exp(g0) (T a scalar, advanced from a capture's
+ * start), holes composed into S. proj: the step's rows of silu(qkv) | gate. */
+static double light_head(hy_exec *ex, hy_state *st, int li, int h, const item *it, int ni,
+                         const float *proj, float *work)
+{
+    const hy_model_config *c = &ex->m->cfg;
+    const int d = c->lin_dk, nh = c->lin_v_heads, D = nh * d, P = 4 * D;
+    const size_t ss = (size_t)d * d;
+    float *S = st->S[li] + (size_t)h * ss;
+    double composing = 0.0;
+    for (int i = 0; i < ni; i++) {
+        const hy_piece *p = it[i].p;
+        if (!p->tokens) {
+            const double t0 = hy_now_s();
+            compose_head(c, p->hole, li, h, p->use_T, S, work);
+            composing += hy_now_s() - t0;
+            continue;
+        }
+        const int r0 = it[i].r0, n = it[i].n;
+        const hy_capture *cap = p->cap;
+        int s = n; /* rows [0, s) run without T, [s, n) advance it (the body) */
+        if (cap) s = cap->start <= it[i].pos ? 0 : (int)HY_MIN(cap->start - it[i].pos, (int64_t)n);
+        for (int part = 0; part < 2; part++) {
+            const int off = r0 + (part ? s : 0), len = part ? n - s : s;
+            if (len > 0) {
+                const float *row = proj + (size_t)off * P + (size_t)h * 3 * d;
+                const hy_la_in in = {.family = HY_LA_LIGHTNING,
+                                     .n = len,
+                                     .dk = d,
+                                     .dv = d,
+                                     .q = row,
+                                     .k = row + d,
+                                     .v = row + 2 * d,
+                                     .ldq = (size_t)P,
+                                     .ldk = (size_t)P,
+                                     .ldv = (size_t)P,
+                                     .g0 = ex->m->layers[li].light.g0[h]};
+                float *T = part ? cap->T[li] + h : NULL;
+                float *o = ex->o + (size_t)off * D + (size_t)h * d;
+                if (ex->mode == HY_GDN_CHUNKED && len > 1)
+                    hy_la_chunked(&in, S, o, (size_t)D, T, work);
+                else
+                    hy_la_recurrent(&in, S, o, (size_t)D, T);
+            }
+            if (part == 0 && cap && it[i].pos + s == cap->start)
+                memcpy(cap->S_w[li] + (size_t)h * ss, S, ss * sizeof(float));
+        }
+        if (cap && it[i].last) { /* the segment's end: S_w ← S_body = S − T·S_w */
+            float *sw = cap->S_w[li] + (size_t)h * ss;
+            hy_la_extract(LIN_TKIND, d, d, cap->T[li] + h, sw, S, sw, work);
+        }
+    }
+    return composing;
+}
+
+/* A lightning layer over the step's n computed rows (n may be 0: holes
+ * only): silu over qkv_proj (per head [q | k | v], no scaling, no norm), the
+ * decayed linear attention per head, the output RMSNorm over all heads,
+ * times sigmoid(output_gate(x)), then out_proj. No conv: a hole leaves
+ * nothing but its state. */
+static void light_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni, int n)
+{
+    const hy_model_config *c = &ex->m->cfg;
+    const hy_light_w *w = &ex->m->layers[li].light;
+    const int H = c->hidden, nh = c->lin_v_heads, d = c->lin_dk, D = nh * d, P = 4 * D;
+    float *proj = ex->big;
+    assert(c->lin_dk == c->lin_dv && st->S[li]);
+    assert(ex->scratch_per_thread >= hy_la_chunked_scratch(HY_LA_LIGHTNING, d, d));
+    if (n > 0) {
+        linear(ex, n, H, P, ex->xn, (size_t)H, w->w_in, proj, (size_t)P);
+        prof_begin(ex);
+#pragma omp parallel for schedule(static)
+        for (int t = 0; t < n; t++) {
+            float *row = proj + (size_t)t * P;
+#pragma omp simd
+            for (int j = 0; j < 3 * D; j++) row[j] = hy_siluf(row[j]);
+        }
+        prof_end(ex, HY_EXEC_OP_NORM_GATE);
+    }
+    prof_begin(ex);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int h = 0; h < nh; h++) {
+        const int tid = omp_get_thread_num();
+        assert(tid < ex->nthreads && tid < ex->tcompose_n);
+        float *work = ex->scratch + (size_t)tid * ex->scratch_per_thread;
+        ex->tcompose[(size_t)tid * TC_PAD] += light_head(ex, st, li, h, it, ni, proj, work);
+    }
+    prof_end(ex, HY_EXEC_OP_DELTA_RULE);
+    if (n == 0) return;
+    prof_begin(ex);
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < n; t++) {
+        float *o = ex->o + (size_t)t * D;
+        const float *gate = proj + (size_t)t * P + 3 * D;
+        rmsnorm_row(o, w->norm_w, D, c->lin_norm_eps, o);
+#pragma omp simd
+        for (int j = 0; j < D; j++) o[j] *= hy_sigmoidf(gate[j]);
+    }
+    prof_end(ex, HY_EXEC_OP_NORM_GATE);
+    linear(ex, n, D, H, ex->o, (size_t)D, w->w_out, ex->y, (size_t)H);
+}
+
 /* --- attention layers ------------------------------------------------------ */
 
 /* Each hole's K, rotated to the hole's positions, and V into the cache:
@@ -632,13 +741,16 @@ static void attn_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni
         assert(rd == 0 || pos < ex->rope_n);
         const float *cs = rd ? ex->rope + (size_t)pos * (size_t)rd : NULL;
         float *krow = Kc + (size_t)pos * KV, *vrow = Vc + (size_t)pos * KV;
-        if (c->qk_norm_flat) { /* OLMo: one norm over all heads' queries, one over the keys */
+        const bool per_head = c->qk_norm && !c->qk_norm_flat;
+        if (!c->qk_norm) { /* MiniMax: the projections as they are */
+            memcpy(krow, row + Q2, (size_t)KV * sizeof(float));
+        } else if (c->qk_norm_flat) { /* OLMo: one norm over all queries, one over the keys */
             rmsnorm_row(row, w->q_norm1, Qd, c->rms_eps, row);
             rmsnorm_row(row + Q2, w->k_norm1, KV, c->rms_eps, krow);
         }
         for (int h = 0; h < Hq; h++) {
             float *qh = row + (size_t)h * qs;
-            if (!c->qk_norm_flat) rmsnorm_row(qh, w->q_norm1, hd, c->rms_eps, qh);
+            if (per_head) rmsnorm_row(qh, w->q_norm1, hd, c->rms_eps, qh);
             hy_rope_rotate(qh, qh, rd, cs);
         }
         const hy_capture *cap = ex->rowcap[t];
@@ -646,8 +758,7 @@ static void attn_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni
         float *ck = crow >= 0 ? cap->K[li] + (size_t)crow * KV : NULL;
         for (int g = 0; g < Hkv; g++) {
             float *kh = krow + (size_t)g * hd;
-            if (!c->qk_norm_flat)
-                rmsnorm_row(row + Q2 + (size_t)g * hd, w->k_norm1, hd, c->rms_eps, kh);
+            if (per_head) rmsnorm_row(row + Q2 + (size_t)g * hd, w->k_norm1, hd, c->rms_eps, kh);
             if (ck) memcpy(ck + (size_t)g * hd, kh, (size_t)hd * sizeof(float)); /* canonical */
             hy_rope_rotate(kh, kh, rd, cs);
         }
@@ -707,16 +818,27 @@ static void sublayer_input(hy_exec *ex, int n, const float *w)
     prof_end(ex, HY_EXEC_OP_NORM_GATE);
 }
 
-/* x += y, the sublayer's output y normalised by w first when w is given. */
-static void sublayer_output(hy_exec *ex, int n, const float *w)
+/* x += y, the sublayer's output y normalised by w first when w is given; or,
+ * with MiniMax's scaled residual, x = alpha·xn + beta·y (xn the sublayer's
+ * normalised input). */
+static void sublayer_output(hy_exec *ex, int n, const float *w, float alpha, float beta)
 {
-    const int H = ex->m->cfg.hidden;
+    const hy_model_config *c = &ex->m->cfg;
+    const int H = c->hidden;
     if (w) {
         prof_begin(ex);
-        hy_rmsnorm(n, H, ex->y, (size_t)H, w, ex->m->cfg.rms_eps, ex->y, (size_t)H);
+        hy_rmsnorm(n, H, ex->y, (size_t)H, w, c->rms_eps, ex->y, (size_t)H);
         prof_end(ex, HY_EXEC_OP_NORM_GATE);
     }
-    add_rows(ex->x, ex->y, (size_t)n * H);
+    if (!c->scaled_residual) {
+        add_rows(ex->x, ex->y, (size_t)n * H);
+        return;
+    }
+    float *x = ex->x;
+    const float *xn = ex->xn, *y = ex->y;
+    const size_t count = (size_t)n * H;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < count; i++) x[i] = alpha * xn[i] + beta * y[i];
 }
 
 /* One step: the items it[0, ni) hold n ≤ step_cap computed rows (n = 0 only
@@ -755,19 +877,23 @@ static void step(hy_exec *ex, hy_state *st, const item *it, int ni, int n, float
         /* pre-normalised: x += f(norm(x)); post-normalised: x += norm(f(x)) */
         const bool post = c->layer_post_norm[li];
         if (n > 0) sublayer_input(ex, n, post ? NULL : L->in_norm1);
-        if (L->kind == HY_LAYER_LINEAR)
+        const bool lin = L->kind == HY_LAYER_LINEAR;
+        if (lin && c->lin_kind == HY_LIN_LIGHTNING)
+            light_layer(ex, st, li, it, ni, n);
+        else if (lin)
             gdn_layer(ex, st, li, it, ni, n);
         else
             attn_layer(ex, st, li, it, ni, n, nblk, nholes);
         if (ex->layer_hook) ex->layer_hook(ex->layer_ctx, li, end); /* its state is final */
         if (n == 0) continue;
-        sublayer_output(ex, n, post ? L->in_norm1 : NULL);
+        sublayer_output(ex, n, post ? L->in_norm1 : NULL, lin ? c->lin_alpha : c->attn_alpha,
+                        lin ? c->lin_beta : c->attn_beta);
         sublayer_input(ex, n, post ? NULL : L->post_norm1);
         if (L->moe)
             moe_mlp(ex, L, n);
         else
             swiglu_mlp(ex, &L->mlp, n, H, ex->xn, ex->gu, ex->h, ex->y);
-        sublayer_output(ex, n, post ? L->post_norm1 : NULL);
+        sublayer_output(ex, n, post ? L->post_norm1 : NULL, c->mlp_alpha, c->mlp_beta);
     }
     st->pos = end;
     if (logits) {

@@ -48,10 +48,17 @@ static const preset k_presets[] = {
     /* its benchmark size: the released 7B's head shapes (dk 96, dv 192, head_dim 128) */
     {"small-olmo", HY_ARCH_OLMO_HYBRID, 8192, 512, 8, 4, 4, 4, 128, 4, 4, 96, 192, 1024, 0, 0, 0, 0,
      0},
+    /* MiniMax: lightning attention (layer 0, as released), GQA, MoE on every layer, the
+     * released residual factors; heads and head_dim serve both kinds of layer */
+    {"tiny-minimax", HY_ARCH_MINIMAX, 259, 64, 4, 2, 4, 2, 16, 4, 4, 16, 16, 0, 4, 2, 32, 0, 0},
+    /* its benchmark size: MiniMax-M1's head_dim 128, 8 experts of 256 */
+    {"small-minimax", HY_ARCH_MINIMAX, 8192, 512, 8, 4, 4, 2, 128, 4, 4, 128, 128, 0, 8, 2, 256, 0,
+     0},
 };
 
-const char *const hy_presets[] = {"tiny",      "tiny-moe",   "tiny-linear", "small",
-                                  "tiny-olmo", "small-olmo", NULL};
+const char *const hy_presets[] = {"tiny",         "tiny-moe",      "tiny-linear",
+                                  "small",        "tiny-olmo",     "small-olmo",
+                                  "tiny-minimax", "small-minimax", NULL};
 
 typedef struct writer {
     hy_st_wtensor *ts;
@@ -176,8 +183,57 @@ static void add_olmo_layer(writer *w, const preset *p, int i)
     add_mlp(w, n, H, p->inter);
 }
 
+/* A MiniMax layer under its released (and save_pretrained) names: plain
+ * norms, lightning attention (qkv_proj per head [q|k|v], output_gate,
+ * out_proj, norm; its decays follow from the layer's index, so no buffer is
+ * written) or GQA without norms, and block_sparse_moe's experts as w1 (gate),
+ * w3 (up), w2 (down). */
+static void add_minimax_layer(writer *w, const preset *p, int i)
+{
+    const int64_t H = p->hidden, D = (int64_t)p->heads * p->head_dim;
+    const int64_t KV = (int64_t)p->kv_heads * p->head_dim, I = p->moe_inter;
+    const double sH = 1.0 / sqrt((double)H);
+    char n[160];
+    snprintf(n, sizeof n, "model.layers.%d.input_layernorm.weight", i);
+    ADD(w, n, 0, 1.0, 0.1, H);
+    snprintf(n, sizeof n, "model.layers.%d.post_attention_layernorm.weight", i);
+    ADD(w, n, 0, 1.0, 0.1, H);
+    if ((i + 1) % p->interval == 0) {
+        static const char *const proj[] = {"q_proj", "k_proj", "v_proj"};
+        for (int j = 0; j < 3; j++) {
+            snprintf(n, sizeof n, "model.layers.%d.self_attn.%s.weight", i, proj[j]);
+            ADD(w, n, 0, 0.0, sH, j ? KV : D, H);
+        }
+        snprintf(n, sizeof n, "model.layers.%d.self_attn.o_proj.weight", i);
+        ADD(w, n, 0, 0.0, 1.0 / sqrt((double)D), H, D);
+    } else {
+        snprintf(n, sizeof n, "model.layers.%d.self_attn.qkv_proj.weight", i);
+        ADD(w, n, 0, 0.0, sH, 3 * D, H);
+        snprintf(n, sizeof n, "model.layers.%d.self_attn.output_gate.weight", i);
+        ADD(w, n, 0, 0.0, sH, D, H);
+        snprintf(n, sizeof n, "model.layers.%d.self_attn.out_proj.weight", i);
+        ADD(w, n, 0, 0.0, 1.0 / sqrt((double)D), H, D);
+        snprintf(n, sizeof n, "model.layers.%d.self_attn.norm.weight", i);
+        ADD(w, n, 0, 1.0, 0.1, D);
+    }
+    snprintf(n, sizeof n, "model.layers.%d.block_sparse_moe.gate.weight", i);
+    ADD(w, n, 0, 0.0, sH, p->experts, H);
+    for (int e = 0; e < p->experts; e++) {
+        snprintf(n, sizeof n, "model.layers.%d.block_sparse_moe.experts.%d.w1.weight", i, e);
+        ADD(w, n, 0, 0.0, sH, I, H);
+        snprintf(n, sizeof n, "model.layers.%d.block_sparse_moe.experts.%d.w3.weight", i, e);
+        ADD(w, n, 0, 0.0, sH, I, H);
+        snprintf(n, sizeof n, "model.layers.%d.block_sparse_moe.experts.%d.w2.weight", i, e);
+        ADD(w, n, 0, 0.0, 1.0 / sqrt((double)I), H, I);
+    }
+}
+
 static void add_layer(writer *w, const preset *p, int i)
 {
+    if (p->arch == HY_ARCH_MINIMAX) {
+        add_minimax_layer(w, p, i);
+        return;
+    }
     if (p->arch == HY_ARCH_OLMO_HYBRID) {
         add_olmo_layer(w, p, i);
         return;
@@ -285,8 +341,52 @@ static cJSON *make_olmo_config(const preset *p, const char *dtype)
     return c;
 }
 
+/* config.json as MiniMaxConfig.save_pretrained writes it. */
+static cJSON *make_minimax_config(const preset *p, const char *dtype)
+{
+    cJSON *c = cJSON_CreateObject();
+    cJSON *arch = cJSON_AddArrayToObject(c, "architectures");
+    cJSON_AddItemToArray(arch, cJSON_CreateString("MiniMaxForCausalLM"));
+    cJSON_AddStringToObject(c, "model_type", "minimax");
+    cJSON_AddStringToObject(c, "hypic_preset", p->name);
+    cJSON_AddStringToObject(c, "dtype", strcmp(dtype, "BF16") == 0 ? "bfloat16" : "float32");
+    cJSON_AddNumberToObject(c, "vocab_size", p->vocab);
+    cJSON_AddNumberToObject(c, "hidden_size", p->hidden);
+    cJSON_AddNumberToObject(c, "intermediate_size", p->moe_inter);
+    cJSON_AddNumberToObject(c, "num_hidden_layers", p->layers);
+    cJSON_AddNumberToObject(c, "num_attention_heads", p->heads);
+    cJSON_AddNumberToObject(c, "num_key_value_heads", p->kv_heads);
+    cJSON_AddNumberToObject(c, "head_dim", p->head_dim);
+    cJSON_AddStringToObject(c, "hidden_act", "silu");
+    cJSON_AddNumberToObject(c, "rms_norm_eps", 1e-5);
+    cJSON_AddNumberToObject(c, "max_position_embeddings", 131072);
+    cJSON *rp = cJSON_AddObjectToObject(c, "rope_parameters");
+    cJSON_AddStringToObject(rp, "rope_type", "default");
+    cJSON_AddNumberToObject(rp, "rope_theta", 10000000.0);
+    add_layer_types(c, p);
+    cJSON_AddNumberToObject(c, "block_size", 256);
+    cJSON_AddNumberToObject(c, "num_local_experts", p->experts);
+    cJSON_AddNumberToObject(c, "num_experts_per_tok", p->top_k);
+    /* MiniMax-M1's: alpha (2·80)^(1/4) on every residual, beta 1 */
+    static const char *const factors[] = {"full_attn", "linear_attn", "mlp"};
+    for (int f = 0; f < 3; f++) {
+        char k[48];
+        snprintf(k, sizeof k, "%s_alpha_factor", factors[f]);
+        cJSON_AddNumberToObject(c, k, 3.5565588200778455);
+        snprintf(k, sizeof k, "%s_beta_factor", factors[f]);
+        cJSON_AddNumberToObject(c, k, 1.0);
+    }
+    cJSON_AddNullToObject(c, "sliding_window");
+    cJSON_AddBoolToObject(c, "tie_word_embeddings", p->tie);
+    cJSON_AddNullToObject(c, "pad_token_id");
+    cJSON_AddNullToObject(c, "bos_token_id");
+    cJSON_AddNullToObject(c, "eos_token_id");
+    return c;
+}
+
 static cJSON *make_config(const preset *p, const char *dtype)
 {
+    if (p->arch == HY_ARCH_MINIMAX) return make_minimax_config(p, dtype);
     if (p->arch == HY_ARCH_OLMO_HYBRID) return make_olmo_config(p, dtype);
     cJSON *c = cJSON_CreateObject();
     cJSON *arch = cJSON_AddArrayToObject(c, "architectures");
@@ -362,7 +462,7 @@ int hy_model_init(const char *preset_name, uint64_t seed, const char *dir, const
     if (!p)
         return hy_err_set(err, HY_EINVAL,
                           "unknown preset '%s' (tiny, tiny-moe, tiny-linear, small, tiny-olmo, "
-                          "small-olmo)",
+                          "small-olmo, tiny-minimax, small-minimax)",
                           preset_name);
     writer w = {0};
     if (strcmp(dtype, "F32") == 0)
@@ -378,7 +478,7 @@ int hy_model_init(const char *preset_name, uint64_t seed, const char *dir, const
     const int64_t H = p->hidden;
     ADD(&w, "model.embed_tokens.weight", 0, 0.0, 0.25, p->vocab, H);
     for (int i = 0; i < p->layers; i++) add_layer(&w, p, i);
-    ADD(&w, "model.norm.weight", 0, p->arch == HY_ARCH_OLMO_HYBRID ? 1.0 : 0.0, 0.1, H);
+    ADD(&w, "model.norm.weight", 0, p->arch >= HY_ARCH_OLMO_HYBRID ? 1.0 : 0.0, 0.1, H); /* plain */
     if (!p->tie) ADD(&w, "lm_head.weight", 0, 0.0, 1.0 / sqrt((double)H), p->vocab, H);
 
     int rc =

@@ -128,7 +128,7 @@ static int load(loader *ld, const char *name, int nd, const int64_t *dims, float
 static int load_norm1(loader *ld, const char *name, int64_t d, float **out)
 {
     int rc = LOAD(ld, name, NULL, out, d);
-    if (rc == HY_OK && ld->m->cfg.arch != HY_ARCH_OLMO_HYBRID)
+    if (rc == HY_OK && ld->m->cfg.arch <= HY_ARCH_QWEN3_5_MOE)
         for (int64_t i = 0; i < d; i++) (*out)[i] += 1.0f;
     return rc;
 }
@@ -329,6 +329,72 @@ static int load_gdn(loader *ld, int i, hy_gdn_w *w)
     return LOAD(ld, n, NULL, &w->w_out, H, Vd);
 }
 
+/* MiniMax's lightning layer: qkv_proj and output_gate fused into one input
+ * projection, the output norm, out_proj, and the decay of each head: the
+ * checkpoint's slope_rate buffer [heads][1][1] when it holds one (what
+ * transformers loads and decodes with), else MiniMaxLightningAttention's
+ * get_slope_rate in fp32: base^(h+1)·(1 − l/(L − 1 + 1e-5) + 1e-5), base =
+ * 2^(−8/heads). Its other buffers (query_decay, key_decay, diagonal_decay)
+ * are tables of the same decays for the block prefill: check_all_used skips
+ * them. */
+static int load_lightning(loader *ld, int i, hy_light_w *w)
+{
+    const hy_model_config *c = &ld->m->cfg;
+    const int64_t H = c->hidden, nh = c->lin_v_heads, d = nh * c->lin_dv;
+    char n[200];
+    int rc;
+    if (!(w->w_in = own_alloc(ld->m, (size_t)(4 * d * H))) ||
+        !(w->g0 = own_alloc(ld->m, (size_t)nh)))
+        return hy_err_set(ld->err, HY_ENOMEM, "out of memory");
+    snprintf(n, sizeof n, "layers.%d.self_attn.qkv_proj.weight", i);
+    if ((rc = LOAD(ld, n, w->w_in, NULL, 3 * d, H))) return rc;
+    snprintf(n, sizeof n, "layers.%d.self_attn.output_gate.weight", i);
+    if ((rc = LOAD(ld, n, w->w_in + (size_t)(3 * d * H), NULL, d, H))) return rc;
+    snprintf(n, sizeof n, "layers.%d.self_attn.norm.weight", i);
+    if ((rc = LOAD(ld, n, NULL, &w->norm_w, d))) return rc;
+    snprintf(n, sizeof n, "layers.%d.self_attn.out_proj.weight", i);
+    if ((rc = LOAD(ld, n, NULL, &w->w_out, H, d))) return rc;
+    snprintf(n, sizeof n, "layers.%d.self_attn.slope_rate", i);
+    if (has(ld, n)) {
+        if ((rc = LOAD(ld, n, w->g0, NULL, nh, 1, 1))) return rc;
+    } else {
+        const float base = (float)(1.0 / pow(2.0, 8.0 / (double)nh));
+        const float f = (float)(1.0 - i / (c->n_layers - 1 + 1e-5) + 1e-5);
+        for (int64_t h = 0; h < nh; h++) w->g0[h] = powf(base, (float)(h + 1)) * f;
+    }
+    for (int64_t h = 0; h < nh; h++) w->g0[h] = -w->g0[h];
+    return HY_OK;
+}
+
+/* MiniMax's experts as its released checkpoints (and save_pretrained) keep
+ * them: block_sparse_moe.gate and experts.{e}.w1 (gate), w3 (up), w2
+ * (down); the fused mlp.* form of transformers' modules is load_moe's. */
+static int load_minimax_moe(loader *ld, int i, hy_layer_w *L)
+{
+    const hy_model_config *c = &ld->m->cfg;
+    const int64_t H = c->hidden, E = c->n_experts, I = c->moe_intermediate;
+    char n[200];
+    int rc;
+    snprintf(n, sizeof n, "layers.%d.block_sparse_moe.gate.weight", i);
+    if (!has(ld, n)) return load_moe(ld, i, L);
+    if ((rc = LOAD(ld, n, NULL, &L->router, E, H))) return rc;
+    if (!(L->experts = own(ld->m, calloc((size_t)E, sizeof *L->experts))))
+        return hy_err_set(ld->err, HY_ENOMEM, "out of memory");
+    for (int64_t e = 0; e < E; e++) {
+        hy_mlp_w *x = &L->experts[e];
+        x->inter = (int)I;
+        if (!(x->w_gu = own_alloc(ld->m, 2 * (size_t)I * H)))
+            return hy_err_set(ld->err, HY_ENOMEM, "out of memory");
+        snprintf(n, sizeof n, "layers.%d.block_sparse_moe.experts.%lld.w1.weight", i, (long long)e);
+        if ((rc = LOAD(ld, n, x->w_gu, NULL, I, H))) return rc;
+        snprintf(n, sizeof n, "layers.%d.block_sparse_moe.experts.%lld.w3.weight", i, (long long)e);
+        if ((rc = LOAD(ld, n, x->w_gu + (size_t)(I * H), NULL, I, H))) return rc;
+        snprintf(n, sizeof n, "layers.%d.block_sparse_moe.experts.%lld.w2.weight", i, (long long)e);
+        if ((rc = LOAD(ld, n, NULL, &x->w_down, H, I))) return rc;
+    }
+    return HY_OK;
+}
+
 static int load_attn(loader *ld, int i, hy_attn_w *w)
 {
     const hy_model_config *c = &ld->m->cfg;
@@ -348,6 +414,7 @@ static int load_attn(loader *ld, int i, hy_attn_w *w)
     if ((rc = LOAD(ld, n, w->w_qkv + (size_t)((Q + KV) * H), NULL, KV, H))) return rc;
     snprintf(n, sizeof n, "layers.%d.self_attn.o_proj.weight", i);
     if ((rc = LOAD(ld, n, NULL, &w->w_o, H, c->n_heads * hd))) return rc;
+    if (!c->qk_norm) return HY_OK;
     snprintf(n, sizeof n, "layers.%d.self_attn.q_norm.weight", i);
     if ((rc = load_norm1(ld, n, qn, &w->q_norm1))) return rc;
     snprintf(n, sizeof n, "layers.%d.self_attn.k_norm.weight", i);
@@ -409,16 +476,35 @@ static const char *unused_reason(const hy_model_config *c, const char *rest, int
 
 /* Every tensor not loaded is either part of a model the text executor does
  * not run (skipped, one log line per part) or an error naming it. */
+/* Whether name is one of the block-prefill decay tables of a lightning
+ * layer (MiniMax's query_decay, key_decay, diagonal_decay buffers). */
+static bool is_decay_table(const loader *ld, const char *name)
+{
+    const hy_model_config *c = &ld->m->cfg;
+    const size_t pl = strlen(ld->prefix);
+    if (c->lin_kind != HY_LIN_LIGHTNING || strncmp(name, ld->prefix, pl) != 0 ||
+        strncmp(name + pl, "layers.", 7) != 0)
+        return false;
+    char *end = NULL;
+    const long li = strtol(name + pl + 7, &end, 10);
+    if (end == name + pl + 7 || li < 0 || li >= c->n_layers || c->layer_kind[li] != HY_LAYER_LINEAR)
+        return false;
+    return strcmp(end, ".self_attn.query_decay") == 0 || strcmp(end, ".self_attn.key_decay") == 0 ||
+           strcmp(end, ".self_attn.diagonal_decay") == 0;
+}
+
 static int check_all_used(loader *ld)
 {
     const hy_model_config *c = &ld->m->cfg;
-    size_t n = hy_st_count(ld->st), vision = 0, mtp = 0, unused = 0;
+    size_t n = hy_st_count(ld->st), vision = 0, mtp = 0, unused = 0, tables = 0;
     const hy_st_tensor *first = NULL;
     for (size_t i = 0; i < n; i++) {
         const hy_st_tensor *t = hy_st_at(ld->st, i);
         if (ld->used[i]) continue;
         if (strncmp(t->name, "model.visual.", 13) == 0)
             vision++;
+        else if (is_decay_table(ld, t->name))
+            tables++;
         else if (strncmp(t->name, "mtp.", 4) == 0)
             mtp++;
         else if (!unused++)
@@ -452,6 +538,11 @@ static int check_all_used(loader *ld)
                "%s: skipping the vision tower (%zu tensors model.visual.*): the text executor "
                "does not run it",
                ld->dir, vision);
+    if (tables)
+        hy_log(HY_LOG_INFO,
+               "%s: not reading %zu decay tables (self_attn.query_decay, key_decay, "
+               "diagonal_decay): lightning attention runs from each head's slope_rate",
+               ld->dir, tables);
     if (mtp)
         hy_log(HY_LOG_INFO,
                "%s: skipping the multi-token-prediction head (%zu tensors mtp.*), as "
@@ -512,10 +603,15 @@ static int load_all(loader *ld)
         L->kind = c->layer_kind[i];
         L->moe = c->layer_moe[i];
         if ((rc = load_layer_norms(ld, i, L))) return rc;
-        rc = L->kind == HY_LAYER_LINEAR ? load_gdn(ld, i, &L->gdn) : load_attn(ld, i, &L->attn);
+        if (L->kind == HY_LAYER_ATTENTION)
+            rc = load_attn(ld, i, &L->attn);
+        else if (c->lin_kind == HY_LIN_LIGHTNING)
+            rc = load_lightning(ld, i, &L->light);
+        else
+            rc = load_gdn(ld, i, &L->gdn);
         if (rc) return rc;
         if (L->moe) {
-            rc = load_moe(ld, i, L);
+            rc = c->arch == HY_ARCH_MINIMAX ? load_minimax_moe(ld, i, L) : load_moe(ld, i, L);
         } else {
             snprintf(n, sizeof n, "layers.%d.mlp", i);
             rc = load_mlp(ld, n, c->intermediate, &L->mlp);

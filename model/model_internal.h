@@ -7,8 +7,19 @@
 #ifndef HY_MODEL_INTERNAL_H
 #define HY_MODEL_INTERNAL_H
 
+#include "hy_kernels.h"
 #include "hy_model.h"
 #include "safetensors_internal.h"
+
+/* The kernels' family of a model's linear layers, and the shape of its T. */
+static inline hy_la_family hy_lin_family(const hy_model_config *c)
+{
+    return c->lin_kind == HY_LIN_LIGHTNING ? HY_LA_LIGHTNING : HY_LA_GDN;
+}
+static inline hy_la_tkind hy_lin_tkind(const hy_model_config *c)
+{
+    return hy_la_t_kind(hy_lin_family(c));
+}
 
 typedef struct hy_mlp_w {
     int inter;
@@ -25,6 +36,14 @@ typedef struct hy_gdn_w {
     float *w_out;   /* [H][Vd] */
 } hy_gdn_w;
 
+/* MiniMax's lightning attention (heads = lin_v_heads, d = lin_dk = lin_dv). */
+typedef struct hy_light_w {
+    float *w_in;   /* [4·heads·d][H]: qkv_proj rows ([q|k|v] per head), then output_gate rows */
+    float *norm_w; /* [heads·d], plain weight of the output RMSNorm */
+    float *w_out;  /* [H][heads·d] */
+    float *g0;     /* [heads]: the constant log-decay −slope_rate of each head */
+} hy_light_w;
+
 typedef struct hy_attn_w {
     float *w_qkv;   /* [2·Hq·hd + 2·Hkv·hd][H]: q_proj rows ([query|gate] per head), k, v */
     float *q_norm1; /* [hd], 1 + weight */
@@ -37,6 +56,7 @@ typedef struct hy_layer_w {
     bool moe;
     float *in_norm1, *post_norm1; /* [H], 1 + weight */
     hy_gdn_w gdn;
+    hy_light_w light;
     hy_attn_w attn;
     hy_mlp_w mlp;       /* dense MLP */
     float *router;      /* [E][H] */
@@ -77,7 +97,8 @@ struct hy_state {
 typedef struct hy_capture {
     int64_t start, end;
     float **S_w;    /* per layer: [Hv][dk][dv] (NULL for attention) */
-    float **T;      /* per layer: [Hv][dk][dk], advanced in place; NULL for attention */
+    float **T;      /* per layer: [Hv] × T's floats (dk×dk, or 1: hy_lin_tkind), advanced in
+                     * place; NULL for attention */
     float **K, **V; /* per layer: [end − start][Hkv][hd], row = position − start */
     float **tail;   /* per layer: [K−1][conv_dim] */
 } hy_capture;
@@ -143,7 +164,7 @@ struct hy_entry {
     uint8_t model_fp[32];
     int n_layers;
     int32_t *tokens; /* [n], the whole segment */
-    float **T;       /* per linear layer: [Hv][dk][dk] */
+    float **T;       /* per linear layer: [Hv] × T's floats (hy_lin_tkind) */
     void **S;        /* per linear layer: [Hv][dk][dv] in dtype */
     float **tail;    /* per linear layer: [K-1][conv_dim] */
     float **K, **V;  /* per attention layer: [nb][Hkv][hd], K canonical */

@@ -114,8 +114,12 @@ static int cmd_info(int argc, char **argv)
            c->tie_embeddings ? "tied" : "untied");
     printf("attention    %d q heads, %d kv heads, head_dim %d, rotary dims %d, theta %g\n",
            c->n_heads, c->n_kv_heads, c->head_dim, c->rotary_dim, c->rope_theta);
-    printf("linear (GDN) %d key heads x %d, %d value heads x %d, conv kernel %d\n", c->lin_k_heads,
-           c->lin_dk, c->lin_v_heads, c->lin_dv, c->conv_kernel);
+    if (c->lin_kind == HY_LIN_LIGHTNING)
+        printf("linear (lightning) %d heads x %d, a constant decay per head, no conv\n",
+               c->lin_v_heads, c->lin_dk);
+    else
+        printf("linear (GDN) %d key heads x %d, %d value heads x %d, conv kernel %d\n",
+               c->lin_k_heads, c->lin_dk, c->lin_v_heads, c->lin_dv, c->conv_kernel);
     if (c->n_experts)
         printf("MoE          %d experts, top-%d, expert width %d, shared %d, renormalised %s\n",
                c->n_experts, c->top_k, c->moe_intermediate, c->shared_intermediate,
@@ -174,7 +178,8 @@ static int cmd_entry_size(int argc, char **argv)
         nlin += c.layer_kind[i] == HY_LAYER_LINEAR;
         natt += c.layer_kind[i] == HY_LAYER_ATTENTION;
     }
-    const double T = (double)c.lin_v_heads * c.lin_dk * c.lin_dk * 4;
+    const bool scalar_t = c.lin_kind == HY_LIN_LIGHTNING; /* one decay per head */
+    const double T = (double)c.lin_v_heads * (scalar_t ? 1 : c.lin_dk * c.lin_dk) * 4;
     const double S = (double)c.lin_v_heads * c.lin_dk * c.lin_dv * 4;
     const double tail = (double)(c.conv_kernel - 1) * hy_config_conv_dim(&c) * 4;
     const double kv = 2.0 * c.n_kv_heads * c.head_dim * 4;
@@ -185,10 +190,14 @@ static int cmd_entry_size(int argc, char **argv)
     human_bytes(kv, b[3], sizeof b[3]);
     printf("config       %s (model_type %s)\n", argv[0], c.model_type);
     printf("layers       %d linear, %d attention\n", nlin, natt);
-    printf("linear layer T %d x %d x %d = %s, S(body|0) %d x %d x %d = %s (fp32), conv tail "
-           "%d x %d = %s\n",
-           c.lin_v_heads, c.lin_dk, c.lin_dk, b[0], c.lin_v_heads, c.lin_dk, c.lin_dv, b[1],
-           c.conv_kernel - 1, hy_config_conv_dim(&c), b[2]);
+    if (scalar_t)
+        printf("linear layer T %d x 1 = %s, S(body|0) %d x %d x %d = %s (fp32), no conv tail\n",
+               c.lin_v_heads, b[0], c.lin_v_heads, c.lin_dk, c.lin_dv, b[1]);
+    else
+        printf("linear layer T %d x %d x %d = %s, S(body|0) %d x %d x %d = %s (fp32), conv tail "
+               "%d x %d = %s\n",
+               c.lin_v_heads, c.lin_dk, c.lin_dk, b[0], c.lin_v_heads, c.lin_dk, c.lin_dv, b[1],
+               c.conv_kernel - 1, hy_config_conv_dim(&c), b[2]);
     printf("attention    K + V %d x %d x 2 = %s per body token\n", c.n_kv_heads, c.head_dim, b[3]);
     human_bytes((double)k32, b[0], sizeof b[0]);
     human_bytes((double)k16, b[1], sizeof b[1]);

@@ -3,8 +3,9 @@
  *
  * A model is a Hugging Face directory (config.json + safetensors) of one of
  * the supported architectures (docs/executor.md): Qwen3NextForCausalLM, Qwen3.5
- * text (qwen3_5_text, and its MoE variant qwen3_5_moe_text) and
- * OlmoHybridForCausalLM (olmo_hybrid). Loading validates
+ * text (qwen3_5_text, and its MoE variant qwen3_5_moe_text),
+ * OlmoHybridForCausalLM (olmo_hybrid) and MiniMaxForCausalLM (minimax).
+ * Loading validates
  * the config and every tensor the architecture needs (presence, shape, dtype)
  * and widens the weights to fp32 in the executor's own layouts.
  *
@@ -28,8 +29,13 @@ typedef enum hy_arch {
     HY_ARCH_QWEN3_5,
     HY_ARCH_QWEN3_5_MOE,
     HY_ARCH_OLMO_HYBRID,
+    HY_ARCH_MINIMAX,
     HY_ARCH_COUNT
 } hy_arch;
+/* The linear-attention layer a model runs: Gated DeltaNet (a dense dk×dk T
+ * per head, a short conv before it) or MiniMax's lightning attention (a
+ * constant decay per head: a scalar T, no conv). */
+typedef enum hy_lin_kind { HY_LIN_GDN = 0, HY_LIN_LIGHTNING } hy_lin_kind;
 typedef enum hy_layer_kind { HY_LAYER_LINEAR = 0, HY_LAYER_ATTENTION } hy_layer_kind;
 
 /* Everything the executor needs from config.json, validated. */
@@ -44,11 +50,18 @@ typedef struct hy_model_config {
     int n_heads, n_kv_heads, head_dim, rotary_dim; /* rotary_dim 0: no positional encoding */
     double rope_theta;
     bool attn_gate;    /* a sigmoid output gate per query head (q_proj gives [query|gate]) */
+    bool qk_norm;      /* RMSNorms on q and k (q_norm, k_norm) */
     bool qk_norm_flat; /* q_norm / k_norm over all heads' concatenation, not per head */
-    /* linear attention (Gated DeltaNet) */
-    int lin_k_heads, lin_v_heads, lin_dk, lin_dv, conv_kernel;
+    /* linear attention */
+    hy_lin_kind lin_kind;
+    int lin_k_heads, lin_v_heads, lin_dk, lin_dv;
+    int conv_kernel; /* 1: no conv (lightning) */
     float lin_beta_scale; /* beta = scale·sigmoid(b): 2 lets the eigenvalues reach −1 */
     float lin_norm_eps;   /* epsilon of the gated output RMSNorm */
+    /* MiniMax's residuals: each sublayer replaces the stream by
+     * alpha·norm(x) + beta·f(norm(x)) instead of adding f(norm(x)) to x */
+    bool scaled_residual;
+    float attn_alpha, attn_beta, lin_alpha, lin_beta, mlp_alpha, mlp_beta;
     /* MLP / MoE */
     int intermediate;        /* dense MLP width */
     int n_experts, top_k;    /* 0 experts: dense everywhere */

@@ -944,6 +944,73 @@ static void test_olmo_rope(void)
                NULL);
 }
 
+/* --- MiniMax --------------------------------------------------------------- */
+
+/* MiniMaxConfig's defaults (configuration_minimax.py) and its fixed choices:
+ * layers alternate from full attention, lightning layers run the attention
+ * heads with head_dim keys and values and no conv, every layer routes, the
+ * residual factors are 1. */
+static void test_minimax_defaults(void)
+{
+    hy_model_config c;
+    parse_ok_text("{\"model_type\": \"minimax\"}", &c);
+    CU_ASSERT_EQUAL(c.arch, HY_ARCH_MINIMAX);
+    CU_ASSERT_EQUAL(c.vocab, 32000);
+    CU_ASSERT_EQUAL(c.hidden, 4096);
+    CU_ASSERT_EQUAL(c.n_layers, 32);
+    CU_ASSERT_EQUAL(c.n_heads, 32);
+    CU_ASSERT_EQUAL(c.n_kv_heads, 8);
+    CU_ASSERT_EQUAL(c.head_dim, 128); /* null: 4096 / 32 */
+    CU_ASSERT_EQUAL(c.lin_kind, HY_LIN_LIGHTNING);
+    CU_ASSERT_EQUAL(c.lin_k_heads, 32);
+    CU_ASSERT_EQUAL(c.lin_v_heads, 32);
+    CU_ASSERT_EQUAL(c.lin_dk, 128);
+    CU_ASSERT_EQUAL(c.lin_dv, 128);
+    CU_ASSERT_EQUAL(c.conv_kernel, 1);
+    CU_ASSERT_EQUAL(c.n_experts, 8);
+    CU_ASSERT_EQUAL(c.top_k, 2);
+    CU_ASSERT_EQUAL(c.moe_intermediate, 14336);
+    CU_ASSERT_EQUAL(c.shared_intermediate, 0);
+    CU_ASSERT(c.norm_topk);
+    CU_ASSERT(c.rms_eps == 1e-5f);
+    CU_ASSERT(c.lin_norm_eps == 1e-6f);
+    CU_ASSERT_DOUBLE_EQUAL(c.rope_theta, 1e6, 0);
+    CU_ASSERT_EQUAL(c.rotary_dim, 128);
+    CU_ASSERT_FALSE(c.attn_gate);
+    CU_ASSERT_FALSE(c.qk_norm);
+    CU_ASSERT(c.scaled_residual);
+    CU_ASSERT(c.attn_alpha == 1 && c.attn_beta == 1 && c.lin_alpha == 1 && c.lin_beta == 1);
+    CU_ASSERT(c.mlp_alpha == 1 && c.mlp_beta == 1);
+    CU_ASSERT_FALSE(c.tie_embeddings);
+    for (int i = 0; i < c.n_layers; i++) {
+        CU_ASSERT_EQUAL(c.layer_kind[i], i % 2 ? HY_LAYER_LINEAR : HY_LAYER_ATTENTION);
+        CU_ASSERT(c.layer_moe[i]);
+        CU_ASSERT_FALSE(c.layer_post_norm[i]);
+    }
+    /* num_experts is num_local_experts' alias; the factors are read; partial
+     * rotary is not (the whole head rotates) */
+    parse_ok_text("{\"model_type\": \"minimax\", \"num_experts\": 16, \"head_dim\": 64, "
+                  "\"linear_attn_alpha_factor\": 3.5565588200778455, \"mlp_beta_factor\": 0.5, "
+                  "\"rope_parameters\": {\"rope_theta\": 1e7, \"partial_rotary_factor\": 0.5}}",
+                  &c);
+    CU_ASSERT_EQUAL(c.n_experts, 16);
+    CU_ASSERT_EQUAL(c.lin_dk, 64);
+    CU_ASSERT_EQUAL(c.rotary_dim, 64);
+    CU_ASSERT(c.lin_alpha == 3.5565588200778455f && c.mlp_beta == 0.5f);
+    CU_ASSERT_DOUBLE_EQUAL(c.rope_theta, 1e7, 0);
+    parse_ok_text("{\"model_type\": \"minimax\", \"num_experts\": 16, \"num_local_experts\": 4}",
+                  &c);
+    CU_ASSERT_EQUAL(c.n_experts, 4);
+    /* what the executor cannot run, or transformers refuses */
+    text_fails("{\"model_type\": \"minimax\", \"sliding_window\": 4096}", HY_EUNSUPPORTED,
+               "sliding_window", NULL);
+    text_fails("{\"model_type\": \"minimax\", \"num_key_value_heads\": null}", HY_EINVAL,
+               "'num_key_value_heads'", "not null");
+    text_fails(
+        "{\"model_type\": \"minimax\", \"num_local_experts\": 2, \"num_experts_per_tok\": 3}",
+        HY_ERANGE, "num_experts_per_tok", NULL);
+}
+
 /* --- the suite ------------------------------------------------------------- */
 
 int main(void)
@@ -972,6 +1039,7 @@ int main(void)
         {"docs/config-keys.md holds the table", test_doc_table_matches},
         {"olmo_hybrid: transformers' defaults and derivations", test_olmo_defaults},
         {"olmo_hybrid: RoPE whole or none", test_olmo_rope},
+        {"minimax: transformers' defaults, alias and factors", test_minimax_defaults},
         {NULL, NULL},
     };
     return run_suite_and_remove_dir("config", cases);

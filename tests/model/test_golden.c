@@ -31,7 +31,9 @@ static const char *k_models[] = {"qwen3next_moe",
                                  "qwen35_moe_nested_untie_top",
                                  "olmo_hybrid",
                                  "olmo_hybrid_defaults",
-                                 "olmo_hybrid_nope"};
+                                 "olmo_hybrid_nope",
+                                 "minimax",
+                                 "minimax_defaults"};
 static const int k_lengths[] = {1, 63, 64, 65, 300};
 
 typedef struct golden {
@@ -82,7 +84,7 @@ static double check_states(golden *g, hy_state *st, const char *sfmt, const char
         CU_ASSERT_PTR_NOT_NULL_FATAL(ts);
         CU_ASSERT_EQUAL_FATAL((size_t)ts->numel, (size_t)c->lin_v_heads * c->lin_dk * c->lin_dv);
         worst = fmax(worst, hy_rel_diff(hy_state_S(st, i), ts->data, (size_t)ts->numel));
-        if (cfmt) {
+        if (cfmt && K1 > 0) { /* lightning layers have no conv */
             const hy_st_tensor *tc = gt(g, cfmt, n, i);
             CU_ASSERT_PTR_NOT_NULL_FATAL(tc);
             CU_ASSERT_EQUAL_FATAL((size_t)tc->numel, (size_t)C * K1);
@@ -197,6 +199,8 @@ MODEL_TESTS(7)
 MODEL_TESTS(8)
 MODEL_TESTS(9)
 MODEL_TESTS(10)
+MODEL_TESTS(11)
+MODEL_TESTS(12)
 
 /* Last logits of the fixture's 64-token prefill under m as it is now; returns
  * the max abs error against transformers. */
@@ -334,6 +338,34 @@ static void t_olmo_post_norm(void)
     reading_matters(8, "post-normalised attention layers", pre_normed);
 }
 
+/* MiniMax's residuals: x = alpha·norm(x) + beta·f(norm(x)), with the
+ * fixture's six factors distinct; read as a plain residual, or with one
+ * layer kind's factors for the other, the logits move far. */
+static void plain_residual(hy_model *m)
+{
+    m->cfg.scaled_residual = false;
+}
+
+static void factors_swapped(hy_model *m)
+{
+    const float a = m->cfg.lin_alpha, b = m->cfg.lin_beta;
+    m->cfg.lin_alpha = m->cfg.attn_alpha, m->cfg.lin_beta = m->cfg.attn_beta;
+    m->cfg.attn_alpha = a, m->cfg.attn_beta = b;
+}
+
+static void t_minimax_residuals(void)
+{
+    golden g;
+    CU_ASSERT_EQUAL_FATAL(open_golden(k_models[11], &g), 0);
+    const hy_model_config *c = hy_model_cfg(g.m);
+    CU_ASSERT(c->scaled_residual && c->attn_alpha == 1.7f && c->attn_beta == 0.9f);
+    CU_ASSERT(c->lin_alpha == 1.3f && c->lin_beta == 1.1f);
+    CU_ASSERT(c->mlp_alpha == 1.5f && c->mlp_beta == 0.8f);
+    close_golden(&g);
+    reading_matters(11, "residual alpha, beta", plain_residual);
+    reading_matters(11, "factors by layer kind", factors_swapped);
+}
+
 #define MODEL_CASES(i)                                                                             \
     {"prefill_chunked", t_chunked_##i}, {"prefill_recurrent", t_recurrent_##i},                    \
         {"prefill_in_steps_of_50", t_split_##i},                                                   \
@@ -355,12 +387,15 @@ int main(void)
         MODEL_CASES(8),
         MODEL_CASES(9),
         MODEL_CASES(10),
+        MODEL_CASES(11),
+        MODEL_CASES(12),
         {"qwen3_5_moe: norm_topk_prob false is ignored", t_norm_topk_ignored},
         {"qwen3_5_moe: shared expert width defaults to 512", t_shared_default},
         {"nested: tied by the top-level flag", t_tied_by_top_level},
         {"nested: untied by the top-level flag", t_untied_by_top_level},
         {"olmo_hybrid: beta up to 2 with linear_allow_neg_eigval", t_olmo_neg_eigval},
         {"olmo_hybrid: attention layers normalise their outputs", t_olmo_post_norm},
+        {"minimax: the residuals' alpha and beta", t_minimax_residuals},
         {NULL, NULL}};
     return hy_test_main("golden_vs_transformers", cases);
 }

@@ -59,6 +59,7 @@ from transformers.models.qwen3_5 import modeling_qwen3_5 as m35
 from transformers.models.qwen3_5_moe import modeling_qwen3_5_moe as m35moe
 from transformers.models.qwen3_next import modeling_qwen3_next as mnext
 from transformers.models.olmo_hybrid import modeling_olmo_hybrid as molmo
+from transformers.models.minimax import modeling_minimax as mminimax
 from transformers.utils import import_utils
 
 SEED = 20240611
@@ -345,6 +346,56 @@ SPECS = [
             pad_token_id=None, eos_token_id=None, max_position_embeddings=4096,
         ),
     ),
+] + [
+    # ---- MiniMax: lightning attention (a constant decay per head), GQA, MoE, alpha/beta ---
+    # Layer 0 attends: transformers 5.23 takes the decode position from layer 0's cache,
+    # which a lightning layer 0 leaves at 0 (docs/models.md).
+    dict(
+        name="minimax",
+        family="minimax",
+        cls=mminimax.MiniMaxForCausalLM,
+        cfg_cls=mminimax.MiniMaxConfig,
+        storage=torch.float32,
+        on_disk_interval="keep",
+        cfg=dict(
+            vocab_size=331, hidden_size=48, intermediate_size=24, num_hidden_layers=5,
+            layer_types=["full_attention", "linear_attention", "linear_attention",
+                         "full_attention", "linear_attention"],
+            num_attention_heads=4, num_key_value_heads=2, head_dim=16, block_size=16,
+            num_local_experts=4, num_experts_per_tok=2,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            full_attn_alpha_factor=1.7, full_attn_beta_factor=0.9, linear_attn_alpha_factor=1.3,
+            linear_attn_beta_factor=1.1, mlp_alpha_factor=1.5, mlp_beta_factor=0.8,
+            rms_norm_eps=1e-5, tie_word_embeddings=False,
+            pad_token_id=None, bos_token_id=None, eos_token_id=None, max_position_embeddings=4096,
+        ),
+    ),
+    dict(
+        name="minimax_defaults",
+        family="minimax",
+        cls=mminimax.MiniMaxForCausalLM,
+        cfg_cls=mminimax.MiniMaxConfig,
+        storage=torch.bfloat16,
+        on_disk_interval="keep",
+        # config.json without layer_types (F L F L), head_dim null (hidden / heads), the
+        # experts under their alias num_experts; rope_parameters with a partial_rotary_factor
+        # that 5.23 ignores (the whole head rotates); tied; the decay tables dropped
+        drop_tensors=("self_attn.slope_rate", "self_attn.query_decay", "self_attn.key_decay",
+                      "self_attn.diagonal_decay"),
+        config_edit={"drop": ["layer_types", "num_local_experts"],
+                     "set": {"num_experts": 6, "head_dim": None,
+                             "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0,
+                                                 "partial_rotary_factor": 0.5}}},
+        expect_attrs={"num_local_experts": 6, "head_dim": None},
+        cfg=dict(
+            vocab_size=331, hidden_size=32, intermediate_size=16, num_hidden_layers=4,
+            num_attention_heads=2, num_key_value_heads=1, block_size=16,
+            num_local_experts=6, num_experts_per_tok=2,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+            rms_norm_eps=1e-5, tie_word_embeddings=True,
+            pad_token_id=None, bos_token_id=None, eos_token_id=None, max_position_embeddings=4096,
+        ),
+    ),
 ]
 
 
@@ -354,7 +405,8 @@ SPECS = [
 ZERO_CENTRED_NORMS = ("input_layernorm.weight", "post_attention_layernorm.weight",
                       "q_norm.weight", "k_norm.weight")
 # OLMo-Hybrid's RMSNorms multiply by the plain weight (no 1 + w)
-PLAIN_NORMS = ZERO_CENTRED_NORMS + ("post_feedforward_layernorm.weight", "linear_attn.o_norm.weight")
+PLAIN_NORMS = ZERO_CENTRED_NORMS + ("post_feedforward_layernorm.weight", "linear_attn.o_norm.weight",
+                                    "self_attn.norm.weight")  # MiniMax's lightning output norm
 
 
 @torch.no_grad()
@@ -363,7 +415,7 @@ def init_params(model, gen):
         return torch.randn(shape, generator=gen, dtype=torch.float32) * std + mean
 
     tied = bool(model.config.tie_word_embeddings)  # a composite's own flag decides
-    plain = model.config.model_type == "olmo_hybrid"
+    plain = model.config.model_type in ("olmo_hybrid", "minimax")
     handled = set()
     for name, p in model.named_parameters():
         shp = tuple(p.shape)
@@ -419,9 +471,23 @@ class RouterMargin:
         self.max_sum_dev = max(self.max_sum_dev, float((out[1].float().sum(-1) - 1).abs().max()))
 
 
+def lin_dims(cfg):
+    """(K, Hk, Hv, dk, dv) of a model's linear layers: MiniMax's lightning attention has
+    num_attention_heads heads of head_dim keys and values and no conv (K = 1)."""
+    if cfg.model_type == "minimax":
+        hd = cfg.head_dim or cfg.hidden_size // cfg.num_attention_heads
+        return 1, cfg.num_attention_heads, cfg.num_attention_heads, hd, hd
+    return (cfg.linear_conv_kernel_dim, cfg.linear_num_key_heads, cfg.linear_num_value_heads,
+            cfg.linear_key_head_dim, cfg.linear_value_head_dim)
+
+
 @torch.no_grad()
 def lin_states(cache, lin_layers, K):
     st, cv = {}, {}
+    if K == 1:  # MiniMax: the state is in linear_cache ([B, H, d, d]); there is no conv
+        for i in lin_layers:
+            st[i] = cache.linear_cache[i][0].detach().clone().float().contiguous()
+        return st, cv
     for i in lin_layers:
         s = cache.get_recurrent_state(i)   # [B, Hv, dk, dv]
         c = cache.get_conv_state(i)        # [B, conv_dim, K]  (last K pre-conv inputs)
@@ -433,9 +499,8 @@ def lin_states(cache, lin_layers, K):
 
 @torch.no_grad()
 def compute_golden(model, cfg, lin_layers, gen):
-    K = cfg.linear_conv_kernel_dim
-    Hv, dk, dv = cfg.linear_num_value_heads, cfg.linear_key_head_dim, cfg.linear_value_head_dim
-    conv_dim = 2 * cfg.linear_num_key_heads * dk + Hv * dv
+    K, Hk, Hv, dk, dv = lin_dims(cfg)
+    conv_dim = 2 * Hk * dk + Hv * dv
     V = cfg.vocab_size
     out = {}
 
@@ -449,9 +514,11 @@ def compute_golden(model, cfg, lin_layers, gen):
         out[f"prefill.{n}.tokens"] = tok.to(torch.int32)
         out[f"prefill.{n}.logits"] = o.logits[0, -1].float().contiguous()
         for i in lin_layers:
-            assert st[i].shape == (Hv, dk, dv) and cv[i].shape == (conv_dim, K - 1)
+            assert st[i].shape == (Hv, dk, dv), st[i].shape
             out[f"prefill.{n}.state.{i}"] = st[i]
-            out[f"prefill.{n}.conv.{i}"] = cv[i]
+            if K > 1:
+                assert cv[i].shape == (conv_dim, K - 1)
+                out[f"prefill.{n}.conv.{i}"] = cv[i]
         if n < K - 1:  # nothing before the first token: left zero padding
             assert torch.all(cv[lin_layers[0]][:, : K - 1 - n] == 0)
 
@@ -515,6 +582,17 @@ def build(spec, root, seed, capture):
     model.to(spec["storage"]).save_pretrained(d, safe_serialization=True)
     del model
 
+    # Tensors the fixture's checkpoint must not carry (MiniMax's decay tables in BF16:
+    # transformers loads them as stored, rounded, and its block prefill then disagrees with
+    # its own decode; absent, it recomputes them in fp32).
+    drop = spec.get("drop_tensors")
+    if drop:
+        st_path = d / "model.safetensors"
+        tensors = load_file(st_path)
+        kept = {k: v for k, v in tensors.items() if not any(k.endswith(x) for x in drop)}
+        assert len(kept) < len(tensors)
+        save_file(kept, str(st_path), metadata={"format": "pt"})
+
     # Rewrite the layer pattern in config.json the way real Qwen3-Next checkpoints carry it.
     cpath = d / "config.json"
     cj = json.loads(cpath.read_text())
@@ -539,7 +617,7 @@ def build(spec, root, seed, capture):
 
     # Reload exactly what is on disk, in fp32, eager attention, eager experts.
     kw = dict(dtype=torch.float32, attn_implementation="eager", local_files_only=True)
-    if "moe" in spec["cls"].__name__.lower() or "num_experts" in cj:
+    if "moe" in spec["cls"].__name__.lower() or "num_experts" in cj or spec["family"] == "minimax":
         kw["experts_implementation"] = "eager"
     model = spec["cls"].from_pretrained(d, **kw).eval()
     top_cfg = model.config
@@ -555,7 +633,10 @@ def build(spec, root, seed, capture):
     if "experts_implementation" in kw:
         assert cfg._experts_implementation == "eager", cfg._experts_implementation
     assert getattr(model, "_use_kernels", False) is False
-    if spec["family"] == "olmo_hybrid":  # the whole head rotates, or nothing (NoPE)
+    if spec["family"] == "minimax":  # the whole head rotates, partial_rotary_factor or not
+        hd = cfg.head_dim or cfg.hidden_size // cfg.num_attention_heads
+        assert text_model.rotary_emb.inv_freq.numel() == hd // 2
+    elif spec["family"] == "olmo_hybrid":  # the whole head rotates, or nothing (NoPE)
         hd = getattr(cfg, "head_dim", cfg.hidden_size // cfg.num_attention_heads)
         if cfg.rope_parameters.get("rope_theta") is None:
             assert text_model.rotary_emb is None
@@ -606,9 +687,7 @@ def build(spec, root, seed, capture):
               # one key only: safetensors serialises metadata from a hash map (random order)
               metadata={"generator": f"tools/golden/make_golden.py {name}"})
 
-    K = cfg.linear_conv_kernel_dim
-    Hk, Hv = cfg.linear_num_key_heads, cfg.linear_num_value_heads
-    dk, dv = cfg.linear_key_head_dim, cfg.linear_value_head_dim
+    K, Hk, Hv, dk, dv = lin_dims(cfg)
     tj = cj.get("text_config", cj) if composite else cj  # the text model's keys on disk
     meta = {
         "model": name,
@@ -698,10 +777,13 @@ def main():
         else:
             sys.exit(f"{spec['name']}: no seed without routing near-ties")
 
-    # Runtime proof: each fast-path call site went through the torch fallback wrapper.
-    for w in FALLBACK_WARNINGS:
-        assert any(w in m for m in capture.messages), f"no fallback notice for {w}"
-    print(f"pure-PyTorch path confirmed ({len(FALLBACK_WARNINGS)} fallback notices seen)")
+    # Runtime proof: each fast-path call site went through the torch fallback wrapper
+    # (MiniMax has none: its lightning attention is plain PyTorch in the modeling file).
+    built = {spec["family"] for spec in SPECS if not args.only or spec["name"] in args.only}
+    if built & {"qwen3_next", "qwen3_5", "olmo_hybrid"}:
+        for w in FALLBACK_WARNINGS:
+            assert any(w in m for m in capture.messages), f"no fallback notice for {w}"
+        print(f"pure-PyTorch path confirmed ({len(FALLBACK_WARNINGS)} fallback notices seen)")
     print(f"total fixture size {total} bytes in {out}")
     if not args.only:
         assert dir_bytes(out) < MAX_TOTAL_BYTES
