@@ -46,7 +46,8 @@ static double now_s(void)
 static const char *k_config = "listen: 127.0.0.1:0\n"
                               "http_listen: \"\"\n"
                               "models: [{name: tiny, path: var/models/tiny},\n"
-                              "         {name: tiny-olmo, path: var/models/tiny-olmo}]\n"
+                              "         {name: tiny-olmo, path: var/models/tiny-olmo},\n"
+                              "         {name: tiny-minimax, path: var/models/tiny-minimax}]\n"
                               "tiers: {host: {bytes: 256M}}\n"
                               "executor: {threads: 1}\n"
                               "scatter: {spawn: 2, min_tokens: 64, timeout_ms: 2000,\n"
@@ -56,7 +57,8 @@ static const char *k_config = "listen: 127.0.0.1:0\n"
 static const char *k_ref_config = "listen: 127.0.0.1:0\n"
                                   "http_listen: \"\"\n"
                                   "models: [{name: tiny, path: var/models/tiny},\n"
-                                  "         {name: tiny-olmo, path: var/models/tiny-olmo}]\n"
+                                  "         {name: tiny-olmo, path: var/models/tiny-olmo},\n"
+                                  "         {name: tiny-minimax, path: var/models/tiny-minimax}]\n"
                                   "tiers: {host: {bytes: 256M}}\n"
                                   "executor: {threads: 1}\n"
                                   "log: {requests: false}\n";
@@ -185,15 +187,15 @@ static void test_cold_request_on_workers(void)
 }
 
 /* Every family the daemon serves is scattered alike: the workers load the
- * daemon's models, build the long misses of a tiny-olmo request, and the
- * answer is the reference's. */
-static void test_other_family_on_workers(void)
+ * daemon's models, build the long misses of a request to each other family,
+ * and the answer is the reference's. */
+static void other_family_on_workers(const char *model, int d)
 {
     CU_ASSERT_FATAL(wait_up(2, 10));
-    g_svc_model = "tiny-olmo";
+    g_svc_model = model;
     segs s = {0};
-    segs_doc(&s, 120, 400);
-    segs_doc(&s, 121, 300);
+    segs_doc(&s, d, 400);
+    segs_doc(&s, d + 1, 300);
     Hypic__V1__PrefillResponse *r = NULL;
     hyc_status st;
     CU_ASSERT_EQUAL_FATAL(prefill(g_c, &s, HYPIC__V1__MODE__MODE_PIC, &r, &st), 0);
@@ -211,6 +213,12 @@ static void test_other_family_on_workers(void)
     same_as_reference(&s, r);
     hyc_free(r);
     g_svc_model = "tiny";
+}
+
+static void test_other_family_on_workers(void)
+{
+    other_family_on_workers("tiny-olmo", 120);
+    other_family_on_workers("tiny-minimax", 130);
 }
 
 static void test_duplicates_built_once(void)

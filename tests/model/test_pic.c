@@ -123,6 +123,7 @@ static void test_single_linear_layer_any_order(void)
 {
     single_linear_layer_any_order("tiny-linear", false);
     single_linear_layer_any_order("tiny-olmo", true); /* beta up to 2: eigenvalues below 0 */
+    single_linear_layer_any_order("tiny-minimax", true); /* lightning: a scalar T, no conv */
 }
 
 /* (b) on a hybrid model: run pic with all misses (entries built inline), then
@@ -169,6 +170,8 @@ static void test_inline_entries_reused_equal_full(void)
     inline_then_reuse("tiny", HY_MODE_NOSEAM, 0, lens, 5, 1e-4);
     inline_then_reuse("tiny-olmo", HY_MODE_PIC, 8, lens, 5, 1e-4);
     inline_then_reuse("tiny-olmo", HY_MODE_NOSEAM, 0, lens, 5, 1e-4);
+    inline_then_reuse("tiny-minimax", HY_MODE_PIC, 8, lens, 5, 1e-4);
+    inline_then_reuse("tiny-minimax", HY_MODE_NOSEAM, 0, lens, 5, 1e-4);
 }
 
 /* (d) */
@@ -256,13 +259,14 @@ static void test_canonical_k_rotates_to_position(void)
 {
     canonical_k_rotates_to_position("tiny");
     canonical_k_rotates_to_position("tiny-olmo"); /* the whole head rotates */
+    canonical_k_rotates_to_position("tiny-minimax");
 }
 
 /* hy_entry_bytes_for, from the config alone, is what a built entry holds. */
 static void test_entry_bytes_from_config(void)
 {
-    static const char *const presets[] = {"tiny", "tiny-moe", "tiny-olmo"};
-    for (int p = 0; p < 3; p++)
+    static const char *const presets[] = {"tiny", "tiny-moe", "tiny-olmo", "tiny-minimax"};
+    for (int p = 0; p < 4; p++)
         for (int d = 0; d < 2; d++) {
             fixture f;
             setup(&f, presets[p], 6);
@@ -713,7 +717,7 @@ static void hybrid_shuffled_orders(const char *preset, hb_bounds b)
            preset, HB_POS);
     hybrid_orders(preset, 1, &r, true);
     hb_stats s = hb_summarise(&r);
-    printf("\n      mean                    %.3f   %.3f   %.3f; pic worst %.3f, naive/pic of the "
+    printf("\n      mean                    %.3g   %.3g   %.3g; pic worst %.3g, naive/pic of the "
            "means %.1f, least per order %.2f",
            s.mean[PIC], s.mean[NOSEAM], s.mean[NAIVE], s.max[PIC], s.mean[NAIVE] / s.mean[PIC],
            s.least_ratio[PIC]);
@@ -752,6 +756,16 @@ static void test_hybrid_shuffled_orders(void)
  * naive/noseam 2.3-9.0 (draw 1, the one run here: 0.096, 0.183, 0.110, 4.7,
  * 4.1). The bounds sit beyond every draw; T·S dropped (naive, 0.449 on draw 1)
  * is outside them. */
+/* tiny-minimax, draws 1-8 (2026-12-03): pic mean 1.6e-4 (draw 1) to 1e-3 and
+ * worst up to 2e-3, noseam mean up to 1e-3, naive/pic 2.6-15.7, naive/noseam
+ * 2.5-9.5. Its KLs are two orders below the delta-rule presets': with the
+ * released alpha of 3.56 on every residual the stream is mostly alpha·norm(x),
+ * and two of its four heads barely decay (slope 2^(-2(h+1))). */
+static void test_hybrid_shuffled_orders_minimax(void)
+{
+    hybrid_shuffled_orders("tiny-minimax", (hb_bounds){0.003, 0.005, 2, 0.003, 2});
+}
+
 static void test_hybrid_shuffled_orders_olmo(void)
 {
     hybrid_shuffled_orders("tiny-olmo", (hb_bounds){0.3, 0.5, 2, 0.35, 1.8});
@@ -772,6 +786,7 @@ int main(void)
         {"prefix_mode_reuses_leading_segments", test_prefix_mode},
         {"e_hybrid_shuffled_orders_bounded", test_hybrid_shuffled_orders},
         {"e_hybrid_shuffled_orders_bounded_olmo", test_hybrid_shuffled_orders_olmo},
+        {"e_hybrid_shuffled_orders_bounded_minimax", test_hybrid_shuffled_orders_minimax},
         {NULL, NULL},
     };
     int rc = hy_test_main("pic_invariants", cases);
