@@ -91,17 +91,35 @@ def _layer_types(model: Any) -> list[str]:
     return list(model.config.get_text_config(decoder=True).layer_types)
 
 
+def _minimax(model: Any) -> bool:
+    """MiniMax keeps its lightning layers' states in a cache class of its own
+    (MiniMaxCache.linear_cache[i]: [1, heads, d, d], our S as it is; no conv)."""
+    return model.config.model_type == "minimax"
+
+
+def new_cache(model: Any) -> DynamicCache:
+    """An empty cache of the class model's forward works with."""
+    if _minimax(model):
+        from transformers.models.minimax.modeling_minimax import MiniMaxCache
+
+        return MiniMaxCache()
+    return DynamicCache(config=model.config)
+
+
 def cache_from_state(model: Any, state: hypic.State) -> DynamicCache:
     """transformers' cache for model holding our state (the mapping in the module's doc)."""
     cfg = model.config.get_text_config(decoder=True)
-    kernel = int(cfg.linear_conv_kernel_dim)
+    minimax = _minimax(model)
+    kernel = 1 if minimax else int(cfg.linear_conv_kernel_dim)
     types = _layer_types(model)
     if state.num_layers != len(types):
         raise ValueError(f"the state has {state.num_layers} layers, the model {len(types)}")
-    cache = DynamicCache(config=model.config)
+    cache = new_cache(model)
     for i, kind in enumerate(types):
         parts = state.layer(i)
-        if kind == "linear_attention":
+        if kind == "linear_attention" and minimax:
+            cache.set_linear_cache(i, torch.tensor(parts["S"]).unsqueeze(0))
+        elif kind == "linear_attention":
             conv = torch.tensor(parts["conv"]).T.unsqueeze(0)  # [1, conv_dim, K-1], a copy
             if conv.shape[-1] != kernel - 1:
                 raise ValueError(f"layer {i}: conv window of {conv.shape[-1]}, kernel {kernel}")
@@ -113,7 +131,8 @@ def cache_from_state(model: Any, state: hypic.State) -> DynamicCache:
             cache.update(k, v, i)
         else:
             raise ValueError(f"layer {i}: layer type {kind!r} is not in our state's layout")
-    if "full_attention" in types and cache.get_seq_length() != state.position:
+    # (MiniMaxCache counts positions in layer 0, which a lightning layer 0 leaves empty)
+    if "full_attention" in types and not minimax and cache.get_seq_length() != state.position:
         raise ValueError(f"cache holds {cache.get_seq_length()} positions, the state {state.position}")
     return cache
 
@@ -123,6 +142,9 @@ def compare_caches(model: Any, ours: DynamicCache, ref: DynamicCache) -> dict[st
     step reads)."""
     worst = {"conv": 0.0, "S": 0.0, "K": 0.0, "V": 0.0}
     for i, kind in enumerate(_layer_types(model)):
+        if kind == "linear_attention" and _minimax(model):
+            worst["S"] = max(worst["S"], float((ours.linear_cache[i] - ref.linear_cache[i]).abs().max()))
+            continue
         a, b = ours.layers[i], ref.layers[i]
         if kind == "linear_attention":
             pairs = [
@@ -175,7 +197,7 @@ def reference(model: Any, prompt: Sequence[int], steps: int) -> tuple[Decode, Dy
     """transformers' own: the whole prompt in one forward, then greedy with its own cache.
     Also answers its cache after the prompt (a copy, before the decode) and the prompt's
     last logits."""
-    cache = DynamicCache(config=model.config)
+    cache = new_cache(model)
     r = model(input_ids=torch.tensor([list(prompt)]), past_key_values=cache, use_cache=True)
     logits = r.logits[0, -1].float().numpy()
     snapshot = _copy_cache(model, cache)
@@ -184,9 +206,13 @@ def reference(model: Any, prompt: Sequence[int], steps: int) -> tuple[Decode, Dy
 
 
 def _copy_cache(model: Any, c: DynamicCache) -> DynamicCache:
-    out = DynamicCache(config=model.config)
-    kernel = int(model.config.get_text_config(decoder=True).linear_conv_kernel_dim)
+    out = new_cache(model)
+    minimax = _minimax(model)
+    kernel = 1 if minimax else int(model.config.get_text_config(decoder=True).linear_conv_kernel_dim)
     for i, kind in enumerate(_layer_types(model)):
+        if kind == "linear_attention" and minimax:
+            out.set_linear_cache(i, c.linear_cache[i].clone())
+            continue
         layer = c.layers[i]
         if kind == "linear_attention":
             out.update_conv_state(layer.conv_states[0].clone(), i, conv_kernel_size=kernel)
