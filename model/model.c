@@ -9,7 +9,12 @@
  *   - conv1d.weight [C][1][K] becomes tap-major [K][C].
  *   - zero-centred RMSNorm weights become 1 + w.
  *   - routed experts come either one tensor per expert (the Hugging Face hub
- *     layout) or fused as experts.gate_up_proj [E][2I][H] / down_proj [E][H][I].
+ *     layout) or fused as experts.gate_up_proj [E][2I][H] / down_proj [E][H][I];
+ *     MiniMax's as block_sparse_moe.experts.{e}.w1 / w3 / w2.
+ *   - OLMo-Hybrid's separate q/k/v/g/b/a projections and q/k/v convs are
+ *     fused like Qwen3.5's; its norms (and MiniMax's) are plain weights.
+ *   - MiniMax's lightning layers: qkv_proj and output_gate fused, the decay
+ *     of each head from slope_rate (or computed as transformers does).
  * Every tensor of the files must be used: one the configuration leaves unused
  * is an error naming it (config.json and the weights disagree). Two parts of
  * real checkpoints that the text executor does not run are skipped with one
