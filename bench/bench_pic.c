@@ -449,8 +449,11 @@ int hy_bench_pic(int argc, char **argv)
     double flops[2] = {0};
     int n_lin = 0;
     for (int i = 0; i < bm.c->n_layers; i++) n_lin += bm.c->layer_kind[i] == HY_LAYER_LINEAR;
+    /* T·S per head: a dk×dk by dk×dv product, or, for a scalar T (lightning),
+     * a scale and an add of the dk×dv state */
+    const double t_rows = bm.c->lin_kind == HY_LIN_LIGHTNING ? 1.0 : (double)bm.c->lin_dk;
     const double hit_flops =
-        2.0 * n_lin * bm.c->lin_v_heads * (double)bm.c->lin_dk * bm.c->lin_dk * bm.c->lin_dv;
+        2.0 * n_lin * bm.c->lin_v_heads * t_rows * bm.c->lin_dk * bm.c->lin_dv;
     int agree[NRUN] = {0}, off_tier[NRUN] = {0};
     int64_t prefilled[NRUN] = {0};
     uint64_t fetched_bytes[NRUN] = {0};
@@ -671,7 +674,7 @@ int hy_bench_pic(int argc, char **argv)
     printf("composition inside pic's one pass: %.0f us per hit (threads' seconds composing / "
            "threads, plus the holes' K/V writes)\n",
            pass_compose_us);
-    printf("  its limit: %.1f MFLOP of T.S per hit at the sgemm rate (%.1f GFLOP/s, 2048^3) plus "
+    printf("  its limit: %.3g MFLOP of T.S per hit at the sgemm rate (%.1f GFLOP/s, 2048^3) plus "
            "reading %.1f MiB at memcpy speed = %.0f us; composition over that limit: %.2f "
            "(target <= 2)\n",
            hit_flops / 1e6, sgemm / 1e9, e0_bytes / (1 << 20), compose_limit_us,

@@ -823,8 +823,10 @@ double hy_config_prefill_flops(const hy_model_config *c, int64_t ctx0, int64_t n
             double pairs = (double)n * (double)ctx0 + (double)n * (double)(n + 1) / 2.0;
             f += 4.0 * pairs * c->head_dim * c->n_heads;
         } else {
-            /* Delta rule: read-out, correction and update, each ~2·dk·dv per token and head. */
-            f += 6.0 * (double)n * c->lin_v_heads * c->lin_dk * c->lin_dv;
+            /* Delta rule: read-out, correction and update, each ~2·dk·dv per token and head;
+             * lightning: the decay (1), the update and the read-out (2 each). */
+            const double per = c->lin_kind == HY_LIN_LIGHTNING ? 5.0 : 6.0;
+            f += per * (double)n * c->lin_v_heads * c->lin_dk * c->lin_dv;
         }
     }
     return f;

@@ -416,15 +416,22 @@ static void compose_head(const hy_model_config *c, const hy_entry *e, int li, in
         for (size_t j = 0; j < ss; j++) S[j] += sb[j];
 }
 
-/* One head's delta rule over the step's items in request order: runs advance
- * S (and, from a capture's start, its T), holes compose into S. */
-static double gdn_head(hy_exec *ex, hy_state *st, int li, int h, const item *it, int ni,
-                       const float *cv, float *work)
+/* Advances one head's state S over the step's rows [off, off + len) of a
+ * run (and T beside it when not NULL), writing their outputs: the family's
+ * kernel. ctx: the step's activations it reads. */
+typedef void (*head_run_fn)(hy_exec *ex, int li, int h, int off, int len, float *S, float *T,
+                            float *work, const float *ctx);
+
+/* One head over the step's items in request order, whatever the family: runs
+ * advance S through `run` (from a capture's start, T beside it; the state is
+ * kept at the body's start and replaced at the segment's end by S_body = S −
+ * T·S_w), holes compose into S. Returns the seconds spent composing. */
+static double head_items(hy_exec *ex, hy_state *st, int li, int h, const item *it, int ni,
+                         float *work, head_run_fn run, const float *ctx)
 {
     const hy_model_config *c = &ex->m->cfg;
-    const int Hk = c->lin_k_heads, Hv = c->lin_v_heads, dk = c->lin_dk, dv = c->lin_dv;
-    const int Kd = Hk * dk, Vd = Hv * dv, C = 2 * Kd + Vd, hk = h / (Hv / Hk);
-    const size_t ss = (size_t)dk * dv;
+    const int dk = c->lin_dk, dv = c->lin_dv;
+    const size_t ss = (size_t)dk * dv, th = hy_la_t_size(hy_lin_family(c), dk);
     float *S = st->S[li] + (size_t)h * ss;
     double composing = 0.0;
     for (int i = 0; i < ni; i++) {
@@ -443,35 +450,45 @@ static double gdn_head(hy_exec *ex, hy_state *st, int li, int h, const item *it,
         if (cap) s = cap->start <= it[i].pos ? 0 : (int)HY_MIN(cap->start - it[i].pos, (int64_t)n);
         for (int part = 0; part < 2; part++) {
             const int off = r0 + (part ? s : 0), len = part ? n - s : s;
-            if (len > 0) {
-                const hy_gdn_in in = {.n = len,
-                                      .dk = dk,
-                                      .dv = dv,
-                                      .q = cv + (size_t)off * C + hk * dk,
-                                      .k = cv + (size_t)off * C + Kd + hk * dk,
-                                      .v = cv + (size_t)off * C + 2 * Kd + h * dv,
-                                      .ldq = (size_t)C,
-                                      .ldk = (size_t)C,
-                                      .ldv = (size_t)C,
-                                      .g = ex->g + (size_t)off * Hv + h,
-                                      .beta = ex->beta + (size_t)off * Hv + h,
-                                      .ldgb = (size_t)Hv};
-                float *T = part ? cap->T[li] + (size_t)h * dk * dk : NULL;
-                float *o = ex->o + (size_t)off * Vd + (size_t)h * dv;
-                if (ex->mode == HY_GDN_CHUNKED && len > 1)
-                    hy_gdn_chunked(&in, S, o, (size_t)Vd, T, work);
-                else
-                    hy_gdn_recurrent(&in, S, o, (size_t)Vd, T);
-            }
+            if (len > 0)
+                run(ex, li, h, off, len, S, part ? cap->T[li] + (size_t)h * th : NULL, work, ctx);
             if (part == 0 && cap && it[i].pos + s == cap->start)
                 memcpy(cap->S_w[li] + (size_t)h * ss, S, ss * sizeof(float));
         }
         if (cap && it[i].last) { /* the segment's end: S_w ← S_body = S − T·S_w */
             float *sw = cap->S_w[li] + (size_t)h * ss;
-            hy_la_extract(LIN_TKIND, dk, dv, cap->T[li] + (size_t)h * dk * dk, sw, S, sw, work);
+            hy_la_extract(LIN_TKIND, dk, dv, cap->T[li] + (size_t)h * th, sw, S, sw, work);
         }
     }
     return composing;
+}
+
+/* The delta rule of head h over rows [off, off + len); cv: the conv's output
+ * rows q | k | v (q, k normalised). */
+static void gdn_run(hy_exec *ex, int li, int h, int off, int len, float *S, float *T, float *work,
+                    const float *cv)
+{
+    (void)li;
+    const hy_model_config *c = &ex->m->cfg;
+    const int Hk = c->lin_k_heads, Hv = c->lin_v_heads, dk = c->lin_dk, dv = c->lin_dv;
+    const int Kd = Hk * dk, Vd = Hv * dv, C = 2 * Kd + Vd, hk = h / (Hv / Hk);
+    const hy_gdn_in in = {.n = len,
+                          .dk = dk,
+                          .dv = dv,
+                          .q = cv + (size_t)off * C + hk * dk,
+                          .k = cv + (size_t)off * C + Kd + hk * dk,
+                          .v = cv + (size_t)off * C + 2 * Kd + h * dv,
+                          .ldq = (size_t)C,
+                          .ldk = (size_t)C,
+                          .ldv = (size_t)C,
+                          .g = ex->g + (size_t)off * Hv + h,
+                          .beta = ex->beta + (size_t)off * Hv + h,
+                          .ldgb = (size_t)Hv};
+    float *o = ex->o + (size_t)off * Vd + (size_t)h * dv;
+    if (ex->mode == HY_GDN_CHUNKED && len > 1)
+        hy_gdn_chunked(&in, S, o, (size_t)Vd, T, work);
+    else
+        hy_gdn_recurrent(&in, S, o, (size_t)Vd, T);
 }
 
 /* out = x·rms(x)⁻¹·w over one head's d values: hy_rmsnorm's arithmetic for
@@ -549,7 +566,7 @@ static void gdn_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni,
         const int tid = omp_get_thread_num();
         assert(tid < ex->nthreads && tid < ex->tcompose_n);
         float *work = ex->scratch + (size_t)tid * ex->scratch_per_thread;
-        ex->tcompose[(size_t)tid * TC_PAD] += gdn_head(ex, st, li, h, it, ni, cv, work);
+        ex->tcompose[(size_t)tid * TC_PAD] += head_items(ex, st, li, h, it, ni, work, gdn_run, cv);
     }
     prof_end(ex, HY_EXEC_OP_DELTA_RULE);
     if (n == 0) return;
@@ -568,61 +585,31 @@ static void gdn_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni,
 
 /* --- lightning attention (MiniMax) ----------------------------------------- */
 
-/* One head's lightning attention over the step's items in request order,
- * as gdn_head does it for the delta rule: S ← a·S + k vᵀ per token with the
- * head's constant decay a = exp(g0) (T a scalar, advanced from a capture's
- * start), holes composed into S. proj: the step's rows of silu(qkv) | gate. */
-static double light_head(hy_exec *ex, hy_state *st, int li, int h, const item *it, int ni,
-                         const float *proj, float *work)
+/* Lightning attention of head h over rows [off, off + len): S ← a·S + k vᵀ
+ * per token with the head's constant decay a = exp(g0), o = Sᵀq (T a
+ * scalar). proj: the step's rows of silu(qkv) | gate. */
+static void light_run(hy_exec *ex, int li, int h, int off, int len, float *S, float *T, float *work,
+                      const float *proj)
 {
     const hy_model_config *c = &ex->m->cfg;
-    const int d = c->lin_dk, nh = c->lin_v_heads, D = nh * d, P = 4 * D;
-    const size_t ss = (size_t)d * d;
-    float *S = st->S[li] + (size_t)h * ss;
-    double composing = 0.0;
-    for (int i = 0; i < ni; i++) {
-        const hy_piece *p = it[i].p;
-        if (!p->tokens) {
-            const double t0 = hy_now_s();
-            compose_head(c, p->hole, li, h, p->use_T, S, work);
-            composing += hy_now_s() - t0;
-            continue;
-        }
-        const int r0 = it[i].r0, n = it[i].n;
-        const hy_capture *cap = p->cap;
-        int s = n; /* rows [0, s) run without T, [s, n) advance it (the body) */
-        if (cap) s = cap->start <= it[i].pos ? 0 : (int)HY_MIN(cap->start - it[i].pos, (int64_t)n);
-        for (int part = 0; part < 2; part++) {
-            const int off = r0 + (part ? s : 0), len = part ? n - s : s;
-            if (len > 0) {
-                const float *row = proj + (size_t)off * P + (size_t)h * 3 * d;
-                const hy_la_in in = {.family = HY_LA_LIGHTNING,
-                                     .n = len,
-                                     .dk = d,
-                                     .dv = d,
-                                     .q = row,
-                                     .k = row + d,
-                                     .v = row + 2 * d,
-                                     .ldq = (size_t)P,
-                                     .ldk = (size_t)P,
-                                     .ldv = (size_t)P,
-                                     .g0 = ex->m->layers[li].light.g0[h]};
-                float *T = part ? cap->T[li] + h : NULL;
-                float *o = ex->o + (size_t)off * D + (size_t)h * d;
-                if (ex->mode == HY_GDN_CHUNKED && len > 1)
-                    hy_la_chunked(&in, S, o, (size_t)D, T, work);
-                else
-                    hy_la_recurrent(&in, S, o, (size_t)D, T);
-            }
-            if (part == 0 && cap && it[i].pos + s == cap->start)
-                memcpy(cap->S_w[li] + (size_t)h * ss, S, ss * sizeof(float));
-        }
-        if (cap && it[i].last) { /* the segment's end: S_w ← S_body = S − T·S_w */
-            float *sw = cap->S_w[li] + (size_t)h * ss;
-            hy_la_extract(LIN_TKIND, d, d, cap->T[li] + h, sw, S, sw, work);
-        }
-    }
-    return composing;
+    const int d = c->lin_dk, D = c->lin_v_heads * d, P = 4 * D;
+    const float *row = proj + (size_t)off * P + (size_t)h * 3 * d;
+    const hy_la_in in = {.family = HY_LA_LIGHTNING,
+                         .n = len,
+                         .dk = d,
+                         .dv = d,
+                         .q = row,
+                         .k = row + d,
+                         .v = row + 2 * d,
+                         .ldq = (size_t)P,
+                         .ldk = (size_t)P,
+                         .ldv = (size_t)P,
+                         .g0 = ex->m->layers[li].light.g0[h]};
+    float *o = ex->o + (size_t)off * D + (size_t)h * d;
+    if (ex->mode == HY_GDN_CHUNKED && len > 1)
+        hy_la_chunked(&in, S, o, (size_t)D, T, work);
+    else
+        hy_la_recurrent(&in, S, o, (size_t)D, T);
 }
 
 /* A lightning layer over the step's n computed rows (n may be 0: holes
@@ -655,7 +642,8 @@ static void light_layer(hy_exec *ex, hy_state *st, int li, const item *it, int n
         const int tid = omp_get_thread_num();
         assert(tid < ex->nthreads && tid < ex->tcompose_n);
         float *work = ex->scratch + (size_t)tid * ex->scratch_per_thread;
-        ex->tcompose[(size_t)tid * TC_PAD] += light_head(ex, st, li, h, it, ni, proj, work);
+        ex->tcompose[(size_t)tid * TC_PAD] +=
+            head_items(ex, st, li, h, it, ni, work, light_run, proj);
     }
     prof_end(ex, HY_EXEC_OP_DELTA_RULE);
     if (n == 0) return;

@@ -304,34 +304,53 @@ static void add_layer_types(cJSON *c, const preset *p)
             cJSON_CreateString((i + 1) % p->interval == 0 ? "full_attention" : "linear_attention"));
 }
 
-/* config.json as OlmoHybridConfig.save_pretrained writes it (the keys the
- * class defines). */
-static cJSON *make_olmo_config(const preset *p, const char *dtype)
+/* The keys every preset's config.json starts with, in save_pretrained's
+ * order, up to a RoPE object of base theta (returned in *rope for the
+ * caller to complete). */
+static cJSON *config_head(const preset *p, const char *dtype, const char *cls,
+                          const char *model_type, const char *dtype_key, int inter, double eps,
+                          double max_pos, double theta, cJSON **rope)
 {
     cJSON *c = cJSON_CreateObject();
     cJSON *arch = cJSON_AddArrayToObject(c, "architectures");
-    cJSON_AddItemToArray(arch, cJSON_CreateString("OlmoHybridForCausalLM"));
-    cJSON_AddStringToObject(c, "model_type", "olmo_hybrid");
+    cJSON_AddItemToArray(arch, cJSON_CreateString(cls));
+    cJSON_AddStringToObject(c, "model_type", model_type);
     cJSON_AddStringToObject(c, "hypic_preset", p->name);
-    cJSON_AddStringToObject(c, "dtype", strcmp(dtype, "BF16") == 0 ? "bfloat16" : "float32");
+    cJSON_AddStringToObject(c, dtype_key, strcmp(dtype, "BF16") == 0 ? "bfloat16" : "float32");
     cJSON_AddNumberToObject(c, "vocab_size", p->vocab);
     cJSON_AddNumberToObject(c, "hidden_size", p->hidden);
-    cJSON_AddNumberToObject(c, "intermediate_size", p->inter);
+    cJSON_AddNumberToObject(c, "intermediate_size", inter);
     cJSON_AddNumberToObject(c, "num_hidden_layers", p->layers);
     cJSON_AddNumberToObject(c, "num_attention_heads", p->heads);
     cJSON_AddNumberToObject(c, "num_key_value_heads", p->kv_heads);
     cJSON_AddNumberToObject(c, "head_dim", p->head_dim);
     cJSON_AddStringToObject(c, "hidden_act", "silu");
-    cJSON_AddNumberToObject(c, "rms_norm_eps", 1e-6);
-    cJSON_AddNumberToObject(c, "max_position_embeddings", 65536);
+    cJSON_AddNumberToObject(c, "rms_norm_eps", eps);
+    cJSON_AddNumberToObject(c, "max_position_embeddings", max_pos);
     cJSON *rp = cJSON_AddObjectToObject(c, "rope_parameters");
     cJSON_AddStringToObject(rp, "rope_type", "default");
-    cJSON_AddNumberToObject(rp, "rope_theta", 500000.0);
+    cJSON_AddNumberToObject(rp, "rope_theta", theta);
+    if (rope) *rope = rp;
+    return c;
+}
+
+/* The Gated DeltaNet keys of Qwen3-Next and OLMo-Hybrid. */
+static void add_gdn_keys(cJSON *c, const preset *p)
+{
     cJSON_AddNumberToObject(c, "linear_conv_kernel_dim", 4);
     cJSON_AddNumberToObject(c, "linear_key_head_dim", p->ldk);
     cJSON_AddNumberToObject(c, "linear_value_head_dim", p->ldv);
     cJSON_AddNumberToObject(c, "linear_num_key_heads", p->lk_heads);
     cJSON_AddNumberToObject(c, "linear_num_value_heads", p->lv_heads);
+}
+
+/* config.json as OlmoHybridConfig.save_pretrained writes it (the keys the
+ * class defines). */
+static cJSON *make_olmo_config(const preset *p, const char *dtype)
+{
+    cJSON *c = config_head(p, dtype, "OlmoHybridForCausalLM", "olmo_hybrid", "dtype", p->inter,
+                           1e-6, 65536, 500000.0, NULL);
+    add_gdn_keys(c, p);
     cJSON_AddBoolToObject(c, "linear_allow_neg_eigval", 1);
     add_layer_types(c, p);
     cJSON_AddBoolToObject(c, "tie_word_embeddings", p->tie);
@@ -344,25 +363,8 @@ static cJSON *make_olmo_config(const preset *p, const char *dtype)
 /* config.json as MiniMaxConfig.save_pretrained writes it. */
 static cJSON *make_minimax_config(const preset *p, const char *dtype)
 {
-    cJSON *c = cJSON_CreateObject();
-    cJSON *arch = cJSON_AddArrayToObject(c, "architectures");
-    cJSON_AddItemToArray(arch, cJSON_CreateString("MiniMaxForCausalLM"));
-    cJSON_AddStringToObject(c, "model_type", "minimax");
-    cJSON_AddStringToObject(c, "hypic_preset", p->name);
-    cJSON_AddStringToObject(c, "dtype", strcmp(dtype, "BF16") == 0 ? "bfloat16" : "float32");
-    cJSON_AddNumberToObject(c, "vocab_size", p->vocab);
-    cJSON_AddNumberToObject(c, "hidden_size", p->hidden);
-    cJSON_AddNumberToObject(c, "intermediate_size", p->moe_inter);
-    cJSON_AddNumberToObject(c, "num_hidden_layers", p->layers);
-    cJSON_AddNumberToObject(c, "num_attention_heads", p->heads);
-    cJSON_AddNumberToObject(c, "num_key_value_heads", p->kv_heads);
-    cJSON_AddNumberToObject(c, "head_dim", p->head_dim);
-    cJSON_AddStringToObject(c, "hidden_act", "silu");
-    cJSON_AddNumberToObject(c, "rms_norm_eps", 1e-5);
-    cJSON_AddNumberToObject(c, "max_position_embeddings", 131072);
-    cJSON *rp = cJSON_AddObjectToObject(c, "rope_parameters");
-    cJSON_AddStringToObject(rp, "rope_type", "default");
-    cJSON_AddNumberToObject(rp, "rope_theta", 10000000.0);
+    cJSON *c = config_head(p, dtype, "MiniMaxForCausalLM", "minimax", "dtype", p->moe_inter, 1e-5,
+                           131072, 10000000.0, NULL);
     add_layer_types(c, p);
     cJSON_AddNumberToObject(c, "block_size", 256);
     cJSON_AddNumberToObject(c, "num_local_experts", p->experts);
@@ -388,31 +390,11 @@ static cJSON *make_config(const preset *p, const char *dtype)
 {
     if (p->arch == HY_ARCH_MINIMAX) return make_minimax_config(p, dtype);
     if (p->arch == HY_ARCH_OLMO_HYBRID) return make_olmo_config(p, dtype);
-    cJSON *c = cJSON_CreateObject();
-    cJSON *arch = cJSON_AddArrayToObject(c, "architectures");
-    cJSON_AddItemToArray(arch, cJSON_CreateString("Qwen3NextForCausalLM"));
-    cJSON_AddStringToObject(c, "model_type", "qwen3_next");
-    cJSON_AddStringToObject(c, "hypic_preset", p->name);
-    cJSON_AddStringToObject(c, "torch_dtype", strcmp(dtype, "BF16") == 0 ? "bfloat16" : "float32");
-    cJSON_AddNumberToObject(c, "vocab_size", p->vocab);
-    cJSON_AddNumberToObject(c, "hidden_size", p->hidden);
-    cJSON_AddNumberToObject(c, "intermediate_size", p->inter);
-    cJSON_AddNumberToObject(c, "num_hidden_layers", p->layers);
-    cJSON_AddNumberToObject(c, "num_attention_heads", p->heads);
-    cJSON_AddNumberToObject(c, "num_key_value_heads", p->kv_heads);
-    cJSON_AddNumberToObject(c, "head_dim", p->head_dim);
-    cJSON_AddStringToObject(c, "hidden_act", "silu");
-    cJSON_AddNumberToObject(c, "rms_norm_eps", 1e-6);
-    cJSON_AddNumberToObject(c, "max_position_embeddings", 262144);
-    cJSON *rp = cJSON_AddObjectToObject(c, "rope_parameters");
-    cJSON_AddStringToObject(rp, "rope_type", "default");
-    cJSON_AddNumberToObject(rp, "rope_theta", 10000000.0);
+    cJSON *rp = NULL;
+    cJSON *c = config_head(p, dtype, "Qwen3NextForCausalLM", "qwen3_next", "torch_dtype", p->inter,
+                           1e-6, 262144, 10000000.0, &rp);
     cJSON_AddNumberToObject(rp, "partial_rotary_factor", 0.25);
-    cJSON_AddNumberToObject(c, "linear_conv_kernel_dim", 4);
-    cJSON_AddNumberToObject(c, "linear_key_head_dim", p->ldk);
-    cJSON_AddNumberToObject(c, "linear_value_head_dim", p->ldv);
-    cJSON_AddNumberToObject(c, "linear_num_key_heads", p->lk_heads);
-    cJSON_AddNumberToObject(c, "linear_num_value_heads", p->lv_heads);
+    add_gdn_keys(c, p);
     cJSON_AddNumberToObject(c, "full_attention_interval", p->interval);
     add_layer_types(c, p);
     cJSON_AddNumberToObject(c, "num_experts", p->experts);
