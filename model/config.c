@@ -722,10 +722,51 @@ static int derive(cfg_ctx *c, hy_model_config *cfg)
     return HY_OK;
 }
 
+/* Python's json writes the non-finite floats as bare Infinity, -Infinity
+ * and NaN, which released config.json files carry (Nemotron-H's
+ * time_step_limit) and transformers reads; JSON, and cJSON, have no such
+ * literals. Outside strings they become 1e999 and -1e999 (parsed as ±inf)
+ * and the string "NaN", so a key the loader reads refuses them with its own
+ * message (out of range, or not a number) and any other key is simply not
+ * read. Returns a malloc'd copy, or NULL when out of memory. */
+static char *nonfinite_to_json(const char *text)
+{
+    const size_t n = strlen(text);
+    /* "NaN" (3) → "\"NaN\"" (5) is the only growth: 5/3 of the text at most */
+    char *out = malloc(2 * n + 16), *o = out;
+    if (!out) return NULL;
+    bool in_str = false;
+    for (const char *p = text; *p;) {
+        if (in_str) {
+            if (*p == '\\' && p[1])
+                *o++ = *p++;
+            else if (*p == '"')
+                in_str = false;
+            *o++ = *p++;
+        } else if (*p == '"') {
+            in_str = true;
+            *o++ = *p++;
+        } else if (strncmp(p, "-Infinity", 9) == 0) {
+            memcpy(o, "-1e999", 6), o += 6, p += 9;
+        } else if (strncmp(p, "Infinity", 8) == 0) {
+            memcpy(o, "1e999", 5), o += 5, p += 8;
+        } else if (strncmp(p, "NaN", 3) == 0) {
+            memcpy(o, "\"NaN\"", 5), o += 5, p += 3;
+        } else {
+            *o++ = *p++;
+        }
+    }
+    *o = '\0';
+    return out;
+}
+
 int hy_config_parse(const char *text, const char *path, hy_model_config *cfg, hy_err *err)
 {
     memset(cfg, 0, sizeof *cfg);
-    cJSON *root = cJSON_Parse(text), *empty = NULL;
+    char *json = nonfinite_to_json(text);
+    if (!json) return hy_err_set(err, HY_ENOMEM, "out of memory");
+    cJSON *root = cJSON_Parse(json), *empty = NULL;
+    free(json);
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return hy_err_set(err, HY_EFORMAT, "%s: not a well-formed JSON object", path);

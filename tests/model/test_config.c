@@ -1011,6 +1011,28 @@ static void test_minimax_defaults(void)
         HY_ERANGE, "num_experts_per_tok", NULL);
 }
 
+/* Python's json writes non-finite floats bare (Infinity, -Infinity, NaN), as
+ * released configs carry them (Nemotron-H's time_step_limit): a key the
+ * loader does not read may hold them; one it reads refuses them by its own
+ * rule; inside strings they are text. */
+static void test_nonfinite_literals(void)
+{
+    hy_model_config c;
+    parse_ok_text("{\"model_type\": \"qwen3_next\", \"time_step_limit\": [0.0, Infinity], "
+                  "\"x\": -Infinity, \"y\": NaN, \"architectures\": [\"NaN Infinity\"]}",
+                  &c);
+    CU_ASSERT_EQUAL(c.hidden, 2048);
+    CU_ASSERT_STRING_EQUAL(c.arch_name, "NaN Infinity");
+    text_fails("{\"model_type\": \"qwen3_next\", \"rms_norm_eps\": Infinity}", HY_ERANGE,
+               "'rms_norm_eps' = inf is outside", NULL);
+    text_fails("{\"model_type\": \"qwen3_next\", \"rope_theta\": -Infinity}", HY_ERANGE,
+               "'rope_theta'", NULL);
+    text_fails("{\"model_type\": \"qwen3_next\", \"hidden_size\": NaN}", HY_EINVAL,
+               "'hidden_size' must be an integer", NULL);
+    text_fails("{\"model_type\": \"qwen3_next\", \"a\": Infinit}", HY_EFORMAT,
+               "not a well-formed JSON object", NULL);
+}
+
 /* --- the suite ------------------------------------------------------------- */
 
 int main(void)
@@ -1040,6 +1062,7 @@ int main(void)
         {"olmo_hybrid: transformers' defaults and derivations", test_olmo_defaults},
         {"olmo_hybrid: RoPE whole or none", test_olmo_rope},
         {"minimax: transformers' defaults, alias and factors", test_minimax_defaults},
+        {"bare Infinity, -Infinity and NaN as Python writes them", test_nonfinite_literals},
         {NULL, NULL},
     };
     return run_suite_and_remove_dir("config", cases);
