@@ -136,11 +136,35 @@ static inline int hy_daemon_stop_with(hy_daemon *d, int sig, double timeout_s)
     return -1;
 }
 
-/* A clean stop (SIGTERM, drain): true when it exited 0 in time. */
+/* Prints the last `lines` lines of the daemon's log to stderr (best effort). */
+static inline void hy_daemon_print_log_tail(const hy_daemon *d, int lines)
+{
+    char cmd[sizeof d->log + 48];
+    snprintf(cmd, sizeof cmd, "tail -n %d '%s' >&2", lines, d->log);
+    fflush(stdout);
+    fflush(stderr);
+    if (system(cmd)) { /* the log is best effort */
+    }
+}
+
+/* A clean stop (SIGTERM, drain): true when it exited 0 in time. When not,
+ * says how it ended and prints the end of its log, so that a failure seen
+ * once (under a loaded CI machine) can be read afterwards. */
 static inline bool hy_daemon_stop(hy_daemon *d)
 {
-    int st = hy_daemon_stop_with(d, SIGTERM, 30);
-    return st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    const int st = hy_daemon_stop_with(d, SIGTERM, 30);
+    const bool ok = st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    if (!ok) {
+        if (st == -1)
+            fprintf(stderr, "daemon: no exit within 30 s of SIGTERM (killed)\n");
+        else if (WIFEXITED(st))
+            fprintf(stderr, "daemon: exit status %d after SIGTERM\n", WEXITSTATUS(st));
+        else if (WIFSIGNALED(st))
+            fprintf(stderr, "daemon: killed by signal %d after SIGTERM\n", WTERMSIG(st));
+        fprintf(stderr, "daemon: the end of its log (%s):\n", d->log);
+        hy_daemon_print_log_tail(d, 40);
+    }
+    return ok;
 }
 
 /* Whether the daemon's log contains s. */

@@ -480,7 +480,7 @@ int main(void)
     hyc_cluster_close(g_cl);
     for (int i = 0; i < 4; i++)
         if (g_node[i].pid > 0 && !hy_daemon_stop(&g_node[i])) {
-            fprintf(stderr, "member n%d did not stop cleanly on SIGTERM; its log:\n", i + 1);
+            fprintf(stderr, "member n%d did not stop cleanly on SIGTERM (above: how)\n", i + 1);
             rc = 1;
         }
     hy_test_etcd_stop(&g_etcd);
