@@ -294,7 +294,8 @@ static int run_pic_stream(hy_exec *ex, hy_state *st, const hy_request *rq, int W
                 rc = HY_OK;
                 break;
             }
-            if (rc == HY_EAGAIN) rc = hy_err_set(err, HY_EINVAL, "segment %zu: await gave no answer", j);
+            if (rc == HY_EAGAIN)
+                rc = hy_err_set(err, HY_EINVAL, "segment %zu: await gave no answer", j);
             if (!rc) rc = pic_add(st, rq, j, e, W, use_T, pos, pc, &np, ent, cap, res, err);
             pos += (int64_t)rq->segs[j].n;
             i = j + 1;

@@ -288,8 +288,8 @@ int hy_entry_build_streamed(hy_exec *ex, hy_state *st, const int32_t *tokens, si
     hy_capture *cap;
     int rc = hy_entry_build_begin(st->m, st->pos, tokens, n, W, dtype, &e, &cap, err);
     if (rc) return rc;
-    stream_ctx sc = {.e = e, .cap = cap, .end = st->pos + (int64_t)n, .on_layer = on_layer,
-                     .ctx = ctx};
+    stream_ctx sc = {
+        .e = e, .cap = cap, .end = st->pos + (int64_t)n, .on_layer = on_layer, .ctx = ctx};
     const hy_piece p = {.tokens = tokens, .n = n, .cap = cap};
     hy_exec_set_layer_hook(ex, layer_done, &sc);
     rc = hy_exec_run(ex, st, &p, 1, NULL, NULL, err);

@@ -69,33 +69,25 @@ typedef struct section {
  * room for MAX_SECTIONS. The sizes are those hy_entry_alloc gives the
  * sections (T per head as the Gated DeltaNet family's, a dense dk×dk), so a
  * section read whole into its buffer fits it. */
-/* A linear layer's T, S and conv tail in bytes, S stored in dtype dt. */
-static void linear_sections(const hy_model_config *c, hy_entry_dtype dt, size_t *t, size_t *s,
-                            size_t *tail)
+hy_entry_layer_bytes hy_entry_layer_sizes(const hy_model_config *c, hy_entry_dtype dt)
 {
-    *t = (size_t)c->lin_v_heads * hy_la_t_size(hy_lin_family(c), c->lin_dk) * 4;
-    *s = (size_t)c->lin_v_heads * c->lin_dk * c->lin_dv * (dt == HY_ENTRY_BF16 ? 2 : 4);
-    *tail = (size_t)(c->conv_kernel - 1) * (size_t)hy_config_conv_dim(c) * 4;
-}
-
-/* An attention layer's K (and as many for V) per body token, in bytes. */
-static size_t kv_bytes_per_token(const hy_model_config *c)
-{
-    return (size_t)c->n_kv_heads * c->head_dim * 4;
+    return (hy_entry_layer_bytes){
+        .t = (size_t)c->lin_v_heads * hy_la_t_size(hy_lin_family(c), c->lin_dk) * 4,
+        .s = (size_t)c->lin_v_heads * c->lin_dk * c->lin_dv * (dt == HY_ENTRY_BF16 ? 2 : 4),
+        .tail = (size_t)(c->conv_kernel - 1) * (size_t)hy_config_conv_dim(c) * 4,
+        .kv_per_token = (size_t)c->n_kv_heads * c->head_dim * 4};
 }
 
 void hy_entry_bytes_for(const hy_model_config *c, hy_entry_dtype dt, size_t *constant,
                         size_t *per_body_token)
 {
+    const hy_entry_layer_bytes b = hy_entry_layer_sizes(c, dt);
     size_t k = 0, t = 0;
     for (int i = 0; i < c->n_layers; i++) {
-        if (c->layer_kind[i] == HY_LAYER_LINEAR) {
-            size_t ts, ss, tl;
-            linear_sections(c, dt, &ts, &ss, &tl);
-            k += ts + ss + tl;
-        } else {
-            t += 2 * kv_bytes_per_token(c);
-        }
+        if (c->layer_kind[i] == HY_LAYER_LINEAR)
+            k += b.t + b.s + b.tail;
+        else
+            t += 2 * b.kv_per_token;
     }
     *constant = k;
     *per_body_token = t;
@@ -106,17 +98,17 @@ static size_t list_sections(const hy_entry *e, section *out)
     const hy_model_config *c = &e->cfg;
     assert(c->n_layers == e->n_layers && c->n_layers <= HY_MAX_LAYERS);
     assert(e->dtype == HY_ENTRY_F32 || e->dtype == HY_ENTRY_BF16);
+    const hy_entry_layer_bytes b = hy_entry_layer_sizes(c, e->dtype);
     size_t k = 0;
     out[k++] = (section){SEC_TOKENS, 0, e->tokens, (void **)&e->tokens, (size_t)e->n * 4, 0};
     for (int i = 0; i < c->n_layers; i++) {
         if (c->layer_kind[i] == HY_LAYER_LINEAR) {
-            size_t ts, ss, tl;
-            linear_sections(c, e->dtype, &ts, &ss, &tl);
-            out[k++] = (section){SEC_T, (uint32_t)i, e->T[i], (void **)&e->T[i], ts, 0};
-            out[k++] = (section){SEC_S, (uint32_t)i, e->S[i], &e->S[i], ss, 0};
-            out[k++] = (section){SEC_TAIL, (uint32_t)i, e->tail[i], (void **)&e->tail[i], tl, 0};
+            out[k++] = (section){SEC_T, (uint32_t)i, e->T[i], (void **)&e->T[i], b.t, 0};
+            out[k++] = (section){SEC_S, (uint32_t)i, e->S[i], &e->S[i], b.s, 0};
+            out[k++] =
+                (section){SEC_TAIL, (uint32_t)i, e->tail[i], (void **)&e->tail[i], b.tail, 0};
         } else {
-            const size_t kv = (size_t)e->nb * kv_bytes_per_token(c);
+            const size_t kv = (size_t)e->nb * b.kv_per_token;
             out[k++] = (section){SEC_K, (uint32_t)i, e->K[i], (void **)&e->K[i], kv, 0};
             out[k++] = (section){SEC_V, (uint32_t)i, e->V[i], (void **)&e->V[i], kv, 0};
         }

@@ -213,9 +213,7 @@ static int ensure_workspace(hy_exec *ex, size_t B, int64_t ctx, hy_err *err)
     }
     plan(ex, B, ex->ws);
     ex->step_cap = 0; /* until the scratch is in place too */
-    size_t per = c->lin_kind == HY_LIN_LIGHTNING
-                     ? hy_la_chunked_scratch(HY_LA_LIGHTNING, c->lin_dk, c->lin_dv)
-                     : hy_gdn_chunked_scratch(c->lin_dk, c->lin_dv);
+    size_t per = hy_la_chunked_scratch(hy_lin_family(c), c->lin_dk, c->lin_dv);
     per = HY_MAX(per, (size_t)HY_ATTN_BLOCK * (size_t)ctx);
     per = HY_MAX(per, compose_floats(c)); /* a hole's or a capture's composition */
     size_t total = per * (size_t)ex->nthreads;
@@ -390,10 +388,6 @@ static void moe_mlp(hy_exec *ex, const hy_layer_w *L, int n)
 
 /* --- linear layers ------------------------------------------------------ */
 
-/* The T of the model's linear layers: dense dk×dk per head for Gated
- * DeltaNet, a scalar for lightning attention. */
-#define LIN_TKIND hy_lin_tkind(c)
-
 /* A hole composed into one head's state: S ← T·S + S_body, or S ← S + S_body
  * without T (naive: T replaced by I — wrong for any decaying layer). work:
  * compose_floats(). */
@@ -405,13 +399,13 @@ static void compose_head(const hy_model_config *c, const hy_entry *e, int li, in
     const float *sb = (const float *)e->S[li] + (size_t)h * ss;
     if (e->dtype == HY_ENTRY_BF16) {
         const uint16_t *b = (const uint16_t *)e->S[li] + (size_t)h * ss;
-        float *f = work + hy_la_compose_scratch(LIN_TKIND, dk, dv);
+        float *f = work + hy_la_compose_scratch(hy_lin_tkind(c), dk, dv);
         for (size_t j = 0; j < ss; j++) f[j] = hy_bf16_to_f32(b[j]);
         sb = f;
     }
     if (use_T)
-        hy_la_apply(LIN_TKIND, dk, dv, e->T[li] + (size_t)h * hy_la_t_size(hy_lin_family(c), dk),
-                    sb, S, work);
+        hy_la_apply(hy_lin_tkind(c), dk, dv,
+                    e->T[li] + (size_t)h * hy_la_t_size(hy_lin_family(c), dk), sb, S, work);
     else
         for (size_t j = 0; j < ss; j++) S[j] += sb[j];
 }
@@ -457,7 +451,7 @@ static double head_items(hy_exec *ex, hy_state *st, int li, int h, const item *i
         }
         if (cap && it[i].last) { /* the segment's end: S_w ← S_body = S − T·S_w */
             float *sw = cap->S_w[li] + (size_t)h * ss;
-            hy_la_extract(LIN_TKIND, dk, dv, cap->T[li] + (size_t)h * th, sw, S, sw, work);
+            hy_la_extract(hy_lin_tkind(c), dk, dv, cap->T[li] + (size_t)h * th, sw, S, sw, work);
         }
     }
     return composing;

@@ -460,7 +460,8 @@ int hy_model_init(const char *preset_name, uint64_t seed, const char *dir, const
     const int64_t H = p->hidden;
     ADD(&w, "model.embed_tokens.weight", 0, 0.0, 0.25, p->vocab, H);
     for (int i = 0; i < p->layers; i++) add_layer(&w, p, i);
-    ADD(&w, "model.norm.weight", 0, p->arch >= HY_ARCH_OLMO_HYBRID ? 1.0 : 0.0, 0.1, H); /* plain */
+    /* Qwen3-Next's norms are zero-centred (1 + w), the others' plain (w) */
+    ADD(&w, "model.norm.weight", 0, p->arch == HY_ARCH_QWEN3_NEXT ? 0.0 : 1.0, 0.1, H);
     if (!p->tie) ADD(&w, "lm_head.weight", 0, 0.0, 1.0 / sqrt((double)H), p->vocab, H);
 
     int rc =

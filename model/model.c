@@ -133,7 +133,7 @@ static int load(loader *ld, const char *name, int nd, const int64_t *dims, float
 static int load_norm1(loader *ld, const char *name, int64_t d, float **out)
 {
     int rc = LOAD(ld, name, NULL, out, d);
-    if (rc == HY_OK && ld->m->cfg.arch <= HY_ARCH_QWEN3_5_MOE)
+    if (rc == HY_OK && ld->m->cfg.norm_offset)
         for (int64_t i = 0; i < d; i++) (*out)[i] += 1.0f;
     return rc;
 }

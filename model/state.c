@@ -171,25 +171,26 @@ float *hy_state_v(hy_state *s, int layer)
     return layer_ok(s, layer) ? s->v[layer] : NULL;
 }
 
-int hy_state_layout(const hy_model_config *c, int64_t pos, hy_state_tensor *out,
-                    uint64_t *total)
+int hy_state_layout(const hy_model_config *c, int64_t pos, hy_state_tensor *out, uint64_t *total)
 {
     uint64_t off = 0;
     int n = 0;
     for (int i = 0; i < c->n_layers; i++) {
         hy_state_tensor a, b;
         if (c->layer_kind[i] == HY_LAYER_LINEAR) {
-            a = (hy_state_tensor){i, HY_PART_CONV, 2,
-                                  {(uint64_t)c->conv_kernel - 1, (uint64_t)hy_config_conv_dim(c)},
-                                  0, conv_floats(c) * sizeof(float)};
-            b = (hy_state_tensor){i, HY_PART_S, 3,
-                                  {(uint64_t)c->lin_v_heads, (uint64_t)c->lin_dk,
-                                   (uint64_t)c->lin_dv},
-                                  0, s_floats(c) * sizeof(float)};
+            a = (hy_state_tensor){
+                i, HY_PART_CONV,
+                2, {(uint64_t)c->conv_kernel - 1, (uint64_t)hy_config_conv_dim(c)},
+                0, conv_floats(c) * sizeof(float)};
+            b = (hy_state_tensor){
+                i, HY_PART_S,
+                3, {(uint64_t)c->lin_v_heads, (uint64_t)c->lin_dk, (uint64_t)c->lin_dv},
+                0, s_floats(c) * sizeof(float)};
         } else {
-            a = (hy_state_tensor){i, HY_PART_K, 3,
-                                  {(uint64_t)pos, (uint64_t)c->n_kv_heads, (uint64_t)c->head_dim},
-                                  0, (uint64_t)pos * kv_row(c) * sizeof(float)};
+            a = (hy_state_tensor){
+                i, HY_PART_K,
+                3, {(uint64_t)pos, (uint64_t)c->n_kv_heads, (uint64_t)c->head_dim},
+                0, (uint64_t)pos * kv_row(c) * sizeof(float)};
             b = a;
             b.part = HY_PART_V;
         }
@@ -209,10 +210,14 @@ const float *hy_state_part_data(hy_state *st, const hy_state_tensor *t)
 {
     if (!layer_ok(st, t->layer)) return NULL;
     switch (t->part) {
-    case HY_PART_CONV: return st->conv[t->layer];
-    case HY_PART_S: return st->S[t->layer];
-    case HY_PART_K: return t->shape[0] <= (uint64_t)st->pos ? st->k[t->layer] : NULL;
-    case HY_PART_V: return t->shape[0] <= (uint64_t)st->pos ? st->v[t->layer] : NULL;
+    case HY_PART_CONV:
+        return st->conv[t->layer];
+    case HY_PART_S:
+        return st->S[t->layer];
+    case HY_PART_K:
+        return t->shape[0] <= (uint64_t)st->pos ? st->k[t->layer] : NULL;
+    case HY_PART_V:
+        return t->shape[0] <= (uint64_t)st->pos ? st->v[t->layer] : NULL;
     }
     return NULL;
 }

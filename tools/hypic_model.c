@@ -179,10 +179,9 @@ static int cmd_entry_size(int argc, char **argv)
         natt += c.layer_kind[i] == HY_LAYER_ATTENTION;
     }
     const bool scalar_t = c.lin_kind == HY_LIN_LIGHTNING; /* one decay per head */
-    const double T = (double)c.lin_v_heads * (scalar_t ? 1 : c.lin_dk * c.lin_dk) * 4;
-    const double S = (double)c.lin_v_heads * c.lin_dk * c.lin_dv * 4;
-    const double tail = (double)(c.conv_kernel - 1) * hy_config_conv_dim(&c) * 4;
-    const double kv = 2.0 * c.n_kv_heads * c.head_dim * 4;
+    const hy_entry_layer_bytes lb = hy_entry_layer_sizes(&c, HY_ENTRY_F32);
+    const double T = (double)lb.t, S = (double)lb.s, tail = (double)lb.tail;
+    const double kv = 2.0 * (double)lb.kv_per_token;
     char b[6][32];
     human_bytes(T, b[0], sizeof b[0]);
     human_bytes(S, b[1], sizeof b[1]);

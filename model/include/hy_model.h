@@ -45,6 +45,7 @@ typedef struct hy_model_config {
     char model_type[64]; /* e.g. "qwen3_next" */
     int vocab, hidden, n_layers;
     float rms_eps;
+    bool norm_offset; /* zero-centred RMSNorm weights: the multiplier is 1 + w (Qwen) */
     bool tie_embeddings;
     /* full attention */
     int n_heads, n_kv_heads, head_dim, rotary_dim; /* rotary_dim 0: no positional encoding */
@@ -55,7 +56,7 @@ typedef struct hy_model_config {
     /* linear attention */
     hy_lin_kind lin_kind;
     int lin_k_heads, lin_v_heads, lin_dk, lin_dv;
-    int conv_kernel; /* 1: no conv (lightning) */
+    int conv_kernel;      /* 1: no conv (lightning) */
     float lin_beta_scale; /* beta = scale·sigmoid(b): 2 lets the eigenvalues reach −1 */
     float lin_norm_eps;   /* epsilon of the gated output RMSNorm */
     /* MiniMax's residuals: each sublayer replaces the stream by
@@ -231,6 +232,12 @@ size_t hy_entry_payload_bytes(const hy_entry *e);
  * and alignment come on top. */
 void hy_entry_bytes_for(const hy_model_config *c, hy_entry_dtype dt, size_t *constant,
                         size_t *per_body_token);
+/* One layer's sections in bytes: a linear layer's T, S (in dt) and conv tail,
+ * an attention layer's K (and as many for V) per body token. */
+typedef struct hy_entry_layer_bytes {
+    size_t t, s, tail, kv_per_token;
+} hy_entry_layer_bytes;
+hy_entry_layer_bytes hy_entry_layer_sizes(const hy_model_config *c, hy_entry_dtype dt);
 int hy_entry_seam_setting(const hy_entry *e); /* W, the setting it was built under */
 hy_entry_dtype hy_entry_dtype_of(const hy_entry *e);
 /* The sections of the serialised form, in file order: name ("TOKENS", "T",
@@ -386,8 +393,7 @@ typedef struct hy_state_tensor {
 } hy_state_tensor;
 /* Fills out[0 .. 2·n_layers) for a state at position pos and returns how
  * many; *total: the bytes from the layout's start to its last tensor's end. */
-int hy_state_layout(const hy_model_config *c, int64_t pos, hy_state_tensor *out,
-                    uint64_t *total);
+int hy_state_layout(const hy_model_config *c, int64_t pos, hy_state_tensor *out, uint64_t *total);
 /* Where tensor t's floats are in st (NULL when t does not fit st). */
 const float *hy_state_part_data(hy_state *st, const hy_state_tensor *t);
 
