@@ -57,6 +57,7 @@ static int member_start(hy_daemon *d, const char *name, int port, const char *cl
              "models: [{name: tiny, path: %s/models/tiny}]\n"
              "tiers: {host: {bytes: 64M}}\n"
              "executor: {threads: 1}\n"
+             "limits: {workers: 8, watchers: 2}\n" /* 3 members at once: not 3 x 32 RPC threads */
              "log: {requests: false}\n"
              "cluster: %s\n",
              port, g_tmp, cluster);

@@ -50,6 +50,7 @@ static const char *k_config = "listen: 127.0.0.1:0\n"
                               "         {name: tiny-minimax, path: var/models/tiny-minimax}]\n"
                               "tiers: {host: {bytes: 256M}}\n"
                               "executor: {threads: 1}\n"
+                              "limits: {workers: 8, watchers: 2}\n" /* with 2 workers and a reference */
                               "scatter: {spawn: 2, min_tokens: 64, timeout_ms: 2000,\n"
                               "          probe_ms: 100, retries: 2}\n"
                               "log: {requests: false}\n";
@@ -61,6 +62,7 @@ static const char *k_ref_config = "listen: 127.0.0.1:0\n"
                                   "         {name: tiny-minimax, path: var/models/tiny-minimax}]\n"
                                   "tiers: {host: {bytes: 256M}}\n"
                                   "executor: {threads: 1}\n"
+                                  "limits: {workers: 8, watchers: 2}\n"
                                   "log: {requests: false}\n";
 
 typedef struct worker_view {

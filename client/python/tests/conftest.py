@@ -7,9 +7,13 @@ trained model `recall` (models/hypic-recall). Its address is read from its
 test_hypicctl.sh does), also when a test fails, and by the kernel if pytest itself
 dies (PR_SET_PDEATHSIG), so no run leaves a daemon behind.
 
-Two daemons, one per session: `daemon` runs open (plaintext, no tokens: every call
-is tenant 'default', an admin), `secure_daemon` with TLS (tests/fixtures/tls) and two
-tenants, alice (admin) and bob.
+Each daemon lives for the test module that asks for it (module scope), so a run holds
+only the daemons of one module at a time: `daemon` runs open (plaintext, no tokens:
+every call is tenant 'default', an admin), `secure_daemon` with TLS (tests/fixtures/tls)
+and two tenants, alice (admin) and bob, `mtls_daemon` asks for client certificates, and
+`family_daemon` serves one preset of each hybrid family. Each keeps 6 RPC threads
+(limits.workers, 32 by default): four daemons of the default size held 170 threads
+together, and a CI machine refused one of them a thread at start (pthread_create EAGAIN).
 """
 
 from __future__ import annotations
@@ -108,17 +112,20 @@ def _serve(tmp_path_factory: pytest.TempPathFactory, name: str, config: str) -> 
             pytest.fail(f"hypic-cached died during the tests ({d.proc.returncode}); its log:\n{d.log()}")
 
 
+# 6 RPC threads a daemon (limits.workers, 32 by default), and Watch below them
+LIMITS = "limits: {workers: 6, watchers: 2}"
 COMMON = f"""\
 listen: 127.0.0.1:0
 http_listen: ""
 models: [{{name: recall, path: {MODEL_DIR}}}]
 tiers: {{host: {{bytes: 64M, admit: always}}}}
 executor: {{threads: 2}}
+{LIMITS}
 log: {{requests: false}}
 """
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     """hypic-cached, plaintext, no tokens."""
     yield from _serve(tmp_path_factory, "open", COMMON)
@@ -127,7 +134,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
 FAMILIES = ("tiny", "tiny-olmo", "tiny-minimax")  # one generated preset per hybrid family (--init-models)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def family_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     """hypic-cached serving one generated preset of each hybrid family."""
     models = ", ".join(f"{{name: {m}, path: var/models/{m}}}" for m in FAMILIES)
@@ -136,7 +143,7 @@ def family_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     yield from _serve(tmp_path_factory, "families", config)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def secure_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     """hypic-cached with TLS and tenants alice (admin) and bob."""
     config = (
@@ -152,7 +159,7 @@ tenants:
     yield from _serve(tmp_path_factory, "secure", config)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def mtls_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     """hypic-cached asking every connection for a client certificate of members-ca.pem."""
     config = (

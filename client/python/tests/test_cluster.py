@@ -23,7 +23,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from conftest import EXAMPLES, MODEL_DIR, TLS, Daemon, _die_with_parent, start_daemon, stop_daemon
+from conftest import EXAMPLES, LIMITS, MODEL_DIR, TLS, Daemon, _die_with_parent, start_daemon, stop_daemon
 
 import hypic
 from hypic import cluster
@@ -139,6 +139,7 @@ http_listen: ""
 models: [{{name: {MODEL}, path: {MODEL_DIR}}}]
 tiers: {{host: {{bytes: 64M, admit: always}}}}
 executor: {{threads: 1}}
+{LIMITS}
 log: {{requests: false}}
 cluster: {cluster_yaml}
 """
