@@ -284,17 +284,32 @@ TTL_S = 2
 def start_etcd(tmp: Path, tls: bool = False) -> tuple[subprocess.Popen[bytes], str]:
     """A one-node etcd on free ports, serving TLS with tests/fixtures/tls's server
     certificate when asked: its process and client endpoint, once it answers (the
-    caller kills it)."""
+    caller kills it). The ports are free when picked, not when etcd binds them a moment
+    later (another test's port-0 listener may take one first): a start that fails is
+    tried twice more on other ports, as tests/etcd_fixture.h does."""
     exe = shutil.which("etcd")
     if exe is None:
         pytest.skip("etcd is not on PATH (Debian: etcd-server): the etcd membership is not tested")
+    logs = []
+    for attempt in range(3):
+        started = _try_etcd(exe, tmp / f"etcd{attempt}", tls)
+        if isinstance(started, tuple):
+            return started
+        logs.append(f"attempt {attempt + 1}:\n{started}")
+    pytest.fail("etcd did not start; its logs:\n" + "\n".join(logs))
+
+
+def _try_etcd(exe: str, dir: Path, tls: bool) -> tuple[subprocess.Popen[bytes], str] | str:
+    """etcd in dir on two ports picked now: its process and endpoint once it answers a
+    Range, or its log when it exits or stays silent for 20 s (and is killed)."""
+    dir.mkdir()
     client_port, peer_port = free_ports(2)
     cu = f"{'https' if tls else 'http'}://127.0.0.1:{client_port}"
     pu = f"http://127.0.0.1:{peer_port}"
     more = ["--cert-file", str(TLS / "server.pem"), "--key-file", str(TLS / "server.key")] if tls else []
-    with open(tmp / "etcd.log", "wb") as log:
+    with open(dir / "etcd.log", "wb") as log:
         proc = subprocess.Popen(
-            [exe, "--name", "t", "--data-dir", str(tmp / "etcd-data"),
+            [exe, "--name", "t", "--data-dir", str(dir / "etcd-data"),
              "--listen-client-urls", cu, "--advertise-client-urls", cu,
              "--listen-peer-urls", pu, "--initial-advertise-peer-urls", pu,
              "--initial-cluster", f"t={pu}", "--heartbeat-interval", "50", "--election-timeout", "250",
@@ -319,14 +334,15 @@ def start_etcd(tmp: Path, tls: bool = False) -> tuple[subprocess.Popen[bytes], s
                     return proc.poll() is not None
 
             up = wait_until(ready, 20, 0.1) and proc.poll() is None
-        if not up:
-            log = (tmp / "etcd.log").read_text(errors="replace")
-            pytest.fail(f"etcd did not start; its log:\n{log}")
     except BaseException:
         proc.kill()
         proc.wait()
         raise
-    return proc, endpoint
+    if up:
+        return proc, endpoint
+    proc.kill()
+    proc.wait()
+    return (dir / "etcd.log").read_text(errors="replace")
 
 
 @pytest.fixture
