@@ -21,7 +21,7 @@
  * each at its own segment's start) thus computes about the causal area
  * rather than B × the last row's context; a block of consecutive rows spans
  * at most B − 1 keys past its first row and stays one product. */
-static void block(int B, int hd, const int64_t *pos, const float *q, size_t ldq, const float *K,
+static void block(int B, int dk, int dv, const int64_t *pos, const float *q, size_t ldq, const float *K,
                   size_t ldk, const float *V, size_t ldv, float scale, float *o, size_t ldo,
                   float *scores)
 {
@@ -31,7 +31,7 @@ static void block(int B, int hd, const int64_t *pos, const float *q, size_t ldq,
     for (int c0 = 0; c0 < ctx; c0 = c0 ? c0 + HY_ATTN_TILE : shared) {
         const int w = c0 ? HY_MIN_INT(HY_ATTN_TILE, ctx - c0) : shared;
         while (pos[s] < c0) s++;
-        hy_gemm(0, 1, B - s, w, hd, scale, q + (size_t)s * ldq, ldq, K + (size_t)c0 * ldk, ldk,
+        hy_gemm(0, 1, B - s, w, dk, scale, q + (size_t)s * ldq, ldq, K + (size_t)c0 * ldk, ldk,
                 0.0f, scores + (size_t)s * ctx + c0, (size_t)ctx);
     }
     for (int i = 0; i < B; i++) {
@@ -61,7 +61,7 @@ static void block(int B, int hd, const int64_t *pos, const float *q, size_t ldq,
     for (int c0 = 0; c0 < ctx; c0 = c0 ? c0 + HY_ATTN_TILE : shared) {
         const int w = c0 ? HY_MIN_INT(HY_ATTN_TILE, ctx - c0) : shared;
         while (pos[s] < c0) s++;
-        hy_gemm(0, 0, B - s, hd, w, 1.0f, scores + (size_t)s * ctx + c0, (size_t)ctx,
+        hy_gemm(0, 0, B - s, dv, w, 1.0f, scores + (size_t)s * ctx + c0, (size_t)ctx,
                 V + (size_t)c0 * ldv, ldv, c0 ? 1.0f : 0.0f, o + (size_t)s * ldo, ldo);
     }
 }
@@ -74,16 +74,16 @@ void hy_attention(int n, int hd, int64_t pos0, const float *q, size_t ldq, const
     for (int b0 = 0; b0 < n; b0 += HY_ATTN_BLOCK) {
         const int B = HY_MIN_INT(HY_ATTN_BLOCK, n - b0);
         for (int i = 0; i < B; i++) pos[i] = pos0 + b0 + i;
-        block(B, hd, pos, q + (size_t)b0 * ldq, ldq, K, ldk, V, ldv, scale, o + (size_t)b0 * ldo,
+        block(B, hd, hd, pos, q + (size_t)b0 * ldq, ldq, K, ldk, V, ldv, scale, o + (size_t)b0 * ldo,
               ldo, scores);
     }
 }
 
-void hy_attention_at(int n, int hd, const int64_t *pos, const float *q, size_t ldq, const float *K,
+void hy_attention_at(int n, int dk, int dv, const int64_t *pos, const float *q, size_t ldq, const float *K,
                      size_t ldk, const float *V, size_t ldv, float scale, float *o, size_t ldo,
                      float *scores)
 {
     for (int b0 = 0; b0 < n; b0 += HY_ATTN_BLOCK)
-        block(HY_MIN_INT(HY_ATTN_BLOCK, n - b0), hd, pos + b0, q + (size_t)b0 * ldq, ldq, K, ldk, V,
+        block(HY_MIN_INT(HY_ATTN_BLOCK, n - b0), dk, dv, pos + b0, q + (size_t)b0 * ldq, ldq, K, ldk, V,
               ldv, scale, o + (size_t)b0 * ldo, ldo, scores);
 }

@@ -36,14 +36,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { N_ARCH = HY_ARCH_COUNT, MAX_KEYS = 48 };
+enum { N_ARCH = HY_ARCH_COUNT, MAX_KEYS = 80 };
 _Static_assert(HY_ARCH_QWEN3_NEXT == 0 && HY_ARCH_QWEN3_5 == 1 && HY_ARCH_QWEN3_5_MOE == 2 &&
-                   HY_ARCH_OLMO_HYBRID == 3 && HY_ARCH_MINIMAX == 4 && N_ARCH == 5,
+                   HY_ARCH_OLMO_HYBRID == 3 && HY_ARCH_MINIMAX == 4 &&
+                   HY_ARCH_KIMI_LINEAR == 5 && N_ARCH == 6,
                "k_keys' default columns are indexed by hy_arch");
 
 /* The text model type of each architecture, as transformers names it. */
 static const char *const k_text_type[N_ARCH] = {"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text",
-                                                "olmo_hybrid", "minimax"};
+                                                "olmo_hybrid", "minimax", "kimi_linear"};
 
 typedef enum key_type { KT_INT, KT_NUM, KT_BOOL, KT_OTHER } key_type;
 /* An int field whose key is absent (or null) and derived from others. */
@@ -58,6 +59,9 @@ typedef struct cfg_vals {
     bool attention_bias, neg_eigval;
     int block_size;
     double alpha_beta[6]; /* MiniMax: full-attention, linear-attention and MLP alpha, beta */
+    int n_shared, first_dense; /* Kimi */
+    double routed_scale;
+    bool mlp_types_given; /* mlp_layer_types set layer_moe */
     bool mlp_only[HY_MAX_LAYERS];
 } cfg_vals;
 
@@ -70,6 +74,7 @@ typedef struct cfg_ctx {
     hy_err *err;
     cfg_vals v;
     bool given[MAX_KEYS]; /* k_keys[i] was present in config.json */
+    const cJSON *kda_layers, *full_layers; /* linear_attn_config's lists, when both are there */
 } cfg_ctx;
 
 typedef struct cfg_key cfg_key;
@@ -94,17 +99,22 @@ static int read_rope(cfg_ctx *c, const cfg_key *k);
 static int read_layers(cfg_ctx *c, const cfg_key *k);
 static int read_mlp_only(cfg_ctx *c, const cfg_key *k);
 static int read_sliding(cfg_ctx *c, const cfg_key *k);
+static int read_lin_cfg(cfg_ctx *c, const cfg_key *k);
+static int read_mlp_types(cfg_ctx *c, const cfg_key *k);
+static int mark_layers(cfg_ctx *c, const cJSON *list, const char *name, hy_layer_kind kind,
+                       bool *seen);
 
 #define V(f) offsetof(cfg_vals, f)
 /* Table rows: a scalar key read in table order, or one with its own reader. */
-#define SCALAR(nm, at, ty, field, d0, d1, d2, d3, d4, lo_, hi_, what)                              \
+#define SCALAR(nm, at, ty, field, d0, d1, d2, d3, d4, d5, lo_, hi_, what)                          \
     {                                                                                              \
-        .name = nm, .where = at, .type = ty, .off = V(field), .def = {d0, d1, d2, d3, d4},         \
+        .name = nm, .where = at, .type = ty, .off = V(field), .def = {d0, d1, d2, d3, d4, d5},     \
         .lo = lo_, .hi = hi_, .meaning = what                                                      \
     }
-#define OTHER(nm, at, tn, d0, d1, d2, d3, d4, reader, runs_, what, later)                          \
+#define OTHER(nm, at, tn, d0, d1, d2, d3, d4, d5, reader, runs_, what, later)                      \
     {                                                                                              \
-        .name = nm, .where = at, .type = KT_OTHER, .def = {d0, d1, d2, d3, d4}, .read = reader,    \
+        .name = nm, .where = at, .type = KT_OTHER, .def = {d0, d1, d2, d3, d4, d5},                \
+        .read = reader,                                                                            \
         .tname = tn, .runs = runs_, .meaning = what, .deferred = later                             \
     }
 
@@ -117,131 +127,176 @@ static int read_sliding(cfg_ctx *c, const cfg_key *k);
  * says `null`, null; a default mentioning `null` accepts null. */
 static const cfg_key k_keys[] = {
     OTHER("model_type", AT_TOP, "string", "required", "required", "required", "required",
-          "required", NULL,
+          "required", "required", NULL,
           "`qwen3_next`; `qwen3_5_text` or `qwen3_5` (nested); `qwen3_5_moe_text` or "
-          "`qwen3_5_moe` (nested); `olmo_hybrid`; `minimax`",
+          "`qwen3_5_moe` (nested); `olmo_hybrid`; `minimax`; `kimi_linear`",
           "selects the architecture; `qwen3_5` and `qwen3_5_moe` are the vision-language "
           "composites whose text model is under `text_config`",
           true),
-    OTHER("architectures", AT_TOP, "list of strings", "none", "none", "none", "none", "none", NULL,
+    OTHER("architectures", AT_TOP, "list of strings", "none", "none", "none", "none", "none", "none", NULL,
           "any", "recorded (the first entry) for reports; the executor is chosen by `model_type`",
           true),
     OTHER("text_config", AT_TOP, "object", NULL, "`{}` (all defaults)", "`{}` (all defaults)", NULL,
-          NULL, NULL, "an object or null",
+          NULL, NULL, NULL, "an object or null",
           "the text model's keys of a composite config; its own `model_type` is not consulted",
           true),
-    SCALAR("vocab_size", AT_TEXT, KT_INT, c.vocab, "151936", "248320", "248320", "100352", "32000",
+    SCALAR("vocab_size", AT_TEXT, KT_INT, c.vocab, "151936", "248320", "248320", "100352", "32000", "163840",
            1, 1 << 24, "rows of the embedding and of the LM head"),
-    SCALAR("hidden_size", AT_TEXT, KT_INT, c.hidden, "2048", "4096", "2048", "3840", "4096", 1,
+    SCALAR("hidden_size", AT_TEXT, KT_INT, c.hidden, "2048", "4096", "2048", "3840", "4096", "2304", 1,
            1 << 16, "width of the residual stream"),
-    SCALAR("num_hidden_layers", AT_TEXT, KT_INT, c.n_layers, "48", "32", "40", "32", "32", 1,
+    SCALAR("num_hidden_layers", AT_TEXT, KT_INT, c.n_layers, "48", "32", "40", "32", "32", "27", 1,
            HY_MAX_LAYERS, "decoder layers; a tensor of a layer beyond them is an error"),
     SCALAR("intermediate_size", AT_TEXT, KT_INT, c.intermediate, "5632", "12288", NULL, "11008",
-           "14336", 0, 1 << 20, "width of a dense (SwiGLU) MLP; 0 only where no layer is dense"),
-    SCALAR("num_attention_heads", AT_TEXT, KT_INT, c.n_heads, "16", "16", "16", "30", "32", 1, 1024,
+           "14336", "9216", 0, 1 << 20, "width of a dense (SwiGLU) MLP; 0 only where no layer is dense"),
+    SCALAR("num_attention_heads", AT_TEXT, KT_INT, c.n_heads, "16", "16", "16", "30", "32", "32", 1, 1024,
            "query heads of a full-attention layer; a multiple of `num_key_value_heads`"),
     SCALAR("num_key_value_heads", AT_TEXT, KT_INT, c.n_kv_heads, "2", "4", "2",
-           "=`null`: `num_attention_heads`", "8", 1, 1024,
+           "=`null`: `num_attention_heads`", "8", "32; `null`: `num_attention_heads`", 1, 1024,
            "key/value heads of a full-attention layer (GQA)"),
     SCALAR("head_dim", AT_TEXT, KT_INT, c.head_dim, "256", "256", "256",
            "=absent: `hidden_size` / `num_attention_heads`",
-           "=`null`: `hidden_size` / `num_attention_heads`", 2, 4096,
+           "=`null`: `hidden_size` / `num_attention_heads`", NULL, 2, 4096,
            "width of a full-attention head"),
     OTHER("hidden_act", AT_TEXT, "string", "`\"silu\"`", "`\"silu\"`", "`\"silu\"`", "`\"silu\"`",
-          "`\"silu\"`", read_act, "`\"silu\"` only", "activation of every MLP", false),
+          "`\"silu\"`", "`\"silu\"`", read_act, "`\"silu\"` only", "activation of every MLP", false),
     SCALAR("attention_bias", AT_TEXT, KT_BOOL, attention_bias, "false", "false", "false", "false",
-           NULL, 0, 0, "biases on the q/k/v/o projections"),
-    SCALAR("rms_norm_eps", AT_TEXT, KT_NUM, rms_eps, "1e-06", "1e-06", "1e-06", "1e-06", "1e-05", 0,
+           NULL, "false", 0, 0, "biases on the q/k/v/o projections"),
+    SCALAR("rms_norm_eps", AT_TEXT, KT_NUM, rms_eps, "1e-06", "1e-06", "1e-06", "1e-06", "1e-05", "1e-05", 0,
            1, "epsilon of every RMSNorm"),
     SCALAR("linear_num_key_heads", AT_TEXT, KT_INT, c.lin_k_heads, "16", "16", "16",
-           "=`null`: `num_attention_heads`", NULL, 1, 1024,
+           "=`null`: `num_attention_heads`", NULL, NULL, 1, 1024,
            "query/key heads of a Gated DeltaNet layer"),
     SCALAR("linear_num_value_heads", AT_TEXT, KT_INT, c.lin_v_heads, "32", "32", "32",
-           "=`null`: `num_attention_heads`", NULL, 1, 1024,
+           "=`null`: `num_attention_heads`", NULL, NULL, 1, 1024,
            "value heads of a Gated DeltaNet layer; a multiple of `linear_num_key_heads`"),
     SCALAR("linear_key_head_dim", AT_TEXT, KT_INT, c.lin_dk, "128", "128", "128",
-           "=`null`: int(0.75 × `hidden_size` / `linear_num_key_heads`)", NULL, 1, 1024,
+           "=`null`: int(0.75 × `hidden_size` / `linear_num_key_heads`)", NULL, NULL, 1, 1024,
            "key width of a Gated DeltaNet head"),
     SCALAR("linear_value_head_dim", AT_TEXT, KT_INT, c.lin_dv, "128", "128", "128",
-           "=`null`: 2 × `linear_key_head_dim`", NULL, 1, 1024,
+           "=`null`: 2 × `linear_key_head_dim`", NULL, NULL, 1, 1024,
            "value width of a Gated DeltaNet head"),
-    SCALAR("linear_allow_neg_eigval", AT_TEXT, KT_BOOL, neg_eigval, NULL, NULL, NULL, "true", NULL,
+    SCALAR("linear_allow_neg_eigval", AT_TEXT, KT_BOOL, neg_eigval, NULL, NULL, NULL, "true", NULL, NULL,
            0, 1,
            "beta = 2·sigmoid(b) instead of sigmoid(b): the delta rule's eigenvalues 1 − beta "
            "then reach down to −1"),
-    SCALAR("linear_conv_kernel_dim", AT_TEXT, KT_INT, c.conv_kernel, "4", "4", "4", "4", NULL, 1,
+    SCALAR("linear_conv_kernel_dim", AT_TEXT, KT_INT, c.conv_kernel, "4", "4", "4", "4", NULL, "4", 1,
            16, "taps of the causal short convolution before the delta rule"),
+    SCALAR("linear_num_heads", AT_TEXT, KT_INT, c.lin_v_heads, NULL, NULL, NULL, NULL, NULL, "32", 1, 1024,
+           "heads of a KDA layer: queries, keys and values alike (`linear_attn_config.num_heads` "
+           "wins)"),
+    SCALAR("linear_head_dim", AT_TEXT, KT_INT, c.lin_dk, NULL, NULL, NULL, NULL, NULL, "128", 1, 1024,
+           "key and value width of a KDA head (`linear_attn_config.head_dim` wins)"),
+    OTHER("linear_attn_config", AT_TEXT, "object", NULL, NULL, NULL, NULL, NULL, "`null`", read_lin_cfg,
+          "`head_dim`, `num_heads`, `short_conv_kernel_size` as the flat keys; "
+          "`kda_layers` and `full_attn_layers` together covering every layer",
+          "Kimi's nested settings: they win over `linear_head_dim`, `linear_num_heads` and "
+          "`linear_conv_kernel_dim`, and without `layer_types` the two 1-indexed lists say "
+          "which layers are KDA and which MLA",
+          false),
     SCALAR("rope_theta", AT_TEXT, KT_NUM, rope_theta, "10000.0", "10000.0", "10000.0",
-           "10000.0; `null`: no RoPE", "1000000.0", 1, 1e12,
+           "10000.0; `null`: no RoPE", "1000000.0", NULL, 1, 1e12,
            "RoPE base where the RoPE object does not give one; OLMo-Hybrid runs without "
            "positional encoding (NoPE) when the base in effect is null"),
     SCALAR("partial_rotary_factor", AT_TEXT, KT_NUM, partial_rotary, "0.25", "0.25", "0.25", NULL,
-           NULL, 0, 1,
+           NULL, NULL, 0, 1,
            "rotated fraction of `head_dim` where the RoPE object does not give one; "
            "int(head_dim x factor) must be even and >= 2"),
-    OTHER("rope_parameters", AT_TEXT, "object", "`null`", "`null`", "`null`", "`null`", "`null`",
+    OTHER("rope_parameters", AT_TEXT, "object", "`null`", "`null`", "`null`", "`null`", "`null`", NULL,
           read_rope, "`rope_type` (or `type`) `\"default\"`; M-RoPE sections accepted",
           "RoPE settings (`rope_theta`, `partial_rotary_factor`) that win over the top-level "
           "keys; for text every M-RoPE section sees the same position, which is plain RoPE",
           false),
-    OTHER("rope_scaling", AT_TEXT, "object", "`null`", "`null`", "`null`", "`null`", "`null`", NULL,
+    OTHER("rope_scaling", AT_TEXT, "object", "`null`", "`null`", "`null`", "`null`", "`null`", NULL, NULL,
           "as `rope_parameters`",
           "the older name: when a non-empty object it replaces `rope_parameters` entirely", true),
     OTHER("layer_types", AT_TEXT, "list of strings", "`null`", "`null`", "`null`", "`null`",
-          "`null`", read_layers,
+          "`null`", "`null`", read_layers,
           "`num_hidden_layers` entries, each `\"linear_attention\"` or `\"full_attention\"`",
           "the token mixer of each layer; null derives it from `full_attention_interval`", false),
     {.name = "full_attention_interval",
      .where = AT_TEXT,
      .type = KT_INT,
-     .def = {"4", "4", "4", NULL, NULL},
+     .def = {"4", "4", "4", NULL, NULL, NULL},
      .lo = 1,
      .hi = HY_MAX_LAYERS,
      .meaning = "read only when `layer_types` is null: layer i has full attention when "
                 "(i + 1) % interval == 0, else linear attention",
      .deferred = true},
-    SCALAR("num_experts", AT_TEXT, KT_INT, c.n_experts, "512", NULL, "256", NULL, NULL, 0, 4096,
+    SCALAR("num_experts", AT_TEXT, KT_INT, c.n_experts, "512", NULL, "256", NULL, NULL, "256; alias `num_local_experts`", 0, 4096,
            "routed experts per MoE layer; 0 (Qwen3-Next only) makes every layer dense"),
-    SCALAR("num_experts_per_tok", AT_TEXT, KT_INT, c.top_k, "10", NULL, "8", NULL, "2", 1, 4096,
+    SCALAR("num_experts_per_tok", AT_TEXT, KT_INT, c.top_k, "10", NULL, "8", NULL, "2", NULL, 1, 4096,
            "experts each token is routed to; at most `num_experts`"),
     SCALAR("moe_intermediate_size", AT_TEXT, KT_INT, c.moe_intermediate, "512", NULL, "512", NULL,
-           NULL, 1, 1 << 20, "width of a routed expert's SwiGLU"),
+           NULL, "1024", 1, 1 << 20, "width of a routed expert's SwiGLU"),
     SCALAR("shared_expert_intermediate_size", AT_TEXT, KT_INT, c.shared_intermediate, "512", NULL,
-           "512", NULL, NULL, 0, 1 << 20,
+           "512", NULL, NULL, NULL, 0, 1 << 20,
            "width of the sigmoid-gated shared expert of every MoE layer; 0: none (its tensors "
            "must then be absent)"),
-    SCALAR("norm_topk_prob", AT_TEXT, KT_BOOL, c.norm_topk, "true", NULL, NULL, NULL, NULL, 0, 1,
+    SCALAR("norm_topk_prob", AT_TEXT, KT_BOOL, c.norm_topk, "true", NULL, NULL, NULL, NULL, NULL, 0, 1,
            "renormalise the top-k routing weights to sum 1; the Qwen3.5 MoE router always does, "
            "whatever the key says"),
-    SCALAR("decoder_sparse_step", AT_TEXT, KT_INT, sparse_step, "1", NULL, NULL, NULL, NULL, 1,
+    SCALAR("decoder_sparse_step", AT_TEXT, KT_INT, sparse_step, "1", NULL, NULL, NULL, NULL, NULL, 1,
            HY_MAX_LAYERS,
            "layer i is MoE when (i + 1) % step == 0 and i is not in `mlp_only_layers` (Qwen3.5 "
            "MoE routes every layer)"),
-    OTHER("mlp_only_layers", AT_TEXT, "list of ints", "`[]`", NULL, NULL, NULL, NULL, read_mlp_only,
+    OTHER("mlp_only_layers", AT_TEXT, "list of ints", "`[]`", NULL, NULL, NULL, NULL, NULL, read_mlp_only,
           "integers; those outside [0, num_hidden_layers) match no layer",
           "layers with a dense MLP although the sparse step would route them", false),
     SCALAR("num_local_experts", AT_TEXT, KT_INT, c.n_experts, NULL, NULL, NULL, NULL,
-           "8; `num_experts` as alias", 1, 4096,
+           "8; `num_experts` as alias", NULL, 1, 4096,
            "routed experts of every MiniMax layer (`num_experts` is read when this key is absent)"),
-    OTHER("sliding_window", AT_TEXT, "int or null", NULL, NULL, NULL, NULL, "`null`", read_sliding,
+    OTHER("sliding_window", AT_TEXT, "int or null", NULL, NULL, NULL, NULL, "`null`", NULL, read_sliding,
           "`null` only",
           "a sliding attention window; the executor attends causally over everything", false),
-    SCALAR("block_size", AT_TEXT, KT_INT, block_size, NULL, NULL, NULL, NULL, "256", 1, 1 << 20,
+    SCALAR("block_size", AT_TEXT, KT_INT, block_size, NULL, NULL, NULL, NULL, "256", NULL, 1, 1 << 20,
            "lightning attention's prefill block; the result does not depend on it (fp32 rounding)"),
-    SCALAR("full_attn_alpha_factor", AT_TEXT, KT_NUM, alpha_beta[0], NULL, NULL, NULL, NULL, "1",
+    SCALAR("full_attn_alpha_factor", AT_TEXT, KT_NUM, alpha_beta[0], NULL, NULL, NULL, NULL, "1", NULL,
            -1e6, 1e6, "a softmax-attention layer's x = alpha·norm(x) + beta·attn(norm(x))"),
-    SCALAR("full_attn_beta_factor", AT_TEXT, KT_NUM, alpha_beta[1], NULL, NULL, NULL, NULL, "1",
+    SCALAR("full_attn_beta_factor", AT_TEXT, KT_NUM, alpha_beta[1], NULL, NULL, NULL, NULL, "1", NULL,
            -1e6, 1e6, "see `full_attn_alpha_factor`"),
-    SCALAR("linear_attn_alpha_factor", AT_TEXT, KT_NUM, alpha_beta[2], NULL, NULL, NULL, NULL, "1",
+    SCALAR("linear_attn_alpha_factor", AT_TEXT, KT_NUM, alpha_beta[2], NULL, NULL, NULL, NULL, "1", NULL,
            -1e6, 1e6, "the same for a lightning-attention layer"),
-    SCALAR("linear_attn_beta_factor", AT_TEXT, KT_NUM, alpha_beta[3], NULL, NULL, NULL, NULL, "1",
+    SCALAR("linear_attn_beta_factor", AT_TEXT, KT_NUM, alpha_beta[3], NULL, NULL, NULL, NULL, "1", NULL,
            -1e6, 1e6, "see `linear_attn_alpha_factor`"),
-    SCALAR("mlp_alpha_factor", AT_TEXT, KT_NUM, alpha_beta[4], NULL, NULL, NULL, NULL, "1", -1e6,
+    SCALAR("mlp_alpha_factor", AT_TEXT, KT_NUM, alpha_beta[4], NULL, NULL, NULL, NULL, "1", NULL, -1e6,
            1e6, "the same around the MoE: x = alpha·norm(x) + beta·moe(norm(x))"),
-    SCALAR("mlp_beta_factor", AT_TEXT, KT_NUM, alpha_beta[5], NULL, NULL, NULL, NULL, "1", -1e6,
+    SCALAR("mlp_beta_factor", AT_TEXT, KT_NUM, alpha_beta[5], NULL, NULL, NULL, NULL, "1", NULL, -1e6,
            1e6, "see `mlp_alpha_factor`"),
+    SCALAR("num_experts_per_token", AT_TEXT, KT_INT, c.top_k, NULL, NULL, NULL, NULL, NULL, "8", 1, 4096,
+           "experts each token is routed to (alias `num_experts_per_tok`)"),
+    SCALAR("num_shared_experts", AT_TEXT, KT_INT, n_shared, NULL, NULL, NULL, NULL, NULL, "1", 0, 64,
+           "shared experts, always on: one SwiGLU of `moe_intermediate_size` × this width "
+           "(alias `n_shared_experts`)"),
+    SCALAR("moe_renormalize", AT_TEXT, KT_BOOL, c.norm_topk, NULL, NULL, NULL, NULL, NULL, "true", 0, 1,
+           "renormalise the chosen experts' sigmoid scores to sum 1 before the routed scaling "
+           "(alias `norm_topk_prob`)"),
+    SCALAR("num_expert_group", AT_TEXT, KT_INT, c.n_group, NULL, NULL, NULL, NULL, NULL, "1", 1, 4096,
+           "groups of consecutive experts the router ranks by their two best biased scores "
+           "(alias `n_group`)"),
+    SCALAR("topk_group", AT_TEXT, KT_INT, c.topk_group, NULL, NULL, NULL, NULL, NULL, "1", 1, 4096,
+           "groups kept; the experts are chosen among theirs"),
+    SCALAR("routed_scaling_factor", AT_TEXT, KT_NUM, routed_scale, NULL, NULL, NULL, NULL, NULL, "2.446", 0, 1e6,
+           "the routed experts' weights are multiplied by it (after the renormalisation)"),
+    SCALAR("first_k_dense_replace", AT_TEXT, KT_INT, first_dense, NULL, NULL, NULL, NULL, NULL, "1", 0, HY_MAX_LAYERS,
+           "without `mlp_layer_types`, the first this many layers have a dense MLP, the rest MoE"),
+    OTHER("mlp_layer_types", AT_TEXT, "list of strings", NULL, NULL, NULL, NULL, NULL, "`null`", read_mlp_types,
+          "`num_hidden_layers` entries, each `\"dense\"` or `\"sparse\"`",
+          "each layer's MLP: dense, or routed experts with the shared one", false),
+    SCALAR("q_lora_rank", AT_TEXT, KT_INT, c.q_lora, NULL, NULL, NULL, NULL, NULL, "=`null`: none (a plain `q_proj`)", 1,
+           65536,
+           "an MLA layer's queries go through a rank-q_lora bottleneck (`q_a_proj`, an RMSNorm, "
+           "`q_b_proj`)"),
+    SCALAR("kv_lora_rank", AT_TEXT, KT_INT, c.kv_lora, NULL, NULL, NULL, NULL, NULL, "512", 1, 65536,
+           "width of the latent an MLA layer caches per token, expanded to every head's key "
+           "and value"),
+    SCALAR("qk_nope_head_dim", AT_TEXT, KT_INT, c.qk_nope, NULL, NULL, NULL, NULL, NULL, "128", 1, 4096,
+           "a head's key part expanded from the latent"),
+    SCALAR("qk_rope_head_dim", AT_TEXT, KT_INT, c.qk_rope, NULL, NULL, NULL, NULL, NULL, "64", 1, 4096,
+           "the key part all heads share, cached beside the latent (Kimi rotates nothing)"),
+    SCALAR("v_head_dim", AT_TEXT, KT_INT, c.v_head, NULL, NULL, NULL, NULL, NULL, "128", 1, 4096,
+           "a head's value width"),
     SCALAR("tie_word_embeddings", AT_TOP, KT_BOOL, c.tie_embeddings, "false", "false", "false",
-           "false", "false", 0, 1,
+           "false", "false", "false", 0, 1,
            "the LM head is the embedding matrix (`lm_head.weight` may then be absent; when present "
            "it is used, as transformers does); a composite config ties by its own flag, never by "
            "`text_config`'s"),
@@ -262,6 +317,38 @@ static size_t key_index(const char *name)
         if (strcmp(k_keys[i].name, name) == 0) return i;
     assert(!"a key of k_keys");
     return 0;
+}
+
+/* Keys a class reads under a second name (its attribute_map): the table's
+ * name wins when both are present, as transformers' own spelling does. */
+static const struct {
+    hy_arch arch;
+    const char *key, *alias;
+} k_alias[] = {
+    {HY_ARCH_KIMI_LINEAR, "num_experts", "num_local_experts"},
+    {HY_ARCH_KIMI_LINEAR, "num_experts_per_token", "num_experts_per_tok"},
+    {HY_ARCH_KIMI_LINEAR, "num_shared_experts", "n_shared_experts"},
+    {HY_ARCH_KIMI_LINEAR, "moe_renormalize", "norm_topk_prob"},
+    {HY_ARCH_KIMI_LINEAR, "num_expert_group", "n_group"},
+};
+
+static bool is_alias(hy_arch arch, const char *name)
+{
+    for (size_t i = 0; i < sizeof k_alias / sizeof *k_alias; i++)
+        if (k_alias[i].arch == arch && strcmp(k_alias[i].alias, name) == 0) return true;
+    return false;
+}
+
+/* The name k is spelt with in config.json: its own, else an alias present. */
+static const char *file_name(const cfg_ctx *c, const cfg_key *k)
+{
+    const cJSON *obj = k->where == AT_TOP ? c->root : c->text;
+    if (get(obj, k->name)) return k->name;
+    for (size_t i = 0; i < sizeof k_alias / sizeof *k_alias; i++)
+        if (k_alias[i].arch == c->arch && strcmp(k_alias[i].key, k->name) == 0 &&
+            get(obj, k_alias[i].alias))
+            return k_alias[i].alias;
+    return k->name;
 }
 
 /* Reads a number of type t (KT_INT or KT_NUM) from obj[key] into *out,
@@ -297,21 +384,22 @@ static int read_scalar(cfg_ctx *c, const cfg_key *k)
     const cJSON *obj = k->where == AT_TOP ? c->root : c->text;
     const char *def = k->def[c->arch];
     char *field = (char *)&c->v + k->off;
+    const char *nm = file_name(c, k);
     if (k->type == KT_BOOL) {
-        const cJSON *v = get(obj, k->name);
+        const cJSON *v = get(obj, nm);
         if (v && !cJSON_IsBool(v))
             return hy_err_set(c->err, HY_EINVAL, "%s: '%s' must be true or false%s", c->path,
-                              k->name, cJSON_IsNull(v) ? ", not null" : "");
+                              nm, cJSON_IsNull(v) ? ", not null" : "");
         bool b = v ? cJSON_IsTrue(v) : strcmp(def, "true") == 0;
         if (k->lo == k->hi && b != (k->lo != 0))
             return hy_err_set(c->err, HY_EUNSUPPORTED, "%s: %s %s is not supported", c->path,
-                              k->name, b ? "true" : "false");
+                              nm, b ? "true" : "false");
         *(bool *)field = b;
         return HY_OK;
     }
     /* "=…" defaults are derived later (DERIVED in the field until then); a
      * default mentioning `null` takes null for what the rule says */
-    const cJSON *v = get(obj, k->name);
+    const cJSON *v = get(obj, nm);
     const bool derived = def[0] == '=', null_ok = strstr(def, "`null`") != NULL;
     if ((derived && !v) || (null_ok && cJSON_IsNull(v))) {
         if (k->type == KT_INT)
@@ -321,7 +409,7 @@ static int read_scalar(cfg_ctx *c, const cfg_key *k)
         return HY_OK;
     }
     double x;
-    int rc = read_number(c, obj, k->name, k->type, derived ? "0" : def, k->lo, k->hi, &x);
+    int rc = read_number(c, obj, nm, k->type, derived ? "0" : def, k->lo, k->hi, &x);
     if (rc) return rc;
     if (k->type == KT_INT)
         *(int *)field = (int)x;
@@ -412,6 +500,27 @@ static int read_layers(cfg_ctx *c, const cfg_key *k)
         }
         return HY_OK;
     }
+    if (c->arch == HY_ARCH_KIMI_LINEAR) {
+        /* KimiLinearConfig: linear_attn_config's lists (1-indexed) when both are
+         * there, every layer covered; else full attention at i % 4 == 0, i > 0 */
+        if (!c->kda_layers) {
+            for (int i = 0; i < cfg->n_layers; i++)
+                cfg->layer_kind[i] = i > 0 && i % 4 == 0 ? HY_LAYER_ATTENTION : HY_LAYER_LINEAR;
+            return HY_OK;
+        }
+        bool seen[HY_MAX_LAYERS] = {false};
+        int rc;
+        if ((rc = mark_layers(c, c->full_layers, "full_attn_layers", HY_LAYER_ATTENTION, seen)) ||
+            (rc = mark_layers(c, c->kda_layers, "kda_layers", HY_LAYER_LINEAR, seen)))
+            return rc;
+        for (int i = 0; i < cfg->n_layers; i++)
+            if (!seen[i])
+                return hy_err_set(c->err, HY_EINVAL,
+                                  "%s: layer %d (number %d) is in neither "
+                                  "linear_attn_config.kda_layers nor .full_attn_layers",
+                                  c->path, i, i + 1);
+        return HY_OK;
+    }
     if (c->arch == HY_ARCH_MINIMAX) { /* MiniMaxConfig: F L F L ..., full attention first */
         for (int i = 0; i < cfg->n_layers; i++)
             cfg->layer_kind[i] = (i + 1) % 2 ? HY_LAYER_ATTENTION : HY_LAYER_LINEAR;
@@ -472,6 +581,92 @@ static int read_mlp_only(cfg_ctx *c, const cfg_key *k)
     return HY_OK;
 }
 
+/* An int list of 1-indexed layers (linear_attn_config's kda_layers or
+ * full_attn_layers) marking each as kind in *cfg; seen[] collects them. */
+static int mark_layers(cfg_ctx *c, const cJSON *list, const char *name, hy_layer_kind kind,
+                       bool *seen)
+{
+    hy_model_config *cfg = &c->v.c;
+    int i = 0;
+    for (const cJSON *e = list->child; e; e = e->next, i++) {
+        if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 1 ||
+            e->valuedouble > cfg->n_layers)
+            return hy_err_set(c->err, HY_EINVAL,
+                              "%s: linear_attn_config.%s[%d] must be a layer number in [1, %d] "
+                              "(the list counts from 1)",
+                              c->path, name, i, cfg->n_layers);
+        cfg->layer_kind[(int)e->valuedouble - 1] = kind;
+        seen[(int)e->valuedouble - 1] = true;
+    }
+    return HY_OK;
+}
+
+/* Kimi's linear_attn_config: its head_dim, num_heads and short_conv_kernel_size
+ * replace the flat keys (read before it); its two layer lists are kept for
+ * read_layers. */
+static int read_lin_cfg(cfg_ctx *c, const cfg_key *k)
+{
+    const cJSON *lc = get(c->text, k->name);
+    if (!lc || cJSON_IsNull(lc)) return HY_OK;
+    if (!cJSON_IsObject(lc))
+        return hy_err_set(c->err, HY_EINVAL, "%s: 'linear_attn_config' must be an object",
+                          c->path);
+    static const struct {
+        const char *name, *flat;
+        size_t off;
+    } sub[] = {{"head_dim", "linear_head_dim", offsetof(hy_model_config, lin_dk)},
+               {"num_heads", "linear_num_heads", offsetof(hy_model_config, lin_v_heads)},
+               {"short_conv_kernel_size", "linear_conv_kernel_dim",
+                offsetof(hy_model_config, conv_kernel)}};
+    for (size_t i = 0; i < sizeof sub / sizeof *sub; i++) {
+        if (!get(lc, sub[i].name)) continue;
+        const cfg_key *fk = &k_keys[key_index(sub[i].flat)];
+        char key[64];
+        snprintf(key, sizeof key, "linear_attn_config.%s", sub[i].name);
+        const cJSON *v = get(lc, sub[i].name);
+        if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
+            !(v->valuedouble >= fk->lo && v->valuedouble <= fk->hi))
+            return hy_err_set(c->err, HY_EINVAL, "%s: '%s' must be an integer in [%.0f, %.0f]",
+                              c->path, key, fk->lo, fk->hi);
+        *(int *)((char *)&c->v.c + sub[i].off) = (int)v->valuedouble;
+    }
+    const cJSON *kda = get(lc, "kda_layers"), *full = get(lc, "full_attn_layers");
+    if (cJSON_IsArray(kda) && cJSON_IsArray(full)) {
+        c->kda_layers = kda;
+        c->full_layers = full;
+    } else if ((kda && !cJSON_IsNull(kda) && !cJSON_IsArray(kda)) ||
+               (full && !cJSON_IsNull(full) && !cJSON_IsArray(full))) {
+        return hy_err_set(c->err, HY_EINVAL,
+                          "%s: linear_attn_config.kda_layers and .full_attn_layers must be lists "
+                          "of layer numbers",
+                          c->path);
+    }
+    return HY_OK;
+}
+
+/* Kimi's mlp_layer_types: "dense" or "sparse" per layer. */
+static int read_mlp_types(cfg_ctx *c, const cfg_key *k)
+{
+    hy_model_config *cfg = &c->v.c;
+    const cJSON *mt = get(c->text, k->name);
+    if (!mt || cJSON_IsNull(mt)) return HY_OK;
+    if (!cJSON_IsArray(mt) || cJSON_GetArraySize(mt) != cfg->n_layers)
+        return hy_err_set(c->err, HY_EINVAL,
+                          "%s: 'mlp_layer_types' must be an array of num_hidden_layers (%d) "
+                          "strings",
+                          c->path, cfg->n_layers);
+    for (int i = 0; i < cfg->n_layers; i++) {
+        const cJSON *e = cJSON_GetArrayItem(mt, i);
+        const bool dense = cJSON_IsString(e) && strcmp(e->valuestring, "dense") == 0;
+        if (!dense && !(cJSON_IsString(e) && strcmp(e->valuestring, "sparse") == 0))
+            return hy_err_set(c->err, HY_EINVAL,
+                              "%s: mlp_layer_types[%d] must be 'dense' or 'sparse'", c->path, i);
+        cfg->layer_moe[i] = !dense;
+    }
+    c->v.mlp_types_given = true;
+    return HY_OK;
+}
+
 /* Selects the architecture and the object holding the text model's keys. */
 static int read_identity(cfg_ctx *c, cJSON **empty)
 {
@@ -495,13 +690,14 @@ static int read_identity(cfg_ctx *c, cJSON **empty)
         {"qwen3_5_moe", HY_ARCH_QWEN3_5_MOE, true},
         {"olmo_hybrid", HY_ARCH_OLMO_HYBRID, false},
         {"minimax", HY_ARCH_MINIMAX, false},
+        {"kimi_linear", HY_ARCH_KIMI_LINEAR, false},
     };
     size_t t = 0;
     while (t < sizeof types / sizeof *types && strcmp(types[t].type, mt->valuestring) != 0) t++;
     if (t == sizeof types / sizeof *types)
         return hy_err_set(c->err, HY_EUNSUPPORTED,
                           "%s: model_type '%s' is not supported (qwen3_next, qwen3_5_text, "
-                          "qwen3_5, qwen3_5_moe_text, qwen3_5_moe, olmo_hybrid, minimax)",
+                          "qwen3_5, qwen3_5_moe_text, qwen3_5_moe, olmo_hybrid, minimax, kimi_linear)",
                           c->path, mt->valuestring);
     c->arch = types[t].arch;
     c->nested = types[t].nested;
@@ -536,6 +732,7 @@ static void log_ignored(const cfg_ctx *c)
         bool defined = k->def[c->arch] && (c->nested || strcmp(k->name, "text_config") != 0);
         /* MiniMaxConfig's attribute_map: num_experts is num_local_experts */
         defined |= c->arch == HY_ARCH_MINIMAX && strcmp(k->name, "num_experts") == 0;
+        defined |= is_alias(c->arch, k->name);
         if (!defined && get(k->where == AT_TOP ? c->root : c->text, k->name)) {
             if (nu < sizeof undefined)
                 nu += (size_t)snprintf(undefined + nu, sizeof undefined - nu, "%s%s",
@@ -653,6 +850,65 @@ static int derive_minimax(cfg_ctx *c, hy_model_config *cfg)
     return HY_OK;
 }
 
+/* Kimi-Linear: KDA layers of linear_num_heads heads, keys and values of
+ * linear_head_dim; MLA layers without positional encoding, as many key/value
+ * heads as query heads; DeepSeek's router over sigmoid scores with groups and
+ * a routed scaling, shared experts without a gate; the first
+ * first_k_dense_replace layers dense unless mlp_layer_types says otherwise;
+ * plain RMSNorm weights, and an LM head of its own whatever
+ * tie_word_embeddings says (KimiLinearForCausalLM ties nothing). */
+static int derive_kimi(cfg_ctx *c, hy_model_config *cfg)
+{
+    int rc;
+    if ((rc = fill_derived(c, "num_key_value_heads", &cfg->n_kv_heads, cfg->n_heads))) return rc;
+    if (cfg->n_kv_heads != cfg->n_heads)
+        return hy_err_set(c->err, HY_EINVAL,
+                          "%s: num_key_value_heads %d must equal num_attention_heads %d: "
+                          "kv_b_proj expands the latent to every query head",
+                          c->path, cfg->n_kv_heads, cfg->n_heads);
+    if (cfg->q_lora == DERIVED) cfg->q_lora = 0;
+    cfg->mla = true;
+    cfg->head_dim = cfg->qk_nope + cfg->qk_rope;
+    c->v.rope_theta = NAN; /* no positional encoding anywhere */
+    cfg->lin_kind = HY_LIN_KDA;
+    cfg->lin_k_heads = cfg->lin_v_heads;
+    cfg->lin_dv = cfg->lin_dk;
+    cfg->attn_gate = false;
+    cfg->qk_norm = false;
+    if (cfg->tie_embeddings)
+        hy_log(HY_LOG_INFO,
+               "%s: tie_word_embeddings true has no effect on kimi_linear (its LM head is its "
+               "own, as in transformers)",
+               c->path);
+    cfg->tie_embeddings = false;
+    const int E = cfg->n_experts, G = cfg->n_group;
+    cfg->router = HY_ROUTER_SIGMOID_GROUPED;
+    cfg->routed_scale = (float)c->v.routed_scale;
+    cfg->shared_intermediate = c->v.n_shared * cfg->moe_intermediate;
+    cfg->shared_gated = false;
+    bool any_moe = false;
+    for (int i = 0; i < cfg->n_layers; i++) {
+        if (!c->v.mlp_types_given) cfg->layer_moe[i] = i >= c->v.first_dense;
+        any_moe |= cfg->layer_moe[i];
+    }
+    if (any_moe) {
+        if (E < 1)
+            return hy_err_set(c->err, HY_ERANGE, "%s: 'num_experts' = %d: MoE layers need >= 1",
+                              c->path, E);
+        if (E % G || E / G < 2 || cfg->topk_group > G)
+            return hy_err_set(c->err, HY_EINVAL,
+                              "%s: num_expert_group %d must divide num_experts %d into groups of "
+                              ">= 2, and topk_group %d must not exceed it",
+                              c->path, G, E, cfg->topk_group);
+        if (cfg->top_k > cfg->topk_group * (E / G))
+            return hy_err_set(c->err, HY_ERANGE,
+                              "%s: num_experts_per_token %d exceeds the %d experts of the "
+                              "topk_group %d groups kept",
+                              c->path, cfg->top_k, cfg->topk_group * (E / G), cfg->topk_group);
+    }
+    return HY_OK;
+}
+
 /* RoPE's base and width: the rotated part of each head is even; none with
  * OLMo-Hybrid's null base. */
 static int derive_rope(cfg_ctx *c, hy_model_config *cfg)
@@ -685,9 +941,13 @@ static int derive(cfg_ctx *c, hy_model_config *cfg)
     cfg->lin_kind = HY_LIN_GDN;
     cfg->lin_beta_scale = 1.0f;
     cfg->lin_norm_eps = cfg->rms_eps;
+    cfg->shared_gated = true;
+    cfg->router = HY_ROUTER_SOFTMAX;
+    cfg->routed_scale = 1.0f;
     int rc;
     if (c->arch == HY_ARCH_OLMO_HYBRID && (rc = derive_olmo(c, cfg))) return rc;
     if (c->arch == HY_ARCH_MINIMAX && (rc = derive_minimax(c, cfg))) return rc;
+    if (c->arch == HY_ARCH_KIMI_LINEAR && (rc = derive_kimi(c, cfg))) return rc;
     if ((rc = derive_rope(c, cfg))) return rc;
     if (cfg->n_heads % cfg->n_kv_heads)
         return hy_err_set(c->err, HY_EINVAL,
@@ -714,7 +974,7 @@ static int derive(cfg_ctx *c, hy_model_config *cfg)
         if (c->arch == HY_ARCH_QWEN3_NEXT)
             cfg->layer_moe[i] =
                 cfg->n_experts > 0 && (i + 1) % c->v.sparse_step == 0 && !c->v.mlp_only[i];
-        else if (c->arch != HY_ARCH_MINIMAX)
+        else if (c->arch != HY_ARCH_MINIMAX && c->arch != HY_ARCH_KIMI_LINEAR)
             cfg->layer_moe[i] = c->arch == HY_ARCH_QWEN3_5_MOE;
         if (!cfg->layer_moe[i] && cfg->intermediate == 0)
             return hy_err_set(c->err, HY_EINVAL,
@@ -785,7 +1045,7 @@ int hy_config_parse(const char *text, const char *path, hy_model_config *cfg, hy
     for (size_t i = 0; rc == HY_OK && i < N_KEYS; i++) {
         const cfg_key *k = &k_keys[i];
         if (!k->def[c->arch] || k->deferred) continue; /* not a key of this class */
-        c->given[i] = get(k->where == AT_TOP ? root : c->text, k->name) != NULL;
+        c->given[i] = get(k->where == AT_TOP ? root : c->text, file_name(c, k)) != NULL;
         rc = k->read ? k->read(c, k) : read_scalar(c, k);
     }
     if (rc == HY_OK) rc = derive(c, cfg);
@@ -825,6 +1085,19 @@ size_t hy_config_linear_state_floats(const hy_model_config *c)
 static size_t mixer_params(const hy_model_config *c, int i)
 {
     size_t H = (size_t)c->hidden;
+    if (c->layer_kind[i] == HY_LAYER_LINEAR && c->lin_kind == HY_LIN_KDA) {
+        const size_t d = (size_t)c->lin_dk, Q = (size_t)c->lin_v_heads * d;
+        /* q, k, v, the gate bottlenecks, b; convs; A, dt_bias, norm; o_proj */
+        return H * (3 * Q + 2 * d + (size_t)c->lin_v_heads) + 2 * d * Q +
+               3 * Q * (size_t)c->conv_kernel + (size_t)c->lin_v_heads + Q + d + Q * H;
+    }
+    if (c->layer_kind[i] == HY_LAYER_ATTENTION && c->mla) {
+        const size_t nh = (size_t)c->n_heads, qk = (size_t)(c->qk_nope + c->qk_rope);
+        const size_t R = (size_t)c->kv_lora, ql = (size_t)c->q_lora;
+        const size_t q = ql ? H * ql + ql + ql * nh * qk : H * nh * qk;
+        return q + H * (R + (size_t)c->qk_rope) + R + R * nh * (size_t)(c->qk_nope + c->v_head) +
+               nh * (size_t)c->v_head * H;
+    }
     if (c->layer_kind[i] == HY_LAYER_LINEAR && c->lin_kind == HY_LIN_LIGHTNING) {
         const size_t d = (size_t)c->lin_v_heads * c->lin_dv; /* qkv, output gate, out, norm */
         return H * 4 * d + d * H + d;
@@ -864,7 +1137,9 @@ double hy_config_prefill_flops(const hy_model_config *c, int64_t ctx0, int64_t n
         if (c->layer_kind[i] == HY_LAYER_ATTENTION) {
             /* QKᵀ and PV over the causal triangle after ctx0 cached keys. */
             double pairs = (double)n * (double)ctx0 + (double)n * (double)(n + 1) / 2.0;
-            f += 4.0 * pairs * c->head_dim * c->n_heads;
+            const double dkv = c->mla ? (double)(c->qk_nope + c->qk_rope + c->v_head)
+                                      : 2.0 * c->head_dim; /* q·k and p·v widths */
+            f += 2.0 * pairs * dkv * c->n_heads;
         } else {
             /* Delta rule: read-out, correction and update, each ~2·dk·dv per token and head;
              * lightning: the decay (1), the update and the read-out (2 each). */
@@ -921,4 +1196,14 @@ int hy_config_keys_markdown(char *buf, size_t cap)
     }
 #undef OUT
     return len < cap ? (int)len : HY_ERANGE;
+}
+
+int hy_config_kv_k(const hy_model_config *c)
+{
+    return c->mla ? c->kv_lora : c->n_kv_heads * c->head_dim;
+}
+
+int hy_config_kv_v(const hy_model_config *c)
+{
+    return c->mla ? c->qk_rope : c->n_kv_heads * c->head_dim;
 }

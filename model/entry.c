@@ -45,9 +45,13 @@ static size_t tail_floats(const hy_model_config *c)
 {
     return (size_t)(c->conv_kernel - 1) * (size_t)hy_config_conv_dim(c);
 }
-static size_t kv_floats(const hy_model_config *c, int nb)
+static size_t k_floats(const hy_model_config *c, int nb)
 {
-    return (size_t)nb * c->n_kv_heads * c->head_dim;
+    return (size_t)nb * (size_t)hy_config_kv_k(c);
+}
+static size_t v_floats(const hy_model_config *c, int nb)
+{
+    return (size_t)nb * (size_t)hy_config_kv_v(c);
 }
 static size_t s_elem(hy_entry_dtype dt)
 {
@@ -66,7 +70,8 @@ bool hy_entry_fits(const hy_entry *e, const hy_model_config *c)
     if (e->dtype != HY_ENTRY_F32 && e->dtype != HY_ENTRY_BF16) return false;
     if (ec->lin_v_heads != c->lin_v_heads || ec->lin_dk != c->lin_dk || ec->lin_dv != c->lin_dv ||
         ec->conv_kernel != c->conv_kernel || hy_config_conv_dim(ec) != hy_config_conv_dim(c) ||
-        ec->n_kv_heads != c->n_kv_heads || ec->head_dim != c->head_dim)
+        ec->n_kv_heads != c->n_kv_heads || ec->head_dim != c->head_dim || ec->mla != c->mla ||
+        hy_config_kv_k(ec) != hy_config_kv_k(c) || hy_config_kv_v(ec) != hy_config_kv_v(c))
         return false;
     for (int i = 0; i < c->n_layers; i++) {
         if (ec->layer_kind[i] != c->layer_kind[i]) return false;
@@ -147,8 +152,8 @@ int hy_entry_alloc(const hy_model *m, int W, int w, int n, hy_entry_dtype dt, bo
             e->tail[i] = hy_alloc(tail_floats(c) * 4);
             bad = !e->T[i] || !e->S[i] || !e->tail[i];
         } else {
-            e->K[i] = hy_alloc(kv_floats(c, e->nb) * 4);
-            e->V[i] = hy_alloc(kv_floats(c, e->nb) * 4);
+            e->K[i] = hy_alloc(k_floats(c, e->nb) * 4);
+            e->V[i] = hy_alloc(v_floats(c, e->nb) * 4);
             bad = !e->K[i] || !e->V[i];
         }
     }

@@ -75,7 +75,8 @@ hy_entry_layer_bytes hy_entry_layer_sizes(const hy_model_config *c, hy_entry_dty
         .t = (size_t)c->lin_v_heads * hy_la_t_size(hy_lin_family(c), c->lin_dk) * 4,
         .s = (size_t)c->lin_v_heads * c->lin_dk * c->lin_dv * (dt == HY_ENTRY_BF16 ? 2 : 4),
         .tail = (size_t)(c->conv_kernel - 1) * (size_t)hy_config_conv_dim(c) * 4,
-        .kv_per_token = (size_t)c->n_kv_heads * c->head_dim * 4};
+        .k_per_token = (size_t)hy_config_kv_k(c) * 4,
+        .v_per_token = (size_t)hy_config_kv_v(c) * 4};
 }
 
 void hy_entry_bytes_for(const hy_model_config *c, hy_entry_dtype dt, size_t *constant,
@@ -87,7 +88,7 @@ void hy_entry_bytes_for(const hy_model_config *c, hy_entry_dtype dt, size_t *con
         if (c->layer_kind[i] == HY_LAYER_LINEAR)
             k += b.t + b.s + b.tail;
         else
-            t += 2 * b.kv_per_token;
+            t += b.k_per_token + b.v_per_token;
     }
     *constant = k;
     *per_body_token = t;
@@ -108,9 +109,9 @@ static size_t list_sections(const hy_entry *e, section *out)
             out[k++] =
                 (section){SEC_TAIL, (uint32_t)i, e->tail[i], (void **)&e->tail[i], b.tail, 0};
         } else {
-            const size_t kv = (size_t)e->nb * b.kv_per_token;
-            out[k++] = (section){SEC_K, (uint32_t)i, e->K[i], (void **)&e->K[i], kv, 0};
-            out[k++] = (section){SEC_V, (uint32_t)i, e->V[i], (void **)&e->V[i], kv, 0};
+            const size_t kb = (size_t)e->nb * b.k_per_token, vb = (size_t)e->nb * b.v_per_token;
+            out[k++] = (section){SEC_K, (uint32_t)i, e->K[i], (void **)&e->K[i], kb, 0};
+            out[k++] = (section){SEC_V, (uint32_t)i, e->V[i], (void **)&e->V[i], vb, 0};
         }
     }
     assert(k <= MAX_SECTIONS);
@@ -313,7 +314,7 @@ static int decode(const hy_model *m, const void *buf, size_t len, bool view, hy_
     uint64_t grows = 4ull * n;
     for (int i = 0; i < c->n_layers; i++)
         if (c->layer_kind[i] == HY_LAYER_ATTENTION)
-            grows += 2ull * nb * (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim * 4;
+            grows += (uint64_t)nb * (uint64_t)(hy_config_kv_k(c) + hy_config_kv_v(c)) * 4;
     if (grows > len)
         return hy_err_set(err, HY_EFORMAT,
                           "entry: %u tokens (body %u) need more than its %zu bytes", n, nb, len);

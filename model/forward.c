@@ -25,6 +25,7 @@
 #include "model_internal.h"
 
 #include <assert.h>
+#include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,7 +44,7 @@ struct hy_exec {
     size_t step_cap; /* tokens per step the views below are sized for */
     int64_t ctx_cap; /* context (positions) the scratch is sized for */
     /* views into ws, for the current step size */
-    float *x, *xn, *y, *big, *mid, *o, *g, *beta, *h, *gu, *xe, *ye, *topw;
+    float *x, *xn, *y, *big, *mid, *o, *g, *beta, *h, *gu, *xe, *ye, *topw, *aux;
     int *topi, *rows;
     hy_exec_stats stats; /* hy_exec_set_profiling */
     /* the current step's plan (hy_exec_run): its items in request order, and
@@ -154,14 +155,29 @@ static size_t plan(hy_exec *ex, size_t B, float *base)
     const size_t I = widest_mlp(c);
     size_t Pbig = HY_MAX(C + Vd + 2 * (size_t)c->lin_v_heads, 2 * Qd + 2 * KV);
     Pbig = HY_MAX(Pbig, (size_t)c->n_experts);
+    /* KDA: q | k | v | f_a | g_a | b rows; the per-channel log-decays and the
+     * output gate are Q = Vd wide */
+    const size_t Hv = (size_t)c->lin_v_heads, G = c->lin_kind == HY_LIN_KDA ? Vd : Hv;
+    if (c->lin_kind == HY_LIN_KDA) Pbig = HY_MAX(Pbig, C + 2 * (size_t)c->lin_dk + Hv);
+    /* MLA: the query (or its bottleneck) | latent | shared key rows; a hole's
+     * latents expanded by kv_b_proj; the attention output nh·dv */
+    size_t Mid = HY_MAX(C, Qd), Aux = c->lin_kind == HY_LIN_KDA ? Vd : 0;
+    if (c->mla) {
+        const size_t nh = (size_t)c->n_heads, R = (size_t)c->kv_lora, dr = (size_t)c->qk_rope;
+        const size_t Qa = c->q_lora ? (size_t)c->q_lora : nh * (c->qk_nope + dr);
+        const size_t kvb = nh * (size_t)(c->qk_nope + c->v_head);
+        Pbig = HY_MAX(Pbig, HY_MAX(Qa + R + dr, kvb));
+        Mid = HY_MAX(Mid, HY_MAX(R, nh * (size_t)c->v_head));
+        Aux = HY_MAX(Aux, kvb);
+    }
     size_t sizes[] = {
         B * H,                           /* x */
         B * H,                           /* xn */
         B * H,                           /* y */
         B * Pbig,                        /* big: fused projections, router logits */
-        B * HY_MAX(C, Qd),               /* mid: conv output / attention output */
-        B * HY_MAX(Vd, Qd),              /* o: delta-rule output */
-        B * (size_t)c->lin_v_heads,      /* g */
+        B * Mid,                         /* mid: conv output / attention output / latents */
+        B * HY_MAX(Vd, Qd),              /* o: delta-rule output / MLA queries */
+        B * G,                           /* g: log-decays (per head, or per channel) */
         B * (size_t)c->lin_v_heads,      /* beta */
         B * I,                           /* h: SwiGLU hidden */
         B * 2 * I,                       /* gu: gate|up */
@@ -170,9 +186,11 @@ static size_t plan(hy_exec *ex, size_t B, float *base)
         B * (size_t)HY_MAX(c->top_k, 1), /* topw */
         B * (size_t)HY_MAX(c->top_k, 1), /* topi (ints, same size) */
         B * (size_t)HY_MAX(c->top_k, 1), /* rows (ints): tokens routed to one expert */
+        B * Aux,                         /* aux: KDA's output gate, MLA's expanded latents */
     };
-    float **views[] = {&ex->x, &ex->xn, &ex->y,  &ex->big, &ex->mid,  &ex->o, &ex->g, &ex->beta,
-                       &ex->h, &ex->gu, &ex->xe, &ex->ye,  &ex->topw, NULL,   NULL};
+    float **views[] = {&ex->x,  &ex->xn, &ex->y,  &ex->big,  &ex->mid, &ex->o,
+                       &ex->g,  &ex->beta, &ex->h, &ex->gu,  &ex->xe,  &ex->ye,
+                       &ex->topw, NULL,    NULL,  &ex->aux};
     int **iviews[] = {&ex->topi, &ex->rows};
     int next_int = 0;
     size_t off = 0;
@@ -308,6 +326,73 @@ static void swiglu_mlp(hy_exec *ex, const hy_mlp_w *w, int n, int H, const float
     linear(ex, n, I, H, h, (size_t)I, w->w_down, out, (size_t)H);
 }
 
+/* Top-k of p[0, E) by selection, skipping entries where skip[e]; ties keep
+ * the lower index. */
+static void top_k(const float *p, int E, int k, const bool *skip, int *ti)
+{
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            int taken = skip && skip[e];
+            for (int q = 0; q < j; q++) taken |= ti[q] == e;
+            if (!taken && (best < 0 || p[e] > p[best])) best = e;
+        }
+        assert(best >= 0);
+        ti[j] = best;
+    }
+}
+
+/* One token's routing from its router logits p[0, E) (overwritten): the k
+ * experts ti and their weights tw. Softmax: the top-k probabilities,
+ * renormalised with norm_topk. DeepSeek's (Kimi): sigmoid scores s; the
+ * biased scores s + bias rank the groups (each by its two best) and, within
+ * the topk_group groups kept, the experts; the weights are the chosen s,
+ * renormalised (+1e-20) with norm_topk, times routed_scale. */
+static void route_token(const hy_model_config *c, const float *bias, float *p, float *tw, int *ti)
+{
+    const int E = c->n_experts, k = c->top_k;
+    if (c->router == HY_ROUTER_SOFTMAX) {
+        float mx = p[0], sum = 0.0f;
+        for (int e = 1; e < E; e++) mx = p[e] > mx ? p[e] : mx;
+        for (int e = 0; e < E; e++) sum += (p[e] = hy_expf(p[e] - mx));
+        for (int e = 0; e < E; e++) p[e] /= sum;
+        top_k(p, E, k, NULL, ti);
+        float wsum = 0.0f;
+        for (int j = 0; j < k; j++) wsum += (tw[j] = p[ti[j]]);
+        if (c->norm_topk)
+            for (int j = 0; j < k; j++) tw[j] /= wsum;
+        return;
+    }
+    enum { MAXE = 4096 };
+    float sb[MAXE], gs[MAXE];
+    bool drop[MAXE];
+    assert(E <= MAXE);
+    const int G = c->n_group, per = E / G;
+    for (int e = 0; e < E; e++) {
+        p[e] = hy_sigmoidf(p[e]);
+        sb[e] = p[e] + bias[e];
+    }
+    for (int g = 0; g < G; g++) { /* a group's score: its two best biased scores */
+        float a = -INFINITY, b = -INFINITY;
+        for (int e = g * per; e < (g + 1) * per; e++)
+            if (sb[e] > a)
+                b = a, a = sb[e];
+            else if (sb[e] > b)
+                b = sb[e];
+        gs[g] = a + b;
+    }
+    int kept[MAXE];
+    top_k(gs, G, c->topk_group, NULL, kept);
+    for (int e = 0; e < E; e++) drop[e] = true;
+    for (int j = 0; j < c->topk_group; j++)
+        for (int e = kept[j] * per; e < (kept[j] + 1) * per; e++) drop[e] = false;
+    top_k(sb, E, k, drop, ti);
+    float wsum = 0.0f;
+    for (int j = 0; j < k; j++) wsum += (tw[j] = p[ti[j]]);
+    const float scale = c->norm_topk ? c->routed_scale / (wsum + 1e-20f) : c->routed_scale;
+    for (int j = 0; j < k; j++) tw[j] *= scale;
+}
+
 static void moe_mlp(hy_exec *ex, const hy_layer_w *L, int n)
 {
     const hy_model_config *c = &ex->m->cfg;
@@ -318,29 +403,9 @@ static void moe_mlp(hy_exec *ex, const hy_layer_w *L, int n)
     linear(ex, n, H, E, ex->xn, (size_t)H, L->router, logits, (size_t)E);
     prof_begin(ex);
 #pragma omp parallel for schedule(static)
-    for (int t = 0; t < n; t++) {
-        float *p = logits + (size_t)t * E;
-        float mx = p[0], sum = 0.0f;
-        for (int e = 1; e < E; e++) mx = p[e] > mx ? p[e] : mx;
-        for (int e = 0; e < E; e++) sum += (p[e] = hy_expf(p[e] - mx));
-        for (int e = 0; e < E; e++) p[e] /= sum;
-        float *tw = ex->topw + (size_t)t * k, wsum = 0.0f;
-        int *ti = ex->topi + (size_t)t * k;
-        for (int j = 0; j < k; j++) { /* top-k by selection; ties keep the lower index */
-            int best = -1;
-            for (int e = 0; e < E; e++) {
-                int taken = 0;
-                for (int q = 0; q < j; q++) taken |= ti[q] == e;
-                if (!taken && (best < 0 || p[e] > p[best])) best = e;
-            }
-            assert(best >= 0);
-            ti[j] = best;
-            tw[j] = p[best];
-            wsum += p[best];
-        }
-        if (c->norm_topk)
-            for (int j = 0; j < k; j++) tw[j] /= wsum;
-    }
+    for (int t = 0; t < n; t++)
+        route_token(c, L->router_bias, logits + (size_t)t * E, ex->topw + (size_t)t * k,
+                    ex->topi + (size_t)t * k);
     memset(ex->y, 0, (size_t)n * H * sizeof(float));
     prof_end(ex, HY_EXEC_OP_MOE_ROUTING);
     int *rows = ex->rows; /* (token, slot) pairs routed to expert e */
@@ -375,9 +440,12 @@ static void moe_mlp(hy_exec *ex, const hy_layer_w *L, int n)
 #pragma omp parallel for schedule(static)
         for (int t = 0; t < n; t++) {
             const float *xr = ex->xn + (size_t)t * H;
-            float s = 0.0f;
-            for (int d = 0; d < H; d++) s += xr[d] * L->shared_gate[d];
-            s = hy_sigmoidf(s);
+            float s = 1.0f; /* Kimi's shared experts are not gated */
+            if (c->shared_gated) {
+                s = 0.0f;
+                for (int d = 0; d < H; d++) s += xr[d] * L->shared_gate[d];
+                s = hy_sigmoidf(s);
+            }
             float *yr = ex->y + (size_t)t * H;
             const float *sr = ex->ye + (size_t)t * H;
             for (int d = 0; d < H; d++) yr[d] += s * sr[d];
@@ -577,6 +645,116 @@ static void gdn_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni,
     linear(ex, n, Vd, H, ex->o, (size_t)Vd, w->w_out, ex->y, (size_t)H);
 }
 
+/* --- Kimi Delta Attention -------------------------------------------------- */
+
+/* KDA of head h over rows [off, off + len): the delta rule with a decay per
+ * key channel (T dense). cv: the conv's output rows q | k | v (q, k
+ * normalised, q scaled); ex->g the per-channel log-decays, ex->beta β. */
+static void kda_run(hy_exec *ex, int li, int h, int off, int len, float *S, float *T, float *work,
+                    const float *cv)
+{
+    (void)li;
+    const hy_model_config *c = &ex->m->cfg;
+    const int H = c->lin_v_heads, d = c->lin_dk, Q = H * d, C = 3 * Q;
+    const float *row = cv + (size_t)off * C + (size_t)h * d;
+    const hy_la_in in = {.family = HY_LA_KDA,
+                         .n = len,
+                         .dk = d,
+                         .dv = d,
+                         .q = row,
+                         .k = row + Q,
+                         .v = row + 2 * Q,
+                         .ldq = (size_t)C,
+                         .ldk = (size_t)C,
+                         .ldv = (size_t)C,
+                         .g = ex->g + (size_t)off * Q + (size_t)h * d,
+                         .ldg = (size_t)Q,
+                         .beta = ex->beta + (size_t)off * H + h,
+                         .ldb = (size_t)H};
+    float *o = ex->o + (size_t)off * Q + (size_t)h * d;
+    if (ex->mode == HY_GDN_CHUNKED && len > 1)
+        hy_la_chunked(&in, S, o, (size_t)Q, T, work);
+    else
+        hy_la_recurrent(&in, S, o, (size_t)Q, T);
+}
+
+/* A KDA layer over the step's n computed rows (n may be 0: holes only): the
+ * fused projection, the SiLU short conv over q | k | v, the per-channel
+ * log-decay g = −exp(A_log)·softplus(f_b(f_a x) + dt_bias), β = sigmoid(b),
+ * l2-normalised q (scaled by d^−½) and k, the delta rule per head, then
+ * per head w·norm(o)·sigmoid(g_b(g_a x)) and o_proj. */
+static void kda_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni, int n)
+{
+    const hy_model_config *c = &ex->m->cfg;
+    const hy_kda_w *w = &ex->m->layers[li].kda;
+    const int Hd = c->hidden, H = c->lin_v_heads, d = c->lin_dk, Q = H * d, C = 3 * Q;
+    const int P = C + 2 * d + H;
+    const size_t tail = (size_t)(c->conv_kernel - 1) * (size_t)C * sizeof(float);
+    float *proj = ex->big, *cv = ex->mid;
+    assert(c->lin_dk == c->lin_dv && c->lin_k_heads == H && C == hy_config_conv_dim(c));
+    assert(st->S[li] && st->conv[li]);
+    assert(ex->scratch_per_thread >= hy_la_chunked_scratch(HY_LA_KDA, d, d));
+    if (n > 0) {
+        linear(ex, n, Hd, P, ex->xn, (size_t)Hd, w->w_in, proj, (size_t)P);
+        linear(ex, n, d, Q, proj + C, (size_t)P, w->w_fb, ex->g, (size_t)Q);
+        linear(ex, n, d, Q, proj + C + d, (size_t)P, w->w_gb, ex->aux, (size_t)Q);
+    }
+    prof_begin(ex);
+    for (int i = 0; i < ni; i++) {
+        const hy_piece *p = it[i].p;
+        if (!p->tokens) {
+            memcpy(st->conv[li], p->hole->tail[li], tail);
+            continue;
+        }
+        hy_conv1d_silu(it[i].n, C, c->conv_kernel, proj + (size_t)it[i].r0 * P, (size_t)P,
+                       st->conv[li], w->conv_w, cv + (size_t)it[i].r0 * C, (size_t)C);
+        if (p->cap && it[i].last) memcpy(p->cap->tail[li], st->conv[li], tail);
+    }
+    prof_end(ex, HY_EXEC_OP_CONV);
+
+    const float qscale = 1.0f / sqrtf((float)d);
+    prof_begin(ex);
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < n; t++) {
+        float *row = cv + (size_t)t * C, *g = ex->g + (size_t)t * Q;
+        for (int h = 0; h < H; h++) {
+            hy_l2norm_scale(row + h * d, d, 1e-6f, qscale);
+            hy_l2norm_scale(row + Q + h * d, d, 1e-6f, 1.0f);
+            for (int j = 0; j < d; j++) {
+                const int ch = h * d + j;
+                g[ch] = w->neg_A[h] * hy_softplusf(g[ch] + w->dt_bias[ch]);
+            }
+        }
+        const float *b = proj + (size_t)t * P + C + 2 * d;
+        for (int h = 0; h < H; h++) ex->beta[(size_t)t * H + h] = hy_sigmoidf(b[h]);
+    }
+    prof_end(ex, HY_EXEC_OP_NORM_GATE);
+
+    prof_begin(ex);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int h = 0; h < H; h++) {
+        const int tid = omp_get_thread_num();
+        assert(tid < ex->nthreads && tid < ex->tcompose_n);
+        float *work = ex->scratch + (size_t)tid * ex->scratch_per_thread;
+        ex->tcompose[(size_t)tid * TC_PAD] += head_items(ex, st, li, h, it, ni, work, kda_run, cv);
+    }
+    prof_end(ex, HY_EXEC_OP_DELTA_RULE);
+    if (n == 0) return;
+
+    prof_begin(ex);
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < n; t++)
+        for (int h = 0; h < H; h++) {
+            float *o = ex->o + (size_t)t * Q + (size_t)h * d;
+            const float *z = ex->aux + (size_t)t * Q + (size_t)h * d;
+            rmsnorm_row(o, w->norm_w, d, c->rms_eps, o);
+#pragma omp simd
+            for (int j = 0; j < d; j++) o[j] *= hy_sigmoidf(z[j]);
+        }
+    prof_end(ex, HY_EXEC_OP_NORM_GATE);
+    linear(ex, n, Q, Hd, ex->o, (size_t)Q, w->w_out, ex->y, (size_t)Hd);
+}
+
 /* --- lightning attention (MiniMax) ----------------------------------------- */
 
 /* Lightning attention of head h over rows [off, off + len): S ← a·S + k vᵀ
@@ -759,7 +937,7 @@ static void attn_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni
         const int r0 = (nblk - 1 - job / Hq) * HY_ATTN_BLOCK, B = HY_MIN_INT(HY_ATTN_BLOCK, n - r0);
         assert(omp_get_thread_num() < ex->nthreads);
         float *scores = ex->scratch + (size_t)omp_get_thread_num() * ex->scratch_per_thread;
-        hy_attention_at(B, hd, ex->rowpos + r0, proj + (size_t)r0 * P + (size_t)h * qs, (size_t)P,
+        hy_attention_at(B, hd, hd, ex->rowpos + r0, proj + (size_t)r0 * P + (size_t)h * qs, (size_t)P,
                         Kc + (size_t)g * hd, (size_t)KV, Vc + (size_t)g * hd, (size_t)KV, scale,
                         ob + (size_t)r0 * Qd + (size_t)h * hd, (size_t)Qd, scores);
     }
@@ -777,6 +955,121 @@ static void attn_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni
         prof_end(ex, HY_EXEC_OP_NORM_GATE);
     }
     linear(ex, n, Qd, H, ob, (size_t)Qd, w->w_o, ex->y, (size_t)H);
+}
+
+/* --- multi-head latent attention (Kimi) ----------------------------------- */
+
+/* MLA's latent norms: transformers builds them without an eps argument. */
+#define MLA_NORM_EPS 1e-6f
+
+/* Expands `count` cached latents (rows of lat, stride ldl) at positions
+ * pos[r] (or p0 + r when pos is NULL) into the layer's expanded rows: per
+ * head the key kv_b_proj gives (qk_nope) followed by the shared key part
+ * (the V row, qk_rope), then per head the value (v_head). In chunks of the
+ * step's rows, through ex->aux. */
+static void mla_expand(hy_exec *ex, hy_state *st, int li, const float *lat, size_t ldl,
+                       const int64_t *pos, int64_t p0, int count)
+{
+    const hy_model_config *c = &ex->m->cfg;
+    const hy_mla_w *w = &ex->m->layers[li].mla;
+    const int nh = c->n_heads, dn = c->qk_nope, dr = c->qk_rope, dv = c->v_head, R = c->kv_lora;
+    const int KB = nh * (dn + dv), Kw = nh * (dn + dr);
+    const size_t XW = hy_state_x_row(c);
+    for (int r0 = 0; r0 < count; r0 += (int)ex->step_cap) {
+        const int m = HY_MIN_INT((int)ex->step_cap, count - r0);
+        linear(ex, m, R, KB, lat + (size_t)r0 * ldl, ldl, w->w_kvb, ex->aux, (size_t)KB);
+        prof_begin(ex);
+#pragma omp parallel for schedule(static)
+        for (int r = 0; r < m; r++) {
+            const int64_t at = pos ? pos[r0 + r] : p0 + r0 + r;
+            assert(at < st->kv_cap);
+            float *X = st->x[li] + (size_t)at * XW;
+            const float *kr = st->v[li] + (size_t)at * dr, *e = ex->aux + (size_t)r * KB;
+            for (int h = 0; h < nh; h++) {
+                memcpy(X + (size_t)h * (dn + dr), e + (size_t)h * (dn + dv), (size_t)dn * 4);
+                memcpy(X + (size_t)h * (dn + dr) + dn, kr, (size_t)dr * 4);
+                memcpy(X + Kw + (size_t)h * dv, e + (size_t)h * (dn + dv) + dn, (size_t)dv * 4);
+            }
+        }
+        prof_end(ex, HY_EXEC_OP_ATTENTION);
+    }
+}
+
+/* An MLA layer over the step's n computed rows (n may be 0: holes only).
+ * Each token caches its normalised latent (K row) and the shared key part
+ * (V row), unrotated: Kimi has no positional encoding, so a hole's rows are
+ * its entry's as they are. Every cached row is expanded once into per-head
+ * keys and values, against which the queries attend (scale (dn+dr)^−½). */
+static void mla_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni, int n, int nblk,
+                      int nholes)
+{
+    const hy_model_config *c = &ex->m->cfg;
+    const hy_mla_w *w = &ex->m->layers[li].mla;
+    const int H = c->hidden, nh = c->n_heads, dn = c->qk_nope, dr = c->qk_rope, dv = c->v_head;
+    const int R = c->kv_lora, ql = c->q_lora, Qa = ql ? ql : nh * (dn + dr), Pa = Qa + R + dr;
+    const int Kw = nh * (dn + dr), Od = nh * dv;
+    const size_t XW = hy_state_x_row(c);
+    float *proj = ex->big, *lat = ex->mid;
+    assert(st->k[li] && st->v[li] && st->x[li] && c->rotary_dim == 0);
+
+    if (nholes > 0) {
+        const double t0 = hy_now_s();
+        for (int i = 0; i < ni; i++) {
+            const hy_entry *e = it[i].p->hole;
+            if (it[i].p->tokens) continue;
+            const int64_t p0 = it[i].pos;
+            assert(p0 + e->nb <= st->kv_cap);
+            memcpy(st->k[li] + (size_t)p0 * R, e->K[li], (size_t)e->nb * R * sizeof(float));
+            memcpy(st->v[li] + (size_t)p0 * dr, e->V[li], (size_t)e->nb * dr * sizeof(float));
+            mla_expand(ex, st, li, st->k[li] + (size_t)p0 * R, (size_t)R, NULL, p0, e->nb);
+        }
+        ex->hole_kv_s += hy_now_s() - t0;
+    }
+    if (n == 0) return;
+
+    linear(ex, n, H, Pa, ex->xn, (size_t)H, w->w_a, proj, (size_t)Pa);
+    prof_begin(ex);
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < n; t++) {
+        float *row = proj + (size_t)t * Pa, *lt = lat + (size_t)t * R;
+        const int64_t pos = ex->rowpos[t];
+        assert(pos < st->kv_cap && ex->scratch_per_thread >= (size_t)HY_ATTN_BLOCK * (pos + 1));
+        rmsnorm_row(row + Qa, w->kv_norm, R, MLA_NORM_EPS, lt);
+        memcpy(st->k[li] + (size_t)pos * R, lt, (size_t)R * sizeof(float));
+        memcpy(st->v[li] + (size_t)pos * dr, row + Qa + R, (size_t)dr * sizeof(float));
+        const hy_capture *cap = ex->rowcap[t];
+        if (cap && pos >= cap->start) { /* canonical rows for the entry */
+            const int64_t crow = pos - cap->start;
+            memcpy(cap->K[li] + (size_t)crow * R, lt, (size_t)R * sizeof(float));
+            memcpy(cap->V[li] + (size_t)crow * dr, row + Qa + R, (size_t)dr * sizeof(float));
+        }
+        if (ql) rmsnorm_row(row, w->q_norm, ql, MLA_NORM_EPS, row);
+    }
+    prof_end(ex, HY_EXEC_OP_NORM_GATE);
+    const float *q = proj;
+    size_t ldq = (size_t)Pa;
+    if (ql) {
+        linear(ex, n, ql, Kw, proj, (size_t)Pa, w->w_qb, ex->o, (size_t)Kw);
+        q = ex->o, ldq = (size_t)Kw;
+    }
+    mla_expand(ex, st, li, lat, (size_t)R, ex->rowpos, 0, n);
+
+    float *ob = ex->mid; /* the latents are in the cache now */
+    const float scale = 1.0f / sqrtf((float)(dn + dr));
+    const float *X = st->x[li];
+    prof_begin(ex);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int job = 0; job < nh * nblk; job++) {
+        const int h = job % nh;
+        const int r0 = (nblk - 1 - job / nh) * HY_ATTN_BLOCK, B = HY_MIN_INT(HY_ATTN_BLOCK, n - r0);
+        assert(omp_get_thread_num() < ex->nthreads);
+        float *scores = ex->scratch + (size_t)omp_get_thread_num() * ex->scratch_per_thread;
+        hy_attention_at(B, dn + dr, dv, ex->rowpos + r0, q + (size_t)r0 * ldq + (size_t)h * (dn + dr),
+                        ldq, X + (size_t)h * (dn + dr), XW, X + Kw + (size_t)h * dv, XW, scale,
+                        ob + (size_t)r0 * Od + (size_t)h * dv, (size_t)Od, scores);
+    }
+    prof_end(ex, HY_EXEC_OP_ATTENTION);
+    linear(ex, n, Od, H, ob, (size_t)Od, w->w_o, ex->y, (size_t)H);
 }
 
 static void add_rows(float *x, const float *y, size_t count)
@@ -862,8 +1155,12 @@ static void step(hy_exec *ex, hy_state *st, const item *it, int ni, int n, float
         const bool lin = L->kind == HY_LAYER_LINEAR;
         if (lin && c->lin_kind == HY_LIN_LIGHTNING)
             light_layer(ex, st, li, it, ni, n);
+        else if (lin && c->lin_kind == HY_LIN_KDA)
+            kda_layer(ex, st, li, it, ni, n);
         else if (lin)
             gdn_layer(ex, st, li, it, ni, n);
+        else if (c->mla)
+            mla_layer(ex, st, li, it, ni, n, nblk, nholes);
         else
             attn_layer(ex, st, li, it, ni, n, nblk, nholes);
         if (ex->layer_hook) ex->layer_hook(ex->layer_ctx, li, end); /* its state is final */

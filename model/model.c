@@ -15,6 +15,10 @@
  *     fused like Qwen3.5's; its norms (and MiniMax's) are plain weights.
  *   - MiniMax's lightning layers: qkv_proj and output_gate fused, the decay
  *     of each head from slope_rate (or computed as transformers does).
+ *   - Kimi's KDA layers: q/k/v/f_a/g_a/b fused, the q/k/v convs as one; its
+ *     MLA layers: the query and latent projections fused; its MoE under
+ *     block_sparse_moe. (released) or mlp. (transformers' modules), the
+ *     router's selection bias beside it.
  * Every tensor of the files must be used: one the configuration leaves unused
  * is an error naming it (config.json and the weights disagree). Two parts of
  * real checkpoints that the text executor does not run are skipped with one
@@ -108,7 +112,7 @@ static int find_checked(loader *ld, const char *name, int nd, const int64_t *dim
  * owned fp32 buffer, or into dst when given. */
 static int load(loader *ld, const char *name, int nd, const int64_t *dims, float *dst, float **out)
 {
-    char full[256];
+    char full[sizeof ld->prefix + 256];
     if (name[0] == '/')
         snprintf(full, sizeof full, "%s", name + 1);
     else
@@ -144,6 +148,14 @@ static bool has(const loader *ld, const char *name)
     char full[sizeof ld->prefix + 256];
     snprintf(full, sizeof full, "%s%s", ld->prefix, name);
     return hy_st_find(ld->st, full) != NULL;
+}
+
+/* has() of a name formatted with one layer index. */
+static bool has_fmt(const loader *ld, const char *fmt, int i)
+{
+    char n[200];
+    snprintf(n, sizeof n, fmt, i);
+    return has(ld, n);
 }
 
 /* The name a tensor has in this checkpoint: the released checkpoints' (and
@@ -371,33 +383,171 @@ static int load_lightning(loader *ld, int i, hy_light_w *w)
     return HY_OK;
 }
 
+/* Kimi's KDA layer: q/k/v/f_a/g_a/b projections fused into one, the gate
+ * bottlenecks' second halves, the q/k/v convs (one conv1d, or the released
+ * q_conv1d | k_conv1d | v_conv1d), A_log ([H] or [1][1][H][1]), dt_bias per
+ * channel, the shared output norm and o_proj. */
+static int load_kda(loader *ld, int i, hy_kda_w *w)
+{
+    const hy_model_config *c = &ld->m->cfg;
+    const int64_t Hd = c->hidden, H = c->lin_v_heads, d = c->lin_dk, Q = H * d, K = c->conv_kernel;
+    const int64_t P = 3 * Q + 2 * d + H;
+    static const char *const proj[] = {"q_proj", "k_proj", "v_proj", "f_a_proj", "g_a_proj",
+                                       "b_proj"};
+    const int64_t rows[] = {Q, Q, Q, d, d, H};
+    char n[200];
+    int rc;
+    if (!(w->w_in = own_alloc(ld->m, (size_t)(P * Hd))) ||
+        !(w->conv_w = own_alloc(ld->m, (size_t)(K * 3 * Q))))
+        return hy_err_set(ld->err, HY_ENOMEM, "out of memory");
+    int64_t r0 = 0;
+    for (int p = 0; p < 6; p++) {
+        /* transformers' module names put the gate's halves under forget_gate. */
+        snprintf(n, sizeof n, "layers.%d.self_attn.%s%s.weight", i,
+                 p == 3 && !has_fmt(ld, "layers.%d.self_attn.f_a_proj.weight", i) ? "forget_gate."
+                                                                                  : "",
+                 proj[p]);
+        if ((rc = LOAD(ld, n, w->w_in + (size_t)(r0 * Hd), NULL, rows[p], Hd))) return rc;
+        r0 += rows[p];
+    }
+    const char *fg = has_fmt(ld, "layers.%d.self_attn.f_b_proj.weight", i) ? "" : "forget_gate.";
+    snprintf(n, sizeof n, "layers.%d.self_attn.%sf_b_proj.weight", i, fg);
+    if ((rc = LOAD(ld, n, NULL, &w->w_fb, Q, d))) return rc;
+    snprintf(n, sizeof n, "layers.%d.self_attn.g_b_proj.weight", i);
+    if ((rc = LOAD(ld, n, NULL, &w->w_gb, Q, d))) return rc;
+    snprintf(n, sizeof n, "layers.%d.self_attn.conv1d.weight", i);
+    if (has(ld, n)) {
+        if ((rc = load_conv(ld, n, 0, 3 * Q, w->conv_w))) return rc;
+    } else {
+        static const char *const conv[] = {"q_conv1d", "k_conv1d", "v_conv1d"};
+        for (int p = 0; p < 3; p++) {
+            snprintf(n, sizeof n, "layers.%d.self_attn.%s.weight", i, conv[p]);
+            if ((rc = load_conv(ld, n, p * Q, Q, w->conv_w))) return rc;
+        }
+    }
+    fg = has_fmt(ld, "layers.%d.self_attn.A_log", i) ? "" : "forget_gate.";
+    snprintf(n, sizeof n, "layers.%d.self_attn.%sA_log", i, fg);
+    char full[sizeof ld->prefix + sizeof n];
+    snprintf(full, sizeof full, "%s%s", ld->prefix, n);
+    const hy_st_tensor *a = hy_st_find(ld->st, full);
+    if (a && a->ndim == 4)
+        rc = LOAD(ld, n, NULL, &w->neg_A, 1, 1, H, 1);
+    else
+        rc = LOAD(ld, n, NULL, &w->neg_A, H);
+    if (rc) return rc;
+    for (int64_t h = 0; h < H; h++) w->neg_A[h] = -expf(w->neg_A[h]);
+    snprintf(n, sizeof n, "layers.%d.self_attn.%sdt_bias", i, fg);
+    if ((rc = LOAD(ld, n, NULL, &w->dt_bias, Q))) return rc;
+    snprintf(n, sizeof n, "layers.%d.self_attn.o_norm.weight", i);
+    if ((rc = LOAD(ld, n, NULL, &w->norm_w, d))) return rc;
+    snprintf(n, sizeof n, "layers.%d.self_attn.o_proj.weight", i);
+    return LOAD(ld, n, NULL, &w->w_out, Hd, Q);
+}
+
+/* An MLA layer: q_proj (or q_a_proj, q_a_layernorm, q_b_proj) and
+ * kv_a_proj_with_mqa fused into one input projection, the latent's norm,
+ * kv_b_proj and o_proj. attention_bias is refused by the config. */
+static int load_mla(loader *ld, int i, hy_mla_w *w)
+{
+    const hy_model_config *c = &ld->m->cfg;
+    const int64_t Hd = c->hidden, nh = c->n_heads, dn = c->qk_nope, dr = c->qk_rope,
+                  dv = c->v_head, R = c->kv_lora, ql = c->q_lora;
+    const int64_t Qa = ql ? ql : nh * (dn + dr);
+    char n[200];
+    int rc;
+    if (!(w->w_a = own_alloc(ld->m, (size_t)((Qa + R + dr) * Hd))))
+        return hy_err_set(ld->err, HY_ENOMEM, "out of memory");
+    snprintf(n, sizeof n, "layers.%d.self_attn.%s.weight", i, ql ? "q_a_proj" : "q_proj");
+    if ((rc = LOAD(ld, n, w->w_a, NULL, Qa, Hd))) return rc;
+    if (ql) {
+        snprintf(n, sizeof n, "layers.%d.self_attn.q_a_layernorm.weight", i);
+        if ((rc = LOAD(ld, n, NULL, &w->q_norm, ql))) return rc;
+        snprintf(n, sizeof n, "layers.%d.self_attn.q_b_proj.weight", i);
+        if ((rc = LOAD(ld, n, NULL, &w->w_qb, nh * (dn + dr), ql))) return rc;
+    }
+    snprintf(n, sizeof n, "layers.%d.self_attn.kv_a_proj_with_mqa.weight", i);
+    if ((rc = LOAD(ld, n, w->w_a + (size_t)(Qa * Hd), NULL, R + dr, Hd))) return rc;
+    snprintf(n, sizeof n, "layers.%d.self_attn.kv_a_layernorm.weight", i);
+    if ((rc = LOAD(ld, n, NULL, &w->kv_norm, R))) return rc;
+    snprintf(n, sizeof n, "layers.%d.self_attn.kv_b_proj.weight", i);
+    if ((rc = LOAD(ld, n, NULL, &w->w_kvb, nh * (dn + dv), R))) return rc;
+    snprintf(n, sizeof n, "layers.%d.self_attn.o_proj.weight", i);
+    return LOAD(ld, n, NULL, &w->w_o, Hd, nh * dv);
+}
+
+/* Routed experts under base (block_sparse_moe or mlp): fused
+ * experts.gate_up_proj / down_proj, or per expert w1 (gate), w3 (up), w2
+ * (down) as released. */
+static int load_experts(loader *ld, int i, const char *base, hy_layer_w *L)
+{
+    const hy_model_config *c = &ld->m->cfg;
+    const int64_t H = c->hidden, E = c->n_experts, I = c->moe_intermediate;
+    char n[200];
+    int rc;
+    if (!(L->experts = own(ld->m, calloc((size_t)E, sizeof *L->experts))))
+        return hy_err_set(ld->err, HY_ENOMEM, "out of memory");
+    snprintf(n, sizeof n, "layers.%d.%s.experts.gate_up_proj", i, base);
+    if (has(ld, n)) {
+        float *gu, *dn;
+        if ((rc = LOAD(ld, n, NULL, &gu, E, 2 * I, H))) return rc;
+        snprintf(n, sizeof n, "layers.%d.%s.experts.down_proj", i, base);
+        if ((rc = LOAD(ld, n, NULL, &dn, E, H, I))) return rc;
+        for (int64_t e = 0; e < E; e++) {
+            L->experts[e].inter = (int)I;
+            L->experts[e].w_gu = gu + (size_t)e * 2 * I * H;
+            L->experts[e].w_down = dn + (size_t)e * H * I;
+        }
+        return HY_OK;
+    }
+    for (int64_t e = 0; e < E; e++) {
+        hy_mlp_w *x = &L->experts[e];
+        x->inter = (int)I;
+        if (!(x->w_gu = own_alloc(ld->m, 2 * (size_t)I * H)))
+            return hy_err_set(ld->err, HY_ENOMEM, "out of memory");
+        snprintf(n, sizeof n, "layers.%d.%s.experts.%lld.w1.weight", i, base, (long long)e);
+        if ((rc = LOAD(ld, n, x->w_gu, NULL, I, H))) return rc;
+        snprintf(n, sizeof n, "layers.%d.%s.experts.%lld.w3.weight", i, base, (long long)e);
+        if ((rc = LOAD(ld, n, x->w_gu + (size_t)(I * H), NULL, I, H))) return rc;
+        snprintf(n, sizeof n, "layers.%d.%s.experts.%lld.w2.weight", i, base, (long long)e);
+        if ((rc = LOAD(ld, n, NULL, &x->w_down, H, I))) return rc;
+    }
+    return HY_OK;
+}
+
+/* Kimi's MoE (DeepSeek's): the router with its selection bias, the experts
+ * and the ungated shared experts, under block_sparse_moe. as released or
+ * mlp. as transformers names its modules. */
+static int load_kimi_moe(loader *ld, int i, hy_layer_w *L)
+{
+    const hy_model_config *c = &ld->m->cfg;
+    const int64_t H = c->hidden, E = c->n_experts;
+    const char *base = has_fmt(ld, "layers.%d.block_sparse_moe.gate.weight", i)
+                           ? "block_sparse_moe"
+                           : "mlp";
+    char n[200];
+    int rc;
+    snprintf(n, sizeof n, "layers.%d.%s.gate.weight", i, base);
+    if ((rc = LOAD(ld, n, NULL, &L->router, E, H))) return rc;
+    snprintf(n, sizeof n, "layers.%d.%s.gate.e_score_correction_bias", i, base);
+    if ((rc = LOAD(ld, n, NULL, &L->router_bias, E))) return rc;
+    if ((rc = load_experts(ld, i, base, L))) return rc;
+    if (c->shared_intermediate == 0) return HY_OK;
+    snprintf(n, sizeof n, "layers.%d.%s.shared_experts", i, base);
+    return load_mlp(ld, n, c->shared_intermediate, &L->shared);
+}
+
 /* MiniMax's experts as its released checkpoints (and save_pretrained) keep
  * them: block_sparse_moe.gate and experts.{e}.w1 (gate), w3 (up), w2
  * (down); the fused mlp.* form of transformers' modules is load_moe's. */
 static int load_minimax_moe(loader *ld, int i, hy_layer_w *L)
 {
     const hy_model_config *c = &ld->m->cfg;
-    const int64_t H = c->hidden, E = c->n_experts, I = c->moe_intermediate;
     char n[200];
     int rc;
     snprintf(n, sizeof n, "layers.%d.block_sparse_moe.gate.weight", i);
     if (!has(ld, n)) return load_moe(ld, i, L);
-    if ((rc = LOAD(ld, n, NULL, &L->router, E, H))) return rc;
-    if (!(L->experts = own(ld->m, calloc((size_t)E, sizeof *L->experts))))
-        return hy_err_set(ld->err, HY_ENOMEM, "out of memory");
-    for (int64_t e = 0; e < E; e++) {
-        hy_mlp_w *x = &L->experts[e];
-        x->inter = (int)I;
-        if (!(x->w_gu = own_alloc(ld->m, 2 * (size_t)I * H)))
-            return hy_err_set(ld->err, HY_ENOMEM, "out of memory");
-        snprintf(n, sizeof n, "layers.%d.block_sparse_moe.experts.%lld.w1.weight", i, (long long)e);
-        if ((rc = LOAD(ld, n, x->w_gu, NULL, I, H))) return rc;
-        snprintf(n, sizeof n, "layers.%d.block_sparse_moe.experts.%lld.w3.weight", i, (long long)e);
-        if ((rc = LOAD(ld, n, x->w_gu + (size_t)(I * H), NULL, I, H))) return rc;
-        snprintf(n, sizeof n, "layers.%d.block_sparse_moe.experts.%lld.w2.weight", i, (long long)e);
-        if ((rc = LOAD(ld, n, NULL, &x->w_down, H, I))) return rc;
-    }
-    return HY_OK;
+    if ((rc = LOAD(ld, n, NULL, &L->router, c->n_experts, c->hidden))) return rc;
+    return load_experts(ld, i, "block_sparse_moe", L);
 }
 
 static int load_attn(loader *ld, int i, hy_attn_w *w)
@@ -609,16 +759,25 @@ static int load_all(loader *ld)
         L->moe = c->layer_moe[i];
         if ((rc = load_layer_norms(ld, i, L))) return rc;
         if (L->kind == HY_LAYER_ATTENTION)
-            rc = load_attn(ld, i, &L->attn);
+            rc = c->mla ? load_mla(ld, i, &L->mla) : load_attn(ld, i, &L->attn);
+        else if (c->lin_kind == HY_LIN_KDA)
+            rc = load_kda(ld, i, &L->kda);
         else if (c->lin_kind == HY_LIN_LIGHTNING)
             rc = load_lightning(ld, i, &L->light);
         else
             rc = load_gdn(ld, i, &L->gdn);
         if (rc) return rc;
         if (L->moe) {
-            rc = c->arch == HY_ARCH_MINIMAX ? load_minimax_moe(ld, i, L) : load_moe(ld, i, L);
+            rc = c->arch == HY_ARCH_MINIMAX       ? load_minimax_moe(ld, i, L)
+                 : c->arch == HY_ARCH_KIMI_LINEAR ? load_kimi_moe(ld, i, L)
+                                                  : load_moe(ld, i, L);
         } else {
-            snprintf(n, sizeof n, "layers.%d.mlp", i);
+            /* Kimi's dense layers: mlp. as released, block_sparse_moe. as saved */
+            snprintf(n, sizeof n, "layers.%d.%s", i,
+                     c->arch == HY_ARCH_KIMI_LINEAR &&
+                             has_fmt(ld, "layers.%d.block_sparse_moe.gate_proj.weight", i)
+                         ? "block_sparse_moe"
+                         : "mlp");
             rc = load_mlp(ld, n, c->intermediate, &L->mlp);
         }
         if (rc) return rc;

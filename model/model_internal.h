@@ -14,7 +14,9 @@
 /* The kernels' family of a model's linear layers, and the shape of its T. */
 static inline hy_la_family hy_lin_family(const hy_model_config *c)
 {
-    return c->lin_kind == HY_LIN_LIGHTNING ? HY_LA_LIGHTNING : HY_LA_GDN;
+    return c->lin_kind == HY_LIN_LIGHTNING ? HY_LA_LIGHTNING
+           : c->lin_kind == HY_LIN_KDA     ? HY_LA_KDA
+                                           : HY_LA_GDN;
 }
 static inline hy_la_tkind hy_lin_tkind(const hy_model_config *c)
 {
@@ -44,6 +46,31 @@ typedef struct hy_light_w {
     float *g0;     /* [heads]: the constant log-decay −slope_rate of each head */
 } hy_light_w;
 
+/* Kimi Delta Attention (heads H = lin_v_heads, d = lin_dk = lin_dv, Q = H·d;
+ * the gate bottlenecks f_a / g_a are d wide). */
+typedef struct hy_kda_w {
+    float *w_in;    /* [3Q + 2d + H][hidden]: q | k | v | f_a | g_a | b rows */
+    float *w_fb;    /* [Q][d]: f_b_proj */
+    float *w_gb;    /* [Q][d]: g_b_proj */
+    float *conv_w;  /* [K][3Q] */
+    float *neg_A;   /* [H] = −exp(A_log) */
+    float *dt_bias; /* [Q] */
+    float *norm_w;  /* [d], plain weight of the gated output RMSNorm */
+    float *w_out;   /* [hidden][Q] */
+} hy_kda_w;
+
+/* Multi-head latent attention (nh = n_heads; dn, dr, dv = qk_nope, qk_rope,
+ * v_head; R = kv_lora). */
+typedef struct hy_mla_w {
+    float *w_a;      /* [Qa + R + dr][hidden]: q_proj (Qa = nh(dn+dr)) or q_a_proj (Qa =
+                      * q_lora) rows, then kv_a_proj_with_mqa rows */
+    float *q_norm;   /* [q_lora]: q_a_layernorm (with q_lora) */
+    float *w_qb;     /* [nh(dn+dr)][q_lora]: q_b_proj (with q_lora) */
+    float *kv_norm;  /* [R]: kv_a_layernorm */
+    float *w_kvb;    /* [nh(dn+dv)][R]: kv_b_proj, per head k_nope | v */
+    float *w_o;      /* [hidden][nh·dv] */
+} hy_mla_w;
+
 typedef struct hy_attn_w {
     float *w_qkv;   /* [2·Hq·hd + 2·Hkv·hd][H]: q_proj rows ([query|gate] per head), k, v */
     float *q_norm1; /* [hd], 1 + weight */
@@ -57,9 +84,12 @@ typedef struct hy_layer_w {
     float *in_norm1, *post_norm1; /* [H], 1 + weight */
     hy_gdn_w gdn;
     hy_light_w light;
+    hy_kda_w kda;
     hy_attn_w attn;
+    hy_mla_w mla;
     hy_mlp_w mlp;       /* dense MLP */
     float *router;      /* [E][H] */
+    float *router_bias; /* [E]: a sigmoid router's selection bias (e_score_correction_bias) */
     hy_mlp_w *experts;  /* [E] */
     hy_mlp_w shared;    /* inter 0 when absent */
     float *shared_gate; /* [H] or NULL */
@@ -81,9 +111,15 @@ struct hy_state {
     const hy_model *m;
     int64_t pos;
     float **S, **conv; /* per layer; NULL for attention layers */
-    float **k, **v;    /* per layer; NULL for linear layers; [kv_cap][Hkv][hd] */
+    float **k, **v;    /* per layer; NULL for linear layers; [kv_cap][Hkv][hd], or MLA's
+                        * [kv_cap][kv_lora] latent and [kv_cap][qk_rope] shared key */
+    float **x;         /* per MLA layer: [kv_cap][hy_state_x_row] every head's key, then
+                        * every head's value, expanded from k and v; NULL otherwise */
     int64_t kv_cap;
 };
+
+/* Floats of an MLA layer's expanded row (0 without MLA). */
+size_t hy_state_x_row(const hy_model_config *c);
 
 /* What a forward pass records for an entry while it runs (model/entry.c)
  * over one segment, positions [start − w, end): from `start` (the body's

@@ -2,7 +2,9 @@
  * The running state of a prefix: what the executor needs to continue after
  * it. Linear layers keep a constant-size S [Hv][dk][dv] and conv state
  * [K-1][conv_dim]; attention layers keep the rotated K and V of every position
- * ([pos][Hkv][hd]), grown geometrically. Copying a state is how callers
+ * ([pos][Hkv][hd]), grown geometrically — MLA layers the normalised latent as
+ * K ([pos][kv_lora]) and the shared key part as V ([pos][qk_rope]), beside
+ * their per-head expansion (x). Copying a state is how callers
  * checkpoint a prefix.
  *
  * Invariant: 0 ≤ pos ≤ kv_cap (every prefill reserves its positions first),
@@ -25,9 +27,20 @@ static size_t conv_floats(const hy_model_config *c)
     return (size_t)(c->conv_kernel - 1) * (size_t)hy_config_conv_dim(c);
 }
 
-static size_t kv_row(const hy_model_config *c)
+static size_t k_row(const hy_model_config *c)
 {
-    return (size_t)c->n_kv_heads * c->head_dim;
+    return (size_t)hy_config_kv_k(c);
+}
+static size_t v_row(const hy_model_config *c)
+{
+    return (size_t)hy_config_kv_v(c);
+}
+/* An MLA layer's expanded row per position: every head's key (its part of
+ * kv_b_proj(latent), then the shared part) and every head's value; derived
+ * from the K and V rows, kept so that each position is expanded once. */
+size_t hy_state_x_row(const hy_model_config *c)
+{
+    return c->mla ? (size_t)c->n_heads * (size_t)(c->qk_nope + c->qk_rope + c->v_head) : 0;
 }
 
 void hy_state_free(hy_state *s)
@@ -39,11 +52,13 @@ void hy_state_free(hy_state *s)
         hy_free(s->conv[i]);
         free(s->k[i]);
         free(s->v[i]);
+        free(s->x[i]);
     }
     free(s->S);
     free(s->conv);
     free(s->k);
     free(s->v);
+    free(s->x);
     free(s);
 }
 
@@ -60,7 +75,8 @@ int hy_state_new(const hy_model *m, hy_state **out, hy_err *err)
     s->conv = calloc((size_t)L, sizeof *s->conv);
     s->k = calloc((size_t)L, sizeof *s->k);
     s->v = calloc((size_t)L, sizeof *s->v);
-    int bad = !s->S || !s->conv || !s->k || !s->v;
+    s->x = calloc((size_t)L, sizeof *s->x);
+    int bad = !s->S || !s->conv || !s->k || !s->v || !s->x;
     for (int i = 0; i < L && !bad; i++) {
         if (c->layer_kind[i] != HY_LAYER_LINEAR) continue;
         s->S[i] = hy_calloc(s_floats(c) * sizeof(float));
@@ -92,16 +108,20 @@ int hy_state_reserve(hy_state *s, int64_t need, hy_err *err)
     if (need <= s->kv_cap) return HY_OK;
     int64_t cap = s->kv_cap ? s->kv_cap * 2 : 256;
     if (cap < need) cap = need;
-    size_t bytes;
-    if (hy_mul_size((size_t)cap, kv_row(c) * sizeof(float), &bytes) != HY_OK)
+    size_t kb, vb, xb;
+    if (hy_mul_size((size_t)cap, k_row(c) * sizeof(float), &kb) != HY_OK ||
+        hy_mul_size((size_t)cap, v_row(c) * sizeof(float), &vb) != HY_OK ||
+        hy_mul_size((size_t)cap, hy_state_x_row(c) * sizeof(float), &xb) != HY_OK)
         return hy_err_set(err, HY_ERANGE, "KV cache of %lld positions overflows", (long long)cap);
     for (int i = 0; i < c->n_layers; i++) {
         if (c->layer_kind[i] != HY_LAYER_ATTENTION) continue;
-        float *nk = realloc(s->k[i], bytes);
+        float *nk = realloc(s->k[i], kb);
         if (nk) s->k[i] = nk;
-        float *nv = nk ? realloc(s->v[i], bytes) : NULL;
+        float *nv = nk ? realloc(s->v[i], vb) : NULL;
         if (nv) s->v[i] = nv;
-        if (!nk || !nv)
+        float *nx = nv && xb ? realloc(s->x[i], xb) : NULL;
+        if (nx) s->x[i] = nx;
+        if (!nk || !nv || (xb && !nx))
             return hy_err_set(err, HY_ENOMEM,
                               "out of memory growing the KV cache to %lld positions",
                               (long long)cap);
@@ -123,8 +143,11 @@ int hy_state_copy(hy_state *dst, const hy_state *src, hy_err *err)
         if (src->S[i]) memcpy(dst->S[i], src->S[i], s_floats(c) * sizeof(float));
         if (src->conv[i]) memcpy(dst->conv[i], src->conv[i], conv_floats(c) * sizeof(float));
         if (src->k[i] && src->pos > 0) {
-            memcpy(dst->k[i], src->k[i], (size_t)src->pos * kv_row(c) * sizeof(float));
-            memcpy(dst->v[i], src->v[i], (size_t)src->pos * kv_row(c) * sizeof(float));
+            memcpy(dst->k[i], src->k[i], (size_t)src->pos * k_row(c) * sizeof(float));
+            memcpy(dst->v[i], src->v[i], (size_t)src->pos * v_row(c) * sizeof(float));
+            if (src->x[i])
+                memcpy(dst->x[i], src->x[i],
+                       (size_t)src->pos * hy_state_x_row(c) * sizeof(float));
         }
     }
     dst->pos = src->pos;
@@ -137,7 +160,9 @@ size_t hy_state_bytes(const hy_state *s)
     size_t b = 0;
     for (int i = 0; i < c->n_layers; i++)
         b += c->layer_kind[i] == HY_LAYER_LINEAR ? (s_floats(c) + conv_floats(c)) * sizeof(float)
-                                                 : 2 * (size_t)s->pos * kv_row(c) * sizeof(float);
+                                                 : (size_t)s->pos *
+                                                       (k_row(c) + v_row(c) + hy_state_x_row(c)) *
+                                                       sizeof(float);
     return b;
 }
 
@@ -187,12 +212,13 @@ int hy_state_layout(const hy_model_config *c, int64_t pos, hy_state_tensor *out,
                 3, {(uint64_t)c->lin_v_heads, (uint64_t)c->lin_dk, (uint64_t)c->lin_dv},
                 0, s_floats(c) * sizeof(float)};
         } else {
-            a = (hy_state_tensor){
-                i, HY_PART_K,
-                3, {(uint64_t)pos, (uint64_t)c->n_kv_heads, (uint64_t)c->head_dim},
-                0, (uint64_t)pos * kv_row(c) * sizeof(float)};
-            b = a;
-            b.part = HY_PART_V;
+            /* MLA: the latent and the shared key part, one "head" each, as
+             * transformers' cache keeps them */
+            const uint64_t kh = c->mla ? 1 : (uint64_t)c->n_kv_heads;
+            a = (hy_state_tensor){i, HY_PART_K, 3, {(uint64_t)pos, kh, k_row(c) / kh},
+                                  0, (uint64_t)pos * k_row(c) * sizeof(float)};
+            b = (hy_state_tensor){i, HY_PART_V, 3, {(uint64_t)pos, kh, v_row(c) / kh},
+                                  0, (uint64_t)pos * v_row(c) * sizeof(float)};
         }
         hy_state_tensor *two[2] = {&a, &b};
         for (int j = 0; j < 2; j++) {

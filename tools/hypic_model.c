@@ -181,7 +181,7 @@ static int cmd_entry_size(int argc, char **argv)
     const bool scalar_t = c.lin_kind == HY_LIN_LIGHTNING; /* one decay per head */
     const hy_entry_layer_bytes lb = hy_entry_layer_sizes(&c, HY_ENTRY_F32);
     const double T = (double)lb.t, S = (double)lb.s, tail = (double)lb.tail;
-    const double kv = 2.0 * (double)lb.kv_per_token;
+    const double kv = (double)(lb.k_per_token + lb.v_per_token);
     char b[6][32];
     human_bytes(T, b[0], sizeof b[0]);
     human_bytes(S, b[1], sizeof b[1]);

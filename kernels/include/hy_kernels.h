@@ -151,9 +151,10 @@ void hy_attention(int n, int hd, int64_t pos0, const float *q, size_t ldq, const
                   size_t ldk, const float *V, size_t ldv, float scale, float *o, size_t ldo,
                   float *scores);
 /* The same for rows at positions pos[0..n) (non-decreasing, not necessarily
- * consecutive): row i attends to keys [0, pos[i]]. scores: HY_ATTN_BLOCK ×
+ * consecutive): row i attends to keys [0, pos[i]]; queries and keys of dk,
+ * values and outputs of dv (MLA's differ). scores: HY_ATTN_BLOCK ×
  * (pos[n−1]+1) floats. */
-void hy_attention_at(int n, int hd, const int64_t *pos, const float *q, size_t ldq,
+void hy_attention_at(int n, int dk, int dv, const int64_t *pos, const float *q, size_t ldq,
                      const float *K, size_t ldk, const float *V, size_t ldv, float scale,
                      float *o, size_t ldo, float *scores);
 

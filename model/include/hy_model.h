@@ -30,12 +30,18 @@ typedef enum hy_arch {
     HY_ARCH_QWEN3_5_MOE,
     HY_ARCH_OLMO_HYBRID,
     HY_ARCH_MINIMAX,
+    HY_ARCH_KIMI_LINEAR,
     HY_ARCH_COUNT
 } hy_arch;
 /* The linear-attention layer a model runs: Gated DeltaNet (a dense dk×dk T
- * per head, a short conv before it) or MiniMax's lightning attention (a
- * constant decay per head: a scalar T, no conv). */
-typedef enum hy_lin_kind { HY_LIN_GDN = 0, HY_LIN_LIGHTNING } hy_lin_kind;
+ * per head, a short conv before it), MiniMax's lightning attention (a
+ * constant decay per head: a scalar T, no conv) or Kimi Delta Attention (the
+ * delta rule with a decay per key channel: a dense T, a short conv). */
+typedef enum hy_lin_kind { HY_LIN_GDN = 0, HY_LIN_LIGHTNING, HY_LIN_KDA } hy_lin_kind;
+/* How an MoE layer routes: softmax over the experts, top-k (Qwen, MiniMax),
+ * or DeepSeek's sigmoid scores with a bias that only selects, top-k among
+ * the best groups of experts, times a routed scaling factor (Kimi). */
+typedef enum hy_router_kind { HY_ROUTER_SOFTMAX = 0, HY_ROUTER_SIGMOID_GROUPED } hy_router_kind;
 typedef enum hy_layer_kind { HY_LAYER_LINEAR = 0, HY_LAYER_ATTENTION } hy_layer_kind;
 
 /* Everything the executor needs from config.json, validated. */
@@ -53,6 +59,12 @@ typedef struct hy_model_config {
     bool attn_gate;    /* a sigmoid output gate per query head (q_proj gives [query|gate]) */
     bool qk_norm;      /* RMSNorms on q and k (q_norm, k_norm) */
     bool qk_norm_flat; /* q_norm / k_norm over all heads' concatenation, not per head */
+    /* multi-head latent attention (Kimi): per token one latent of kv_lora
+     * values (normalised) and one key part of qk_rope values shared by the
+     * heads are what is cached; kv_b_proj expands the latent to each head's
+     * key part of qk_nope and its value of v_head. q_lora 0: a plain q_proj. */
+    bool mla;
+    int q_lora, kv_lora, qk_nope, qk_rope, v_head;
     /* linear attention */
     hy_lin_kind lin_kind;
     int lin_k_heads, lin_v_heads, lin_dk, lin_dv;
@@ -69,6 +81,10 @@ typedef struct hy_model_config {
     int moe_intermediate;    /* per routed expert */
     int shared_intermediate; /* shared expert; 0 when absent */
     bool norm_topk;
+    bool shared_gated; /* the shared expert's output scaled by sigmoid(shared_expert_gate·x) */
+    hy_router_kind router;
+    int n_group, topk_group; /* HY_ROUTER_SIGMOID_GROUPED: groups of experts, groups kept */
+    float routed_scale;      /* the routed experts' weights are multiplied by it */
     hy_layer_kind layer_kind[HY_MAX_LAYERS];
     bool layer_moe[HY_MAX_LAYERS];
     /* the layer normalises its mixer's and its MLP's outputs before adding
@@ -83,6 +99,11 @@ int hy_config_parse(const char *text, const char *path, hy_model_config *cfg, hy
 int hy_config_load(const char *dir, hy_model_config *cfg, hy_err *err);
 /* Derived sizes. */
 int hy_config_conv_dim(const hy_model_config *c); /* 2·Hk·dk + Hv·dv */
+/* Floats per position an attention layer keeps in its K and V rows (the
+ * state's, an entry's): Hkv·hd each, or with MLA the latent (kv_lora) as K
+ * and the shared key part (qk_rope) as V, as transformers' cache holds them. */
+int hy_config_kv_k(const hy_model_config *c);
+int hy_config_kv_v(const hy_model_config *c);
 size_t hy_config_param_count(const hy_model_config *c);
 size_t hy_config_linear_state_floats(const hy_model_config *c); /* S + conv, one layer */
 /* Forward FLOPs of prefilling n tokens after ctx0 cached ones, last-token
@@ -233,9 +254,10 @@ size_t hy_entry_payload_bytes(const hy_entry *e);
 void hy_entry_bytes_for(const hy_model_config *c, hy_entry_dtype dt, size_t *constant,
                         size_t *per_body_token);
 /* One layer's sections in bytes: a linear layer's T, S (in dt) and conv tail,
- * an attention layer's K (and as many for V) per body token. */
+ * an attention layer's K and V per body token (MLA: the latent and the
+ * shared key part). */
 typedef struct hy_entry_layer_bytes {
-    size_t t, s, tail, kv_per_token;
+    size_t t, s, tail, k_per_token, v_per_token;
 } hy_entry_layer_bytes;
 hy_entry_layer_bytes hy_entry_layer_sizes(const hy_model_config *c, hy_entry_dtype dt);
 int hy_entry_seam_setting(const hy_entry *e); /* W, the setting it was built under */

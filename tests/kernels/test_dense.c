@@ -75,7 +75,7 @@ static double attention_at_error(hy_rng *r, int n, int hd, int ld, const int64_t
     float *o = calloc((size_t)n * hd, sizeof(float));
     float *scores = malloc((size_t)HY_ATTN_BLOCK * ctx * sizeof(float));
     for (size_t i = 0; i < (size_t)HY_ATTN_BLOCK * ctx; i++) scores[i] = NAN;
-    hy_attention_at(n, hd, pos, q, ld, K, ld, V, ld, 0.25f, o, hd, scores);
+    hy_attention_at(n, hd, hd, pos, q, ld, K, ld, V, ld, 0.25f, o, hd, scores);
     const double worst = attention_error(n, hd, pos, q, K, V, ld, 0.25f, o);
     free(q), free(K), free(V), free(o), free(scores);
     return worst;

@@ -33,7 +33,9 @@ static const char *k_models[] = {"qwen3next_moe",
                                  "olmo_hybrid_defaults",
                                  "olmo_hybrid_nope",
                                  "minimax",
-                                 "minimax_defaults"};
+                                 "minimax_defaults",
+                                 "kimi_linear",
+                                 "kimi_linear_qlora"};
 static const int k_lengths[] = {1, 63, 64, 65, 300};
 
 typedef struct golden {
@@ -201,6 +203,8 @@ MODEL_TESTS(9)
 MODEL_TESTS(10)
 MODEL_TESTS(11)
 MODEL_TESTS(12)
+MODEL_TESTS(13)
+MODEL_TESTS(14)
 
 /* Last logits of the fixture's 64-token prefill under m as it is now; returns
  * the max abs error against transformers. */
@@ -389,6 +393,8 @@ int main(void)
         MODEL_CASES(10),
         MODEL_CASES(11),
         MODEL_CASES(12),
+        MODEL_CASES(13),
+        MODEL_CASES(14),
         {"qwen3_5_moe: norm_topk_prob false is ignored", t_norm_topk_ignored},
         {"qwen3_5_moe: shared expert width defaults to 512", t_shared_default},
         {"nested: tied by the top-level flag", t_tied_by_top_level},

@@ -60,6 +60,7 @@ from transformers.models.qwen3_5_moe import modeling_qwen3_5_moe as m35moe
 from transformers.models.qwen3_next import modeling_qwen3_next as mnext
 from transformers.models.olmo_hybrid import modeling_olmo_hybrid as molmo
 from transformers.models.minimax import modeling_minimax as mminimax
+from transformers.models.kimi_linear import modeling_kimi_linear as mkimi
 from transformers.utils import import_utils
 
 SEED = 20240611
@@ -78,6 +79,10 @@ FALLBACK_WARNINGS = ("`causal_conv1d_fn` is falling back", "`causal_conv1d_updat
                      "`chunk_gated_delta_rule` is falling back",
                      "`fused_recurrent_gated_delta_rule` is falling back")
 
+KIMI_FAST_PATH_FUNCS = ("causal_conv1d_fn", "causal_conv1d_update", "chunk_kimi_delta_attention",
+                        "recurrent_kimi_delta_attention")
+KIMI_FALLBACK_WARNINGS = ("`chunk_kda` is falling back", "`fused_recurrent_kda` is falling back")
+
 
 # --------------------------------------------------------------------------------------
 # 2. Static proof that the modeling modules bound the torch fallbacks.
@@ -87,8 +92,9 @@ def assert_pure_torch_static():
     assert not import_utils.is_causal_conv1d_available(), "causal_conv1d available"
     assert not import_utils.is_kernels_available(), "kernels available"
     assert hub_kernels._kernels_enabled is False, "hub kernels enabled"
-    for mod in (mnext, m35, m35moe, molmo):
-        for fname in FAST_PATH_FUNCS:
+    for mod, funcs in ((mnext, FAST_PATH_FUNCS), (m35, FAST_PATH_FUNCS), (m35moe, FAST_PATH_FUNCS),
+                       (molmo, FAST_PATH_FUNCS), (mkimi, KIMI_FAST_PATH_FUNCS)):
+        for fname in funcs:
             f = getattr(mod, fname)
             # use_kernel_func_from_hub_with_fallback() returns a closure `wrapped` over
             # (implementation, torch_function, is_new_implementation).  The pure path is
@@ -99,7 +105,8 @@ def assert_pure_torch_static():
             assert cells["torch_function"].__module__ == mod.__name__, (mod.__name__, fname)
     for cls, mod in ((mnext.Qwen3NextGatedDeltaNet, mnext), (m35.Qwen3_5GatedDeltaNet, m35),
                      (m35moe.Qwen3_5MoeGatedDeltaNet, m35moe),
-                     (molmo.OlmoHybridGatedDeltaNet, molmo)):
+                     (molmo.OlmoHybridGatedDeltaNet, molmo),
+                     (mkimi.KimiLinearDeltaAttention, mkimi)):
         assert cls.forward.__module__ == mod.__name__, cls  # not kernelized / replaced
 
 
@@ -396,6 +403,60 @@ SPECS = [
             pad_token_id=None, bos_token_id=None, eos_token_id=None, max_position_embeddings=4096,
         ),
     ),
+] + [
+    # ---- Kimi-Linear: KDA (a decay per key channel), MLA without RoPE, DeepSeek MoE ---------
+    # config.json as released: the 1-indexed layer lists of linear_attn_config, no
+    # layer_types or mlp_layer_types (first_k_dense_replace decides), Kimi's key names
+    dict(
+        name="kimi_linear",
+        family="kimi_linear",
+        cls=mkimi.KimiLinearForCausalLM,
+        cfg_cls=mkimi.KimiLinearConfig,
+        storage=torch.float32,
+        on_disk_interval="keep",
+        config_edit={"drop": ["layer_types", "mlp_layer_types"]},
+        cfg=dict(
+            vocab_size=331, hidden_size=48, num_hidden_layers=5, intermediate_size=64,
+            linear_attn_config={"kda_layers": [1, 3, 4], "full_attn_layers": [2, 5],
+                                "num_heads": 4, "head_dim": 8, "short_conv_kernel_size": 4},
+            num_attention_heads=4, num_key_value_heads=4, q_lora_rank=None, kv_lora_rank=24,
+            qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=12, head_dim=72,
+            num_experts=8, num_experts_per_token=2, num_shared_experts=1,
+            moe_intermediate_size=16, num_expert_group=4, topk_group=2, moe_renormalize=True,
+            routed_scaling_factor=2.446, first_k_dense_replace=1, rms_norm_eps=1e-5,
+            tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+        ),
+    ),
+    # q through the LoRA bottleneck, an explicit mlp_layer_types with a dense layer mid-stack,
+    # the dense layers' tensors under `mlp.` (the released naming; save_pretrained writes
+    # `block_sparse_moe.`), transformers' alias names, one group, BF16, layer_types given
+    dict(
+        name="kimi_linear_qlora",
+        family="kimi_linear",
+        cls=mkimi.KimiLinearForCausalLM,
+        cfg_cls=mkimi.KimiLinearConfig,
+        storage=torch.bfloat16,
+        on_disk_interval="keep",
+        rename_dense_mlp=True,
+        config_edit={"drop": ["num_experts_per_token", "num_shared_experts", "moe_renormalize"],
+                     "set": {"num_experts_per_tok": 2, "n_shared_experts": 2,
+                             "norm_topk_prob": False}},
+        expect_attrs={"num_experts_per_token": 2, "num_shared_experts": 2,
+                      "moe_renormalize": False},
+        cfg=dict(
+            vocab_size=331, hidden_size=32, num_hidden_layers=4, intermediate_size=40,
+            layer_types=["full_attention", "linear_attention", "linear_attention",
+                         "full_attention"],
+            mlp_layer_types=["sparse", "dense", "sparse", "dense"],
+            linear_num_heads=2, linear_head_dim=16, linear_conv_kernel_dim=3,
+            num_attention_heads=2, num_key_value_heads=2, q_lora_rank=20, kv_lora_rank=16,
+            qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=16,
+            num_experts=6, num_experts_per_token=2, num_shared_experts=2,
+            moe_intermediate_size=12, num_expert_group=1, topk_group=1, moe_renormalize=False,
+            routed_scaling_factor=1.5, rms_norm_eps=1e-6,
+            tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+        ),
+    ),
 ]
 
 
@@ -415,7 +476,7 @@ def init_params(model, gen):
         return torch.randn(shape, generator=gen, dtype=torch.float32) * std + mean
 
     tied = bool(model.config.tie_word_embeddings)  # a composite's own flag decides
-    plain = model.config.model_type in ("olmo_hybrid", "minimax")
+    plain = model.config.model_type in ("olmo_hybrid", "minimax", "kimi_linear")
     handled = set()
     for name, p in model.named_parameters():
         shp = tuple(p.shape)
@@ -429,11 +490,16 @@ def init_params(model, gen):
             v = randn(shp, 0.1)                      # used as (1 + w)
         elif name.endswith("linear_attn.norm.weight"):
             v = randn(shp, 0.1, 1.0)                 # gated RMSNorm: plain weight
-        elif name.endswith("linear_attn.A_log"):
+        elif plain and name.endswith(("o_norm.weight", "q_a_layernorm.weight",
+                                      "kv_a_layernorm.weight")):
+            v = randn(shp, 0.1, 1.0)                 # Kimi's KDA output norm, MLA latent norms
+        elif name.endswith(("linear_attn.A_log", "forget_gate.A_log")):
             v = (torch.rand(shp, generator=gen) * 0.95 + 0.05).log()   # A in [0.05, 1)
         elif name.endswith("linear_attn.dt_bias"):
             v = randn(shp, 0.5)
-        elif name.endswith("linear_attn.conv1d.weight"):
+        elif name.endswith("forget_gate.dt_bias"):
+            v = randn(shp, 0.5, -1.0)                # KDA: softplus(f + dt_bias) per channel
+        elif name.endswith(("linear_attn.conv1d.weight", "self_attn.conv1d.weight")):
             v = randn(shp, 0.35)                     # [conv_dim, 1, K]
         elif name == "model.embed_tokens.weight":
             # tied: the embedding is also the LM head, keep logits O(1)
@@ -448,6 +514,9 @@ def init_params(model, gen):
         p.copy_(v)
         handled.add(full_name)
     assert handled == {n for n, _ in model.named_parameters()}
+    for name, b in model.named_buffers():  # DeepSeek's selection bias (a persistent buffer)
+        if name.endswith("e_score_correction_bias"):
+            b.copy_(randn(tuple(b.shape), 0.05))
 
 
 # --------------------------------------------------------------------------------------
@@ -463,6 +532,23 @@ class RouterMargin:
         for mod in model.modules():
             if type(mod).__name__.endswith("TopKRouter"):
                 self.handles.append(mod.register_forward_hook(self._hook))
+            elif type(mod).__name__ == "KimiLinearTopkRouter":
+                self.handles.append(mod.register_forward_hook(self._grouped_hook))
+
+    def _grouped_hook(self, mod, inp, out):
+        """DeepSeek's router: the gap between the k-th and (k+1)-th biased score among the
+        groups kept, and between the last group kept and the next."""
+        s = torch.sigmoid(out[0].float()) + mod.e_score_correction_bias.float()
+        E, G, kg, k = s.shape[-1], mod.num_group, mod.topk_group, mod.top_k
+        grp = s.view(-1, G, E // G).topk(2, dim=-1).values.sum(-1)
+        if kg < G:
+            gt = torch.topk(grp, kg + 1, dim=-1).values
+            self.min = min(self.min, float((gt[:, -2] - gt[:, -1]).min()))
+        keep = torch.zeros_like(grp).scatter_(1, torch.topk(grp, kg, dim=-1).indices, 1.0)
+        masked = s.masked_fill(~keep.bool().repeat_interleave(E // G, dim=1), float("-inf"))
+        top = torch.topk(masked, min(k + 1, kg * (E // G)), dim=-1).values
+        if top.shape[-1] > k:
+            self.min = min(self.min, float((top[:, k - 1] - top[:, k]).min()))
 
     def _hook(self, mod, inp, out):
         probs = torch.softmax(out[0].float(), dim=-1)
@@ -477,6 +563,9 @@ def lin_dims(cfg):
     if cfg.model_type == "minimax":
         hd = cfg.head_dim or cfg.hidden_size // cfg.num_attention_heads
         return 1, cfg.num_attention_heads, cfg.num_attention_heads, hd, hd
+    if cfg.model_type == "kimi_linear":  # KDA: q, k and v share the heads and the width
+        H, d = cfg.linear_num_heads, cfg.linear_head_dim
+        return cfg.linear_conv_kernel_dim, H, H, d, d
     return (cfg.linear_conv_kernel_dim, cfg.linear_num_key_heads, cfg.linear_num_value_heads,
             cfg.linear_key_head_dim, cfg.linear_value_head_dim)
 
@@ -593,6 +682,18 @@ def build(spec, root, seed, capture):
         assert len(kept) < len(tensors)
         save_file(kept, str(st_path), metadata={"format": "pt"})
 
+    # Kimi's dense layers as the released checkpoint names them (`mlp.`), which transformers
+    # loads as it loads its own `block_sparse_moe.`
+    if spec.get("rename_dense_mlp"):
+        st_path = d / "model.safetensors"
+        tensors = load_file(st_path)
+        dense = (".block_sparse_moe.gate_proj.", ".block_sparse_moe.up_proj.",
+                 ".block_sparse_moe.down_proj.")
+        renamed = {next((k.replace(".block_sparse_moe.", ".mlp.") for x in dense if x in k), k): v
+                   for k, v in tensors.items()}
+        assert sum(".mlp." in k for k in renamed) >= 3, sorted(renamed)
+        save_file(renamed, str(st_path), metadata={"format": "pt"})
+
     # Rewrite the layer pattern in config.json the way real Qwen3-Next checkpoints carry it.
     cpath = d / "config.json"
     cj = json.loads(cpath.read_text())
@@ -617,7 +718,8 @@ def build(spec, root, seed, capture):
 
     # Reload exactly what is on disk, in fp32, eager attention, eager experts.
     kw = dict(dtype=torch.float32, attn_implementation="eager", local_files_only=True)
-    if "moe" in spec["cls"].__name__.lower() or "num_experts" in cj or spec["family"] == "minimax":
+    if ("moe" in spec["cls"].__name__.lower() or "num_experts" in cj
+            or spec["family"] in ("minimax", "kimi_linear")):
         kw["experts_implementation"] = "eager"
     model = spec["cls"].from_pretrained(d, **kw).eval()
     top_cfg = model.config
@@ -636,6 +738,8 @@ def build(spec, root, seed, capture):
     if spec["family"] == "minimax":  # the whole head rotates, partial_rotary_factor or not
         hd = cfg.head_dim or cfg.hidden_size // cfg.num_attention_heads
         assert text_model.rotary_emb.inv_freq.numel() == hd // 2
+    elif spec["family"] == "kimi_linear":  # no positional encoding anywhere
+        assert getattr(text_model, "rotary_emb", None) is None
     elif spec["family"] == "olmo_hybrid":  # the whole head rotates, or nothing (NoPE)
         hd = getattr(cfg, "head_dim", cfg.hidden_size // cfg.num_attention_heads)
         if cfg.rope_parameters.get("rope_theta") is None:
@@ -784,6 +888,10 @@ def main():
         for w in FALLBACK_WARNINGS:
             assert any(w in m for m in capture.messages), f"no fallback notice for {w}"
         print(f"pure-PyTorch path confirmed ({len(FALLBACK_WARNINGS)} fallback notices seen)")
+    if "kimi_linear" in built:
+        for w in KIMI_FALLBACK_WARNINGS:
+            assert any(w in m for m in capture.messages), f"no fallback notice for {w}"
+        print(f"Kimi's pure-PyTorch KDA confirmed ({len(KIMI_FALLBACK_WARNINGS)} notices seen)")
     print(f"total fixture size {total} bytes in {out}")
     if not args.only:
         assert dir_bytes(out) < MAX_TOTAL_BYTES
