@@ -38,13 +38,13 @@
 
 enum { N_ARCH = HY_ARCH_COUNT, MAX_KEYS = 80 };
 _Static_assert(HY_ARCH_QWEN3_NEXT == 0 && HY_ARCH_QWEN3_5 == 1 && HY_ARCH_QWEN3_5_MOE == 2 &&
-                   HY_ARCH_OLMO_HYBRID == 3 && HY_ARCH_MINIMAX == 4 &&
-                   HY_ARCH_KIMI_LINEAR == 5 && N_ARCH == 6,
+                   HY_ARCH_OLMO_HYBRID == 3 && HY_ARCH_MINIMAX == 4 && HY_ARCH_KIMI_LINEAR == 5 &&
+                   N_ARCH == 6,
                "k_keys' default columns are indexed by hy_arch");
 
 /* The text model type of each architecture, as transformers names it. */
-static const char *const k_text_type[N_ARCH] = {"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text",
-                                                "olmo_hybrid", "minimax", "kimi_linear"};
+static const char *const k_text_type[N_ARCH] = {"qwen3_next",  "qwen3_5_text", "qwen3_5_moe_text",
+                                                "olmo_hybrid", "minimax",      "kimi_linear"};
 
 typedef enum key_type { KT_INT, KT_NUM, KT_BOOL, KT_OTHER } key_type;
 /* An int field whose key is absent (or null) and derived from others. */
@@ -58,7 +58,7 @@ typedef struct cfg_vals {
     int sparse_step;
     bool attention_bias, neg_eigval;
     int block_size;
-    double alpha_beta[6]; /* MiniMax: full-attention, linear-attention and MLP alpha, beta */
+    double alpha_beta[6];      /* MiniMax: full-attention, linear-attention and MLP alpha, beta */
     int n_shared, first_dense; /* Kimi */
     double routed_scale;
     bool mlp_types_given; /* mlp_layer_types set layer_moe */
@@ -73,7 +73,7 @@ typedef struct cfg_ctx {
     const char *path;
     hy_err *err;
     cfg_vals v;
-    bool given[MAX_KEYS]; /* k_keys[i] was present in config.json */
+    bool given[MAX_KEYS];                  /* k_keys[i] was present in config.json */
     const cJSON *kda_layers, *full_layers; /* linear_attn_config's lists, when both are there */
 } cfg_ctx;
 
@@ -114,8 +114,7 @@ static int mark_layers(cfg_ctx *c, const cJSON *list, const char *name, hy_layer
 #define OTHER(nm, at, tn, d0, d1, d2, d3, d4, d5, reader, runs_, what, later)                      \
     {                                                                                              \
         .name = nm, .where = at, .type = KT_OTHER, .def = {d0, d1, d2, d3, d4, d5},                \
-        .read = reader,                                                                            \
-        .tname = tn, .runs = runs_, .meaning = what, .deferred = later                             \
+        .read = reader, .tname = tn, .runs = runs_, .meaning = what, .deferred = later             \
     }
 
 /* Every key the loader reads, in the order it reads them. Defaults are
@@ -133,23 +132,24 @@ static const cfg_key k_keys[] = {
           "selects the architecture; `qwen3_5` and `qwen3_5_moe` are the vision-language "
           "composites whose text model is under `text_config`",
           true),
-    OTHER("architectures", AT_TOP, "list of strings", "none", "none", "none", "none", "none", "none", NULL,
-          "any", "recorded (the first entry) for reports; the executor is chosen by `model_type`",
-          true),
+    OTHER("architectures", AT_TOP, "list of strings", "none", "none", "none", "none", "none",
+          "none", NULL, "any",
+          "recorded (the first entry) for reports; the executor is chosen by `model_type`", true),
     OTHER("text_config", AT_TOP, "object", NULL, "`{}` (all defaults)", "`{}` (all defaults)", NULL,
           NULL, NULL, NULL, "an object or null",
           "the text model's keys of a composite config; its own `model_type` is not consulted",
           true),
-    SCALAR("vocab_size", AT_TEXT, KT_INT, c.vocab, "151936", "248320", "248320", "100352", "32000", "163840",
-           1, 1 << 24, "rows of the embedding and of the LM head"),
-    SCALAR("hidden_size", AT_TEXT, KT_INT, c.hidden, "2048", "4096", "2048", "3840", "4096", "2304", 1,
-           1 << 16, "width of the residual stream"),
+    SCALAR("vocab_size", AT_TEXT, KT_INT, c.vocab, "151936", "248320", "248320", "100352", "32000",
+           "163840", 1, 1 << 24, "rows of the embedding and of the LM head"),
+    SCALAR("hidden_size", AT_TEXT, KT_INT, c.hidden, "2048", "4096", "2048", "3840", "4096", "2304",
+           1, 1 << 16, "width of the residual stream"),
     SCALAR("num_hidden_layers", AT_TEXT, KT_INT, c.n_layers, "48", "32", "40", "32", "32", "27", 1,
            HY_MAX_LAYERS, "decoder layers; a tensor of a layer beyond them is an error"),
     SCALAR("intermediate_size", AT_TEXT, KT_INT, c.intermediate, "5632", "12288", NULL, "11008",
-           "14336", "9216", 0, 1 << 20, "width of a dense (SwiGLU) MLP; 0 only where no layer is dense"),
-    SCALAR("num_attention_heads", AT_TEXT, KT_INT, c.n_heads, "16", "16", "16", "30", "32", "32", 1, 1024,
-           "query heads of a full-attention layer; a multiple of `num_key_value_heads`"),
+           "14336", "9216", 0, 1 << 20,
+           "width of a dense (SwiGLU) MLP; 0 only where no layer is dense"),
+    SCALAR("num_attention_heads", AT_TEXT, KT_INT, c.n_heads, "16", "16", "16", "30", "32", "32", 1,
+           1024, "query heads of a full-attention layer; a multiple of `num_key_value_heads`"),
     SCALAR("num_key_value_heads", AT_TEXT, KT_INT, c.n_kv_heads, "2", "4", "2",
            "=`null`: `num_attention_heads`", "8", "32; `null`: `num_attention_heads`", 1, 1024,
            "key/value heads of a full-attention layer (GQA)"),
@@ -158,11 +158,12 @@ static const cfg_key k_keys[] = {
            "=`null`: `hidden_size` / `num_attention_heads`", NULL, 2, 4096,
            "width of a full-attention head"),
     OTHER("hidden_act", AT_TEXT, "string", "`\"silu\"`", "`\"silu\"`", "`\"silu\"`", "`\"silu\"`",
-          "`\"silu\"`", "`\"silu\"`", read_act, "`\"silu\"` only", "activation of every MLP", false),
+          "`\"silu\"`", "`\"silu\"`", read_act, "`\"silu\"` only", "activation of every MLP",
+          false),
     SCALAR("attention_bias", AT_TEXT, KT_BOOL, attention_bias, "false", "false", "false", "false",
            NULL, "false", 0, 0, "biases on the q/k/v/o projections"),
-    SCALAR("rms_norm_eps", AT_TEXT, KT_NUM, rms_eps, "1e-06", "1e-06", "1e-06", "1e-06", "1e-05", "1e-05", 0,
-           1, "epsilon of every RMSNorm"),
+    SCALAR("rms_norm_eps", AT_TEXT, KT_NUM, rms_eps, "1e-06", "1e-06", "1e-06", "1e-06", "1e-05",
+           "1e-05", 0, 1, "epsilon of every RMSNorm"),
     SCALAR("linear_num_key_heads", AT_TEXT, KT_INT, c.lin_k_heads, "16", "16", "16",
            "=`null`: `num_attention_heads`", NULL, NULL, 1, 1024,
            "query/key heads of a Gated DeltaNet layer"),
@@ -175,18 +176,20 @@ static const cfg_key k_keys[] = {
     SCALAR("linear_value_head_dim", AT_TEXT, KT_INT, c.lin_dv, "128", "128", "128",
            "=`null`: 2 × `linear_key_head_dim`", NULL, NULL, 1, 1024,
            "value width of a Gated DeltaNet head"),
-    SCALAR("linear_allow_neg_eigval", AT_TEXT, KT_BOOL, neg_eigval, NULL, NULL, NULL, "true", NULL, NULL,
-           0, 1,
+    SCALAR("linear_allow_neg_eigval", AT_TEXT, KT_BOOL, neg_eigval, NULL, NULL, NULL, "true", NULL,
+           NULL, 0, 1,
            "beta = 2·sigmoid(b) instead of sigmoid(b): the delta rule's eigenvalues 1 − beta "
            "then reach down to −1"),
-    SCALAR("linear_conv_kernel_dim", AT_TEXT, KT_INT, c.conv_kernel, "4", "4", "4", "4", NULL, "4", 1,
-           16, "taps of the causal short convolution before the delta rule"),
-    SCALAR("linear_num_heads", AT_TEXT, KT_INT, c.lin_v_heads, NULL, NULL, NULL, NULL, NULL, "32", 1, 1024,
+    SCALAR("linear_conv_kernel_dim", AT_TEXT, KT_INT, c.conv_kernel, "4", "4", "4", "4", NULL, "4",
+           1, 16, "taps of the causal short convolution before the delta rule"),
+    SCALAR("linear_num_heads", AT_TEXT, KT_INT, c.lin_v_heads, NULL, NULL, NULL, NULL, NULL, "32",
+           1, 1024,
            "heads of a KDA layer: queries, keys and values alike (`linear_attn_config.num_heads` "
            "wins)"),
-    SCALAR("linear_head_dim", AT_TEXT, KT_INT, c.lin_dk, NULL, NULL, NULL, NULL, NULL, "128", 1, 1024,
-           "key and value width of a KDA head (`linear_attn_config.head_dim` wins)"),
-    OTHER("linear_attn_config", AT_TEXT, "object", NULL, NULL, NULL, NULL, NULL, "`null`", read_lin_cfg,
+    SCALAR("linear_head_dim", AT_TEXT, KT_INT, c.lin_dk, NULL, NULL, NULL, NULL, NULL, "128", 1,
+           1024, "key and value width of a KDA head (`linear_attn_config.head_dim` wins)"),
+    OTHER("linear_attn_config", AT_TEXT, "object", NULL, NULL, NULL, NULL, NULL, "`null`",
+          read_lin_cfg,
           "`head_dim`, `num_heads`, `short_conv_kernel_size` as the flat keys; "
           "`kda_layers` and `full_attn_layers` together covering every layer",
           "Kimi's nested settings: they win over `linear_head_dim`, `linear_num_heads` and "
@@ -201,13 +204,13 @@ static const cfg_key k_keys[] = {
            NULL, NULL, 0, 1,
            "rotated fraction of `head_dim` where the RoPE object does not give one; "
            "int(head_dim x factor) must be even and >= 2"),
-    OTHER("rope_parameters", AT_TEXT, "object", "`null`", "`null`", "`null`", "`null`", "`null`", NULL,
-          read_rope, "`rope_type` (or `type`) `\"default\"`; M-RoPE sections accepted",
+    OTHER("rope_parameters", AT_TEXT, "object", "`null`", "`null`", "`null`", "`null`", "`null`",
+          NULL, read_rope, "`rope_type` (or `type`) `\"default\"`; M-RoPE sections accepted",
           "RoPE settings (`rope_theta`, `partial_rotary_factor`) that win over the top-level "
           "keys; for text every M-RoPE section sees the same position, which is plain RoPE",
           false),
-    OTHER("rope_scaling", AT_TEXT, "object", "`null`", "`null`", "`null`", "`null`", "`null`", NULL, NULL,
-          "as `rope_parameters`",
+    OTHER("rope_scaling", AT_TEXT, "object", "`null`", "`null`", "`null`", "`null`", "`null`", NULL,
+          NULL, "as `rope_parameters`",
           "the older name: when a non-empty object it replaces `rope_parameters` entirely", true),
     OTHER("layer_types", AT_TEXT, "list of strings", "`null`", "`null`", "`null`", "`null`",
           "`null`", "`null`", read_layers,
@@ -222,77 +225,86 @@ static const cfg_key k_keys[] = {
      .meaning = "read only when `layer_types` is null: layer i has full attention when "
                 "(i + 1) % interval == 0, else linear attention",
      .deferred = true},
-    SCALAR("num_experts", AT_TEXT, KT_INT, c.n_experts, "512", NULL, "256", NULL, NULL, "256; alias `num_local_experts`", 0, 4096,
+    SCALAR("num_experts", AT_TEXT, KT_INT, c.n_experts, "512", NULL, "256", NULL, NULL,
+           "256; alias `num_local_experts`", 0, 4096,
            "routed experts per MoE layer; 0 (Qwen3-Next only) makes every layer dense"),
-    SCALAR("num_experts_per_tok", AT_TEXT, KT_INT, c.top_k, "10", NULL, "8", NULL, "2", NULL, 1, 4096,
-           "experts each token is routed to; at most `num_experts`"),
+    SCALAR("num_experts_per_tok", AT_TEXT, KT_INT, c.top_k, "10", NULL, "8", NULL, "2", NULL, 1,
+           4096, "experts each token is routed to; at most `num_experts`"),
     SCALAR("moe_intermediate_size", AT_TEXT, KT_INT, c.moe_intermediate, "512", NULL, "512", NULL,
            NULL, "1024", 1, 1 << 20, "width of a routed expert's SwiGLU"),
     SCALAR("shared_expert_intermediate_size", AT_TEXT, KT_INT, c.shared_intermediate, "512", NULL,
            "512", NULL, NULL, NULL, 0, 1 << 20,
            "width of the sigmoid-gated shared expert of every MoE layer; 0: none (its tensors "
            "must then be absent)"),
-    SCALAR("norm_topk_prob", AT_TEXT, KT_BOOL, c.norm_topk, "true", NULL, NULL, NULL, NULL, NULL, 0, 1,
+    SCALAR("norm_topk_prob", AT_TEXT, KT_BOOL, c.norm_topk, "true", NULL, NULL, NULL, NULL, NULL, 0,
+           1,
            "renormalise the top-k routing weights to sum 1; the Qwen3.5 MoE router always does, "
            "whatever the key says"),
-    SCALAR("decoder_sparse_step", AT_TEXT, KT_INT, sparse_step, "1", NULL, NULL, NULL, NULL, NULL, 1,
-           HY_MAX_LAYERS,
+    SCALAR("decoder_sparse_step", AT_TEXT, KT_INT, sparse_step, "1", NULL, NULL, NULL, NULL, NULL,
+           1, HY_MAX_LAYERS,
            "layer i is MoE when (i + 1) % step == 0 and i is not in `mlp_only_layers` (Qwen3.5 "
            "MoE routes every layer)"),
-    OTHER("mlp_only_layers", AT_TEXT, "list of ints", "`[]`", NULL, NULL, NULL, NULL, NULL, read_mlp_only,
-          "integers; those outside [0, num_hidden_layers) match no layer",
+    OTHER("mlp_only_layers", AT_TEXT, "list of ints", "`[]`", NULL, NULL, NULL, NULL, NULL,
+          read_mlp_only, "integers; those outside [0, num_hidden_layers) match no layer",
           "layers with a dense MLP although the sparse step would route them", false),
     SCALAR("num_local_experts", AT_TEXT, KT_INT, c.n_experts, NULL, NULL, NULL, NULL,
            "8; `num_experts` as alias", NULL, 1, 4096,
            "routed experts of every MiniMax layer (`num_experts` is read when this key is absent)"),
-    OTHER("sliding_window", AT_TEXT, "int or null", NULL, NULL, NULL, NULL, "`null`", NULL, read_sliding,
-          "`null` only",
+    OTHER("sliding_window", AT_TEXT, "int or null", NULL, NULL, NULL, NULL, "`null`", NULL,
+          read_sliding, "`null` only",
           "a sliding attention window; the executor attends causally over everything", false),
-    SCALAR("block_size", AT_TEXT, KT_INT, block_size, NULL, NULL, NULL, NULL, "256", NULL, 1, 1 << 20,
+    SCALAR("block_size", AT_TEXT, KT_INT, block_size, NULL, NULL, NULL, NULL, "256", NULL, 1,
+           1 << 20,
            "lightning attention's prefill block; the result does not depend on it (fp32 rounding)"),
-    SCALAR("full_attn_alpha_factor", AT_TEXT, KT_NUM, alpha_beta[0], NULL, NULL, NULL, NULL, "1", NULL,
-           -1e6, 1e6, "a softmax-attention layer's x = alpha·norm(x) + beta·attn(norm(x))"),
-    SCALAR("full_attn_beta_factor", AT_TEXT, KT_NUM, alpha_beta[1], NULL, NULL, NULL, NULL, "1", NULL,
-           -1e6, 1e6, "see `full_attn_alpha_factor`"),
-    SCALAR("linear_attn_alpha_factor", AT_TEXT, KT_NUM, alpha_beta[2], NULL, NULL, NULL, NULL, "1", NULL,
-           -1e6, 1e6, "the same for a lightning-attention layer"),
-    SCALAR("linear_attn_beta_factor", AT_TEXT, KT_NUM, alpha_beta[3], NULL, NULL, NULL, NULL, "1", NULL,
-           -1e6, 1e6, "see `linear_attn_alpha_factor`"),
-    SCALAR("mlp_alpha_factor", AT_TEXT, KT_NUM, alpha_beta[4], NULL, NULL, NULL, NULL, "1", NULL, -1e6,
-           1e6, "the same around the MoE: x = alpha·norm(x) + beta·moe(norm(x))"),
-    SCALAR("mlp_beta_factor", AT_TEXT, KT_NUM, alpha_beta[5], NULL, NULL, NULL, NULL, "1", NULL, -1e6,
-           1e6, "see `mlp_alpha_factor`"),
-    SCALAR("num_experts_per_token", AT_TEXT, KT_INT, c.top_k, NULL, NULL, NULL, NULL, NULL, "8", 1, 4096,
-           "experts each token is routed to (alias `num_experts_per_tok`)"),
-    SCALAR("num_shared_experts", AT_TEXT, KT_INT, n_shared, NULL, NULL, NULL, NULL, NULL, "1", 0, 64,
+    SCALAR("full_attn_alpha_factor", AT_TEXT, KT_NUM, alpha_beta[0], NULL, NULL, NULL, NULL, "1",
+           NULL, -1e6, 1e6, "a softmax-attention layer's x = alpha·norm(x) + beta·attn(norm(x))"),
+    SCALAR("full_attn_beta_factor", AT_TEXT, KT_NUM, alpha_beta[1], NULL, NULL, NULL, NULL, "1",
+           NULL, -1e6, 1e6, "see `full_attn_alpha_factor`"),
+    SCALAR("linear_attn_alpha_factor", AT_TEXT, KT_NUM, alpha_beta[2], NULL, NULL, NULL, NULL, "1",
+           NULL, -1e6, 1e6, "the same for a lightning-attention layer"),
+    SCALAR("linear_attn_beta_factor", AT_TEXT, KT_NUM, alpha_beta[3], NULL, NULL, NULL, NULL, "1",
+           NULL, -1e6, 1e6, "see `linear_attn_alpha_factor`"),
+    SCALAR("mlp_alpha_factor", AT_TEXT, KT_NUM, alpha_beta[4], NULL, NULL, NULL, NULL, "1", NULL,
+           -1e6, 1e6, "the same around the MoE: x = alpha·norm(x) + beta·moe(norm(x))"),
+    SCALAR("mlp_beta_factor", AT_TEXT, KT_NUM, alpha_beta[5], NULL, NULL, NULL, NULL, "1", NULL,
+           -1e6, 1e6, "see `mlp_alpha_factor`"),
+    SCALAR("num_experts_per_token", AT_TEXT, KT_INT, c.top_k, NULL, NULL, NULL, NULL, NULL, "8", 1,
+           4096, "experts each token is routed to (alias `num_experts_per_tok`)"),
+    SCALAR("num_shared_experts", AT_TEXT, KT_INT, n_shared, NULL, NULL, NULL, NULL, NULL, "1", 0,
+           64,
            "shared experts, always on: one SwiGLU of `moe_intermediate_size` × this width "
            "(alias `n_shared_experts`)"),
-    SCALAR("moe_renormalize", AT_TEXT, KT_BOOL, c.norm_topk, NULL, NULL, NULL, NULL, NULL, "true", 0, 1,
+    SCALAR("moe_renormalize", AT_TEXT, KT_BOOL, c.norm_topk, NULL, NULL, NULL, NULL, NULL, "true",
+           0, 1,
            "renormalise the chosen experts' sigmoid scores to sum 1 before the routed scaling "
            "(alias `norm_topk_prob`)"),
-    SCALAR("num_expert_group", AT_TEXT, KT_INT, c.n_group, NULL, NULL, NULL, NULL, NULL, "1", 1, 4096,
+    SCALAR("num_expert_group", AT_TEXT, KT_INT, c.n_group, NULL, NULL, NULL, NULL, NULL, "1", 1,
+           4096,
            "groups of consecutive experts the router ranks by their two best biased scores "
            "(alias `n_group`)"),
     SCALAR("topk_group", AT_TEXT, KT_INT, c.topk_group, NULL, NULL, NULL, NULL, NULL, "1", 1, 4096,
            "groups kept; the experts are chosen among theirs"),
-    SCALAR("routed_scaling_factor", AT_TEXT, KT_NUM, routed_scale, NULL, NULL, NULL, NULL, NULL, "2.446", 0, 1e6,
+    SCALAR("routed_scaling_factor", AT_TEXT, KT_NUM, routed_scale, NULL, NULL, NULL, NULL, NULL,
+           "2.446", 0, 1e6,
            "the routed experts' weights are multiplied by it (after the renormalisation)"),
-    SCALAR("first_k_dense_replace", AT_TEXT, KT_INT, first_dense, NULL, NULL, NULL, NULL, NULL, "1", 0, HY_MAX_LAYERS,
+    SCALAR("first_k_dense_replace", AT_TEXT, KT_INT, first_dense, NULL, NULL, NULL, NULL, NULL, "1",
+           0, HY_MAX_LAYERS,
            "without `mlp_layer_types`, the first this many layers have a dense MLP, the rest MoE"),
-    OTHER("mlp_layer_types", AT_TEXT, "list of strings", NULL, NULL, NULL, NULL, NULL, "`null`", read_mlp_types,
-          "`num_hidden_layers` entries, each `\"dense\"` or `\"sparse\"`",
+    OTHER("mlp_layer_types", AT_TEXT, "list of strings", NULL, NULL, NULL, NULL, NULL, "`null`",
+          read_mlp_types, "`num_hidden_layers` entries, each `\"dense\"` or `\"sparse\"`",
           "each layer's MLP: dense, or routed experts with the shared one", false),
-    SCALAR("q_lora_rank", AT_TEXT, KT_INT, c.q_lora, NULL, NULL, NULL, NULL, NULL, "=`null`: none (a plain `q_proj`)", 1,
-           65536,
+    SCALAR("q_lora_rank", AT_TEXT, KT_INT, c.q_lora, NULL, NULL, NULL, NULL, NULL,
+           "=`null`: none (a plain `q_proj`)", 1, 65536,
            "an MLA layer's queries go through a rank-q_lora bottleneck (`q_a_proj`, an RMSNorm, "
            "`q_b_proj`)"),
-    SCALAR("kv_lora_rank", AT_TEXT, KT_INT, c.kv_lora, NULL, NULL, NULL, NULL, NULL, "512", 1, 65536,
+    SCALAR("kv_lora_rank", AT_TEXT, KT_INT, c.kv_lora, NULL, NULL, NULL, NULL, NULL, "512", 1,
+           65536,
            "width of the latent an MLA layer caches per token, expanded to every head's key "
            "and value"),
-    SCALAR("qk_nope_head_dim", AT_TEXT, KT_INT, c.qk_nope, NULL, NULL, NULL, NULL, NULL, "128", 1, 4096,
-           "a head's key part expanded from the latent"),
-    SCALAR("qk_rope_head_dim", AT_TEXT, KT_INT, c.qk_rope, NULL, NULL, NULL, NULL, NULL, "64", 1, 4096,
-           "the key part all heads share, cached beside the latent (Kimi rotates nothing)"),
+    SCALAR("qk_nope_head_dim", AT_TEXT, KT_INT, c.qk_nope, NULL, NULL, NULL, NULL, NULL, "128", 1,
+           4096, "a head's key part expanded from the latent"),
+    SCALAR("qk_rope_head_dim", AT_TEXT, KT_INT, c.qk_rope, NULL, NULL, NULL, NULL, NULL, "64", 1,
+           4096, "the key part all heads share, cached beside the latent (Kimi rotates nothing)"),
     SCALAR("v_head_dim", AT_TEXT, KT_INT, c.v_head, NULL, NULL, NULL, NULL, NULL, "128", 1, 4096,
            "a head's value width"),
     SCALAR("tie_word_embeddings", AT_TOP, KT_BOOL, c.tie_embeddings, "false", "false", "false",
@@ -388,12 +400,12 @@ static int read_scalar(cfg_ctx *c, const cfg_key *k)
     if (k->type == KT_BOOL) {
         const cJSON *v = get(obj, nm);
         if (v && !cJSON_IsBool(v))
-            return hy_err_set(c->err, HY_EINVAL, "%s: '%s' must be true or false%s", c->path,
-                              nm, cJSON_IsNull(v) ? ", not null" : "");
+            return hy_err_set(c->err, HY_EINVAL, "%s: '%s' must be true or false%s", c->path, nm,
+                              cJSON_IsNull(v) ? ", not null" : "");
         bool b = v ? cJSON_IsTrue(v) : strcmp(def, "true") == 0;
         if (k->lo == k->hi && b != (k->lo != 0))
-            return hy_err_set(c->err, HY_EUNSUPPORTED, "%s: %s %s is not supported", c->path,
-                              nm, b ? "true" : "false");
+            return hy_err_set(c->err, HY_EUNSUPPORTED, "%s: %s %s is not supported", c->path, nm,
+                              b ? "true" : "false");
         *(bool *)field = b;
         return HY_OK;
     }
@@ -609,8 +621,7 @@ static int read_lin_cfg(cfg_ctx *c, const cfg_key *k)
     const cJSON *lc = get(c->text, k->name);
     if (!lc || cJSON_IsNull(lc)) return HY_OK;
     if (!cJSON_IsObject(lc))
-        return hy_err_set(c->err, HY_EINVAL, "%s: 'linear_attn_config' must be an object",
-                          c->path);
+        return hy_err_set(c->err, HY_EINVAL, "%s: 'linear_attn_config' must be an object", c->path);
     static const struct {
         const char *name, *flat;
         size_t off;
@@ -695,10 +706,11 @@ static int read_identity(cfg_ctx *c, cJSON **empty)
     size_t t = 0;
     while (t < sizeof types / sizeof *types && strcmp(types[t].type, mt->valuestring) != 0) t++;
     if (t == sizeof types / sizeof *types)
-        return hy_err_set(c->err, HY_EUNSUPPORTED,
-                          "%s: model_type '%s' is not supported (qwen3_next, qwen3_5_text, "
-                          "qwen3_5, qwen3_5_moe_text, qwen3_5_moe, olmo_hybrid, minimax, kimi_linear)",
-                          c->path, mt->valuestring);
+        return hy_err_set(
+            c->err, HY_EUNSUPPORTED,
+            "%s: model_type '%s' is not supported (qwen3_next, qwen3_5_text, "
+            "qwen3_5, qwen3_5_moe_text, qwen3_5_moe, olmo_hybrid, minimax, kimi_linear)",
+            c->path, mt->valuestring);
     c->arch = types[t].arch;
     c->nested = types[t].nested;
     cfg->arch = c->arch;

@@ -188,9 +188,8 @@ static size_t plan(hy_exec *ex, size_t B, float *base)
         B * (size_t)HY_MAX(c->top_k, 1), /* rows (ints): tokens routed to one expert */
         B * Aux,                         /* aux: KDA's output gate, MLA's expanded latents */
     };
-    float **views[] = {&ex->x,  &ex->xn, &ex->y,  &ex->big,  &ex->mid, &ex->o,
-                       &ex->g,  &ex->beta, &ex->h, &ex->gu,  &ex->xe,  &ex->ye,
-                       &ex->topw, NULL,    NULL,  &ex->aux};
+    float **views[] = {&ex->x, &ex->xn, &ex->y,  &ex->big, &ex->mid,  &ex->o, &ex->g, &ex->beta,
+                       &ex->h, &ex->gu, &ex->xe, &ex->ye,  &ex->topw, NULL,   NULL,   &ex->aux};
     int **iviews[] = {&ex->topi, &ex->rows};
     int next_int = 0;
     size_t off = 0;
@@ -937,9 +936,9 @@ static void attn_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni
         const int r0 = (nblk - 1 - job / Hq) * HY_ATTN_BLOCK, B = HY_MIN_INT(HY_ATTN_BLOCK, n - r0);
         assert(omp_get_thread_num() < ex->nthreads);
         float *scores = ex->scratch + (size_t)omp_get_thread_num() * ex->scratch_per_thread;
-        hy_attention_at(B, hd, hd, ex->rowpos + r0, proj + (size_t)r0 * P + (size_t)h * qs, (size_t)P,
-                        Kc + (size_t)g * hd, (size_t)KV, Vc + (size_t)g * hd, (size_t)KV, scale,
-                        ob + (size_t)r0 * Qd + (size_t)h * hd, (size_t)Qd, scores);
+        hy_attention_at(B, hd, hd, ex->rowpos + r0, proj + (size_t)r0 * P + (size_t)h * qs,
+                        (size_t)P, Kc + (size_t)g * hd, (size_t)KV, Vc + (size_t)g * hd, (size_t)KV,
+                        scale, ob + (size_t)r0 * Qd + (size_t)h * hd, (size_t)Qd, scores);
     }
     prof_end(ex, HY_EXEC_OP_ATTENTION);
     if (c->attn_gate) {
@@ -1064,8 +1063,9 @@ static void mla_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni,
         const int r0 = (nblk - 1 - job / nh) * HY_ATTN_BLOCK, B = HY_MIN_INT(HY_ATTN_BLOCK, n - r0);
         assert(omp_get_thread_num() < ex->nthreads);
         float *scores = ex->scratch + (size_t)omp_get_thread_num() * ex->scratch_per_thread;
-        hy_attention_at(B, dn + dr, dv, ex->rowpos + r0, q + (size_t)r0 * ldq + (size_t)h * (dn + dr),
-                        ldq, X + (size_t)h * (dn + dr), XW, X + Kw + (size_t)h * dv, XW, scale,
+        hy_attention_at(B, dn + dr, dv, ex->rowpos + r0,
+                        q + (size_t)r0 * ldq + (size_t)h * (dn + dr), ldq,
+                        X + (size_t)h * (dn + dr), XW, X + Kw + (size_t)h * dv, XW, scale,
                         ob + (size_t)r0 * Od + (size_t)h * dv, (size_t)Od, scores);
     }
     prof_end(ex, HY_EXEC_OP_ATTENTION);

@@ -31,34 +31,244 @@ typedef struct preset {
     int lk_heads, lv_heads, ldk, ldv, inter;
     int experts, top_k, moe_inter, shared_inter;
     int tie;
+    /* Kimi: MLA's latent, key (expanded, shared) and value widths; expert groups */
+    int kv_lora, qk_nope, qk_rope, v_head, n_group, topk_group;
 } preset;
 
 /* Layer i attends when (i + 1) % interval == 0. */
 static const preset k_presets[] = {
     /* tests and the default service: < 1 MB */
-    {"tiny", HY_ARCH_QWEN3_NEXT, 259, 64, 4, 4, 4, 2, 16, 2, 4, 16, 16, 128, 0, 0, 0, 0, 1},
+    {"tiny", HY_ARCH_QWEN3_NEXT,
+     259,    64,
+     4,      4,
+     4,      2,
+     16,     2,
+     4,      16,
+     16,     128,
+     0,      0,
+     0,      0,
+     1,      0,
+     0,      0,
+     0,      0,
+     0},
     /* MoE with a shared expert on every layer but the first */
-    {"tiny-moe", HY_ARCH_QWEN3_NEXT, 259, 64, 4, 4, 4, 2, 16, 2, 4, 16, 16, 128, 8, 2, 32, 64, 0},
+    {"tiny-moe", HY_ARCH_QWEN3_NEXT,
+     259,        64,
+     4,          4,
+     4,          2,
+     16,         2,
+     4,          16,
+     16,         128,
+     8,          2,
+     32,         64,
+     0,          0,
+     0,          0,
+     0,          0,
+     0},
     /* one linear layer, no attention: PIC is exact for it (invariant tests) */
-    {"tiny-linear", HY_ARCH_QWEN3_NEXT, 259, 64, 1, 2, 4, 2, 16, 2, 4, 16, 16, 128, 0, 0, 0, 0, 1},
+    {"tiny-linear",
+     HY_ARCH_QWEN3_NEXT,
+     259,
+     64,
+     1,
+     2,
+     4,
+     2,
+     16,
+     2,
+     4,
+     16,
+     16,
+     128,
+     0,
+     0,
+     0,
+     0,
+     1,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0},
     /* benchmarks: ~33 M parameters, 6 linear + 2 attention layers, real head sizes */
-    {"small", HY_ARCH_QWEN3_NEXT, 8192, 512, 8, 4, 8, 2, 128, 4, 8, 128, 128, 1024, 0, 0, 0, 0, 1},
+    {"small", HY_ARCH_QWEN3_NEXT,
+     8192,    512,
+     8,       4,
+     8,       2,
+     128,     4,
+     8,       128,
+     128,     1024,
+     0,       0,
+     0,       0,
+     1,       0,
+     0,       0,
+     0,       0,
+     0},
     /* OLMo-Hybrid: Gated DeltaNet with beta up to 2, dk != dv, post-normed GQA */
-    {"tiny-olmo", HY_ARCH_OLMO_HYBRID, 259, 64, 4, 4, 4, 2, 16, 2, 4, 16, 32, 128, 0, 0, 0, 0, 0},
+    {"tiny-olmo",
+     HY_ARCH_OLMO_HYBRID,
+     259,
+     64,
+     4,
+     4,
+     4,
+     2,
+     16,
+     2,
+     4,
+     16,
+     32,
+     128,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0},
     /* its benchmark size: the released 7B's head shapes (dk 96, dv 192, head_dim 128) */
-    {"small-olmo", HY_ARCH_OLMO_HYBRID, 8192, 512, 8, 4, 4, 4, 128, 4, 4, 96, 192, 1024, 0, 0, 0, 0,
+    {"small-olmo",
+     HY_ARCH_OLMO_HYBRID,
+     8192,
+     512,
+     8,
+     4,
+     4,
+     4,
+     128,
+     4,
+     4,
+     96,
+     192,
+     1024,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
      0},
     /* MiniMax: lightning attention (layer 0, as released), GQA, MoE on every layer, the
      * released residual factors; heads and head_dim serve both kinds of layer */
-    {"tiny-minimax", HY_ARCH_MINIMAX, 259, 64, 4, 2, 4, 2, 16, 4, 4, 16, 16, 0, 4, 2, 32, 0, 0},
-    /* its benchmark size: MiniMax-M1's head_dim 128, 8 experts of 256 */
-    {"small-minimax", HY_ARCH_MINIMAX, 8192, 512, 8, 4, 4, 2, 128, 4, 4, 128, 128, 0, 8, 2, 256, 0,
+    {"tiny-minimax",
+     HY_ARCH_MINIMAX,
+     259,
+     64,
+     4,
+     2,
+     4,
+     2,
+     16,
+     4,
+     4,
+     16,
+     16,
+     0,
+     4,
+     2,
+     32,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
      0},
+    /* its benchmark size: MiniMax-M1's head_dim 128, 8 experts of 256 */
+    {"small-minimax",
+     HY_ARCH_MINIMAX,
+     8192,
+     512,
+     8,
+     4,
+     4,
+     2,
+     128,
+     4,
+     4,
+     128,
+     128,
+     0,
+     8,
+     2,
+     256,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0},
+    /* Kimi-Linear: KDA, MLA (no RoPE) every fourth layer, layer 0 dense, the rest DeepSeek
+     * MoE (2 groups of 2 experts, 1 kept) with a shared expert; heads serve both kinds */
+    {"tiny-kimi",
+     HY_ARCH_KIMI_LINEAR,
+     259,
+     64,
+     4,
+     4,
+     4,
+     4,
+     0,
+     4,
+     4,
+     16,
+     16,
+     128,
+     4,
+     2,
+     32,
+     32,
+     0,
+     32,
+     16,
+     8,
+     16,
+     2,
+     1},
+    /* its benchmark size: Kimi-Linear-48B's head shapes (KDA d 128; MLA latent 512, key
+     * 128 + 64, value 128), 8 experts of 256 in one group */
+    {"small-kimi",
+     HY_ARCH_KIMI_LINEAR,
+     8192,
+     512,
+     8,
+     4,
+     4,
+     4,
+     0,
+     4,
+     4,
+     128,
+     128,
+     1024,
+     8,
+     2,
+     256,
+     256,
+     0,
+     512,
+     128,
+     64,
+     128,
+     1,
+     1},
 };
 
-const char *const hy_presets[] = {"tiny",         "tiny-moe",      "tiny-linear",
-                                  "small",        "tiny-olmo",     "small-olmo",
-                                  "tiny-minimax", "small-minimax", NULL};
+const char *const hy_presets[] = {
+    "tiny",         "tiny-moe",      "tiny-linear", "small",      "tiny-olmo", "small-olmo",
+    "tiny-minimax", "small-minimax", "tiny-kimi",   "small-kimi", NULL};
 
 typedef struct writer {
     hy_st_wtensor *ts;
@@ -228,8 +438,89 @@ static void add_minimax_layer(writer *w, const preset *p, int i)
     }
 }
 
+/* A Kimi-Linear layer under its released names: plain norms; KDA (q/k/v
+ * projections and one conv each, the forget gate's f_a/f_b with dt_bias per
+ * channel and A_log [1][1][H][1], b_proj, the output gate's g_a/g_b, o_norm,
+ * o_proj) or MLA (q_proj, kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj,
+ * o_proj); layer 0's dense MLP as mlp.*, the others' experts as
+ * block_sparse_moe.experts.{e}.w1/w3/w2 beside the router, its selection
+ * bias and the shared experts. */
+static void add_kimi_layer(writer *w, const preset *p, int i)
+{
+    const int64_t H = p->hidden, nh = p->heads, d = p->ldk, Q = (int64_t)p->lv_heads * d, K = 4;
+    const double sH = 1.0 / sqrt((double)H);
+    char n[160];
+    snprintf(n, sizeof n, "model.layers.%d.input_layernorm.weight", i);
+    ADD(w, n, 0, 1.0, 0.1, H);
+    snprintf(n, sizeof n, "model.layers.%d.post_attention_layernorm.weight", i);
+    ADD(w, n, 0, 1.0, 0.1, H);
+    if ((i + 1) % p->interval == 0) {
+        const int64_t R = p->kv_lora, dn = p->qk_nope, dr = p->qk_rope, dv = p->v_head;
+        snprintf(n, sizeof n, "model.layers.%d.self_attn.q_proj.weight", i);
+        ADD(w, n, 0, 0.0, sH, nh * (dn + dr), H);
+        snprintf(n, sizeof n, "model.layers.%d.self_attn.kv_a_proj_with_mqa.weight", i);
+        ADD(w, n, 0, 0.0, sH, R + dr, H);
+        snprintf(n, sizeof n, "model.layers.%d.self_attn.kv_a_layernorm.weight", i);
+        ADD(w, n, 0, 1.0, 0.1, R);
+        snprintf(n, sizeof n, "model.layers.%d.self_attn.kv_b_proj.weight", i);
+        ADD(w, n, 0, 0.0, 1.0 / sqrt((double)R), nh * (dn + dv), R);
+        snprintf(n, sizeof n, "model.layers.%d.self_attn.o_proj.weight", i);
+        ADD(w, n, 0, 0.0, 1.0 / sqrt((double)(nh * dv)), H, nh * dv);
+    } else {
+        static const char *const proj[] = {"q_proj", "k_proj", "v_proj"};
+        static const char *const conv[] = {"q_conv1d", "k_conv1d", "v_conv1d"};
+        for (int j = 0; j < 3; j++) {
+            snprintf(n, sizeof n, "model.layers.%d.self_attn.%s.weight", i, proj[j]);
+            ADD(w, n, 0, 0.0, sH, Q, H);
+            snprintf(n, sizeof n, "model.layers.%d.self_attn.%s.weight", i, conv[j]);
+            ADD(w, n, 0, 0.0, 1.0 / sqrt((double)K), Q, 1, K);
+        }
+        static const char *const gate[] = {"f", "g"};
+        for (int j = 0; j < 2; j++) {
+            snprintf(n, sizeof n, "model.layers.%d.self_attn.%s_a_proj.weight", i, gate[j]);
+            ADD(w, n, 0, 0.0, sH, d, H);
+            snprintf(n, sizeof n, "model.layers.%d.self_attn.%s_b_proj.weight", i, gate[j]);
+            ADD(w, n, 0, 0.0, 1.0 / sqrt((double)d), Q, d);
+        }
+        snprintf(n, sizeof n, "model.layers.%d.self_attn.dt_bias", i);
+        ADD(w, n, 0, -2.5, 1.0, Q);
+        snprintf(n, sizeof n, "model.layers.%d.self_attn.A_log", i);
+        ADD(w, n, 1, 0.05, 1.0, 1, 1, p->lv_heads, 1);
+        snprintf(n, sizeof n, "model.layers.%d.self_attn.b_proj.weight", i);
+        ADD(w, n, 0, 0.0, sH, p->lv_heads, H);
+        snprintf(n, sizeof n, "model.layers.%d.self_attn.o_norm.weight", i);
+        ADD(w, n, 0, 1.0, 0.1, d);
+        snprintf(n, sizeof n, "model.layers.%d.self_attn.o_proj.weight", i);
+        ADD(w, n, 0, 0.0, 1.0 / sqrt((double)Q), H, Q);
+    }
+    if (i == 0) { /* first_k_dense_replace 1 */
+        snprintf(n, sizeof n, "model.layers.%d.mlp", i);
+        add_mlp(w, n, H, p->inter);
+        return;
+    }
+    const int64_t I = p->moe_inter;
+    snprintf(n, sizeof n, "model.layers.%d.block_sparse_moe.gate.weight", i);
+    ADD(w, n, 0, 0.0, 1.5 * sH, p->experts, H);
+    snprintf(n, sizeof n, "model.layers.%d.block_sparse_moe.gate.e_score_correction_bias", i);
+    ADD(w, n, 0, 0.0, 0.05, p->experts);
+    for (int e = 0; e < p->experts; e++) {
+        snprintf(n, sizeof n, "model.layers.%d.block_sparse_moe.experts.%d.w1.weight", i, e);
+        ADD(w, n, 0, 0.0, sH, I, H);
+        snprintf(n, sizeof n, "model.layers.%d.block_sparse_moe.experts.%d.w3.weight", i, e);
+        ADD(w, n, 0, 0.0, sH, I, H);
+        snprintf(n, sizeof n, "model.layers.%d.block_sparse_moe.experts.%d.w2.weight", i, e);
+        ADD(w, n, 0, 0.0, 1.0 / sqrt((double)I), H, I);
+    }
+    snprintf(n, sizeof n, "model.layers.%d.block_sparse_moe.shared_experts", i);
+    add_mlp(w, n, H, p->shared_inter);
+}
+
 static void add_layer(writer *w, const preset *p, int i)
 {
+    if (p->arch == HY_ARCH_KIMI_LINEAR) {
+        add_kimi_layer(w, p, i);
+        return;
+    }
     if (p->arch == HY_ARCH_MINIMAX) {
         add_minimax_layer(w, p, i);
         return;
@@ -386,8 +677,59 @@ static cJSON *make_minimax_config(const preset *p, const char *dtype)
     return c;
 }
 
+/* config.json as Kimi-Linear's release carries it: the 1-indexed layer lists
+ * and head shapes of linear_attn_config, Kimi's key names, no layer_types. */
+static cJSON *make_kimi_config(const preset *p, const char *dtype)
+{
+    cJSON *c = cJSON_CreateObject();
+    cJSON *arch = cJSON_AddArrayToObject(c, "architectures");
+    cJSON_AddItemToArray(arch, cJSON_CreateString("KimiLinearForCausalLM"));
+    cJSON_AddStringToObject(c, "model_type", "kimi_linear");
+    cJSON_AddStringToObject(c, "hypic_preset", p->name);
+    cJSON_AddStringToObject(c, "dtype", strcmp(dtype, "BF16") == 0 ? "bfloat16" : "float32");
+    cJSON_AddNumberToObject(c, "vocab_size", p->vocab);
+    cJSON_AddNumberToObject(c, "hidden_size", p->hidden);
+    cJSON_AddNumberToObject(c, "intermediate_size", p->inter);
+    cJSON_AddNumberToObject(c, "num_hidden_layers", p->layers);
+    cJSON_AddNumberToObject(c, "num_attention_heads", p->heads);
+    cJSON_AddNumberToObject(c, "num_key_value_heads", p->kv_heads);
+    cJSON_AddStringToObject(c, "hidden_act", "silu");
+    cJSON_AddNumberToObject(c, "rms_norm_eps", 1e-5);
+    cJSON_AddNumberToObject(c, "model_max_length", 1048576);
+    cJSON *la = cJSON_AddObjectToObject(c, "linear_attn_config");
+    cJSON *kda = cJSON_AddArrayToObject(la, "kda_layers");
+    cJSON *full = cJSON_AddArrayToObject(la, "full_attn_layers");
+    for (int i = 0; i < p->layers; i++)
+        cJSON_AddItemToArray((i + 1) % p->interval == 0 ? full : kda, cJSON_CreateNumber(i + 1));
+    cJSON_AddNumberToObject(la, "head_dim", p->ldk);
+    cJSON_AddNumberToObject(la, "num_heads", p->lv_heads);
+    cJSON_AddNumberToObject(la, "short_conv_kernel_size", 4);
+    cJSON_AddNullToObject(c, "q_lora_rank");
+    cJSON_AddNumberToObject(c, "kv_lora_rank", p->kv_lora);
+    cJSON_AddNumberToObject(c, "qk_nope_head_dim", p->qk_nope);
+    cJSON_AddNumberToObject(c, "qk_rope_head_dim", p->qk_rope);
+    cJSON_AddNumberToObject(c, "v_head_dim", p->v_head);
+    cJSON_AddBoolToObject(c, "mla_use_nope", 1);
+    cJSON_AddNumberToObject(c, "first_k_dense_replace", 1);
+    cJSON_AddNumberToObject(c, "num_experts", p->experts);
+    cJSON_AddNumberToObject(c, "num_experts_per_token", p->top_k);
+    cJSON_AddNumberToObject(c, "moe_intermediate_size", p->moe_inter);
+    cJSON_AddNumberToObject(c, "num_shared_experts", p->shared_inter / p->moe_inter);
+    cJSON_AddNumberToObject(c, "num_expert_group", p->n_group);
+    cJSON_AddNumberToObject(c, "topk_group", p->topk_group);
+    cJSON_AddBoolToObject(c, "moe_renormalize", 1);
+    cJSON_AddStringToObject(c, "moe_router_activation_func", "sigmoid");
+    cJSON_AddNumberToObject(c, "routed_scaling_factor", 2.446);
+    cJSON_AddBoolToObject(c, "tie_word_embeddings", 0);
+    cJSON_AddNumberToObject(c, "pad_token_id", 0);
+    cJSON_AddNumberToObject(c, "bos_token_id", 1);
+    cJSON_AddNumberToObject(c, "eos_token_id", 2);
+    return c;
+}
+
 static cJSON *make_config(const preset *p, const char *dtype)
 {
+    if (p->arch == HY_ARCH_KIMI_LINEAR) return make_kimi_config(p, dtype);
     if (p->arch == HY_ARCH_MINIMAX) return make_minimax_config(p, dtype);
     if (p->arch == HY_ARCH_OLMO_HYBRID) return make_olmo_config(p, dtype);
     cJSON *rp = NULL;
@@ -444,7 +786,7 @@ int hy_model_init(const char *preset_name, uint64_t seed, const char *dir, const
     if (!p)
         return hy_err_set(err, HY_EINVAL,
                           "unknown preset '%s' (tiny, tiny-moe, tiny-linear, small, tiny-olmo, "
-                          "small-olmo, tiny-minimax, small-minimax)",
+                          "small-olmo, tiny-minimax, small-minimax, tiny-kimi, small-kimi)",
                           preset_name);
     writer w = {0};
     if (strcmp(dtype, "F32") == 0)

@@ -392,8 +392,8 @@ static int load_kda(loader *ld, int i, hy_kda_w *w)
     const hy_model_config *c = &ld->m->cfg;
     const int64_t Hd = c->hidden, H = c->lin_v_heads, d = c->lin_dk, Q = H * d, K = c->conv_kernel;
     const int64_t P = 3 * Q + 2 * d + H;
-    static const char *const proj[] = {"q_proj", "k_proj", "v_proj", "f_a_proj", "g_a_proj",
-                                       "b_proj"};
+    static const char *const proj[] = {"q_proj",   "k_proj",   "v_proj",
+                                       "f_a_proj", "g_a_proj", "b_proj"};
     const int64_t rows[] = {Q, Q, Q, d, d, H};
     char n[200];
     int rc;
@@ -450,8 +450,8 @@ static int load_kda(loader *ld, int i, hy_kda_w *w)
 static int load_mla(loader *ld, int i, hy_mla_w *w)
 {
     const hy_model_config *c = &ld->m->cfg;
-    const int64_t Hd = c->hidden, nh = c->n_heads, dn = c->qk_nope, dr = c->qk_rope,
-                  dv = c->v_head, R = c->kv_lora, ql = c->q_lora;
+    const int64_t Hd = c->hidden, nh = c->n_heads, dn = c->qk_nope, dr = c->qk_rope, dv = c->v_head,
+                  R = c->kv_lora, ql = c->q_lora;
     const int64_t Qa = ql ? ql : nh * (dn + dr);
     char n[200];
     int rc;
@@ -521,9 +521,8 @@ static int load_kimi_moe(loader *ld, int i, hy_layer_w *L)
 {
     const hy_model_config *c = &ld->m->cfg;
     const int64_t H = c->hidden, E = c->n_experts;
-    const char *base = has_fmt(ld, "layers.%d.block_sparse_moe.gate.weight", i)
-                           ? "block_sparse_moe"
-                           : "mlp";
+    const char *base =
+        has_fmt(ld, "layers.%d.block_sparse_moe.gate.weight", i) ? "block_sparse_moe" : "mlp";
     char n[200];
     int rc;
     snprintf(n, sizeof n, "layers.%d.%s.gate.weight", i, base);

@@ -146,8 +146,7 @@ int hy_state_copy(hy_state *dst, const hy_state *src, hy_err *err)
             memcpy(dst->k[i], src->k[i], (size_t)src->pos * k_row(c) * sizeof(float));
             memcpy(dst->v[i], src->v[i], (size_t)src->pos * v_row(c) * sizeof(float));
             if (src->x[i])
-                memcpy(dst->x[i], src->x[i],
-                       (size_t)src->pos * hy_state_x_row(c) * sizeof(float));
+                memcpy(dst->x[i], src->x[i], (size_t)src->pos * hy_state_x_row(c) * sizeof(float));
         }
     }
     dst->pos = src->pos;
@@ -159,10 +158,9 @@ size_t hy_state_bytes(const hy_state *s)
     const hy_model_config *c = &s->m->cfg;
     size_t b = 0;
     for (int i = 0; i < c->n_layers; i++)
-        b += c->layer_kind[i] == HY_LAYER_LINEAR ? (s_floats(c) + conv_floats(c)) * sizeof(float)
-                                                 : (size_t)s->pos *
-                                                       (k_row(c) + v_row(c) + hy_state_x_row(c)) *
-                                                       sizeof(float);
+        b += c->layer_kind[i] == HY_LAYER_LINEAR
+                 ? (s_floats(c) + conv_floats(c)) * sizeof(float)
+                 : (size_t)s->pos * (k_row(c) + v_row(c) + hy_state_x_row(c)) * sizeof(float);
     return b;
 }
 
@@ -215,9 +213,11 @@ int hy_state_layout(const hy_model_config *c, int64_t pos, hy_state_tensor *out,
             /* MLA: the latent and the shared key part, one "head" each, as
              * transformers' cache keeps them */
             const uint64_t kh = c->mla ? 1 : (uint64_t)c->n_kv_heads;
-            a = (hy_state_tensor){i, HY_PART_K, 3, {(uint64_t)pos, kh, k_row(c) / kh},
+            a = (hy_state_tensor){i, HY_PART_K,
+                                  3, {(uint64_t)pos, kh, k_row(c) / kh},
                                   0, (uint64_t)pos * k_row(c) * sizeof(float)};
-            b = (hy_state_tensor){i, HY_PART_V, 3, {(uint64_t)pos, kh, v_row(c) / kh},
+            b = (hy_state_tensor){i, HY_PART_V,
+                                  3, {(uint64_t)pos, kh, v_row(c) / kh},
                                   0, (uint64_t)pos * v_row(c) * sizeof(float)};
         }
         hy_state_tensor *two[2] = {&a, &b};

@@ -112,9 +112,18 @@ static int cmd_info(int argc, char **argv)
     printf("vocab %d, hidden %d, layers %d (%d linear, %d attention, %d MoE), %s embeddings\n",
            c->vocab, c->hidden, c->n_layers, nlin, natt, nmoe,
            c->tie_embeddings ? "tied" : "untied");
-    printf("attention    %d q heads, %d kv heads, head_dim %d, rotary dims %d, theta %g\n",
-           c->n_heads, c->n_kv_heads, c->head_dim, c->rotary_dim, c->rope_theta);
-    if (c->lin_kind == HY_LIN_LIGHTNING)
+    if (c->mla)
+        printf("attention    MLA, %d heads: latent %d + shared key %d cached per token, expanded "
+               "to keys %d + %d and values %d per head%s\n",
+               c->n_heads, c->kv_lora, c->qk_rope, c->qk_nope, c->qk_rope, c->v_head,
+               c->rotary_dim ? "" : ", no positional encoding");
+    else
+        printf("attention    %d q heads, %d kv heads, head_dim %d, rotary dims %d, theta %g\n",
+               c->n_heads, c->n_kv_heads, c->head_dim, c->rotary_dim, c->rope_theta);
+    if (c->lin_kind == HY_LIN_KDA)
+        printf("linear (KDA) %d heads x %d, a decay per key channel, conv kernel %d\n",
+               c->lin_v_heads, c->lin_dk, c->conv_kernel);
+    else if (c->lin_kind == HY_LIN_LIGHTNING)
         printf("linear (lightning) %d heads x %d, a constant decay per head, no conv\n",
                c->lin_v_heads, c->lin_dk);
     else
@@ -125,7 +134,9 @@ static int cmd_info(int argc, char **argv)
                c->n_experts, c->top_k, c->moe_intermediate, c->shared_intermediate,
                c->norm_topk ? "yes" : "no");
     size_t lin_state = hy_config_linear_state_floats(c) * 4;
-    size_t kv_tok = (size_t)2 * c->n_kv_heads * c->head_dim * 4;
+    /* K and V rows, and MLA's expansion of them */
+    size_t kv_tok = ((size_t)hy_config_kv_k(c) + (size_t)hy_config_kv_v(c)) * 4 +
+                    (c->mla ? (size_t)c->n_heads * (c->qk_nope + c->qk_rope + c->v_head) * 4 : 0);
     human_bytes((double)lin_state, b1, sizeof b1);
     human_bytes((double)kv_tok, b2, sizeof b2);
     printf("\nlayer  kind       mlp    state (fp32)\n");
@@ -197,7 +208,12 @@ static int cmd_entry_size(int argc, char **argv)
                "%d x %d = %s\n",
                c.lin_v_heads, c.lin_dk, c.lin_dk, b[0], c.lin_v_heads, c.lin_dk, c.lin_dv, b[1],
                c.conv_kernel - 1, hy_config_conv_dim(&c), b[2]);
-    printf("attention    K + V %d x %d x 2 = %s per body token\n", c.n_kv_heads, c.head_dim, b[3]);
+    if (c.mla)
+        printf("attention    MLA latent %d + shared key %d = %s per body token\n", c.kv_lora,
+               c.qk_rope, b[3]);
+    else
+        printf("attention    K + V %d x %d x 2 = %s per body token\n", c.n_kv_heads, c.head_dim,
+               b[3]);
     human_bytes((double)k32, b[0], sizeof b[0]);
     human_bytes((double)k16, b[1], sizeof b[1]);
     human_bytes((double)tok, b[2], sizeof b[2]);

@@ -19,7 +19,7 @@
  * Shapes: all hits, all misses, mixed, uncacheable short segments between
  * hits, a hit first, BF16 entries, and requests longer than one step with
  * step boundaries inside seams, misses and the query and on either side of a
- * hole, on the presets tiny, tiny-moe, tiny-olmo, tiny-minimax and small (fewer, shorter cases).
+ * hole, on the presets tiny, tiny-moe, tiny-olmo, tiny-minimax, tiny-kimi and small (fewer, shorter cases).
  * Then: bad requests are refused with clear errors and nothing built is left
  * behind.
  */
@@ -34,8 +34,9 @@ static char g_tmp[64];
 
 #define TOL 1e-4 /* fp32 rounding of a differently ordered computation */
 
-enum { N_PRESETS = 5, N_MODES = 3, MAX_SEGS = 8 };
-static const char *const k_presets[N_PRESETS] = {"tiny", "tiny-moe", "small", "tiny-olmo", "tiny-minimax"};
+enum { N_PRESETS = 6, N_MODES = 3, MAX_SEGS = 8 };
+static const char *const k_presets[N_PRESETS] = {"tiny",      "tiny-moe",     "small",
+                                                 "tiny-olmo", "tiny-minimax", "tiny-kimi"};
 static const hy_mode k_modes[N_MODES] = {HY_MODE_PIC, HY_MODE_NOSEAM, HY_MODE_NAIVE};
 
 /* One generated model per preset, opened on first use and shared by the
@@ -155,7 +156,8 @@ static double state_diff(const hy_model_config *c, hy_state *a, hy_state *ref)
 {
     const size_t nS = (size_t)c->lin_v_heads * c->lin_dk * c->lin_dv;
     const size_t nC = (size_t)(c->conv_kernel - 1) * (size_t)hy_config_conv_dim(c);
-    const size_t nKV = (size_t)hy_state_pos(ref) * c->n_kv_heads * c->head_dim;
+    const size_t nK = (size_t)hy_state_pos(ref) * hy_config_kv_k(c);
+    const size_t nV = (size_t)hy_state_pos(ref) * hy_config_kv_v(c);
     double worst = 0;
     for (int li = 0; li < c->n_layers; li++) {
         double d[4] = {0};
@@ -163,8 +165,8 @@ static double state_diff(const hy_model_config *c, hy_state *a, hy_state *ref)
             d[0] = hy_rel_diff(hy_state_S(a, li), hy_state_S(ref, li), nS);
             d[1] = hy_rel_diff(hy_state_conv(a, li), hy_state_conv(ref, li), nC);
         } else {
-            d[2] = hy_rel_diff(hy_state_k(a, li), hy_state_k(ref, li), nKV);
-            d[3] = hy_rel_diff(hy_state_v(a, li), hy_state_v(ref, li), nKV);
+            d[2] = hy_rel_diff(hy_state_k(a, li), hy_state_k(ref, li), nK);
+            d[3] = hy_rel_diff(hy_state_v(a, li), hy_state_v(ref, li), nV);
         }
         for (int j = 0; j < 4; j++)
             if (!(d[j] <= worst)) worst = d[j]; /* NaN counts as the worst */
