@@ -1,7 +1,7 @@
 /*
  * Every hybrid family hypic-cached runs, served at once by one daemon (its
  * tiny preset of each: tiny for Qwen3-Next, tiny-olmo for OLMo-Hybrid,
- * tiny-minimax for MiniMax) and
+ * tiny-minimax for MiniMax, tiny-kimi for Kimi-Linear) and
  * held, model by model, to what the executor computes in this process from
  * the same checkpoint:
  *   - Warm builds the cacheable documents and reports the short one
@@ -13,7 +13,8 @@
  *     over entries it builds itself;
  *   - GetEntry, PutEntry and Inspect round-trip an entry whose sections are
  *     the family's (per linear layer T, S and the conv tail; per attention
- *     layer K and V); Invalidate by model empties that model only.
+ *     layer K and V, or MLA's latent and shared key); Invalidate by model
+ *     empties that model only.
  */
 #include "hy_model.h"
 #include "service_fixture.h"
@@ -26,14 +27,15 @@ static char g_tmp[128];
 static hy_daemon g_d;
 static hyc *g_c;
 
-static const char *const k_models[] = {"tiny", "tiny-olmo", "tiny-minimax"};
+static const char *const k_models[] = {"tiny", "tiny-olmo", "tiny-minimax", "tiny-kimi"};
 #define N_MODELS (sizeof k_models / sizeof *k_models)
 
 static const char *k_config = "listen: 127.0.0.1:0\n"
                               "http_listen: 127.0.0.1:0\n"
                               "models: [{name: tiny, path: var/models/tiny},\n"
                               "         {name: tiny-olmo, path: var/models/tiny-olmo},\n"
-                              "         {name: tiny-minimax, path: var/models/tiny-minimax}]\n"
+                              "         {name: tiny-minimax, path: var/models/tiny-minimax},\n"
+                              "         {name: tiny-kimi, path: var/models/tiny-kimi}]\n"
                               "tiers: {host: {bytes: 64M}}\n"
                               "executor: {threads: 2}\n"
                               "transport: {max_buffer: 64M}\n"

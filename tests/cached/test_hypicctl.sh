@@ -89,7 +89,7 @@ cat >hypic-cached.yaml <<EOF
 listen: 127.0.0.1:0
 http_listen: 127.0.0.1:0
 models: [{name: tiny, path: var/models/tiny}, {name: tiny-olmo, path: var/models/tiny-olmo},
-         {name: tiny-minimax, path: var/models/tiny-minimax}]
+         {name: tiny-minimax, path: var/models/tiny-minimax}, {name: tiny-kimi, path: var/models/tiny-kimi}]
 tiers: {host: {bytes: 64M}}
 executor: {threads: 2}
 tls: {cert: $fixtures/server.pem, key: $fixtures/server.key}
@@ -317,7 +317,7 @@ check "nothing left" 'd["total"] == 0'
 # ---- every other family the daemon serves, through the same commands ---------
 # (short.txt, 2 tokens, is too short for an entry where the model has a conv; MiniMax's
 # lightning layers have none, so it caches like the others)
-for model in tiny-olmo tiny-minimax; do
+for model in tiny-olmo tiny-minimax tiny-kimi; do
     m="$tls --model $model"
     if [ "$model" = tiny-minimax ]; then built=3 short=0; else built=2 short=1; fi
     run 0 "$model: warm" $m warm --json --tag "fam-$model" doc0.txt doc1.txt short.txt

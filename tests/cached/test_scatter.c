@@ -43,23 +43,26 @@ static double now_s(void)
     return (double)t.tv_sec + t.tv_nsec / 1e9;
 }
 
-static const char *k_config = "listen: 127.0.0.1:0\n"
-                              "http_listen: \"\"\n"
-                              "models: [{name: tiny, path: var/models/tiny},\n"
-                              "         {name: tiny-olmo, path: var/models/tiny-olmo},\n"
-                              "         {name: tiny-minimax, path: var/models/tiny-minimax}]\n"
-                              "tiers: {host: {bytes: 256M}}\n"
-                              "executor: {threads: 1}\n"
-                              "limits: {workers: 8, watchers: 2}\n" /* with 2 workers and a reference */
-                              "scatter: {spawn: 2, min_tokens: 64, timeout_ms: 2000,\n"
-                              "          probe_ms: 100, retries: 2}\n"
-                              "log: {requests: false}\n";
+static const char *k_config =
+    "listen: 127.0.0.1:0\n"
+    "http_listen: \"\"\n"
+    "models: [{name: tiny, path: var/models/tiny},\n"
+    "         {name: tiny-olmo, path: var/models/tiny-olmo},\n"
+    "         {name: tiny-minimax, path: var/models/tiny-minimax},\n"
+    "         {name: tiny-kimi, path: var/models/tiny-kimi}]\n"
+    "tiers: {host: {bytes: 256M}}\n"
+    "executor: {threads: 1}\n"
+    "limits: {workers: 8, watchers: 2}\n" /* with 2 workers and a reference */
+    "scatter: {spawn: 2, min_tokens: 64, timeout_ms: 2000,\n"
+    "          probe_ms: 100, retries: 2}\n"
+    "log: {requests: false}\n";
 
 static const char *k_ref_config = "listen: 127.0.0.1:0\n"
                                   "http_listen: \"\"\n"
                                   "models: [{name: tiny, path: var/models/tiny},\n"
                                   "         {name: tiny-olmo, path: var/models/tiny-olmo},\n"
-                                  "         {name: tiny-minimax, path: var/models/tiny-minimax}]\n"
+                                  "         {name: tiny-minimax, path: var/models/tiny-minimax},\n"
+                                  "         {name: tiny-kimi, path: var/models/tiny-kimi}]\n"
                                   "tiers: {host: {bytes: 256M}}\n"
                                   "executor: {threads: 1}\n"
                                   "limits: {workers: 8, watchers: 2}\n"
@@ -221,6 +224,7 @@ static void test_other_family_on_workers(void)
 {
     other_family_on_workers("tiny-olmo", 120);
     other_family_on_workers("tiny-minimax", 130);
+    other_family_on_workers("tiny-kimi", 140);
 }
 
 static void test_duplicates_built_once(void)

@@ -19,9 +19,8 @@
  * Shapes: all hits, all misses, mixed, uncacheable short segments between
  * hits, a hit first, BF16 entries, and requests longer than one step with
  * step boundaries inside seams, misses and the query and on either side of a
- * hole, on the presets tiny, tiny-moe, tiny-olmo, tiny-minimax, tiny-kimi and small (fewer, shorter cases).
- * Then: bad requests are refused with clear errors and nothing built is left
- * behind.
+ * hole, on the presets tiny, tiny-moe, tiny-olmo, tiny-minimax, tiny-kimi and small (fewer, shorter
+ * cases). Then: bad requests are refused with clear errors and nothing built is left behind.
  */
 #include "hy_model.h"
 #include "random_tokens.h"

@@ -122,7 +122,7 @@ static void single_linear_layer_any_order(const char *preset, bool cut)
 static void test_single_linear_layer_any_order(void)
 {
     single_linear_layer_any_order("tiny-linear", false);
-    single_linear_layer_any_order("tiny-olmo", true); /* beta up to 2: eigenvalues below 0 */
+    single_linear_layer_any_order("tiny-olmo", true);    /* beta up to 2: eigenvalues below 0 */
     single_linear_layer_any_order("tiny-minimax", true); /* lightning: a scalar T, no conv */
     single_linear_layer_any_order("tiny-kimi", true);    /* KDA: a decay per key channel */
 }

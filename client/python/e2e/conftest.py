@@ -1,7 +1,8 @@
 """The frontend's end-to-end test: a real hypic-cached serving the checkpoints it decodes
 from: one generated preset per hybrid family (--init-models writes each into the daemon's
 var/models/<name>: `tiny`, Qwen3NextForCausalLM, `tiny-olmo`, OlmoHybridForCausalLM, and
-`tiny-minimax`, MiniMaxForCausalLM, 4 layers of random weights each) and `recall` (models/hypic-recall: Qwen3_5ForCausalLM,
+`tiny-minimax`, MiniMaxForCausalLM, and `tiny-kimi`, KimiLinearForCausalLM, 4 layers of random
+weights each) and `recall` (models/hypic-recall: Qwen3_5ForCausalLM,
 trained). The daemon is started and always stopped as the client's
 own tests do it (tests/conftest.py, whose helpers are loaded from there, not copied).
 
@@ -41,6 +42,7 @@ listen: 127.0.0.1:0
 http_listen: ""
 models: [{{name: tiny, path: var/models/tiny}}, {{name: tiny-olmo, path: var/models/tiny-olmo}},
          {{name: tiny-minimax, path: var/models/tiny-minimax}},
+         {{name: tiny-kimi, path: var/models/tiny-kimi}},
          {{name: recall, path: {RECALL_DIR}}}]
 tiers: {{host: {{bytes: 64M, admit: always}}}}
 executor: {{threads: 2}}

@@ -44,7 +44,12 @@ def test_a_family_through_every_call(client: hypic.Client, family_daemon: Daemon
     assert full.tokens_computed == sum(len(d.encode()) for d in DOCS) + len(QUESTION.encode())
 
     config = json.loads((family_daemon.dir / "var" / "models" / model / "config.json").read_text())
-    kinds = config["layer_types"]
+    if "layer_types" in config:
+        kinds = config["layer_types"]
+    else:  # Kimi-Linear's release: 1-indexed lists of its MLA layers
+        mla = set(config["linear_attn_config"]["full_attn_layers"])
+        kinds = ["full_attention" if i + 1 in mla else "linear_attention"
+                 for i in range(config["num_hidden_layers"])]
     with client.session(["shm"], 16 << 20) as s:
         _, st = client.prefill_state(s, model, DOCS, QUESTION, mode="full")
         assert st.position == full.tokens_computed and st.num_layers == len(kinds)
@@ -52,6 +57,9 @@ def test_a_family_through_every_call(client: hypic.Client, family_daemon: Daemon
             parts = st.layer(i)
             assert set(parts) == ({"conv", "S"} if kind == "linear_attention" else {"K", "V"}), (model, i)
             assert all(np.isfinite(a).all() for a in parts.values())
+            if kind == "full_attention" and "kv_lora_rank" in config:  # MLA: latent, shared key
+                assert parts["K"].shape[-1] == config["kv_lora_rank"], parts["K"].shape
+                assert parts["V"].shape[-1] == config["qk_rope_head_dim"], parts["V"].shape
 
     e = client.get_entry(model, built[0].key)
     assert e.meta.model == model and len(e.data) == e.meta.bytes > 0
