@@ -18,16 +18,18 @@
  * Numerical stability: with log-decays ≤ 0 every exponential formed here has
  * an argument ≤ 0 — G_i − G_j for j ≤ i, G_L − G_i, and G_i itself — so none
  * overflows and an underflow to 0 is the true (negligible) value. The two
- * intra-chunk score matrices therefore take the per-dimension ratios pairwise
- * (L²/2·dk exponentials per chunk) instead of factoring them into
- * (k ⊙ exp(G))(k ⊙ exp(−G))ᵀ, which overflows once a chunk's decay passes
- * exp(−88). Lm's entries are bounded by β·|k_i||k_j| ≤ 1, the same regime
+ * intra-chunk score matrices factor into (x ⊙ exp(G))(k ⊙ exp(−G))ᵀ, one
+ * GEMM each, while the chunk's deepest cumulative decay stays within
+ * exp(−80) (every factor then a normal fp32 number and each product its
+ * pairwise value up to rounding); a chunk that decays further — where the
+ * factors would overflow — takes the ratios pairwise (L²/2·dk exponentials). Lm's entries are bounded by β·|k_i||k_j| ≤ 1, the same regime
  * as gdn.c's forward substitution.
  */
 #include "hy_kernels.h"
 #include "la_internal.h"
 
 #include <cblas.h>
+#include <stdbool.h>
 #include <string.h>
 
 void hy_la_kda_recurrent(const hy_la_in *in, float *S, float *o, size_t ldo, float *T)
@@ -48,7 +50,7 @@ void hy_la_kda_recurrent(const hy_la_in *in, float *S, float *o, size_t ldo, flo
 size_t hy_la_kda_scratch(int dk, int dv)
 {
     const size_t L = HY_LA_CHUNK;
-    return 2 * L * L + 5 * L * (size_t)dk + L * (size_t)dv + (size_t)dk;
+    return 2 * L * L + 6 * L * (size_t)dk + L * (size_t)dv + (size_t)dk;
 }
 
 /* A[i][j] = Σ_d x_i[d] k_j[d] exp(G_i[d] − G_j[d]) for j < i (j ≤ i when
@@ -84,6 +86,7 @@ void hy_la_kda_chunked(const hy_la_in *in, float *S, float *o, size_t ldo, float
     float *Vt = Kd + (size_t)CL * dk;  /* [L][dk] −W·T */
     float *Vn = Vt + (size_t)CL * dk;  /* [L][dv] β v -> U -> V' */
     float *eGL = Vn + (size_t)CL * dv; /* [dk] exp(G_L) */
+    float *Ki = eGL + dk;              /* [L][dk] k ⊙ exp(−G) (factored chunks) */
 
     for (int c0 = 0; c0 < n; c0 += CL) {
         const int L = HY_MIN_INT(CL, n - c0);
@@ -96,29 +99,54 @@ void hy_la_kda_chunked(const hy_la_in *in, float *S, float *o, size_t ldo, float
             for (int d = 0; d < dk; d++) Gi[d] = (i ? Gi[d - dk] : 0.0f) + gi[d];
         }
         const float *GL = G + (size_t)(L - 1) * dk;
-        for (int d = 0; d < dk; d++) eGL[d] = hy_expf(GL[d]);
+        float deepest = 0.0f; /* the chunk's most negative cumulative log-decay */
+        for (int d = 0; d < dk; d++) {
+            eGL[d] = hy_expf(GL[d]);
+            deepest = GL[d] < deepest ? GL[d] : deepest;
+        }
+        /* Within exp(±80) the pairwise ratios factor exactly as
+         * (x ⊙ exp(G_i))·(k ⊙ exp(−G_j)) — no factor leaves fp32's normal
+         * range — so the two score matrices are GEMMs; a chunk that decays
+         * further takes them pairwise. */
+        const bool factored = deepest >= -80.0f;
 
-        /* Lm and its inverse by forward substitution: (I + Lm) Tm = I. */
-        decayed_scores(L, dk, kc, ldk, kc, ldk, G, 0, bc, ldb, A, CL);
-        hy_unit_lower_inverse(L, A, Tm, CL);
-
-        /* U = Tm (β v), W = Tm (β k ⊙ exp(G)), and the q / k scalings. */
+        /* The q / k scalings (W before Tm: β k ⊙ exp(G)). */
         for (int i = 0; i < L; i++) {
             const float bi = bc[(size_t)i * ldb], *Gi = G + (size_t)i * dk;
             const float *ki = kc + (size_t)i * ldk, *vi = vc + (size_t)i * ldv;
             float *wi = Wk + (size_t)i * dk, *kd = Kd + (size_t)i * dk;
             float *vn = Vn + (size_t)i * dv;
-            for (int d = 0; d < dk; d++) {
-                wi[d] = bi * hy_expf(Gi[d]) * ki[d];
-                kd[d] = hy_expf(GL[d] - Gi[d]) * ki[d];
-            }
-            if (o) {
-                const float *qi = qc + (size_t)i * ldq;
-                float *qg = Qg + (size_t)i * dk;
-                for (int d = 0; d < dk; d++) qg[d] = hy_expf(Gi[d]) * qi[d];
+            float *qg = o ? Qg + (size_t)i * dk : NULL;
+            const float *qi = o ? qc + (size_t)i * ldq : NULL;
+            if (factored) { /* one exponential per entry: exp(−G) = 1 / exp(G) is normal */
+                float *kin = Ki + (size_t)i * dk;
+                for (int d = 0; d < dk; d++) {
+                    const float e = hy_expf(Gi[d]), en = 1.0f / e;
+                    wi[d] = bi * e * ki[d];
+                    kd[d] = eGL[d] * en * ki[d];
+                    kin[d] = en * ki[d];
+                    if (qg) qg[d] = e * qi[d];
+                }
+            } else {
+                for (int d = 0; d < dk; d++) {
+                    wi[d] = bi * hy_expf(Gi[d]) * ki[d];
+                    kd[d] = hy_expf(GL[d] - Gi[d]) * ki[d];
+                    if (qg) qg[d] = hy_expf(Gi[d]) * qi[d];
+                }
             }
             for (int j = 0; j < dv; j++) vn[j] = bi * vi[j];
         }
+
+        /* Lm and its inverse by forward substitution: (I + Lm) Tm = I; then
+         * U = Tm (β v), W = Tm (β k ⊙ exp(G)). */
+        if (factored) {
+            hy_gemm(0, 1, L, L, dk, 1.0f, Wk, (size_t)dk, Ki, (size_t)dk, 0.0f, A, (size_t)CL);
+            for (int i = 0; i < L; i++)
+                for (int j = i; j < CL; j++) A[(size_t)i * CL + j] = 0.0f;
+        } else {
+            decayed_scores(L, dk, kc, ldk, kc, ldk, G, 0, bc, ldb, A, CL);
+        }
+        hy_unit_lower_inverse(L, A, Tm, CL);
         cblas_strmm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, L, dv, 1.0f, Tm,
                     CL, Vn, dv);
         cblas_strmm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, L, dk, 1.0f, Tm,
@@ -139,7 +167,13 @@ void hy_la_kda_chunked(const hy_la_in *in, float *S, float *o, size_t ldo, float
         if (o) {
             float *oc = o + (size_t)c0 * ldo;
             hy_gemm(0, 0, L, dv, dk, 1.0f, Qg, (size_t)dk, S, (size_t)dv, 0.0f, oc, ldo);
-            decayed_scores(L, dk, qc, ldq, kc, ldk, G, 1, NULL, 0, A, CL);
+            if (factored) {
+                hy_gemm(0, 1, L, L, dk, 1.0f, Qg, (size_t)dk, Ki, (size_t)dk, 0.0f, A, (size_t)CL);
+                for (int i = 0; i < L; i++)
+                    for (int j = i + 1; j < CL; j++) A[(size_t)i * CL + j] = 0.0f;
+            } else {
+                decayed_scores(L, dk, qc, ldq, kc, ldk, G, 1, NULL, 0, A, CL);
+            }
             hy_gemm(0, 0, L, dv, L, 1.0f, A, (size_t)CL, Vn, (size_t)dv, 1.0f, oc, ldo);
         }
 
