@@ -1011,6 +1011,79 @@ static void test_minimax_defaults(void)
         HY_ERANGE, "num_experts_per_tok", NULL);
 }
 
+/* KimiLinearConfig's defaults (configuration_kimi_linear.py), its layer lists,
+ * its key names with their aliases, and what it or the executor refuses. */
+static void test_kimi_defaults(void)
+{
+    hy_model_config c;
+    parse_ok_text("{\"model_type\": \"kimi_linear\"}", &c);
+    CU_ASSERT_EQUAL(c.arch, HY_ARCH_KIMI_LINEAR);
+    CU_ASSERT_EQUAL(c.vocab, 163840);
+    CU_ASSERT_EQUAL(c.hidden, 2304);
+    CU_ASSERT_EQUAL(c.n_layers, 27);
+    CU_ASSERT_EQUAL(c.lin_kind, HY_LIN_KDA);
+    CU_ASSERT(c.lin_k_heads == 32 && c.lin_v_heads == 32 && c.lin_dk == 128 && c.lin_dv == 128);
+    CU_ASSERT_EQUAL(c.conv_kernel, 4);
+    CU_ASSERT(c.mla && c.n_heads == 32 && c.n_kv_heads == 32 && c.q_lora == 0);
+    CU_ASSERT(c.kv_lora == 512 && c.qk_nope == 128 && c.qk_rope == 64 && c.v_head == 128);
+    CU_ASSERT_EQUAL(c.rotary_dim, 0);
+    CU_ASSERT(c.n_experts == 256 && c.top_k == 8 && c.moe_intermediate == 1024);
+    CU_ASSERT_EQUAL(c.shared_intermediate, 1024);
+    CU_ASSERT(c.router == HY_ROUTER_SIGMOID_GROUPED && c.n_group == 1 && c.topk_group == 1);
+    CU_ASSERT(c.routed_scale == 2.446f && c.norm_topk && !c.shared_gated && !c.norm_offset);
+    CU_ASSERT_EQUAL(c.intermediate, 9216);
+    CU_ASSERT(c.rms_eps == 1e-5f);
+    for (int i = 0; i < c.n_layers; i++) { /* the class's own pattern, not the release's */
+        CU_ASSERT_EQUAL(c.layer_kind[i],
+                        i > 0 && i % 4 == 0 ? HY_LAYER_ATTENTION : HY_LAYER_LINEAR);
+        CU_ASSERT_EQUAL(c.layer_moe[i], i >= 1);
+    }
+    /* the release: 1-indexed lists, its head shapes in linear_attn_config; the
+     * aliases read where Kimi's own name is absent, Kimi's winning otherwise */
+    parse_ok_text(
+        "{\"model_type\": \"kimi_linear\", \"num_hidden_layers\": 5, "
+        "\"linear_attn_config\": {\"kda_layers\": [1, 3, 4], \"full_attn_layers\": [2, 5], "
+        "\"head_dim\": 64, \"num_heads\": 8, \"short_conv_kernel_size\": 3}, "
+        "\"linear_head_dim\": 16, \"first_k_dense_replace\": 2, \"num_experts\": 16, "
+        "\"num_experts_per_tok\": 3, \"n_shared_experts\": 2, \"n_group\": 4, "
+        "\"num_expert_group\": 2, \"topk_group\": 2, \"norm_topk_prob\": false, "
+        "\"q_lora_rank\": 48, \"tie_word_embeddings\": true}",
+        &c);
+    static const hy_layer_kind want[5] = {HY_LAYER_LINEAR, HY_LAYER_ATTENTION, HY_LAYER_LINEAR,
+                                          HY_LAYER_LINEAR, HY_LAYER_ATTENTION};
+    for (int i = 0; i < 5; i++) {
+        CU_ASSERT_EQUAL(c.layer_kind[i], want[i]);
+        CU_ASSERT_EQUAL(c.layer_moe[i], i >= 2);
+    }
+    CU_ASSERT(c.lin_dk == 64 && c.lin_dv == 64 && c.lin_v_heads == 8 && c.conv_kernel == 3);
+    CU_ASSERT(c.top_k == 3 && c.shared_intermediate == 2048 && !c.norm_topk);
+    CU_ASSERT(c.n_group == 2 && c.topk_group == 2 && c.q_lora == 48);
+    CU_ASSERT_FALSE(c.tie_embeddings); /* no effect: the LM head is the model's own */
+    parse_ok_text("{\"model_type\": \"kimi_linear\", \"num_hidden_layers\": 3, "
+                  "\"mlp_layer_types\": [\"sparse\", \"dense\", \"sparse\"]}",
+                  &c);
+    CU_ASSERT(c.layer_moe[0] && !c.layer_moe[1] && c.layer_moe[2]);
+    text_fails("{\"model_type\": \"kimi_linear\", \"num_hidden_layers\": 3, "
+               "\"linear_attn_config\": {\"kda_layers\": [1], \"full_attn_layers\": [3]}}",
+               HY_EINVAL, "layer 1 (number 2)", "kda_layers");
+    text_fails("{\"model_type\": \"kimi_linear\", \"num_hidden_layers\": 3, "
+               "\"linear_attn_config\": {\"kda_layers\": [0, 1], \"full_attn_layers\": [3]}}",
+               HY_EINVAL, "kda_layers[0]", "counts from 1");
+    text_fails("{\"model_type\": \"kimi_linear\", \"linear_attn_config\": {\"num_heads\": 0}}",
+               HY_EINVAL, "linear_attn_config.num_heads", NULL);
+    text_fails("{\"model_type\": \"kimi_linear\", \"num_key_value_heads\": 8}", HY_EINVAL,
+               "num_key_value_heads 8", "kv_b_proj");
+    text_fails("{\"model_type\": \"kimi_linear\", \"num_expert_group\": 3}", HY_EINVAL,
+               "num_expert_group 3", NULL);
+    text_fails("{\"model_type\": \"kimi_linear\", \"num_expert_group\": 8, \"topk_group\": 1, "
+               "\"num_experts_per_token\": 40}",
+               HY_ERANGE, "num_experts_per_token 40", "32 experts");
+    text_fails("{\"model_type\": \"kimi_linear\", \"mlp_layer_types\": [\"dense\"]}", HY_EINVAL,
+               "mlp_layer_types", NULL);
+    text_fails("{\"model_type\": \"kimi_linear\", \"attention_bias\": true}", HY_EUNSUPPORTED,
+               "attention_bias", NULL);
+}
+
 /* Python's json writes non-finite floats bare (Infinity, -Infinity, NaN), as
  * released configs carry them (Nemotron-H's time_step_limit): a key the
  * loader does not read may hold them; one it reads refuses them by its own
@@ -1062,6 +1135,7 @@ int main(void)
         {"olmo_hybrid: transformers' defaults and derivations", test_olmo_defaults},
         {"olmo_hybrid: RoPE whole or none", test_olmo_rope},
         {"minimax: transformers' defaults, alias and factors", test_minimax_defaults},
+        {"kimi_linear: defaults, layer lists, aliases, refusals", test_kimi_defaults},
         {"bare Infinity, -Infinity and NaN as Python writes them", test_nonfinite_literals},
         {NULL, NULL},
     };
