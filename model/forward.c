@@ -524,6 +524,57 @@ static double head_items(hy_exec *ex, hy_state *st, int li, int h, const item *i
     return composing;
 }
 
+/* Every head of a linear layer over the step's items (head_items with the
+ * family's kernel), in parallel; each thread's composing time is added to
+ * its compose timer. */
+static void heads_over_items(hy_exec *ex, hy_state *st, int li, int nheads, const item *it, int ni,
+                             head_run_fn run, const float *ctx)
+{
+    prof_begin(ex);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int h = 0; h < nheads; h++) {
+        const int tid = omp_get_thread_num();
+        assert(tid < ex->nthreads && tid < ex->tcompose_n);
+        float *work = ex->scratch + (size_t)tid * ex->scratch_per_thread;
+        ex->tcompose[(size_t)tid * TC_PAD] += head_items(ex, st, li, h, it, ni, work, run, ctx);
+    }
+    prof_end(ex, HY_EXEC_OP_DELTA_RULE);
+}
+
+/* A family kernel over one head's rows: chunked for runs of more than one
+ * token unless the recurrent form is asked for. */
+static void la_kernel(const hy_exec *ex, const hy_la_in *in, float *S, float *o, size_t ldo,
+                      float *T, float *work)
+{
+    if (ex->mode == HY_GDN_CHUNKED && in->n > 1)
+        hy_la_chunked(in, S, o, ldo, T, work);
+    else
+        hy_la_recurrent(in, S, o, ldo, T);
+}
+
+/* The short conv (SiLU) over the first C channels of each run's projection
+ * rows (stride P), from the state the item before left, into cv [n][C]; a
+ * hole leaves its tail, the last K−1 inputs of its segment, and a capture
+ * ending in the step takes the conv state at its end. */
+static void conv_items(hy_exec *ex, hy_state *st, int li, const item *it, int ni, int C,
+                       const float *proj, int P, const float *conv_w, float *cv)
+{
+    const int K = ex->m->cfg.conv_kernel;
+    const size_t tail = (size_t)(K - 1) * (size_t)C * sizeof(float);
+    prof_begin(ex);
+    for (int i = 0; i < ni; i++) {
+        const hy_piece *p = it[i].p;
+        if (!p->tokens) {
+            memcpy(st->conv[li], p->hole->tail[li], tail);
+            continue;
+        }
+        hy_conv1d_silu(it[i].n, C, K, proj + (size_t)it[i].r0 * P, (size_t)P, st->conv[li], conv_w,
+                       cv + (size_t)it[i].r0 * C, (size_t)C);
+        if (p->cap && it[i].last) memcpy(p->cap->tail[li], st->conv[li], tail);
+    }
+    prof_end(ex, HY_EXEC_OP_CONV);
+}
+
 /* The delta rule of head h over rows [off, off + len); cv: the conv's output
  * rows q | k | v (q, k normalised). */
 static void gdn_run(hy_exec *ex, int li, int h, int off, int len, float *S, float *T, float *work,
@@ -581,7 +632,6 @@ static void gdn_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni,
     const int H = c->hidden, Hk = c->lin_k_heads, Hv = c->lin_v_heads, dk = c->lin_dk,
               dv = c->lin_dv;
     const int Kd = Hk * dk, Vd = Hv * dv, C = 2 * Kd + Vd, P = C + Vd + 2 * Hv;
-    const size_t tail = (size_t)(c->conv_kernel - 1) * (size_t)C * sizeof(float);
     float *proj = ex->big, *cv = ex->mid;
     /* the state's S and conv buffers are sized from the same config */
     assert(Hv % Hk == 0 && C == hy_config_conv_dim(c) && st->S[li] && st->conv[li]);
@@ -589,20 +639,7 @@ static void gdn_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni,
     assert(ex->scratch_per_thread >= compose_floats(c));
 
     if (n > 0) linear(ex, n, H, P, ex->xn, (size_t)H, w->w_in, proj, (size_t)P);
-    /* The conv runs over each run from the state the item before left; a
-     * hole leaves its tail, the last K−1 inputs of its segment. */
-    prof_begin(ex);
-    for (int i = 0; i < ni; i++) {
-        const hy_piece *p = it[i].p;
-        if (!p->tokens) {
-            memcpy(st->conv[li], p->hole->tail[li], tail);
-            continue;
-        }
-        hy_conv1d_silu(it[i].n, C, c->conv_kernel, proj + (size_t)it[i].r0 * P, (size_t)P,
-                       st->conv[li], w->conv_w, cv + (size_t)it[i].r0 * C, (size_t)C);
-        if (p->cap && it[i].last) memcpy(p->cap->tail[li], st->conv[li], tail);
-    }
-    prof_end(ex, HY_EXEC_OP_CONV);
+    conv_items(ex, st, li, it, ni, C, proj, P, w->conv_w, cv);
 
     const float qscale = 1.0f / sqrtf((float)dk);
     prof_begin(ex);
@@ -621,15 +658,7 @@ static void gdn_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni,
     }
     prof_end(ex, HY_EXEC_OP_NORM_GATE);
 
-    prof_begin(ex);
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int h = 0; h < Hv; h++) {
-        const int tid = omp_get_thread_num();
-        assert(tid < ex->nthreads && tid < ex->tcompose_n);
-        float *work = ex->scratch + (size_t)tid * ex->scratch_per_thread;
-        ex->tcompose[(size_t)tid * TC_PAD] += head_items(ex, st, li, h, it, ni, work, gdn_run, cv);
-    }
-    prof_end(ex, HY_EXEC_OP_DELTA_RULE);
+    heads_over_items(ex, st, li, Hv, it, ni, gdn_run, cv);
     if (n == 0) return;
 
     /* Gated RMSNorm per value head: w · norm(o) · silu(z). */
@@ -671,10 +700,7 @@ static void kda_run(hy_exec *ex, int li, int h, int off, int len, float *S, floa
                          .beta = ex->beta + (size_t)off * H + h,
                          .ldb = (size_t)H};
     float *o = ex->o + (size_t)off * Q + (size_t)h * d;
-    if (ex->mode == HY_GDN_CHUNKED && len > 1)
-        hy_la_chunked(&in, S, o, (size_t)Q, T, work);
-    else
-        hy_la_recurrent(&in, S, o, (size_t)Q, T);
+    la_kernel(ex, &in, S, o, (size_t)Q, T, work);
 }
 
 /* A KDA layer over the step's n computed rows (n may be 0: holes only): the
@@ -688,7 +714,6 @@ static void kda_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni,
     const hy_kda_w *w = &ex->m->layers[li].kda;
     const int Hd = c->hidden, H = c->lin_v_heads, d = c->lin_dk, Q = H * d, C = 3 * Q;
     const int P = C + 2 * d + H;
-    const size_t tail = (size_t)(c->conv_kernel - 1) * (size_t)C * sizeof(float);
     float *proj = ex->big, *cv = ex->mid;
     assert(c->lin_dk == c->lin_dv && c->lin_k_heads == H && C == hy_config_conv_dim(c));
     assert(st->S[li] && st->conv[li]);
@@ -698,18 +723,7 @@ static void kda_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni,
         linear(ex, n, d, Q, proj + C, (size_t)P, w->w_fb, ex->g, (size_t)Q);
         linear(ex, n, d, Q, proj + C + d, (size_t)P, w->w_gb, ex->aux, (size_t)Q);
     }
-    prof_begin(ex);
-    for (int i = 0; i < ni; i++) {
-        const hy_piece *p = it[i].p;
-        if (!p->tokens) {
-            memcpy(st->conv[li], p->hole->tail[li], tail);
-            continue;
-        }
-        hy_conv1d_silu(it[i].n, C, c->conv_kernel, proj + (size_t)it[i].r0 * P, (size_t)P,
-                       st->conv[li], w->conv_w, cv + (size_t)it[i].r0 * C, (size_t)C);
-        if (p->cap && it[i].last) memcpy(p->cap->tail[li], st->conv[li], tail);
-    }
-    prof_end(ex, HY_EXEC_OP_CONV);
+    conv_items(ex, st, li, it, ni, C, proj, P, w->conv_w, cv);
 
     const float qscale = 1.0f / sqrtf((float)d);
     prof_begin(ex);
@@ -729,15 +743,7 @@ static void kda_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni,
     }
     prof_end(ex, HY_EXEC_OP_NORM_GATE);
 
-    prof_begin(ex);
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int h = 0; h < H; h++) {
-        const int tid = omp_get_thread_num();
-        assert(tid < ex->nthreads && tid < ex->tcompose_n);
-        float *work = ex->scratch + (size_t)tid * ex->scratch_per_thread;
-        ex->tcompose[(size_t)tid * TC_PAD] += head_items(ex, st, li, h, it, ni, work, kda_run, cv);
-    }
-    prof_end(ex, HY_EXEC_OP_DELTA_RULE);
+    heads_over_items(ex, st, li, H, it, ni, kda_run, cv);
     if (n == 0) return;
 
     prof_begin(ex);
@@ -777,10 +783,7 @@ static void light_run(hy_exec *ex, int li, int h, int off, int len, float *S, fl
                          .ldv = (size_t)P,
                          .g0 = ex->m->layers[li].light.g0[h]};
     float *o = ex->o + (size_t)off * D + (size_t)h * d;
-    if (ex->mode == HY_GDN_CHUNKED && len > 1)
-        hy_la_chunked(&in, S, o, (size_t)D, T, work);
-    else
-        hy_la_recurrent(&in, S, o, (size_t)D, T);
+    la_kernel(ex, &in, S, o, (size_t)D, T, work);
 }
 
 /* A lightning layer over the step's n computed rows (n may be 0: holes
@@ -807,16 +810,7 @@ static void light_layer(hy_exec *ex, hy_state *st, int li, const item *it, int n
         }
         prof_end(ex, HY_EXEC_OP_NORM_GATE);
     }
-    prof_begin(ex);
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int h = 0; h < nh; h++) {
-        const int tid = omp_get_thread_num();
-        assert(tid < ex->nthreads && tid < ex->tcompose_n);
-        float *work = ex->scratch + (size_t)tid * ex->scratch_per_thread;
-        ex->tcompose[(size_t)tid * TC_PAD] +=
-            head_items(ex, st, li, h, it, ni, work, light_run, proj);
-    }
-    prof_end(ex, HY_EXEC_OP_DELTA_RULE);
+    heads_over_items(ex, st, li, nh, it, ni, light_run, proj);
     if (n == 0) return;
     prof_begin(ex);
 #pragma omp parallel for schedule(static)
