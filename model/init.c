@@ -393,6 +393,33 @@ static void add_olmo_layer(writer *w, const preset *p, int i)
     add_mlp(w, n, H, p->inter);
 }
 
+/* A layer's two plain RMSNorm weights (w, not 1 + w): N(1, 0.1). */
+static void add_plain_norms(writer *w, int i, int64_t H)
+{
+    char n[160];
+    snprintf(n, sizeof n, "model.layers.%d.input_layernorm.weight", i);
+    ADD(w, n, 0, 1.0, 0.1, H);
+    snprintf(n, sizeof n, "model.layers.%d.post_attention_layernorm.weight", i);
+    ADD(w, n, 0, 1.0, 0.1, H);
+}
+
+/* Routed experts as MiniMax's and Kimi's releases keep them:
+ * block_sparse_moe.experts.{e}.w1 (gate), w3 (up), w2 (down). */
+static void add_w123_experts(writer *w, const preset *p, int i)
+{
+    const int64_t H = p->hidden, I = p->moe_inter;
+    const double sH = 1.0 / sqrt((double)H);
+    char n[160];
+    for (int e = 0; e < p->experts; e++) {
+        snprintf(n, sizeof n, "model.layers.%d.block_sparse_moe.experts.%d.w1.weight", i, e);
+        ADD(w, n, 0, 0.0, sH, I, H);
+        snprintf(n, sizeof n, "model.layers.%d.block_sparse_moe.experts.%d.w3.weight", i, e);
+        ADD(w, n, 0, 0.0, sH, I, H);
+        snprintf(n, sizeof n, "model.layers.%d.block_sparse_moe.experts.%d.w2.weight", i, e);
+        ADD(w, n, 0, 0.0, 1.0 / sqrt((double)I), H, I);
+    }
+}
+
 /* A MiniMax layer under its released (and save_pretrained) names: plain
  * norms, lightning attention (qkv_proj per head [q|k|v], output_gate,
  * out_proj, norm; its decays follow from the layer's index, so no buffer is
@@ -401,13 +428,10 @@ static void add_olmo_layer(writer *w, const preset *p, int i)
 static void add_minimax_layer(writer *w, const preset *p, int i)
 {
     const int64_t H = p->hidden, D = (int64_t)p->heads * p->head_dim;
-    const int64_t KV = (int64_t)p->kv_heads * p->head_dim, I = p->moe_inter;
+    const int64_t KV = (int64_t)p->kv_heads * p->head_dim;
     const double sH = 1.0 / sqrt((double)H);
     char n[160];
-    snprintf(n, sizeof n, "model.layers.%d.input_layernorm.weight", i);
-    ADD(w, n, 0, 1.0, 0.1, H);
-    snprintf(n, sizeof n, "model.layers.%d.post_attention_layernorm.weight", i);
-    ADD(w, n, 0, 1.0, 0.1, H);
+    add_plain_norms(w, i, H);
     if ((i + 1) % p->interval == 0) {
         static const char *const proj[] = {"q_proj", "k_proj", "v_proj"};
         for (int j = 0; j < 3; j++) {
@@ -428,14 +452,7 @@ static void add_minimax_layer(writer *w, const preset *p, int i)
     }
     snprintf(n, sizeof n, "model.layers.%d.block_sparse_moe.gate.weight", i);
     ADD(w, n, 0, 0.0, sH, p->experts, H);
-    for (int e = 0; e < p->experts; e++) {
-        snprintf(n, sizeof n, "model.layers.%d.block_sparse_moe.experts.%d.w1.weight", i, e);
-        ADD(w, n, 0, 0.0, sH, I, H);
-        snprintf(n, sizeof n, "model.layers.%d.block_sparse_moe.experts.%d.w3.weight", i, e);
-        ADD(w, n, 0, 0.0, sH, I, H);
-        snprintf(n, sizeof n, "model.layers.%d.block_sparse_moe.experts.%d.w2.weight", i, e);
-        ADD(w, n, 0, 0.0, 1.0 / sqrt((double)I), H, I);
-    }
+    add_w123_experts(w, p, i);
 }
 
 /* A Kimi-Linear layer under its released names: plain norms; KDA (q/k/v
@@ -450,10 +467,7 @@ static void add_kimi_layer(writer *w, const preset *p, int i)
     const int64_t H = p->hidden, nh = p->heads, d = p->ldk, Q = (int64_t)p->lv_heads * d, K = 4;
     const double sH = 1.0 / sqrt((double)H);
     char n[160];
-    snprintf(n, sizeof n, "model.layers.%d.input_layernorm.weight", i);
-    ADD(w, n, 0, 1.0, 0.1, H);
-    snprintf(n, sizeof n, "model.layers.%d.post_attention_layernorm.weight", i);
-    ADD(w, n, 0, 1.0, 0.1, H);
+    add_plain_norms(w, i, H);
     if ((i + 1) % p->interval == 0) {
         const int64_t R = p->kv_lora, dn = p->qk_nope, dr = p->qk_rope, dv = p->v_head;
         snprintf(n, sizeof n, "model.layers.%d.self_attn.q_proj.weight", i);
@@ -498,19 +512,11 @@ static void add_kimi_layer(writer *w, const preset *p, int i)
         add_mlp(w, n, H, p->inter);
         return;
     }
-    const int64_t I = p->moe_inter;
     snprintf(n, sizeof n, "model.layers.%d.block_sparse_moe.gate.weight", i);
     ADD(w, n, 0, 0.0, 1.5 * sH, p->experts, H);
     snprintf(n, sizeof n, "model.layers.%d.block_sparse_moe.gate.e_score_correction_bias", i);
     ADD(w, n, 0, 0.0, 0.05, p->experts);
-    for (int e = 0; e < p->experts; e++) {
-        snprintf(n, sizeof n, "model.layers.%d.block_sparse_moe.experts.%d.w1.weight", i, e);
-        ADD(w, n, 0, 0.0, sH, I, H);
-        snprintf(n, sizeof n, "model.layers.%d.block_sparse_moe.experts.%d.w3.weight", i, e);
-        ADD(w, n, 0, 0.0, sH, I, H);
-        snprintf(n, sizeof n, "model.layers.%d.block_sparse_moe.experts.%d.w2.weight", i, e);
-        ADD(w, n, 0, 0.0, 1.0 / sqrt((double)I), H, I);
-    }
+    add_w123_experts(w, p, i);
     snprintf(n, sizeof n, "model.layers.%d.block_sparse_moe.shared_experts", i);
     add_mlp(w, n, H, p->shared_inter);
 }

@@ -43,30 +43,24 @@ static double now_s(void)
     return (double)t.tv_sec + t.tv_nsec / 1e9;
 }
 
-static const char *k_config =
-    "listen: 127.0.0.1:0\n"
-    "http_listen: \"\"\n"
-    "models: [{name: tiny, path: var/models/tiny},\n"
-    "         {name: tiny-olmo, path: var/models/tiny-olmo},\n"
-    "         {name: tiny-minimax, path: var/models/tiny-minimax},\n"
-    "         {name: tiny-kimi, path: var/models/tiny-kimi}]\n"
-    "tiers: {host: {bytes: 256M}}\n"
-    "executor: {threads: 1}\n"
-    "limits: {workers: 8, watchers: 2}\n" /* with 2 workers and a reference */
-    "scatter: {spawn: 2, min_tokens: 64, timeout_ms: 2000,\n"
-    "          probe_ms: 100, retries: 2}\n"
-    "log: {requests: false}\n";
+/* A daemon serving one preset of each family (a scatter section goes after
+ * it), with 8 RPC threads: it runs with 2 workers and a reference daemon. */
+#define SERVED                                                                                     \
+    "listen: 127.0.0.1:0\n"                                                                        \
+    "http_listen: \"\"\n"                                                                          \
+    "models: [{name: tiny, path: var/models/tiny},\n"                                              \
+    "         {name: tiny-olmo, path: var/models/tiny-olmo},\n"                                    \
+    "         {name: tiny-minimax, path: var/models/tiny-minimax},\n"                              \
+    "         {name: tiny-kimi, path: var/models/tiny-kimi}]\n"                                    \
+    "tiers: {host: {bytes: 256M}}\n"                                                               \
+    "executor: {threads: 1}\n"                                                                     \
+    "limits: {workers: 8, watchers: 2}\n"                                                          \
+    "log: {requests: false}\n"
 
-static const char *k_ref_config = "listen: 127.0.0.1:0\n"
-                                  "http_listen: \"\"\n"
-                                  "models: [{name: tiny, path: var/models/tiny},\n"
-                                  "         {name: tiny-olmo, path: var/models/tiny-olmo},\n"
-                                  "         {name: tiny-minimax, path: var/models/tiny-minimax},\n"
-                                  "         {name: tiny-kimi, path: var/models/tiny-kimi}]\n"
-                                  "tiers: {host: {bytes: 256M}}\n"
-                                  "executor: {threads: 1}\n"
-                                  "limits: {workers: 8, watchers: 2}\n"
-                                  "log: {requests: false}\n";
+static const char *k_config = SERVED "scatter: {spawn: 2, min_tokens: 64, timeout_ms: 2000,\n"
+                                     "          probe_ms: 100, retries: 2}\n";
+
+static const char *k_ref_config = SERVED;
 
 typedef struct worker_view {
     int n, up;
