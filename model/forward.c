@@ -143,6 +143,9 @@ static size_t widest_mlp(const hy_model_config *c)
     return w;
 }
 
+/* Rows an MLA layer expands per product at least (mla_expand). */
+#define MLA_EXPAND_ROWS 256
+
 /* Floats of activations for a step of B tokens; with base != NULL also
  * assigns the views. */
 static size_t plan(hy_exec *ex, size_t B, float *base)
@@ -186,7 +189,9 @@ static size_t plan(hy_exec *ex, size_t B, float *base)
         B * (size_t)HY_MAX(c->top_k, 1), /* topw */
         B * (size_t)HY_MAX(c->top_k, 1), /* topi (ints, same size) */
         B * (size_t)HY_MAX(c->top_k, 1), /* rows (ints): tokens routed to one expert */
-        B * Aux,                         /* aux: KDA's output gate, MLA's expanded latents */
+        /* aux: KDA's output gate; MLA's expanded latents, in chunks of at least
+         * MLA_EXPAND_ROWS (a call of holes alone has steps of one row) */
+        (c->mla ? HY_MAX(B, (size_t)MLA_EXPAND_ROWS) : B) * Aux,
     };
     float **views[] = {&ex->x, &ex->xn, &ex->y,  &ex->big, &ex->mid,  &ex->o, &ex->g, &ex->beta,
                        &ex->h, &ex->gu, &ex->xe, &ex->ye,  &ex->topw, NULL,   NULL,   &ex->aux};
@@ -959,7 +964,7 @@ static void attn_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni
  * pos[r] (or p0 + r when pos is NULL) into the layer's expanded rows: per
  * head the key kv_b_proj gives (qk_nope) followed by the shared key part
  * (the V row, qk_rope), then per head the value (v_head). In chunks of the
- * step's rows, through ex->aux. */
+ * step's rows (MLA_EXPAND_ROWS at least), through ex->aux. */
 static void mla_expand(hy_exec *ex, hy_state *st, int li, const float *lat, size_t ldl,
                        const int64_t *pos, int64_t p0, int count)
 {
@@ -968,8 +973,9 @@ static void mla_expand(hy_exec *ex, hy_state *st, int li, const float *lat, size
     const int nh = c->n_heads, dn = c->qk_nope, dr = c->qk_rope, dv = c->v_head, R = c->kv_lora;
     const int KB = nh * (dn + dv), Kw = nh * (dn + dr);
     const size_t XW = hy_state_x_row(c);
-    for (int r0 = 0; r0 < count; r0 += (int)ex->step_cap) {
-        const int m = HY_MIN_INT((int)ex->step_cap, count - r0);
+    const int chunk = (int)HY_MAX(ex->step_cap, (size_t)MLA_EXPAND_ROWS); /* ex->aux's rows */
+    for (int r0 = 0; r0 < count; r0 += chunk) {
+        const int m = HY_MIN_INT(chunk, count - r0);
         linear(ex, m, R, KB, lat + (size_t)r0 * ldl, ldl, w->w_kvb, ex->aux, (size_t)KB);
         prof_begin(ex);
 #pragma omp parallel for schedule(static)
