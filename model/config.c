@@ -279,7 +279,7 @@ static const cfg_key k_keys[] = {
            "renormalise the chosen experts' sigmoid scores to sum 1 before the routed scaling "
            "(alias `norm_topk_prob`)"),
     SCALAR("num_expert_group", AT_TEXT, KT_INT, c.n_group, NULL, NULL, NULL, NULL, NULL, "1", 1,
-           4096,
+           256,
            "groups of consecutive experts the router ranks by their two best biased scores "
            "(alias `n_group`)"),
     SCALAR("topk_group", AT_TEXT, KT_INT, c.topk_group, NULL, NULL, NULL, NULL, NULL, "1", 1, 4096,

@@ -367,10 +367,10 @@ static void route_token(const hy_model_config *c, const float *bias, float *p, f
             for (int j = 0; j < k; j++) tw[j] /= wsum;
         return;
     }
-    enum { MAXE = 4096 };
-    float sb[MAXE], gs[MAXE];
+    enum { MAXE = 4096, MAXG = 256 }; /* the loader's bounds */
+    float sb[MAXE], gs[MAXG] = {0};
     bool drop[MAXE];
-    assert(E <= MAXE);
+    assert(E <= MAXE && c->n_group <= MAXG);
     const int G = c->n_group, per = E / G;
     for (int e = 0; e < E; e++) {
         p[e] = hy_sigmoidf(p[e]);
