@@ -482,7 +482,8 @@ typedef struct put_arg {
     void *bytes;
     size_t n;
     int code;
-    double s; /* how long the call took */
+    char msg[512]; /* the status message of a call that failed */
+    double s;      /* how long the call took */
 } put_arg;
 
 static void *put_one(void *arg)
@@ -494,6 +495,7 @@ static void *put_one(void *arg)
     const double t0 = hy_now_s();
     a->code = put_entry(c, a->bytes, a->n, &r, &st);
     a->s = hy_now_s() - t0;
+    if (a->code) snprintf(a->msg, sizeof a->msg, "%s", st.msg);
     hyc_free(r);
     hyc_close(c);
     return NULL;
@@ -535,6 +537,8 @@ static void test_quota_concurrent_puts(void)
         pthread_join(t[i], NULL);
         ok += a[i].code == 0;
         over += a[i].code == HYC_RESOURCE_EXHAUSTED;
+        if (a[i].code && a[i].code != HYC_RESOURCE_EXHAUSTED) /* neither stored nor over */
+            fprintf(stderr, "  put %d: status %d: %s\n", i, a[i].code, a[i].msg);
         if (a[i].s > slowest) slowest = a[i].s;
         free(a[i].bytes);
     }
