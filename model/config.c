@@ -337,6 +337,7 @@ static const struct {
     hy_arch arch;
     const char *key, *alias;
 } k_alias[] = {
+    {HY_ARCH_MINIMAX, "num_local_experts", "num_experts"},
     {HY_ARCH_KIMI_LINEAR, "num_experts", "num_local_experts"},
     {HY_ARCH_KIMI_LINEAR, "num_experts_per_token", "num_experts_per_tok"},
     {HY_ARCH_KIMI_LINEAR, "num_shared_experts", "n_shared_experts"},
@@ -742,8 +743,7 @@ static void log_ignored(const cfg_ctx *c)
         const cfg_key *k = &k_keys[i];
         /* text_config is a composite's key only: a flat config's is ignored */
         bool defined = k->def[c->arch] && (c->nested || strcmp(k->name, "text_config") != 0);
-        /* MiniMaxConfig's attribute_map: num_experts is num_local_experts */
-        defined |= c->arch == HY_ARCH_MINIMAX && strcmp(k->name, "num_experts") == 0;
+        /* a name the class reads under its attribute_map (k_alias) */
         defined |= is_alias(c->arch, k->name);
         if (!defined && get(k->where == AT_TOP ? c->root : c->text, k->name)) {
             if (nu < sizeof undefined)
@@ -831,14 +831,6 @@ static int derive_minimax(cfg_ctx *c, hy_model_config *cfg)
 {
     int rc;
     if ((rc = fill_derived(c, "head_dim", &cfg->head_dim, cfg->hidden / cfg->n_heads))) return rc;
-    const cfg_key *le = &k_keys[key_index("num_local_experts")];
-    const cJSON *alias = get(c->text, "num_experts");
-    if (!c->given[le - k_keys] && alias) { /* attribute_map: num_experts -> num_local_experts */
-        double x;
-        if ((rc = read_number(c, c->text, "num_experts", KT_INT, "8", le->lo, le->hi, &x)))
-            return rc;
-        cfg->n_experts = (int)x;
-    }
     if (cfg->top_k > cfg->n_experts)
         return hy_err_set(c->err, HY_ERANGE, "%s: 'num_experts_per_tok' = %d is outside [1, %d]",
                           c->path, cfg->top_k, cfg->n_experts);
