@@ -604,7 +604,7 @@ static double entry_bytes(const hy_model_config *c, int len)
         if (c->layer_kind[l] == HY_LAYER_LINEAR)
             b += 4.0 * c->lin_v_heads * c->lin_dk * (c->lin_dv + c->lin_dk) +
                  4.0 * hy_config_conv_dim(c) * c->conv_kernel;
-        else
+        else if (c->layer_kind[l] == HY_LAYER_ATTENTION)
             b += 8.0 * c->n_kv_heads * c->head_dim * len;
     return b;
 }

@@ -131,13 +131,16 @@ void hy_l2norm_scale(float *x, int d, float eps, float scale)
 }
 
 void hy_conv1d_silu(int n, int C, int K, const float *in, size_t ldi, float *state, const float *w,
-                    float *out, size_t ldo)
+                    const float *bias, float *out, size_t ldo)
 {
     const int P = K - 1;
 #pragma omp parallel for schedule(static) if (n >= 16)
     for (int t = 0; t < n; t++) {
         float *orow = out + (size_t)t * ldo;
-        memset(orow, 0, (size_t)C * sizeof *orow);
+        if (bias)
+            memcpy(orow, bias, (size_t)C * sizeof *orow);
+        else
+            memset(orow, 0, (size_t)C * sizeof *orow);
         for (int j = 0; j < K; j++) {
             int idx = t + j - P; /* input index this tap reads */
             const float *xr = idx < 0 ? state + (size_t)(idx + P) * C : in + (size_t)idx * ldi;

@@ -39,12 +39,13 @@
 enum { N_ARCH = HY_ARCH_COUNT, MAX_KEYS = 80 };
 _Static_assert(HY_ARCH_QWEN3_NEXT == 0 && HY_ARCH_QWEN3_5 == 1 && HY_ARCH_QWEN3_5_MOE == 2 &&
                    HY_ARCH_OLMO_HYBRID == 3 && HY_ARCH_MINIMAX == 4 && HY_ARCH_KIMI_LINEAR == 5 &&
-                   N_ARCH == 6,
+                   HY_ARCH_NEMOTRON_H == 6 && N_ARCH == 7,
                "k_keys' default columns are indexed by hy_arch");
 
 /* The text model type of each architecture, as transformers names it. */
 static const char *const k_text_type[N_ARCH] = {"qwen3_next",  "qwen3_5_text", "qwen3_5_moe_text",
-                                                "olmo_hybrid", "minimax",      "kimi_linear"};
+                                                "olmo_hybrid", "minimax",      "kimi_linear",
+                                                "nemotron_h"};
 
 typedef enum key_type { KT_INT, KT_NUM, KT_BOOL, KT_OTHER } key_type;
 /* An int field whose key is absent (or null) and derived from others. */
@@ -61,6 +62,7 @@ typedef struct cfg_vals {
     double alpha_beta[6];      /* MiniMax: full-attention, linear-attention and MLP alpha, beta */
     int n_shared, first_dense; /* Kimi */
     double routed_scale;
+    double dt_min;        /* Nemotron-H's time_step_min */
     bool mlp_types_given; /* mlp_layer_types set layer_moe */
     bool mlp_only[HY_MAX_LAYERS];
 } cfg_vals;
@@ -94,101 +96,114 @@ struct cfg_key {
     bool deferred; /* read by read_identity or with another key, not in table order */
 };
 
-static int read_act(cfg_ctx *c, const cfg_key *k);
 static int read_rope(cfg_ctx *c, const cfg_key *k);
 static int read_layers(cfg_ctx *c, const cfg_key *k);
 static int read_mlp_only(cfg_ctx *c, const cfg_key *k);
 static int read_sliding(cfg_ctx *c, const cfg_key *k);
 static int read_lin_cfg(cfg_ctx *c, const cfg_key *k);
 static int read_mlp_types(cfg_ctx *c, const cfg_key *k);
+static int read_block_types(cfg_ctx *c, const cfg_key *k);
+static int read_fixed_string(cfg_ctx *c, const cfg_key *k);
 static int mark_layers(cfg_ctx *c, const cJSON *list, const char *name, hy_layer_kind kind,
                        bool *seen);
 
 #define V(f) offsetof(cfg_vals, f)
 /* Table rows: a scalar key read in table order, or one with its own reader. */
-#define SCALAR(nm, at, ty, field, d0, d1, d2, d3, d4, d5, lo_, hi_, what)                          \
+#define SCALAR(nm, at, ty, field, d0, d1, d2, d3, d4, d5, d6, lo_, hi_, what)                      \
     {                                                                                              \
-        .name = nm, .where = at, .type = ty, .off = V(field), .def = {d0, d1, d2, d3, d4, d5},     \
+        .name = nm, .where = at, .type = ty, .off = V(field), .def = {d0, d1, d2, d3, d4, d5, d6}, \
         .lo = lo_, .hi = hi_, .meaning = what                                                      \
     }
-#define OTHER(nm, at, tn, d0, d1, d2, d3, d4, d5, reader, runs_, what, later)                      \
+#define OTHER(nm, at, tn, d0, d1, d2, d3, d4, d5, d6, reader, runs_, what, later)                  \
     {                                                                                              \
-        .name = nm, .where = at, .type = KT_OTHER, .def = {d0, d1, d2, d3, d4, d5},                \
+        .name = nm, .where = at, .type = KT_OTHER, .def = {d0, d1, d2, d3, d4, d5, d6},            \
         .read = reader, .tname = tn, .runs = runs_, .meaning = what, .deferred = later             \
     }
+
+/* A default of UNUSED: the class defines the key but no module reads it
+ * (Nemotron-H's attention_bias, sliding_window, num_hidden_layers): the
+ * loader reads nothing of it and says so once. */
+#define UNUSED "unused"
+static bool is_unused(const char *def)
+{
+    return def && strcmp(def, UNUSED) == 0;
+}
 
 /* Every key the loader reads, in the order it reads them. Defaults are
  * transformers 5.23's (configuration_qwen3_next.py, configuration_qwen3_5.py,
  * configuration_qwen3_5_moe.py, configuration_olmo_hybrid.py,
- * configuration_minimax.py; RoPE defaults
+ * configuration_minimax.py, configuration_kimi_linear.py,
+ * configuration_nemotron_h.py; RoPE defaults
  * from modeling_rope_utils.py). A default written "=<when>: <rule>" is
  * derived from other keys (derive()) when the key is absent or, where <when>
  * says `null`, null; a default mentioning `null` accepts null. */
 static const cfg_key k_keys[] = {
     OTHER("model_type", AT_TOP, "string", "required", "required", "required", "required",
-          "required", "required", NULL,
+          "required", "required", "required", NULL,
           "`qwen3_next`; `qwen3_5_text` or `qwen3_5` (nested); `qwen3_5_moe_text` or "
-          "`qwen3_5_moe` (nested); `olmo_hybrid`; `minimax`; `kimi_linear`",
+          "`qwen3_5_moe` (nested); `olmo_hybrid`; `minimax`; `kimi_linear`; `nemotron_h`",
           "selects the architecture; `qwen3_5` and `qwen3_5_moe` are the vision-language "
           "composites whose text model is under `text_config`",
           true),
     OTHER("architectures", AT_TOP, "list of strings", "none", "none", "none", "none", "none",
-          "none", NULL, "any",
+          "none", "none", NULL, "any",
           "recorded (the first entry) for reports; the executor is chosen by `model_type`", true),
     OTHER("text_config", AT_TOP, "object", NULL, "`{}` (all defaults)", "`{}` (all defaults)", NULL,
-          NULL, NULL, NULL, "an object or null",
+          NULL, NULL, NULL, NULL, "an object or null",
           "the text model's keys of a composite config; its own `model_type` is not consulted",
           true),
     SCALAR("vocab_size", AT_TEXT, KT_INT, c.vocab, "151936", "248320", "248320", "100352", "32000",
-           "163840", 1, 1 << 24, "rows of the embedding and of the LM head"),
+           "163840", "131072", 1, 1 << 24, "rows of the embedding and of the LM head"),
     SCALAR("hidden_size", AT_TEXT, KT_INT, c.hidden, "2048", "4096", "2048", "3840", "4096", "2304",
-           1, 1 << 16, "width of the residual stream"),
-    SCALAR("num_hidden_layers", AT_TEXT, KT_INT, c.n_layers, "48", "32", "40", "32", "32", "27", 1,
-           HY_MAX_LAYERS, "decoder layers; a tensor of a layer beyond them is an error"),
+           "4096", 1, 1 << 16, "width of the residual stream"),
+    SCALAR("num_hidden_layers", AT_TEXT, KT_INT, c.n_layers, "48", "32", "40", "32", "32", "27",
+           UNUSED, 1, HY_MAX_LAYERS, "decoder layers; a tensor of a layer beyond them is an error"),
     SCALAR("intermediate_size", AT_TEXT, KT_INT, c.intermediate, "5632", "12288", NULL, "11008",
-           "14336", "9216", 0, 1 << 20,
-           "width of a dense (SwiGLU) MLP; 0 only where no layer is dense"),
-    SCALAR("num_attention_heads", AT_TEXT, KT_INT, c.n_heads, "16", "16", "16", "30", "32", "32", 1,
-           1024, "query heads of a full-attention layer; a multiple of `num_key_value_heads`"),
+           "14336", "9216", "21504", 0, 1 << 20,
+           "width of a dense MLP (SwiGLU; relu² for Nemotron-H); 0 only where no layer is dense"),
+    SCALAR("num_attention_heads", AT_TEXT, KT_INT, c.n_heads, "16", "16", "16", "30", "32", "32",
+           "32", 1, 1024,
+           "query heads of a full-attention layer; a multiple of `num_key_value_heads`"),
     SCALAR("num_key_value_heads", AT_TEXT, KT_INT, c.n_kv_heads, "2", "4", "2",
-           "=`null`: `num_attention_heads`", "8", "32; `null`: `num_attention_heads`", 1, 1024,
+           "=`null`: `num_attention_heads`", "8", "32; `null`: `num_attention_heads`",
+           "8; `null`: `num_attention_heads`", 1, 1024,
            "key/value heads of a full-attention layer (GQA)"),
     SCALAR("head_dim", AT_TEXT, KT_INT, c.head_dim, "256", "256", "256",
            "=absent: `hidden_size` / `num_attention_heads`",
-           "=`null`: `hidden_size` / `num_attention_heads`", NULL, 2, 4096,
+           "=`null`: `hidden_size` / `num_attention_heads`", NULL, "128", 2, 4096,
            "width of a full-attention head"),
     OTHER("hidden_act", AT_TEXT, "string", "`\"silu\"`", "`\"silu\"`", "`\"silu\"`", "`\"silu\"`",
-          "`\"silu\"`", "`\"silu\"`", read_act, "`\"silu\"` only", "activation of every MLP",
-          false),
+          "`\"silu\"`", "`\"silu\"`", NULL, read_fixed_string, "`\"silu\"` only",
+          "activation of every MLP", false),
     SCALAR("attention_bias", AT_TEXT, KT_BOOL, attention_bias, "false", "false", "false", "false",
-           NULL, "false", 0, 0, "biases on the q/k/v/o projections"),
+           NULL, "false", UNUSED, 0, 0, "biases on the q/k/v/o projections"),
     SCALAR("rms_norm_eps", AT_TEXT, KT_NUM, rms_eps, "1e-06", "1e-06", "1e-06", "1e-06", "1e-05",
-           "1e-05", 0, 1, "epsilon of every RMSNorm"),
+           "1e-05", NULL, 0, 1, "epsilon of every RMSNorm"),
     SCALAR("linear_num_key_heads", AT_TEXT, KT_INT, c.lin_k_heads, "16", "16", "16",
-           "=`null`: `num_attention_heads`", NULL, NULL, 1, 1024,
+           "=`null`: `num_attention_heads`", NULL, NULL, NULL, 1, 1024,
            "query/key heads of a Gated DeltaNet layer"),
     SCALAR("linear_num_value_heads", AT_TEXT, KT_INT, c.lin_v_heads, "32", "32", "32",
-           "=`null`: `num_attention_heads`", NULL, NULL, 1, 1024,
+           "=`null`: `num_attention_heads`", NULL, NULL, NULL, 1, 1024,
            "value heads of a Gated DeltaNet layer; a multiple of `linear_num_key_heads`"),
     SCALAR("linear_key_head_dim", AT_TEXT, KT_INT, c.lin_dk, "128", "128", "128",
-           "=`null`: int(0.75 × `hidden_size` / `linear_num_key_heads`)", NULL, NULL, 1, 1024,
+           "=`null`: int(0.75 × `hidden_size` / `linear_num_key_heads`)", NULL, NULL, NULL, 1, 1024,
            "key width of a Gated DeltaNet head"),
     SCALAR("linear_value_head_dim", AT_TEXT, KT_INT, c.lin_dv, "128", "128", "128",
-           "=`null`: 2 × `linear_key_head_dim`", NULL, NULL, 1, 1024,
+           "=`null`: 2 × `linear_key_head_dim`", NULL, NULL, NULL, 1, 1024,
            "value width of a Gated DeltaNet head"),
     SCALAR("linear_allow_neg_eigval", AT_TEXT, KT_BOOL, neg_eigval, NULL, NULL, NULL, "true", NULL,
-           NULL, 0, 1,
+           NULL, NULL, 0, 1,
            "beta = 2·sigmoid(b) instead of sigmoid(b): the delta rule's eigenvalues 1 − beta "
            "then reach down to −1"),
     SCALAR("linear_conv_kernel_dim", AT_TEXT, KT_INT, c.conv_kernel, "4", "4", "4", "4", NULL, "4",
-           1, 16, "taps of the causal short convolution before the delta rule"),
+           NULL, 1, 16, "taps of the causal short convolution before the delta rule"),
     SCALAR("linear_num_heads", AT_TEXT, KT_INT, c.lin_v_heads, NULL, NULL, NULL, NULL, NULL, "32",
-           1, 1024,
+           NULL, 1, 1024,
            "heads of a KDA layer: queries, keys and values alike (`linear_attn_config.num_heads` "
            "wins)"),
-    SCALAR("linear_head_dim", AT_TEXT, KT_INT, c.lin_dk, NULL, NULL, NULL, NULL, NULL, "128", 1,
-           1024, "key and value width of a KDA head (`linear_attn_config.head_dim` wins)"),
-    OTHER("linear_attn_config", AT_TEXT, "object", NULL, NULL, NULL, NULL, NULL, "`null`",
+    SCALAR("linear_head_dim", AT_TEXT, KT_INT, c.lin_dk, NULL, NULL, NULL, NULL, NULL, "128", NULL,
+           1, 1024, "key and value width of a KDA head (`linear_attn_config.head_dim` wins)"),
+    OTHER("linear_attn_config", AT_TEXT, "object", NULL, NULL, NULL, NULL, NULL, "`null`", NULL,
           read_lin_cfg,
           "`head_dim`, `num_heads`, `short_conv_kernel_size` as the flat keys; "
           "`kda_layers` and `full_attn_layers` together covering every layer",
@@ -197,118 +212,181 @@ static const cfg_key k_keys[] = {
           "which layers are KDA and which MLA",
           false),
     SCALAR("rope_theta", AT_TEXT, KT_NUM, rope_theta, "10000.0", "10000.0", "10000.0",
-           "10000.0; `null`: no RoPE", "1000000.0", NULL, 1, 1e12,
+           "10000.0; `null`: no RoPE", "1000000.0", NULL, NULL, 1, 1e12,
            "RoPE base where the RoPE object does not give one; OLMo-Hybrid runs without "
            "positional encoding (NoPE) when the base in effect is null"),
     SCALAR("partial_rotary_factor", AT_TEXT, KT_NUM, partial_rotary, "0.25", "0.25", "0.25", NULL,
-           NULL, NULL, 0, 1,
+           NULL, NULL, NULL, 0, 1,
            "rotated fraction of `head_dim` where the RoPE object does not give one; "
            "int(head_dim x factor) must be even and >= 2"),
     OTHER("rope_parameters", AT_TEXT, "object", "`null`", "`null`", "`null`", "`null`", "`null`",
-          NULL, read_rope, "`rope_type` (or `type`) `\"default\"`; M-RoPE sections accepted",
+          NULL, NULL, read_rope, "`rope_type` (or `type`) `\"default\"`; M-RoPE sections accepted",
           "RoPE settings (`rope_theta`, `partial_rotary_factor`) that win over the top-level "
           "keys; for text every M-RoPE section sees the same position, which is plain RoPE",
           false),
     OTHER("rope_scaling", AT_TEXT, "object", "`null`", "`null`", "`null`", "`null`", "`null`", NULL,
-          NULL, "as `rope_parameters`",
+          NULL, NULL, "as `rope_parameters`",
           "the older name: when a non-empty object it replaces `rope_parameters` entirely", true),
     OTHER("layer_types", AT_TEXT, "list of strings", "`null`", "`null`", "`null`", "`null`",
-          "`null`", "`null`", read_layers,
+          "`null`", "`null`", NULL, read_layers,
           "`num_hidden_layers` entries, each `\"linear_attention\"` or `\"full_attention\"`",
           "the token mixer of each layer; null derives it from `full_attention_interval`", false),
     {.name = "full_attention_interval",
      .where = AT_TEXT,
      .type = KT_INT,
-     .def = {"4", "4", "4", NULL, NULL, NULL},
+     .def = {"4", "4", "4", NULL, NULL, NULL, NULL},
      .lo = 1,
      .hi = HY_MAX_LAYERS,
      .meaning = "read only when `layer_types` is null: layer i has full attention when "
                 "(i + 1) % interval == 0, else linear attention",
      .deferred = true},
     SCALAR("num_experts", AT_TEXT, KT_INT, c.n_experts, "512", NULL, "256", NULL, NULL,
-           "256; alias `num_local_experts`", 0, 4096,
+           "256; alias `num_local_experts`", NULL, 0, 4096,
            "routed experts per MoE layer; 0 (Qwen3-Next only) makes every layer dense"),
-    SCALAR("num_experts_per_tok", AT_TEXT, KT_INT, c.top_k, "10", NULL, "8", NULL, "2", NULL, 1,
-           4096, "experts each token is routed to; at most `num_experts`"),
+    SCALAR("num_experts_per_tok", AT_TEXT, KT_INT, c.top_k, "10", NULL, "8", NULL, "2", NULL, "2",
+           1, 4096, "experts each token is routed to; at most `num_experts`"),
     SCALAR("moe_intermediate_size", AT_TEXT, KT_INT, c.moe_intermediate, "512", NULL, "512", NULL,
-           NULL, "1024", 1, 1 << 20, "width of a routed expert's SwiGLU"),
+           NULL, "1024", "7688", 1, 1 << 20, "width of a routed expert's SwiGLU"),
     SCALAR("shared_expert_intermediate_size", AT_TEXT, KT_INT, c.shared_intermediate, "512", NULL,
-           "512", NULL, NULL, NULL, 0, 1 << 20,
+           "512", NULL, NULL, NULL, NULL, 0, 1 << 20,
            "width of the sigmoid-gated shared expert of every MoE layer; 0: none (its tensors "
            "must then be absent)"),
-    SCALAR("norm_topk_prob", AT_TEXT, KT_BOOL, c.norm_topk, "true", NULL, NULL, NULL, NULL, NULL, 0,
-           1,
+    SCALAR("norm_topk_prob", AT_TEXT, KT_BOOL, c.norm_topk, "true", NULL, NULL, NULL, NULL, NULL,
+           "true", 0, 1,
            "renormalise the top-k routing weights to sum 1; the Qwen3.5 MoE router always does, "
            "whatever the key says"),
     SCALAR("decoder_sparse_step", AT_TEXT, KT_INT, sparse_step, "1", NULL, NULL, NULL, NULL, NULL,
-           1, HY_MAX_LAYERS,
+           NULL, 1, HY_MAX_LAYERS,
            "layer i is MoE when (i + 1) % step == 0 and i is not in `mlp_only_layers` (Qwen3.5 "
            "MoE routes every layer)"),
-    OTHER("mlp_only_layers", AT_TEXT, "list of ints", "`[]`", NULL, NULL, NULL, NULL, NULL,
+    OTHER("mlp_only_layers", AT_TEXT, "list of ints", "`[]`", NULL, NULL, NULL, NULL, NULL, NULL,
           read_mlp_only, "integers; those outside [0, num_hidden_layers) match no layer",
           "layers with a dense MLP although the sparse step would route them", false),
     SCALAR("num_local_experts", AT_TEXT, KT_INT, c.n_experts, NULL, NULL, NULL, NULL,
-           "8; `num_experts` as alias", NULL, 1, 4096,
+           "8; `num_experts` as alias", NULL, NULL, 1, 4096,
            "routed experts of every MiniMax layer (`num_experts` is read when this key is absent)"),
-    OTHER("sliding_window", AT_TEXT, "int or null", NULL, NULL, NULL, NULL, "`null`", NULL,
+    OTHER("sliding_window", AT_TEXT, "int or null", NULL, NULL, NULL, NULL, "`null`", NULL, UNUSED,
           read_sliding, "`null` only",
           "a sliding attention window; the executor attends causally over everything", false),
-    SCALAR("block_size", AT_TEXT, KT_INT, block_size, NULL, NULL, NULL, NULL, "256", NULL, 1,
+    SCALAR("block_size", AT_TEXT, KT_INT, block_size, NULL, NULL, NULL, NULL, "256", NULL, NULL, 1,
            1 << 20,
            "lightning attention's prefill block; the result does not depend on it (fp32 rounding)"),
     SCALAR("full_attn_alpha_factor", AT_TEXT, KT_NUM, alpha_beta[0], NULL, NULL, NULL, NULL, "1",
-           NULL, -1e6, 1e6, "a softmax-attention layer's x = alpha·norm(x) + beta·attn(norm(x))"),
+           NULL, NULL, -1e6, 1e6,
+           "a softmax-attention layer's x = alpha·norm(x) + beta·attn(norm(x))"),
     SCALAR("full_attn_beta_factor", AT_TEXT, KT_NUM, alpha_beta[1], NULL, NULL, NULL, NULL, "1",
-           NULL, -1e6, 1e6, "see `full_attn_alpha_factor`"),
+           NULL, NULL, -1e6, 1e6, "see `full_attn_alpha_factor`"),
     SCALAR("linear_attn_alpha_factor", AT_TEXT, KT_NUM, alpha_beta[2], NULL, NULL, NULL, NULL, "1",
-           NULL, -1e6, 1e6, "the same for a lightning-attention layer"),
+           NULL, NULL, -1e6, 1e6, "the same for a lightning-attention layer"),
     SCALAR("linear_attn_beta_factor", AT_TEXT, KT_NUM, alpha_beta[3], NULL, NULL, NULL, NULL, "1",
-           NULL, -1e6, 1e6, "see `linear_attn_alpha_factor`"),
+           NULL, NULL, -1e6, 1e6, "see `linear_attn_alpha_factor`"),
     SCALAR("mlp_alpha_factor", AT_TEXT, KT_NUM, alpha_beta[4], NULL, NULL, NULL, NULL, "1", NULL,
-           -1e6, 1e6, "the same around the MoE: x = alpha·norm(x) + beta·moe(norm(x))"),
+           NULL, -1e6, 1e6, "the same around the MoE: x = alpha·norm(x) + beta·moe(norm(x))"),
     SCALAR("mlp_beta_factor", AT_TEXT, KT_NUM, alpha_beta[5], NULL, NULL, NULL, NULL, "1", NULL,
-           -1e6, 1e6, "see `mlp_alpha_factor`"),
-    SCALAR("num_experts_per_token", AT_TEXT, KT_INT, c.top_k, NULL, NULL, NULL, NULL, NULL, "8", 1,
-           4096, "experts each token is routed to (alias `num_experts_per_tok`)"),
-    SCALAR("num_shared_experts", AT_TEXT, KT_INT, n_shared, NULL, NULL, NULL, NULL, NULL, "1", 0,
-           64,
+           NULL, -1e6, 1e6, "see `mlp_alpha_factor`"),
+    SCALAR("num_experts_per_token", AT_TEXT, KT_INT, c.top_k, NULL, NULL, NULL, NULL, NULL, "8",
+           NULL, 1, 4096, "experts each token is routed to (alias `num_experts_per_tok`)"),
+    SCALAR("num_shared_experts", AT_TEXT, KT_INT, n_shared, NULL, NULL, NULL, NULL, NULL, "1", NULL,
+           0, 64,
            "shared experts, always on: one SwiGLU of `moe_intermediate_size` × this width "
            "(alias `n_shared_experts`)"),
     SCALAR("moe_renormalize", AT_TEXT, KT_BOOL, c.norm_topk, NULL, NULL, NULL, NULL, NULL, "true",
-           0, 1,
+           NULL, 0, 1,
            "renormalise the chosen experts' sigmoid scores to sum 1 before the routed scaling "
            "(alias `norm_topk_prob`)"),
-    SCALAR("num_expert_group", AT_TEXT, KT_INT, c.n_group, NULL, NULL, NULL, NULL, NULL, "1", 1,
-           256,
+    SCALAR("num_expert_group", AT_TEXT, KT_INT, c.n_group, NULL, NULL, NULL, NULL, NULL, "1", NULL,
+           1, 256,
            "groups of consecutive experts the router ranks by their two best biased scores "
            "(alias `n_group`)"),
-    SCALAR("topk_group", AT_TEXT, KT_INT, c.topk_group, NULL, NULL, NULL, NULL, NULL, "1", 1, 4096,
-           "groups kept; the experts are chosen among theirs"),
+    SCALAR("topk_group", AT_TEXT, KT_INT, c.topk_group, NULL, NULL, NULL, NULL, NULL, "1", "1", 1,
+           4096, "groups kept; the experts are chosen among theirs"),
     SCALAR("routed_scaling_factor", AT_TEXT, KT_NUM, routed_scale, NULL, NULL, NULL, NULL, NULL,
-           "2.446", 0, 1e6,
+           "2.446", "1.0", 0, 1e6,
            "the routed experts' weights are multiplied by it (after the renormalisation)"),
     SCALAR("first_k_dense_replace", AT_TEXT, KT_INT, first_dense, NULL, NULL, NULL, NULL, NULL, "1",
-           0, HY_MAX_LAYERS,
+           NULL, 0, HY_MAX_LAYERS,
            "without `mlp_layer_types`, the first this many layers have a dense MLP, the rest MoE"),
     OTHER("mlp_layer_types", AT_TEXT, "list of strings", NULL, NULL, NULL, NULL, NULL, "`null`",
-          read_mlp_types, "`num_hidden_layers` entries, each `\"dense\"` or `\"sparse\"`",
+          NULL, read_mlp_types, "`num_hidden_layers` entries, each `\"dense\"` or `\"sparse\"`",
           "each layer's MLP: dense, or routed experts with the shared one", false),
     SCALAR("q_lora_rank", AT_TEXT, KT_INT, c.q_lora, NULL, NULL, NULL, NULL, NULL,
-           "=`null`: none (a plain `q_proj`)", 1, 65536,
+           "=`null`: none (a plain `q_proj`)", NULL, 1, 65536,
            "an MLA layer's queries go through a rank-q_lora bottleneck (`q_a_proj`, an RMSNorm, "
            "`q_b_proj`)"),
-    SCALAR("kv_lora_rank", AT_TEXT, KT_INT, c.kv_lora, NULL, NULL, NULL, NULL, NULL, "512", 1,
+    SCALAR("kv_lora_rank", AT_TEXT, KT_INT, c.kv_lora, NULL, NULL, NULL, NULL, NULL, "512", NULL, 1,
            65536,
            "width of the latent an MLA layer caches per token, expanded to every head's key "
            "and value"),
-    SCALAR("qk_nope_head_dim", AT_TEXT, KT_INT, c.qk_nope, NULL, NULL, NULL, NULL, NULL, "128", 1,
-           4096, "a head's key part expanded from the latent"),
-    SCALAR("qk_rope_head_dim", AT_TEXT, KT_INT, c.qk_rope, NULL, NULL, NULL, NULL, NULL, "64", 1,
-           4096, "the key part all heads share, cached beside the latent (Kimi rotates nothing)"),
-    SCALAR("v_head_dim", AT_TEXT, KT_INT, c.v_head, NULL, NULL, NULL, NULL, NULL, "128", 1, 4096,
-           "a head's value width"),
+    SCALAR("qk_nope_head_dim", AT_TEXT, KT_INT, c.qk_nope, NULL, NULL, NULL, NULL, NULL, "128",
+           NULL, 1, 4096, "a head's key part expanded from the latent"),
+    SCALAR("qk_rope_head_dim", AT_TEXT, KT_INT, c.qk_rope, NULL, NULL, NULL, NULL, NULL, "64", NULL,
+           1, 4096,
+           "the key part all heads share, cached beside the latent (Kimi rotates nothing)"),
+    SCALAR("v_head_dim", AT_TEXT, KT_INT, c.v_head, NULL, NULL, NULL, NULL, NULL, "128", NULL, 1,
+           4096, "a head's value width"),
+    OTHER("layers_block_type", AT_TEXT, "list of strings", NULL, NULL, NULL, NULL, NULL, NULL,
+          "`null`: `hybrid_override_pattern`, else `[\"linear_attention\", \"moe\", "
+          "\"full_attention\", \"mlp\"]`; alias `layer_types`",
+          read_block_types,
+          "1 to 256 entries, each `\"linear_attention\"` (or `\"mamba\"`), `\"full_attention\"` "
+          "(or `\"attention\"`), `\"moe\"` or `\"mlp\"`",
+          "Nemotron-H's blocks, one token mixer or one MLP each: Mamba2, GQA attention, routed "
+          "experts or a dense MLP; their number is the layer count (`num_hidden_layers` is not "
+          "read)",
+          false),
+    OTHER("hybrid_override_pattern", AT_TEXT, "string", NULL, NULL, NULL, NULL, NULL, NULL, "none",
+          NULL, "one character per block: `M`, `*`, `E` or `-`",
+          "the released checkpoints' spelling of `layers_block_type` (M Mamba2, * attention, "
+          "E MoE, - MLP); read only when that list is absent",
+          true),
+    SCALAR("layer_norm_epsilon", AT_TEXT, KT_NUM, rms_eps, NULL, NULL, NULL, NULL, NULL, NULL,
+           "1e-05", 0, 1, "epsilon of every RMSNorm, the Mamba2 gated norm's too"),
+    OTHER("mlp_hidden_act", AT_TEXT, "string", NULL, NULL, NULL, NULL, NULL, NULL, "`\"relu2\"`",
+          read_fixed_string, "`\"relu2\"` only",
+          "activation of the MLP blocks and of every expert: relu(x)², no gate projection", false),
+    SCALAR("mlp_bias", AT_TEXT, KT_BOOL, c.mlp_bias, NULL, NULL, NULL, NULL, NULL, NULL, "false", 0,
+           1, "biases on the MLP blocks, the shared expert and the latent projections"),
+    SCALAR("mamba_num_heads", AT_TEXT, KT_INT, c.lin_v_heads, NULL, NULL, NULL, NULL, NULL, NULL,
+           "128", 1, 1024, "heads of a Mamba2 layer; a multiple of `n_groups`"),
+    SCALAR("mamba_head_dim", AT_TEXT, KT_INT, c.lin_dv, NULL, NULL, NULL, NULL, NULL, NULL, "64", 1,
+           1024,
+           "channels of x per Mamba2 head (the layer is mamba_num_heads × this wide; `expand` is "
+           "not read)"),
+    SCALAR("ssm_state_size", AT_TEXT, KT_INT, c.lin_dk, NULL, NULL, NULL, NULL, NULL, NULL, "128",
+           1, 1024, "width N of B and C: a head's state is N × mamba_head_dim"),
+    SCALAR("n_groups", AT_TEXT, KT_INT, c.lin_k_heads, NULL, NULL, NULL, NULL, NULL, NULL,
+           "8; alias `mamba_n_groups` (wins)", 1, 1024,
+           "groups of heads sharing one B and one C, which are also the gated norm's groups"),
+    SCALAR("conv_kernel", AT_TEXT, KT_INT, c.conv_kernel, NULL, NULL, NULL, NULL, NULL, NULL,
+           "4; alias `mamba_d_conv` (wins)", 2, 16, "taps of the causal conv over x | B | C"),
+    OTHER("mamba_hidden_act", AT_TEXT, "string", NULL, NULL, NULL, NULL, NULL, NULL, "`\"silu\"`",
+          read_fixed_string, "`\"silu\"` only",
+          "activation after the Mamba2 conv (the output gate is SiLU whatever it says)", false),
+    SCALAR("time_step_min", AT_TEXT, KT_NUM, dt_min, NULL, NULL, NULL, NULL, NULL, NULL,
+           "0.001; alias `mamba_dt_min` (wins)", 0, 1e6,
+           "a prompt token's dt is clamped below at it; a decode step's is not (transformers' "
+           "chunked scan clamps, its one-token update does not)"),
+    SCALAR("use_conv_bias", AT_TEXT, KT_BOOL, c.lin_conv_bias, NULL, NULL, NULL, NULL, NULL, NULL,
+           "true; alias `mamba_conv_bias` (wins)", 0, 1, "a bias on the Mamba2 conv"),
+    SCALAR("use_bias", AT_TEXT, KT_BOOL, c.lin_proj_bias, NULL, NULL, NULL, NULL, NULL, NULL,
+           "false", 0, 1, "biases on the Mamba2 in_proj and out_proj"),
+    SCALAR("chunk_size", AT_TEXT, KT_INT, block_size, NULL, NULL, NULL, NULL, NULL, NULL,
+           "128; alias `mamba_chunk_size` (wins)", 1, 1 << 20,
+           "Mamba2's prefill chunk; the result does not depend on it (fp32 rounding)"),
+    SCALAR("n_routed_experts", AT_TEXT, KT_INT, c.n_experts, NULL, NULL, NULL, NULL, NULL, NULL,
+           "8; alias `num_local_experts`", 1, 4096, "routed experts of every MoE block"),
+    SCALAR("moe_shared_expert_intermediate_size", AT_TEXT, KT_INT, c.shared_intermediate, NULL,
+           NULL, NULL, NULL, NULL, NULL, "7688", 1, 1 << 20,
+           "width of the shared expert every MoE block adds, ungated"),
+    SCALAR("moe_latent_size", AT_TEXT, KT_INT, c.moe_latent, NULL, NULL, NULL, NULL, NULL, NULL,
+           "=`null`: none (experts on the hidden width)", 1, 65536,
+           "the routed experts run in a latent this wide: fc1_latent_proj before them, "
+           "fc2_latent_proj after their sum (the router and the shared expert see the hidden "
+           "state)"),
+    SCALAR("n_group", AT_TEXT, KT_INT, c.n_group, NULL, NULL, NULL, NULL, NULL, NULL, "1", 1, 256,
+           "groups of consecutive experts the router ranks by their two best biased scores"),
     SCALAR("tie_word_embeddings", AT_TOP, KT_BOOL, c.tie_embeddings, "false", "false", "false",
-           "false", "false", "false", 0, 1,
+           "false", "false", "false", "false", 0, 1,
            "the LM head is the embedding matrix (`lm_head.weight` may then be absent; when present "
            "it is used, as transformers does); a composite config ties by its own flag, never by "
            "`text_config`'s"),
@@ -333,16 +411,26 @@ static size_t key_index(const char *name)
 
 /* Keys a class reads under a second name (its attribute_map): the table's
  * name wins when both are present, as transformers' own spelling does. */
+/* Nemotron-H's older mamba_* names win when present (NemotronHConfig's
+ * __post_init__ pops them over the new ones). */
 static const struct {
     hy_arch arch;
     const char *key, *alias;
+    bool alias_wins;
 } k_alias[] = {
-    {HY_ARCH_MINIMAX, "num_local_experts", "num_experts"},
-    {HY_ARCH_KIMI_LINEAR, "num_experts", "num_local_experts"},
-    {HY_ARCH_KIMI_LINEAR, "num_experts_per_token", "num_experts_per_tok"},
-    {HY_ARCH_KIMI_LINEAR, "num_shared_experts", "n_shared_experts"},
-    {HY_ARCH_KIMI_LINEAR, "moe_renormalize", "norm_topk_prob"},
-    {HY_ARCH_KIMI_LINEAR, "num_expert_group", "n_group"},
+    {HY_ARCH_MINIMAX, "num_local_experts", "num_experts", false},
+    {HY_ARCH_KIMI_LINEAR, "num_experts", "num_local_experts", false},
+    {HY_ARCH_KIMI_LINEAR, "num_experts_per_token", "num_experts_per_tok", false},
+    {HY_ARCH_KIMI_LINEAR, "num_shared_experts", "n_shared_experts", false},
+    {HY_ARCH_KIMI_LINEAR, "moe_renormalize", "norm_topk_prob", false},
+    {HY_ARCH_KIMI_LINEAR, "num_expert_group", "n_group", false},
+    {HY_ARCH_NEMOTRON_H, "layers_block_type", "layer_types", false},
+    {HY_ARCH_NEMOTRON_H, "n_routed_experts", "num_local_experts", false},
+    {HY_ARCH_NEMOTRON_H, "n_groups", "mamba_n_groups", true},
+    {HY_ARCH_NEMOTRON_H, "conv_kernel", "mamba_d_conv", true},
+    {HY_ARCH_NEMOTRON_H, "time_step_min", "mamba_dt_min", true},
+    {HY_ARCH_NEMOTRON_H, "use_conv_bias", "mamba_conv_bias", true},
+    {HY_ARCH_NEMOTRON_H, "chunk_size", "mamba_chunk_size", true},
 };
 
 static bool is_alias(hy_arch arch, const char *name)
@@ -352,16 +440,19 @@ static bool is_alias(hy_arch arch, const char *name)
     return false;
 }
 
-/* The name k is spelt with in config.json: its own, else an alias present. */
+/* The name k is spelt with in config.json: its own, else an alias present
+ * (an alias that wins, first). */
 static const char *file_name(const cfg_ctx *c, const cfg_key *k)
 {
     const cJSON *obj = k->where == AT_TOP ? c->root : c->text;
-    if (get(obj, k->name)) return k->name;
+    const char *alias = NULL;
     for (size_t i = 0; i < sizeof k_alias / sizeof *k_alias; i++)
         if (k_alias[i].arch == c->arch && strcmp(k_alias[i].key, k->name) == 0 &&
-            get(obj, k_alias[i].alias))
-            return k_alias[i].alias;
-    return k->name;
+            get(obj, k_alias[i].alias)) {
+            alias = k_alias[i].alias;
+            if (k_alias[i].alias_wins) return alias;
+        }
+    return get(obj, k->name) || !alias ? k->name : alias;
 }
 
 /* Reads a number of type t (KT_INT or KT_NUM) from obj[key] into *out,
@@ -403,7 +494,7 @@ static int read_scalar(cfg_ctx *c, const cfg_key *k)
         if (v && !cJSON_IsBool(v))
             return hy_err_set(c->err, HY_EINVAL, "%s: '%s' must be true or false%s", c->path, nm,
                               cJSON_IsNull(v) ? ", not null" : "");
-        bool b = v ? cJSON_IsTrue(v) : strcmp(def, "true") == 0;
+        bool b = v ? cJSON_IsTrue(v) : strncmp(def, "true", 4) == 0; /* "true; alias ..." */
         if (k->lo == k->hi && b != (k->lo != 0))
             return hy_err_set(c->err, HY_EUNSUPPORTED, "%s: %s %s is not supported", c->path, nm,
                               b ? "true" : "false");
@@ -431,11 +522,18 @@ static int read_scalar(cfg_ctx *c, const cfg_key *k)
     return HY_OK;
 }
 
-static int read_act(cfg_ctx *c, const cfg_key *k)
+/* A string key with the one value the executor runs: its default, the
+ * text between the first pair of double quotes of the table's default. */
+static int read_fixed_string(cfg_ctx *c, const cfg_key *k)
 {
-    const cJSON *act = get(c->text, k->name);
-    if (act && (!cJSON_IsString(act) || strcmp(act->valuestring, "silu") != 0))
-        return hy_err_set(c->err, HY_EUNSUPPORTED, "%s: hidden_act must be 'silu'", c->path);
+    const char *def = k->def[c->arch], *q = strchr(def, '"');
+    assert(q && strchr(q + 1, '"'));
+    const int len = (int)(strchr(q + 1, '"') - q - 1);
+    const cJSON *v = get(c->text, k->name);
+    if (v && (!cJSON_IsString(v) || (int)strlen(v->valuestring) != len ||
+              strncmp(v->valuestring, q + 1, (size_t)len) != 0))
+        return hy_err_set(c->err, HY_EUNSUPPORTED, "%s: %s must be '%.*s'", c->path, k->name, len,
+                          q + 1);
     return HY_OK;
 }
 
@@ -679,6 +777,72 @@ static int read_mlp_types(cfg_ctx *c, const cfg_key *k)
     return HY_OK;
 }
 
+/* Nemotron-H's blocks: layers_block_type (alias layer_types; transformers
+ * renames the older "mamba" and "attention"), else the released
+ * hybrid_override_pattern, else NemotronHConfig's default M E * -. Each
+ * block is one token mixer with no MLP, or one MLP (dense or routed) with
+ * no mixer; their number is the layer count. */
+static int read_block_types(cfg_ctx *c, const cfg_key *k)
+{
+    static const struct {
+        const char *name, *legacy;
+        char ch;
+    } kinds[] = {{"linear_attention", "mamba", 'M'},
+                 {"full_attention", "attention", '*'},
+                 {"moe", NULL, 'E'},
+                 {"mlp", NULL, '-'}};
+    hy_model_config *cfg = &c->v.c;
+    const char *nm = file_name(c, k);
+    const cJSON *bt = get(c->text, nm), *pat = get(c->text, "hybrid_override_pattern");
+    c->given[key_index("hybrid_override_pattern")] = pat != NULL;
+    char ch[HY_MAX_LAYERS + 1] = "ME*-"; /* the default */
+    int n = 4;
+    if (bt && !cJSON_IsNull(bt)) {
+        n = cJSON_IsArray(bt) ? cJSON_GetArraySize(bt) : 0;
+        if (n < 1 || n > HY_MAX_LAYERS)
+            return hy_err_set(c->err, HY_EINVAL, "%s: '%s' must be a list of 1 to %d strings",
+                              c->path, nm, HY_MAX_LAYERS);
+        int i = 0;
+        for (const cJSON *e = bt->child; e; e = e->next, i++) {
+            size_t t = 0;
+            while (t < 4 && !(cJSON_IsString(e) &&
+                              (strcmp(e->valuestring, kinds[t].name) == 0 ||
+                               (kinds[t].legacy && strcmp(e->valuestring, kinds[t].legacy) == 0))))
+                t++;
+            if (t == 4)
+                return hy_err_set(c->err, HY_EINVAL,
+                                  "%s: %s[%d] must be 'linear_attention' (or 'mamba'), "
+                                  "'full_attention' (or 'attention'), 'moe' or 'mlp'",
+                                  c->path, nm, i);
+            ch[i] = kinds[t].ch;
+        }
+    } else if (pat) {
+        n = cJSON_IsString(pat) ? (int)strlen(pat->valuestring) : 0;
+        if (n < 1 || n > HY_MAX_LAYERS)
+            return hy_err_set(c->err, HY_EINVAL,
+                              "%s: 'hybrid_override_pattern' must be a string of 1 to %d "
+                              "characters",
+                              c->path, HY_MAX_LAYERS);
+        for (int i = 0; i < n; i++) {
+            ch[i] = pat->valuestring[i];
+            if (!strchr("ME*-", ch[i]))
+                return hy_err_set(c->err, HY_EINVAL,
+                                  "%s: hybrid_override_pattern[%d] is '%c': each block must be "
+                                  "M (Mamba2), * (attention), E (MoE) or - (MLP)",
+                                  c->path, i, ch[i]);
+        }
+    }
+    cfg->n_layers = n;
+    for (int i = 0; i < n; i++) {
+        cfg->layer_kind[i] = ch[i] == 'M'   ? HY_LAYER_LINEAR
+                             : ch[i] == '*' ? HY_LAYER_ATTENTION
+                                            : HY_LAYER_MLP;
+        cfg->layer_moe[i] = ch[i] == 'E';
+        cfg->layer_no_mlp[i] = ch[i] == 'M' || ch[i] == '*';
+    }
+    return HY_OK;
+}
+
 /* Selects the architecture and the object holding the text model's keys. */
 static int read_identity(cfg_ctx *c, cJSON **empty)
 {
@@ -703,6 +867,7 @@ static int read_identity(cfg_ctx *c, cJSON **empty)
         {"olmo_hybrid", HY_ARCH_OLMO_HYBRID, false},
         {"minimax", HY_ARCH_MINIMAX, false},
         {"kimi_linear", HY_ARCH_KIMI_LINEAR, false},
+        {"nemotron_h", HY_ARCH_NEMOTRON_H, false},
     };
     size_t t = 0;
     while (t < sizeof types / sizeof *types && strcmp(types[t].type, mt->valuestring) != 0) t++;
@@ -710,7 +875,8 @@ static int read_identity(cfg_ctx *c, cJSON **empty)
         return hy_err_set(
             c->err, HY_EUNSUPPORTED,
             "%s: model_type '%s' is not supported (qwen3_next, qwen3_5_text, "
-            "qwen3_5, qwen3_5_moe_text, qwen3_5_moe, olmo_hybrid, minimax, kimi_linear)",
+            "qwen3_5, qwen3_5_moe_text, qwen3_5_moe, olmo_hybrid, minimax, kimi_linear, "
+            "nemotron_h)",
             c->path, mt->valuestring);
     c->arch = types[t].arch;
     c->nested = types[t].nested;
@@ -737,10 +903,16 @@ static int read_identity(cfg_ctx *c, cJSON **empty)
  * keys at the top level, and text_config's own tie flag when it disagrees. */
 static void log_ignored(const cfg_ctx *c)
 {
-    char undefined[400] = "", top[400] = "";
-    size_t nu = 0, nt = 0;
+    char undefined[400] = "", top[400] = "", unread[400] = "";
+    size_t nu = 0, nt = 0, nr = 0;
     for (size_t i = 0; i < N_KEYS; i++) {
         const cfg_key *k = &k_keys[i];
+        if (is_unused(k->def[c->arch])) {
+            if (get(k->where == AT_TOP ? c->root : c->text, k->name) && nr < sizeof unread)
+                nr += (size_t)snprintf(unread + nr, sizeof unread - nr, "%s%s", nr ? ", " : "",
+                                       k->name);
+            continue;
+        }
         /* text_config is a composite's key only: a flat config's is ignored */
         bool defined = k->def[c->arch] && (c->nested || strcmp(k->name, "text_config") != 0);
         /* a name the class reads under its attribute_map (k_alias) */
@@ -762,6 +934,10 @@ static void log_ignored(const cfg_ctx *c)
                "%s: ignoring top-level %s: a composite config's text settings are those of "
                "text_config",
                c->path, top);
+    if (nr)
+        hy_log(HY_LOG_INFO,
+               "%s: not reading %s: %s defines them but nothing in transformers reads them",
+               c->path, unread, k_text_type[c->arch]);
     const cJSON *tt = c->nested ? get(c->text, "tie_word_embeddings") : NULL;
     if (cJSON_IsBool(tt) && cJSON_IsTrue(tt) != c->v.c.tie_embeddings)
         hy_log(HY_LOG_INFO,
@@ -854,6 +1030,29 @@ static int derive_minimax(cfg_ctx *c, hy_model_config *cfg)
     return HY_OK;
 }
 
+/* DeepSeek's grouped routing (Kimi, Nemotron-H) over E experts: the groups
+ * split them evenly, two or more each (a group's score is its two best),
+ * topk_group of them at most, and top-k fits the experts of the groups
+ * kept. The key names are the architecture's own. */
+static int check_groups(cfg_ctx *c, const hy_model_config *cfg, const char *e_key,
+                        const char *g_key, const char *k_key)
+{
+    const int E = cfg->n_experts, G = cfg->n_group;
+    if (E < 1)
+        return hy_err_set(c->err, HY_ERANGE, "%s: '%s' = %d: MoE layers need >= 1", c->path, e_key,
+                          E);
+    if (E % G || E / G < 2 || cfg->topk_group > G)
+        return hy_err_set(c->err, HY_EINVAL,
+                          "%s: %s %d must divide %s %d into groups of >= 2, and topk_group %d "
+                          "must not exceed it",
+                          c->path, g_key, G, e_key, E, cfg->topk_group);
+    if (cfg->top_k > cfg->topk_group * (E / G))
+        return hy_err_set(c->err, HY_ERANGE,
+                          "%s: %s %d exceeds the %d experts of the topk_group %d groups kept",
+                          c->path, k_key, cfg->top_k, cfg->topk_group * (E / G), cfg->topk_group);
+    return HY_OK;
+}
+
 /* Kimi-Linear: KDA layers of linear_num_heads heads, keys and values of
  * linear_head_dim; MLA layers without positional encoding, as many key/value
  * heads as query heads; DeepSeek's router over sigmoid scores with groups and
@@ -885,7 +1084,6 @@ static int derive_kimi(cfg_ctx *c, hy_model_config *cfg)
                "own, as in transformers)",
                c->path);
     cfg->tie_embeddings = false;
-    const int E = cfg->n_experts, G = cfg->n_group;
     cfg->router = HY_ROUTER_SIGMOID_GROUPED;
     cfg->routed_scale = (float)c->v.routed_scale;
     cfg->shared_intermediate = c->v.n_shared * cfg->moe_intermediate;
@@ -895,21 +1093,47 @@ static int derive_kimi(cfg_ctx *c, hy_model_config *cfg)
         if (!c->v.mlp_types_given) cfg->layer_moe[i] = i >= c->v.first_dense;
         any_moe |= cfg->layer_moe[i];
     }
-    if (any_moe) {
-        if (E < 1)
-            return hy_err_set(c->err, HY_ERANGE, "%s: 'num_experts' = %d: MoE layers need >= 1",
-                              c->path, E);
-        if (E % G || E / G < 2 || cfg->topk_group > G)
-            return hy_err_set(c->err, HY_EINVAL,
-                              "%s: num_expert_group %d must divide num_experts %d into groups of "
-                              ">= 2, and topk_group %d must not exceed it",
-                              c->path, G, E, cfg->topk_group);
-        if (cfg->top_k > cfg->topk_group * (E / G))
-            return hy_err_set(c->err, HY_ERANGE,
-                              "%s: num_experts_per_token %d exceeds the %d experts of the "
-                              "topk_group %d groups kept",
-                              c->path, cfg->top_k, cfg->topk_group * (E / G), cfg->topk_group);
-    }
+    if (any_moe)
+        return check_groups(c, cfg, "num_experts", "num_expert_group", "num_experts_per_token");
+    return HY_OK;
+}
+
+/* Nemotron-H: blocks of one mixer or one MLP (read_block_types); Mamba2
+ * layers of mamba_num_heads heads of mamba_head_dim channels, n_groups
+ * groups of B and C of ssm_state_size, the conv's and projections' biases
+ * as configured, dt clamped below at time_step_min in prompts; GQA without
+ * positional encoding, norms or biases; relu² MLPs and experts (no gate),
+ * DeepSeek's grouped sigmoid router with a routed scaling, one ungated
+ * shared expert, an optional latent for the routed experts; plain RMSNorm
+ * weights; an LM head of its own whatever tie_word_embeddings says. */
+static int derive_nemotron(cfg_ctx *c, hy_model_config *cfg)
+{
+    int rc;
+    if ((rc = fill_derived(c, "num_key_value_heads", &cfg->n_kv_heads, cfg->n_heads))) return rc;
+    if (cfg->moe_latent == DERIVED) cfg->moe_latent = 0;
+    if (cfg->lin_v_heads % cfg->lin_k_heads)
+        return hy_err_set(c->err, HY_EINVAL,
+                          "%s: mamba_num_heads %d is not a multiple of n_groups %d", c->path,
+                          cfg->lin_v_heads, cfg->lin_k_heads);
+    cfg->lin_kind = HY_LIN_MAMBA2;
+    cfg->lin_norm_eps = cfg->rms_eps;
+    cfg->dt_min = (float)c->v.dt_min;
+    c->v.rope_theta = NAN; /* no positional encoding */
+    cfg->attn_gate = false;
+    cfg->qk_norm = false;
+    cfg->mlp_act = HY_MLP_RELU2;
+    if (cfg->tie_embeddings)
+        hy_log(HY_LOG_INFO,
+               "%s: tie_word_embeddings true has no effect on nemotron_h (its LM head is its "
+               "own, as in transformers)",
+               c->path);
+    cfg->tie_embeddings = false;
+    cfg->router = HY_ROUTER_SIGMOID_GROUPED;
+    cfg->routed_scale = (float)c->v.routed_scale;
+    cfg->shared_gated = false;
+    bool any_moe = false;
+    for (int i = 0; i < cfg->n_layers; i++) any_moe |= cfg->layer_moe[i];
+    if (any_moe) return check_groups(c, cfg, "n_routed_experts", "n_group", "num_experts_per_tok");
     return HY_OK;
 }
 
@@ -952,6 +1176,7 @@ static int derive(cfg_ctx *c, hy_model_config *cfg)
     if (c->arch == HY_ARCH_OLMO_HYBRID && (rc = derive_olmo(c, cfg))) return rc;
     if (c->arch == HY_ARCH_MINIMAX && (rc = derive_minimax(c, cfg))) return rc;
     if (c->arch == HY_ARCH_KIMI_LINEAR && (rc = derive_kimi(c, cfg))) return rc;
+    if (c->arch == HY_ARCH_NEMOTRON_H && (rc = derive_nemotron(c, cfg))) return rc;
     if ((rc = derive_rope(c, cfg))) return rc;
     if (cfg->n_heads % cfg->n_kv_heads)
         return hy_err_set(c->err, HY_EINVAL,
@@ -978,9 +1203,10 @@ static int derive(cfg_ctx *c, hy_model_config *cfg)
         if (c->arch == HY_ARCH_QWEN3_NEXT)
             cfg->layer_moe[i] =
                 cfg->n_experts > 0 && (i + 1) % c->v.sparse_step == 0 && !c->v.mlp_only[i];
-        else if (c->arch != HY_ARCH_MINIMAX && c->arch != HY_ARCH_KIMI_LINEAR)
+        else if (c->arch != HY_ARCH_MINIMAX && c->arch != HY_ARCH_KIMI_LINEAR &&
+                 c->arch != HY_ARCH_NEMOTRON_H)
             cfg->layer_moe[i] = c->arch == HY_ARCH_QWEN3_5_MOE;
-        if (!cfg->layer_moe[i] && cfg->intermediate == 0)
+        if (!cfg->layer_moe[i] && !cfg->layer_no_mlp[i] && cfg->intermediate == 0)
             return hy_err_set(c->err, HY_EINVAL,
                               "%s: layer %d has a dense MLP but 'intermediate_size' is 0", c->path,
                               i);
@@ -1048,7 +1274,8 @@ int hy_config_parse(const char *text, const char *path, hy_model_config *cfg, hy
     int rc = read_identity(c, &empty);
     for (size_t i = 0; rc == HY_OK && i < N_KEYS; i++) {
         const cfg_key *k = &k_keys[i];
-        if (!k->def[c->arch] || k->deferred) continue; /* not a key of this class */
+        /* not a key of this class, one it never reads, or one read with another */
+        if (!k->def[c->arch] || is_unused(k->def[c->arch]) || k->deferred) continue;
         c->given[i] = get(k->where == AT_TOP ? root : c->text, file_name(c, k)) != NULL;
         rc = k->read ? k->read(c, k) : read_scalar(c, k);
     }
@@ -1089,6 +1316,14 @@ size_t hy_config_linear_state_floats(const hy_model_config *c)
 static size_t mixer_params(const hy_model_config *c, int i)
 {
     size_t H = (size_t)c->hidden;
+    if (c->layer_kind[i] == HY_LAYER_MLP) return 0;
+    if (c->layer_kind[i] == HY_LAYER_LINEAR && c->lin_kind == HY_LIN_MAMBA2) {
+        const size_t I = (size_t)c->lin_v_heads * c->lin_dv, C = (size_t)hy_config_conv_dim(c);
+        const size_t nh = (size_t)c->lin_v_heads, P = I + C + nh;
+        /* in_proj (z | xBC | dt), conv, A_log, D, dt_bias, the gated norm, out_proj */
+        return H * P + C * (size_t)c->conv_kernel + 3 * nh + I + I * H +
+               (c->lin_conv_bias ? C : 0) + (c->lin_proj_bias ? P + H : 0);
+    }
     if (c->layer_kind[i] == HY_LAYER_LINEAR && c->lin_kind == HY_LIN_KDA) {
         const size_t d = (size_t)c->lin_dk, Q = (size_t)c->lin_v_heads * d;
         /* q, k, v, the gate bottlenecks, b; convs; A, dt_bias, norm; o_proj */
@@ -1116,19 +1351,34 @@ static size_t mixer_params(const hy_model_config *c, int i)
     return H * ((c->attn_gate ? 2 : 1) * qd + 2 * kd) + qd * H + norms;
 }
 
+/* One MLP of width I from and to width D: 3·D·I for SwiGLU, 2·D·I for relu²,
+ * with its biases when bias. */
+static size_t ffn_params(const hy_model_config *c, size_t D, size_t I, bool bias)
+{
+    return (c->mlp_act == HY_MLP_SWIGLU ? 3 : 2) * D * I + (bias ? I + D : 0);
+}
+
 static size_t mlp_params(const hy_model_config *c, int i, int active_only)
 {
     size_t H = (size_t)c->hidden;
-    if (!c->layer_moe[i]) return 3 * H * (size_t)c->intermediate;
+    if (c->layer_no_mlp[i]) return 0;
+    if (!c->layer_moe[i]) return ffn_params(c, H, (size_t)c->intermediate, c->mlp_bias);
     size_t e = active_only ? (size_t)c->top_k : (size_t)c->n_experts;
-    return H * (size_t)c->n_experts + e * 3 * H * (size_t)c->moe_intermediate +
-           3 * H * (size_t)c->shared_intermediate + (c->shared_intermediate ? H : 0);
+    const size_t D = c->moe_latent ? (size_t)c->moe_latent : H; /* the experts' width */
+    const size_t lat = c->moe_latent ? 2 * H * D + (c->mlp_bias ? D + H : 0) : 0;
+    return H * (size_t)c->n_experts + e * ffn_params(c, D, (size_t)c->moe_intermediate, false) +
+           lat + ffn_params(c, H, (size_t)c->shared_intermediate, c->mlp_bias) +
+           (c->shared_gated && c->shared_intermediate ? H : 0);
 }
 
 size_t hy_config_param_count(const hy_model_config *c)
 {
     size_t H = (size_t)c->hidden, n = (size_t)c->vocab * H * (c->tie_embeddings ? 1 : 2) + H;
-    for (int i = 0; i < c->n_layers; i++) n += 2 * H + mixer_params(c, i) + mlp_params(c, i, 0);
+    for (int i = 0; i < c->n_layers; i++) {
+        /* a block of one mixer or one MLP has one norm, else two */
+        const bool one = c->layer_no_mlp[i] || c->layer_kind[i] == HY_LAYER_MLP;
+        n += (one ? 1 : 2) * H + mixer_params(c, i) + mlp_params(c, i, 0);
+    }
     return n;
 }
 
@@ -1144,10 +1394,11 @@ double hy_config_prefill_flops(const hy_model_config *c, int64_t ctx0, int64_t n
             const double dkv = c->mla ? (double)(c->qk_nope + c->qk_rope + c->v_head)
                                       : 2.0 * c->head_dim; /* q·k and p·v widths */
             f += 2.0 * pairs * dkv * c->n_heads;
-        } else {
+        } else if (c->layer_kind[i] == HY_LAYER_LINEAR) {
             /* Delta rule: read-out, correction and update, each ~2·dk·dv per token and head;
-             * lightning: the decay (1), the update and the read-out (2 each). */
-            const double per = c->lin_kind == HY_LIN_LIGHTNING ? 5.0 : 6.0;
+             * lightning and Mamba2: the decay (1), the update and the read-out (2 each). */
+            const bool plain = c->lin_kind == HY_LIN_LIGHTNING || c->lin_kind == HY_LIN_MAMBA2;
+            const double per = plain ? 5.0 : 6.0;
             f += per * (double)n * c->lin_v_heads * c->lin_dk * c->lin_dv;
         }
     }
@@ -1176,6 +1427,8 @@ int hy_config_keys_markdown(char *buf, size_t cap)
         for (int a = 0; a < N_ARCH; a++) {
             if (!k->def[a])
                 OUT(" — |");
+            else if (is_unused(k->def[a]))
+                OUT(" unused |");
             else if (k->type == KT_OTHER)
                 OUT(" %s |", k->def[a]);
             else if (k->def[a][0] == '=') /* derived: "=<when>: <rule>" */

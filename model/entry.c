@@ -75,9 +75,9 @@ bool hy_entry_fits(const hy_entry *e, const hy_model_config *c)
         return false;
     for (int i = 0; i < c->n_layers; i++) {
         if (ec->layer_kind[i] != c->layer_kind[i]) return false;
-        if (c->layer_kind[i] == HY_LAYER_LINEAR ? !e->T[i] || !e->S[i] || !e->tail[i]
-                                                : !e->K[i] || !e->V[i])
+        if (c->layer_kind[i] == HY_LAYER_LINEAR && (!e->T[i] || !e->S[i] || !e->tail[i]))
             return false;
+        if (c->layer_kind[i] == HY_LAYER_ATTENTION && (!e->K[i] || !e->V[i])) return false;
     }
     return true;
 }
@@ -88,7 +88,8 @@ static inline bool state_fits(const hy_state *st)
     const hy_model_config *c = &st->m->cfg;
     for (int i = 0; i < c->n_layers; i++)
         if (c->layer_kind[i] == HY_LAYER_LINEAR ? !st->S[i] || !st->conv[i]
-                                                : st->kv_cap > 0 && (!st->k[i] || !st->v[i]))
+                                                : c->layer_kind[i] == HY_LAYER_ATTENTION &&
+                                                      st->kv_cap > 0 && (!st->k[i] || !st->v[i]))
             return false;
     return true;
 }
@@ -151,7 +152,7 @@ int hy_entry_alloc(const hy_model *m, int W, int w, int n, hy_entry_dtype dt, bo
             e->S[i] = hy_alloc(s_floats(c) * s_elem(dt));
             e->tail[i] = hy_alloc(tail_floats(c) * 4);
             bad = !e->T[i] || !e->S[i] || !e->tail[i];
-        } else {
+        } else if (c->layer_kind[i] == HY_LAYER_ATTENTION) {
             e->K[i] = hy_alloc(k_floats(c, e->nb) * 4);
             e->V[i] = hy_alloc(v_floats(c, e->nb) * 4);
             bad = !e->K[i] || !e->V[i];

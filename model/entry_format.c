@@ -87,7 +87,7 @@ void hy_entry_bytes_for(const hy_model_config *c, hy_entry_dtype dt, size_t *con
     for (int i = 0; i < c->n_layers; i++) {
         if (c->layer_kind[i] == HY_LAYER_LINEAR)
             k += b.t + b.s + b.tail;
-        else
+        else if (c->layer_kind[i] == HY_LAYER_ATTENTION)
             t += b.k_per_token + b.v_per_token;
     }
     *constant = k;
@@ -108,7 +108,7 @@ static size_t list_sections(const hy_entry *e, section *out)
             out[k++] = (section){SEC_S, (uint32_t)i, e->S[i], &e->S[i], b.s, 0};
             out[k++] =
                 (section){SEC_TAIL, (uint32_t)i, e->tail[i], (void **)&e->tail[i], b.tail, 0};
-        } else {
+        } else if (c->layer_kind[i] == HY_LAYER_ATTENTION) {
             const size_t kb = (size_t)e->nb * b.k_per_token, vb = (size_t)e->nb * b.v_per_token;
             out[k++] = (section){SEC_K, (uint32_t)i, e->K[i], (void **)&e->K[i], kb, 0};
             out[k++] = (section){SEC_V, (uint32_t)i, e->V[i], (void **)&e->V[i], vb, 0};

@@ -3,9 +3,12 @@
  *
  *   x = embed(tokens)
  *   for each layer:
- *     x += mixer(rmsnorm(x))      mixer = Gated DeltaNet or gated attention
- *     x += mlp(rmsnorm(x))        mlp   = SwiGLU, or routed experts + shared
+ *     x += mixer(rmsnorm(x))      mixer = a linear-attention family or attention
+ *     x += mlp(rmsnorm(x))        mlp   = SwiGLU or relu², or routed experts + shared
  *   logits = lm_head(rmsnorm(x_last))
+ *
+ * (Nemotron-H's layers have one of the two sublayers only, each with its
+ * own norm.)
  *
  * A call advances the running state by n tokens in steps of at most
  * max_batch tokens (each step is an exact continuation of the previous one).
@@ -36,6 +39,9 @@ struct hy_exec {
     hy_layer_hook_fn layer_hook; /* hy_exec_set_layer_hook */
     void *layer_ctx;
     hy_gdn_mode mode;
+    /* this call is one token after a prefix — transformers' decode step,
+     * where Mamba2 leaves dt unclamped (hy_model_config.dt_min) */
+    bool decode_step;
     float *ws; /* activations, ws_floats */
     size_t ws_floats;
     float *scratch; /* nthreads × scratch_per_thread */
@@ -44,7 +50,7 @@ struct hy_exec {
     size_t step_cap; /* tokens per step the views below are sized for */
     int64_t ctx_cap; /* context (positions) the scratch is sized for */
     /* views into ws, for the current step size */
-    float *x, *xn, *y, *big, *mid, *o, *g, *beta, *h, *gu, *xe, *ye, *topw, *aux;
+    float *x, *xn, *y, *big, *mid, *o, *g, *beta, *h, *gu, *xe, *ye, *topw, *aux, *lat_in, *lat_out;
     int *topi, *rows;
     hy_exec_stats stats; /* hy_exec_set_profiling */
     /* the current step's plan (hy_exec_run): its items in request order, and
@@ -164,7 +170,11 @@ static size_t plan(hy_exec *ex, size_t B, float *base)
     if (c->lin_kind == HY_LIN_KDA) Pbig = HY_MAX(Pbig, C + 2 * (size_t)c->lin_dk + Hv);
     /* MLA: the query (or its bottleneck) | latent | shared key rows; a hole's
      * latents expanded by kv_b_proj; the attention output nh·dv */
-    size_t Mid = HY_MAX(C, Qd), Aux = c->lin_kind == HY_LIN_KDA ? Vd : 0;
+    /* aux: KDA's output gate, Mamba2's dt·x */
+    size_t Mid = HY_MAX(C, Qd),
+           Aux = c->lin_kind == HY_LIN_KDA || c->lin_kind == HY_LIN_MAMBA2 ? Vd : 0;
+    /* the experts' input and output rows: the hidden width, or the latent */
+    const size_t Xe = HY_MAX(H, (size_t)c->moe_latent);
     if (c->mla) {
         const size_t nh = (size_t)c->n_heads, R = (size_t)c->kv_lora, dr = (size_t)c->qk_rope;
         const size_t Qa = c->q_lora ? (size_t)c->q_lora : nh * (c->qk_nope + dr);
@@ -184,17 +194,20 @@ static size_t plan(hy_exec *ex, size_t B, float *base)
         B * (size_t)c->lin_v_heads,      /* beta */
         B * I,                           /* h: SwiGLU hidden */
         B * 2 * I,                       /* gu: gate|up */
-        c->n_experts ? B * H : 0,        /* xe: gathered expert input */
-        c->n_experts ? B * H : 0,        /* ye: expert output */
+        c->n_experts ? B * Xe : 0,       /* xe: gathered expert input */
+        c->n_experts ? B * Xe : 0,       /* ye: expert output */
         B * (size_t)HY_MAX(c->top_k, 1), /* topw */
         B * (size_t)HY_MAX(c->top_k, 1), /* topi (ints, same size) */
         B * (size_t)HY_MAX(c->top_k, 1), /* rows (ints): tokens routed to one expert */
         /* aux: KDA's output gate; MLA's expanded latents, in chunks of at least
          * MLA_EXPAND_ROWS (a call of holes alone has steps of one row) */
         (c->mla ? HY_MAX(B, (size_t)MLA_EXPAND_ROWS) : B) * Aux,
+        B * (size_t)c->moe_latent, /* lat_in: the routed experts' input in the latent */
+        B * (size_t)c->moe_latent, /* lat_out: their weighted sum */
     };
-    float **views[] = {&ex->x, &ex->xn, &ex->y,  &ex->big, &ex->mid,  &ex->o, &ex->g, &ex->beta,
-                       &ex->h, &ex->gu, &ex->xe, &ex->ye,  &ex->topw, NULL,   NULL,   &ex->aux};
+    float **views[] = {&ex->x,    &ex->xn,   &ex->y, &ex->big, &ex->mid,    &ex->o,
+                       &ex->g,    &ex->beta, &ex->h, &ex->gu,  &ex->xe,     &ex->ye,
+                       &ex->topw, NULL,      NULL,   &ex->aux, &ex->lat_in, &ex->lat_out};
     int **iviews[] = {&ex->topi, &ex->rows};
     int next_int = 0;
     size_t off = 0;
@@ -313,10 +326,45 @@ void hy_exec_set_gdn_mode(hy_exec *ex, hy_gdn_mode mode)
 
 /* --- layers ---------------------------------------------------------------- */
 
-static void swiglu_mlp(hy_exec *ex, const hy_mlp_w *w, int n, int H, const float *xin, float *gu,
-                       float *h, float *out)
+/* y[t][j] += b[j] for n rows of d (stride ldy): a projection's bias. */
+static void add_bias(hy_exec *ex, int n, int d, const float *b, float *y, size_t ldy)
+{
+    prof_begin(ex);
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < n; t++) {
+        float *r = y + (size_t)t * ldy;
+#pragma omp simd
+        for (int j = 0; j < d; j++) r[j] += b[j];
+    }
+    prof_end(ex, HY_EXEC_OP_NORM_GATE);
+}
+
+/* One MLP over n rows of width D, xin [n][D] into out [n][D]: SwiGLU,
+ * down(silu(gate x) ⊙ up x), or relu², down(relu(up x + b_up)²) + b_down
+ * (Nemotron-H). gu and h: [n][2·inter] and [n][inter] of scratch. */
+static void ffn(hy_exec *ex, const hy_mlp_w *w, int n, int D, const float *xin, float *gu, float *h,
+                float *out)
 {
     const int I = w->inter;
+    if (ex->m->cfg.mlp_act == HY_MLP_RELU2) {
+        linear(ex, n, D, I, xin, (size_t)D, w->w_gu, h, (size_t)I);
+        if (w->b_up) add_bias(ex, n, I, w->b_up, h, (size_t)I);
+        prof_begin(ex);
+#pragma omp parallel for schedule(static)
+        for (int t = 0; t < n; t++) {
+            float *hr = h + (size_t)t * I;
+#pragma omp simd
+            for (int j = 0; j < I; j++) {
+                const float r = hr[j] > 0.0f ? hr[j] : 0.0f;
+                hr[j] = r * r;
+            }
+        }
+        prof_end(ex, HY_EXEC_OP_NORM_GATE);
+        linear(ex, n, I, D, h, (size_t)I, w->w_down, out, (size_t)D);
+        if (w->b_down) add_bias(ex, n, D, w->b_down, out, (size_t)D);
+        return;
+    }
+    const int H = D;
     linear(ex, n, H, 2 * I, xin, (size_t)H, w->w_gu, gu, (size_t)(2 * I));
     prof_begin(ex);
 #pragma omp parallel for schedule(static)
@@ -397,10 +445,15 @@ static void route_token(const hy_model_config *c, const float *bias, float *p, f
     for (int j = 0; j < k; j++) tw[j] *= scale;
 }
 
+/* Routed experts and the shared expert over the step's n rows (xn in, y
+ * out). The router reads xn; the experts read xn too, or, with a latent
+ * (Nemotron-H's moe_latent), fc1_latent_proj(xn), their weighted sum then
+ * going through fc2_latent_proj; the shared expert always reads xn. */
 static void moe_mlp(hy_exec *ex, const hy_layer_w *L, int n)
 {
     const hy_model_config *c = &ex->m->cfg;
     const int H = c->hidden, E = c->n_experts, k = c->top_k;
+    const int D = c->moe_latent ? c->moe_latent : H; /* the experts' width */
     assert(k >= 1 && k <= E); /* the loader's rule: top-k picks k distinct experts */
     assert(L->shared.inter <= (int)widest_mlp(c));
     float *logits = ex->big; /* [n][E] */
@@ -410,8 +463,15 @@ static void moe_mlp(hy_exec *ex, const hy_layer_w *L, int n)
     for (int t = 0; t < n; t++)
         route_token(c, L->router_bias, logits + (size_t)t * E, ex->topw + (size_t)t * k,
                     ex->topi + (size_t)t * k);
-    memset(ex->y, 0, (size_t)n * H * sizeof(float));
     prof_end(ex, HY_EXEC_OP_MOE_ROUTING);
+    const float *src = ex->xn; /* [n][D]: what the experts read */
+    float *acc = ex->y;        /* [n][D]: their weighted sum */
+    if (c->moe_latent) {
+        linear(ex, n, H, D, ex->xn, (size_t)H, L->latent.w_gu, ex->lat_in, (size_t)D);
+        if (L->latent.b_up) add_bias(ex, n, D, L->latent.b_up, ex->lat_in, (size_t)D);
+        src = ex->lat_in, acc = ex->lat_out;
+    }
+    memset(acc, 0, (size_t)n * D * sizeof(float));
     int *rows = ex->rows; /* (token, slot) pairs routed to expert e */
     for (int e = 0; e < E; e++) {
         prof_begin(ex);
@@ -419,32 +479,35 @@ static void moe_mlp(hy_exec *ex, const hy_layer_w *L, int n)
         for (int t = 0; t < n; t++)
             for (int j = 0; j < k; j++)
                 if (ex->topi[(size_t)t * k + j] == e) {
-                    memcpy(ex->xe + (size_t)m * H, ex->xn + (size_t)t * H,
-                           (size_t)H * sizeof(float));
+                    memcpy(ex->xe + (size_t)m * D, src + (size_t)t * D, (size_t)D * sizeof(float));
                     rows[m++] = t * k + j;
                 }
         prof_end(ex, HY_EXEC_OP_MOE_ROUTING);
         if (m == 0) continue;
         /* distinct experts per token: at most n rows, the capacity of xe, ye */
         assert(m <= n && L->experts[e].inter <= (int)widest_mlp(c));
-        swiglu_mlp(ex, &L->experts[e], m, H, ex->xe, ex->gu, ex->h, ex->ye);
+        ffn(ex, &L->experts[e], m, D, ex->xe, ex->gu, ex->h, ex->ye);
         prof_begin(ex);
         for (int r = 0; r < m; r++) {
             const int t = rows[r] / k;
             const float w = ex->topw[rows[r]];
-            float *yr = ex->y + (size_t)t * H;
-            const float *er = ex->ye + (size_t)r * H;
-            for (int d = 0; d < H; d++) yr[d] += w * er[d];
+            float *yr = acc + (size_t)t * D;
+            const float *er = ex->ye + (size_t)r * D;
+            for (int d = 0; d < D; d++) yr[d] += w * er[d];
         }
         prof_end(ex, HY_EXEC_OP_MOE_ROUTING);
     }
+    if (c->moe_latent) {
+        linear(ex, n, D, H, ex->lat_out, (size_t)D, L->latent.w_down, ex->y, (size_t)H);
+        if (L->latent.b_down) add_bias(ex, n, H, L->latent.b_down, ex->y, (size_t)H);
+    }
     if (L->shared.inter > 0) {
-        swiglu_mlp(ex, &L->shared, n, H, ex->xn, ex->gu, ex->h, ex->ye);
+        ffn(ex, &L->shared, n, H, ex->xn, ex->gu, ex->h, ex->ye);
         prof_begin(ex);
 #pragma omp parallel for schedule(static)
         for (int t = 0; t < n; t++) {
             const float *xr = ex->xn + (size_t)t * H;
-            float s = 1.0f; /* Kimi's shared experts are not gated */
+            float s = 1.0f; /* Kimi's and Nemotron-H's shared experts are not gated */
             if (c->shared_gated) {
                 s = 0.0f;
                 for (int d = 0; d < H; d++) s += xr[d] * L->shared_gate[d];
@@ -562,7 +625,8 @@ static void la_kernel(const hy_exec *ex, const hy_la_in *in, float *S, float *o,
  * hole leaves its tail, the last K−1 inputs of its segment, and a capture
  * ending in the step takes the conv state at its end. */
 static void conv_items(hy_exec *ex, hy_state *st, int li, const item *it, int ni, int C,
-                       const float *proj, int P, const float *conv_w, float *cv)
+                       const float *proj, int P, const float *conv_w, const float *conv_b,
+                       float *cv)
 {
     const int K = ex->m->cfg.conv_kernel;
     const size_t tail = (size_t)(K - 1) * (size_t)C * sizeof(float);
@@ -574,7 +638,7 @@ static void conv_items(hy_exec *ex, hy_state *st, int li, const item *it, int ni
             continue;
         }
         hy_conv1d_silu(it[i].n, C, K, proj + (size_t)it[i].r0 * P, (size_t)P, st->conv[li], conv_w,
-                       cv + (size_t)it[i].r0 * C, (size_t)C);
+                       conv_b, cv + (size_t)it[i].r0 * C, (size_t)C);
         if (p->cap && it[i].last) memcpy(p->cap->tail[li], st->conv[li], tail);
     }
     prof_end(ex, HY_EXEC_OP_CONV);
@@ -644,7 +708,7 @@ static void gdn_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni,
     assert(ex->scratch_per_thread >= compose_floats(c));
 
     if (n > 0) linear(ex, n, H, P, ex->xn, (size_t)H, w->w_in, proj, (size_t)P);
-    conv_items(ex, st, li, it, ni, C, proj, P, w->conv_w, cv);
+    conv_items(ex, st, li, it, ni, C, proj, P, w->conv_w, NULL, cv);
 
     const float qscale = 1.0f / sqrtf((float)dk);
     prof_begin(ex);
@@ -728,7 +792,7 @@ static void kda_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni,
         linear(ex, n, d, Q, proj + C, (size_t)P, w->w_fb, ex->g, (size_t)Q);
         linear(ex, n, d, Q, proj + C + d, (size_t)P, w->w_gb, ex->aux, (size_t)Q);
     }
-    conv_items(ex, st, li, it, ni, C, proj, P, w->conv_w, cv);
+    conv_items(ex, st, li, it, ni, C, proj, P, w->conv_w, NULL, cv);
 
     const float qscale = 1.0f / sqrtf((float)d);
     prof_begin(ex);
@@ -763,6 +827,96 @@ static void kda_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni,
         }
     prof_end(ex, HY_EXEC_OP_NORM_GATE);
     linear(ex, n, Q, Hd, ex->o, (size_t)Q, w->w_out, ex->y, (size_t)Hd);
+}
+
+/* --- Mamba2 (Nemotron-H) ---------------------------------------------------- */
+
+/* Mamba2 of head h over rows [off, off + len): per token S ← a·S + B (dt·x)ᵀ
+ * with a = exp(dt·A) (one decay per head and token: T a scalar) and
+ * o = Sᵀ C, the kernels' MAMBA2 family with key B, query C and value dt·x.
+ * cv: the conv's output rows x | B | C; ex->aux the rows of dt·x, ex->g
+ * those of dt·A. */
+static void mamba_run(hy_exec *ex, int li, int h, int off, int len, float *S, float *T, float *work,
+                      const float *cv)
+{
+    (void)li;
+    const hy_model_config *c = &ex->m->cfg;
+    const int nh = c->lin_v_heads, G = c->lin_k_heads, N = c->lin_dk, P = c->lin_dv;
+    const int I = nh * P, C = I + 2 * G * N, g = h / (nh / G);
+    const float *row = cv + (size_t)off * C;
+    const hy_la_in in = {.family = HY_LA_MAMBA2,
+                         .n = len,
+                         .dk = N,
+                         .dv = P,
+                         .q = row + I + G * N + g * N,
+                         .k = row + I + g * N,
+                         .v = ex->aux + (size_t)off * I + (size_t)h * P,
+                         .ldq = (size_t)C,
+                         .ldk = (size_t)C,
+                         .ldv = (size_t)I,
+                         .g = ex->g + (size_t)off * nh + h,
+                         .ldg = (size_t)nh};
+    float *o = ex->o + (size_t)off * I + (size_t)h * P;
+    la_kernel(ex, &in, S, o, (size_t)I, T, work);
+}
+
+/* A Mamba2 layer over the step's n computed rows (n may be 0: holes only):
+ * in_proj to z | x B C | dt, the SiLU conv over x B C, dt = softplus(dt +
+ * dt_bias) — clamped below at dt_min unless the call is a decode step, as
+ * transformers' chunked scan clamps and its one-token update does not — the
+ * scan per head, y + D·x, then the gated norm: y ⊙ silu(z) normalised over
+ * each group's heads, times its weight, and out_proj. */
+static void mamba_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni, int n)
+{
+    const hy_model_config *c = &ex->m->cfg;
+    const hy_mamba_w *w = &ex->m->layers[li].mamba;
+    const int H = c->hidden, nh = c->lin_v_heads, G = c->lin_k_heads, N = c->lin_dk, P = c->lin_dv;
+    const int I = nh * P, C = I + 2 * G * N, Pin = I + C + nh, gw = I / G;
+    float *proj = ex->big, *cv = ex->mid;
+    assert(C == hy_config_conv_dim(c) && nh % G == 0 && st->S[li] && st->conv[li]);
+    assert(ex->scratch_per_thread >= hy_la_chunked_scratch(HY_LA_MAMBA2, N, P));
+    if (n > 0) {
+        linear(ex, n, H, Pin, ex->xn, (size_t)H, w->w_in, proj, (size_t)Pin);
+        if (w->b_in) add_bias(ex, n, Pin, w->b_in, proj, (size_t)Pin);
+    }
+    conv_items(ex, st, li, it, ni, C, proj + I, Pin, w->conv_w, w->conv_b, cv);
+
+    const float lo = ex->decode_step ? 0.0f : c->dt_min; /* softplus is > 0 anyway */
+    prof_begin(ex);
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < n; t++) {
+        const float *dtr = proj + (size_t)t * Pin + I + C, *x = cv + (size_t)t * C;
+        float *v = ex->aux + (size_t)t * I;
+        for (int h = 0; h < nh; h++) {
+            float dt = hy_softplusf(dtr[h] + w->dt_bias[h]);
+            dt = dt < lo ? lo : dt;
+            ex->g[(size_t)t * nh + h] = w->neg_A[h] * dt;
+#pragma omp simd
+            for (int p = 0; p < P; p++) v[h * P + p] = dt * x[h * P + p];
+        }
+    }
+    prof_end(ex, HY_EXEC_OP_NORM_GATE);
+
+    heads_over_items(ex, st, li, nh, it, ni, mamba_run, cv);
+    if (n == 0) return;
+
+    prof_begin(ex);
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < n; t++) {
+        float *o = ex->o + (size_t)t * I;
+        const float *x = cv + (size_t)t * C, *z = proj + (size_t)t * Pin;
+        for (int h = 0; h < nh; h++)
+#pragma omp simd
+            for (int p = 0; p < P; p++) o[h * P + p] += w->D[h] * x[h * P + p];
+#pragma omp simd
+        for (int j = 0; j < I; j++) o[j] *= hy_siluf(z[j]);
+        for (int g = 0; g < G; g++)
+            rmsnorm_row(o + (size_t)g * gw, w->norm_w + (size_t)g * gw, gw, c->lin_norm_eps,
+                        o + (size_t)g * gw);
+    }
+    prof_end(ex, HY_EXEC_OP_NORM_GATE);
+    linear(ex, n, I, H, ex->o, (size_t)I, w->w_out, ex->y, (size_t)H);
+    if (w->b_out) add_bias(ex, n, H, w->b_out, ex->y, (size_t)H);
 }
 
 /* --- lightning attention (MiniMax) ----------------------------------------- */
@@ -1148,30 +1302,37 @@ static void step(hy_exec *ex, hy_state *st, const item *it, int ni, int n, float
     for (int li = 0; li < c->n_layers; li++) {
         const hy_layer_w *L = &m->layers[li];
         assert(L->kind == c->layer_kind[li] && L->moe == c->layer_moe[li]);
-        assert(L->moe || L->mlp.inter <= (int)widest_mlp(c));
+        assert(L->moe || c->layer_no_mlp[li] || L->mlp.inter <= (int)widest_mlp(c));
         /* pre-normalised: x += f(norm(x)); post-normalised: x += norm(f(x)) */
         const bool post = c->layer_post_norm[li];
-        if (n > 0) sublayer_input(ex, n, post ? NULL : L->in_norm1);
-        const bool lin = L->kind == HY_LAYER_LINEAR;
-        if (lin && c->lin_kind == HY_LIN_LIGHTNING)
-            light_layer(ex, st, li, it, ni, n);
-        else if (lin && c->lin_kind == HY_LIN_KDA)
-            kda_layer(ex, st, li, it, ni, n);
-        else if (lin)
-            gdn_layer(ex, st, li, it, ni, n);
-        else if (c->mla)
-            mla_layer(ex, st, li, it, ni, n, nblk, nholes);
-        else
-            attn_layer(ex, st, li, it, ni, n, nblk, nholes);
-        if (ex->layer_hook) ex->layer_hook(ex->layer_ctx, li, end); /* its state is final */
-        if (n == 0) continue;
-        sublayer_output(ex, n, post ? L->in_norm1 : NULL, lin ? c->lin_alpha : c->attn_alpha,
-                        lin ? c->lin_beta : c->attn_beta);
-        sublayer_input(ex, n, post ? NULL : L->post_norm1);
+        const bool lin = L->kind == HY_LAYER_LINEAR, mixer = L->kind != HY_LAYER_MLP;
+        if (mixer) {
+            if (n > 0) sublayer_input(ex, n, post ? NULL : L->in_norm1);
+            if (lin && c->lin_kind == HY_LIN_LIGHTNING)
+                light_layer(ex, st, li, it, ni, n);
+            else if (lin && c->lin_kind == HY_LIN_KDA)
+                kda_layer(ex, st, li, it, ni, n);
+            else if (lin && c->lin_kind == HY_LIN_MAMBA2)
+                mamba_layer(ex, st, li, it, ni, n);
+            else if (lin)
+                gdn_layer(ex, st, li, it, ni, n);
+            else if (c->mla)
+                mla_layer(ex, st, li, it, ni, n, nblk, nholes);
+            else
+                attn_layer(ex, st, li, it, ni, n, nblk, nholes);
+            if (ex->layer_hook) ex->layer_hook(ex->layer_ctx, li, end); /* its state is final */
+            if (n > 0)
+                sublayer_output(ex, n, post ? L->in_norm1 : NULL,
+                                lin ? c->lin_alpha : c->attn_alpha,
+                                lin ? c->lin_beta : c->attn_beta);
+        }
+        if (n == 0 || c->layer_no_mlp[li]) continue;
+        /* a layer of an MLP alone normalises with its only norm */
+        sublayer_input(ex, n, post ? NULL : mixer ? L->post_norm1 : L->in_norm1);
         if (L->moe)
             moe_mlp(ex, L, n);
         else
-            swiglu_mlp(ex, &L->mlp, n, H, ex->xn, ex->gu, ex->h, ex->y);
+            ffn(ex, &L->mlp, n, H, ex->xn, ex->gu, ex->h, ex->y);
         sublayer_output(ex, n, post ? L->post_norm1 : NULL, c->mlp_alpha, c->mlp_beta);
     }
     st->pos = end;
@@ -1258,6 +1419,8 @@ int hy_exec_run(hy_exec *ex, hy_state *st, const hy_piece *pc, size_t np, float 
     /* every step but the last holds max_batch computed rows; one of holes
      * alone (after the last computed token) holds none but is sized for one */
     const size_t B = (size_t)HY_MAX(HY_MIN(computed, (int64_t)ex->max_batch), (int64_t)1);
+    /* transformers' decode step: one token, nothing else, after a prefix */
+    ex->decode_step = np == 1 && pc[0].tokens && pc[0].n == 1 && st->pos > 0;
     const int64_t ctx = st->pos + total;
     if ((rc = hy_state_reserve(st, ctx, err)) || (rc = ensure_workspace(ex, B, ctx, err)) ||
         (rc = rope_reserve(ex, ctx, err)))

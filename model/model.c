@@ -19,6 +19,14 @@
  *     MLA layers: the query and latent projections fused; its MoE under
  *     block_sparse_moe. (released) or mlp. (transformers' modules), the
  *     router's selection bias beside it.
+ *   - Nemotron-H's blocks under backbone. (released and saved) or model.
+ *     (transformers' modules): one norm and one mixer each — Mamba2's
+ *     in_proj (z | x B C | dt), conv, A_log, D, dt_bias, gated norm and
+ *     out_proj with their optional biases; GQA's q/k/v/o; a relu² MLP; or
+ *     the routed experts (one tensor each, or fused 3-D) with the router's
+ *     selection bias, the shared expert and the optional latent
+ *     projections. The embedding is backbone.embeddings, the final norm
+ *     backbone.norm_f.
  * Every tensor of the files must be used: one the configuration leaves unused
  * is an error naming it (config.json and the weights disagree). Two parts of
  * real checkpoints that the text executor does not run are skipped with one
@@ -180,6 +188,24 @@ static int load_mlp(loader *ld, const char *base, int inter, hy_mlp_w *w)
     if ((rc = LOAD(ld, n, w->w_gu + (size_t)inter * H, NULL, inter, H))) return rc;
     snprintf(n, sizeof n, "%s.down_proj.weight", base);
     return LOAD(ld, n, NULL, &w->w_down, H, inter);
+}
+
+/* A relu² MLP (Nemotron-H's; no gate) from and to width D: base.up_proj
+ * [inter][D] and base.down_proj [D][inter], with their biases when bias. */
+static int load_relu2(loader *ld, const char *base, int inter, int64_t D, bool bias, hy_mlp_w *w)
+{
+    char n[200];
+    int rc;
+    w->inter = inter;
+    snprintf(n, sizeof n, "%s.up_proj.weight", base);
+    if ((rc = LOAD(ld, n, NULL, &w->w_gu, inter, D))) return rc;
+    snprintf(n, sizeof n, "%s.down_proj.weight", base);
+    if ((rc = LOAD(ld, n, NULL, &w->w_down, D, inter))) return rc;
+    if (!bias) return HY_OK;
+    snprintf(n, sizeof n, "%s.up_proj.bias", base);
+    if ((rc = LOAD(ld, n, NULL, &w->b_up, inter))) return rc;
+    snprintf(n, sizeof n, "%s.down_proj.bias", base);
+    return LOAD(ld, n, NULL, &w->b_down, D);
 }
 
 static int load_moe(loader *ld, int i, hy_layer_w *L)
@@ -444,6 +470,95 @@ static int load_kda(loader *ld, int i, hy_kda_w *w)
     return LOAD(ld, n, NULL, &w->w_out, Hd, Q);
 }
 
+/* Nemotron-H's Mamba2 mixer: in_proj [I + C + nh][hidden] (rows z | x B C
+ * | dt, kept as they are), the conv over x B C, A_log, dt_bias, D, the
+ * gated norm's weight [I], out_proj; in_proj/out_proj biases with use_bias,
+ * the conv's with use_conv_bias. */
+static int load_mamba(loader *ld, int i, hy_mamba_w *w)
+{
+    const hy_model_config *c = &ld->m->cfg;
+    const int64_t H = c->hidden, nh = c->lin_v_heads, I = nh * c->lin_dv, C = hy_config_conv_dim(c),
+                  K = c->conv_kernel, P = I + C + nh;
+    char n[200];
+    int rc;
+    snprintf(n, sizeof n, "layers.%d.mixer.in_proj.weight", i);
+    if ((rc = LOAD(ld, n, NULL, &w->w_in, P, H))) return rc;
+    if (!(w->conv_w = own_alloc(ld->m, (size_t)(K * C))))
+        return hy_err_set(ld->err, HY_ENOMEM, "out of memory");
+    snprintf(n, sizeof n, "layers.%d.mixer.conv1d.weight", i);
+    if ((rc = load_conv(ld, n, 0, C, w->conv_w))) return rc;
+    if (c->lin_conv_bias) {
+        snprintf(n, sizeof n, "layers.%d.mixer.conv1d.bias", i);
+        if ((rc = LOAD(ld, n, NULL, &w->conv_b, C))) return rc;
+    }
+    snprintf(n, sizeof n, "layers.%d.mixer.A_log", i);
+    if ((rc = LOAD(ld, n, NULL, &w->neg_A, nh))) return rc;
+    for (int64_t h = 0; h < nh; h++) w->neg_A[h] = -expf(w->neg_A[h]);
+    snprintf(n, sizeof n, "layers.%d.mixer.dt_bias", i);
+    if ((rc = LOAD(ld, n, NULL, &w->dt_bias, nh))) return rc;
+    snprintf(n, sizeof n, "layers.%d.mixer.D", i);
+    if ((rc = LOAD(ld, n, NULL, &w->D, nh))) return rc;
+    snprintf(n, sizeof n, "layers.%d.mixer.norm.weight", i);
+    if ((rc = LOAD(ld, n, NULL, &w->norm_w, I))) return rc;
+    snprintf(n, sizeof n, "layers.%d.mixer.out_proj.weight", i);
+    if ((rc = LOAD(ld, n, NULL, &w->w_out, H, I))) return rc;
+    if (!c->lin_proj_bias) return HY_OK;
+    snprintf(n, sizeof n, "layers.%d.mixer.in_proj.bias", i);
+    if ((rc = LOAD(ld, n, NULL, &w->b_in, P))) return rc;
+    snprintf(n, sizeof n, "layers.%d.mixer.out_proj.bias", i);
+    return LOAD(ld, n, NULL, &w->b_out, H);
+}
+
+/* Nemotron-H's MoE block: the router [E][hidden] and its selection bias,
+ * the relu² experts — one tensor pair each as released
+ * (experts.{e}.up_proj.weight [Im][D], down_proj.weight [D][Im]) or fused
+ * (experts.up_proj [E][Im][D], down_proj [E][D][Im]), D the latent width
+ * when there is one — the shared expert, and fc1/fc2_latent_proj. */
+static int load_nemotron_moe(loader *ld, int i, hy_layer_w *L)
+{
+    const hy_model_config *c = &ld->m->cfg;
+    const int64_t H = c->hidden, E = c->n_experts, Im = c->moe_intermediate;
+    const int64_t D = c->moe_latent ? c->moe_latent : H;
+    char n[200];
+    int rc;
+    snprintf(n, sizeof n, "layers.%d.mixer.gate.weight", i);
+    if ((rc = LOAD(ld, n, NULL, &L->router, E, H))) return rc;
+    snprintf(n, sizeof n, "layers.%d.mixer.gate.e_score_correction_bias", i);
+    if ((rc = LOAD(ld, n, NULL, &L->router_bias, E))) return rc;
+    if (!(L->experts = own(ld->m, calloc((size_t)E, sizeof *L->experts))))
+        return hy_err_set(ld->err, HY_ENOMEM, "out of memory");
+    snprintf(n, sizeof n, "layers.%d.mixer.experts.up_proj", i);
+    if (has(ld, n)) {
+        float *up, *dn;
+        if ((rc = LOAD(ld, n, NULL, &up, E, Im, D))) return rc;
+        snprintf(n, sizeof n, "layers.%d.mixer.experts.down_proj", i);
+        if ((rc = LOAD(ld, n, NULL, &dn, E, D, Im))) return rc;
+        for (int64_t e = 0; e < E; e++)
+            L->experts[e] = (hy_mlp_w){.inter = (int)Im,
+                                       .w_gu = up + (size_t)(e * Im * D),
+                                       .w_down = dn + (size_t)(e * D * Im)};
+    } else {
+        for (int64_t e = 0; e < E; e++) {
+            snprintf(n, sizeof n, "layers.%d.mixer.experts.%lld", i, (long long)e);
+            if ((rc = load_relu2(ld, n, (int)Im, D, false, &L->experts[e]))) return rc;
+        }
+    }
+    snprintf(n, sizeof n, "layers.%d.mixer.shared_experts", i);
+    if ((rc = load_relu2(ld, n, c->shared_intermediate, H, c->mlp_bias, &L->shared))) return rc;
+    if (!c->moe_latent) return HY_OK;
+    hy_mlp_w *lt = &L->latent;
+    lt->inter = (int)D;
+    snprintf(n, sizeof n, "layers.%d.mixer.fc1_latent_proj.weight", i);
+    if ((rc = LOAD(ld, n, NULL, &lt->w_gu, D, H))) return rc;
+    snprintf(n, sizeof n, "layers.%d.mixer.fc2_latent_proj.weight", i);
+    if ((rc = LOAD(ld, n, NULL, &lt->w_down, H, D))) return rc;
+    if (!c->mlp_bias) return HY_OK;
+    snprintf(n, sizeof n, "layers.%d.mixer.fc1_latent_proj.bias", i);
+    if ((rc = LOAD(ld, n, NULL, &lt->b_up, D))) return rc;
+    snprintf(n, sizeof n, "layers.%d.mixer.fc2_latent_proj.bias", i);
+    return LOAD(ld, n, NULL, &lt->b_down, H);
+}
+
 /* An MLA layer: q_proj (or q_a_proj, q_a_layernorm, q_b_proj) and
  * kv_a_proj_with_mqa fused into one input projection, the latent's norm,
  * kv_b_proj and o_proj. attention_bias is refused by the config. */
@@ -556,17 +671,19 @@ static int load_attn(loader *ld, int i, hy_attn_w *w)
     const int64_t Q =
         (c->attn_gate ? 2 : 1) * c->n_heads * hd; /* [query|gate] per head, or query */
     const int64_t qn = c->qk_norm_flat ? c->n_heads * hd : hd, kn = c->qk_norm_flat ? KV : hd;
+    /* Nemotron-H's blocks call every mixer `mixer` */
+    const char *sa = c->arch == HY_ARCH_NEMOTRON_H ? "mixer" : "self_attn";
     char n[200];
     int rc;
     if (!(w->w_qkv = own_alloc(ld->m, (size_t)((Q + 2 * KV) * H))))
         return hy_err_set(ld->err, HY_ENOMEM, "out of memory");
-    snprintf(n, sizeof n, "layers.%d.self_attn.q_proj.weight", i);
+    snprintf(n, sizeof n, "layers.%d.%s.q_proj.weight", i, sa);
     if ((rc = LOAD(ld, n, w->w_qkv, NULL, Q, H))) return rc;
-    snprintf(n, sizeof n, "layers.%d.self_attn.k_proj.weight", i);
+    snprintf(n, sizeof n, "layers.%d.%s.k_proj.weight", i, sa);
     if ((rc = LOAD(ld, n, w->w_qkv + (size_t)(Q * H), NULL, KV, H))) return rc;
-    snprintf(n, sizeof n, "layers.%d.self_attn.v_proj.weight", i);
+    snprintf(n, sizeof n, "layers.%d.%s.v_proj.weight", i, sa);
     if ((rc = LOAD(ld, n, w->w_qkv + (size_t)((Q + KV) * H), NULL, KV, H))) return rc;
-    snprintf(n, sizeof n, "layers.%d.self_attn.o_proj.weight", i);
+    snprintf(n, sizeof n, "layers.%d.%s.o_proj.weight", i, sa);
     if ((rc = LOAD(ld, n, NULL, &w->w_o, H, c->n_heads * hd))) return rc;
     if (!c->qk_norm) return HY_OK;
     snprintf(n, sizeof n, "layers.%d.self_attn.q_norm.weight", i);
@@ -589,7 +706,9 @@ static int load_embeddings(loader *ld)
     const bool has_head = hy_st_find(ld->st, "lm_head.weight") != NULL;
     int rc;
     if (!m->cfg.tie_embeddings) {
-        if ((rc = LOAD(ld, "embed_tokens.weight", NULL, &m->embed, V, H))) return rc;
+        const char *e =
+            m->cfg.arch == HY_ARCH_NEMOTRON_H ? "embeddings.weight" : "embed_tokens.weight";
+        if ((rc = LOAD(ld, e, NULL, &m->embed, V, H))) return rc;
         return LOAD(ld, "/lm_head.weight", NULL, &m->lm_head, V, H);
     }
     if (!hy_st_find(ld->st, emb) && has_head) {
@@ -625,6 +744,8 @@ static const char *unused_reason(const hy_model_config *c, const char *rest, int
         return "the layer is a linear-attention layer (layer_types, full_attention_interval)";
     if (strstr(rest, ".linear_attn.") && c->layer_kind[li] == HY_LAYER_ATTENTION)
         return "the layer is a full-attention layer (layer_types, full_attention_interval)";
+    if (strstr(rest, ".mixer.") && c->arch == HY_ARCH_NEMOTRON_H)
+        return "the block's type (layers_block_type, hybrid_override_pattern) has no such tensor";
     return "no part of the configured model has this name";
 }
 
@@ -716,6 +837,10 @@ static int load_layer_norms(loader *ld, int i, hy_layer_w *L)
     const hy_model_config *c = &ld->m->cfg;
     const bool olmo = c->arch == HY_ARCH_OLMO_HYBRID;
     char a[2][96], b[2][96];
+    if (c->arch == HY_ARCH_NEMOTRON_H) { /* one norm per block, before its mixer or MLP */
+        snprintf(a[0], sizeof a[0], "layers.%d.norm.weight", i);
+        return load_norm1(ld, a[0], c->hidden, &L->in_norm1);
+    }
     if (c->layer_post_norm[i]) {
         snprintf(a[0], sizeof a[0], "layers.%d.feedforward_layer_norm.weight", i);
         snprintf(b[0], sizeof b[0], "layers.%d.post_attention_layernorm.weight", i);
@@ -737,18 +862,27 @@ static int load_all(loader *ld)
     hy_model *m = ld->m;
     const hy_model_config *c = &m->cfg;
     const int64_t H = c->hidden;
-    /* a vision-language checkpoint keeps the text model under model.language_model. */
+    /* a vision-language checkpoint keeps the text model under
+     * model.language_model.; Nemotron-H's files under backbone. */
     snprintf(ld->prefix, sizeof ld->prefix, "model.");
-    for (size_t i = 0; i < hy_st_count(ld->st); i++)
-        if (strncmp(hy_st_at(ld->st, i)->name, "model.language_model.", 21) == 0) {
+    for (size_t i = 0; i < hy_st_count(ld->st); i++) {
+        const char *nm = hy_st_at(ld->st, i)->name;
+        if (strncmp(nm, "model.language_model.", 21) == 0) {
             snprintf(ld->prefix, sizeof ld->prefix, "model.language_model.");
             break;
         }
+        if (c->arch == HY_ARCH_NEMOTRON_H && strncmp(nm, "backbone.", 9) == 0) {
+            snprintf(ld->prefix, sizeof ld->prefix, "backbone.");
+            break;
+        }
+    }
     if (!(ld->used = calloc(hy_st_count(ld->st) + 1, 1)))
         return hy_err_set(ld->err, HY_ENOMEM, "out of memory");
     int rc;
     if ((rc = load_embeddings(ld))) return rc;
-    if ((rc = load_norm1(ld, "norm.weight", H, &m->final_norm1))) return rc;
+    if ((rc = load_norm1(ld, c->arch == HY_ARCH_NEMOTRON_H ? "norm_f.weight" : "norm.weight", H,
+                         &m->final_norm1)))
+        return rc;
     if (!(m->layers = calloc((size_t)c->n_layers, sizeof *m->layers)))
         return hy_err_set(ld->err, HY_ENOMEM, "out of memory");
     for (int i = 0; i < c->n_layers; i++) {
@@ -757,8 +891,12 @@ static int load_all(loader *ld)
         L->kind = c->layer_kind[i];
         L->moe = c->layer_moe[i];
         if ((rc = load_layer_norms(ld, i, L))) return rc;
-        if (L->kind == HY_LAYER_ATTENTION)
+        if (L->kind == HY_LAYER_MLP)
+            rc = HY_OK; /* no token mixer */
+        else if (L->kind == HY_LAYER_ATTENTION)
             rc = c->mla ? load_mla(ld, i, &L->mla) : load_attn(ld, i, &L->attn);
+        else if (c->lin_kind == HY_LIN_MAMBA2)
+            rc = load_mamba(ld, i, &L->mamba);
         else if (c->lin_kind == HY_LIN_KDA)
             rc = load_kda(ld, i, &L->kda);
         else if (c->lin_kind == HY_LIN_LIGHTNING)
@@ -766,10 +904,16 @@ static int load_all(loader *ld)
         else
             rc = load_gdn(ld, i, &L->gdn);
         if (rc) return rc;
-        if (L->moe) {
+        if (c->layer_no_mlp[i]) {
+            rc = HY_OK;
+        } else if (L->moe) {
             rc = c->arch == HY_ARCH_MINIMAX       ? load_minimax_moe(ld, i, L)
                  : c->arch == HY_ARCH_KIMI_LINEAR ? load_kimi_moe(ld, i, L)
+                 : c->arch == HY_ARCH_NEMOTRON_H  ? load_nemotron_moe(ld, i, L)
                                                   : load_moe(ld, i, L);
+        } else if (c->arch == HY_ARCH_NEMOTRON_H) {
+            snprintf(n, sizeof n, "layers.%d.mixer", i);
+            rc = load_relu2(ld, n, c->intermediate, H, c->mlp_bias, &L->mlp);
         } else {
             /* Kimi's dense layers: mlp. as released, block_sparse_moe. as saved */
             snprintf(n, sizeof n, "layers.%d.%s", i,

@@ -16,6 +16,7 @@ static inline hy_la_family hy_lin_family(const hy_model_config *c)
 {
     return c->lin_kind == HY_LIN_LIGHTNING ? HY_LA_LIGHTNING
            : c->lin_kind == HY_LIN_KDA     ? HY_LA_KDA
+           : c->lin_kind == HY_LIN_MAMBA2  ? HY_LA_MAMBA2
                                            : HY_LA_GDN;
 }
 static inline hy_la_tkind hy_lin_tkind(const hy_model_config *c)
@@ -23,10 +24,13 @@ static inline hy_la_tkind hy_lin_tkind(const hy_model_config *c)
     return hy_la_t_kind(hy_lin_family(c));
 }
 
+/* An MLP from and to width D (the hidden size, or an expert's latent). */
 typedef struct hy_mlp_w {
     int inter;
-    float *w_gu;   /* [2·inter][H]: gate_proj rows, then up_proj rows */
-    float *w_down; /* [H][inter] */
+    float *w_gu;   /* SwiGLU: [2·inter][D], gate_proj rows then up_proj rows; relu²: [inter][D] */
+    float *w_down; /* [D][inter] */
+    float *b_up;   /* [inter] (relu² with biases), else NULL */
+    float *b_down; /* [D] or NULL */
 } hy_mlp_w;
 
 typedef struct hy_gdn_w {
@@ -46,6 +50,21 @@ typedef struct hy_light_w {
     float *g0;     /* [heads]: the constant log-decay −slope_rate of each head */
 } hy_light_w;
 
+/* Mamba2 (Nemotron-H; nh = lin_v_heads heads of P = lin_dv channels, I =
+ * nh·P, G = lin_k_heads groups of B and C of N = lin_dk, C = I + 2·G·N). */
+typedef struct hy_mamba_w {
+    float *w_in;    /* [I + C + nh][hidden]: in_proj's rows z | x B C | dt */
+    float *b_in;    /* [I + C + nh] (use_bias) or NULL */
+    float *conv_w;  /* [K][C] */
+    float *conv_b;  /* [C] (use_conv_bias) or NULL */
+    float *neg_A;   /* [nh] = −exp(A_log) */
+    float *dt_bias; /* [nh] */
+    float *D;       /* [nh]: the skip, y += D·x */
+    float *norm_w;  /* [I], plain weight of the group-wise gated RMSNorm */
+    float *w_out;   /* [hidden][I] */
+    float *b_out;   /* [hidden] (use_bias) or NULL */
+} hy_mamba_w;
+
 /* Kimi Delta Attention (heads H = lin_v_heads, d = lin_dk = lin_dv, Q = H·d;
  * the gate bottlenecks f_a / g_a are d wide). */
 typedef struct hy_kda_w {
@@ -62,13 +81,13 @@ typedef struct hy_kda_w {
 /* Multi-head latent attention (nh = n_heads; dn, dr, dv = qk_nope, qk_rope,
  * v_head; R = kv_lora). */
 typedef struct hy_mla_w {
-    float *w_a;      /* [Qa + R + dr][hidden]: q_proj (Qa = nh(dn+dr)) or q_a_proj (Qa =
-                      * q_lora) rows, then kv_a_proj_with_mqa rows */
-    float *q_norm;   /* [q_lora]: q_a_layernorm (with q_lora) */
-    float *w_qb;     /* [nh(dn+dr)][q_lora]: q_b_proj (with q_lora) */
-    float *kv_norm;  /* [R]: kv_a_layernorm */
-    float *w_kvb;    /* [nh(dn+dv)][R]: kv_b_proj, per head k_nope | v */
-    float *w_o;      /* [hidden][nh·dv] */
+    float *w_a;     /* [Qa + R + dr][hidden]: q_proj (Qa = nh(dn+dr)) or q_a_proj (Qa =
+                     * q_lora) rows, then kv_a_proj_with_mqa rows */
+    float *q_norm;  /* [q_lora]: q_a_layernorm (with q_lora) */
+    float *w_qb;    /* [nh(dn+dr)][q_lora]: q_b_proj (with q_lora) */
+    float *kv_norm; /* [R]: kv_a_layernorm */
+    float *w_kvb;   /* [nh(dn+dv)][R]: kv_b_proj, per head k_nope | v */
+    float *w_o;     /* [hidden][nh·dv] */
 } hy_mla_w;
 
 typedef struct hy_attn_w {
@@ -85,6 +104,7 @@ typedef struct hy_layer_w {
     hy_gdn_w gdn;
     hy_light_w light;
     hy_kda_w kda;
+    hy_mamba_w mamba;
     hy_attn_w attn;
     hy_mla_w mla;
     hy_mlp_w mlp;       /* dense MLP */
@@ -93,6 +113,8 @@ typedef struct hy_layer_w {
     hy_mlp_w *experts;  /* [E] */
     hy_mlp_w shared;    /* inter 0 when absent */
     float *shared_gate; /* [H] or NULL */
+    hy_mlp_w latent;    /* moe_latent: fc1_latent_proj as w_gu [L][H] (b_up [L]) and
+                         * fc2_latent_proj as w_down [H][L] (b_down [H]); inter = L */
 } hy_layer_w;
 
 struct hy_model {

@@ -158,9 +158,10 @@ size_t hy_state_bytes(const hy_state *s)
     const hy_model_config *c = &s->m->cfg;
     size_t b = 0;
     for (int i = 0; i < c->n_layers; i++)
-        b += c->layer_kind[i] == HY_LAYER_LINEAR
-                 ? (s_floats(c) + conv_floats(c)) * sizeof(float)
-                 : (size_t)s->pos * (k_row(c) + v_row(c) + hy_state_x_row(c)) * sizeof(float);
+        if (c->layer_kind[i] == HY_LAYER_LINEAR)
+            b += (s_floats(c) + conv_floats(c)) * sizeof(float);
+        else if (c->layer_kind[i] == HY_LAYER_ATTENTION)
+            b += (size_t)s->pos * (k_row(c) + v_row(c) + hy_state_x_row(c)) * sizeof(float);
     return b;
 }
 
@@ -200,6 +201,7 @@ int hy_state_layout(const hy_model_config *c, int64_t pos, hy_state_tensor *out,
     int n = 0;
     for (int i = 0; i < c->n_layers; i++) {
         hy_state_tensor a, b;
+        if (c->layer_kind[i] == HY_LAYER_MLP) continue; /* no state */
         if (c->layer_kind[i] == HY_LAYER_LINEAR) {
             a = (hy_state_tensor){
                 i, HY_PART_CONV,

@@ -98,10 +98,11 @@ static int cmd_info(int argc, char **argv)
     hy_model *m;
     if (hy_model_open(&m, argv[0], &e)) return fail(&e);
     const hy_model_config *c = hy_model_cfg(m);
-    int nlin = 0, natt = 0, nmoe = 0;
+    int nlin = 0, natt = 0, nmoe = 0, nmlp = 0;
     for (int i = 0; i < c->n_layers; i++) {
         nlin += c->layer_kind[i] == HY_LAYER_LINEAR;
         natt += c->layer_kind[i] == HY_LAYER_ATTENTION;
+        nmlp += c->layer_kind[i] == HY_LAYER_MLP;
         nmoe += c->layer_moe[i];
     }
     char b1[32], b2[32];
@@ -109,9 +110,15 @@ static int cmd_info(int argc, char **argv)
     printf("model        %s\n", argv[0]);
     printf("architecture %s (model_type %s)\n", c->arch_name, c->model_type);
     printf("parameters   %zu (%.2f M)\n", params, (double)params / 1e6);
-    printf("vocab %d, hidden %d, layers %d (%d linear, %d attention, %d MoE), %s embeddings\n",
-           c->vocab, c->hidden, c->n_layers, nlin, natt, nmoe,
-           c->tie_embeddings ? "tied" : "untied");
+    if (nmlp)
+        printf("vocab %d, hidden %d, layers %d (%d linear, %d attention, %d MLP alone of which %d "
+               "MoE), %s embeddings\n",
+               c->vocab, c->hidden, c->n_layers, nlin, natt, nmlp, nmoe,
+               c->tie_embeddings ? "tied" : "untied");
+    else
+        printf("vocab %d, hidden %d, layers %d (%d linear, %d attention, %d MoE), %s embeddings\n",
+               c->vocab, c->hidden, c->n_layers, nlin, natt, nmoe,
+               c->tie_embeddings ? "tied" : "untied");
     if (c->mla)
         printf("attention    MLA, %d heads: latent %d + shared key %d cached per token, expanded "
                "to keys %d + %d and values %d per head%s\n",
@@ -126,13 +133,19 @@ static int cmd_info(int argc, char **argv)
     else if (c->lin_kind == HY_LIN_LIGHTNING)
         printf("linear (lightning) %d heads x %d, a constant decay per head, no conv\n",
                c->lin_v_heads, c->lin_dk);
+    else if (c->lin_kind == HY_LIN_MAMBA2)
+        printf("linear (Mamba2) %d heads x %d channels, state %d, %d groups of B and C, a decay "
+               "per head and token, conv kernel %d, dt >= %g in prompts\n",
+               c->lin_v_heads, c->lin_dv, c->lin_dk, c->lin_k_heads, c->conv_kernel, c->dt_min);
     else
         printf("linear (GDN) %d key heads x %d, %d value heads x %d, conv kernel %d\n",
                c->lin_k_heads, c->lin_dk, c->lin_v_heads, c->lin_dv, c->conv_kernel);
     if (c->n_experts)
-        printf("MoE          %d experts, top-%d, expert width %d, shared %d, renormalised %s\n",
-               c->n_experts, c->top_k, c->moe_intermediate, c->shared_intermediate,
+        printf("MoE          %d experts, top-%d, expert width %d%s, shared %d, renormalised %s\n",
+               c->n_experts, c->top_k, c->moe_intermediate,
+               c->mlp_act == HY_MLP_RELU2 ? " (relu²)" : "", c->shared_intermediate,
                c->norm_topk ? "yes" : "no");
+    if (c->moe_latent) printf("             experts in a latent of %d\n", c->moe_latent);
     size_t lin_state = hy_config_linear_state_floats(c) * 4;
     /* K and V rows, and MLA's expansion of them */
     size_t kv_tok = ((size_t)hy_config_kv_k(c) + (size_t)hy_config_kv_v(c)) * 4 +
@@ -143,8 +156,15 @@ static int cmd_info(int argc, char **argv)
     for (int i = 0; i < c->n_layers; i++) {
         if (c->layer_kind[i] == HY_LAYER_LINEAR)
             printf("%5d  linear     %-5s  S %dx%dx%d + conv %dx%d = %s\n", i,
-                   c->layer_moe[i] ? "moe" : "dense", c->lin_v_heads, c->lin_dk, c->lin_dv,
-                   c->conv_kernel - 1, hy_config_conv_dim(c), b1);
+                   c->layer_no_mlp[i] ? "-"
+                   : c->layer_moe[i]  ? "moe"
+                                      : "dense",
+                   c->lin_v_heads, c->lin_dk, c->lin_dv, c->conv_kernel - 1, hy_config_conv_dim(c),
+                   b1);
+        else if (c->layer_kind[i] == HY_LAYER_MLP)
+            printf("%5d  (none)     %-5s  no state\n", i, c->layer_moe[i] ? "moe" : "dense");
+        else if (c->layer_no_mlp[i])
+            printf("%5d  attention  -      K+V %s per token\n", i, b2);
         else
             printf("%5d  attention  %-5s  K+V %s per token\n", i, c->layer_moe[i] ? "moe" : "dense",
                    b2);
@@ -189,7 +209,7 @@ static int cmd_entry_size(int argc, char **argv)
         nlin += c.layer_kind[i] == HY_LAYER_LINEAR;
         natt += c.layer_kind[i] == HY_LAYER_ATTENTION;
     }
-    const bool scalar_t = c.lin_kind == HY_LIN_LIGHTNING; /* one decay per head */
+    const bool scalar_t = c.lin_kind == HY_LIN_LIGHTNING || c.lin_kind == HY_LIN_MAMBA2;
     const hy_entry_layer_bytes lb = hy_entry_layer_sizes(&c, HY_ENTRY_F32);
     const double T = (double)lb.t, S = (double)lb.s, tail = (double)lb.tail;
     const double kv = (double)(lb.k_per_token + lb.v_per_token);
@@ -200,9 +220,14 @@ static int cmd_entry_size(int argc, char **argv)
     human_bytes(kv, b[3], sizeof b[3]);
     printf("config       %s (model_type %s)\n", argv[0], c.model_type);
     printf("layers       %d linear, %d attention\n", nlin, natt);
-    if (scalar_t)
+    if (scalar_t && c.conv_kernel == 1)
         printf("linear layer T %d x 1 = %s, S(body|0) %d x %d x %d = %s (fp32), no conv tail\n",
                c.lin_v_heads, b[0], c.lin_v_heads, c.lin_dk, c.lin_dv, b[1]);
+    else if (scalar_t)
+        printf("linear layer T %d x 1 = %s, S(body|0) %d x %d x %d = %s (fp32), conv tail "
+               "%d x %d = %s\n",
+               c.lin_v_heads, b[0], c.lin_v_heads, c.lin_dk, c.lin_dv, b[1], c.conv_kernel - 1,
+               hy_config_conv_dim(&c), b[2]);
     else
         printf("linear layer T %d x %d x %d = %s, S(body|0) %d x %d x %d = %s (fp32), conv tail "
                "%d x %d = %s\n",

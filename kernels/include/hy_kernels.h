@@ -91,9 +91,10 @@ void hy_fp_restore(uint64_t mode);
  * in: [n] rows of C (stride ldi); state: [K-1][C], the previous inputs, oldest
  * first (zeros at a sequence start), updated to the last K-1 inputs;
  * w: [K][C] (the checkpoint's [C][1][K] transposed, tap-major so the inner
- * loop runs over channels); out: [n][C] (stride ldo). */
+ * loop runs over channels); bias: [C] added before the SiLU, or NULL;
+ * out: [n][C] (stride ldo). */
 void hy_conv1d_silu(int n, int C, int K, const float *in, size_t ldi, float *state, const float *w,
-                    float *out, size_t ldo);
+                    const float *bias, float *out, size_t ldo);
 
 /* Rotary tables for rotate_half RoPE on the first rd dims of a head:
  * inv_freq[i] = theta^(-2i/rd), i < rd/2. */
@@ -155,8 +156,8 @@ void hy_attention(int n, int hd, int64_t pos0, const float *q, size_t ldq, const
  * values and outputs of dv (MLA's differ). scores: HY_ATTN_BLOCK ×
  * (pos[n−1]+1) floats. */
 void hy_attention_at(int n, int dk, int dv, const int64_t *pos, const float *q, size_t ldq,
-                     const float *K, size_t ldk, const float *V, size_t ldv, float scale,
-                     float *o, size_t ldo, float *scores);
+                     const float *K, size_t ldk, const float *V, size_t ldv, float scale, float *o,
+                     size_t ldo, float *scores);
 
 /* ==== Linear attention: every family, its transition operator, composition ==== */
 

@@ -4,7 +4,8 @@
  * A model is a Hugging Face directory (config.json + safetensors) of one of
  * the supported architectures (docs/executor.md): Qwen3NextForCausalLM, Qwen3.5
  * text (qwen3_5_text, and its MoE variant qwen3_5_moe_text),
- * OlmoHybridForCausalLM (olmo_hybrid) and MiniMaxForCausalLM (minimax).
+ * OlmoHybridForCausalLM (olmo_hybrid), MiniMaxForCausalLM (minimax),
+ * KimiLinearForCausalLM (kimi_linear) and NemotronHForCausalLM (nemotron_h).
  * Loading validates
  * the config and every tensor the architecture needs (presence, shape, dtype)
  * and widens the weights to fp32 in the executor's own layouts.
@@ -31,18 +32,35 @@ typedef enum hy_arch {
     HY_ARCH_OLMO_HYBRID,
     HY_ARCH_MINIMAX,
     HY_ARCH_KIMI_LINEAR,
+    HY_ARCH_NEMOTRON_H,
     HY_ARCH_COUNT
 } hy_arch;
 /* The linear-attention layer a model runs: Gated DeltaNet (a dense dk×dk T
  * per head, a short conv before it), MiniMax's lightning attention (a
- * constant decay per head: a scalar T, no conv) or Kimi Delta Attention (the
- * delta rule with a decay per key channel: a dense T, a short conv). */
-typedef enum hy_lin_kind { HY_LIN_GDN = 0, HY_LIN_LIGHTNING, HY_LIN_KDA } hy_lin_kind;
+ * constant decay per head: a scalar T, no conv), Kimi Delta Attention (the
+ * delta rule with a decay per key channel: a dense T, a short conv) or
+ * Mamba2 (Nemotron-H: a decay per head and token, a scalar T, a short conv
+ * over x | B | C). For Mamba2 the kernels' key is B (dk = ssm_state_size,
+ * lin_k_heads = n_groups), the query C and the value dt·x (dv =
+ * mamba_head_dim, lin_v_heads = mamba_num_heads): S per head is [N][P], the
+ * transpose of transformers' [P][N]. */
+typedef enum hy_lin_kind {
+    HY_LIN_GDN = 0,
+    HY_LIN_LIGHTNING,
+    HY_LIN_KDA,
+    HY_LIN_MAMBA2
+} hy_lin_kind;
 /* How an MoE layer routes: softmax over the experts, top-k (Qwen, MiniMax),
  * or DeepSeek's sigmoid scores with a bias that only selects, top-k among
  * the best groups of experts, times a routed scaling factor (Kimi). */
 typedef enum hy_router_kind { HY_ROUTER_SOFTMAX = 0, HY_ROUTER_SIGMOID_GROUPED } hy_router_kind;
-typedef enum hy_layer_kind { HY_LAYER_LINEAR = 0, HY_LAYER_ATTENTION } hy_layer_kind;
+/* A layer's token mixer: linear attention, full attention, or none
+ * (HY_LAYER_MLP: Nemotron-H's blocks that are an MLP or MoE alone; such a
+ * layer keeps no state and its entry sections are empty). */
+typedef enum hy_layer_kind { HY_LAYER_LINEAR = 0, HY_LAYER_ATTENTION, HY_LAYER_MLP } hy_layer_kind;
+/* An MLP's (and every expert's) shape: SwiGLU, down(silu(gate x) ⊙ up x),
+ * or Nemotron-H's squared ReLU without a gate, down(relu(up x)²). */
+typedef enum hy_mlp_act { HY_MLP_SWIGLU = 0, HY_MLP_RELU2 } hy_mlp_act;
 
 /* Everything the executor needs from config.json, validated. */
 typedef struct hy_model_config {
@@ -71,12 +89,24 @@ typedef struct hy_model_config {
     int conv_kernel;      /* 1: no conv (lightning) */
     float lin_beta_scale; /* beta = scale·sigmoid(b): 2 lets the eigenvalues reach −1 */
     float lin_norm_eps;   /* epsilon of the gated output RMSNorm */
+    /* Mamba2 (Nemotron-H): dt = softplus(dt_raw + dt_bias) is clamped below
+     * at dt_min for every token of a prompt (transformers' chunked scan),
+     * never for a one-token decode step after a prefix (its recurrent
+     * update); biases on the conv and on in_proj / out_proj; the gated
+     * output norm runs over lin_k_heads groups of heads */
+    float dt_min;
+    bool lin_conv_bias, lin_proj_bias;
     /* MiniMax's residuals: each sublayer replaces the stream by
      * alpha·norm(x) + beta·f(norm(x)) instead of adding f(norm(x)) to x */
     bool scaled_residual;
     float attn_alpha, attn_beta, lin_alpha, lin_beta, mlp_alpha, mlp_beta;
     /* MLP / MoE */
     int intermediate;        /* dense MLP width */
+    hy_mlp_act mlp_act;      /* every MLP's and expert's shape */
+    bool mlp_bias;           /* biases on the dense MLP, the shared expert and the latent
+                              * projections (Nemotron-H's mlp_bias; routed experts have none) */
+    int moe_latent;          /* routed experts run in a latent of this width between
+                              * fc1_latent_proj and fc2_latent_proj (Nemotron-H); 0: none */
     int n_experts, top_k;    /* 0 experts: dense everywhere */
     int moe_intermediate;    /* per routed expert */
     int shared_intermediate; /* shared expert; 0 when absent */
@@ -91,6 +121,9 @@ typedef struct hy_model_config {
      * them to the residual stream (OLMo's attention layers), instead of
      * their inputs */
     bool layer_post_norm[HY_MAX_LAYERS];
+    /* the layer is its token mixer alone, with no MLP sublayer (Nemotron-H's
+     * Mamba2 and attention blocks) */
+    bool layer_no_mlp[HY_MAX_LAYERS];
 } hy_model_config;
 
 /* Parses and validates a config.json text (path is used in messages). */

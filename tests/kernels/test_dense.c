@@ -131,7 +131,7 @@ static void test_conv_carries_state(void)
     float *in = randn(&r, (size_t)n * ld), *w = randn(&r, (size_t)K * C);
     float *out1 = malloc((size_t)n * C * 4), *out2 = malloc((size_t)n * C * 4);
     float st1[3 * 13] = {0}, st2[3 * 13] = {0};
-    hy_conv1d_silu(n, C, K, in, ld, st1, w, out1, C);
+    hy_conv1d_silu(n, C, K, in, ld, st1, w, NULL, out1, C);
     /* direct: zero history */
     double worst = 0;
     for (int t = 0; t < n; t++)
@@ -148,14 +148,30 @@ static void test_conv_carries_state(void)
     /* the same sequence in pieces of 1, 2 and 8 tokens */
     const int cuts[] = {0, 1, 3, 11};
     for (int i = 0; i < 3; i++)
-        hy_conv1d_silu(cuts[i + 1] - cuts[i], C, K, in + (size_t)cuts[i] * ld, ld, st2, w,
+        hy_conv1d_silu(cuts[i + 1] - cuts[i], C, K, in + (size_t)cuts[i] * ld, ld, st2, w, NULL,
                        out2 + (size_t)cuts[i] * C, C);
     CU_ASSERT(hy_max_abs_diff(out2, out1, (size_t)n * C) == 0.0);
     CU_ASSERT(memcmp(st1, st2, sizeof st1) == 0);
     /* the state holds the last K-1 inputs, oldest first */
     for (int j = 0; j < K - 1; j++)
         CU_ASSERT(memcmp(st1 + j * C, in + (size_t)(n - (K - 1) + j) * ld, (size_t)C * 4) == 0);
-    free(in), free(w), free(out1), free(out2);
+    /* a bias (Mamba2's conv) is added before the SiLU */
+    float *bias = randn(&r, (size_t)C), st3[3 * 13] = {0};
+    hy_conv1d_silu(n, C, K, in, ld, st3, w, bias, out2, C);
+    double bworst = 0;
+    for (int t = 0; t < n; t++)
+        for (int c = 0; c < C; c++) {
+            double s = bias[c];
+            for (int j = 0; j < K; j++) {
+                int idx = t + j - (K - 1);
+                if (idx >= 0) s += (double)w[j * C + c] * in[(size_t)idx * ld + c];
+            }
+            s = s / (1 + exp(-s));
+            bworst = fmax(bworst, fabs(s - out2[t * C + c]));
+        }
+    CU_ASSERT(bworst < 1e-5);
+    CU_ASSERT(memcmp(st1, st3, sizeof st1) == 0); /* the state holds inputs, not biased sums */
+    free(in), free(w), free(out1), free(out2), free(bias);
 }
 
 static void test_rope(void)

@@ -35,7 +35,10 @@ static const char *k_models[] = {"qwen3next_moe",
                                  "minimax",
                                  "minimax_defaults",
                                  "kimi_linear",
-                                 "kimi_linear_qlora"};
+                                 "kimi_linear_qlora",
+                                 "nemotron_h",
+                                 "nemotron_h_legacy",
+                                 "nemotron_h_dtclamp"};
 static const int k_lengths[] = {1, 63, 64, 65, 300};
 
 typedef struct golden {
@@ -205,6 +208,9 @@ MODEL_TESTS(11)
 MODEL_TESTS(12)
 MODEL_TESTS(13)
 MODEL_TESTS(14)
+MODEL_TESTS(15)
+MODEL_TESTS(16)
+MODEL_TESTS(17)
 
 /* Last logits of the fixture's 64-token prefill under m as it is now; returns
  * the max abs error against transformers. */
@@ -395,6 +401,9 @@ int main(void)
         MODEL_CASES(12),
         MODEL_CASES(13),
         MODEL_CASES(14),
+        MODEL_CASES(15),
+        MODEL_CASES(16),
+        MODEL_CASES(17),
         {"qwen3_5_moe: norm_topk_prob false is ignored", t_norm_topk_ignored},
         {"qwen3_5_moe: shared expert width defaults to 512", t_shared_default},
         {"nested: tied by the top-level flag", t_tied_by_top_level},

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Golden reference fixtures for HYPIC from Hugging Face transformers' pure-PyTorch
-Qwen3-Next / Qwen3.5 implementations.
+Qwen3-Next / Qwen3.5 / OLMo-Hybrid / MiniMax / Kimi-Linear / Nemotron-H implementations.
 
 For each tiny, randomly initialised model this writes, into <out>/<name>/:
   config.json, model.safetensors   -- written by save_pretrained (the real on-disk format)
@@ -15,7 +15,10 @@ Four fixtures pin how transformers *reads config.json* where a reader could go w
 a Qwen3.5 MoE config.json saying norm_topk_prob=false (ignored: the router always
 renormalises), one without shared_expert_intermediate_size (default 512), and two nested
 vision-language checkpoints whose top-level tie_word_embeddings disagrees with
-text_config's (the top-level flag decides).
+text_config's (the top-level flag decides). Likewise nemotron_h_legacy's config.json is
+written the way released Nemotron-H checkpoints carry it (hybrid_override_pattern, the
+legacy mamba_* names, a bare Infinity), and nemotron_h_dtclamp pins the dt clamp that the
+Mamba2 prefill applies and the one-token decode does not.
 
 Run through make_golden.sh (it builds the pinned venv). See README.md.
 """
@@ -40,7 +43,7 @@ from pathlib import Path
 # --------------------------------------------------------------------------------------
 # 1. The optional fast kernels must not even be installed.
 # --------------------------------------------------------------------------------------
-FORBIDDEN_MODULES = ("fla", "causal_conv1d", "kernels")
+FORBIDDEN_MODULES = ("fla", "causal_conv1d", "kernels", "mamba_ssm")
 for _m in FORBIDDEN_MODULES:
     if importlib.util.find_spec(_m) is not None:
         sys.exit(f"make_golden: optional fast-kernel package '{_m}' is importable; "
@@ -61,6 +64,7 @@ from transformers.models.qwen3_next import modeling_qwen3_next as mnext
 from transformers.models.olmo_hybrid import modeling_olmo_hybrid as molmo
 from transformers.models.minimax import modeling_minimax as mminimax
 from transformers.models.kimi_linear import modeling_kimi_linear as mkimi
+from transformers.models.nemotron_h import modeling_nemotron_h as mnemo
 from transformers.utils import import_utils
 
 SEED = 20240611
@@ -83,6 +87,17 @@ KIMI_FAST_PATH_FUNCS = ("causal_conv1d_fn", "causal_conv1d_update", "chunk_kimi_
                         "recurrent_kimi_delta_attention")
 KIMI_FALLBACK_WARNINGS = ("`chunk_kda` is falling back", "`fused_recurrent_kda` is falling back")
 
+# Nemotron-H's Mamba2 mixer: the conv (causal_conv1d) and the SSD scan / one-token state
+# update (mamba_ssm), plus the fused split-conv-scan used only in training without a cache.
+NEMOTRON_FAST_PATH_FUNCS = ("causal_conv1d_fn", "causal_conv1d_update",
+                            "mamba2_split_conv1d_scan_combined", "mamba2_selective_state_update",
+                            "mamba2_chunk_scan")
+NEMOTRON_FALLBACK_WARNINGS = ("`causal_conv1d_fn` is falling back",
+                              "`causal_conv1d_update` is falling back",
+                              "`mamba_chunk_scan_combined` is falling back",
+                              "`selective_state_update` is falling back")
+CLAMP_MIN_DIFF = 1e-3  # a dt-clamp fixture's decode must miss the one-shot prefill by more
+
 
 # --------------------------------------------------------------------------------------
 # 2. Static proof that the modeling modules bound the torch fallbacks.
@@ -91,9 +106,11 @@ def assert_pure_torch_static():
     assert not import_utils.is_flash_linear_attention_available(), "fla available"
     assert not import_utils.is_causal_conv1d_available(), "causal_conv1d available"
     assert not import_utils.is_kernels_available(), "kernels available"
+    assert not import_utils.is_mamba_2_ssm_available(), "mamba_ssm available"
     assert hub_kernels._kernels_enabled is False, "hub kernels enabled"
     for mod, funcs in ((mnext, FAST_PATH_FUNCS), (m35, FAST_PATH_FUNCS), (m35moe, FAST_PATH_FUNCS),
-                       (molmo, FAST_PATH_FUNCS), (mkimi, KIMI_FAST_PATH_FUNCS)):
+                       (molmo, FAST_PATH_FUNCS), (mkimi, KIMI_FAST_PATH_FUNCS),
+                       (mnemo, NEMOTRON_FAST_PATH_FUNCS)):
         for fname in funcs:
             f = getattr(mod, fname)
             # use_kernel_func_from_hub_with_fallback() returns a closure `wrapped` over
@@ -106,7 +123,8 @@ def assert_pure_torch_static():
     for cls, mod in ((mnext.Qwen3NextGatedDeltaNet, mnext), (m35.Qwen3_5GatedDeltaNet, m35),
                      (m35moe.Qwen3_5MoeGatedDeltaNet, m35moe),
                      (molmo.OlmoHybridGatedDeltaNet, molmo),
-                     (mkimi.KimiLinearDeltaAttention, mkimi)):
+                     (mkimi.KimiLinearDeltaAttention, mkimi),
+                     (mnemo.NemotronHMamba2Mixer, mnemo)):
         assert cls.forward.__module__ == mod.__name__, cls  # not kernelized / replaced
 
 
@@ -143,6 +161,24 @@ _TEXT35 = dict(
 _VISION = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, patch_size=2,
                temporal_patch_size=2, spatial_merge_size=2, out_hidden_size=32,
                num_position_embeddings=16)
+
+# Nemotron-H: one mixer per block, the block kinds spelt as the released configs'
+# hybrid_override_pattern (M = Mamba2, * = attention, - = MLP, E = MoE).
+NEMO_BLOCKS = {"M": "linear_attention", "*": "full_attention", "-": "mlp", "E": "moe"}
+
+
+def _blocks(pattern):
+    return [NEMO_BLOCKS[c] for c in pattern]
+
+
+_NEMO = dict(
+    vocab_size=331, hidden_size=48, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+    intermediate_size=64, mamba_num_heads=8, mamba_head_dim=8, n_groups=2, ssm_state_size=16,
+    conv_kernel=4, chunk_size=16, n_routed_experts=8, num_experts_per_tok=2,
+    moe_intermediate_size=32, moe_shared_expert_intermediate_size=24, n_group=2, topk_group=1,
+    routed_scaling_factor=2.5, norm_topk_prob=True, tie_word_embeddings=False,
+    layer_norm_epsilon=1e-5,
+)
 
 SPECS = [
     dict(
@@ -457,6 +493,73 @@ SPECS = [
             tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2,
         ),
     ),
+] + [
+    # ---- Nemotron-H: Mamba2 (a scalar decay per head, B/C groups), NoPE GQA, relu² MLP,
+    # DeepSeek-style sigmoid MoE; one mixer per block. The state is written [H][N][P].
+    # As save_pretrained writes it: layers_block_type (a list), backbone.* per-expert tensors.
+    dict(
+        name="nemotron_h",
+        family="nemotron_h",
+        cls=mnemo.NemotronHForCausalLM,
+        cfg_cls=mnemo.NemotronHConfig,
+        storage=torch.float32,
+        on_disk_interval="keep",
+        cfg=dict(_NEMO, layers_block_type=_blocks("M-M*EME*M")),
+    ),
+    # config.json as released checkpoints carry it: hybrid_override_pattern + num_hidden_layers
+    # instead of layers_block_type, the legacy mamba_* names instead of the new ones (each
+    # differs from the class default, so a reader that misses the alias gets another model),
+    # and the bare (non-JSON) literal Infinity in time_step_limit. Experts in a latent space,
+    # no top-k renormalisation, in/out_proj and MLP biases, no conv bias, one expert group,
+    # conv kernel 3, three B/C groups, BF16.
+    dict(
+        name="nemotron_h_legacy",
+        family="nemotron_h",
+        cls=mnemo.NemotronHForCausalLM,
+        cfg_cls=mnemo.NemotronHConfig,
+        storage=torch.bfloat16,
+        on_disk_interval="keep",
+        config_edit={"drop": ["layers_block_type", "mtp_layers_block_type", "n_groups",
+                              "conv_kernel", "chunk_size", "time_step_min", "use_conv_bias",
+                              "time_step_limit"],
+                     "set": {"hybrid_override_pattern": "*MEM-EM", "num_hidden_layers": 7,
+                             "mamba_n_groups": 3, "mamba_d_conv": 3, "mamba_chunk_size": 8,
+                             "mamba_dt_min": 0.002, "mamba_conv_bias": False},
+                     # written into config.json verbatim (not JSON: Python's json reads it)
+                     "raw": {"time_step_limit": "[0.0, Infinity]"}},
+        expect_attrs={"layers_block_type": _blocks("*MEM-EM"), "num_hidden_layers": 7,
+                      "n_groups": 3, "conv_kernel": 3, "chunk_size": 8, "time_step_min": 0.002,
+                      "use_conv_bias": False, "moe_latent_size": 24, "norm_topk_prob": False,
+                      "use_bias": True, "mlp_bias": True, "n_group": 1,
+                      "time_step_limit": [0.0, math.inf]},
+        cfg=dict(
+            vocab_size=331, hidden_size=40, layers_block_type=_blocks("*MEM-EM"),
+            num_attention_heads=2, num_key_value_heads=1, head_dim=16, intermediate_size=48,
+            mamba_num_heads=6, mamba_head_dim=8, n_groups=3, ssm_state_size=8, conv_kernel=3,
+            chunk_size=8, time_step_min=0.002, use_conv_bias=False, use_bias=True,
+            mlp_bias=True, n_routed_experts=6, num_experts_per_tok=2, moe_intermediate_size=16,
+            moe_shared_expert_intermediate_size=20, moe_latent_size=24, n_group=1, topk_group=1,
+            routed_scaling_factor=1.5, norm_topk_prob=False, tie_word_embeddings=False,
+            layer_norm_epsilon=1e-5,
+        ),
+    ),
+    # The dt clamp: the chunked scan (every prefill, a 1-token one too) clamps
+    # dt = softplus(.) >= time_step_min, the one-token decode update does not. Two heads of
+    # layer 0 (one per B/C group) get dt_bias -9 (dt ~ 1e-4), so their prefill dt are clamped
+    # and their decode dt are not: the decode rows must miss a one-shot prefill of the same
+    # tokens (asserted > CLAMP_MIN_DIFF). time_step_min 0.002 (not the default 0.001), so the
+    # floor's value is read from config.json.
+    dict(
+        name="nemotron_h_dtclamp",
+        family="nemotron_h",
+        cls=mnemo.NemotronHForCausalLM,
+        cfg_cls=mnemo.NemotronHConfig,
+        storage=torch.float32,
+        on_disk_interval="keep",
+        dt_bias_override={"layer": 0, "heads": (1, 6), "value": -9.0},
+        clamp_asymmetry=True,
+        cfg=dict(_NEMO, layers_block_type=_blocks("M*M-"), time_step_min=0.002),
+    ),
 ]
 
 
@@ -477,12 +580,15 @@ def init_params(model, gen):
 
     tied = bool(model.config.tie_word_embeddings)  # a composite's own flag decides
     plain = model.config.model_type in ("olmo_hybrid", "minimax", "kimi_linear")
+    nemo = model.config.model_type == "nemotron_h"
     handled = set()
     for name, p in model.named_parameters():
         shp = tuple(p.shape)
         full_name = name
         name = name.replace("model.language_model.", "model.", 1)
-        if name.startswith("model.visual."):
+        if nemo:
+            v = _nemotron_init(name, shp, randn, gen)
+        elif name.startswith("model.visual."):
             v = randn(shp, 0.02)                     # vision tower: saved, never run
         elif plain and (name.endswith(PLAIN_NORMS) or name == "model.norm.weight"):
             v = randn(shp, 0.1, 1.0)                 # used as w
@@ -519,6 +625,35 @@ def init_params(model, gen):
             b.copy_(randn(tuple(b.shape), 0.05))
 
 
+def _nemotron_init(name, shp, randn, gen):
+    """Nemotron-H (in-memory names: model.embeddings, model.layers.{i}.norm / .mixer.*,
+    model.norm_f, lm_head; the experts fused [E, out, in]). Every RMSNorm multiplies by the
+    plain weight; dt_bias N(-2.5, 0.5) keeps every dt well above time_step_min, so the
+    clamped prefill and the unclamped decode agree (asserted)."""
+    if name.endswith("mixer.A_log"):
+        return (torch.rand(shp, generator=gen) * 0.95 + 0.05).log()   # A in [0.05, 1)
+    if name.endswith("mixer.dt_bias"):
+        return randn(shp, 0.5, -2.5)
+    if name.endswith("mixer.D"):
+        return randn(shp, 1.0)
+    if name.endswith(("norm.weight", "norm_f.weight")):  # block norms, gated norm, norm_f
+        return randn(shp, 0.1, 1.0)
+    if name.endswith("mixer.conv1d.weight"):
+        return randn(shp, 0.35)                            # [conv_dim, 1, K]
+    if name.endswith("mixer.conv1d.bias"):
+        return randn(shp, 0.1)
+    if name.endswith(".bias"):  # in/out_proj (use_bias), MLP / shared / latent (mlp_bias)
+        return randn(shp, 0.1)
+    if name.endswith("mixer.gate.weight"):                 # router [E, hidden]
+        return randn(shp, 1.5 / math.sqrt(shp[-1]))
+    if name == "model.embeddings.weight":                  # never tied (no effect for this class)
+        return randn(shp, 1.0)
+    if name.endswith(("experts.up_proj", "experts.down_proj")) or (
+            len(shp) == 2 and name.endswith(".weight")):
+        return randn(shp, 1.0 / math.sqrt(shp[-1]))        # Linear / expert [.., out, in]
+    raise RuntimeError(f"no init rule for parameter {name} {shp}")
+
+
 # --------------------------------------------------------------------------------------
 # 5. Golden computation.
 # --------------------------------------------------------------------------------------
@@ -528,11 +663,13 @@ class RouterMargin:
     def __init__(self, model):
         self.min = math.inf
         self.max_sum_dev = 0.0  # max |sum of a token's top-k routing weights - 1|
+        self.weight_sums = (math.inf, -math.inf)  # Nemotron-H: range of a token's top-k sum
         self.handles = []
         for mod in model.modules():
             if type(mod).__name__.endswith("TopKRouter"):
                 self.handles.append(mod.register_forward_hook(self._hook))
-            elif type(mod).__name__ == "KimiLinearTopkRouter":
+            elif type(mod).__name__ in ("KimiLinearTopkRouter", "NemotronHTopkRouter"):
+                # same DeepSeek-V3 routing: sigmoid + selection bias, top-2 group scores
                 self.handles.append(mod.register_forward_hook(self._grouped_hook))
 
     def _grouped_hook(self, mod, inp, out):
@@ -549,6 +686,10 @@ class RouterMargin:
         top = torch.topk(masked, min(k + 1, kg * (E // G)), dim=-1).values
         if top.shape[-1] > k:
             self.min = min(self.min, float((top[:, k - 1] - top[:, k]).min()))
+        if type(mod).__name__ == "NemotronHTopkRouter":  # out = (logits, weights, indices)
+            ws = out[1].float().sum(-1)
+            self.weight_sums = (min(self.weight_sums[0], float(ws.min())),
+                                max(self.weight_sums[1], float(ws.max())))
 
     def _hook(self, mod, inp, out):
         probs = torch.softmax(out[0].float(), dim=-1)
@@ -566,12 +707,25 @@ def lin_dims(cfg):
     if cfg.model_type == "kimi_linear":  # KDA: q, k and v share the heads and the width
         H, d = cfg.linear_num_heads, cfg.linear_head_dim
         return cfg.linear_conv_kernel_dim, H, H, d, d
+    if cfg.model_type == "nemotron_h":  # Mamba2: B/C ("keys") in G groups of N, x ("values")
+        # in H heads of P; conv_dim = 2·G·N + H·P; the state is written [H][N][P]
+        return (cfg.conv_kernel, cfg.n_groups, cfg.mamba_num_heads, cfg.ssm_state_size,
+                cfg.mamba_head_dim)
     return (cfg.linear_conv_kernel_dim, cfg.linear_num_key_heads, cfg.linear_num_value_heads,
             cfg.linear_key_head_dim, cfg.linear_value_head_dim)
 
 
+def block_types(cfg):
+    """Per-layer kinds: Nemotron-H keeps them in layers_block_type (layer_types is its alias)."""
+    if cfg.model_type == "nemotron_h":
+        return list(cfg.layers_block_type)
+    return list(cfg.layer_types)
+
+
 @torch.no_grad()
-def lin_states(cache, lin_layers, K):
+def lin_states(cache, lin_layers, K, transpose=False):
+    """transpose: Nemotron-H's cache holds the Mamba2 state [B, H, P, N]; HYPIC keeps
+    S[key dim][value dim], i.e. [H][N][P]."""
     st, cv = {}, {}
     if K == 1:  # MiniMax: the state is in linear_cache ([B, H, d, d]); there is no conv
         for i in lin_layers:
@@ -581,25 +735,57 @@ def lin_states(cache, lin_layers, K):
         s = cache.get_recurrent_state(i)   # [B, Hv, dk, dv]
         c = cache.get_conv_state(i)        # [B, conv_dim, K]  (last K pre-conv inputs)
         assert c.shape[-1] == K, c.shape
-        st[i] = s[0].detach().clone().float().contiguous()
+        s = s[0].transpose(-1, -2) if transpose else s[0]
+        st[i] = s.detach().clone().float().contiguous()
         cv[i] = c[0, :, -(K - 1):].detach().clone().float().contiguous()
     return st, cv
 
 
+class DtMonitor:
+    """Nemotron-H: dt = softplus(in_proj's last H outputs + dt_bias) per token and head, seen
+    by every Mamba2 mixer, by phase ("prefill": the prefills and the decode prompt, "decode":
+    the one-token steps with a state, "oneshot": the 84-token sanity prefill). The chunked
+    scan (prefill, oneshot) clamps dt at time_step_min; the decode update does not."""
+
+    def __init__(self, model, floor):
+        self.floor = floor
+        self.phase = None
+        self.stats = {}  # phase -> [min dt, count of dt < floor, count of dt]
+        self.handles = []
+        for mod in model.modules():
+            if isinstance(mod, mnemo.NemotronHMamba2Mixer):
+                self.handles.append(mod.in_proj.register_forward_hook(
+                    lambda m, i, o, mix=mod: self._hook(mix, o)))
+
+    def _hook(self, mix, out):
+        dt = torch.nn.functional.softplus(out[..., -mix.num_heads:].float() + mix.dt_bias.float())
+        st = self.stats.setdefault(self.phase, [math.inf, 0, 0])
+        st[0] = min(st[0], float(dt.min()))
+        st[1] += int((dt < self.floor).sum())
+        st[2] += dt.numel()
+
+    def summary(self):
+        return {ph: {"min_dt": v[0], "dt_below_time_step_min": v[1], "dt_count": v[2]}
+                for ph, v in self.stats.items()}
+
+
 @torch.no_grad()
-def compute_golden(model, cfg, lin_layers, gen):
+def compute_golden(model, cfg, lin_layers, gen, monitor=None):
     K, Hk, Hv, dk, dv = lin_dims(cfg)
     conv_dim = 2 * Hk * dk + Hv * dv
     V = cfg.vocab_size
+    tr = cfg.model_type == "nemotron_h"  # Mamba2: [H, P, N] in the cache, written [H, N, P]
     out = {}
 
-    def fwd(ids, cache=None):
+    def fwd(ids, cache=None, phase="prefill"):
+        if monitor is not None:
+            monitor.phase = phase
         return model(input_ids=ids[None].long(), past_key_values=cache, use_cache=True)
 
     for n in PREFILL_LENS:
         tok = torch.randint(0, V, (n,), generator=gen, dtype=torch.int64)
         o = fwd(tok)
-        st, cv = lin_states(o.past_key_values, lin_layers, K)
+        st, cv = lin_states(o.past_key_values, lin_layers, K, tr)
         out[f"prefill.{n}.tokens"] = tok.to(torch.int32)
         out[f"prefill.{n}.logits"] = o.logits[0, -1].float().contiguous()
         for i in lin_layers:
@@ -617,18 +803,18 @@ def compute_golden(model, cfg, lin_layers, gen):
     cache = o.past_key_values
     rows = [o.logits[0, -1].float()]
     for t in range(DECODE_PROMPT, total):
-        o = fwd(tok[t:t + 1], cache)
+        o = fwd(tok[t:t + 1], cache, "decode")
         assert o.logits.shape[1] == 1
         rows.append(o.logits[0, -1].float())
-    st, _ = lin_states(cache, lin_layers, K)
+    st, _ = lin_states(cache, lin_layers, K, tr)
     out["decode.tokens"] = tok.to(torch.int32)
     out["decode.logits"] = torch.stack(rows).contiguous()
     for i in lin_layers:
         out[f"decode.state.{i}"] = st[i]
 
     # Sanity: one-shot prefill of all 84 tokens (chunked path) vs the recurrent decode path.
-    full = fwd(tok)
-    fst, _ = lin_states(full.past_key_values, lin_layers, K)
+    full = fwd(tok, phase="oneshot")
+    fst, _ = lin_states(full.past_key_values, lin_layers, K, tr)
     sanity = {
         "last_logits_max_abs_diff": float((full.logits[0, -1] - rows[-1]).abs().max()),
         "all_decode_rows_max_abs_diff": float(
@@ -665,9 +851,14 @@ def build(spec, root, seed, capture):
         cfg = spec["cfg_cls"](text_config=dict(spec["cfg"]), **composite)
     else:
         cfg = spec["cfg_cls"](**spec["cfg"])
-    expected_types = list(cfg.get_text_config().layer_types)
+    expected_types = block_types(cfg.get_text_config())
     model = spec["cls"](cfg).to(torch.float32)
     init_params(model, gen)
+    dto = spec.get("dt_bias_override")
+    if dto:  # Nemotron-H's dt-clamp fixture: a few heads with a tiny dt
+        with torch.no_grad():
+            for h in dto["heads"]:
+                model.model.layers[dto["layer"]].mixer.dt_bias[h] = dto["value"]
     model.to(spec["storage"]).save_pretrained(d, safe_serialization=True)
     del model
 
@@ -709,7 +900,20 @@ def build(spec, root, seed, capture):
             assert k in cj, k
             del cj[k]
         cj.update(edit.get("set", {}))
-        cpath.write_text(json.dumps(cj, indent=2, sort_keys=True) + "\n")
+        text = json.dumps(cj, indent=2, sort_keys=True) + "\n"
+        if edit.get("raw"):
+            # keys whose value is written verbatim, e.g. Nemotron-H's bare `Infinity` (not
+            # JSON, but what released config.json files carry and Python's json reads):
+            # a placeholder string, then swapped for the text
+            assert not set(edit["raw"]) & set(cj), edit["raw"]
+            cj.update({k: f"@@raw:{k}@@" for k in edit["raw"]})
+            text = json.dumps(cj, indent=2, sort_keys=True) + "\n"
+            for k, raw in edit["raw"].items():
+                assert text.count(f'"@@raw:{k}@@"') == 1
+                text = text.replace(f'"@@raw:{k}@@"', raw)
+                assert f'"{k}": {raw}' in text
+            cj = json.loads(text)  # Python's reading of it (Infinity -> inf)
+        cpath.write_text(text)
     if composite:
         assert "text_config" in cj and cj["model_type"] == spec["cfg_cls"].model_type, cj
         assert cj["tie_word_embeddings"] == composite["tie_word_embeddings"]
@@ -719,7 +923,7 @@ def build(spec, root, seed, capture):
     # Reload exactly what is on disk, in fp32, eager attention, eager experts.
     kw = dict(dtype=torch.float32, attn_implementation="eager", local_files_only=True)
     if ("moe" in spec["cls"].__name__.lower() or "num_experts" in cj
-            or spec["family"] in ("minimax", "kimi_linear")):
+            or spec["family"] in ("minimax", "kimi_linear", "nemotron_h")):
         kw["experts_implementation"] = "eager"
     model = spec["cls"].from_pretrained(d, **kw).eval()
     top_cfg = model.config
@@ -728,7 +932,7 @@ def build(spec, root, seed, capture):
     cfg = top_cfg.get_text_config()  # the text model's settings (itself when not composite)
     assert (cfg is not top_cfg) == bool(composite)
     text_model = model.model.language_model if composite else model.model
-    assert list(cfg.layer_types) == expected_types, (cfg.layer_types, expected_types)
+    assert block_types(cfg) == expected_types, (block_types(cfg), expected_types)
     for k, want in spec.get("expect_attrs", {}).items():
         assert getattr(cfg, k) == want, (k, getattr(cfg, k), want)
     assert cfg._attn_implementation == "eager", cfg._attn_implementation
@@ -740,6 +944,11 @@ def build(spec, root, seed, capture):
         assert text_model.rotary_emb.inv_freq.numel() == hd // 2
     elif spec["family"] == "kimi_linear":  # no positional encoding anywhere
         assert getattr(text_model, "rotary_emb", None) is None
+    elif spec["family"] == "nemotron_h":  # no positional encoding anywhere (NoPE attention)
+        assert type(text_model) is mnemo.NemotronHModel  # `model.`, not `backbone.`, in memory
+        assert getattr(text_model, "rotary_emb", None) is None
+        assert not any("rotary" in type(m).__name__.lower() for m in model.modules())
+        assert not model.training  # the fused split-conv-scan branch runs only in training
     elif spec["family"] == "olmo_hybrid":  # the whole head rotates, or nothing (NoPE)
         hd = getattr(cfg, "head_dim", cfg.hidden_size // cfg.num_attention_heads)
         if cfg.rope_parameters.get("rope_theta") is None:
@@ -769,12 +978,23 @@ def build(spec, root, seed, capture):
         assert all(k.startswith(("model.visual.", "model.language_model.", "lm_head."))
                    for k in disk)
 
-    lin_layers = [i for i, t in enumerate(cfg.layer_types) if t == "linear_attention"]
-    full_layers = [i for i, t in enumerate(cfg.layer_types) if t == "full_attention"]
+    types = block_types(cfg)
+    lin_layers = [i for i, t in enumerate(types) if t == "linear_attention"]
+    full_layers = [i for i, t in enumerate(types) if t == "full_attention"]
+    nemo = spec["family"] == "nemotron_h"
     margin = RouterMargin(model)
+    dtmon = DtMonitor(model, cfg.time_step_min) if nemo else None
     golden, sanity = compute_golden(model, cfg, lin_layers,
-                                    torch.Generator().manual_seed(seed + 1))
+                                    torch.Generator().manual_seed(seed + 1), dtmon)
     sanity["min_router_margin"] = None if margin.min == math.inf else margin.min
+    if nemo:
+        for h in dtmon.handles:
+            h.remove()
+        sanity["dt"] = dtmon.summary()
+        if margin.weight_sums[0] != math.inf:  # Σ top-k weights = routed_scaling_factor iff
+            sanity["router_weight_sum_range"] = list(margin.weight_sums)  # norm_topk_prob
+            if cfg.norm_topk_prob:
+                assert max(abs(w - cfg.routed_scaling_factor) for w in margin.weight_sums) < 1e-5
     if spec.get("check_router_sums"):
         # the router renormalised whatever config.json says
         assert getattr(cfg, "norm_topk_prob") is False, "config.json's key was not kept"
@@ -784,8 +1004,18 @@ def build(spec, root, seed, capture):
         h.remove()
     if sanity["min_router_margin"] is not None and sanity["min_router_margin"] <= MIN_ROUTER_MARGIN:
         raise NearTie(f"{name}: near-tie in MoE routing ({sanity['min_router_margin']:.2e}) with seed {seed}")
-    assert sanity["last_logits_max_abs_diff"] < SANITY_TOL, sanity
-    assert sanity["all_decode_rows_max_abs_diff"] < SANITY_TOL, sanity
+    if spec.get("clamp_asymmetry"):
+        # Nemotron-H's dt clamp: prefill dt below the floor were clamped, decode dt below it
+        # were not, and that shows in the logits: decode must NOT match the one-shot prefill
+        dts = sanity["dt"]
+        assert dts["prefill"]["dt_below_time_step_min"] > 0, dts
+        assert dts["decode"]["dt_below_time_step_min"] > 0, dts
+        assert sanity["all_decode_rows_max_abs_diff"] > CLAMP_MIN_DIFF, sanity
+    else:
+        if nemo:  # no dt reached the clamp, so the chunked and the decode path may agree
+            assert all(v["dt_below_time_step_min"] == 0 for v in sanity["dt"].values()), sanity
+        assert sanity["last_logits_max_abs_diff"] < SANITY_TOL, sanity
+        assert sanity["all_decode_rows_max_abs_diff"] < SANITY_TOL, sanity
 
     save_file(golden, str(d / "golden.safetensors"),
               # one key only: safetensors serialises metadata from a hash map (random order)
@@ -832,13 +1062,16 @@ def build(spec, root, seed, capture):
             "norm_topk_prob_attribute": getattr(cfg, "norm_topk_prob", None),
             "config_json_model_type": top_cfg.model_type,
         }
-    (d / "golden.json").write_text(json.dumps(meta, indent=2) + "\n")
+    if nemo:
+        meta = nemotron_meta(meta, cfg, tj, spec, tied)
+    # (Nemotron-H: strict JSON, no bare Infinity in golden.json)
+    (d / "golden.json").write_text(json.dumps(meta, indent=2, allow_nan=not nemo) + "\n")
 
     for f in d.iterdir():
         f.chmod(0o644)  # safetensors writes 0600
     size = dir_bytes(d)
     print(f"[{name}] {spec['cls'].__name__} ({cfg.model_type}), storage {meta['storage_dtype']}, "
-          f"layers {''.join('L' if t == 'linear_attention' else 'F' for t in cfg.layer_types)}")
+          f"layers {cfg.hybrid_override_pattern if nemo else ''.join('L' if t == 'linear_attention' else 'F' for t in cfg.layer_types)}")
     print(f"[{name}] decode-vs-prefill: last-logits max|diff| = {sanity['last_logits_max_abs_diff']:.3e}, "
           f"all rows {sanity['all_decode_rows_max_abs_diff']:.3e}, "
           f"final state {sanity['final_state_max_abs_diff']:.3e}; "
@@ -848,6 +1081,58 @@ def build(spec, root, seed, capture):
           f"golden.safetensors {(d / 'golden.safetensors').stat().st_size})")
     assert size < MAX_MODEL_DIR_BYTES, f"{name}: {size} bytes >= {MAX_MODEL_DIR_BYTES}"
     return size
+
+
+def _finite(v):
+    """JSON-safe: non-finite floats as strings ("Infinity"), tuples as lists."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return "Infinity" if v > 0 else ("-Infinity" if v < 0 else "NaN")
+    if isinstance(v, (list, tuple)):
+        return [_finite(x) for x in v]
+    return v
+
+
+def nemotron_meta(meta, cfg, tj, spec, tied):
+    """golden.json for Nemotron-H: the block pattern, the Mamba2 layouts, and for the legacy
+    config.json what transformers read from it."""
+    K, G, H, N, P = lin_dims(cfg)
+    I, conv_dim = H * P, H * P + 2 * G * N
+    items = list(meta.items())
+    at = [k for k, _ in items].index("layer_types") + 1
+    items.insert(at, ("hybrid_override_pattern", cfg.hybrid_override_pattern))
+    meta = dict(items)
+    meta["config_json_layer_pattern"] = (
+        "layers_block_type" if "layers_block_type" in tj else
+        f"hybrid_override_pattern={tj['hybrid_override_pattern']}")
+    meta["layouts"] = {
+        "state": f"[H={H}, N={N}, P={P}] fp32 (mamba_num_heads, ssm_state_size, mamba_head_dim); "
+                 "S[h,n,p] = transformers' ssm state [h,p,n] transposed: n = B/C state index "
+                 "(key dim), p = channel of head h (value dim). Head h reads B/C group "
+                 "g = h // (H/G). Per token: S[h] = exp(dt_h*A_h)*S[h] + dt_h*B_g[n]*x_h[p]; "
+                 "y_h[p] = sum_n S[h,n,p]*C_g[n] + D_h*x_h[p]; A = -exp(A_log), "
+                 "dt = softplus(dt_raw + dt_bias), clamped below at time_step_min in the "
+                 "chunked scan (every prefill) and not in the one-token decode step",
+        "conv": f"[conv_dim={conv_dim}, K-1={K - 1}] last K-1 pre-conv, pre-SiLU xBC inputs, "
+                f"oldest first (zeros if fewer tokens); channels = x[H*P={I}] (head-major, "
+                f"h*P+p) | B[G*N={G * N}] (group-major, g*N+n) | C[G*N={G * N}]; same order "
+                "as conv1d.weight; dt is not convolved",
+        "value_head_to_key_head": "h -> h // (H/G) (mamba head -> B/C group)",
+        "in_proj_rows": f"z[I={I}] | xBC[conv_dim={conv_dim}] | dt[H={H}]",
+        "lin_dims": f"(K, Hk, Hv, dk, dv) = (conv_kernel, n_groups, mamba_num_heads, "
+                    f"ssm_state_size, mamba_head_dim) = ({K}, {G}, {H}, {N}, {P})",
+    }
+    if spec.get("config_edit"):
+        meta["config_semantics"] = {
+            "config_json_edits": spec["config_edit"],
+            "read_by_transformers": {k: _finite(getattr(cfg, k)) for k in spec["expect_attrs"]},
+            "lm_head_tied_to_embedding": tied,
+            "config_json_model_type": cfg.model_type,
+        }
+    if spec.get("dt_bias_override"):
+        meta["dt_bias_override"] = dict(spec["dt_bias_override"],
+                                        heads=list(spec["dt_bias_override"]["heads"]))
+    meta["sanity"] = dict(meta["sanity"], decode_matches_prefill=not spec.get("clamp_asymmetry"))
+    return meta
 
 
 def main():
@@ -892,6 +1177,11 @@ def main():
         for w in KIMI_FALLBACK_WARNINGS:
             assert any(w in m for m in capture.messages), f"no fallback notice for {w}"
         print(f"Kimi's pure-PyTorch KDA confirmed ({len(KIMI_FALLBACK_WARNINGS)} notices seen)")
+    if "nemotron_h" in built:
+        for w in NEMOTRON_FALLBACK_WARNINGS:
+            assert any(w in m for m in capture.messages), f"no fallback notice for {w}"
+        print(f"Nemotron-H's pure-PyTorch Mamba2 confirmed ({len(NEMOTRON_FALLBACK_WARNINGS)} "
+              "notices seen)")
     print(f"total fixture size {total} bytes in {out}")
     if not args.only:
         assert dir_bytes(out) < MAX_TOTAL_BYTES
