@@ -33,6 +33,10 @@ typedef struct preset {
     int tie;
     /* Kimi: MLA's latent, key (expanded, shared) and value widths; expert groups */
     int kv_lora, qk_nope, qk_rope, v_head, n_group, topk_group;
+    /* Nemotron-H: its blocks (M Mamba2, * attention, E MoE, - MLP; `layers`
+     * of them); its Mamba2 layers take lk_heads groups of ldk (B, C) and
+     * lv_heads heads of ldv channels */
+    const char *pattern;
 } preset;
 
 /* Layer i attends when (i + 1) % interval == 0. One row a preset, in the
@@ -40,31 +44,36 @@ typedef struct preset {
 // clang-format off
 static const preset k_presets[] = {
     /* tests and the default service: < 1 MB */
-    {"tiny", HY_ARCH_QWEN3_NEXT, 259, 64, 4, 4, 4, 2, 16, 2, 4, 16, 16, 128, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0},
+    {"tiny", HY_ARCH_QWEN3_NEXT, 259, 64, 4, 4, 4, 2, 16, 2, 4, 16, 16, 128, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, NULL},
     /* MoE with a shared expert on every layer but the first */
-    {"tiny-moe", HY_ARCH_QWEN3_NEXT, 259, 64, 4, 4, 4, 2, 16, 2, 4, 16, 16, 128, 8, 2, 32, 64, 0, 0, 0, 0, 0, 0, 0},
+    {"tiny-moe", HY_ARCH_QWEN3_NEXT, 259, 64, 4, 4, 4, 2, 16, 2, 4, 16, 16, 128, 8, 2, 32, 64, 0, 0, 0, 0, 0, 0, 0, NULL},
     /* one linear layer, no attention: PIC is exact for it (invariant tests) */
-    {"tiny-linear", HY_ARCH_QWEN3_NEXT, 259, 64, 1, 2, 4, 2, 16, 2, 4, 16, 16, 128, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0},
+    {"tiny-linear", HY_ARCH_QWEN3_NEXT, 259, 64, 1, 2, 4, 2, 16, 2, 4, 16, 16, 128, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, NULL},
     /* benchmarks: ~33 M parameters, 6 linear + 2 attention layers, real head sizes */
-    {"small", HY_ARCH_QWEN3_NEXT, 8192, 512, 8, 4, 8, 2, 128, 4, 8, 128, 128, 1024, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0},
+    {"small", HY_ARCH_QWEN3_NEXT, 8192, 512, 8, 4, 8, 2, 128, 4, 8, 128, 128, 1024, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, NULL},
     /* OLMo-Hybrid: Gated DeltaNet with beta up to 2, dk != dv, post-normed GQA */
-    {"tiny-olmo", HY_ARCH_OLMO_HYBRID, 259, 64, 4, 4, 4, 2, 16, 2, 4, 16, 32, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"tiny-olmo", HY_ARCH_OLMO_HYBRID, 259, 64, 4, 4, 4, 2, 16, 2, 4, 16, 32, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, NULL},
     /* its benchmark size: the released 7B's head shapes (dk 96, dv 192, head_dim 128) */
-    {"small-olmo", HY_ARCH_OLMO_HYBRID, 8192, 512, 8, 4, 4, 4, 128, 4, 4, 96, 192, 1024, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"small-olmo", HY_ARCH_OLMO_HYBRID, 8192, 512, 8, 4, 4, 4, 128, 4, 4, 96, 192, 1024, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, NULL},
     /* MiniMax: lightning attention (layer 0, as released), GQA, MoE on every layer, the released residual factors; heads and head_dim serve both kinds of layer */
-    {"tiny-minimax", HY_ARCH_MINIMAX, 259, 64, 4, 2, 4, 2, 16, 4, 4, 16, 16, 0, 4, 2, 32, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"tiny-minimax", HY_ARCH_MINIMAX, 259, 64, 4, 2, 4, 2, 16, 4, 4, 16, 16, 0, 4, 2, 32, 0, 0, 0, 0, 0, 0, 0, 0, NULL},
     /* its benchmark size: MiniMax-M1's head_dim 128, 8 experts of 256 */
-    {"small-minimax", HY_ARCH_MINIMAX, 8192, 512, 8, 4, 4, 2, 128, 4, 4, 128, 128, 0, 8, 2, 256, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"small-minimax", HY_ARCH_MINIMAX, 8192, 512, 8, 4, 4, 2, 128, 4, 4, 128, 128, 0, 8, 2, 256, 0, 0, 0, 0, 0, 0, 0, 0, NULL},
     /* Kimi-Linear: KDA, MLA (no RoPE) every fourth layer, layer 0 dense, the rest DeepSeek MoE (2 groups of 2 experts, 1 kept) with a shared expert; heads serve both kinds */
-    {"tiny-kimi", HY_ARCH_KIMI_LINEAR, 259, 64, 4, 4, 4, 4, 0, 4, 4, 16, 16, 128, 4, 2, 32, 32, 0, 32, 16, 8, 16, 2, 1},
+    {"tiny-kimi", HY_ARCH_KIMI_LINEAR, 259, 64, 4, 4, 4, 4, 0, 4, 4, 16, 16, 128, 4, 2, 32, 32, 0, 32, 16, 8, 16, 2, 1, NULL},
     /* its benchmark size: Kimi-Linear-48B's head shapes (KDA d 128; MLA latent 512, key 128 + 64, value 128), 8 experts of 256 in one group */
-    {"small-kimi", HY_ARCH_KIMI_LINEAR, 8192, 512, 8, 4, 4, 4, 0, 4, 4, 128, 128, 1024, 8, 2, 256, 256, 0, 512, 128, 64, 128, 1, 1},
+    {"small-kimi", HY_ARCH_KIMI_LINEAR, 8192, 512, 8, 4, 4, 4, 0, 4, 4, 128, 128, 1024, 8, 2, 256, 256, 0, 512, 128, 64, 128, 1, 1, NULL},
+    /* Nemotron-H: Mamba2 (4 heads of 16, 2 groups of B and C of 16), NoPE GQA, a relu² MLP block and MoE blocks (2 groups of 2 experts, 1 kept) with a shared expert */
+    {"tiny-nemotron", HY_ARCH_NEMOTRON_H, 259, 64, 6, 0, 4, 2, 16, 2, 4, 16, 16, 128, 4, 2, 32, 32, 0, 0, 0, 0, 0, 2, 1, "M-M*ME"},
+    /* its benchmark size: Nemotron-3-Nano's head shapes (Mamba2 heads of 64 channels, state 128; attention head_dim 128) and block order, 8 experts of 256 with a shared one of 512 */
+    {"small-nemotron", HY_ARCH_NEMOTRON_H, 8192, 512, 14, 0, 4, 2, 128, 2, 8, 128, 64, 1024, 8, 2, 256, 512, 0, 0, 0, 0, 0, 1, 1, "MEMEM*EMEMEM*E"},
 };
 // clang-format on
 
-const char *const hy_presets[] = {
-    "tiny",         "tiny-moe",      "tiny-linear", "small",      "tiny-olmo", "small-olmo",
-    "tiny-minimax", "small-minimax", "tiny-kimi",   "small-kimi", NULL};
+const char *const hy_presets[] = {"tiny",      "tiny-moe",   "tiny-linear",   "small",
+                                  "tiny-olmo", "small-olmo", "tiny-minimax",  "small-minimax",
+                                  "tiny-kimi", "small-kimi", "tiny-nemotron", "small-nemotron",
+                                  NULL};
 
 typedef struct writer {
     hy_st_wtensor *ts;
@@ -317,8 +326,85 @@ static void add_kimi_layer(writer *w, const preset *p, int i)
     add_mlp(w, n, H, p->shared_inter);
 }
 
+/* A relu² MLP (no gate) under base: up_proj [I][H], down_proj [H][I]. */
+static void add_relu2(writer *w, const char *base, int64_t H, int64_t I)
+{
+    char n[160];
+    snprintf(n, sizeof n, "%s.up_proj.weight", base);
+    ADD(w, n, 0, 0.0, 1.0 / sqrt((double)H), I, H);
+    snprintf(n, sizeof n, "%s.down_proj.weight", base);
+    ADD(w, n, 0, 0.0, 1.0 / sqrt((double)I), H, I);
+}
+
+/* A Nemotron-H block under its released names (backbone.layers.i.): the
+ * block's plain norm and one mixer — Mamba2 (in_proj z | x B C | dt, the
+ * conv with its bias, A_log, dt_bias, D, the gated norm, out_proj), GQA
+ * without norms, a relu² MLP, or the MoE (router, selection bias, experts
+ * {e}.up_proj / down_proj, the shared expert). dt_bias N(−3.5, 1) gives dt
+ * of ~0.03 (a few heads below time_step_min, clamped in prompts), so with A
+ * in [0.05, 1] the heads remember a few to a few hundred tokens. */
+static void add_nemotron_layer(writer *w, const preset *p, int i)
+{
+    const int64_t H = p->hidden, nh = p->lv_heads, G = p->lk_heads, N = p->ldk, P = p->ldv;
+    const int64_t I = nh * P, C = I + 2 * G * N, K = 4;
+    const double sH = 1.0 / sqrt((double)H);
+    char n[160];
+    snprintf(n, sizeof n, "backbone.layers.%d.norm.weight", i);
+    ADD(w, n, 0, 1.0, 0.1, H);
+    switch (p->pattern[i]) {
+    case 'M':
+        snprintf(n, sizeof n, "backbone.layers.%d.mixer.in_proj.weight", i);
+        ADD(w, n, 0, 0.0, sH, I + C + nh, H);
+        snprintf(n, sizeof n, "backbone.layers.%d.mixer.conv1d.weight", i);
+        ADD(w, n, 0, 0.0, 1.0 / sqrt((double)K), C, 1, K);
+        snprintf(n, sizeof n, "backbone.layers.%d.mixer.conv1d.bias", i);
+        ADD(w, n, 0, 0.0, 0.1, C);
+        snprintf(n, sizeof n, "backbone.layers.%d.mixer.A_log", i);
+        ADD(w, n, 1, 0.05, 1.0, nh);
+        snprintf(n, sizeof n, "backbone.layers.%d.mixer.dt_bias", i);
+        ADD(w, n, 0, -3.5, 1.0, nh);
+        snprintf(n, sizeof n, "backbone.layers.%d.mixer.D", i);
+        ADD(w, n, 0, 0.5, 0.5, nh);
+        snprintf(n, sizeof n, "backbone.layers.%d.mixer.norm.weight", i);
+        ADD(w, n, 0, 1.0, 0.1, I);
+        snprintf(n, sizeof n, "backbone.layers.%d.mixer.out_proj.weight", i);
+        ADD(w, n, 0, 0.0, 1.0 / sqrt((double)I), H, I);
+        break;
+    case '*': {
+        const int64_t Q = (int64_t)p->heads * p->head_dim, KV = (int64_t)p->kv_heads * p->head_dim;
+        static const char *const proj[] = {"q_proj", "k_proj", "v_proj"};
+        for (int j = 0; j < 3; j++) {
+            snprintf(n, sizeof n, "backbone.layers.%d.mixer.%s.weight", i, proj[j]);
+            ADD(w, n, 0, 0.0, sH, j ? KV : Q, H);
+        }
+        snprintf(n, sizeof n, "backbone.layers.%d.mixer.o_proj.weight", i);
+        ADD(w, n, 0, 0.0, 1.0 / sqrt((double)Q), H, Q);
+        break;
+    }
+    case '-':
+        snprintf(n, sizeof n, "backbone.layers.%d.mixer", i);
+        add_relu2(w, n, H, p->inter);
+        break;
+    default: /* 'E' */
+        snprintf(n, sizeof n, "backbone.layers.%d.mixer.gate.weight", i);
+        ADD(w, n, 0, 0.0, 1.5 * sH, p->experts, H);
+        snprintf(n, sizeof n, "backbone.layers.%d.mixer.gate.e_score_correction_bias", i);
+        ADD(w, n, 0, 0.0, 0.05, p->experts);
+        for (int e = 0; e < p->experts; e++) {
+            snprintf(n, sizeof n, "backbone.layers.%d.mixer.experts.%d", i, e);
+            add_relu2(w, n, H, p->moe_inter);
+        }
+        snprintf(n, sizeof n, "backbone.layers.%d.mixer.shared_experts", i);
+        add_relu2(w, n, H, p->shared_inter);
+    }
+}
+
 static void add_layer(writer *w, const preset *p, int i)
 {
+    if (p->arch == HY_ARCH_NEMOTRON_H) {
+        add_nemotron_layer(w, p, i);
+        return;
+    }
     if (p->arch == HY_ARCH_KIMI_LINEAR) {
         add_kimi_layer(w, p, i);
         return;
@@ -529,8 +615,56 @@ static cJSON *make_kimi_config(const preset *p, const char *dtype)
     return c;
 }
 
+/* config.json as Nemotron-H's releases carry it: the block pattern as
+ * hybrid_override_pattern beside num_hidden_layers, no RoPE keys. */
+static cJSON *make_nemotron_config(const preset *p, const char *dtype)
+{
+    cJSON *c = cJSON_CreateObject();
+    cJSON *arch = cJSON_AddArrayToObject(c, "architectures");
+    cJSON_AddItemToArray(arch, cJSON_CreateString("NemotronHForCausalLM"));
+    cJSON_AddStringToObject(c, "model_type", "nemotron_h");
+    cJSON_AddStringToObject(c, "hypic_preset", p->name);
+    cJSON_AddStringToObject(c, "torch_dtype", strcmp(dtype, "BF16") == 0 ? "bfloat16" : "float32");
+    cJSON_AddNumberToObject(c, "vocab_size", p->vocab);
+    cJSON_AddNumberToObject(c, "hidden_size", p->hidden);
+    cJSON_AddStringToObject(c, "hybrid_override_pattern", p->pattern);
+    cJSON_AddNumberToObject(c, "num_hidden_layers", p->layers);
+    cJSON_AddNumberToObject(c, "num_attention_heads", p->heads);
+    cJSON_AddNumberToObject(c, "num_key_value_heads", p->kv_heads);
+    cJSON_AddNumberToObject(c, "head_dim", p->head_dim);
+    cJSON_AddNumberToObject(c, "intermediate_size", p->inter);
+    cJSON_AddStringToObject(c, "mlp_hidden_act", "relu2");
+    cJSON_AddBoolToObject(c, "mlp_bias", 0);
+    cJSON_AddNumberToObject(c, "mamba_num_heads", p->lv_heads);
+    cJSON_AddNumberToObject(c, "mamba_head_dim", p->ldv);
+    cJSON_AddNumberToObject(c, "ssm_state_size", p->ldk);
+    cJSON_AddNumberToObject(c, "n_groups", p->lk_heads);
+    cJSON_AddNumberToObject(c, "conv_kernel", 4);
+    cJSON_AddNumberToObject(c, "chunk_size", 128);
+    cJSON_AddNumberToObject(c, "time_step_min", 0.001);
+    cJSON_AddBoolToObject(c, "use_conv_bias", 1);
+    cJSON_AddBoolToObject(c, "use_bias", 0);
+    cJSON_AddStringToObject(c, "mamba_hidden_act", "silu");
+    cJSON_AddNumberToObject(c, "n_routed_experts", p->experts);
+    cJSON_AddNumberToObject(c, "num_experts_per_tok", p->top_k);
+    cJSON_AddNumberToObject(c, "moe_intermediate_size", p->moe_inter);
+    cJSON_AddNumberToObject(c, "moe_shared_expert_intermediate_size", p->shared_inter);
+    cJSON_AddNumberToObject(c, "n_group", p->n_group);
+    cJSON_AddNumberToObject(c, "topk_group", p->topk_group);
+    cJSON_AddBoolToObject(c, "norm_topk_prob", 1);
+    cJSON_AddNumberToObject(c, "routed_scaling_factor", 2.5);
+    cJSON_AddNumberToObject(c, "layer_norm_epsilon", 1e-5);
+    cJSON_AddNumberToObject(c, "max_position_embeddings", 262144);
+    cJSON_AddBoolToObject(c, "tie_word_embeddings", 0);
+    cJSON_AddNumberToObject(c, "pad_token_id", 0);
+    cJSON_AddNumberToObject(c, "bos_token_id", 1);
+    cJSON_AddNumberToObject(c, "eos_token_id", 2);
+    return c;
+}
+
 static cJSON *make_config(const preset *p, const char *dtype)
 {
+    if (p->arch == HY_ARCH_NEMOTRON_H) return make_nemotron_config(p, dtype);
     if (p->arch == HY_ARCH_KIMI_LINEAR) return make_kimi_config(p, dtype);
     if (p->arch == HY_ARCH_MINIMAX) return make_minimax_config(p, dtype);
     if (p->arch == HY_ARCH_OLMO_HYBRID) return make_olmo_config(p, dtype);
@@ -588,7 +722,8 @@ int hy_model_init(const char *preset_name, uint64_t seed, const char *dir, const
     if (!p)
         return hy_err_set(err, HY_EINVAL,
                           "unknown preset '%s' (tiny, tiny-moe, tiny-linear, small, tiny-olmo, "
-                          "small-olmo, tiny-minimax, small-minimax, tiny-kimi, small-kimi)",
+                          "small-olmo, tiny-minimax, small-minimax, tiny-kimi, small-kimi, "
+                          "tiny-nemotron, small-nemotron)",
                           preset_name);
     writer w = {0};
     if (strcmp(dtype, "F32") == 0)
@@ -602,10 +737,13 @@ int hy_model_init(const char *preset_name, uint64_t seed, const char *dir, const
     hy_rng_seed(&w.rng, seed);
 
     const int64_t H = p->hidden;
-    ADD(&w, "model.embed_tokens.weight", 0, 0.0, 0.25, p->vocab, H);
+    const bool nem = p->arch == HY_ARCH_NEMOTRON_H; /* under backbone., as released */
+    ADD(&w, nem ? "backbone.embeddings.weight" : "model.embed_tokens.weight", 0, 0.0, 0.25,
+        p->vocab, H);
     for (int i = 0; i < p->layers; i++) add_layer(&w, p, i);
     /* Qwen3-Next's norms are zero-centred (1 + w), the others' plain (w) */
-    ADD(&w, "model.norm.weight", 0, p->arch == HY_ARCH_QWEN3_NEXT ? 0.0 : 1.0, 0.1, H);
+    ADD(&w, nem ? "backbone.norm_f.weight" : "model.norm.weight", 0,
+        p->arch == HY_ARCH_QWEN3_NEXT ? 0.0 : 1.0, 0.1, H);
     if (!p->tie) ADD(&w, "lm_head.weight", 0, 0.0, 1.0 / sqrt((double)H), p->vocab, H);
 
     int rc =

@@ -124,6 +124,9 @@ static int cmd_info(int argc, char **argv)
                "to keys %d + %d and values %d per head%s\n",
                c->n_heads, c->kv_lora, c->qk_rope, c->qk_nope, c->qk_rope, c->v_head,
                c->rotary_dim ? "" : ", no positional encoding");
+    else if (c->rotary_dim == 0)
+        printf("attention    %d q heads, %d kv heads, head_dim %d, no positional encoding\n",
+               c->n_heads, c->n_kv_heads, c->head_dim);
     else
         printf("attention    %d q heads, %d kv heads, head_dim %d, rotary dims %d, theta %g\n",
                c->n_heads, c->n_kv_heads, c->head_dim, c->rotary_dim, c->rope_theta);

@@ -245,7 +245,10 @@ static void entry_round_trip(const local *l, const uint8_t *key)
     Hypic__V1__InspectResponse *ir = NULL;
     CU_ASSERT_EQUAL_FATAL(inspect(g_c, key, true, &ir, &st), 0);
     size_t want = 1; /* the tokens */
-    for (int i = 0; i < c->n_layers; i++) want += c->layer_kind[i] == HY_LAYER_LINEAR ? 3 : 2;
+    for (int i = 0; i < c->n_layers; i++) /* T, S, tail; K, V; nothing for an MLP alone */
+        want += c->layer_kind[i] == HY_LAYER_LINEAR      ? 3
+                : c->layer_kind[i] == HY_LAYER_ATTENTION ? 2
+                                                         : 0;
     CU_ASSERT_EQUAL(ir->n_sections, want);
     CU_ASSERT_STRING_EQUAL(ir->meta->model, g_svc_model);
     CU_ASSERT_EQUAL(ir->meta->bytes, n);

@@ -19,8 +19,9 @@
  * Shapes: all hits, all misses, mixed, uncacheable short segments between
  * hits, a hit first, BF16 entries, and requests longer than one step with
  * step boundaries inside seams, misses and the query and on either side of a
- * hole, on the presets tiny, tiny-moe, tiny-olmo, tiny-minimax, tiny-kimi and small (fewer, shorter
- * cases). Then: bad requests are refused with clear errors and nothing built is left behind.
+ * hole, on the presets tiny, tiny-moe, tiny-olmo, tiny-minimax, tiny-kimi, tiny-nemotron and
+ * small (fewer, shorter cases). Then: bad requests are refused with clear errors and nothing built
+ * is left behind.
  */
 #include "hy_model.h"
 #include "random_tokens.h"
@@ -33,9 +34,9 @@ static char g_tmp[64];
 
 #define TOL 1e-4 /* fp32 rounding of a differently ordered computation */
 
-enum { N_PRESETS = 6, N_MODES = 3, MAX_SEGS = 8 };
-static const char *const k_presets[N_PRESETS] = {"tiny",      "tiny-moe",     "small",
-                                                 "tiny-olmo", "tiny-minimax", "tiny-kimi"};
+enum { N_PRESETS = 7, N_MODES = 3, MAX_SEGS = 8 };
+static const char *const k_presets[N_PRESETS] = {
+    "tiny", "tiny-moe", "small", "tiny-olmo", "tiny-minimax", "tiny-kimi", "tiny-nemotron"};
 static const hy_mode k_modes[N_MODES] = {HY_MODE_PIC, HY_MODE_NOSEAM, HY_MODE_NAIVE};
 
 /* One generated model per preset, opened on first use and shared by the
@@ -163,7 +164,7 @@ static double state_diff(const hy_model_config *c, hy_state *a, hy_state *ref)
         if (c->layer_kind[li] == HY_LAYER_LINEAR) {
             d[0] = hy_rel_diff(hy_state_S(a, li), hy_state_S(ref, li), nS);
             d[1] = hy_rel_diff(hy_state_conv(a, li), hy_state_conv(ref, li), nC);
-        } else {
+        } else if (c->layer_kind[li] == HY_LAYER_ATTENTION) {
             d[2] = hy_rel_diff(hy_state_k(a, li), hy_state_k(ref, li), nK);
             d[3] = hy_rel_diff(hy_state_v(a, li), hy_state_v(ref, li), nV);
         }
