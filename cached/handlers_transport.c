@@ -224,6 +224,7 @@ hy_rpc_code h_deliver_state(rq *r, svc_model *sm, hy_state *st, uint64_t id, uin
     c = transfer(r, id, offset, rg, (size_t)n, total, "return_state", &out->d);
     if (!c) {
         out->d.position = (uint64_t)pos;
+        out->d.layers = (uint32_t)sm->c->n_layers; /* MLP-only layers have no tensors */
         out->d.n_tensors = (size_t)n;
         out->d.tensors = out->tp;
     }

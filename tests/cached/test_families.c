@@ -1,7 +1,8 @@
 /*
  * Every hybrid family hypic-cached runs, served at once by one daemon (its
  * tiny preset of each: tiny for Qwen3-Next, tiny-olmo for OLMo-Hybrid,
- * tiny-minimax for MiniMax, tiny-kimi for Kimi-Linear) and
+ * tiny-minimax for MiniMax, tiny-kimi for Kimi-Linear, tiny-nemotron for
+ * Nemotron-H) and
  * held, model by model, to what the executor computes in this process from
  * the same checkpoint:
  *   - Warm builds the cacheable documents and reports the short one
@@ -27,7 +28,8 @@ static char g_tmp[128];
 static hy_daemon g_d;
 static hyc *g_c;
 
-static const char *const k_models[] = {"tiny", "tiny-olmo", "tiny-minimax", "tiny-kimi"};
+static const char *const k_models[] = {"tiny", "tiny-olmo", "tiny-minimax", "tiny-kimi",
+                                       "tiny-nemotron"};
 #define N_MODELS (sizeof k_models / sizeof *k_models)
 
 static const char *k_config = "listen: 127.0.0.1:0\n"
@@ -35,7 +37,8 @@ static const char *k_config = "listen: 127.0.0.1:0\n"
                               "models: [{name: tiny, path: var/models/tiny},\n"
                               "         {name: tiny-olmo, path: var/models/tiny-olmo},\n"
                               "         {name: tiny-minimax, path: var/models/tiny-minimax},\n"
-                              "         {name: tiny-kimi, path: var/models/tiny-kimi}]\n"
+                              "         {name: tiny-kimi, path: var/models/tiny-kimi},\n"
+                              "         {name: tiny-nemotron, path: var/models/tiny-nemotron}]\n"
                               "tiers: {host: {bytes: 64M}}\n"
                               "executor: {threads: 2}\n"
                               "transport: {max_buffer: 64M}\n"
@@ -244,7 +247,7 @@ static void entry_round_trip(const local *l, const uint8_t *key)
     hyc_free(pr);
     Hypic__V1__InspectResponse *ir = NULL;
     CU_ASSERT_EQUAL_FATAL(inspect(g_c, key, true, &ir, &st), 0);
-    size_t want = 1; /* the tokens */
+    size_t want = 1;                      /* the tokens */
     for (int i = 0; i < c->n_layers; i++) /* T, S, tail; K, V; nothing for an MLP alone */
         want += c->layer_kind[i] == HY_LAYER_LINEAR      ? 3
                 : c->layer_kind[i] == HY_LAYER_ATTENTION ? 2

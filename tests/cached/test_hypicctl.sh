@@ -89,7 +89,8 @@ cat >hypic-cached.yaml <<EOF
 listen: 127.0.0.1:0
 http_listen: 127.0.0.1:0
 models: [{name: tiny, path: var/models/tiny}, {name: tiny-olmo, path: var/models/tiny-olmo},
-         {name: tiny-minimax, path: var/models/tiny-minimax}, {name: tiny-kimi, path: var/models/tiny-kimi}]
+         {name: tiny-minimax, path: var/models/tiny-minimax}, {name: tiny-kimi, path: var/models/tiny-kimi},
+         {name: tiny-nemotron, path: var/models/tiny-nemotron}]
 tiers: {host: {bytes: 64M}}
 executor: {threads: 2}
 tls: {cert: $fixtures/server.pem, key: $fixtures/server.key}
@@ -317,9 +318,11 @@ check "nothing left" 'd["total"] == 0'
 # ---- every other family the daemon serves, through the same commands ---------
 # (short.txt, 2 tokens, is too short for an entry where the model has a conv; MiniMax's
 # lightning layers have none, so it caches like the others)
-for model in tiny-olmo tiny-minimax tiny-kimi; do
+for model in tiny-olmo tiny-minimax tiny-kimi tiny-nemotron; do
     m="$tls --model $model"
     if [ "$model" = tiny-minimax ]; then built=3 short=0; else built=2 short=1; fi
+    # tiny-nemotron: 6 blocks, two of them an MLP alone with no state (3 Mamba2 + 1 attention)
+    if [ "$model" = tiny-nemotron ]; then layers=6; else layers=4; fi
     run 0 "$model: warm" $m warm --json --tag "fam-$model" doc0.txt doc1.txt short.txt
     check "$model: warm built $built" 'd["built"] == '$built' and d["uncacheable"] == '"$short"
     run 0 "$model: lookup" $m lookup --json --segment doc0.txt doc1.txt new.txt
@@ -330,7 +333,7 @@ for model in tiny-olmo tiny-minimax tiny-kimi; do
     run 0 "$model: prefill pic" $m prefill --json --segment doc1.txt doc0.txt --text "Q?" --top-k 3
     check "$model: prefill pic hits" 'all(s["kind"] == "KIND_HIT" for s in d["segments"]) and len(d["top"]) == 3'
     run 0 "$model: prefill full --return-state" $m prefill --json --segment doc1.txt doc0.txt --text "Q?" --mode full --return-state --state-out "state-$model.bin"
-    check "$model: the state" 'd["state"]["transport"] == "TRANSPORT_SHM" and len(d["state"]["tensors"]) == 8'
+    check "$model: the state" 'd["state"]["transport"] == "TRANSPORT_SHM" and len(d["state"]["tensors"]) == 8 and d["state"]["layers"] == '$layers
     run 0 "$model: get" $m get "$fkey" --out "e-$model.bin"
     run 0 "$model: put" $m put "e-$model.bin" --json
     check "$model: put placed it" 'd["placed"] == "TIER_HOST"'
