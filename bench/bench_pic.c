@@ -449,9 +449,10 @@ int hy_bench_pic(int argc, char **argv)
     double flops[2] = {0};
     int n_lin = 0;
     for (int i = 0; i < bm.c->n_layers; i++) n_lin += bm.c->layer_kind[i] == HY_LAYER_LINEAR;
-    /* T·S per head: a dk×dk by dk×dv product, or, for a scalar T (lightning),
-     * a scale and an add of the dk×dv state */
-    const double t_rows = bm.c->lin_kind == HY_LIN_LIGHTNING ? 1.0 : (double)bm.c->lin_dk;
+    /* T·S per head: a dk×dk by dk×dv product, or, for a scalar T (lightning,
+     * Mamba2), a scale and an add of the dk×dv state */
+    const bool scalar_t = bm.c->lin_kind == HY_LIN_LIGHTNING || bm.c->lin_kind == HY_LIN_MAMBA2;
+    const double t_rows = scalar_t ? 1.0 : (double)bm.c->lin_dk;
     const double hit_flops = 2.0 * n_lin * bm.c->lin_v_heads * t_rows * bm.c->lin_dk * bm.c->lin_dv;
     int agree[NRUN] = {0}, off_tier[NRUN] = {0};
     int64_t prefilled[NRUN] = {0};

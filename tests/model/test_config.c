@@ -1084,6 +1084,90 @@ static void test_kimi_defaults(void)
                "attention_bias", NULL);
 }
 
+/* NemotronHConfig's defaults (configuration_nemotron_h.py), its block
+ * pattern in either spelling, the mamba_* names that win over the new ones,
+ * the keys it defines but never reads, and what it or the executor refuses. */
+static void test_nemotron_defaults(void)
+{
+    hy_model_config c;
+    parse_ok_text("{\"model_type\": \"nemotron_h\"}", &c);
+    CU_ASSERT_EQUAL(c.arch, HY_ARCH_NEMOTRON_H);
+    CU_ASSERT(c.vocab == 131072 && c.hidden == 4096 && c.n_layers == 4);
+    static const hy_layer_kind dk[4] = {HY_LAYER_LINEAR, HY_LAYER_MLP, HY_LAYER_ATTENTION,
+                                        HY_LAYER_MLP}; /* M E * - */
+    for (int i = 0; i < 4; i++) {
+        CU_ASSERT_EQUAL(c.layer_kind[i], dk[i]);
+        CU_ASSERT_EQUAL(c.layer_moe[i], i == 1);
+        CU_ASSERT_EQUAL(c.layer_no_mlp[i], i == 0 || i == 2);
+    }
+    CU_ASSERT_EQUAL(c.lin_kind, HY_LIN_MAMBA2);
+    CU_ASSERT(c.lin_v_heads == 128 && c.lin_dv == 64 && c.lin_dk == 128 && c.lin_k_heads == 8);
+    CU_ASSERT_EQUAL(hy_config_conv_dim(&c), 128 * 64 + 2 * 8 * 128);
+    CU_ASSERT(c.conv_kernel == 4 && c.dt_min == 0.001f && c.lin_conv_bias && !c.lin_proj_bias);
+    CU_ASSERT(c.n_heads == 32 && c.n_kv_heads == 8 && c.head_dim == 128 && c.rotary_dim == 0);
+    CU_ASSERT(!c.attn_gate && !c.qk_norm && !c.mla);
+    CU_ASSERT(c.intermediate == 21504 && c.mlp_act == HY_MLP_RELU2 && !c.mlp_bias);
+    CU_ASSERT(c.n_experts == 8 && c.top_k == 2 && c.moe_intermediate == 7688);
+    CU_ASSERT(c.shared_intermediate == 7688 && !c.shared_gated && c.moe_latent == 0);
+    CU_ASSERT(c.router == HY_ROUTER_SIGMOID_GROUPED && c.n_group == 1 && c.topk_group == 1);
+    CU_ASSERT(c.routed_scale == 1.0f && c.norm_topk && !c.norm_offset && !c.tie_embeddings);
+    CU_ASSERT(c.rms_eps == 1e-5f && c.lin_norm_eps == 1e-5f);
+    /* as released: the pattern string beside a num_hidden_layers that nothing
+     * reads, the mamba_* names winning over the new ones, layer_norm_epsilon
+     * (not rms_norm_eps, also in released files), bare Infinity */
+    char *log = parse_logged(
+        "{\"model_type\": \"nemotron_h\", \"hybrid_override_pattern\": \"*M-EM\", "
+        "\"num_hidden_layers\": 52, \"n_groups\": 4, \"mamba_n_groups\": 2, "
+        "\"mamba_num_heads\": 8, \"conv_kernel\": 4, \"mamba_d_conv\": 3, "
+        "\"time_step_min\": 0.01, \"mamba_dt_min\": 0.002, \"mamba_conv_bias\": false, "
+        "\"mamba_chunk_size\": 8, \"layer_norm_epsilon\": 1e-6, \"rms_norm_eps\": 0.5, "
+        "\"time_step_limit\": [0.0, Infinity], \"moe_latent_size\": 24, "
+        "\"num_local_experts\": 6, \"n_group\": 3, \"num_experts_per_tok\": 2, "
+        "\"use_bias\": true, \"mlp_bias\": true, \"tie_word_embeddings\": true, "
+        "\"attention_bias\": true, \"sliding_window\": 64}",
+        &c);
+    CU_ASSERT_EQUAL(c.n_layers, 5);
+    static const hy_layer_kind rk[5] = {HY_LAYER_ATTENTION, HY_LAYER_LINEAR, HY_LAYER_MLP,
+                                        HY_LAYER_MLP, HY_LAYER_LINEAR};
+    for (int i = 0; i < 5; i++) CU_ASSERT_EQUAL(c.layer_kind[i], rk[i]);
+    CU_ASSERT(c.layer_moe[3] && !c.layer_moe[2] && c.layer_no_mlp[0] && !c.layer_no_mlp[2]);
+    CU_ASSERT(c.lin_k_heads == 2 && c.conv_kernel == 3 && c.dt_min == 0.002f);
+    CU_ASSERT(!c.lin_conv_bias && c.lin_proj_bias && c.mlp_bias && c.moe_latent == 24);
+    CU_ASSERT(c.n_experts == 6 && c.n_group == 3 && !c.tie_embeddings);
+    CU_ASSERT(c.rms_eps == 1e-6f && c.lin_norm_eps == 1e-6f);
+    CU_ASSERT_PTR_NOT_NULL(strstr(log, "not reading num_hidden_layers, attention_bias, "
+                                       "sliding_window: nemotron_h defines them"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(log, "ignoring rms_norm_eps: not a setting of nemotron_h"));
+    hy_free(log);
+    /* layers_block_type (or its alias layer_types) wins over the pattern, and
+     * transformers' older names mamba / attention still read */
+    parse_ok_text("{\"model_type\": \"nemotron_h\", \"hybrid_override_pattern\": \"EEEEE\", "
+                  "\"layer_types\": [\"mamba\", \"attention\", \"mlp\"]}",
+                  &c);
+    CU_ASSERT(c.n_layers == 3 && c.layer_kind[0] == HY_LAYER_LINEAR &&
+              c.layer_kind[1] == HY_LAYER_ATTENTION && c.layer_kind[2] == HY_LAYER_MLP);
+    text_fails("{\"model_type\": \"nemotron_h\", \"hybrid_override_pattern\": \"M*X\"}", HY_EINVAL,
+               "hybrid_override_pattern[2] is 'X'", NULL);
+    text_fails("{\"model_type\": \"nemotron_h\", \"hybrid_override_pattern\": \"\"}", HY_EINVAL,
+               "hybrid_override_pattern", "1 to 256");
+    text_fails("{\"model_type\": \"nemotron_h\", \"layers_block_type\": [\"mamba\", \"gdn\"]}",
+               HY_EINVAL, "layers_block_type[1]", NULL);
+    text_fails("{\"model_type\": \"nemotron_h\", \"layers_block_type\": \"M*\"}", HY_EINVAL,
+               "'layers_block_type' must be a list", NULL);
+    text_fails("{\"model_type\": \"nemotron_h\", \"mamba_num_heads\": 12}", HY_EINVAL,
+               "mamba_num_heads 12 is not a multiple of n_groups 8", NULL);
+    text_fails("{\"model_type\": \"nemotron_h\", \"n_group\": 3}", HY_EINVAL, "n_group 3",
+               "n_routed_experts 8");
+    text_fails("{\"model_type\": \"nemotron_h\", \"mlp_hidden_act\": \"gelu\"}", HY_EUNSUPPORTED,
+               "mlp_hidden_act must be 'relu2'", NULL);
+    text_fails("{\"model_type\": \"nemotron_h\", \"mamba_hidden_act\": \"relu\"}", HY_EUNSUPPORTED,
+               "mamba_hidden_act must be 'silu'", NULL);
+    text_fails("{\"model_type\": \"nemotron_h\", \"time_step_min\": -1}", HY_ERANGE,
+               "time_step_min", NULL);
+    text_fails("{\"model_type\": \"nemotron_h\", \"mamba_d_conv\": 1}", HY_ERANGE, "mamba_d_conv",
+               NULL);
+}
+
 /* Python's json writes non-finite floats bare (Infinity, -Infinity, NaN), as
  * released configs carry them (Nemotron-H's time_step_limit): a key the
  * loader does not read may hold them; one it reads refuses them by its own
@@ -1136,6 +1220,7 @@ int main(void)
         {"olmo_hybrid: RoPE whole or none", test_olmo_rope},
         {"minimax: transformers' defaults, alias and factors", test_minimax_defaults},
         {"kimi_linear: defaults, layer lists, aliases, refusals", test_kimi_defaults},
+        {"nemotron_h: defaults, block patterns, aliases, refusals", test_nemotron_defaults},
         {"bare Infinity, -Infinity and NaN as Python writes them", test_nonfinite_literals},
         {NULL, NULL},
     };
