@@ -207,10 +207,11 @@ static int cmd_entry_size(int argc, char **argv)
     size_t k32, k16, tok;
     hy_entry_bytes_for(&c, HY_ENTRY_F32, &k32, &tok);
     hy_entry_bytes_for(&c, HY_ENTRY_BF16, &k16, &tok);
-    int nlin = 0, natt = 0;
+    int nlin = 0, natt = 0, nmlp = 0;
     for (int i = 0; i < c.n_layers; i++) {
         nlin += c.layer_kind[i] == HY_LAYER_LINEAR;
         natt += c.layer_kind[i] == HY_LAYER_ATTENTION;
+        nmlp += c.layer_kind[i] == HY_LAYER_MLP;
     }
     const bool scalar_t = c.lin_kind == HY_LIN_LIGHTNING || c.lin_kind == HY_LIN_MAMBA2;
     const hy_entry_layer_bytes lb = hy_entry_layer_sizes(&c, HY_ENTRY_F32);
@@ -222,7 +223,11 @@ static int cmd_entry_size(int argc, char **argv)
     human_bytes(tail, b[2], sizeof b[2]);
     human_bytes(kv, b[3], sizeof b[3]);
     printf("config       %s (model_type %s)\n", argv[0], c.model_type);
-    printf("layers       %d linear, %d attention\n", nlin, natt);
+    if (nmlp)
+        printf("layers       %d linear, %d attention, %d an MLP alone (nothing cached)\n", nlin,
+               natt, nmlp);
+    else
+        printf("layers       %d linear, %d attention\n", nlin, natt);
     if (scalar_t && c.conv_kernel == 1)
         printf("linear layer T %d x 1 = %s, S(body|0) %d x %d x %d = %s (fp32), no conv tail\n",
                c.lin_v_heads, b[0], c.lin_v_heads, c.lin_dk, c.lin_dv, b[1]);
