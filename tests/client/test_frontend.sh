@@ -3,8 +3,9 @@
 # makes a venv once (Python >= 3.11, $PYTHON or python3), installs the pinned reference
 # stack client/python/requirements-e2e.txt (torch, transformers, safetensors, numpy as
 # tools/golden pins them; pytest) and the package, then runs client/python/e2e under
-# pytest, which starts its own hypic-cached (serving `tiny`, `tiny-olmo` and `recall`) and always kills
-# it. Decodes 32 tokens from the daemon's delivered state with transformers' forward and
+# pytest, which starts its own hypic-cached (serving `recall` and one generated preset per
+# hybrid family: `tiny`, `tiny-olmo`, `tiny-minimax`, `tiny-kimi`, `tiny-nemotron`) and always
+# kills it. Decodes 32 tokens from the daemon's delivered state with transformers' forward and
 # checks them against transformers' own prefill-and-decode.
 #
 # The first run downloads torch and its CUDA wheels from PyPI (about 3 GB; ~3 min here);

@@ -1,8 +1,9 @@
 """The frontend's end-to-end test: a real hypic-cached serving the checkpoints it decodes
 from: one generated preset per hybrid family (--init-models writes each into the daemon's
-var/models/<name>: `tiny`, Qwen3NextForCausalLM, `tiny-olmo`, OlmoHybridForCausalLM, and
+var/models/<name>: `tiny`, Qwen3NextForCausalLM, `tiny-olmo`, OlmoHybridForCausalLM,
 `tiny-minimax`, MiniMaxForCausalLM, and `tiny-kimi`, KimiLinearForCausalLM, 4 layers of random
-weights each) and `recall` (models/hypic-recall: Qwen3_5ForCausalLM,
+weights each, and `tiny-nemotron`, NemotronHForCausalLM, 6 blocks "M-M*ME": Mamba2, MLP,
+Mamba2, NoPE attention, Mamba2, MoE) and `recall` (models/hypic-recall: Qwen3_5ForCausalLM,
 trained). The daemon is started and always stopped as the client's
 own tests do it (tests/conftest.py, whose helpers are loaded from there, not copied).
 
@@ -43,6 +44,7 @@ http_listen: ""
 models: [{{name: tiny, path: var/models/tiny}}, {{name: tiny-olmo, path: var/models/tiny-olmo}},
          {{name: tiny-minimax, path: var/models/tiny-minimax}},
          {{name: tiny-kimi, path: var/models/tiny-kimi}},
+         {{name: tiny-nemotron, path: var/models/tiny-nemotron}},
          {{name: recall, path: {RECALL_DIR}}}]
 tiers: {{host: {{bytes: 64M, admit: always}}}}
 executor: {{threads: 2}}

@@ -5,7 +5,8 @@ hypic-cached for the running state after [segments..., query] — computed in fu
 composed from cached segments (pic) — receives it into its own shared memory, turns it
 into transformers' cache object for the same checkpoint, and decodes from there with the
 model's own forward. Run against a daemon serving a Qwen3-Next / Qwen3.5 checkpoint
-(the `tiny` preset, models/hypic-recall), with the pinned stack of
+(the `tiny` preset, models/hypic-recall) or one of the other hybrid families' (OLMo
+hybrid, MiniMax, Kimi-Linear, Nemotron-H), with the pinned stack of
 client/python/requirements-e2e.txt (pure PyTorch: no flash-linear-attention, no
 causal-conv1d):
 
@@ -26,8 +27,14 @@ cache_utils.py; its layers follow config.layer_types, so cache layer i is model 
                                     reads only the newest K-1, so ours goes in transposed
                                     with a zero column in front (update_conv_state pads it)
     S [Hv][dk][dv]                .recurrent_states[0]: [1, Hv, dk, dv], as it is
+    S [H][N][P] (Mamba2)          .recurrent_states[0]: [1, H, P, N] (mamba_head_dim, then
+                                    ssm_state_size): ours transposed per head
     K, V [pos][Hkv][hd]           DynamicLayer.keys/.values: [1, Hkv, pos, hd] (K already
-      (K after k_norm and RoPE)     normed and rotated in both)
+      (K after k_norm and RoPE)     normed and rotated in both; Nemotron-H has neither)
+    (nothing: an MLP or MoE       DummyLayer, which keeps nothing and which
+      block of Nemotron-H)          DynamicCache(config=...) makes for "moe" and "mlp"
+
+The conv kernel K is config.linear_conv_kernel_dim, Nemotron-H's config.conv_kernel.
 
 has_previous_state is set by the first update_conv_state, so the next forward takes the
 single-token decode path. Positions continue at the state's: the first decoded token is
@@ -88,13 +95,31 @@ def load_model(model_dir: str | Path) -> Any:
 
 
 def _layer_types(model: Any) -> list[str]:
+    """Per layer: "linear_attention", "full_attention", or (Nemotron-H, whose
+    layers_block_type answers to layer_types too) "moe" / "mlp", blocks that keep no state."""
     return list(model.config.get_text_config(decoder=True).layer_types)
+
+
+STATELESS = ("moe", "mlp")  # layer types without state: nothing delivered, a DummyLayer in the cache
 
 
 def _minimax(model: Any) -> bool:
     """MiniMax keeps its lightning layers' states in a cache class of its own
     (MiniMaxCache.linear_cache[i]: [1, heads, d, d], our S as it is; no conv)."""
     return model.config.model_type == "minimax"
+
+
+def _mamba2(model: Any) -> bool:
+    """Nemotron-H: Mamba2 layers, whose S transformers keeps per head as [P][N], ours [N][P]."""
+    return model.config.model_type == "nemotron_h"
+
+
+def _conv_kernel(model: Any) -> int:
+    """The linear layers' conv kernel (MiniMax's lightning layers have no conv: 1)."""
+    if _minimax(model):
+        return 1
+    cfg = model.config.get_text_config(decoder=True)
+    return int(cfg.conv_kernel if _mamba2(model) else cfg.linear_conv_kernel_dim)
 
 
 def new_cache(model: Any) -> DynamicCache:
@@ -108,15 +133,18 @@ def new_cache(model: Any) -> DynamicCache:
 
 def cache_from_state(model: Any, state: hypic.State) -> DynamicCache:
     """transformers' cache for model holding our state (the mapping in the module's doc)."""
-    cfg = model.config.get_text_config(decoder=True)
-    minimax = _minimax(model)
-    kernel = 1 if minimax else int(cfg.linear_conv_kernel_dim)
+    minimax, mamba2 = _minimax(model), _mamba2(model)
+    kernel = _conv_kernel(model)
     types = _layer_types(model)
     if state.num_layers != len(types):
         raise ValueError(f"the state has {state.num_layers} layers, the model {len(types)}")
     cache = new_cache(model)
     for i, kind in enumerate(types):
         parts = state.layer(i)
+        if kind in STATELESS:
+            if parts:
+                raise ValueError(f"layer {i}: {kind} keeps no state, the state has {sorted(parts)}")
+            continue  # DynamicCache(config=...) made it a DummyLayer: nothing to set
         if kind == "linear_attention" and minimax:
             cache.set_linear_cache(i, torch.tensor(parts["S"]).unsqueeze(0))
         elif kind == "linear_attention":
@@ -124,7 +152,10 @@ def cache_from_state(model: Any, state: hypic.State) -> DynamicCache:
             if conv.shape[-1] != kernel - 1:
                 raise ValueError(f"layer {i}: conv window of {conv.shape[-1]}, kernel {kernel}")
             cache.update_conv_state(conv.contiguous(), i, conv_kernel_size=kernel)
-            cache.update_recurrent_state(torch.tensor(parts["S"]).unsqueeze(0), i)
+            S = torch.tensor(parts["S"])
+            if mamba2:  # ours [H][N][P], transformers' [H][P][N]
+                S = S.transpose(-1, -2).contiguous()
+            cache.update_recurrent_state(S.unsqueeze(0), i)
         elif kind == "full_attention":
             k = torch.tensor(parts["K"]).permute(1, 0, 2).unsqueeze(0).contiguous()
             v = torch.tensor(parts["V"]).permute(1, 0, 2).unsqueeze(0).contiguous()
@@ -138,10 +169,12 @@ def cache_from_state(model: Any, state: hypic.State) -> DynamicCache:
 
 
 def compare_caches(model: Any, ours: DynamicCache, ref: DynamicCache) -> dict[str, float]:
-    """Largest |ours - reference| per part over every layer (conv: the K-1 columns a decode
-    step reads)."""
+    """Largest |ours - reference| per part over every layer that keeps a state (conv: the K-1
+    columns a decode step reads; S in transformers' orientation in both, Mamba2's included)."""
     worst = {"conv": 0.0, "S": 0.0, "K": 0.0, "V": 0.0}
     for i, kind in enumerate(_layer_types(model)):
+        if kind in STATELESS:
+            continue
         if kind == "linear_attention" and _minimax(model):
             worst["S"] = max(worst["S"], float((ours.linear_cache[i] - ref.linear_cache[i]).abs().max()))
             continue
@@ -208,8 +241,10 @@ def reference(model: Any, prompt: Sequence[int], steps: int) -> tuple[Decode, Dy
 def _copy_cache(model: Any, c: DynamicCache) -> DynamicCache:
     out = new_cache(model)
     minimax = _minimax(model)
-    kernel = 1 if minimax else int(model.config.get_text_config(decoder=True).linear_conv_kernel_dim)
+    kernel = _conv_kernel(model)
     for i, kind in enumerate(_layer_types(model)):
+        if kind in STATELESS:
+            continue
         if kind == "linear_attention" and minimax:
             out.set_linear_cache(i, c.linear_cache[i].clone())
             continue

@@ -2,15 +2,25 @@
 
 Prefill with return_state writes the state after [segments..., query] into a session's
 buffer and its reply's `state` (a Delivery) lists where each tensor lies
-(docs/transports.md, "The state's layout"): per layer, a linear (Gated DeltaNet) layer's
-conv window then S, an attention layer's K then V; fp32, row-major, each 256-byte aligned
-relative to the delivery's offset.
+(docs/transports.md, "The state's layout"): per layer, a linear layer's conv window then
+its S, an attention layer's K then V, and nothing for a layer that keeps no state (a
+Nemotron-H block that is an MLP or MoE alone); fp32, row-major, each 256-byte aligned
+relative to the delivery's offset. The delivery's `layers` is the model's layer count.
 
     kind  shape                      what
-    conv  [kernel-1][conv_dim]       the last kernel-1 conv inputs, oldest first; channels q, k, v
-    S     [Hv][dk][dv]               the delta-rule state per value head
-    K     [pos][Hkv][head_dim]       keys after k_norm and RoPE at their positions
-    V     [pos][Hkv][head_dim]       values
+    conv  [kernel-1][conv_dim]       the causal conv's last kernel-1 inputs, oldest row first;
+                                     its channels: q | k | v (Gated DeltaNet and the other
+                                     delta-rule layers), x | B | C (Mamba2)
+    S     [Hv][dk][dv]               the recurrent state of each value head: the delta-rule
+                                     matrix (Gated DeltaNet); MiniMax's lightning matrix (its
+                                     conv is empty, [0][conv_dim]); for Mamba2 [heads][ssm_state_size][mamba_head_dim],
+                                     i.e. transformers' per-head [head_dim][state] transposed
+    K     [pos][Hkv][head_dim]       keys, after k_norm and RoPE at their positions where the
+                                     model has them (Nemotron-H: neither); MLA (Kimi): one
+                                     [pos][1][kv_lora], the normalised latent that kv_b_proj
+                                     expands into every head's key and value
+    V     [pos][Hkv][head_dim]       values; MLA: one [pos][1][qk_rope], the key part every head
+                                     shares (unrotated: Kimi's MLA has no positional encoding)
 
 The arrays are np.frombuffer views of the buffer, read-only, never copies: a State is
 only valid until the session's next transfer (the daemon writes the next state or entry
@@ -47,7 +57,8 @@ class LayerTensor(NamedTuple):
 @dataclass
 class State:
     """The state a Prefill delivered: `tensors` in the delivery's order, `position` tokens
-    consumed. `layer(i)` gives one layer's parts by name ("conv" and "S", or "K" and "V")."""
+    consumed, `num_layers` the model's layers. `layer(i)` gives one layer's parts by name
+    ("conv" and "S", "K" and "V", or none for a layer that keeps no state)."""
 
     delivery: pb.Delivery
     tensors: list[LayerTensor]
@@ -64,6 +75,10 @@ class State:
 
     @property
     def num_layers(self) -> int:
+        """The model's layer count, as the delivery says it (`layers`); from a daemon that
+        does not send it, one more than the last layer with a tensor."""
+        if self.delivery.layers:
+            return int(self.delivery.layers)
         return 1 + max((t.layer for t in self.tensors), default=-1)
 
     @property
@@ -73,13 +88,15 @@ class State:
         return not self.session.closed and self.session.generation == self.generation
 
     def layer(self, i: int) -> dict[str, np.ndarray]:
-        """Layer i's parts: {"conv": ..., "S": ...} (linear) or {"K": ..., "V": ...} (attention)."""
-        parts = {_NAMES[t.kind]: t.array for t in self.tensors if t.layer == i}
-        if not parts:
+        """Layer i's parts: {"conv": ..., "S": ...} (linear), {"K": ..., "V": ...} (attention),
+        or {} for a layer that keeps no state (a block that is an MLP or MoE alone).
+        IndexError outside [0, num_layers)."""
+        if not 0 <= i < self.num_layers:
             raise IndexError(f"the state has no layer {i} (layers 0..{self.num_layers - 1})")
-        return parts
+        return {_NAMES[t.kind]: t.array for t in self.tensors if t.layer == i}
 
     def is_linear(self, i: int) -> bool:
+        """Whether layer i keeps a recurrent state S (a linear layer)."""
         return "S" in self.layer(i)
 
 

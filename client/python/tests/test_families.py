@@ -8,6 +8,7 @@ invalidating one model leaves the others' entries."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import numpy as np
 import pytest
@@ -21,6 +22,25 @@ DOCS = [
 ]
 QUESTION = "\nQ: which document?"
 SEAM = 8
+
+
+# the parts of a delivered state per layer kind (MiniMax's lightning conv: [0][conv_dim])
+PARTS = {"linear_attention": {"conv", "S"}, "full_attention": {"K", "V"}, "moe": set(), "mlp": set()}
+NEMOTRON_PATTERN = {"M": "linear_attention", "*": "full_attention", "E": "moe", "-": "mlp"}
+
+
+def layer_kinds(config: dict[str, Any]) -> list[str]:
+    """Each layer's kind, as transformers reads the family's config.json."""
+    if "layer_types" in config:
+        return list(config["layer_types"])
+    if "layers_block_type" in config:  # Nemotron-H as transformers saves it (legacy names remapped)
+        legacy = {"mamba": "linear_attention", "attention": "full_attention"}
+        return [legacy.get(k, k) for k in config["layers_block_type"]]
+    if "hybrid_override_pattern" in config:  # Nemotron-H as released: one character a block
+        return [NEMOTRON_PATTERN[c] for c in config["hybrid_override_pattern"]]
+    # Kimi-Linear's release: 1-indexed lists of its MLA layers
+    mla = set(config["linear_attn_config"]["full_attn_layers"])
+    return ["full_attention" if i + 1 in mla else "linear_attention" for i in range(config["num_hidden_layers"])]
 
 
 @pytest.fixture(scope="module")
@@ -44,22 +64,27 @@ def test_a_family_through_every_call(client: hypic.Client, family_daemon: Daemon
     assert full.tokens_computed == sum(len(d.encode()) for d in DOCS) + len(QUESTION.encode())
 
     config = json.loads((family_daemon.dir / "var" / "models" / model / "config.json").read_text())
-    if "layer_types" in config:
-        kinds = config["layer_types"]
-    else:  # Kimi-Linear's release: 1-indexed lists of its MLA layers
-        mla = set(config["linear_attn_config"]["full_attn_layers"])
-        kinds = ["full_attention" if i + 1 in mla else "linear_attention"
-                 for i in range(config["num_hidden_layers"])]
+    kinds = layer_kinds(config)
     with client.session(["shm"], 16 << 20) as s:
         _, st = client.prefill_state(s, model, DOCS, QUESTION, mode="full")
         assert st.position == full.tokens_computed and st.num_layers == len(kinds)
+        if config.get("model_type") == "nemotron_h":
+            assert st.num_layers == 6 and st.delivery.layers == 6
+        with pytest.raises(IndexError):
+            st.layer(st.num_layers)
         for i, kind in enumerate(kinds):
             parts = st.layer(i)
-            assert set(parts) == ({"conv", "S"} if kind == "linear_attention" else {"K", "V"}), (model, i)
+            assert set(parts) == PARTS[kind], (model, i, kind)
+            assert st.is_linear(i) == (kind == "linear_attention"), (model, i)
             assert all(np.isfinite(a).all() for a in parts.values())
             if kind == "full_attention" and "kv_lora_rank" in config:  # MLA: latent, shared key
                 assert parts["K"].shape[-1] == config["kv_lora_rank"], parts["K"].shape
                 assert parts["V"].shape[-1] == config["qk_rope_head_dim"], parts["V"].shape
+            if kind == "linear_attention" and config.get("model_type") == "nemotron_h":  # Mamba2
+                h, n, p, g = (config[k] for k in ("mamba_num_heads", "ssm_state_size", "mamba_head_dim", "n_groups"))
+                assert parts["S"].shape == (h, n, p), parts["S"].shape  # [H][N][P]
+                assert parts["conv"].shape == (config["conv_kernel"] - 1, h * p + 2 * g * n), parts["conv"].shape
+        assert {t.layer for t in st.tensors} == {i for i, k in enumerate(kinds) if PARTS[k]}
 
     e = client.get_entry(model, built[0].key)
     assert e.meta.model == model and len(e.data) == e.meta.bytes > 0

@@ -23,7 +23,7 @@ from conftest import EXAMPLES, MODEL_DIR
 
 import hypic
 from hypic import pb
-from hypic.state import ALIGN
+from hypic.state import ALIGN, LayerTensor, State
 from hypic.transport import ACK, DATA, DONE, FAIL, HELLO, Frame, Session, hello, is_local_host, split_target
 
 MODEL = "recall"
@@ -205,6 +205,25 @@ def test_the_layout_is_the_models(client: hypic.Client) -> None:
         assert end <= d.offset + d.bytes <= s.capacity
         with pytest.raises(IndexError):
             st.layer(st.num_layers)
+
+
+def test_a_layer_without_tensors_and_an_older_daemon() -> None:
+    """Delivery.layers counts a layer that keeps no state (Nemotron-H's MLP or MoE blocks):
+    in range it is {}, outside it IndexError; from a daemon that does not send the count, it
+    is one more than the last layer with a tensor."""
+    a = np.zeros((2, 3), np.float32)
+    kinds = [hypic.StateKind.CONV, hypic.StateKind.S, hypic.StateKind.K, hypic.StateKind.V]
+    tensors = [LayerTensor(layer, k, a) for layer, k in zip([0, 0, 2, 2], kinds)]
+    st = State(delivery=pb.Delivery(layers=4), tensors=tensors, session=None, generation=0)  # type: ignore[arg-type]
+    assert st.num_layers == 4 and st.layer(1) == {} == st.layer(3)
+    assert st.is_linear(0) and not st.is_linear(1) and list(st.layer(2)) == ["K", "V"]
+    for i in (-1, 4):
+        with pytest.raises(IndexError):
+            st.layer(i)
+    old = State(delivery=pb.Delivery(), tensors=tensors, session=None, generation=0)  # type: ignore[arg-type]
+    assert old.num_layers == 3 and old.layer(1) == {}
+    with pytest.raises(IndexError):
+        old.layer(3)
 
 
 def test_the_arrays_are_views_of_the_buffer(client: hypic.Client) -> None:
