@@ -36,16 +36,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { N_ARCH = HY_ARCH_COUNT, MAX_KEYS = 80 };
+enum { N_ARCH = HY_ARCH_COUNT, MAX_KEYS = 120 };
 _Static_assert(HY_ARCH_QWEN3_NEXT == 0 && HY_ARCH_QWEN3_5 == 1 && HY_ARCH_QWEN3_5_MOE == 2 &&
                    HY_ARCH_OLMO_HYBRID == 3 && HY_ARCH_MINIMAX == 4 && HY_ARCH_KIMI_LINEAR == 5 &&
-                   HY_ARCH_NEMOTRON_H == 6 && N_ARCH == 7,
+                   HY_ARCH_NEMOTRON_H == 6 && HY_ARCH_BAILING_HYBRID == 7 && N_ARCH == 8,
                "k_keys' default columns are indexed by hy_arch");
 
 /* The text model type of each architecture, as transformers names it. */
-static const char *const k_text_type[N_ARCH] = {"qwen3_next",  "qwen3_5_text", "qwen3_5_moe_text",
-                                                "olmo_hybrid", "minimax",      "kimi_linear",
-                                                "nemotron_h"};
+static const char *const k_text_type[N_ARCH] = {"qwen3_next",  "qwen3_5_text",  "qwen3_5_moe_text",
+                                                "olmo_hybrid", "minimax",       "kimi_linear",
+                                                "nemotron_h",  "bailing_hybrid"};
 
 typedef enum key_type { KT_INT, KT_NUM, KT_BOOL, KT_OTHER } key_type;
 /* An int field whose key is absent (or null) and derived from others. */
@@ -62,7 +62,9 @@ typedef struct cfg_vals {
     double alpha_beta[6];      /* MiniMax: full-attention, linear-attention and MLP alpha, beta */
     int n_shared, first_dense; /* Kimi */
     double routed_scale;
-    double dt_min;        /* Nemotron-H's time_step_min */
+    double dt_min;  /* Nemotron-H's time_step_min */
+    int short_conv; /* Ling's short_conv_kernel_size */
+    double kda_lower_bound;
     bool mlp_types_given; /* mlp_layer_types set layer_moe */
     bool mlp_only[HY_MAX_LAYERS];
 } cfg_vals;
@@ -109,14 +111,14 @@ static int mark_layers(cfg_ctx *c, const cJSON *list, const char *name, hy_layer
 
 #define V(f) offsetof(cfg_vals, f)
 /* Table rows: a scalar key read in table order, or one with its own reader. */
-#define SCALAR(nm, at, ty, field, d0, d1, d2, d3, d4, d5, d6, lo_, hi_, what)                      \
+#define SCALAR(nm, at, ty, field, d0, d1, d2, d3, d4, d5, d6, d7, lo_, hi_, what)                  \
     {                                                                                              \
-        .name = nm, .where = at, .type = ty, .off = V(field), .def = {d0, d1, d2, d3, d4, d5, d6}, \
-        .lo = lo_, .hi = hi_, .meaning = what                                                      \
+        .name = nm, .where = at, .type = ty, .off = V(field),                                      \
+        .def = {d0, d1, d2, d3, d4, d5, d6, d7}, .lo = lo_, .hi = hi_, .meaning = what             \
     }
-#define OTHER(nm, at, tn, d0, d1, d2, d3, d4, d5, d6, reader, runs_, what, later)                  \
+#define OTHER(nm, at, tn, d0, d1, d2, d3, d4, d5, d6, d7, reader, runs_, what, later)              \
     {                                                                                              \
-        .name = nm, .where = at, .type = KT_OTHER, .def = {d0, d1, d2, d3, d4, d5, d6},            \
+        .name = nm, .where = at, .type = KT_OTHER, .def = {d0, d1, d2, d3, d4, d5, d6, d7},        \
         .read = reader, .tname = tn, .runs = runs_, .meaning = what, .deferred = later             \
     }
 
@@ -139,72 +141,77 @@ static bool is_unused(const char *def)
  * says `null`, null; a default mentioning `null` accepts null. */
 static const cfg_key k_keys[] = {
     OTHER("model_type", AT_TOP, "string", "required", "required", "required", "required",
-          "required", "required", "required", NULL,
+          "required", "required", "required", "required", NULL,
           "`qwen3_next`; `qwen3_5_text` or `qwen3_5` (nested); `qwen3_5_moe_text` or "
           "`qwen3_5_moe` (nested); `olmo_hybrid`; `minimax`; `kimi_linear`; `nemotron_h`",
           "selects the architecture; `qwen3_5` and `qwen3_5_moe` are the vision-language "
           "composites whose text model is under `text_config`",
           true),
     OTHER("architectures", AT_TOP, "list of strings", "none", "none", "none", "none", "none",
-          "none", "none", NULL, "any",
+          "none", "none", "none", NULL, "any",
           "recorded (the first entry) for reports; the executor is chosen by `model_type`", true),
     OTHER("text_config", AT_TOP, "object", NULL, "`{}` (all defaults)", "`{}` (all defaults)", NULL,
-          NULL, NULL, NULL, NULL, "an object or null",
+          NULL, NULL, NULL, NULL, NULL, "an object or null",
           "the text model's keys of a composite config; its own `model_type` is not consulted",
           true),
     SCALAR("vocab_size", AT_TEXT, KT_INT, c.vocab, "151936", "248320", "248320", "100352", "32000",
-           "163840", "131072", 1, 1 << 24, "rows of the embedding and of the LM head"),
+           "163840", "131072", "157184", 1, 1 << 24, "rows of the embedding and of the LM head"),
     SCALAR("hidden_size", AT_TEXT, KT_INT, c.hidden, "2048", "4096", "2048", "3840", "4096", "2304",
-           "4096", 1, 1 << 16, "width of the residual stream"),
+           "4096", "2560", 1, 1 << 16, "width of the residual stream"),
     SCALAR("num_hidden_layers", AT_TEXT, KT_INT, c.n_layers, "48", "32", "40", "32", "32", "27",
-           UNUSED, 1, HY_MAX_LAYERS, "decoder layers; a tensor of a layer beyond them is an error"),
+           UNUSED, "42", 1, HY_MAX_LAYERS,
+           "decoder layers; a tensor of a layer beyond them is an error"),
     SCALAR("intermediate_size", AT_TEXT, KT_INT, c.intermediate, "5632", "12288", NULL, "11008",
-           "14336", "9216", "21504", 0, 1 << 20,
+           "14336", "9216", "21504", "6144", 0, 1 << 20,
            "width of a dense MLP (SwiGLU; relu² for Nemotron-H); 0 only where no layer is dense"),
     SCALAR("num_attention_heads", AT_TEXT, KT_INT, c.n_heads, "16", "16", "16", "30", "32", "32",
-           "32", 1, 1024,
+           "32", "32", 1, 1024,
            "query heads of a full-attention layer; a multiple of `num_key_value_heads`"),
     SCALAR("num_key_value_heads", AT_TEXT, KT_INT, c.n_kv_heads, "2", "4", "2",
            "=`null`: `num_attention_heads`", "8", "32; `null`: `num_attention_heads`",
-           "8; `null`: `num_attention_heads`", 1, 1024,
+           "8; `null`: `num_attention_heads`", "32; `null`: `num_attention_heads`", 1, 1024,
            "key/value heads of a full-attention layer (GQA)"),
     SCALAR("head_dim", AT_TEXT, KT_INT, c.head_dim, "256", "256", "256",
            "=absent: `hidden_size` / `num_attention_heads`",
-           "=`null`: `hidden_size` / `num_attention_heads`", NULL, "128", 2, 4096,
+           "=`null`: `hidden_size` / `num_attention_heads`", NULL, "128", "128", 2, 4096,
            "width of a full-attention head"),
     OTHER("hidden_act", AT_TEXT, "string", "`\"silu\"`", "`\"silu\"`", "`\"silu\"`", "`\"silu\"`",
-          "`\"silu\"`", "`\"silu\"`", NULL, read_fixed_string, "`\"silu\"` only",
+          "`\"silu\"`", "`\"silu\"`", NULL, "`\"silu\"`", read_fixed_string, "`\"silu\"` only",
           "activation of every MLP", false),
     SCALAR("attention_bias", AT_TEXT, KT_BOOL, attention_bias, "false", "false", "false", "false",
-           NULL, "false", UNUSED, 0, 0, "biases on the q/k/v/o projections"),
+           NULL, "false", UNUSED, "false", 0, 1,
+           "biases on the attention projections: Ling's MLA only (kv_a_proj_with_mqa and the "
+           "output projection); true is refused for the others"),
     SCALAR("rms_norm_eps", AT_TEXT, KT_NUM, rms_eps, "1e-06", "1e-06", "1e-06", "1e-06", "1e-05",
-           "1e-05", NULL, 0, 1, "epsilon of every RMSNorm"),
+           "1e-05", NULL, "1e-06", 0, 1, "epsilon of every RMSNorm"),
     SCALAR("linear_num_key_heads", AT_TEXT, KT_INT, c.lin_k_heads, "16", "16", "16",
-           "=`null`: `num_attention_heads`", NULL, NULL, NULL, 1, 1024,
+           "=`null`: `num_attention_heads`", NULL, NULL, NULL, NULL, 1, 1024,
            "query/key heads of a Gated DeltaNet layer"),
     SCALAR("linear_num_value_heads", AT_TEXT, KT_INT, c.lin_v_heads, "32", "32", "32",
-           "=`null`: `num_attention_heads`", NULL, NULL, NULL, 1, 1024,
+           "=`null`: `num_attention_heads`", NULL, NULL, NULL, NULL, 1, 1024,
            "value heads of a Gated DeltaNet layer; a multiple of `linear_num_key_heads`"),
     SCALAR("linear_key_head_dim", AT_TEXT, KT_INT, c.lin_dk, "128", "128", "128",
-           "=`null`: int(0.75 × `hidden_size` / `linear_num_key_heads`)", NULL, NULL, NULL, 1, 1024,
-           "key width of a Gated DeltaNet head"),
+           "=`null`: int(0.75 × `hidden_size` / `linear_num_key_heads`)", NULL, NULL, NULL, NULL, 1,
+           1024, "key width of a Gated DeltaNet head"),
     SCALAR("linear_value_head_dim", AT_TEXT, KT_INT, c.lin_dv, "128", "128", "128",
-           "=`null`: 2 × `linear_key_head_dim`", NULL, NULL, NULL, 1, 1024,
+           "=`null`: 2 × `linear_key_head_dim`", NULL, NULL, NULL, NULL, 1, 1024,
            "value width of a Gated DeltaNet head"),
     SCALAR("linear_allow_neg_eigval", AT_TEXT, KT_BOOL, neg_eigval, NULL, NULL, NULL, "true", NULL,
-           NULL, NULL, 0, 1,
+           NULL, NULL, NULL, 0, 1,
            "beta = 2·sigmoid(b) instead of sigmoid(b): the delta rule's eigenvalues 1 − beta "
            "then reach down to −1"),
     SCALAR("linear_conv_kernel_dim", AT_TEXT, KT_INT, c.conv_kernel, "4", "4", "4", "4", NULL, "4",
-           NULL, 1, 16, "taps of the causal short convolution before the delta rule"),
+           NULL, "=absent: `short_conv_kernel_size`", 1, 16,
+           "taps of the causal short convolution before the delta rule"),
     SCALAR("linear_num_heads", AT_TEXT, KT_INT, c.lin_v_heads, NULL, NULL, NULL, NULL, NULL, "32",
-           NULL, 1, 1024,
+           NULL, "=absent: `num_attention_heads`", 1, 1024,
            "heads of a KDA layer: queries, keys and values alike (`linear_attn_config.num_heads` "
            "wins)"),
     SCALAR("linear_head_dim", AT_TEXT, KT_INT, c.lin_dk, NULL, NULL, NULL, NULL, NULL, "128", NULL,
-           1, 1024, "key and value width of a KDA head (`linear_attn_config.head_dim` wins)"),
+           "=absent: `head_dim`", 1, 1024,
+           "key and value width of a KDA head (`linear_attn_config.head_dim` wins)"),
     OTHER("linear_attn_config", AT_TEXT, "object", NULL, NULL, NULL, NULL, NULL, "`null`", NULL,
-          read_lin_cfg,
+          NULL, read_lin_cfg,
           "`head_dim`, `num_heads`, `short_conv_kernel_size` as the flat keys; "
           "`kda_layers` and `full_attn_layers` together covering every layer",
           "Kimi's nested settings: they win over `linear_head_dim`, `linear_num_heads` and "
@@ -212,122 +219,124 @@ static const cfg_key k_keys[] = {
           "which layers are KDA and which MLA",
           false),
     SCALAR("rope_theta", AT_TEXT, KT_NUM, rope_theta, "10000.0", "10000.0", "10000.0",
-           "10000.0; `null`: no RoPE", "1000000.0", NULL, NULL, 1, 1e12,
+           "10000.0; `null`: no RoPE", "1000000.0", NULL, NULL, "6000000.0", 1, 1e12,
            "RoPE base where the RoPE object does not give one; OLMo-Hybrid runs without "
            "positional encoding (NoPE) when the base in effect is null"),
     SCALAR("partial_rotary_factor", AT_TEXT, KT_NUM, partial_rotary, "0.25", "0.25", "0.25", NULL,
-           NULL, NULL, NULL, 0, 1,
+           NULL, NULL, NULL, NULL, 0, 1,
            "rotated fraction of `head_dim` where the RoPE object does not give one; "
            "int(head_dim x factor) must be even and >= 2"),
     OTHER("rope_parameters", AT_TEXT, "object", "`null`", "`null`", "`null`", "`null`", "`null`",
-          NULL, NULL, read_rope, "`rope_type` (or `type`) `\"default\"`; M-RoPE sections accepted",
+          NULL, NULL, "`null`", read_rope,
+          "`rope_type` (or `type`) `\"default\"`; M-RoPE sections accepted",
           "RoPE settings (`rope_theta`, `partial_rotary_factor`) that win over the top-level "
           "keys; for text every M-RoPE section sees the same position, which is plain RoPE",
           false),
     OTHER("rope_scaling", AT_TEXT, "object", "`null`", "`null`", "`null`", "`null`", "`null`", NULL,
-          NULL, NULL, "as `rope_parameters`",
+          NULL, "`null`", NULL, "as `rope_parameters`",
           "the older name: when a non-empty object it replaces `rope_parameters` entirely", true),
     OTHER("layer_types", AT_TEXT, "list of strings", "`null`", "`null`", "`null`", "`null`",
-          "`null`", "`null`", NULL, read_layers,
+          "`null`", "`null`", NULL, "`null`", read_layers,
           "`num_hidden_layers` entries, each `\"linear_attention\"` or `\"full_attention\"`",
           "the token mixer of each layer; null derives it from `full_attention_interval`", false),
     {.name = "full_attention_interval",
      .where = AT_TEXT,
      .type = KT_INT,
-     .def = {"4", "4", "4", NULL, NULL, NULL, NULL},
+     .def = {"4", "4", "4", NULL, NULL, NULL, NULL, NULL},
      .lo = 1,
      .hi = HY_MAX_LAYERS,
      .meaning = "read only when `layer_types` is null: layer i has full attention when "
                 "(i + 1) % interval == 0, else linear attention",
      .deferred = true},
     SCALAR("num_experts", AT_TEXT, KT_INT, c.n_experts, "512", NULL, "256", NULL, NULL,
-           "256; alias `num_local_experts`", NULL, 0, 4096,
+           "256; alias `num_local_experts`", NULL, "512; alias `num_local_experts`", 0, 4096,
            "routed experts per MoE layer; 0 (Qwen3-Next only) makes every layer dense"),
     SCALAR("num_experts_per_tok", AT_TEXT, KT_INT, c.top_k, "10", NULL, "8", NULL, "2", NULL, "2",
-           1, 4096, "experts each token is routed to; at most `num_experts`"),
+           NULL, 1, 4096, "experts each token is routed to; at most `num_experts`"),
     SCALAR("moe_intermediate_size", AT_TEXT, KT_INT, c.moe_intermediate, "512", NULL, "512", NULL,
-           NULL, "1024", "7688", 1, 1 << 20, "width of a routed expert's SwiGLU"),
+           NULL, "1024", "7688", "768", 1, 1 << 20, "width of a routed expert's SwiGLU"),
     SCALAR("shared_expert_intermediate_size", AT_TEXT, KT_INT, c.shared_intermediate, "512", NULL,
-           "512", NULL, NULL, NULL, NULL, 0, 1 << 20,
+           "512", NULL, NULL, NULL, NULL, NULL, 0, 1 << 20,
            "width of the sigmoid-gated shared expert of every MoE layer; 0: none (its tensors "
            "must then be absent)"),
     SCALAR("norm_topk_prob", AT_TEXT, KT_BOOL, c.norm_topk, "true", NULL, NULL, NULL, NULL, NULL,
-           "true", 0, 1,
+           "true", NULL, 0, 1,
            "renormalise the top-k routing weights to sum 1; the Qwen3.5 MoE router always does, "
            "whatever the key says"),
     SCALAR("decoder_sparse_step", AT_TEXT, KT_INT, sparse_step, "1", NULL, NULL, NULL, NULL, NULL,
-           NULL, 1, HY_MAX_LAYERS,
+           NULL, NULL, 1, HY_MAX_LAYERS,
            "layer i is MoE when (i + 1) % step == 0 and i is not in `mlp_only_layers` (Qwen3.5 "
            "MoE routes every layer)"),
     OTHER("mlp_only_layers", AT_TEXT, "list of ints", "`[]`", NULL, NULL, NULL, NULL, NULL, NULL,
-          read_mlp_only, "integers; those outside [0, num_hidden_layers) match no layer",
+          NULL, read_mlp_only, "integers; those outside [0, num_hidden_layers) match no layer",
           "layers with a dense MLP although the sparse step would route them", false),
     SCALAR("num_local_experts", AT_TEXT, KT_INT, c.n_experts, NULL, NULL, NULL, NULL,
-           "8; `num_experts` as alias", NULL, NULL, 1, 4096,
+           "8; `num_experts` as alias", NULL, NULL, NULL, 1, 4096,
            "routed experts of every MiniMax layer (`num_experts` is read when this key is absent)"),
     OTHER("sliding_window", AT_TEXT, "int or null", NULL, NULL, NULL, NULL, "`null`", NULL, UNUSED,
-          read_sliding, "`null` only",
+          NULL, read_sliding, "`null` only",
           "a sliding attention window; the executor attends causally over everything", false),
-    SCALAR("block_size", AT_TEXT, KT_INT, block_size, NULL, NULL, NULL, NULL, "256", NULL, NULL, 1,
-           1 << 20,
+    SCALAR("block_size", AT_TEXT, KT_INT, block_size, NULL, NULL, NULL, NULL, "256", NULL, NULL,
+           NULL, 1, 1 << 20,
            "lightning attention's prefill block; the result does not depend on it (fp32 rounding)"),
     SCALAR("full_attn_alpha_factor", AT_TEXT, KT_NUM, alpha_beta[0], NULL, NULL, NULL, NULL, "1",
-           NULL, NULL, -1e6, 1e6,
+           NULL, NULL, NULL, -1e6, 1e6,
            "a softmax-attention layer's x = alpha·norm(x) + beta·attn(norm(x))"),
     SCALAR("full_attn_beta_factor", AT_TEXT, KT_NUM, alpha_beta[1], NULL, NULL, NULL, NULL, "1",
-           NULL, NULL, -1e6, 1e6, "see `full_attn_alpha_factor`"),
+           NULL, NULL, NULL, -1e6, 1e6, "see `full_attn_alpha_factor`"),
     SCALAR("linear_attn_alpha_factor", AT_TEXT, KT_NUM, alpha_beta[2], NULL, NULL, NULL, NULL, "1",
-           NULL, NULL, -1e6, 1e6, "the same for a lightning-attention layer"),
+           NULL, NULL, NULL, -1e6, 1e6, "the same for a lightning-attention layer"),
     SCALAR("linear_attn_beta_factor", AT_TEXT, KT_NUM, alpha_beta[3], NULL, NULL, NULL, NULL, "1",
-           NULL, NULL, -1e6, 1e6, "see `linear_attn_alpha_factor`"),
+           NULL, NULL, NULL, -1e6, 1e6, "see `linear_attn_alpha_factor`"),
     SCALAR("mlp_alpha_factor", AT_TEXT, KT_NUM, alpha_beta[4], NULL, NULL, NULL, NULL, "1", NULL,
-           NULL, -1e6, 1e6, "the same around the MoE: x = alpha·norm(x) + beta·moe(norm(x))"),
+           NULL, NULL, -1e6, 1e6, "the same around the MoE: x = alpha·norm(x) + beta·moe(norm(x))"),
     SCALAR("mlp_beta_factor", AT_TEXT, KT_NUM, alpha_beta[5], NULL, NULL, NULL, NULL, "1", NULL,
-           NULL, -1e6, 1e6, "see `mlp_alpha_factor`"),
+           NULL, NULL, -1e6, 1e6, "see `mlp_alpha_factor`"),
     SCALAR("num_experts_per_token", AT_TEXT, KT_INT, c.top_k, NULL, NULL, NULL, NULL, NULL, "8",
-           NULL, 1, 4096, "experts each token is routed to (alias `num_experts_per_tok`)"),
+           NULL, "8", 1, 4096, "experts each token is routed to (alias `num_experts_per_tok`)"),
     SCALAR("num_shared_experts", AT_TEXT, KT_INT, n_shared, NULL, NULL, NULL, NULL, NULL, "1", NULL,
-           0, 64,
+           "1", 0, 64,
            "shared experts, always on: one SwiGLU of `moe_intermediate_size` × this width "
            "(alias `n_shared_experts`)"),
     SCALAR("moe_renormalize", AT_TEXT, KT_BOOL, c.norm_topk, NULL, NULL, NULL, NULL, NULL, "true",
-           NULL, 0, 1,
+           NULL, "true", 0, 1,
            "renormalise the chosen experts' sigmoid scores to sum 1 before the routed scaling "
            "(alias `norm_topk_prob`)"),
     SCALAR("num_expert_group", AT_TEXT, KT_INT, c.n_group, NULL, NULL, NULL, NULL, NULL, "1", NULL,
-           1, 256,
+           "8", 1, 256,
            "groups of consecutive experts the router ranks by their two best biased scores "
            "(alias `n_group`)"),
-    SCALAR("topk_group", AT_TEXT, KT_INT, c.topk_group, NULL, NULL, NULL, NULL, NULL, "1", "1", 1,
-           4096, "groups kept; the experts are chosen among theirs"),
+    SCALAR("topk_group", AT_TEXT, KT_INT, c.topk_group, NULL, NULL, NULL, NULL, NULL, "1", "1", "4",
+           1, 4096, "groups kept; the experts are chosen among theirs"),
     SCALAR("routed_scaling_factor", AT_TEXT, KT_NUM, routed_scale, NULL, NULL, NULL, NULL, NULL,
-           "2.446", "1.0", 0, 1e6,
+           "2.446", "1.0", "2.5", 0, 1e6,
            "the routed experts' weights are multiplied by it (after the renormalisation)"),
     SCALAR("first_k_dense_replace", AT_TEXT, KT_INT, first_dense, NULL, NULL, NULL, NULL, NULL, "1",
-           NULL, 0, HY_MAX_LAYERS,
+           NULL, "2", 0, HY_MAX_LAYERS,
            "without `mlp_layer_types`, the first this many layers have a dense MLP, the rest MoE"),
     OTHER("mlp_layer_types", AT_TEXT, "list of strings", NULL, NULL, NULL, NULL, NULL, "`null`",
-          NULL, read_mlp_types, "`num_hidden_layers` entries, each `\"dense\"` or `\"sparse\"`",
+          NULL, "`null`", read_mlp_types,
+          "`num_hidden_layers` entries, each `\"dense\"` or `\"sparse\"`",
           "each layer's MLP: dense, or routed experts with the shared one", false),
     SCALAR("q_lora_rank", AT_TEXT, KT_INT, c.q_lora, NULL, NULL, NULL, NULL, NULL,
-           "=`null`: none (a plain `q_proj`)", NULL, 1, 65536,
+           "=`null`: none (a plain `q_proj`)", NULL, NULL, 1, 65536,
            "an MLA layer's queries go through a rank-q_lora bottleneck (`q_a_proj`, an RMSNorm, "
            "`q_b_proj`)"),
-    SCALAR("kv_lora_rank", AT_TEXT, KT_INT, c.kv_lora, NULL, NULL, NULL, NULL, NULL, "512", NULL, 1,
-           65536,
+    SCALAR("kv_lora_rank", AT_TEXT, KT_INT, c.kv_lora, NULL, NULL, NULL, NULL, NULL, "512", NULL,
+           "512", 1, 65536,
            "width of the latent an MLA layer caches per token, expanded to every head's key "
            "and value"),
     SCALAR("qk_nope_head_dim", AT_TEXT, KT_INT, c.qk_nope, NULL, NULL, NULL, NULL, NULL, "128",
-           NULL, 1, 4096, "a head's key part expanded from the latent"),
+           NULL, "128", 1, 4096, "a head's key part expanded from the latent"),
     SCALAR("qk_rope_head_dim", AT_TEXT, KT_INT, c.qk_rope, NULL, NULL, NULL, NULL, NULL, "64", NULL,
-           1, 4096,
+           "64", 1, 4096,
            "the key part all heads share, cached beside the latent (Kimi rotates nothing)"),
-    SCALAR("v_head_dim", AT_TEXT, KT_INT, c.v_head, NULL, NULL, NULL, NULL, NULL, "128", NULL, 1,
-           4096, "a head's value width"),
+    SCALAR("v_head_dim", AT_TEXT, KT_INT, c.v_head, NULL, NULL, NULL, NULL, NULL, "128", NULL,
+           "128", 1, 4096, "a head's value width"),
     OTHER("layers_block_type", AT_TEXT, "list of strings", NULL, NULL, NULL, NULL, NULL, NULL,
           "`null`: `hybrid_override_pattern`, else `[\"linear_attention\", \"moe\", "
           "\"full_attention\", \"mlp\"]`; alias `layer_types`",
-          read_block_types,
+          NULL, read_block_types,
           "1 to 256 entries, each `\"linear_attention\"` (or `\"mamba\"`), `\"full_attention\"` "
           "(or `\"attention\"`), `\"moe\"` or `\"mlp\"`",
           "Nemotron-H's blocks, one token mixer or one MLP each: Mamba2, GQA attention, routed "
@@ -335,58 +344,80 @@ static const cfg_key k_keys[] = {
           "read)",
           false),
     OTHER("hybrid_override_pattern", AT_TEXT, "string", NULL, NULL, NULL, NULL, NULL, NULL, "none",
-          NULL, "one character per block: `M`, `*`, `E` or `-`",
+          NULL, NULL, "one character per block: `M`, `*`, `E` or `-`",
           "the released checkpoints' spelling of `layers_block_type` (M Mamba2, * attention, "
           "E MoE, - MLP); read only when that list is absent",
           true),
     SCALAR("layer_norm_epsilon", AT_TEXT, KT_NUM, rms_eps, NULL, NULL, NULL, NULL, NULL, NULL,
-           "1e-05", 0, 1, "epsilon of every RMSNorm, the Mamba2 gated norm's too"),
+           "1e-05", NULL, 0, 1, "epsilon of every RMSNorm, the Mamba2 gated norm's too"),
     OTHER("mlp_hidden_act", AT_TEXT, "string", NULL, NULL, NULL, NULL, NULL, NULL, "`\"relu2\"`",
-          read_fixed_string, "`\"relu2\"` only",
+          NULL, read_fixed_string, "`\"relu2\"` only",
           "activation of the MLP blocks and of every expert: relu(x)², no gate projection", false),
-    SCALAR("mlp_bias", AT_TEXT, KT_BOOL, c.mlp_bias, NULL, NULL, NULL, NULL, NULL, NULL, "false", 0,
-           1, "biases on the MLP blocks, the shared expert and the latent projections"),
+    SCALAR("mlp_bias", AT_TEXT, KT_BOOL, c.mlp_bias, NULL, NULL, NULL, NULL, NULL, NULL, "false",
+           NULL, 0, 1, "biases on the MLP blocks, the shared expert and the latent projections"),
     SCALAR("mamba_num_heads", AT_TEXT, KT_INT, c.lin_v_heads, NULL, NULL, NULL, NULL, NULL, NULL,
-           "128", 1, 1024, "heads of a Mamba2 layer; a multiple of `n_groups`"),
-    SCALAR("mamba_head_dim", AT_TEXT, KT_INT, c.lin_dv, NULL, NULL, NULL, NULL, NULL, NULL, "64", 1,
-           1024,
+           "128", NULL, 1, 1024, "heads of a Mamba2 layer; a multiple of `n_groups`"),
+    SCALAR("mamba_head_dim", AT_TEXT, KT_INT, c.lin_dv, NULL, NULL, NULL, NULL, NULL, NULL, "64",
+           NULL, 1, 1024,
            "channels of x per Mamba2 head (the layer is mamba_num_heads × this wide; `expand` is "
            "not read)"),
     SCALAR("ssm_state_size", AT_TEXT, KT_INT, c.lin_dk, NULL, NULL, NULL, NULL, NULL, NULL, "128",
-           1, 1024, "width N of B and C: a head's state is N × mamba_head_dim"),
+           NULL, 1, 1024, "width N of B and C: a head's state is N × mamba_head_dim"),
     SCALAR("n_groups", AT_TEXT, KT_INT, c.lin_k_heads, NULL, NULL, NULL, NULL, NULL, NULL,
-           "8; alias `mamba_n_groups` (wins)", 1, 1024,
+           "8; alias `mamba_n_groups` (wins)", NULL, 1, 1024,
            "groups of heads sharing one B and one C, which are also the gated norm's groups"),
     SCALAR("conv_kernel", AT_TEXT, KT_INT, c.conv_kernel, NULL, NULL, NULL, NULL, NULL, NULL,
-           "4; alias `mamba_d_conv` (wins)", 2, 16, "taps of the causal conv over x | B | C"),
+           "4; alias `mamba_d_conv` (wins)", NULL, 2, 16, "taps of the causal conv over x | B | C"),
     OTHER("mamba_hidden_act", AT_TEXT, "string", NULL, NULL, NULL, NULL, NULL, NULL, "`\"silu\"`",
-          read_fixed_string, "`\"silu\"` only",
+          NULL, read_fixed_string, "`\"silu\"` only",
           "activation after the Mamba2 conv (the output gate is SiLU whatever it says)", false),
     SCALAR("time_step_min", AT_TEXT, KT_NUM, dt_min, NULL, NULL, NULL, NULL, NULL, NULL,
-           "0.001; alias `mamba_dt_min` (wins)", 0, 1e6,
+           "0.001; alias `mamba_dt_min` (wins)", NULL, 0, 1e6,
            "a prompt token's dt is clamped below at it; a decode step's is not (transformers' "
            "chunked scan clamps, its one-token update does not)"),
     SCALAR("use_conv_bias", AT_TEXT, KT_BOOL, c.lin_conv_bias, NULL, NULL, NULL, NULL, NULL, NULL,
-           "true; alias `mamba_conv_bias` (wins)", 0, 1, "a bias on the Mamba2 conv"),
+           "true; alias `mamba_conv_bias` (wins)", NULL, 0, 1, "a bias on the Mamba2 conv"),
     SCALAR("use_bias", AT_TEXT, KT_BOOL, c.lin_proj_bias, NULL, NULL, NULL, NULL, NULL, NULL,
-           "false", 0, 1, "biases on the Mamba2 in_proj and out_proj"),
+           "false", NULL, 0, 1, "biases on the Mamba2 in_proj and out_proj"),
     SCALAR("chunk_size", AT_TEXT, KT_INT, block_size, NULL, NULL, NULL, NULL, NULL, NULL,
-           "128; alias `mamba_chunk_size` (wins)", 1, 1 << 20,
+           "128; alias `mamba_chunk_size` (wins)", NULL, 1, 1 << 20,
            "Mamba2's prefill chunk; the result does not depend on it (fp32 rounding)"),
     SCALAR("n_routed_experts", AT_TEXT, KT_INT, c.n_experts, NULL, NULL, NULL, NULL, NULL, NULL,
-           "8; alias `num_local_experts`", 1, 4096, "routed experts of every MoE block"),
+           "8; alias `num_local_experts`", NULL, 1, 4096, "routed experts of every MoE block"),
     SCALAR("moe_shared_expert_intermediate_size", AT_TEXT, KT_INT, c.shared_intermediate, NULL,
-           NULL, NULL, NULL, NULL, NULL, "7688", 1, 1 << 20,
+           NULL, NULL, NULL, NULL, NULL, "7688", NULL, 1, 1 << 20,
            "width of the shared expert every MoE block adds, ungated"),
     SCALAR("moe_latent_size", AT_TEXT, KT_INT, c.moe_latent, NULL, NULL, NULL, NULL, NULL, NULL,
-           "=`null`: none (experts on the hidden width)", 1, 65536,
+           "=`null`: none (experts on the hidden width)", NULL, 1, 65536,
            "the routed experts run in a latent this wide: fc1_latent_proj before them, "
            "fc2_latent_proj after their sum (the router and the shared expert see the hidden "
            "state)"),
-    SCALAR("n_group", AT_TEXT, KT_INT, c.n_group, NULL, NULL, NULL, NULL, NULL, NULL, "1", 1, 256,
-           "groups of consecutive experts the router ranks by their two best biased scores"),
+    SCALAR("n_group", AT_TEXT, KT_INT, c.n_group, NULL, NULL, NULL, NULL, NULL, NULL, "1", NULL, 1,
+           256, "groups of consecutive experts the router ranks by their two best biased scores"),
+    SCALAR("short_conv_kernel_size", AT_TEXT, KT_INT, short_conv, NULL, NULL, NULL, NULL, NULL,
+           NULL, NULL, "4", 2, 16,
+           "taps of a KDA layer's short conv, unless `linear_conv_kernel_dim` is given"),
+    {.name = "layer_group_size",
+     .where = AT_TEXT,
+     .type = KT_INT,
+     .def = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, "6"},
+     .lo = 1,
+     .hi = HY_MAX_LAYERS,
+     .meaning = "read only when `layer_types` is null: layer i (from 0) is MLA when (i + 1) % "
+                "size == 0, else KDA (a last partial group is all KDA)",
+     .deferred = true},
+    SCALAR("kda_safe_gate", AT_TEXT, KT_BOOL, c.kda_safe_gate, NULL, NULL, NULL, NULL, NULL, NULL,
+           NULL, "true", 0, 1,
+           "the bounded forget gate lower_bound·sigmoid(exp(A_log)·(f + dt_bias)); false: "
+           "−exp(A_log)·softplus(f + dt_bias)"),
+    SCALAR("kda_lower_bound", AT_TEXT, KT_NUM, kda_lower_bound, NULL, NULL, NULL, NULL, NULL, NULL,
+           NULL, "-5.0", -1e6, 0, "the bounded gate's least log-decay per token"),
+    SCALAR("num_nextn_predict_layers", AT_TEXT, KT_INT, c.mtp_layers, NULL, NULL, NULL, NULL, NULL,
+           NULL, NULL, "1; alias `num_mtp_layers`", 0, 64,
+           "multi-token-prediction layers after the last one; their tensors (and `model.mtp.*`) "
+           "are skipped, as transformers builds none"),
     SCALAR("tie_word_embeddings", AT_TOP, KT_BOOL, c.tie_embeddings, "false", "false", "false",
-           "false", "false", "false", "false", 0, 1,
+           "false", "false", "false", "false", "false", 0, 1,
            "the LM head is the embedding matrix (`lm_head.weight` may then be absent; when present "
            "it is used, as transformers does); a composite config ties by its own flag, never by "
            "`text_config`'s"),
@@ -424,6 +455,12 @@ static const struct {
     {HY_ARCH_KIMI_LINEAR, "num_shared_experts", "n_shared_experts", false},
     {HY_ARCH_KIMI_LINEAR, "moe_renormalize", "norm_topk_prob", false},
     {HY_ARCH_KIMI_LINEAR, "num_expert_group", "n_group", false},
+    {HY_ARCH_BAILING_HYBRID, "num_experts", "num_local_experts", false},
+    {HY_ARCH_BAILING_HYBRID, "num_experts_per_token", "num_experts_per_tok", false},
+    {HY_ARCH_BAILING_HYBRID, "num_shared_experts", "n_shared_experts", false},
+    {HY_ARCH_BAILING_HYBRID, "moe_renormalize", "norm_topk_prob", false},
+    {HY_ARCH_BAILING_HYBRID, "num_expert_group", "n_group", false},
+    {HY_ARCH_BAILING_HYBRID, "num_nextn_predict_layers", "num_mtp_layers", false},
     {HY_ARCH_NEMOTRON_H, "layers_block_type", "layer_types", false},
     {HY_ARCH_NEMOTRON_H, "n_routed_experts", "num_local_experts", false},
     {HY_ARCH_NEMOTRON_H, "n_groups", "mamba_n_groups", true},
@@ -630,6 +667,16 @@ static int read_layers(cfg_ctx *c, const cfg_key *k)
                                   "%s: layer %d (number %d) is in neither "
                                   "linear_attn_config.kda_layers nor .full_attn_layers",
                                   c->path, i, i + 1);
+        return HY_OK;
+    }
+    if (c->arch == HY_ARCH_BAILING_HYBRID) { /* BailingHybridConfig: the last of each group */
+        const cfg_key *gk = &k_keys[key_index("layer_group_size")];
+        c->given[gk - k_keys] = get(c->text, gk->name) != NULL;
+        double size;
+        int rc = read_number(c, c->text, gk->name, KT_INT, gk->def[c->arch], gk->lo, gk->hi, &size);
+        if (rc) return rc;
+        for (int i = 0; i < cfg->n_layers; i++)
+            cfg->layer_kind[i] = (i + 1) % (int)size == 0 ? HY_LAYER_ATTENTION : HY_LAYER_LINEAR;
         return HY_OK;
     }
     if (c->arch == HY_ARCH_MINIMAX) { /* MiniMaxConfig: F L F L ..., full attention first */
@@ -868,6 +915,7 @@ static int read_identity(cfg_ctx *c, cJSON **empty)
         {"minimax", HY_ARCH_MINIMAX, false},
         {"kimi_linear", HY_ARCH_KIMI_LINEAR, false},
         {"nemotron_h", HY_ARCH_NEMOTRON_H, false},
+        {"bailing_hybrid", HY_ARCH_BAILING_HYBRID, false},
     };
     size_t t = 0;
     while (t < sizeof types / sizeof *types && strcmp(types[t].type, mt->valuestring) != 0) t++;
@@ -876,7 +924,7 @@ static int read_identity(cfg_ctx *c, cJSON **empty)
             c->err, HY_EUNSUPPORTED,
             "%s: model_type '%s' is not supported (qwen3_next, qwen3_5_text, "
             "qwen3_5, qwen3_5_moe_text, qwen3_5_moe, olmo_hybrid, minimax, kimi_linear, "
-            "nemotron_h)",
+            "nemotron_h, bailing_hybrid)",
             c->path, mt->valuestring);
     c->arch = types[t].arch;
     c->nested = types[t].nested;
@@ -1137,6 +1185,62 @@ static int derive_nemotron(cfg_ctx *c, hy_model_config *cfg)
     return HY_OK;
 }
 
+/* Ling (bailing_hybrid): KDA layers of linear_num_heads (else
+ * num_attention_heads) heads of linear_head_dim (else head_dim, which the
+ * class then rewrites to qk_rope_head_dim), their conv of
+ * linear_conv_kernel_dim (else short_conv_kernel_size) taps, the bounded
+ * gate and full-rank gate projections; MLA without a query bottleneck (the
+ * class ignores q_lora_rank), RoPE on the shared key and the queries'
+ * rope part (default RoPE only: its yarn scaling would change the scale), a
+ * sigmoid gate per head and attention_bias on kv_a_proj_with_mqa and the
+ * output projection; DeepSeek's MoE as Kimi's, its first
+ * first_k_dense_replace layers dense unless mlp_layer_types says; an LM head
+ * of its own whatever tie_word_embeddings says. */
+static int derive_ling(cfg_ctx *c, hy_model_config *cfg)
+{
+    int rc;
+    if ((rc = fill_derived(c, "num_key_value_heads", &cfg->n_kv_heads, cfg->n_heads)) ||
+        (rc = fill_derived(c, "linear_num_heads", &cfg->lin_v_heads, cfg->n_heads)) ||
+        (rc = fill_derived(c, "linear_head_dim", &cfg->lin_dk, cfg->head_dim)) ||
+        (rc = fill_derived(c, "linear_conv_kernel_dim", &cfg->conv_kernel, c->v.short_conv)))
+        return rc;
+    if (cfg->n_kv_heads != cfg->n_heads)
+        return hy_err_set(c->err, HY_EINVAL,
+                          "%s: num_key_value_heads %d must equal num_attention_heads %d: "
+                          "kv_b_proj expands the latent to every query head",
+                          c->path, cfg->n_kv_heads, cfg->n_heads);
+    cfg->mla = true;
+    cfg->q_lora = 0;
+    cfg->head_dim = cfg->qk_nope + cfg->qk_rope;
+    cfg->mla_head_gate = true;
+    cfg->mla_bias = c->v.attention_bias;
+    cfg->lin_kind = HY_LIN_KDA;
+    cfg->lin_k_heads = cfg->lin_v_heads;
+    cfg->lin_dv = cfg->lin_dk;
+    cfg->kda_full_gates = true;
+    cfg->kda_lower_bound = (float)c->v.kda_lower_bound;
+    cfg->attn_gate = false;
+    cfg->qk_norm = false;
+    if (cfg->tie_embeddings)
+        hy_log(HY_LOG_INFO,
+               "%s: tie_word_embeddings true has no effect on bailing_hybrid (its LM head is its "
+               "own, as in transformers)",
+               c->path);
+    cfg->tie_embeddings = false;
+    cfg->router = HY_ROUTER_SIGMOID_GROUPED;
+    cfg->routed_scale = (float)c->v.routed_scale;
+    cfg->shared_intermediate = c->v.n_shared * cfg->moe_intermediate;
+    cfg->shared_gated = false;
+    bool any_moe = false;
+    for (int i = 0; i < cfg->n_layers; i++) {
+        if (!c->v.mlp_types_given) cfg->layer_moe[i] = i >= c->v.first_dense;
+        any_moe |= cfg->layer_moe[i];
+    }
+    if (any_moe)
+        return check_groups(c, cfg, "num_experts", "num_expert_group", "num_experts_per_token");
+    return HY_OK;
+}
+
 /* RoPE's base and width: the rotated part of each head is even; none with
  * OLMo-Hybrid's null base. */
 static int derive_rope(cfg_ctx *c, hy_model_config *cfg)
@@ -1147,7 +1251,8 @@ static int derive_rope(cfg_ctx *c, hy_model_config *cfg)
         cfg->rotary_dim = 0;
         return HY_OK;
     }
-    cfg->rotary_dim = (int)(cfg->head_dim * partial);
+    /* MLA (Ling) rotates the queries' and the shared key's qk_rope part */
+    cfg->rotary_dim = cfg->mla ? cfg->qk_rope : (int)(cfg->head_dim * partial);
     if (cfg->rotary_dim < 2 || cfg->rotary_dim % 2)
         return hy_err_set(c->err, HY_EINVAL,
                           "%s: head_dim %d x partial_rotary_factor %g gives %d rotary dims; need "
@@ -1177,6 +1282,10 @@ static int derive(cfg_ctx *c, hy_model_config *cfg)
     if (c->arch == HY_ARCH_MINIMAX && (rc = derive_minimax(c, cfg))) return rc;
     if (c->arch == HY_ARCH_KIMI_LINEAR && (rc = derive_kimi(c, cfg))) return rc;
     if (c->arch == HY_ARCH_NEMOTRON_H && (rc = derive_nemotron(c, cfg))) return rc;
+    if (c->arch == HY_ARCH_BAILING_HYBRID && (rc = derive_ling(c, cfg))) return rc;
+    if (c->v.attention_bias && c->arch != HY_ARCH_BAILING_HYBRID)
+        return hy_err_set(c->err, HY_EUNSUPPORTED, "%s: attention_bias true is not supported",
+                          c->path);
     if ((rc = derive_rope(c, cfg))) return rc;
     if (cfg->n_heads % cfg->n_kv_heads)
         return hy_err_set(c->err, HY_EINVAL,
@@ -1204,7 +1313,7 @@ static int derive(cfg_ctx *c, hy_model_config *cfg)
             cfg->layer_moe[i] =
                 cfg->n_experts > 0 && (i + 1) % c->v.sparse_step == 0 && !c->v.mlp_only[i];
         else if (c->arch != HY_ARCH_MINIMAX && c->arch != HY_ARCH_KIMI_LINEAR &&
-                 c->arch != HY_ARCH_NEMOTRON_H)
+                 c->arch != HY_ARCH_NEMOTRON_H && c->arch != HY_ARCH_BAILING_HYBRID)
             cfg->layer_moe[i] = c->arch == HY_ARCH_QWEN3_5_MOE;
         if (!cfg->layer_moe[i] && !cfg->layer_no_mlp[i] && cfg->intermediate == 0)
             return hy_err_set(c->err, HY_EINVAL,

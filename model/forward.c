@@ -167,7 +167,8 @@ static size_t plan(hy_exec *ex, size_t B, float *base)
     /* KDA: q | k | v | f_a | g_a | b rows; the per-channel log-decays and the
      * output gate are Q = Vd wide */
     const size_t Hv = (size_t)c->lin_v_heads, G = c->lin_kind == HY_LIN_KDA ? Vd : Hv;
-    if (c->lin_kind == HY_LIN_KDA) Pbig = HY_MAX(Pbig, C + 2 * (size_t)c->lin_dk + Hv);
+    if (c->lin_kind == HY_LIN_KDA) /* Ling's full-rank gates: f and g are Vd wide each */
+        Pbig = HY_MAX(Pbig, C + (c->kda_full_gates ? 2 * Vd : 2 * (size_t)c->lin_dk) + Hv);
     /* MLA: the query (or its bottleneck) | latent | shared key rows; a hole's
      * latents expanded by kv_b_proj; the attention output nh·dv */
     /* aux: KDA's output gate, Mamba2's dt·x */
@@ -179,7 +180,8 @@ static size_t plan(hy_exec *ex, size_t B, float *base)
         const size_t nh = (size_t)c->n_heads, R = (size_t)c->kv_lora, dr = (size_t)c->qk_rope;
         const size_t Qa = c->q_lora ? (size_t)c->q_lora : nh * (c->qk_nope + dr);
         const size_t kvb = nh * (size_t)(c->qk_nope + c->v_head);
-        Pbig = HY_MAX(Pbig, HY_MAX(Qa + R + dr, kvb));
+        /* Ling's gate per head after the latent rows */
+        Pbig = HY_MAX(Pbig, HY_MAX(Qa + R + dr + (c->mla_head_gate ? nh : 0), kvb));
         Mid = HY_MAX(Mid, HY_MAX(R, nh * (size_t)c->v_head));
         Aux = HY_MAX(Aux, kvb);
     }
@@ -774,23 +776,37 @@ static void kda_run(hy_exec *ex, int li, int h, int off, int len, float *S, floa
 
 /* A KDA layer over the step's n computed rows (n may be 0: holes only): the
  * fused projection, the SiLU short conv over q | k | v, the per-channel
- * log-decay g = −exp(A_log)·softplus(f_b(f_a x) + dt_bias), β = sigmoid(b),
- * l2-normalised q (scaled by d^−½) and k, the delta rule per head, then
- * per head w·norm(o)·sigmoid(g_b(g_a x)) and o_proj. */
+ * log-decay g = −exp(A_log)·softplus(f + dt_bias) — or Ling's bounded
+ * lower_bound·sigmoid(exp(A_log)·(f + dt_bias)) — with f = f_b(f_a x) (Kimi)
+ * or f_proj x (Ling), β = sigmoid(b), l2-normalised q (scaled by d^−½) and
+ * k, the delta rule per head, then per head w·norm(o)·sigmoid(z) with z =
+ * g_b(g_a x) or g_proj x, and o_proj. */
 static void kda_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni, int n)
 {
     const hy_model_config *c = &ex->m->cfg;
     const hy_kda_w *w = &ex->m->layers[li].kda;
     const int Hd = c->hidden, H = c->lin_v_heads, d = c->lin_dk, Q = H * d, C = 3 * Q;
-    const int P = C + 2 * d + H;
+    const bool full = c->kda_full_gates;           /* Ling: f and g straight from the projection */
+    const int G = full ? Q : d, P = C + 2 * G + H; /* rows q | k | v | f | g | b */
     float *proj = ex->big, *cv = ex->mid;
     assert(c->lin_dk == c->lin_dv && c->lin_k_heads == H && C == hy_config_conv_dim(c));
     assert(st->S[li] && st->conv[li]);
     assert(ex->scratch_per_thread >= hy_la_chunked_scratch(HY_LA_KDA, d, d));
     if (n > 0) {
         linear(ex, n, Hd, P, ex->xn, (size_t)Hd, w->w_in, proj, (size_t)P);
-        linear(ex, n, d, Q, proj + C, (size_t)P, w->w_fb, ex->g, (size_t)Q);
-        linear(ex, n, d, Q, proj + C + d, (size_t)P, w->w_gb, ex->aux, (size_t)Q);
+        if (full) {
+            prof_begin(ex);
+#pragma omp parallel for schedule(static)
+            for (int t = 0; t < n; t++) {
+                memcpy(ex->g + (size_t)t * Q, proj + (size_t)t * P + C, (size_t)Q * sizeof(float));
+                memcpy(ex->aux + (size_t)t * Q, proj + (size_t)t * P + C + Q,
+                       (size_t)Q * sizeof(float));
+            }
+            prof_end(ex, HY_EXEC_OP_NORM_GATE);
+        } else {
+            linear(ex, n, d, Q, proj + C, (size_t)P, w->w_fb, ex->g, (size_t)Q);
+            linear(ex, n, d, Q, proj + C + d, (size_t)P, w->w_gb, ex->aux, (size_t)Q);
+        }
     }
     conv_items(ex, st, li, it, ni, C, proj, P, w->conv_w, NULL, cv);
 
@@ -802,12 +818,19 @@ static void kda_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni,
         for (int h = 0; h < H; h++) {
             hy_l2norm_scale(row + h * d, d, 1e-6f, qscale);
             hy_l2norm_scale(row + Q + h * d, d, 1e-6f, 1.0f);
-            for (int j = 0; j < d; j++) {
-                const int ch = h * d + j;
-                g[ch] = w->neg_A[h] * hy_softplusf(g[ch] + w->dt_bias[ch]);
-            }
+            if (c->kda_safe_gate) /* Ling: lb·sigmoid(exp(A_log)·(f + dt_bias)) ∈ (lb, 0) */
+                for (int j = 0; j < d; j++) {
+                    const int ch = h * d + j;
+                    g[ch] =
+                        c->kda_lower_bound * hy_sigmoidf(-w->neg_A[h] * (g[ch] + w->dt_bias[ch]));
+                }
+            else
+                for (int j = 0; j < d; j++) {
+                    const int ch = h * d + j;
+                    g[ch] = w->neg_A[h] * hy_softplusf(g[ch] + w->dt_bias[ch]);
+                }
         }
-        const float *b = proj + (size_t)t * P + C + 2 * d;
+        const float *b = proj + (size_t)t * P + C + 2 * G;
         for (int h = 0; h < H; h++) ex->beta[(size_t)t * H + h] = hy_sigmoidf(b[h]);
     }
     prof_end(ex, HY_EXEC_OP_NORM_GATE);
@@ -1150,20 +1173,27 @@ static void mla_expand(hy_exec *ex, hy_state *st, int li, const float *lat, size
 
 /* An MLA layer over the step's n computed rows (n may be 0: holes only).
  * Each token caches its normalised latent (K row) and the shared key part
- * (V row), unrotated: Kimi has no positional encoding, so a hole's rows are
- * its entry's as they are. Every cached row is expanded once into per-head
- * keys and values, against which the queries attend (scale (dn+dr)^−½). */
+ * (V row) as transformers' cache holds them: Kimi's as projected (no
+ * positional encoding), Ling's rotated to the token's position (RoPE on the
+ * shared key and on each query's rope part; the loader reordered the
+ * checkpoint's interleaved pairs to halves). An entry keeps the key part
+ * unrotated and a hole's is rotated to the hole's positions. Every cached
+ * row is expanded once into per-head keys and values, against which the
+ * queries attend (scale (dn+dr)^−½); Ling then scales each head's output by
+ * sigmoid(g_proj x). With attention_bias, kv_a_proj_with_mqa and the output
+ * projection add their biases. */
 static void mla_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni, int n, int nblk,
                       int nholes)
 {
     const hy_model_config *c = &ex->m->cfg;
     const hy_mla_w *w = &ex->m->layers[li].mla;
     const int H = c->hidden, nh = c->n_heads, dn = c->qk_nope, dr = c->qk_rope, dv = c->v_head;
-    const int R = c->kv_lora, ql = c->q_lora, Qa = ql ? ql : nh * (dn + dr), Pa = Qa + R + dr;
+    const int R = c->kv_lora, ql = c->q_lora, Qa = ql ? ql : nh * (dn + dr);
+    const int Pa = Qa + R + dr + (c->mla_head_gate ? nh : 0), rd = c->rotary_dim;
     const int Kw = nh * (dn + dr), Od = nh * dv;
     const size_t XW = hy_state_x_row(c);
     float *proj = ex->big, *lat = ex->mid;
-    assert(st->k[li] && st->v[li] && st->x[li] && c->rotary_dim == 0);
+    assert(st->k[li] && st->v[li] && st->x[li] && (rd == 0 || rd == dr));
 
     if (nholes > 0) {
         const double t0 = hy_now_s();
@@ -1171,9 +1201,17 @@ static void mla_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni,
             const hy_entry *e = it[i].p->hole;
             if (it[i].p->tokens) continue;
             const int64_t p0 = it[i].pos;
-            assert(p0 + e->nb <= st->kv_cap);
+            assert(p0 + e->nb <= st->kv_cap && (rd == 0 || p0 + e->nb <= ex->rope_n));
             memcpy(st->k[li] + (size_t)p0 * R, e->K[li], (size_t)e->nb * R * sizeof(float));
-            memcpy(st->v[li] + (size_t)p0 * dr, e->V[li], (size_t)e->nb * dr * sizeof(float));
+            float *kr = st->v[li] + (size_t)p0 * dr;
+            const float *ekr = e->V[li];
+            if (rd == 0)
+                memcpy(kr, ekr, (size_t)e->nb * dr * sizeof(float));
+            else
+#pragma omp parallel for schedule(static)
+                for (int t = 0; t < e->nb; t++)
+                    hy_rope_rotate(kr + (size_t)t * dr, ekr + (size_t)t * dr, rd,
+                                   ex->rope + (size_t)(p0 + t) * (size_t)rd);
             mla_expand(ex, st, li, st->k[li] + (size_t)p0 * R, (size_t)R, NULL, p0, e->nb);
         }
         ex->hole_kv_s += hy_now_s() - t0;
@@ -1181,20 +1219,34 @@ static void mla_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni,
     if (n == 0) return;
 
     linear(ex, n, H, Pa, ex->xn, (size_t)H, w->w_a, proj, (size_t)Pa);
+    if (w->b_kva) add_bias(ex, n, R + dr, w->b_kva, proj + Qa, (size_t)Pa);
     prof_begin(ex);
 #pragma omp parallel for schedule(static)
     for (int t = 0; t < n; t++) {
         float *row = proj + (size_t)t * Pa, *lt = lat + (size_t)t * R;
         const int64_t pos = ex->rowpos[t];
         assert(pos < st->kv_cap && ex->scratch_per_thread >= (size_t)HY_ATTN_BLOCK * (pos + 1));
+        assert(rd == 0 || pos < ex->rope_n);
         rmsnorm_row(row + Qa, w->kv_norm, R, MLA_NORM_EPS, lt);
         memcpy(st->k[li] + (size_t)pos * R, lt, (size_t)R * sizeof(float));
-        memcpy(st->v[li] + (size_t)pos * dr, row + Qa + R, (size_t)dr * sizeof(float));
+        const float *kr = row + Qa + R; /* the shared key part, unrotated */
         const hy_capture *cap = ex->rowcap[t];
         if (cap && pos >= cap->start) { /* canonical rows for the entry */
             const int64_t crow = pos - cap->start;
             memcpy(cap->K[li] + (size_t)crow * R, lt, (size_t)R * sizeof(float));
-            memcpy(cap->V[li] + (size_t)crow * dr, row + Qa + R, (size_t)dr * sizeof(float));
+            memcpy(cap->V[li] + (size_t)crow * dr, kr, (size_t)dr * sizeof(float));
+        }
+        float *vrow = st->v[li] + (size_t)pos * dr;
+        if (rd == 0) {
+            memcpy(vrow, kr, (size_t)dr * sizeof(float));
+        } else {
+            const float *cs = ex->rope + (size_t)pos * (size_t)rd;
+            hy_rope_rotate(vrow, kr, rd, cs);
+            if (!ql)
+                for (int h = 0; h < nh; h++) {
+                    float *qr = row + (size_t)h * (dn + dr) + dn;
+                    hy_rope_rotate(qr, qr, rd, cs);
+                }
         }
         if (ql) rmsnorm_row(row, w->q_norm, ql, MLA_NORM_EPS, row);
     }
@@ -1204,6 +1256,16 @@ static void mla_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni,
     if (ql) {
         linear(ex, n, ql, Kw, proj, (size_t)Pa, w->w_qb, ex->o, (size_t)Kw);
         q = ex->o, ldq = (size_t)Kw;
+        if (rd) { /* the bottleneck's queries are rotated once out of it */
+            prof_begin(ex);
+#pragma omp parallel for schedule(static)
+            for (int t = 0; t < n; t++)
+                for (int h = 0; h < nh; h++) {
+                    float *qr = ex->o + (size_t)t * Kw + (size_t)h * (dn + dr) + dn;
+                    hy_rope_rotate(qr, qr, rd, ex->rope + (size_t)ex->rowpos[t] * (size_t)rd);
+                }
+            prof_end(ex, HY_EXEC_OP_NORM_GATE);
+        }
     }
     mla_expand(ex, st, li, lat, (size_t)R, ex->rowpos, 0, n);
 
@@ -1223,7 +1285,22 @@ static void mla_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni,
                         ob + (size_t)r0 * Od + (size_t)h * dv, (size_t)Od, scores);
     }
     prof_end(ex, HY_EXEC_OP_ATTENTION);
+    if (c->mla_head_gate) { /* Ling: one sigmoid gate per head */
+        prof_begin(ex);
+#pragma omp parallel for schedule(static)
+        for (int t = 0; t < n; t++) {
+            const float *gate = proj + (size_t)t * Pa + Qa + R + dr;
+            for (int h = 0; h < nh; h++) {
+                const float s = hy_sigmoidf(gate[h]);
+                float *oh = ob + (size_t)t * Od + (size_t)h * dv;
+#pragma omp simd
+                for (int j = 0; j < dv; j++) oh[j] *= s;
+            }
+        }
+        prof_end(ex, HY_EXEC_OP_NORM_GATE);
+    }
     linear(ex, n, Od, H, ob, (size_t)Od, w->w_o, ex->y, (size_t)H);
+    if (w->b_o) add_bias(ex, n, H, w->b_o, ex->y, (size_t)H);
 }
 
 static void add_rows(float *x, const float *y, size_t count)

@@ -63,6 +63,10 @@ static const preset k_presets[] = {
     {"tiny-kimi", HY_ARCH_KIMI_LINEAR, 259, 64, 4, 4, 4, 4, 0, 4, 4, 16, 16, 128, 4, 2, 32, 32, 0, 32, 16, 8, 16, 2, 1, NULL},
     /* its benchmark size: Kimi-Linear-48B's head shapes (KDA d 128; MLA latent 512, key 128 + 64, value 128), 8 experts of 256 in one group */
     {"small-kimi", HY_ARCH_KIMI_LINEAR, 8192, 512, 8, 4, 4, 4, 0, 4, 4, 128, 128, 1024, 8, 2, 256, 256, 0, 512, 128, 64, 128, 1, 1, NULL},
+    /* Ling: KDA and MLA (RoPE on its shared key, a gate per head) in groups of 2, layer 0 dense, the rest DeepSeek MoE (2 groups of 2 experts, 1 kept) with a shared expert; heads serve both kinds */
+    {"tiny-ling", HY_ARCH_BAILING_HYBRID, 259, 64, 4, 2, 4, 4, 0, 4, 4, 16, 16, 128, 4, 2, 32, 32, 0, 32, 16, 8, 16, 2, 1, NULL},
+    /* its benchmark size: Ling-3.0-Flash's head shapes (KDA d 128; MLA latent 512, key 128 + 64, value 128), MLA every fourth layer, 8 experts of 256 in 2 groups (1 kept) with a shared one */
+    {"small-ling", HY_ARCH_BAILING_HYBRID, 8192, 512, 8, 4, 4, 4, 0, 4, 4, 128, 128, 1024, 8, 2, 256, 256, 0, 512, 128, 64, 128, 2, 1, NULL},
     /* Nemotron-H: Mamba2 (4 heads of 16, 2 groups of B and C of 16), NoPE GQA, a relu² MLP block and MoE blocks (2 groups of 2 experts, 1 kept) with a shared expert */
     {"tiny-nemotron", HY_ARCH_NEMOTRON_H, 259, 64, 6, 0, 4, 2, 16, 2, 4, 16, 16, 128, 4, 2, 32, 32, 0, 0, 0, 0, 0, 2, 1, "M-M*ME"},
     /* its benchmark size: Nemotron-3-Nano's head shapes (Mamba2 heads of 64 channels, state 128; attention head_dim 128) and block order, 8 experts of 256 with a shared one of 512 */
@@ -70,10 +74,10 @@ static const preset k_presets[] = {
 };
 // clang-format on
 
-const char *const hy_presets[] = {"tiny",      "tiny-moe",   "tiny-linear",   "small",
-                                  "tiny-olmo", "small-olmo", "tiny-minimax",  "small-minimax",
-                                  "tiny-kimi", "small-kimi", "tiny-nemotron", "small-nemotron",
-                                  NULL};
+const char *const hy_presets[] = {
+    "tiny",          "tiny-moe",       "tiny-linear",   "small",      "tiny-olmo",
+    "small-olmo",    "tiny-minimax",   "small-minimax", "tiny-kimi",  "small-kimi",
+    "tiny-nemotron", "small-nemotron", "tiny-ling",     "small-ling", NULL};
 
 typedef struct writer {
     hy_st_wtensor *ts;
@@ -399,8 +403,84 @@ static void add_nemotron_layer(writer *w, const preset *p, int i)
     }
 }
 
+/* A Ling layer under its released names: plain norms; KDA under attention.
+ * (q/k/v projections and one conv each, f_proj, dt_bias per channel, A_log
+ * [H], b_proj, g_proj, o_norm, the output projection `dense`) or MLA
+ * (q_proj, kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, g_proj, dense);
+ * layer 0's dense MLP, the others' MoE as mlp.gate with its expert_bias, the
+ * experts {e}.gate_proj / up_proj / down_proj and the shared experts. Its
+ * forget gate is bounded (lb·sigmoid(exp(A_log)·(f + dt_bias)), lb −5):
+ * A_log = log U(1, 2) and dt_bias N(−5, 1) put the argument of the sigmoid
+ * between about −12 and −2, so the channels remember from a few tokens to
+ * thousands (the delta-rule presets' init would make sigmoid(·) ~0.2 and
+ * forget every token). */
+static void add_ling_layer(writer *w, const preset *p, int i)
+{
+    const int64_t H = p->hidden, nh = p->heads, d = p->ldk, Q = (int64_t)p->lv_heads * d, K = 4;
+    const double sH = 1.0 / sqrt((double)H);
+    char n[160];
+    add_plain_norms(w, i, H);
+    if ((i + 1) % p->interval == 0) {
+        const int64_t R = p->kv_lora, dn = p->qk_nope, dr = p->qk_rope, dv = p->v_head;
+        snprintf(n, sizeof n, "model.layers.%d.attention.q_proj.weight", i);
+        ADD(w, n, 0, 0.0, sH, nh * (dn + dr), H);
+        snprintf(n, sizeof n, "model.layers.%d.attention.kv_a_proj_with_mqa.weight", i);
+        ADD(w, n, 0, 0.0, sH, R + dr, H);
+        snprintf(n, sizeof n, "model.layers.%d.attention.kv_a_layernorm.weight", i);
+        ADD(w, n, 0, 1.0, 0.1, R);
+        snprintf(n, sizeof n, "model.layers.%d.attention.kv_b_proj.weight", i);
+        ADD(w, n, 0, 0.0, 1.0 / sqrt((double)R), nh * (dn + dv), R);
+        snprintf(n, sizeof n, "model.layers.%d.attention.g_proj.weight", i);
+        ADD(w, n, 0, 0.0, sH, nh, H);
+        snprintf(n, sizeof n, "model.layers.%d.attention.dense.weight", i);
+        ADD(w, n, 0, 0.0, 1.0 / sqrt((double)(nh * dv)), H, nh * dv);
+    } else {
+        static const char *const proj[] = {"q_proj", "k_proj", "v_proj"};
+        static const char *const conv[] = {"q_conv1d", "k_conv1d", "v_conv1d"};
+        for (int j = 0; j < 3; j++) {
+            snprintf(n, sizeof n, "model.layers.%d.attention.%s.weight", i, proj[j]);
+            ADD(w, n, 0, 0.0, sH, Q, H);
+            snprintf(n, sizeof n, "model.layers.%d.attention.%s.weight", i, conv[j]);
+            ADD(w, n, 0, 0.0, 1.0 / sqrt((double)K), Q, 1, K);
+        }
+        snprintf(n, sizeof n, "model.layers.%d.attention.f_proj.weight", i);
+        ADD(w, n, 0, 0.0, sH, Q, H);
+        snprintf(n, sizeof n, "model.layers.%d.attention.dt_bias", i);
+        ADD(w, n, 0, -5.0, 1.0, Q);
+        snprintf(n, sizeof n, "model.layers.%d.attention.A_log", i);
+        ADD(w, n, 1, 1.0, 2.0, p->lv_heads);
+        snprintf(n, sizeof n, "model.layers.%d.attention.b_proj.weight", i);
+        ADD(w, n, 0, 0.0, sH, p->lv_heads, H);
+        snprintf(n, sizeof n, "model.layers.%d.attention.g_proj.weight", i);
+        ADD(w, n, 0, 0.0, sH, Q, H);
+        snprintf(n, sizeof n, "model.layers.%d.attention.o_norm.weight", i);
+        ADD(w, n, 0, 1.0, 0.1, d);
+        snprintf(n, sizeof n, "model.layers.%d.attention.dense.weight", i);
+        ADD(w, n, 0, 0.0, 1.0 / sqrt((double)Q), H, Q);
+    }
+    if (i == 0) { /* first_k_dense_replace 1 */
+        snprintf(n, sizeof n, "model.layers.%d.mlp", i);
+        add_mlp(w, n, H, p->inter);
+        return;
+    }
+    snprintf(n, sizeof n, "model.layers.%d.mlp.gate.weight", i);
+    ADD(w, n, 0, 0.0, 1.5 * sH, p->experts, H);
+    snprintf(n, sizeof n, "model.layers.%d.mlp.gate.expert_bias", i);
+    ADD(w, n, 0, 0.0, 0.05, p->experts);
+    for (int e = 0; e < p->experts; e++) {
+        snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%d", i, e);
+        add_mlp(w, n, H, p->moe_inter);
+    }
+    snprintf(n, sizeof n, "model.layers.%d.mlp.shared_experts", i);
+    add_mlp(w, n, H, p->shared_inter);
+}
+
 static void add_layer(writer *w, const preset *p, int i)
 {
+    if (p->arch == HY_ARCH_BAILING_HYBRID) {
+        add_ling_layer(w, p, i);
+        return;
+    }
     if (p->arch == HY_ARCH_NEMOTRON_H) {
         add_nemotron_layer(w, p, i);
         return;
@@ -662,8 +742,59 @@ static cJSON *make_nemotron_config(const preset *p, const char *dtype)
     return c;
 }
 
+/* config.json as Ling-3.0's release carries it: layer_group_size and
+ * first_k_dense_replace (no layer lists), head_dim the KDA width, the keys
+ * transformers ignores (partial_rotary_factor, rope_interleave). */
+static cJSON *make_ling_config(const preset *p, const char *dtype)
+{
+    cJSON *c = cJSON_CreateObject();
+    cJSON *arch = cJSON_AddArrayToObject(c, "architectures");
+    cJSON_AddItemToArray(arch, cJSON_CreateString("BailingMoeV3ForCausalLM"));
+    cJSON_AddStringToObject(c, "model_type", "bailing_hybrid");
+    cJSON_AddStringToObject(c, "hypic_preset", p->name);
+    cJSON_AddStringToObject(c, "torch_dtype", strcmp(dtype, "BF16") == 0 ? "bfloat16" : "float32");
+    cJSON_AddNumberToObject(c, "vocab_size", p->vocab);
+    cJSON_AddNumberToObject(c, "hidden_size", p->hidden);
+    cJSON_AddNumberToObject(c, "intermediate_size", p->inter);
+    cJSON_AddNumberToObject(c, "num_hidden_layers", p->layers);
+    cJSON_AddNumberToObject(c, "layer_group_size", p->interval);
+    cJSON_AddNumberToObject(c, "first_k_dense_replace", 1);
+    cJSON_AddNumberToObject(c, "num_attention_heads", p->heads);
+    cJSON_AddNumberToObject(c, "num_key_value_heads", p->kv_heads);
+    cJSON_AddNumberToObject(c, "head_dim", p->ldk);
+    cJSON_AddNumberToObject(c, "short_conv_kernel_size", 4);
+    cJSON_AddBoolToObject(c, "kda_safe_gate", 1);
+    cJSON_AddNumberToObject(c, "kda_lower_bound", -5.0);
+    cJSON_AddNumberToObject(c, "kv_lora_rank", p->kv_lora);
+    cJSON_AddNullToObject(c, "q_lora_rank");
+    cJSON_AddNumberToObject(c, "qk_nope_head_dim", p->qk_nope);
+    cJSON_AddNumberToObject(c, "qk_rope_head_dim", p->qk_rope);
+    cJSON_AddNumberToObject(c, "v_head_dim", p->v_head);
+    cJSON_AddNumberToObject(c, "rope_theta", 6000000.0);
+    cJSON_AddNumberToObject(c, "partial_rotary_factor", 0.5);
+    cJSON_AddBoolToObject(c, "rope_interleave", 1);
+    cJSON_AddStringToObject(c, "hidden_act", "silu");
+    cJSON_AddNumberToObject(c, "rms_norm_eps", 1e-6);
+    cJSON_AddNumberToObject(c, "max_position_embeddings", 262144);
+    cJSON_AddNumberToObject(c, "num_experts", p->experts);
+    cJSON_AddNumberToObject(c, "num_experts_per_tok", p->top_k);
+    cJSON_AddNumberToObject(c, "moe_intermediate_size", p->moe_inter);
+    cJSON_AddNumberToObject(c, "num_shared_experts", p->shared_inter / p->moe_inter);
+    cJSON_AddNumberToObject(c, "n_group", p->n_group);
+    cJSON_AddNumberToObject(c, "topk_group", p->topk_group);
+    cJSON_AddBoolToObject(c, "norm_topk_prob", 1);
+    cJSON_AddStringToObject(c, "score_function", "sigmoid");
+    cJSON_AddNumberToObject(c, "routed_scaling_factor", 2.5);
+    cJSON_AddNumberToObject(c, "num_nextn_predict_layers", 0);
+    cJSON_AddBoolToObject(c, "tie_word_embeddings", 0);
+    cJSON_AddNumberToObject(c, "pad_token_id", 0);
+    cJSON_AddNumberToObject(c, "eos_token_id", 1);
+    return c;
+}
+
 static cJSON *make_config(const preset *p, const char *dtype)
 {
+    if (p->arch == HY_ARCH_BAILING_HYBRID) return make_ling_config(p, dtype);
     if (p->arch == HY_ARCH_NEMOTRON_H) return make_nemotron_config(p, dtype);
     if (p->arch == HY_ARCH_KIMI_LINEAR) return make_kimi_config(p, dtype);
     if (p->arch == HY_ARCH_MINIMAX) return make_minimax_config(p, dtype);
@@ -723,7 +854,7 @@ int hy_model_init(const char *preset_name, uint64_t seed, const char *dir, const
         return hy_err_set(err, HY_EINVAL,
                           "unknown preset '%s' (tiny, tiny-moe, tiny-linear, small, tiny-olmo, "
                           "small-olmo, tiny-minimax, small-minimax, tiny-kimi, small-kimi, "
-                          "tiny-nemotron, small-nemotron)",
+                          "tiny-nemotron, small-nemotron, tiny-ling, small-ling)",
                           preset_name);
     writer w = {0};
     if (strcmp(dtype, "F32") == 0)
@@ -738,8 +869,11 @@ int hy_model_init(const char *preset_name, uint64_t seed, const char *dir, const
 
     const int64_t H = p->hidden;
     const bool nem = p->arch == HY_ARCH_NEMOTRON_H; /* under backbone., as released */
-    ADD(&w, nem ? "backbone.embeddings.weight" : "model.embed_tokens.weight", 0, 0.0, 0.25,
-        p->vocab, H);
+    ADD(&w,
+        nem                                 ? "backbone.embeddings.weight"
+        : p->arch == HY_ARCH_BAILING_HYBRID ? "model.word_embeddings.weight" /* as released */
+                                            : "model.embed_tokens.weight",
+        0, 0.0, 0.25, p->vocab, H);
     for (int i = 0; i < p->layers; i++) add_layer(&w, p, i);
     /* Qwen3-Next's norms are zero-centred (1 + w), the others' plain (w) */
     ADD(&w, nem ? "backbone.norm_f.weight" : "model.norm.weight", 0,

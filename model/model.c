@@ -19,6 +19,13 @@
  *     MLA layers: the query and latent projections fused; its MoE under
  *     block_sparse_moe. (released) or mlp. (transformers' modules), the
  *     router's selection bias beside it.
+ *   - Ling's KDA (full-rank f_proj and g_proj beside q/k/v/b, fused; the
+ *     three convs as one) and MLA (q_proj, kv_a_proj_with_mqa and g_proj
+ *     fused, the RoPE rows reordered from interleaved pairs to halves) under
+ *     attention. as released (the output projection `dense`) or self_attn.
+ *     as transformers' modules name them, its MoE under mlp. with the
+ *     router's selection bias as `expert_bias` or `e_score_correction_bias`;
+ *     the multi-token-prediction layers after the last one are skipped.
  *   - Nemotron-H's blocks under backbone. (released and saved) or model.
  *     (transformers' modules): one norm and one mixer each — Mamba2's
  *     in_proj (z | x B C | dt), conv, A_log, D, dt_bias, gated norm and
@@ -208,14 +215,15 @@ static int load_relu2(loader *ld, const char *base, int inter, int64_t D, bool b
     return LOAD(ld, n, NULL, &w->b_down, D);
 }
 
-static int load_moe(loader *ld, int i, hy_layer_w *L)
+/* Routed SwiGLU experts under layers.i.mlp.experts: fused
+ * (experts.gate_up_proj [E][2I][H], experts.down_proj [E][H][I]) or one
+ * gate/up/down triple each, the Hugging Face hub layout. */
+static int load_mlp_experts(loader *ld, int i, hy_layer_w *L)
 {
     const hy_model_config *c = &ld->m->cfg;
     const int64_t H = c->hidden, E = c->n_experts, I = c->moe_intermediate;
     char n[200], full[256];
     int rc;
-    snprintf(n, sizeof n, "layers.%d.mlp.gate.weight", i);
-    if ((rc = LOAD(ld, n, NULL, &L->router, E, H))) return rc;
     if (!(L->experts = own(ld->m, calloc((size_t)E, sizeof *L->experts))))
         return hy_err_set(ld->err, HY_ENOMEM, "out of memory");
     snprintf(full, sizeof full, "%slayers.%d.mlp.experts.gate_up_proj", ld->prefix, i);
@@ -236,6 +244,19 @@ static int load_moe(loader *ld, int i, hy_layer_w *L)
             if ((rc = load_mlp(ld, n, (int)I, &L->experts[e]))) return rc;
         }
     }
+    return HY_OK;
+}
+
+/* Qwen's MoE: the router, the experts, the sigmoid-gated shared expert. */
+static int load_moe(loader *ld, int i, hy_layer_w *L)
+{
+    const hy_model_config *c = &ld->m->cfg;
+    const int64_t H = c->hidden, E = c->n_experts;
+    char n[200];
+    int rc;
+    snprintf(n, sizeof n, "layers.%d.mlp.gate.weight", i);
+    if ((rc = LOAD(ld, n, NULL, &L->router, E, H))) return rc;
+    if ((rc = load_mlp_experts(ld, i, L))) return rc;
     if (c->shared_intermediate > 0) {
         snprintf(n, sizeof n, "layers.%d.mlp.shared_expert", i);
         if ((rc = load_mlp(ld, n, c->shared_intermediate, &L->shared))) return rc;
@@ -559,6 +580,130 @@ static int load_nemotron_moe(loader *ld, int i, hy_layer_w *L)
     return LOAD(ld, n, NULL, &lt->b_down, H);
 }
 
+/* A Ling layer's tensor: `attention.` as released, `self_attn.` as
+ * transformers' modules name it; `rel` may name alternatives a|b|c for the
+ * part after the prefix (the first present wins, the first when none is). */
+static const char *ling_name(loader *ld, int i, const char *rel, char *out, size_t cap)
+{
+    static const char *const where[] = {"attention", "self_attn"};
+    char alt[96];
+    snprintf(alt, sizeof alt, "%s", rel);
+    char *save = NULL;
+    const char *first = NULL;
+    for (char *r = strtok_r(alt, "|", &save); r; r = strtok_r(NULL, "|", &save))
+        for (int w = 0; w < 2; w++) {
+            snprintf(out, cap, "layers.%d.%s.%s", i, where[w], r);
+            if (has(ld, out)) return out;
+            if (!first) first = r;
+        }
+    snprintf(out, cap, "layers.%d.attention.%s", i, first);
+    return out;
+}
+
+/* rows [r0, r0 + d) of a [rows][cols] matrix, d even, from interleaved pairs
+ * (x0, x1), (x2, x3), ... to halves x0 x2 ... | x1 x3 ... */
+static void deinterleave_rows(float *w, int64_t r0, int64_t d, int64_t cols)
+{
+    float *tmp = malloc((size_t)(d * cols) * sizeof *tmp);
+    if (!tmp) return; /* the caller checked d; a failed malloc leaves the rows as they were */
+    for (int64_t j = 0; j < d; j++)
+        memcpy(tmp + (size_t)(((j % 2) * (d / 2) + j / 2) * cols), w + (size_t)((r0 + j) * cols),
+               (size_t)cols * sizeof *tmp);
+    memcpy(w + (size_t)(r0 * cols), tmp, (size_t)(d * cols) * sizeof *tmp);
+    free(tmp);
+}
+
+/* Ling's KDA layer: q, k, v, f_proj (released at the top, as transformers'
+ * forget_gate.f_proj), g_proj and b_proj fused into one projection; the q/k/v
+ * convs (released separately, conv1d as transformers concatenates them);
+ * A_log ([H], or [1][1][H][1] as vLLM keeps it), dt_bias [Q], o_norm and the
+ * output projection (`dense` as released, o_proj elsewhere). */
+static int load_ling_kda(loader *ld, int i, hy_kda_w *w)
+{
+    const hy_model_config *c = &ld->m->cfg;
+    const int64_t Hd = c->hidden, H = c->lin_v_heads, d = c->lin_dk, Q = H * d, K = c->conv_kernel;
+    static const char *const proj[] = {"q_proj.weight", "k_proj.weight",
+                                       "v_proj.weight", "f_proj.weight|forget_gate.f_proj.weight",
+                                       "g_proj.weight", "b_proj.weight"};
+    const int64_t rows[] = {Q, Q, Q, Q, Q, H};
+    char n[200];
+    int rc;
+    if (!(w->w_in = own_alloc(ld->m, (size_t)((5 * Q + H) * Hd))) ||
+        !(w->conv_w = own_alloc(ld->m, (size_t)(K * 3 * Q))))
+        return hy_err_set(ld->err, HY_ENOMEM, "out of memory");
+    int64_t r0 = 0;
+    for (int p = 0; p < 6; p++) {
+        ling_name(ld, i, proj[p], n, sizeof n);
+        if ((rc = LOAD(ld, n, w->w_in + (size_t)(r0 * Hd), NULL, rows[p], Hd))) return rc;
+        r0 += rows[p];
+    }
+    ling_name(ld, i, "conv1d.weight|q_conv1d.weight", n, sizeof n);
+    if (strstr(n, ".conv1d.")) {
+        if ((rc = load_conv(ld, n, 0, 3 * Q, w->conv_w))) return rc;
+    } else {
+        static const char *const conv[] = {"q_conv1d.weight", "k_conv1d.weight", "v_conv1d.weight"};
+        for (int p = 0; p < 3; p++) {
+            ling_name(ld, i, conv[p], n, sizeof n);
+            if ((rc = load_conv(ld, n, p * Q, Q, w->conv_w))) return rc;
+        }
+    }
+    ling_name(ld, i, "A_log|forget_gate.A_log", n, sizeof n);
+    char full[sizeof ld->prefix + sizeof n];
+    snprintf(full, sizeof full, "%s%s", ld->prefix, n);
+    const hy_st_tensor *a = hy_st_find(ld->st, full);
+    if (a && a->ndim == 4)
+        rc = LOAD(ld, n, NULL, &w->neg_A, 1, 1, H, 1);
+    else
+        rc = LOAD(ld, n, NULL, &w->neg_A, H);
+    if (rc) return rc;
+    for (int64_t h = 0; h < H; h++) w->neg_A[h] = -expf(w->neg_A[h]);
+    ling_name(ld, i, "dt_bias|forget_gate.dt_bias", n, sizeof n);
+    if ((rc = LOAD(ld, n, NULL, &w->dt_bias, Q))) return rc;
+    ling_name(ld, i, "o_norm.weight", n, sizeof n);
+    if ((rc = LOAD(ld, n, NULL, &w->norm_w, d))) return rc;
+    ling_name(ld, i, "dense.weight|o_proj.weight", n, sizeof n);
+    return LOAD(ld, n, NULL, &w->w_out, Hd, Q);
+}
+
+/* Ling's MLA layer: q_proj (no query bottleneck), kv_a_proj_with_mqa and
+ * g_proj (a gate per head) fused, their RoPE rows reordered to halves
+ * (hy_mla_w.w_a); kv_a_layernorm, kv_b_proj, the output projection (`dense`
+ * as released); with attention_bias, the biases of kv_a_proj_with_mqa and
+ * of the output projection. */
+static int load_ling_mla(loader *ld, int i, hy_mla_w *w)
+{
+    const hy_model_config *c = &ld->m->cfg;
+    const int64_t Hd = c->hidden, nh = c->n_heads, dn = c->qk_nope, dr = c->qk_rope, dv = c->v_head,
+                  R = c->kv_lora, Qa = nh * (dn + dr);
+    char n[200];
+    int rc;
+    if (!(w->w_a = own_alloc(ld->m, (size_t)((Qa + R + dr + nh) * Hd))))
+        return hy_err_set(ld->err, HY_ENOMEM, "out of memory");
+    ling_name(ld, i, "q_proj.weight", n, sizeof n);
+    if ((rc = LOAD(ld, n, w->w_a, NULL, Qa, Hd))) return rc;
+    ling_name(ld, i, "kv_a_proj_with_mqa.weight", n, sizeof n);
+    if ((rc = LOAD(ld, n, w->w_a + (size_t)(Qa * Hd), NULL, R + dr, Hd))) return rc;
+    ling_name(ld, i, "g_proj.weight", n, sizeof n);
+    if ((rc = LOAD(ld, n, w->w_a + (size_t)((Qa + R + dr) * Hd), NULL, nh, Hd))) return rc;
+    ling_name(ld, i, "kv_a_layernorm.weight", n, sizeof n);
+    if ((rc = LOAD(ld, n, NULL, &w->kv_norm, R))) return rc;
+    ling_name(ld, i, "kv_b_proj.weight", n, sizeof n);
+    if ((rc = LOAD(ld, n, NULL, &w->w_kvb, nh * (dn + dv), R))) return rc;
+    ling_name(ld, i, "dense.weight|o_proj.weight", n, sizeof n);
+    if ((rc = LOAD(ld, n, NULL, &w->w_o, Hd, nh * dv))) return rc;
+    if (c->mla_bias) {
+        ling_name(ld, i, "kv_a_proj_with_mqa.bias", n, sizeof n);
+        if ((rc = LOAD(ld, n, NULL, &w->b_kva, R + dr))) return rc;
+        ling_name(ld, i, "dense.bias|o_proj.bias", n, sizeof n);
+        if ((rc = LOAD(ld, n, NULL, &w->b_o, Hd))) return rc;
+    }
+    if (c->rotary_dim == 0) return HY_OK;
+    for (int64_t h = 0; h < nh; h++) deinterleave_rows(w->w_a, h * (dn + dr) + dn, dr, Hd);
+    deinterleave_rows(w->w_a, Qa + R, dr, Hd);
+    if (w->b_kva) deinterleave_rows(w->b_kva, R, dr, 1);
+    return HY_OK;
+}
+
 /* An MLA layer: q_proj (or q_a_proj, q_a_layernorm, q_b_proj) and
  * kv_a_proj_with_mqa fused into one input projection, the latent's norm,
  * kv_b_proj and o_proj. attention_bias is refused by the config. */
@@ -627,6 +772,27 @@ static int load_experts(loader *ld, int i, const char *base, hy_layer_w *L)
         if ((rc = LOAD(ld, n, NULL, &x->w_down, H, I))) return rc;
     }
     return HY_OK;
+}
+
+/* Ling's MoE: the router and its selection bias (`expert_bias` as
+ * released, `e_score_correction_bias` as transformers' module names it), the
+ * experts (one gate/up/down triple each as released, or fused), the shared
+ * experts, all under mlp. */
+static int load_ling_moe(loader *ld, int i, hy_layer_w *L)
+{
+    const hy_model_config *c = &ld->m->cfg;
+    const int64_t H = c->hidden, E = c->n_experts;
+    char n[200];
+    int rc;
+    snprintf(n, sizeof n, "layers.%d.mlp.gate.weight", i);
+    if ((rc = LOAD(ld, n, NULL, &L->router, E, H))) return rc;
+    snprintf(n, sizeof n, "layers.%d.mlp.gate.%s", i,
+             has_fmt(ld, "layers.%d.mlp.gate.expert_bias", i) ? "expert_bias"
+                                                              : "e_score_correction_bias");
+    if ((rc = LOAD(ld, n, NULL, &L->router_bias, E))) return rc;
+    if ((rc = load_mlp_experts(ld, i, L))) return rc;
+    snprintf(n, sizeof n, "layers.%d.mlp.shared_experts", i);
+    return load_mlp(ld, n, c->shared_intermediate, &L->shared);
 }
 
 /* Kimi's MoE (DeepSeek's): the router with its selection bias, the experts
@@ -706,8 +872,10 @@ static int load_embeddings(loader *ld)
     const bool has_head = hy_st_find(ld->st, "lm_head.weight") != NULL;
     int rc;
     if (!m->cfg.tie_embeddings) {
-        const char *e =
-            m->cfg.arch == HY_ARCH_NEMOTRON_H ? "embeddings.weight" : "embed_tokens.weight";
+        const char *e = m->cfg.arch == HY_ARCH_NEMOTRON_H ? "embeddings.weight"
+                        : m->cfg.arch == HY_ARCH_BAILING_HYBRID && !has(ld, "embed_tokens.weight")
+                            ? "word_embeddings.weight" /* as Ling releases it */
+                            : "embed_tokens.weight";
         if ((rc = LOAD(ld, e, NULL, &m->embed, V, H))) return rc;
         return LOAD(ld, "/lm_head.weight", NULL, &m->lm_head, V, H);
     }
@@ -768,6 +936,23 @@ static bool is_decay_table(const loader *ld, const char *name)
            strcmp(end, ".self_attn.diagonal_decay") == 0;
 }
 
+/* Whether name is a multi-token-prediction tensor: mtp.* (Qwen), or with
+ * the config's mtp_layers (Ling) model.mtp.* and the layers after the last
+ * (model.layers.n …). */
+static bool is_mtp(const loader *ld, const char *name)
+{
+    const hy_model_config *c = &ld->m->cfg;
+    const size_t pl = strlen(ld->prefix);
+    if (strncmp(name, "mtp.", 4) == 0) return true;
+    if (c->mtp_layers == 0 || strncmp(name, ld->prefix, pl) != 0) return false;
+    if (strncmp(name + pl, "mtp.", 4) == 0) return true;
+    char *end = NULL;
+    if (strncmp(name + pl, "layers.", 7) != 0) return false;
+    const long li = strtol(name + pl + 7, &end, 10);
+    return end != name + pl + 7 && *end == '.' && li >= c->n_layers &&
+           li < c->n_layers + c->mtp_layers;
+}
+
 static int check_all_used(loader *ld)
 {
     const hy_model_config *c = &ld->m->cfg;
@@ -780,7 +965,7 @@ static int check_all_used(loader *ld)
             vision++;
         else if (is_decay_table(ld, t->name))
             tables++;
-        else if (strncmp(t->name, "mtp.", 4) == 0)
+        else if (is_mtp(ld, t->name))
             mtp++;
         else if (!unused++)
             first = t;
@@ -820,8 +1005,8 @@ static int check_all_used(loader *ld)
                ld->dir, tables);
     if (mtp)
         hy_log(HY_LOG_INFO,
-               "%s: skipping the multi-token-prediction head (%zu tensors mtp.*), as "
-               "transformers does: next-token logits do not use it",
+               "%s: skipping the multi-token-prediction head (%zu tensors), as transformers "
+               "does: next-token logits do not use it",
                ld->dir, mtp);
     return HY_OK;
 }
@@ -891,10 +1076,15 @@ static int load_all(loader *ld)
         L->kind = c->layer_kind[i];
         L->moe = c->layer_moe[i];
         if ((rc = load_layer_norms(ld, i, L))) return rc;
+        const bool ling = c->arch == HY_ARCH_BAILING_HYBRID;
         if (L->kind == HY_LAYER_MLP)
             rc = HY_OK; /* no token mixer */
+        else if (L->kind == HY_LAYER_ATTENTION && ling)
+            rc = load_ling_mla(ld, i, &L->mla);
         else if (L->kind == HY_LAYER_ATTENTION)
             rc = c->mla ? load_mla(ld, i, &L->mla) : load_attn(ld, i, &L->attn);
+        else if (ling)
+            rc = load_ling_kda(ld, i, &L->kda);
         else if (c->lin_kind == HY_LIN_MAMBA2)
             rc = load_mamba(ld, i, &L->mamba);
         else if (c->lin_kind == HY_LIN_KDA)
@@ -910,6 +1100,7 @@ static int load_all(loader *ld)
             rc = c->arch == HY_ARCH_MINIMAX       ? load_minimax_moe(ld, i, L)
                  : c->arch == HY_ARCH_KIMI_LINEAR ? load_kimi_moe(ld, i, L)
                  : c->arch == HY_ARCH_NEMOTRON_H  ? load_nemotron_moe(ld, i, L)
+                 : ling                           ? load_ling_moe(ld, i, L)
                                                   : load_moe(ld, i, L);
         } else if (c->arch == HY_ARCH_NEMOTRON_H) {
             snprintf(n, sizeof n, "layers.%d.mixer", i);

@@ -66,11 +66,13 @@ typedef struct hy_mamba_w {
 } hy_mamba_w;
 
 /* Kimi Delta Attention (heads H = lin_v_heads, d = lin_dk = lin_dv, Q = H·d;
- * the gate bottlenecks f_a / g_a are d wide). */
+ * Kimi's gate bottlenecks f_a / g_a are d wide, Ling's f_proj / g_proj full
+ * rank: kda_full_gates). */
 typedef struct hy_kda_w {
-    float *w_in;    /* [3Q + 2d + H][hidden]: q | k | v | f_a | g_a | b rows */
-    float *w_fb;    /* [Q][d]: f_b_proj */
-    float *w_gb;    /* [Q][d]: g_b_proj */
+    float *w_in;    /* Kimi [3Q + 2d + H][hidden]: q | k | v | f_a | g_a | b rows;
+                     * Ling [5Q + H][hidden]: q | k | v | f | g | b */
+    float *w_fb;    /* [Q][d]: f_b_proj (Kimi), else NULL */
+    float *w_gb;    /* [Q][d]: g_b_proj (Kimi), else NULL */
     float *conv_w;  /* [K][3Q] */
     float *neg_A;   /* [H] = −exp(A_log) */
     float *dt_bias; /* [Q] */
@@ -81,8 +83,14 @@ typedef struct hy_kda_w {
 /* Multi-head latent attention (nh = n_heads; dn, dr, dv = qk_nope, qk_rope,
  * v_head; R = kv_lora). */
 typedef struct hy_mla_w {
-    float *w_a;     /* [Qa + R + dr][hidden]: q_proj (Qa = nh(dn+dr)) or q_a_proj (Qa =
-                     * q_lora) rows, then kv_a_proj_with_mqa rows */
+    float *w_a;     /* [Qa + R + dr (+ nh)][hidden]: q_proj (Qa = nh(dn+dr)) or q_a_proj (Qa =
+                     * q_lora) rows, then kv_a_proj_with_mqa rows, then with mla_head_gate
+                     * g_proj's; with RoPE each head's query rope rows and the shared key's
+                     * are reordered from interleaved pairs (x0, x1), (x2, x3)... to halves
+                     * x0 x2 ... | x1 x3 ..., so rotating halves is the checkpoint's rotation
+                     * of pairs, and the rotated key lands in transformers' cache layout */
+    float *b_kva;   /* [R + dr] (mla_bias), reordered likewise, or NULL */
+    float *b_o;     /* [hidden] (mla_bias) or NULL */
     float *q_norm;  /* [q_lora]: q_a_layernorm (with q_lora) */
     float *w_qb;    /* [nh(dn+dr)][q_lora]: q_b_proj (with q_lora) */
     float *kv_norm; /* [R]: kv_a_layernorm */

@@ -5,7 +5,8 @@
  * the supported architectures (docs/executor.md): Qwen3NextForCausalLM, Qwen3.5
  * text (qwen3_5_text, and its MoE variant qwen3_5_moe_text),
  * OlmoHybridForCausalLM (olmo_hybrid), MiniMaxForCausalLM (minimax),
- * KimiLinearForCausalLM (kimi_linear) and NemotronHForCausalLM (nemotron_h).
+ * KimiLinearForCausalLM (kimi_linear), NemotronHForCausalLM (nemotron_h) and
+ * Ling's BailingMoeV3ForCausalLM (bailing_hybrid).
  * Loading validates
  * the config and every tensor the architecture needs (presence, shape, dtype)
  * and widens the weights to fp32 in the executor's own layouts.
@@ -33,6 +34,7 @@ typedef enum hy_arch {
     HY_ARCH_MINIMAX,
     HY_ARCH_KIMI_LINEAR,
     HY_ARCH_NEMOTRON_H,
+    HY_ARCH_BAILING_HYBRID,
     HY_ARCH_COUNT
 } hy_arch;
 /* The linear-attention layer a model runs: Gated DeltaNet (a dense dk×dk T
@@ -83,6 +85,11 @@ typedef struct hy_model_config {
      * key part of qk_nope and its value of v_head. q_lora 0: a plain q_proj. */
     bool mla;
     int q_lora, kv_lora, qk_nope, qk_rope, v_head;
+    /* Ling's MLA: RoPE on the shared key part and the queries' qk_rope part
+     * (rotary_dim = qk_rope; the checkpoint's interleaved pairs are reordered
+     * at load so the executor rotates halves), a sigmoid gate per head
+     * (g_proj), and biases on kv_a_proj_with_mqa and the output projection */
+    bool mla_head_gate, mla_bias;
     /* linear attention */
     hy_lin_kind lin_kind;
     int lin_k_heads, lin_v_heads, lin_dk, lin_dv;
@@ -96,6 +103,12 @@ typedef struct hy_model_config {
      * output norm runs over lin_k_heads groups of heads */
     float dt_min;
     bool lin_conv_bias, lin_proj_bias;
+    /* KDA's forget gate: Kimi's g = −exp(A_log)·softplus(f + dt_bias), or
+     * Ling's bounded (safe) g = lower_bound·sigmoid(exp(A_log)·(f + dt_bias));
+     * f and the output gate from rank-d bottlenecks (Kimi) or from full-rank
+     * f_proj and g_proj (Ling) */
+    bool kda_safe_gate, kda_full_gates;
+    float kda_lower_bound;
     /* MiniMax's residuals: each sublayer replaces the stream by
      * alpha·norm(x) + beta·f(norm(x)) instead of adding f(norm(x)) to x */
     bool scaled_residual;
@@ -115,6 +128,8 @@ typedef struct hy_model_config {
     hy_router_kind router;
     int n_group, topk_group; /* HY_ROUTER_SIGMOID_GROUPED: groups of experts, groups kept */
     float routed_scale;      /* the routed experts' weights are multiplied by it */
+    int mtp_layers;          /* multi-token-prediction layers the checkpoint may hold after the
+                              * last layer (Ling: layers n_layers …): skipped, as transformers does */
     hy_layer_kind layer_kind[HY_MAX_LAYERS];
     bool layer_moe[HY_MAX_LAYERS];
     /* the layer normalises its mixer's and its MLP's outputs before adding

@@ -19,9 +19,9 @@
  * Shapes: all hits, all misses, mixed, uncacheable short segments between
  * hits, a hit first, BF16 entries, and requests longer than one step with
  * step boundaries inside seams, misses and the query and on either side of a
- * hole, on the presets tiny, tiny-moe, tiny-olmo, tiny-minimax, tiny-kimi, tiny-nemotron and
- * small (fewer, shorter cases). Then: bad requests are refused with clear errors and nothing built
- * is left behind.
+ * hole, on the presets tiny, tiny-moe, tiny-olmo, tiny-minimax, tiny-kimi, tiny-nemotron,
+ * tiny-ling and small (fewer, shorter cases). Then: bad requests are refused with clear errors and
+ * nothing built is left behind.
  */
 #include "hy_model.h"
 #include "random_tokens.h"
@@ -34,9 +34,10 @@ static char g_tmp[64];
 
 #define TOL 1e-4 /* fp32 rounding of a differently ordered computation */
 
-enum { N_PRESETS = 7, N_MODES = 3, MAX_SEGS = 8 };
-static const char *const k_presets[N_PRESETS] = {
-    "tiny", "tiny-moe", "small", "tiny-olmo", "tiny-minimax", "tiny-kimi", "tiny-nemotron"};
+enum { N_PRESETS = 8, N_MODES = 3, MAX_SEGS = 8 };
+static const char *const k_presets[N_PRESETS] = {"tiny",          "tiny-moe",     "small",
+                                                 "tiny-olmo",     "tiny-minimax", "tiny-kimi",
+                                                 "tiny-nemotron", "tiny-ling"};
 static const hy_mode k_modes[N_MODES] = {HY_MODE_PIC, HY_MODE_NOSEAM, HY_MODE_NAIVE};
 
 /* One generated model per preset, opened on first use and shared by the
