@@ -2,7 +2,7 @@
  * Every hybrid family hypic-cached runs, served at once by one daemon (its
  * tiny preset of each: tiny for Qwen3-Next, tiny-olmo for OLMo-Hybrid,
  * tiny-minimax for MiniMax, tiny-kimi for Kimi-Linear, tiny-nemotron for
- * Nemotron-H) and
+ * Nemotron-H, tiny-ling for Ling) and
  * held, model by model, to what the executor computes in this process from
  * the same checkpoint:
  *   - Warm builds the cacheable documents and reports the short one
@@ -28,8 +28,8 @@ static char g_tmp[128];
 static hy_daemon g_d;
 static hyc *g_c;
 
-static const char *const k_models[] = {"tiny", "tiny-olmo", "tiny-minimax", "tiny-kimi",
-                                       "tiny-nemotron"};
+static const char *const k_models[] = {"tiny",      "tiny-olmo",     "tiny-minimax",
+                                       "tiny-kimi", "tiny-nemotron", "tiny-ling"};
 #define N_MODELS (sizeof k_models / sizeof *k_models)
 
 static const char *k_config = "listen: 127.0.0.1:0\n"
@@ -38,7 +38,8 @@ static const char *k_config = "listen: 127.0.0.1:0\n"
                               "         {name: tiny-olmo, path: var/models/tiny-olmo},\n"
                               "         {name: tiny-minimax, path: var/models/tiny-minimax},\n"
                               "         {name: tiny-kimi, path: var/models/tiny-kimi},\n"
-                              "         {name: tiny-nemotron, path: var/models/tiny-nemotron}]\n"
+                              "         {name: tiny-nemotron, path: var/models/tiny-nemotron},\n"
+                              "         {name: tiny-ling, path: var/models/tiny-ling}]\n"
                               "tiers: {host: {bytes: 64M}}\n"
                               "executor: {threads: 2}\n"
                               "transport: {max_buffer: 64M}\n"

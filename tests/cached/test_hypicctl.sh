@@ -90,7 +90,7 @@ listen: 127.0.0.1:0
 http_listen: 127.0.0.1:0
 models: [{name: tiny, path: var/models/tiny}, {name: tiny-olmo, path: var/models/tiny-olmo},
          {name: tiny-minimax, path: var/models/tiny-minimax}, {name: tiny-kimi, path: var/models/tiny-kimi},
-         {name: tiny-nemotron, path: var/models/tiny-nemotron}]
+         {name: tiny-nemotron, path: var/models/tiny-nemotron}, {name: tiny-ling, path: var/models/tiny-ling}]
 tiers: {host: {bytes: 64M}}
 executor: {threads: 2}
 tls: {cert: $fixtures/server.pem, key: $fixtures/server.key}
@@ -318,7 +318,7 @@ check "nothing left" 'd["total"] == 0'
 # ---- every other family the daemon serves, through the same commands ---------
 # (short.txt, 2 tokens, is too short for an entry where the model has a conv; MiniMax's
 # lightning layers have none, so it caches like the others)
-for model in tiny-olmo tiny-minimax tiny-kimi tiny-nemotron; do
+for model in tiny-olmo tiny-minimax tiny-kimi tiny-nemotron tiny-ling; do
     m="$tls --model $model"
     if [ "$model" = tiny-minimax ]; then built=3 short=0; else built=2 short=1; fi
     # tiny-nemotron: 6 blocks, two of them an MLP alone with no state (3 Mamba2 + 1 attention)

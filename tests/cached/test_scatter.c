@@ -52,7 +52,8 @@ static double now_s(void)
     "         {name: tiny-olmo, path: var/models/tiny-olmo},\n"                                    \
     "         {name: tiny-minimax, path: var/models/tiny-minimax},\n"                              \
     "         {name: tiny-kimi, path: var/models/tiny-kimi},\n"                                    \
-    "         {name: tiny-nemotron, path: var/models/tiny-nemotron}]\n"                            \
+    "         {name: tiny-nemotron, path: var/models/tiny-nemotron},\n"                            \
+    "         {name: tiny-ling, path: var/models/tiny-ling}]\n"                                    \
     "tiers: {host: {bytes: 256M}}\n"                                                               \
     "executor: {threads: 1}\n"                                                                     \
     "limits: {workers: 8, watchers: 2}\n"                                                          \
@@ -221,6 +222,7 @@ static void test_other_family_on_workers(void)
     other_family_on_workers("tiny-minimax", 130);
     other_family_on_workers("tiny-kimi", 140);
     other_family_on_workers("tiny-nemotron", 150);
+    other_family_on_workers("tiny-ling", 160);
 }
 
 static void test_duplicates_built_once(void)

@@ -4,7 +4,8 @@
 # stack client/python/requirements-e2e.txt (torch, transformers, safetensors, numpy as
 # tools/golden pins them; pytest) and the package, then runs client/python/e2e under
 # pytest, which starts its own hypic-cached (serving `recall` and one generated preset per
-# hybrid family: `tiny`, `tiny-olmo`, `tiny-minimax`, `tiny-kimi`, `tiny-nemotron`) and always
+# hybrid family: `tiny`, `tiny-olmo`, `tiny-minimax`, `tiny-kimi`, `tiny-nemotron`, `tiny-ling`)
+# and always
 # kills it. Decodes 32 tokens from the daemon's delivered state with transformers' forward and
 # checks them against transformers' own prefill-and-decode.
 #

@@ -2,8 +2,9 @@
 from: one generated preset per hybrid family (--init-models writes each into the daemon's
 var/models/<name>: `tiny`, Qwen3NextForCausalLM, `tiny-olmo`, OlmoHybridForCausalLM,
 `tiny-minimax`, MiniMaxForCausalLM, and `tiny-kimi`, KimiLinearForCausalLM, 4 layers of random
-weights each, and `tiny-nemotron`, NemotronHForCausalLM, 6 blocks "M-M*ME": Mamba2, MLP,
-Mamba2, NoPE attention, Mamba2, MoE) and `recall` (models/hypic-recall: Qwen3_5ForCausalLM,
+weights each, `tiny-nemotron`, NemotronHForCausalLM, 6 blocks "M-M*ME": Mamba2, MLP,
+Mamba2, NoPE attention, Mamba2, MoE, and `tiny-ling`, Ling's BailingMoeV3ForCausalLM, 4 layers:
+KDA with the bounded gate, MLA with RoPE and a gate per head) and `recall` (models/hypic-recall: Qwen3_5ForCausalLM,
 trained). The daemon is started and always stopped as the client's
 own tests do it (tests/conftest.py, whose helpers are loaded from there, not copied).
 
@@ -45,6 +46,7 @@ models: [{{name: tiny, path: var/models/tiny}}, {{name: tiny-olmo, path: var/mod
          {{name: tiny-minimax, path: var/models/tiny-minimax}},
          {{name: tiny-kimi, path: var/models/tiny-kimi}},
          {{name: tiny-nemotron, path: var/models/tiny-nemotron}},
+         {{name: tiny-ling, path: var/models/tiny-ling}},
          {{name: recall, path: {RECALL_DIR}}}]
 tiers: {{host: {{bytes: 64M, admit: always}}}}
 executor: {{threads: 2}}

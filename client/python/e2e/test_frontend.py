@@ -31,7 +31,7 @@ QUESTION = EXAMPLES / "question.txt"
 STEPS = 32
 STATE_TOL = 1e-4  # |ours - transformers'| of a full-mode state: fp32 rounding, not a bug
 # the trained checkpoint and one generated preset per hybrid family the daemon serves
-MODELS = ("recall", "tiny", "tiny-olmo", "tiny-minimax", "tiny-kimi", "tiny-nemotron")
+MODELS = ("recall", "tiny", "tiny-olmo", "tiny-minimax", "tiny-kimi", "tiny-nemotron", "tiny-ling")
 
 
 def frontend(daemon: Any, model: str, *extra: str) -> list[fe.Outcome]:

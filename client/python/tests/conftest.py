@@ -131,7 +131,8 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     yield from _serve(tmp_path_factory, "open", COMMON)
 
 
-FAMILIES = ("tiny", "tiny-olmo", "tiny-minimax", "tiny-kimi", "tiny-nemotron")  # one generated preset per hybrid family (--init-models)
+# one generated preset per hybrid family (--init-models)
+FAMILIES = ("tiny", "tiny-olmo", "tiny-minimax", "tiny-kimi", "tiny-nemotron", "tiny-ling")
 
 
 @pytest.fixture(scope="module")

@@ -38,6 +38,9 @@ def layer_kinds(config: dict[str, Any]) -> list[str]:
         return [legacy.get(k, k) for k in config["layers_block_type"]]
     if "hybrid_override_pattern" in config:  # Nemotron-H as released: one character a block
         return [NEMOTRON_PATTERN[c] for c in config["hybrid_override_pattern"]]
+    if "layer_group_size" in config:  # Ling as released: the last layer of each group is MLA
+        g = config["layer_group_size"]
+        return ["full_attention" if (i + 1) % g == 0 else "linear_attention" for i in range(config["num_hidden_layers"])]
     # Kimi-Linear's release: 1-indexed lists of its MLA layers
     mla = set(config["linear_attn_config"]["full_attn_layers"])
     return ["full_attention" if i + 1 in mla else "linear_attention" for i in range(config["num_hidden_layers"])]
