@@ -38,7 +38,9 @@ static const char *k_models[] = {"qwen3next_moe",
                                  "kimi_linear_qlora",
                                  "nemotron_h",
                                  "nemotron_h_legacy",
-                                 "nemotron_h_dtclamp"};
+                                 "nemotron_h_dtclamp",
+                                 "ling",
+                                 "ling_b"};
 static const int k_lengths[] = {1, 63, 64, 65, 300};
 
 typedef struct golden {
@@ -211,6 +213,8 @@ MODEL_TESTS(14)
 MODEL_TESTS(15)
 MODEL_TESTS(16)
 MODEL_TESTS(17)
+MODEL_TESTS(18)
+MODEL_TESTS(19)
 
 /* Last logits of the fixture's 64-token prefill under m as it is now; returns
  * the max abs error against transformers. */
@@ -404,6 +408,8 @@ int main(void)
         MODEL_CASES(15),
         MODEL_CASES(16),
         MODEL_CASES(17),
+        MODEL_CASES(18),
+        MODEL_CASES(19),
         {"qwen3_5_moe: norm_topk_prob false is ignored", t_norm_topk_ignored},
         {"qwen3_5_moe: shared expert width defaults to 512", t_shared_default},
         {"nested: tied by the top-level flag", t_tied_by_top_level},

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Golden reference fixtures for HYPIC from Hugging Face transformers' pure-PyTorch
-Qwen3-Next / Qwen3.5 / OLMo-Hybrid / MiniMax / Kimi-Linear / Nemotron-H implementations.
+Qwen3-Next / Qwen3.5 / OLMo-Hybrid / MiniMax / Kimi-Linear / Nemotron-H / Ling (bailing_hybrid)
+implementations.
 
 For each tiny, randomly initialised model this writes, into <out>/<name>/:
   config.json, model.safetensors   -- written by save_pretrained (the real on-disk format)
@@ -18,7 +19,10 @@ vision-language checkpoints whose top-level tie_word_embeddings disagrees with
 text_config's (the top-level flag decides). Likewise nemotron_h_legacy's config.json is
 written the way released Nemotron-H checkpoints carry it (hybrid_override_pattern, the
 legacy mamba_* names, a bare Infinity), and nemotron_h_dtclamp pins the dt clamp that the
-Mamba2 prefill applies and the one-token decode does not.
+Mamba2 prefill applies and the one-token decode does not. `ling`'s config.json is written
+as Ling-3.0's released one (no layer_types / mlp_layer_types / linear_* keys, head_dim = the
+KDA head dim, the release's key spellings), `ling_b`'s as save_pretrained writes it plus keys
+transformers ignores (q_lora_rank, partial_rotary_factor, rope_interleave, SwiGLU limits).
 
 Run through make_golden.sh (it builds the pinned venv). See README.md.
 """
@@ -65,6 +69,7 @@ from transformers.models.olmo_hybrid import modeling_olmo_hybrid as molmo
 from transformers.models.minimax import modeling_minimax as mminimax
 from transformers.models.kimi_linear import modeling_kimi_linear as mkimi
 from transformers.models.nemotron_h import modeling_nemotron_h as mnemo
+from transformers.models.bailing_hybrid import modeling_bailing_hybrid as mbh
 from transformers.utils import import_utils
 
 SEED = 20240611
@@ -98,6 +103,12 @@ NEMOTRON_FALLBACK_WARNINGS = ("`causal_conv1d_fn` is falling back",
                               "`selective_state_update` is falling back")
 CLAMP_MIN_DIFF = 1e-3  # a dt-clamp fixture's decode must miss the one-shot prefill by more
 
+# Ling (bailing_hybrid): the same four wrapped KDA functions as Kimi's (KIMI_FAST_PATH_FUNCS),
+# each with its own notice: the conv pair and the chunked / recurrent KDA.
+BAILING_FALLBACK_WARNINGS = ("`causal_conv1d_fn` is falling back",
+                             "`causal_conv1d_update` is falling back",
+                             "`chunk_kda` is falling back", "`fused_recurrent_kda` is falling back")
+
 
 # --------------------------------------------------------------------------------------
 # 2. Static proof that the modeling modules bound the torch fallbacks.
@@ -110,7 +121,7 @@ def assert_pure_torch_static():
     assert hub_kernels._kernels_enabled is False, "hub kernels enabled"
     for mod, funcs in ((mnext, FAST_PATH_FUNCS), (m35, FAST_PATH_FUNCS), (m35moe, FAST_PATH_FUNCS),
                        (molmo, FAST_PATH_FUNCS), (mkimi, KIMI_FAST_PATH_FUNCS),
-                       (mnemo, NEMOTRON_FAST_PATH_FUNCS)):
+                       (mnemo, NEMOTRON_FAST_PATH_FUNCS), (mbh, KIMI_FAST_PATH_FUNCS)):
         for fname in funcs:
             f = getattr(mod, fname)
             # use_kernel_func_from_hub_with_fallback() returns a closure `wrapped` over
@@ -124,7 +135,8 @@ def assert_pure_torch_static():
                      (m35moe.Qwen3_5MoeGatedDeltaNet, m35moe),
                      (molmo.OlmoHybridGatedDeltaNet, molmo),
                      (mkimi.KimiLinearDeltaAttention, mkimi),
-                     (mnemo.NemotronHMamba2Mixer, mnemo)):
+                     (mnemo.NemotronHMamba2Mixer, mnemo),
+                     (mbh.BailingHybridDeltaAttention, mbh)):
         assert cls.forward.__module__ == mod.__name__, cls  # not kernelized / replaced
 
 
@@ -560,6 +572,100 @@ SPECS = [
         clamp_asymmetry=True,
         cfg=dict(_NEMO, layers_block_type=_blocks("M*M-"), time_step_min=0.002),
     ),
+] + [
+    # ---- Ling (bailing_hybrid, BailingMoeV3ForCausalLM): KDA with the bounded "safe" gate,
+    # MLA with interleaved RoPE and a sigmoid gate per head (no q-LoRA path), DeepSeek-V3 MoE.
+    # KDA layer i is "full_attention" (MLA) iff (i+1) % layer_group_size == 0.
+    # config.json as Ling-3.0 is released: neither layer_types nor mlp_layer_types
+    # (layer_group_size 3 gives K K M K K, the trailing partial group all KDA;
+    # first_k_dense_replace 1 gives D S S S S), no linear_head_dim / linear_num_heads /
+    # linear_conv_kernel_dim (head_dim is the KDA head dim, as released; transformers then
+    # rewrites head_dim to qk_rope_head_dim), rope_theta without rope_parameters, and the
+    # release's spellings where transformers takes two (num_experts_per_tok, n_group,
+    # norm_topk_prob, max_position_embeddings; save_pretrained writes num_experts_per_token,
+    # num_expert_group, moe_renormalize, model_max_length), the release's architecture name.
+    # moe_intermediate_size 16 (not the notes' 24): with 24 the F32 fixture exceeds
+    # MAX_MODEL_DIR_BYTES.
+    dict(
+        name="ling",
+        family="bailing_hybrid",
+        cls=mbh.BailingHybridForCausalLM,
+        cfg_cls=mbh.BailingHybridConfig,
+        storage=torch.float32,
+        on_disk_interval="keep",
+        config_edit={"drop": ["layer_types", "mlp_layer_types", "linear_head_dim",
+                              "linear_num_heads", "linear_conv_kernel_dim", "rope_parameters",
+                              "num_experts_per_token", "num_expert_group", "moe_renormalize",
+                              "model_max_length"],
+                     "set": {"architectures": ["BailingMoeV3ForCausalLM"], "head_dim": 12,
+                             "num_experts_per_tok": 2, "n_group": 4, "norm_topk_prob": True,
+                             "max_position_embeddings": 4096}},
+        expect_attrs={"layer_types": ["linear_attention", "linear_attention", "full_attention",
+                                      "linear_attention", "linear_attention"],
+                      "mlp_layer_types": ["dense", "sparse", "sparse", "sparse", "sparse"],
+                      "linear_head_dim": 12, "head_dim": 8, "linear_num_heads": 4,
+                      "linear_conv_kernel_dim": 4, "num_local_experts": 8,
+                      "num_experts_per_tok": 2, "n_group": 4, "topk_group": 2,
+                      "n_shared_experts": 1, "norm_topk_prob": True,
+                      "max_position_embeddings": 4096, "kda_safe_gate": True,
+                      "attention_bias": False,
+                      "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}},
+        cfg=dict(
+            vocab_size=331, hidden_size=48, intermediate_size=96, moe_intermediate_size=16,
+            num_hidden_layers=5, layer_group_size=3, first_k_dense_replace=1,
+            num_attention_heads=4, num_key_value_heads=4, head_dim=12,
+            kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=10,
+            num_experts=8, num_experts_per_tok=2, n_group=4, topk_group=2, n_shared_experts=1,
+            routed_scaling_factor=2.5, norm_topk_prob=True, short_conv_kernel_size=4,
+            kda_safe_gate=True, kda_lower_bound=-5.0, rms_norm_eps=1e-6, rope_theta=10000.0,
+            max_position_embeddings=4096, num_mtp_layers=0, pad_token_id=0, bos_token_id=None,
+            eos_token_id=1, tie_word_embeddings=False,
+        ),
+    ),
+    # config.json as save_pretrained writes it (layer_types K M K M and mlp_layer_types D D S S
+    # kept, linear_head_dim 8 beside head_dim = qk_rope_head_dim 4) plus keys transformers
+    # stores and never reads: q_lora_rank 16 (it has no q-LoRA path; the file has q_proj only),
+    # a top-level partial_rotary_factor 0.5 (folded into rope_parameters, ignored by the
+    # default RoPE: all of qk_rope_head_dim rotates), rope_interleave, and per-layer SwiGLU
+    # limits small enough to bite had they been applied (recorded in sanity). The softplus
+    # KDA gate (kda_safe_gate false), biases on kv_a_proj_with_mqa and the MLA output
+    # projection (attention_bias), kda_lower_bound -3 (read by the safe gate only), the
+    # release's rope_theta 6e6, rms_norm_eps 1e-5 (kv_a_layernorm stays at 1e-6), BF16.
+    dict(
+        name="ling_b",
+        family="bailing_hybrid",
+        cls=mbh.BailingHybridForCausalLM,
+        cfg_cls=mbh.BailingHybridConfig,
+        storage=torch.bfloat16,
+        on_disk_interval="keep",
+        config_edit={"set": {"partial_rotary_factor": 0.5, "rope_interleave": True,
+                             "expert_swiglu_limit_list": [0, 0, 1.5, 1.5],
+                             "share_expert_swiglu_limit_list": [0, 0, 2.0, 2.0]}},
+        expect_attrs={"layer_types": ["linear_attention", "full_attention", "linear_attention",
+                                      "full_attention"],
+                      "mlp_layer_types": ["dense", "dense", "sparse", "sparse"],
+                      "linear_head_dim": 8, "head_dim": 4, "linear_num_heads": 4,
+                      "q_lora_rank": 16, "kda_safe_gate": False, "kda_lower_bound": -3.0,
+                      "attention_bias": True,
+                      "rope_parameters": {"rope_type": "default", "rope_theta": 6000000.0,
+                                          "partial_rotary_factor": 0.5},
+                      "rope_interleave": True, "num_experts_per_tok": 3, "n_group": 2,
+                      "topk_group": 1, "n_shared_experts": 2, "rms_norm_eps": 1e-5,
+                      "expert_swiglu_limit_list": [0, 0, 1.5, 1.5],
+                      "share_expert_swiglu_limit_list": [0, 0, 2.0, 2.0]},
+        cfg=dict(
+            vocab_size=331, hidden_size=48, intermediate_size=96, moe_intermediate_size=24,
+            num_hidden_layers=4, layer_group_size=2, first_k_dense_replace=2,
+            num_attention_heads=4, num_key_value_heads=4, head_dim=8, q_lora_rank=16,
+            kv_lora_rank=12, qk_nope_head_dim=6, qk_rope_head_dim=4, v_head_dim=6,
+            attention_bias=True,
+            num_experts=8, num_experts_per_tok=3, n_group=2, topk_group=1, n_shared_experts=2,
+            routed_scaling_factor=2.5, norm_topk_prob=True, short_conv_kernel_size=4,
+            kda_safe_gate=False, kda_lower_bound=-3.0, rms_norm_eps=1e-5, rope_theta=6000000.0,
+            max_position_embeddings=4096, num_mtp_layers=0, pad_token_id=0, bos_token_id=None,
+            eos_token_id=1, tie_word_embeddings=False,
+        ),
+    ),
 ]
 
 
@@ -581,6 +687,7 @@ def init_params(model, gen):
     tied = bool(model.config.tie_word_embeddings)  # a composite's own flag decides
     plain = model.config.model_type in ("olmo_hybrid", "minimax", "kimi_linear")
     nemo = model.config.model_type == "nemotron_h"
+    bailing = model.config.model_type == "bailing_hybrid"
     handled = set()
     for name, p in model.named_parameters():
         shp = tuple(p.shape)
@@ -588,6 +695,8 @@ def init_params(model, gen):
         name = name.replace("model.language_model.", "model.", 1)
         if nemo:
             v = _nemotron_init(name, shp, randn, gen)
+        elif bailing:
+            v = _bailing_init(name, shp, randn, gen)
         elif name.startswith("model.visual."):
             v = randn(shp, 0.02)                     # vision tower: saved, never run
         elif plain and (name.endswith(PLAIN_NORMS) or name == "model.norm.weight"):
@@ -654,6 +763,32 @@ def _nemotron_init(name, shp, randn, gen):
     raise RuntimeError(f"no init rule for parameter {name} {shp}")
 
 
+def _bailing_init(name, shp, randn, gen):
+    """Ling (bailing_hybrid; in-memory names: model.embed_tokens, self_attn.forget_gate.*,
+    self_attn.conv1d, fused experts [E, out, in]). Every RMSNorm multiplies by the plain
+    weight (block norms, model.norm, the KDA o_norm, the MLA kv_a_layernorm): N(1, 0.1).
+    A = exp(A_log) ~ U(0.5, 2) and dt_bias N(0, 1), so the gate sigmoid(A·(f + dt_bias))
+    spans its range (the class default, A in [1, 16] and dt_bias ~ -7..-2, gives g ~ 0)."""
+    if name.endswith("forget_gate.A_log"):                 # [H]
+        return (torch.rand(shp, generator=gen) * 1.5 + 0.5).log()
+    if name.endswith("forget_gate.dt_bias"):               # [H*d]
+        return randn(shp, 1.0)
+    if name.endswith(("layernorm.weight", "o_norm.weight")) or name == "model.norm.weight":
+        return randn(shp, 0.1, 1.0)
+    if name.endswith("self_attn.conv1d.weight"):           # [3P, 1, K], no bias
+        return randn(shp, 0.4)
+    if name.endswith(".bias"):                             # attention_bias: kv_a_proj, o_proj
+        return randn(shp, 0.1)
+    if name.endswith("mlp.gate.weight"):                   # router [E, hidden]
+        return randn(shp, 1.5 / math.sqrt(shp[-1]))
+    if name == "model.embed_tokens.weight":                # never tied (no effect for this class)
+        return randn(shp, 1.0)
+    if name.endswith(("experts.gate_up_proj", "experts.down_proj")) or (
+            len(shp) == 2 and name.endswith(".weight")):
+        return randn(shp, 1.0 / math.sqrt(shp[-1]))        # Linear / expert [.., out, in]
+    raise RuntimeError(f"no init rule for parameter {name} {shp}")
+
+
 # --------------------------------------------------------------------------------------
 # 5. Golden computation.
 # --------------------------------------------------------------------------------------
@@ -668,7 +803,8 @@ class RouterMargin:
         for mod in model.modules():
             if type(mod).__name__.endswith("TopKRouter"):
                 self.handles.append(mod.register_forward_hook(self._hook))
-            elif type(mod).__name__ in ("KimiLinearTopkRouter", "NemotronHTopkRouter"):
+            elif type(mod).__name__ in ("KimiLinearTopkRouter", "NemotronHTopkRouter",
+                                        "BailingHybridTopkRouter"):
                 # same DeepSeek-V3 routing: sigmoid + selection bias, top-2 group scores
                 self.handles.append(mod.register_forward_hook(self._grouped_hook))
 
@@ -686,7 +822,8 @@ class RouterMargin:
         top = torch.topk(masked, min(k + 1, kg * (E // G)), dim=-1).values
         if top.shape[-1] > k:
             self.min = min(self.min, float((top[:, k - 1] - top[:, k]).min()))
-        if type(mod).__name__ == "NemotronHTopkRouter":  # out = (logits, weights, indices)
+        if type(mod).__name__ in ("NemotronHTopkRouter", "BailingHybridTopkRouter"):
+            # out = (logits, weights, indices)
             ws = out[1].float().sum(-1)
             self.weight_sums = (min(self.weight_sums[0], float(ws.min())),
                                 max(self.weight_sums[1], float(ws.max())))
@@ -704,7 +841,9 @@ def lin_dims(cfg):
     if cfg.model_type == "minimax":
         hd = cfg.head_dim or cfg.hidden_size // cfg.num_attention_heads
         return 1, cfg.num_attention_heads, cfg.num_attention_heads, hd, hd
-    if cfg.model_type == "kimi_linear":  # KDA: q, k and v share the heads and the width
+    if cfg.model_type in ("kimi_linear", "bailing_hybrid"):  # KDA: q, k and v share the
+        # heads and the width (Ling: linear_head_dim = config.json's linear_head_dim, else its
+        # head_dim; linear_num_heads = num_attention_heads)
         H, d = cfg.linear_num_heads, cfg.linear_head_dim
         return cfg.linear_conv_kernel_dim, H, H, d, d
     if cfg.model_type == "nemotron_h":  # Mamba2: B/C ("keys") in G groups of N, x ("values")
@@ -767,6 +906,85 @@ class DtMonitor:
     def summary(self):
         return {ph: {"min_dt": v[0], "dt_below_time_step_min": v[1], "dt_count": v[2]}
                 for ph, v in self.stats.items()}
+
+
+class BailingMonitor:
+    """Ling: the range of the KDA forget gate g over every (token, head, channel) seen (the safe
+    gate keeps it in (kda_lower_bound, 0); the softplus gate is unbounded below), and, where
+    config.json carries SwiGLU limits (which transformers ignores), what a clamp at them would
+    have met: per MoE layer, the largest silu(gate) and |up| over the experts each token was
+    routed to and over the shared experts, and how many such rows exceed the limit."""
+
+    def __init__(self, model, cfg):
+        self.g = [math.inf, -math.inf]
+        self.swiglu = {}
+        self.handles = []
+        el = getattr(cfg, "expert_swiglu_limit_list", None)
+        sl = getattr(cfg, "share_expert_swiglu_limit_list", None)
+        for i, layer in enumerate(model.model.layers):
+            if isinstance(layer.self_attn, mbh.BailingHybridDeltaAttention):
+                self.handles.append(layer.self_attn.forget_gate.register_forward_hook(self._gate))
+            if isinstance(layer.mlp, mbh.BailingHybridMoE) and el is not None and sl is not None:
+                self.handles.append(layer.mlp.experts.register_forward_pre_hook(
+                    lambda m, a, i=i: self._experts(m, a, f"layer {i} experts", el[i])))
+                self.handles.append(layer.mlp.shared_experts.register_forward_pre_hook(
+                    lambda m, a, i=i: self._shared(m, a, f"layer {i} shared_experts", sl[i])))
+
+    def _gate(self, mod, inp, out):
+        self.g = [min(self.g[0], float(out.min())), max(self.g[1], float(out.max()))]
+
+    def _stat(self, key, limit, gate, up):
+        act = torch.nn.functional.silu(gate.float())
+        st = self.swiglu.setdefault(key, {"limit": limit, "max_silu_gate": -math.inf,
+                                          "max_abs_up": 0.0, "rows": 0, "rows_over_limit": 0})
+        st["max_silu_gate"] = max(st["max_silu_gate"], float(act.max()))
+        st["max_abs_up"] = max(st["max_abs_up"], float(up.abs().max()))
+        st["rows"] += act.shape[0]
+        if limit > 0:
+            st["rows_over_limit"] += int(((act > limit) | (up.abs() > limit)).any(-1).sum())
+
+    def _experts(self, mod, args, key, limit):
+        h, idx = args[0], args[1]                       # [T, hidden], [T, top_k]
+        gu = torch.einsum("tkoh,th->tko", mod.gate_up_proj[idx], h)
+        im = mod.intermediate_dim
+        self._stat(key, limit, gu[..., :im].reshape(-1, im), gu[..., im:].reshape(-1, im))
+
+    def _shared(self, mod, args, key, limit):
+        h = args[0].reshape(-1, args[0].shape[-1])
+        self._stat(key, limit, mod.gate_proj(h), mod.up_proj(h))
+
+
+def _assert_bailing_model(cfg, text_model):
+    """Ling's reload: the interleaved default RoPE over all of qk_rope_head_dim (a
+    partial_rotary_factor is not applied), the MLA scale, the KDA and MLA shapes."""
+    rot = text_model.rotary_emb
+    assert type(rot) is mbh.BailingHybridRotaryEmbedding and rot.rope_type == "default"
+    dr, dn = cfg.qk_rope_head_dim, cfg.qk_nope_head_dim
+    assert cfg.head_dim == dr, (cfg.head_dim, dr)  # post-init; what the default RoPE init reads
+    theta = cfg.rope_parameters["rope_theta"]
+    want = 1.0 / (theta ** (torch.arange(0, dr, 2, dtype=torch.float) / dr))
+    assert rot.inv_freq.numel() == dr // 2 and torch.equal(rot.inv_freq, want), rot.inv_freq
+    assert rot.attention_scaling == 1.0
+    # the pairs (2i, 2i+1) rotate (DeepSeek's interleaved layout), not the halves
+    assert "apply_rotary_pos_emb_interleave" in mbh.BailingHybridAttention.forward.__code__.co_names
+    assert cfg.num_key_value_heads == cfg.num_attention_heads  # eager needs it (notes §7)
+    for i, layer in enumerate(text_model.layers):
+        att = layer.self_attn
+        if cfg.layer_types[i] == "full_attention":
+            assert isinstance(att, mbh.BailingHybridAttention), (i, type(att))
+            assert att.scaling == (dn + dr) ** -0.5, att.scaling   # default RoPE: no mscale
+            assert att.kv_a_layernorm.variance_epsilon == 1e-6     # not rms_norm_eps
+            assert (att.o_proj.bias is not None) == bool(cfg.attention_bias)
+            assert (att.kv_a_proj_with_mqa.bias is not None) == bool(cfg.attention_bias)
+            assert att.q_proj.out_features == cfg.num_attention_heads * (dn + dr)  # no q-LoRA
+        else:
+            assert isinstance(att, mbh.BailingHybridDeltaAttention), (i, type(att))
+            assert (att.num_heads, att.head_dim) == (cfg.linear_num_heads, cfg.linear_head_dim)
+            assert att.forget_gate.safe_gate == cfg.kda_safe_gate
+            assert att.o_norm.variance_epsilon == cfg.rms_norm_eps
+        mlp_kind = cfg.mlp_layer_types[i]
+        assert isinstance(layer.mlp, mbh.BailingHybridMoE if mlp_kind == "sparse"
+                          else mbh.BailingHybridMLP), (i, mlp_kind)
 
 
 @torch.no_grad()
@@ -923,7 +1141,7 @@ def build(spec, root, seed, capture):
     # Reload exactly what is on disk, in fp32, eager attention, eager experts.
     kw = dict(dtype=torch.float32, attn_implementation="eager", local_files_only=True)
     if ("moe" in spec["cls"].__name__.lower() or "num_experts" in cj
-            or spec["family"] in ("minimax", "kimi_linear", "nemotron_h")):
+            or spec["family"] in ("minimax", "kimi_linear", "nemotron_h", "bailing_hybrid")):
         kw["experts_implementation"] = "eager"
     model = spec["cls"].from_pretrained(d, **kw).eval()
     top_cfg = model.config
@@ -949,6 +1167,8 @@ def build(spec, root, seed, capture):
         assert getattr(text_model, "rotary_emb", None) is None
         assert not any("rotary" in type(m).__name__.lower() for m in model.modules())
         assert not model.training  # the fused split-conv-scan branch runs only in training
+    elif spec["family"] == "bailing_hybrid":  # interleaved RoPE over qk_rope_head_dim, MLA only
+        _assert_bailing_model(cfg, text_model)
     elif spec["family"] == "olmo_hybrid":  # the whole head rotates, or nothing (NoPE)
         hd = getattr(cfg, "head_dim", cfg.hidden_size // cfg.num_attention_heads)
         if cfg.rope_parameters.get("rope_theta") is None:
@@ -982,11 +1202,30 @@ def build(spec, root, seed, capture):
     lin_layers = [i for i, t in enumerate(types) if t == "linear_attention"]
     full_layers = [i for i, t in enumerate(types) if t == "full_attention"]
     nemo = spec["family"] == "nemotron_h"
+    bailing = spec["family"] == "bailing_hybrid"
     margin = RouterMargin(model)
     dtmon = DtMonitor(model, cfg.time_step_min) if nemo else None
+    bmon = BailingMonitor(model, cfg) if bailing else None
     golden, sanity = compute_golden(model, cfg, lin_layers,
                                     torch.Generator().manual_seed(seed + 1), dtmon)
     sanity["min_router_margin"] = None if margin.min == math.inf else margin.min
+    if bailing:
+        for h in bmon.handles:
+            h.remove()
+        # Σ top-k weights = routed_scaling_factor (norm_topk_prob)
+        assert margin.weight_sums[0] != math.inf and cfg.norm_topk_prob
+        sanity["router_weight_sum_range"] = list(margin.weight_sums)
+        assert max(abs(w - cfg.routed_scaling_factor) for w in margin.weight_sums) < 1e-5
+        sanity["kda_gate_range"] = bmon.g
+        if cfg.kda_safe_gate:  # lower_bound·sigmoid(·) in (lower_bound, 0)
+            assert cfg.kda_lower_bound < bmon.g[0] and bmon.g[1] <= 0, bmon.g
+        else:  # -exp(A_log)·softplus(·): below lower_bound too (a clamp there would bite)
+            assert bmon.g[0] < cfg.kda_lower_bound and bmon.g[1] <= 0, bmon.g
+        if bmon.swiglu:  # limits that transformers ignores, and that would have clamped
+            sanity["swiglu_limits_ignored"] = bmon.swiglu
+            for part in ("experts", "shared_experts"):
+                assert any(v["rows_over_limit"] > 0 for k, v in bmon.swiglu.items()
+                           if k.endswith(" " + part)), (part, bmon.swiglu)
     if nemo:
         for h in dtmon.handles:
             h.remove()
@@ -1064,8 +1303,11 @@ def build(spec, root, seed, capture):
         }
     if nemo:
         meta = nemotron_meta(meta, cfg, tj, spec, tied)
-    # (Nemotron-H: strict JSON, no bare Infinity in golden.json)
-    (d / "golden.json").write_text(json.dumps(meta, indent=2, allow_nan=not nemo) + "\n")
+    if bailing:
+        meta = bailing_meta(meta, cfg, tj, spec, tied)
+    # (Nemotron-H, Ling: strict JSON, no bare Infinity in golden.json)
+    (d / "golden.json").write_text(json.dumps(meta, indent=2, allow_nan=not (nemo or bailing))
+                                   + "\n")
 
     for f in d.iterdir():
         f.chmod(0o644)  # safetensors writes 0600
@@ -1135,6 +1377,78 @@ def nemotron_meta(meta, cfg, tj, spec, tied):
     return meta
 
 
+def bailing_meta(meta, cfg, tj, spec, tied):
+    """golden.json for Ling (bailing_hybrid): where config.json put the layer pattern and the
+    KDA head dim, the KDA / MLA / MoE layouts, and what transformers read from config.json."""
+    K, H, _, d, _ = lin_dims(cfg)
+    P = H * d
+    dn, dr, dv, r = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim, cfg.kv_lora_rank
+    items = list(meta.items())
+    at = [k for k, _ in items].index("layer_types") + 1
+    items.insert(at, ("mlp_layer_types", list(cfg.mlp_layer_types)))
+    meta = dict(items)
+    meta["config_json_layer_pattern"] = (
+        "layer_types" if "layer_types" in tj else
+        f"layer_group_size={tj['layer_group_size']} (layer i is full_attention iff "
+        "(i+1) % layer_group_size == 0; a trailing partial group is all linear_attention)")
+    meta["config_json_mlp_pattern"] = (
+        "mlp_layer_types" if "mlp_layer_types" in tj else
+        f"first_k_dense_replace={tj['first_k_dense_replace']} (layers i < it are dense)")
+    meta["config_json_kda_head_dim"] = (
+        f"linear_head_dim={tj['linear_head_dim']} (head_dim={tj['head_dim']} is "
+        "qk_rope_head_dim, as save_pretrained writes it)" if "linear_head_dim" in tj else
+        f"head_dim={tj['head_dim']} (as released; transformers then sets head_dim := "
+        "qk_rope_head_dim)")
+    g = (f"g = kda_lower_bound * sigmoid(exp(A_log[h]) * a), kda_lower_bound={cfg.kda_lower_bound}"
+         if cfg.kda_safe_gate else
+         "g = -exp(A_log[h]) * softplus(a) (kda_safe_gate false; kda_lower_bound not read)")
+    meta["layouts"] = {
+        "state": f"[H={H}, d={d}, d={d}] fp32 = transformers' get_recurrent_state(i)[0] as is "
+                 "(no transpose): S[h,i,j], i = key channel, j = value channel. Per token: "
+                 "S[h] = Diag(exp(g_t[h,:])) S[h] (row i decays by its own channel's g), then "
+                 "S[h] += beta_h * k^[i] * (v[j] - sum_i S[h,i,j] k^[i]); "
+                 "o[h,j] = sum_i S[h,i,j] q^[i] / sqrt(d); "
+                 "q^, k^ = x / sqrt(sum x^2 + 1e-6) over d "
+                 f"(after the conv); beta = sigmoid(b_proj h); a = f_proj h + dt_bias (per channel "
+                 f"h*d + i); {g}",
+        "conv": f"[3P={3 * P}, K-1={K - 1}] = get_conv_state(i)[0, :, -(K-1):]: the last K-1 "
+                "pre-conv, pre-SiLU projections, oldest first (zeros if fewer tokens; the "
+                "oldest of transformers' K columns is never read again); channels "
+                f"q[P={P}] | k[P] | v[P], each head-major (h*d + i): the rows of conv1d.weight "
+                "[3P, 1, K], on disk q_conv1d | k_conv1d | v_conv1d [P, 1, K] each; no conv bias, "
+                "SiLU after the conv",
+        "value_head_to_key_head": "h -> h (q, k and v share H heads of d)",
+        "lin_dims": f"(K, Hk, Hv, dk, dv) = (linear_conv_kernel_dim, linear_num_heads, "
+                    f"linear_num_heads, linear_head_dim, linear_head_dim) = ({K}, {H}, {H}, "
+                    f"{d}, {d})",
+        "mla": f"layers {[i for i, t in enumerate(cfg.layer_types) if t == 'full_attention']}: "
+               f"{cfg.num_attention_heads} heads; q_proj rows per head [nope {dn} | rope {dr}] "
+               f"(no q-LoRA); kv_a_proj_with_mqa rows [latent {r} | k_rope {dr}], the latent "
+               "RMS-normed by kv_a_layernorm with eps 1e-6 (not rms_norm_eps), k_rope shared by "
+               f"the heads; kv_b_proj rows per head [k_nope {dn} | v {dv}]; RoPE interleaved "
+               f"(pairs 2i, 2i+1 rotate by pos * theta^(-2i/{dr}), theta "
+               f"{cfg.rope_parameters['rope_theta']:g}, over all {dr} rope dims; transformers "
+               "writes the rotated pairs de-interleaved, evens then odds, in q and k alike, so "
+               "dot products are those of the interleaved rotation), scale "
+               f"({dn}+{dr})^-0.5; output per head times sigmoid(g_proj h)[h]; no state in the "
+               "fixture",
+        "moe": "sigmoid(gate.weight h) + e_score_correction_bias (on disk gate.expert_bias) "
+               f"chooses: {cfg.n_group} groups scored by their top-2, {cfg.topk_group} kept, "
+               f"top-{cfg.num_experts_per_tok} experts; weights = unbiased sigmoid / their sum "
+               f"(+1e-20) * {cfg.routed_scaling_factor}; plus shared experts of width "
+               f"moe_intermediate_size * n_shared_experts = "
+               f"{cfg.moe_intermediate_size * cfg.n_shared_experts}, ungated",
+    }
+    meta["config_semantics"] = {
+        "config_json_edits": spec.get("config_edit", {}),
+        "read_by_transformers": {k: _finite(getattr(cfg, k)) for k in spec["expect_attrs"]},
+        "lm_head_tied_to_embedding": tied,
+        "config_json_model_type": cfg.model_type,
+        "config_json_architectures": tj.get("architectures"),
+    }
+    return meta
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(Path(__file__).resolve().parents[2] / "tests/fixtures/golden"))
@@ -1182,6 +1496,10 @@ def main():
             assert any(w in m for m in capture.messages), f"no fallback notice for {w}"
         print(f"Nemotron-H's pure-PyTorch Mamba2 confirmed ({len(NEMOTRON_FALLBACK_WARNINGS)} "
               "notices seen)")
+    if "bailing_hybrid" in built:
+        for w in BAILING_FALLBACK_WARNINGS:
+            assert any(w in m for m in capture.messages), f"no fallback notice for {w}"
+        print(f"Ling's pure-PyTorch KDA confirmed ({len(BAILING_FALLBACK_WARNINGS)} notices seen)")
     print(f"total fixture size {total} bytes in {out}")
     if not args.only:
         assert dir_bytes(out) < MAX_TOTAL_BYTES
