@@ -764,7 +764,8 @@ static cJSON *make_ling_config(const preset *p, const char *dtype)
     cJSON_AddNumberToObject(c, "head_dim", p->ldk);
     cJSON_AddNumberToObject(c, "short_conv_kernel_size", 4);
     cJSON_AddBoolToObject(c, "kda_safe_gate", 1);
-    cJSON_AddNumberToObject(c, "kda_lower_bound", -5.0);
+    /* a float, as BailingHybridConfig's strict field wants it: cJSON would print -5 */
+    cJSON_AddRawToObject(c, "kda_lower_bound", "-5.0");
     cJSON_AddNumberToObject(c, "kv_lora_rank", p->kv_lora);
     cJSON_AddNullToObject(c, "q_lora_rank");
     cJSON_AddNumberToObject(c, "qk_nope_head_dim", p->qk_nope);

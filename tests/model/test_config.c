@@ -1168,6 +1168,77 @@ static void test_nemotron_defaults(void)
                NULL);
 }
 
+/* BailingHybridConfig's defaults (configuration_bailing_hybrid.py): its
+ * layer groups, the KDA width from linear_head_dim or else head_dim (which
+ * the class then rewrites), the attribute_map names, what it ignores and
+ * what it or the executor refuses. */
+static void test_ling_defaults(void)
+{
+    hy_model_config c;
+    parse_ok_text("{\"model_type\": \"bailing_hybrid\"}", &c);
+    CU_ASSERT_EQUAL(c.arch, HY_ARCH_BAILING_HYBRID);
+    CU_ASSERT(c.vocab == 157184 && c.hidden == 2560 && c.n_layers == 42);
+    for (int i = 0; i < 42; i++) {
+        CU_ASSERT_EQUAL(c.layer_kind[i], (i + 1) % 6 ? HY_LAYER_LINEAR : HY_LAYER_ATTENTION);
+        CU_ASSERT_EQUAL(c.layer_moe[i], i >= 2);
+    }
+    CU_ASSERT(c.lin_kind == HY_LIN_KDA && c.kda_full_gates && c.kda_safe_gate);
+    CU_ASSERT(c.kda_lower_bound == -5.0f && c.conv_kernel == 4);
+    CU_ASSERT(c.lin_v_heads == 32 && c.lin_k_heads == 32 && c.lin_dk == 128 && c.lin_dv == 128);
+    CU_ASSERT(c.mla && c.q_lora == 0 && c.kv_lora == 512 && c.qk_nope == 128 && c.qk_rope == 64);
+    CU_ASSERT(c.v_head == 128 && c.mla_head_gate && !c.mla_bias && c.rotary_dim == 64);
+    CU_ASSERT(c.rope_theta == 6e6 && c.n_heads == 32 && c.n_kv_heads == 32);
+    CU_ASSERT(c.n_experts == 512 && c.top_k == 8 && c.moe_intermediate == 768);
+    CU_ASSERT(c.shared_intermediate == 768 && !c.shared_gated && c.intermediate == 6144);
+    CU_ASSERT(c.router == HY_ROUTER_SIGMOID_GROUPED && c.n_group == 8 && c.topk_group == 4);
+    CU_ASSERT(c.routed_scale == 2.5f && c.norm_topk && !c.norm_offset && c.rms_eps == 1e-6f);
+    CU_ASSERT_EQUAL(c.mtp_layers, 1);
+    /* as released: head_dim is the KDA width, the aliases, the keys it
+     * ignores (q_lora_rank, partial_rotary_factor) */
+    char *log = parse_logged(
+        "{\"model_type\": \"bailing_hybrid\", \"num_hidden_layers\": 5, \"layer_group_size\": 3, "
+        "\"head_dim\": 64, \"num_attention_heads\": 8, \"num_key_value_heads\": 8, "
+        "\"short_conv_kernel_size\": 3, \"first_k_dense_replace\": 1, \"num_experts\": 16, "
+        "\"num_experts_per_tok\": 2, \"num_experts_per_token\": 3, \"n_group\": 4, "
+        "\"topk_group\": 2, \"norm_topk_prob\": false, \"num_shared_experts\": 2, "
+        "\"moe_intermediate_size\": 32, \"q_lora_rank\": 16, \"partial_rotary_factor\": 0.5, "
+        "\"qk_rope_head_dim\": 16, \"attention_bias\": true, \"kda_safe_gate\": false, "
+        "\"num_mtp_layers\": 2, \"tie_word_embeddings\": true}",
+        &c);
+    static const hy_layer_kind want[5] = {HY_LAYER_LINEAR, HY_LAYER_LINEAR, HY_LAYER_ATTENTION,
+                                          HY_LAYER_LINEAR, HY_LAYER_LINEAR};
+    for (int i = 0; i < 5; i++) CU_ASSERT_EQUAL(c.layer_kind[i], want[i]);
+    CU_ASSERT(c.lin_dk == 64 && c.lin_v_heads == 8 && c.conv_kernel == 3);
+    CU_ASSERT(c.head_dim == 128 + 16 && c.rotary_dim == 16 && c.q_lora == 0);
+    CU_ASSERT(c.top_k == 3 && c.n_group == 4 && !c.norm_topk && c.shared_intermediate == 64);
+    CU_ASSERT(c.mla_bias && !c.kda_safe_gate && c.mtp_layers == 2 && !c.tie_embeddings);
+    CU_ASSERT_PTR_NOT_NULL(strstr(log, "partial_rotary_factor, q_lora_rank: not a setting"));
+    hy_free(log);
+    /* a saved config: linear_head_dim and its kin win over head_dim */
+    parse_ok_text("{\"model_type\": \"bailing_hybrid\", \"num_hidden_layers\": 4, "
+                  "\"head_dim\": 8, \"linear_head_dim\": 24, \"linear_num_heads\": 4, "
+                  "\"num_attention_heads\": 4, \"num_key_value_heads\": 4, "
+                  "\"linear_conv_kernel_dim\": 2, \"layer_types\": [\"linear_attention\", "
+                  "\"full_attention\", \"linear_attention\", \"full_attention\"]}",
+                  &c);
+    CU_ASSERT(c.lin_dk == 24 && c.lin_v_heads == 4 && c.conv_kernel == 2);
+    CU_ASSERT(c.layer_kind[1] == HY_LAYER_ATTENTION && c.layer_kind[2] == HY_LAYER_LINEAR);
+    text_fails("{\"model_type\": \"bailing_hybrid\", \"num_key_value_heads\": 8}", HY_EINVAL,
+               "num_key_value_heads 8", "kv_b_proj");
+    text_fails("{\"model_type\": \"bailing_hybrid\", \"num_expert_group\": 3}", HY_EINVAL,
+               "num_expert_group 3", NULL);
+    text_fails("{\"model_type\": \"bailing_hybrid\", \"layer_group_size\": 0}", HY_ERANGE,
+               "layer_group_size", NULL);
+    text_fails("{\"model_type\": \"bailing_hybrid\", \"kda_lower_bound\": 1.5}", HY_ERANGE,
+               "kda_lower_bound", NULL);
+    text_fails("{\"model_type\": \"bailing_hybrid\", \"rope_parameters\": {\"rope_type\": "
+               "\"yarn\", \"factor\": 4}}",
+               HY_EUNSUPPORTED, "rope_type 'yarn'", NULL);
+    /* attention_bias is Ling's alone */
+    text_fails("{\"model_type\": \"kimi_linear\", \"attention_bias\": true}", HY_EUNSUPPORTED,
+               "attention_bias true is not supported", NULL);
+}
+
 /* Python's json writes non-finite floats bare (Infinity, -Infinity, NaN), as
  * released configs carry them (Nemotron-H's time_step_limit): a key the
  * loader does not read may hold them; one it reads refuses them by its own
@@ -1221,6 +1292,8 @@ int main(void)
         {"minimax: transformers' defaults, alias and factors", test_minimax_defaults},
         {"kimi_linear: defaults, layer lists, aliases, refusals", test_kimi_defaults},
         {"nemotron_h: defaults, block patterns, aliases, refusals", test_nemotron_defaults},
+        {"bailing_hybrid: defaults, layer groups, head widths, aliases, refusals",
+         test_ling_defaults},
         {"bare Infinity, -Infinity and NaN as Python writes them", test_nonfinite_literals},
         {NULL, NULL},
     };
