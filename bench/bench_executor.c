@@ -262,6 +262,33 @@ int hy_bench_executor(int argc, char **argv)
         dec_rate = nd / (hy_now_s() - t0);
         printf("\ndecode, one token per call (%d tokens): %.0f tokens/s\n", nd, dec_rate);
     }
+    /* MLA: a prefill attending over expanded rows against one in the latent
+     * space (hy_mla_mode), alternating, best of 3 each; and what AUTO takes */
+    const int mn = quick ? 512 : 2048;
+    double mla_s[2] = {1e30, 1e30};
+    hy_mla_mode mla_auto = HY_MLA_AUTO;
+    for (int r = 0; r < 3 && c->mla && !rc; r++)
+        for (int k = 0; k < 2 && !rc; k++) {
+            const int m = (r + k) % 2;
+            double s1;
+            hy_exec_set_mla_mode(ex, m ? HY_MLA_ABSORBED : HY_MLA_EXPANDED);
+            rc = time_prefill(ex, st, tok, mn, 1, logits, &s1, &e);
+            mla_s[m] = fmin(mla_s[m], s1);
+        }
+    if (c->mla && !rc) {
+        hy_exec_set_mla_mode(ex, HY_MLA_AUTO);
+        hy_state_reset(st);
+        rc = hy_exec_prefill(ex, st, tok, (size_t)mn, logits, &e);
+        mla_auto = hy_exec_mla_mode_used(ex);
+        printf("\nMLA, a %d-token prefill: over expanded rows %.0f tokens/s, in the latent space "
+               "%.0f tokens/s (%.2fx); AUTO attends %s\n",
+               mn, mn / mla_s[0], mn / mla_s[1], mla_s[0] / mla_s[1],
+               mla_auto == HY_MLA_ABSORBED ? "in the latent space" : "over expanded rows");
+    }
+    if (rc) {
+        fprintf(stderr, "hypic-bench: %s\n", e.msg);
+        return 1;
+    }
     const int ri = quick ? 0 : 1; /* the recurrent run's length: 2048 (512 with --quick) */
     double ratio = rate[ri] / rec_rate, dr_chunked = 0, dr_recurrent = 0;
     time_delta_rule(c, lens[ri], &dr_chunked, &dr_recurrent);
@@ -293,6 +320,10 @@ int hy_bench_executor(int argc, char **argv)
                pf_s > 0 ? 100.0 * op_ms[k] / 1e3 / pf_s : 0.0);
     printf("},\"gemm_gflops\":%.2f,\"gemm_fraction_of_sgemm\":%.3f", gemm_rate / 1e9,
            gemm_rate / sgemm);
+    if (c->mla)
+        printf(",\"mla_prefill_tok_s_%d\":{\"expanded\":%.1f,\"latent\":%.1f},"
+               "\"mla_auto_latent\":%s",
+               mn, mn / mla_s[0], mn / mla_s[1], mla_auto == HY_MLA_ABSORBED ? "true" : "false");
     printf(",\"peak_rss_mb\":%.1f,\"threads\":%d,\"quick\":%s}\n", rss, omp_get_max_threads(),
            quick ? "true" : "false");
     free(tok), free(logits);

@@ -435,6 +435,12 @@ int hy_bench_pic(int argc, char **argv)
      * inflates a mean, which the median resists */
     double *per[NRUN];
     for (int i = 0; i < NRUN; i++) per[i] = calloc((size_t)nreq, sizeof *per[i]);
+    /* MLA models: pic (entries in memory) forced expanded [0] and forced into
+     * the latent space [1], alternating which goes first; the passes AUTO
+     * (every other run) put in the latent space */
+    double *mla_ms[2] = {calloc((size_t)nreq, sizeof(double)),
+                         calloc((size_t)nreq, sizeof(double))};
+    long mla_auto_latent = 0, mla_auto_passes = 0;
     for (int i = 0; i < NRUN && !rc; i++)
         if (!per[i]) rc = hy_err_set(&e, HY_ENOMEM, "out of memory");
     /* the plain prefill of as many tokens as pic computes, on a copy of
@@ -534,11 +540,25 @@ int hy_bench_pic(int argc, char **argv)
                 pass_hits += res.hits;
             }
             if (!rc && mode == HY_MODE_FULL) rc = plain_computed(&bm, pst, seg, &rq, &plain[q], &e);
+            if (!rc && bm.c->mla && mode >= HY_MODE_PIC) {
+                mla_auto_passes++;
+                mla_auto_latent += hy_exec_mla_mode_used(bm.ex) == HY_MLA_ABSORBED;
+            }
             prefilled[run] += res.prefilled;
             if (mode == HY_MODE_PREFIX) prefix_reused += res.prefix_segments >= 2;
             if (rc || mode == HY_MODE_FULL) continue;
             kl[run] += hy_kl_logits(lf, lm, V);
             agree[run] += hy_argmax(lf, V) == hy_argmax(lm, V);
+        }
+        for (int k = 0; k < 2 && !rc && bm.c->mla; k++) {
+            const int m = (int)((q + k) % 2); /* 0 expanded, 1 latent */
+            for (int i = 0; i < NSEG; i++) seg[i].entry = S.e8[i == 0 ? POOL : pick[i - 1]];
+            rq.mode = HY_MODE_PIC;
+            hy_exec_set_mla_mode(bm.ex, m ? HY_MLA_ABSORBED : HY_MLA_EXPANDED);
+            const double t0 = hy_now_s();
+            rc = hy_combine(bm.ex, bm.st, &rq, lm, &res, &e);
+            mla_ms[m][q] = (hy_now_s() - t0) * 1e3;
+            hy_exec_set_mla_mode(bm.ex, HY_MLA_AUTO);
         }
         if ((q + 1) % 10 == 0 || q + 1 == nreq) {
             printf("  %ld/%ld requests: mean TTFT full %.0f ms, prefix %.0f ms, pic %.1f ms (host "
@@ -557,7 +577,7 @@ int hy_bench_pic(int argc, char **argv)
      * capacity of a request, so no apply reallocates it). */
     enum { COMPOSE_ROUNDS = 24 };
     double compose_s[COMPOSE_ROUNDS * NSEG];
-    int n_compose = 0;
+    int n_compose = 0, n_expanded = 0; /* applies whose MLA layers expanded the body */
     for (int round = 0; round < COMPOSE_ROUNDS && !rc; round++) {
         hy_state_reset(bm.st);
         for (int i = 0; i < NSEG && !rc; i++) {
@@ -565,6 +585,7 @@ int hy_bench_pic(int argc, char **argv)
             const uint64_t t0 = hy_now_ns();
             rc = hy_entry_apply(bm.ex, bm.st, S.e0[d], true, &e);
             compose_s[n_compose++] = (double)(hy_now_ns() - t0) * 1e-9;
+            n_expanded += hy_exec_mla_mode_used(bm.ex) == HY_MLA_EXPANDED;
         }
     }
     hy_store_stats nst = {0};
@@ -605,12 +626,18 @@ int hy_bench_pic(int argc, char **argv)
     }
     e0_bytes /= POOL + 1;
     e0_body /= POOL + 1;
-    /* MLA: each body position's latent is expanded by kv_b_proj where it is
-     * placed (kv_lora × heads·(qk_nope + v_head) per position and layer) */
+    /* MLA: a pass that attends over expanded rows expands each body
+     * position's latent by kv_b_proj where it is placed (kv_lora ×
+     * heads·(qk_nope + v_head) per position and layer); one in the latent
+     * space, as AUTO runs a pass of holes alone, places the latents as they
+     * are */
     const hy_model_config *mc = bm.c;
-    const double expand_flops = mc->mla ? 2.0 * e0_body * (bm.c->n_layers - n_lin) * mc->kv_lora *
-                                              mc->n_heads * (double)(mc->qk_nope + mc->v_head)
-                                        : 0.0;
+    int n_att = 0;
+    for (int i = 0; i < mc->n_layers; i++) n_att += mc->layer_kind[i] == HY_LAYER_ATTENTION;
+    const double expand_flops =
+        mc->mla && 2 * n_expanded > n_compose
+            ? 2.0 * e0_body * n_att * mc->kv_lora * mc->n_heads * (double)(mc->qk_nope + mc->v_head)
+            : 0.0;
     const double sgemm = hy_bench_sgemm_flops(2048, 2048, 2048, 2);
     const double compose_limit_us =
         ((hit_flops + expand_flops) / sgemm + e0_bytes / memcpy_rate((size_t)e0_bytes)) * 1e6;
@@ -631,6 +658,13 @@ int hy_bench_pic(int argc, char **argv)
                                                "naive",
                                                "pic, entries from NVMe",
                                                "pic, entries in memory"};
+    double mla_p50[2] = {0};
+    for (int m = 0; m < 2; m++) {
+        qsort(mla_ms[m], (size_t)nreq, sizeof *mla_ms[m], cmp_double);
+        mla_p50[m] =
+            nreq % 2 ? mla_ms[m][nreq / 2] : (mla_ms[m][nreq / 2 - 1] + mla_ms[m][nreq / 2]) / 2;
+        free(mla_ms[m]);
+    }
     double p50[NRUN];
     for (int run = 0; run < NRUN; run++) {
         qsort(per[run], (size_t)nreq, sizeof *per[run], cmp_double);
@@ -694,6 +728,12 @@ int hy_bench_pic(int argc, char **argv)
            hit_flops / 1e6, expand, sgemm / 1e9, e0_bytes / (1 << 20), compose_limit_us,
            compose_us / compose_limit_us);
     const double plain_ms = plain_sum / N * 1e3;
+    if (mc->mla)
+        printf("MLA, pic with entries in memory, median of %ld requests each (the two alternate): "
+               "attending over expanded rows %.1f ms, in the latent space %.1f ms (%.2fx); AUTO "
+               "chose the latent space in %ld of its %ld pic passes\n",
+               nreq, mla_p50[0], mla_p50[1], mla_p50[1] / mla_p50[0], mla_auto_latent,
+               mla_auto_passes);
     printf("plain prefill of the %.0f tokens pic computes, from a state at their position: "
            "%.1f ms mean, %.1f ms median; pic over it: %.2f (host tier), %.2f (entries in "
            "memory) (limit ~1: the holes cost only their composition; target <= 1.3)\n",
@@ -722,7 +762,7 @@ int hy_bench_pic(int argc, char **argv)
            "\"compose_p10_us_per_hit\":%.1f,\"compose_mean_us_per_hit\":%.1f,"
            "\"compose_in_pass_us_per_hit\":%.1f,\"compose_limit_us_per_hit\":%.1f,"
            "\"compose_over_limit\":%.2f,\"sgemm_gflops\":%.1f,\"token_bound\":%.2f,"
-           "\"flop_bound\":%.2f}\n",
+           "\"flop_bound\":%.2f",
            nreq, ttft[0] / N * 1e3, ttft[1] / N * 1e3, ttft[2] / N * 1e3, ttft[3] / N * 1e3,
            ttft[4] / N * 1e3, ttft[HY_MODE_PIC] / N * 1e3, ttft[PIC_NVME] / N * 1e3,
            ttft[PIC_MEM] / N * 1e3, plain_ms, p50[0], p50[1], p50[2], p50[3], p50[4], p50[PIC_NVME],
@@ -735,6 +775,12 @@ int hy_bench_pic(int argc, char **argv)
            (double)prefilled[1] / N, (double)prefilled[2] / N, bytes_per_token, compose_us,
            compose_p10_us, compose_mean_us, pass_compose_us, compose_limit_us,
            compose_us / compose_limit_us, sgemm / 1e9, tok_ratio, flops[0] / flops[1]);
+    if (mc->mla)
+        printf(",\"mla_pic_in_memory_p50_ms\":{\"expanded\":%.2f,\"latent\":%.2f},"
+               "\"mla_latent_over_expanded\":%.3f,\"mla_auto_latent_passes\":%ld,"
+               "\"mla_auto_passes\":%ld",
+               mla_p50[0], mla_p50[1], mla_p50[1] / mla_p50[0], mla_auto_latent, mla_auto_passes);
+    printf("}\n");
     for (int d = 0; d <= POOL; d++) {
         free(S.tok[d]);
         hy_entry_free(S.e8[d]);

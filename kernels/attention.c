@@ -21,11 +21,18 @@
  * each at its own segment's start) thus computes about the causal area
  * rather than B × the last row's context; a block of consecutive rows spans
  * at most B − 1 keys past its first row and stays one product. */
-static void block(int B, int dk, int dv, const int64_t *pos, const float *q, size_t ldq, const float *K,
-                  size_t ldk, const float *V, size_t ldv, float scale, float *o, size_t ldo,
-                  float *scores)
+/* The keys' second part (hy_attention_at2), or none (q2 NULL). */
+typedef struct part2 {
+    int dk;
+    const float *q, *K;
+    size_t ldq, ldk;
+} part2;
+
+static void block(int B, int dk, int dv, const int64_t *pos, const float *q, size_t ldq,
+                  const float *K, size_t ldk, const part2 *p2, const float *V, size_t ldv,
+                  float scale, float *o, size_t ldo, float *scores)
 {
-    const int ctx = (int)pos[B - 1] + 1;        /* keys visible to the block's last row */
+    const int ctx = (int)pos[B - 1] + 1; /* keys visible to the block's last row */
     const int shared = ctx - (int)pos[0] - 1 <= HY_ATTN_TILE ? ctx : (int)pos[0] + 1;
     int s = 0; /* the first row that reaches the tile */
     for (int c0 = 0; c0 < ctx; c0 = c0 ? c0 + HY_ATTN_TILE : shared) {
@@ -33,6 +40,10 @@ static void block(int B, int dk, int dv, const int64_t *pos, const float *q, siz
         while (pos[s] < c0) s++;
         hy_gemm(0, 1, B - s, w, dk, scale, q + (size_t)s * ldq, ldq, K + (size_t)c0 * ldk, ldk,
                 0.0f, scores + (size_t)s * ctx + c0, (size_t)ctx);
+        if (p2->q)
+            hy_gemm(0, 1, B - s, w, p2->dk, scale, p2->q + (size_t)s * p2->ldq, p2->ldq,
+                    p2->K + (size_t)c0 * p2->ldk, p2->ldk, 1.0f, scores + (size_t)s * ctx + c0,
+                    (size_t)ctx);
     }
     for (int i = 0; i < B; i++) {
         float *row = scores + (size_t)i * ctx;
@@ -71,19 +82,31 @@ void hy_attention(int n, int hd, int64_t pos0, const float *q, size_t ldq, const
                   float *scores)
 {
     int64_t pos[HY_ATTN_BLOCK];
+    const part2 none = {0};
     for (int b0 = 0; b0 < n; b0 += HY_ATTN_BLOCK) {
         const int B = HY_MIN_INT(HY_ATTN_BLOCK, n - b0);
         for (int i = 0; i < B; i++) pos[i] = pos0 + b0 + i;
-        block(B, hd, hd, pos, q + (size_t)b0 * ldq, ldq, K, ldk, V, ldv, scale, o + (size_t)b0 * ldo,
-              ldo, scores);
+        block(B, hd, hd, pos, q + (size_t)b0 * ldq, ldq, K, ldk, &none, V, ldv, scale,
+              o + (size_t)b0 * ldo, ldo, scores);
     }
 }
 
-void hy_attention_at(int n, int dk, int dv, const int64_t *pos, const float *q, size_t ldq, const float *K,
-                     size_t ldk, const float *V, size_t ldv, float scale, float *o, size_t ldo,
-                     float *scores)
+void hy_attention_at(int n, int dk, int dv, const int64_t *pos, const float *q, size_t ldq,
+                     const float *K, size_t ldk, const float *V, size_t ldv, float scale, float *o,
+                     size_t ldo, float *scores)
 {
-    for (int b0 = 0; b0 < n; b0 += HY_ATTN_BLOCK)
-        block(HY_MIN_INT(HY_ATTN_BLOCK, n - b0), dk, dv, pos + b0, q + (size_t)b0 * ldq, ldq, K, ldk, V,
-              ldv, scale, o + (size_t)b0 * ldo, ldo, scores);
+    hy_attention_at2(n, dk, 0, dv, pos, q, ldq, K, ldk, NULL, 0, NULL, 0, V, ldv, scale, o, ldo,
+                     scores);
+}
+
+void hy_attention_at2(int n, int dk1, int dk2, int dv, const int64_t *pos, const float *q1,
+                      size_t ldq1, const float *K1, size_t ldk1, const float *q2, size_t ldq2,
+                      const float *K2, size_t ldk2, const float *V, size_t ldv, float scale,
+                      float *o, size_t ldo, float *scores)
+{
+    for (int b0 = 0; b0 < n; b0 += HY_ATTN_BLOCK) {
+        const part2 p2 = {dk2, q2 ? q2 + (size_t)b0 * ldq2 : NULL, K2, ldq2, ldk2};
+        block(HY_MIN_INT(HY_ATTN_BLOCK, n - b0), dk1, dv, pos + b0, q1 + (size_t)b0 * ldq1, ldq1,
+              K1, ldk1, &p2, V, ldv, scale, o + (size_t)b0 * ldo, ldo, scores);
+    }
 }

@@ -42,7 +42,10 @@ struct hy_exec {
     /* this call is one token after a prefix — transformers' decode step,
      * where Mamba2 leaves dt unclamped (hy_model_config.dt_min) */
     bool decode_step;
-    float *ws; /* activations, ws_floats */
+    hy_mla_mode mla_mode; /* hy_exec_set_mla_mode */
+    bool mla_absorbed;    /* this pass attends in MLA's latent space */
+    hy_mla_mode mla_used; /* hy_exec_mla_mode_used */
+    float *ws;            /* activations, ws_floats */
     size_t ws_floats;
     float *scratch; /* nthreads × scratch_per_thread */
     size_t scratch_per_thread, scratch_floats;
@@ -50,7 +53,8 @@ struct hy_exec {
     size_t step_cap; /* tokens per step the views below are sized for */
     int64_t ctx_cap; /* context (positions) the scratch is sized for */
     /* views into ws, for the current step size */
-    float *x, *xn, *y, *big, *mid, *o, *g, *beta, *h, *gu, *xe, *ye, *topw, *aux, *lat_in, *lat_out;
+    float *x, *xn, *y, *big, *mid, *o, *g, *beta, *h, *gu, *xe, *ye, *topw, *aux, *lat_in, *lat_out,
+        *mla_q, *mla_o;
     int *topi, *rows;
     hy_exec_stats stats; /* hy_exec_set_profiling */
     /* the current step's plan (hy_exec_run): its items in request order, and
@@ -206,10 +210,14 @@ static size_t plan(hy_exec *ex, size_t B, float *base)
         (c->mla ? HY_MAX(B, (size_t)MLA_EXPAND_ROWS) : B) * Aux,
         B * (size_t)c->moe_latent, /* lat_in: the routed experts' input in the latent */
         B * (size_t)c->moe_latent, /* lat_out: their weighted sum */
+        /* mla_q, mla_o: MLA's absorbed queries and latent outputs, [B][nh][kv_lora] */
+        c->mla ? B * (size_t)c->n_heads * (size_t)c->kv_lora : 0,
+        c->mla ? B * (size_t)c->n_heads * (size_t)c->kv_lora : 0,
     };
-    float **views[] = {&ex->x,    &ex->xn,   &ex->y, &ex->big, &ex->mid,    &ex->o,
-                       &ex->g,    &ex->beta, &ex->h, &ex->gu,  &ex->xe,     &ex->ye,
-                       &ex->topw, NULL,      NULL,   &ex->aux, &ex->lat_in, &ex->lat_out};
+    float **views[] = {&ex->x,   &ex->xn,     &ex->y,       &ex->big,   &ex->mid,
+                       &ex->o,   &ex->g,      &ex->beta,    &ex->h,     &ex->gu,
+                       &ex->xe,  &ex->ye,     &ex->topw,    NULL,       NULL,
+                       &ex->aux, &ex->lat_in, &ex->lat_out, &ex->mla_q, &ex->mla_o};
     int **iviews[] = {&ex->topi, &ex->rows};
     int next_int = 0;
     size_t off = 0;
@@ -324,6 +332,27 @@ void hy_exec_free(hy_exec *ex)
 void hy_exec_set_gdn_mode(hy_exec *ex, hy_gdn_mode mode)
 {
     ex->mode = mode;
+}
+
+void hy_exec_set_mla_mode(hy_exec *ex, hy_mla_mode mode)
+{
+    ex->mla_mode = mode;
+}
+
+hy_mla_mode hy_exec_mla_mode_used(const hy_exec *ex)
+{
+    return ex->mla_used;
+}
+
+/* y [n][N] = x [n][K] · w, w [K][N] row-major (not transposed, unlike
+ * hy_linear's), timed as a GEMM: MLA's products with parts of kv_b_proj. */
+static void gemm_nn(hy_exec *ex, int n, int K, int N, const float *x, size_t ldx, const float *w,
+                    size_t ldw, float *y, size_t ldy)
+{
+    prof_begin(ex);
+    hy_gemm(0, 0, n, N, K, 1.0f, x, ldx, w, ldw, 0.0f, y, ldy);
+    if (ex->stats.on) ex->stats.prof.gemm_flops += 2.0 * n * (double)K * N;
+    prof_end(ex, HY_EXEC_OP_GEMM);
 }
 
 /* --- layers ---------------------------------------------------------------- */
@@ -1212,7 +1241,8 @@ static void mla_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni,
                 for (int t = 0; t < e->nb; t++)
                     hy_rope_rotate(kr + (size_t)t * dr, ekr + (size_t)t * dr, rd,
                                    ex->rope + (size_t)(p0 + t) * (size_t)rd);
-            mla_expand(ex, st, li, st->k[li] + (size_t)p0 * R, (size_t)R, NULL, p0, e->nb);
+            if (!ex->mla_absorbed)
+                mla_expand(ex, st, li, st->k[li] + (size_t)p0 * R, (size_t)R, NULL, p0, e->nb);
         }
         ex->hole_kv_s += hy_now_s() - t0;
     }
@@ -1267,24 +1297,53 @@ static void mla_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni,
             prof_end(ex, HY_EXEC_OP_NORM_GATE);
         }
     }
-    mla_expand(ex, st, li, lat, (size_t)R, ex->rowpos, 0, n);
-
     float *ob = ex->mid; /* the latents are in the cache now */
     const float scale = 1.0f / sqrtf((float)(dn + dr));
-    const float *X = st->x[li];
-    prof_begin(ex);
+    if (ex->mla_absorbed) {
+        /* in the latent space: per head q_nope·W_UK (kv_b_proj's key rows),
+         * scores against the latents plus q_rope·k_rope, the weighted sum of
+         * latents, then through W_UV (its value rows) */
+        float *qa = ex->mla_q, *oa = ex->mla_o;
+        const size_t lda = (size_t)nh * R;
+        for (int h = 0; h < nh; h++)
+            gemm_nn(ex, n, dn, R, q + (size_t)h * (dn + dr), ldq,
+                    w->w_kvb + (size_t)h * (dn + dv) * R, (size_t)R, qa + (size_t)h * R, lda);
+        prof_begin(ex);
 #pragma omp parallel for schedule(dynamic, 1)
-    for (int job = 0; job < nh * nblk; job++) {
-        const int h = job % nh;
-        const int r0 = (nblk - 1 - job / nh) * HY_ATTN_BLOCK, B = HY_MIN_INT(HY_ATTN_BLOCK, n - r0);
-        assert(omp_get_thread_num() < ex->nthreads);
-        float *scores = ex->scratch + (size_t)omp_get_thread_num() * ex->scratch_per_thread;
-        hy_attention_at(B, dn + dr, dv, ex->rowpos + r0,
-                        q + (size_t)r0 * ldq + (size_t)h * (dn + dr), ldq,
-                        X + (size_t)h * (dn + dr), XW, X + Kw + (size_t)h * dv, XW, scale,
-                        ob + (size_t)r0 * Od + (size_t)h * dv, (size_t)Od, scores);
+        for (int job = 0; job < nh * nblk; job++) {
+            const int h = job % nh;
+            const int r0 = (nblk - 1 - job / nh) * HY_ATTN_BLOCK,
+                      B = HY_MIN_INT(HY_ATTN_BLOCK, n - r0);
+            assert(omp_get_thread_num() < ex->nthreads);
+            float *scores = ex->scratch + (size_t)omp_get_thread_num() * ex->scratch_per_thread;
+            hy_attention_at2(B, R, dr, R, ex->rowpos + r0, qa + (size_t)r0 * lda + (size_t)h * R,
+                             lda, st->k[li], (size_t)R,
+                             q + (size_t)r0 * ldq + (size_t)h * (dn + dr) + dn, ldq, st->v[li],
+                             (size_t)dr, st->k[li], (size_t)R, scale,
+                             oa + (size_t)r0 * lda + (size_t)h * R, lda, scores);
+        }
+        prof_end(ex, HY_EXEC_OP_ATTENTION);
+        for (int h = 0; h < nh; h++)
+            linear(ex, n, R, dv, oa + (size_t)h * R, lda,
+                   w->w_kvb + ((size_t)h * (dn + dv) + dn) * R, ob + (size_t)h * dv, (size_t)Od);
+    } else {
+        mla_expand(ex, st, li, lat, (size_t)R, ex->rowpos, 0, n);
+        const float *X = st->x[li];
+        prof_begin(ex);
+#pragma omp parallel for schedule(dynamic, 1)
+        for (int job = 0; job < nh * nblk; job++) {
+            const int h = job % nh;
+            const int r0 = (nblk - 1 - job / nh) * HY_ATTN_BLOCK,
+                      B = HY_MIN_INT(HY_ATTN_BLOCK, n - r0);
+            assert(omp_get_thread_num() < ex->nthreads);
+            float *scores = ex->scratch + (size_t)omp_get_thread_num() * ex->scratch_per_thread;
+            hy_attention_at(B, dn + dr, dv, ex->rowpos + r0,
+                            q + (size_t)r0 * ldq + (size_t)h * (dn + dr), ldq,
+                            X + (size_t)h * (dn + dr), XW, X + Kw + (size_t)h * dv, XW, scale,
+                            ob + (size_t)r0 * Od + (size_t)h * dv, (size_t)Od, scores);
+        }
+        prof_end(ex, HY_EXEC_OP_ATTENTION);
     }
-    prof_end(ex, HY_EXEC_OP_ATTENTION);
     if (c->mla_head_gate) { /* Ling: one sigmoid gate per head */
         prof_begin(ex);
 #pragma omp parallel for schedule(static)
@@ -1425,6 +1484,49 @@ static void step(hy_exec *ex, hy_state *st, const item *it, int ni, int n, float
 
 /* --- the pass ------------------------------------------------------------------ */
 
+/* Whether a pass over pieces pc from st attends in MLA's latent space: by
+ * the mode set, or (AUTO) when that costs fewer FLOPs than expanding what
+ * is not expanded yet — the positions an earlier latent-space pass left,
+ * every hole's body, every computed token — and attending over the expanded
+ * keys and values. Per layer and head: expanding a row 2·kv_lora·(dn + dv);
+ * a query–key pair 2·(dn + dr + dv) expanded, 2·(2·kv_lora + dr) in the
+ * latent space; a computed token's absorption in and out 2·kv_lora·(dn + dv). */
+static bool mla_absorbs(const hy_exec *ex, const hy_state *st, const hy_piece *pc, size_t np)
+{
+    const hy_model_config *c = &ex->m->cfg;
+    if (!c->mla || ex->mla_mode == HY_MLA_EXPANDED) return false;
+    if (ex->mla_mode == HY_MLA_ABSORBED) return true;
+    const double R = c->kv_lora, dn = c->qk_nope, dr = c->qk_rope, dv = c->v_head;
+    double rows = (double)(st->pos - st->x_valid), computed = 0, pairs = 0;
+    int64_t at = st->pos;
+    for (size_t i = 0; i < np; i++) {
+        const double n = pc[i].tokens ? (double)pc[i].n : (double)pc[i].hole->nb;
+        if (pc[i].tokens) { /* positions at .. at + n − 1 see at + 1 .. at + n keys */
+            computed += n;
+            pairs += n * (double)at + n * (n + 1) / 2;
+        }
+        rows += n;
+        at += (int64_t)n;
+    }
+    const double expanded = rows * 2 * R * (dn + dv) + pairs * 2 * (dn + dr + dv);
+    const double latent = computed * 2 * R * (dn + dv) + pairs * 2 * (2 * R + dr);
+    return latent < expanded;
+}
+
+/* Expands every MLA layer's cached latents at positions [st->x_valid,
+ * st->pos), which a latent-space pass left unexpanded, before a pass that
+ * attends over the expanded rows. */
+static void mla_catch_up(hy_exec *ex, hy_state *st)
+{
+    const hy_model_config *c = &ex->m->cfg;
+    const int64_t from = st->x_valid, count = st->pos - from;
+    if (count <= 0) return;
+    for (int li = 0; li < c->n_layers; li++)
+        if (c->layer_kind[li] == HY_LAYER_ATTENTION)
+            mla_expand(ex, st, li, st->k[li] + (size_t)from * (size_t)c->kv_lora,
+                       (size_t)c->kv_lora, NULL, from, (int)count);
+}
+
 /* Grows *p to hold `need` elements of `size` bytes. */
 static int grow(void **p, size_t *cap, size_t need, size_t size)
 {
@@ -1498,6 +1600,7 @@ int hy_exec_run(hy_exec *ex, hy_state *st, const hy_piece *pc, size_t np, float 
     const size_t B = (size_t)HY_MAX(HY_MIN(computed, (int64_t)ex->max_batch), (int64_t)1);
     /* transformers' decode step: one token, nothing else, after a prefix */
     ex->decode_step = np == 1 && pc[0].tokens && pc[0].n == 1 && st->pos > 0;
+    ex->mla_absorbed = mla_absorbs(ex, st, pc, np);
     const int64_t ctx = st->pos + total;
     if ((rc = hy_state_reserve(st, ctx, err)) || (rc = ensure_workspace(ex, B, ctx, err)) ||
         (rc = rope_reserve(ex, ctx, err)))
@@ -1521,6 +1624,7 @@ int hy_exec_run(hy_exec *ex, hy_state *st, const hy_piece *pc, size_t np, float 
     const uint64_t fp_mode = hy_fp_flush_subnormals();
 #pragma omp parallel
     if (omp_get_thread_num() != 0) (void)hy_fp_flush_subnormals();
+    if (ex->m->cfg.mla && !ex->mla_absorbed) mla_catch_up(ex, st);
 
     /* Steps: pieces in order, a run cut where a step's rows are full; the
      * holes before a run's rows go with them into their step. */
@@ -1550,6 +1654,10 @@ int hy_exec_run(hy_exec *ex, hy_state *st, const hy_piece *pc, size_t np, float 
         step(ex, st, ex->items, ni, rows, i == np ? logits : NULL);
     }
     assert(st->pos == ctx);
+    if (ex->m->cfg.mla) { /* an expanded pass leaves every position expanded */
+        if (!ex->mla_absorbed) st->x_valid = ctx;
+        ex->mla_used = ex->mla_absorbed ? HY_MLA_ABSORBED : HY_MLA_EXPANDED;
+    }
     hy_fp_restore(fp_mode);
     if (compose_s) {
         double tc = 0.0;

@@ -145,6 +145,8 @@ struct hy_state {
                         * [kv_cap][kv_lora] latent and [kv_cap][qk_rope] shared key */
     float **x;         /* per MLA layer: [kv_cap][hy_state_x_row] every head's key, then
                         * every head's value, expanded from k and v; NULL otherwise */
+    int64_t x_valid;   /* x holds the expansion of positions [0, x_valid): passes that
+                        * attend in the latent space (HY_MLA_ABSORBED) expand nothing */
     int64_t kv_cap;
 };
 

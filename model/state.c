@@ -99,6 +99,7 @@ void hy_state_reset(hy_state *s)
         if (s->conv[i]) memset(s->conv[i], 0, conv_floats(c) * sizeof(float));
     }
     s->pos = 0;
+    s->x_valid = 0;
 }
 
 int hy_state_reserve(hy_state *s, int64_t need, hy_err *err)
@@ -145,11 +146,13 @@ int hy_state_copy(hy_state *dst, const hy_state *src, hy_err *err)
         if (src->k[i] && src->pos > 0) {
             memcpy(dst->k[i], src->k[i], (size_t)src->pos * k_row(c) * sizeof(float));
             memcpy(dst->v[i], src->v[i], (size_t)src->pos * v_row(c) * sizeof(float));
-            if (src->x[i])
-                memcpy(dst->x[i], src->x[i], (size_t)src->pos * hy_state_x_row(c) * sizeof(float));
+            if (src->x[i] && src->x_valid > 0)
+                memcpy(dst->x[i], src->x[i],
+                       (size_t)src->x_valid * hy_state_x_row(c) * sizeof(float));
         }
     }
     dst->pos = src->pos;
+    dst->x_valid = src->x_valid;
     return HY_OK;
 }
 

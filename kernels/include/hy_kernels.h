@@ -158,6 +158,15 @@ void hy_attention(int n, int hd, int64_t pos0, const float *q, size_t ldq, const
 void hy_attention_at(int n, int dk, int dv, const int64_t *pos, const float *q, size_t ldq,
                      const float *K, size_t ldk, const float *V, size_t ldv, float scale, float *o,
                      size_t ldo, float *scores);
+/* hy_attention_at with keys in two parts, q·k = q1·K1 + q2·K2 (dk1 and dk2
+ * wide): multi-head latent attention in the latent space, where q1 is a
+ * query absorbed through kv_b_proj's key half and K1 the cached latents
+ * (which are also the values: V may be K1), q2 and K2 the shared key part.
+ * q2 NULL (dk2 0) is hy_attention_at. */
+void hy_attention_at2(int n, int dk1, int dk2, int dv, const int64_t *pos, const float *q1,
+                      size_t ldq1, const float *K1, size_t ldk1, const float *q2, size_t ldq2,
+                      const float *K2, size_t ldk2, const float *V, size_t ldv, float scale,
+                      float *o, size_t ldo, float *scores);
 
 /* ==== Linear attention: every family, its transition operator, composition ==== */
 

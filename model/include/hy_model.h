@@ -187,6 +187,20 @@ typedef struct hy_exec hy_exec;
 int hy_exec_new(const hy_model *m, int max_batch, hy_exec **out, hy_err *err);
 void hy_exec_free(hy_exec *ex);
 void hy_exec_set_gdn_mode(hy_exec *ex, hy_gdn_mode mode);
+/* How an MLA layer (Kimi-Linear, Ling) attends. EXPANDED: kv_b_proj expands
+ * every cached latent once into per-head keys and values, kept in the state
+ * (a query then costs nh·(dn + dr + dv) per key); ABSORBED: in the latent
+ * space, each query absorbed through kv_b_proj's key half and each head's
+ * output through its value half (nh·(2·kv_lora + dr) per key, nothing
+ * expanded — what a composed hole needs). AUTO (the default) takes, per
+ * pass, whichever the pass's FLOPs favour: the expansion a pass would add
+ * against the extra per-key work of the latent space. The results agree to
+ * fp32 rounding. */
+typedef enum hy_mla_mode { HY_MLA_AUTO = 0, HY_MLA_EXPANDED, HY_MLA_ABSORBED } hy_mla_mode;
+void hy_exec_set_mla_mode(hy_exec *ex, hy_mla_mode mode);
+/* The mode the executor's last pass ran its MLA layers in (EXPANDED or
+ * ABSORBED; AUTO before any pass or without MLA). */
+hy_mla_mode hy_exec_mla_mode_used(const hy_exec *ex);
 
 /* Advances st by n tokens; when logits is not NULL writes the last token's
  * next-token logits [vocab]. Token ids outside [0, vocab) are refused before

@@ -123,6 +123,31 @@ static void test_attention_at_seams_far_apart(void)
     CU_ASSERT(worst < 1e-5);
 }
 
+/* Keys in two parts (MLA in the latent space): the same as one attention
+ * over the concatenated queries and keys, with the values the first part. */
+static void test_attention_at2_two_key_parts(void)
+{
+    hy_rng r;
+    hy_rng_seed(&r, 5);
+    enum { N = 70, D1 = 24, D2 = 8, D = D1 + D2 };
+    int64_t pos[N];
+    for (int i = 0; i < N; i++) pos[i] = i < 20 ? 3 * i : 300 + i; /* seams, then a run */
+    const int ctx = (int)pos[N - 1] + 1;
+    float *q = randn(&r, (size_t)N * D), *K = randn(&r, (size_t)ctx * D);
+    float *q2 = malloc((size_t)N * D2 * 4), *K2 = malloc((size_t)ctx * D2 * 4);
+    for (int i = 0; i < N; i++) memcpy(q2 + i * D2, q + i * D + D1, D2 * 4);
+    for (int j = 0; j < ctx; j++) memcpy(K2 + j * D2, K + j * D + D1, D2 * 4);
+    float *o1 = malloc((size_t)N * D1 * 4), *o2 = malloc((size_t)N * D1 * 4);
+    float *sc = malloc((size_t)HY_ATTN_BLOCK * ctx * 4);
+    hy_attention_at(N, D, D1, pos, q, D, K, D, K, D, 0.3f, o1, D1, sc);
+    hy_attention_at2(N, D1, D2, D1, pos, q, D, K, D, q2, D2, K2, D2, K, D, 0.3f, o2, D1, sc);
+    const double worst = hy_max_abs_diff(o2, o1, (size_t)N * D1);
+    printf("\n    %d rows, keys of %d + %d: against one attention over both %.1e", N, D1, D2,
+           worst);
+    CU_ASSERT(worst < 1e-5);
+    free(q), free(K), free(q2), free(K2), free(o1), free(o2), free(sc);
+}
+
 static void test_conv_carries_state(void)
 {
     hy_rng r;
@@ -313,6 +338,7 @@ int main(void)
         {"attention_matches_definition", test_attention_matches_definition},
         {"attention_at_scattered_positions", test_attention_at_scattered_positions},
         {"attention_at_seams_far_apart", test_attention_at_seams_far_apart},
+        {"attention_at2_two_key_parts", test_attention_at2_two_key_parts},
         {"conv_carries_state", test_conv_carries_state},
         {"rope_rotate_half_and_composition", test_rope},
         {"rms_and_l2_norms", test_norms},

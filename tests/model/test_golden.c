@@ -380,6 +380,68 @@ static void t_minimax_residuals(void)
     reading_matters(11, "factors by layer kind", factors_swapped);
 }
 
+/* The MLA fixtures (Kimi-Linear, Ling) in each way an MLA layer can attend
+ * (hy_mla_mode): every prefill length and the 20 decode steps, forced
+ * expanded, forced into the latent space, and in a mix — a prefill in the
+ * latent space continued by expanded decode steps, which first expand what
+ * it left. */
+static void t_mla_both_ways(void)
+{
+    static const hy_mla_mode modes[3] = {HY_MLA_EXPANDED, HY_MLA_ABSORBED, HY_MLA_AUTO};
+    static const char *const names[3] = {"expanded", "latent", "latent, then expanded"};
+    int fixtures = 0;
+    for (size_t mi = 0; mi < sizeof k_models / sizeof *k_models; mi++) {
+        golden g = {0};
+        CU_ASSERT_EQUAL_FATAL(open_golden(k_models[mi], &g), 0);
+        const hy_model_config *c = hy_model_cfg(g.m);
+        if (!c->mla) {
+            close_golden(&g);
+            continue;
+        }
+        fixtures++;
+        hy_err e = {0};
+        hy_exec *ex = NULL;
+        hy_state *st = NULL;
+        CU_ASSERT_EQUAL_FATAL(hy_exec_new(g.m, 0, &ex, &e), 0);
+        CU_ASSERT_EQUAL_FATAL(hy_state_new(g.m, &st, &e), 0);
+        float *logits = malloc((size_t)c->vocab * sizeof(float));
+        for (int m = 0; m < 3; m++) {
+            double worst = 0;
+            hy_exec_set_mla_mode(ex, modes[m == 2 ? 1 : m]);
+            for (size_t li = 0; li < sizeof k_lengths / sizeof *k_lengths; li++) {
+                const int n = k_lengths[li];
+                const hy_st_tensor *tt = gt(&g, "prefill.%d.tokens", n, 0),
+                                   *tl = gt(&g, "prefill.%d.logits", n, 0);
+                hy_state_reset(st);
+                CU_ASSERT_EQUAL_FATAL(hy_exec_prefill(ex, st, tt->data, (size_t)n, logits, &e), 0);
+                CU_ASSERT_EQUAL(hy_exec_mla_mode_used(ex), modes[m == 2 ? 1 : m]);
+                worst = fmax(worst, hy_max_abs_diff(logits, tl->data, (size_t)c->vocab));
+            }
+            const hy_st_tensor *tt = gt(&g, "decode.tokens", 0, 0),
+                               *tl = gt(&g, "decode.logits", 0, 0);
+            const int32_t *tok = tt->data;
+            hy_state_reset(st);
+            CU_ASSERT_EQUAL_FATAL(hy_exec_prefill(ex, st, tok, 64, logits, &e), 0);
+            worst = fmax(worst, hy_max_abs_diff(logits, tl->data, (size_t)c->vocab));
+            if (m == 2) hy_exec_set_mla_mode(ex, HY_MLA_EXPANDED);
+            for (int s = 1; s <= 20; s++) {
+                CU_ASSERT_EQUAL_FATAL(hy_exec_decode(ex, st, tok[63 + s], logits, &e), 0);
+                worst = fmax(worst,
+                             hy_max_abs_diff(logits, (const float *)tl->data + (size_t)s * c->vocab,
+                                             (size_t)c->vocab));
+            }
+            printf("\n    %-16s MLA %-22s every prefill and 20 decode steps: logits %.2e",
+                   k_models[mi], names[m], worst);
+            CU_ASSERT(worst <= 1e-4);
+        }
+        free(logits);
+        hy_state_free(st);
+        hy_exec_free(ex);
+        close_golden(&g);
+    }
+    CU_ASSERT(fixtures >= 4); /* kimi_linear, kimi_linear_qlora, ling, ling_b */
+}
+
 #define MODEL_CASES(i)                                                                             \
     {"prefill_chunked", t_chunked_##i}, {"prefill_recurrent", t_recurrent_##i},                    \
         {"prefill_in_steps_of_50", t_split_##i},                                                   \
@@ -417,6 +479,7 @@ int main(void)
         {"olmo_hybrid: beta up to 2 with linear_allow_neg_eigval", t_olmo_neg_eigval},
         {"olmo_hybrid: attention layers normalise their outputs", t_olmo_post_norm},
         {"minimax: the residuals' alpha and beta", t_minimax_residuals},
+        {"MLA expanded, in the latent space, and the one after the other", t_mla_both_ways},
         {NULL, NULL}};
     return hy_test_main("golden_vs_transformers", cases);
 }
