@@ -124,6 +124,7 @@ static const opt k_opts[] = {
     NUMBER("executor.threads", OPT_INT, exec_threads, 1, 256, NULL), /* the online CPUs */
     NUMBER("executor.contexts", OPT_INT, exec_contexts, 1, 64, "1"),
     NUMBER("executor.max_batch", OPT_INT, max_batch, 1, 65536, "1024"),
+    STRING("executor.mla", exec_mla, "auto"),
     NUMBER("tenants.default_quota", OPT_SIZE, default_quota, 0, UINT64_MAX, "0"),
     LIST("tenants.list", tenants, hy_cfg_tenant, 0, HY_CFG_MAX_TENANTS, ntenants),
     ITEM_STRING("tenants.list[].name", OPT_STR, hy_cfg_tenant, name, NEED_ALWAYS),
@@ -1021,6 +1022,10 @@ static int check_whole(cfg_ctx *x, hy_cached_config *c)
     if (!rc && strcmp(c->scatter_policy, "lpt") && strcmp(c->scatter_policy, "round-robin"))
         rc = fail_key(x, HY_EINVAL, "scatter.policy", "'%s' is not lpt or round-robin",
                       c->scatter_policy);
+    if (!rc && strcmp(c->exec_mla, "auto") && strcmp(c->exec_mla, "expanded") &&
+        strcmp(c->exec_mla, "latent"))
+        rc = fail_key(x, HY_EINVAL, "executor.mla", "'%s' is not auto, expanded or latent",
+                      c->exec_mla);
     if (!rc && strcmp(c->tp_rdma, "auto") && strcmp(c->tp_rdma, "off") &&
         strcmp(c->tp_rdma, "required"))
         rc = fail_key(x, HY_EINVAL, "transport.rdma", "'%s' is not auto, off or required",

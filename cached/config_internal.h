@@ -120,6 +120,7 @@ typedef struct hy_cached_config {
     int exec_threads;  /* executor.threads 1..256: OpenMP threads per forward pass, default: the
                         * online CPUs (at most 256) */
     int exec_contexts; /* executor.contexts 1..64: forward passes at once per model, default 1 */
+    char exec_mla[16]; /* executor.mla auto|expanded|latent, default auto */
     int max_batch;     /* executor.max_batch 1..65536: tokens per forward step, default 1024 */
 
     /* tenants */
@@ -216,10 +217,10 @@ typedef struct hy_cached_config {
     char cluster_etcd_tls_cert[PATH_MAX]; /* cluster.etcd.tls_cert, tls_key: a client certificate
                                            * for etcd (--client-cert-auth); both or neither */
     char cluster_etcd_tls_key[PATH_MAX];
-    char cluster_etcd_tls_server_name[256]; /* the name etcd's certificate carries; "": the
-                                             * endpoint's host */
-    char cluster_etcd_user[HY_CFG_NAME_MAX];       /* cluster.etcd.user: etcd's auth; "": none */
-    char cluster_etcd_password[HY_CFG_TOKEN_MAX];  /* cluster.etcd.password (or _file) */
+    char cluster_etcd_tls_server_name[256];       /* the name etcd's certificate carries; "": the
+                                                   * endpoint's host */
+    char cluster_etcd_user[HY_CFG_NAME_MAX];      /* cluster.etcd.user: etcd's auth; "": none */
+    char cluster_etcd_password[HY_CFG_TOKEN_MAX]; /* cluster.etcd.password (or _file) */
     uint64_t cluster_transport_bytes; /* cluster.transport_bytes 0..16G, default 64M: the
                                        * buffer of a transport session to a member
                                        * (entries fetched into it); 0: gRPC streams */

@@ -265,6 +265,10 @@ static int model_open(svc_model *sm, const hy_cfg_model *cm, const hy_cached_con
         if ((rc = hy_exec_new(sm->m, cfg->max_batch, &sm->ctx[i].ex, err)) ||
             (rc = hy_state_new(sm->m, &sm->ctx[i].st, err)))
             return rc;
+        /* how MLA layers attend (Kimi-Linear, Ling; nothing for the others) */
+        hy_exec_set_mla_mode(sm->ctx[i].ex, strcmp(cfg->exec_mla, "expanded") == 0 ? HY_MLA_EXPANDED
+                                            : strcmp(cfg->exec_mla, "latent") == 0 ? HY_MLA_ABSORBED
+                                                                                   : HY_MLA_AUTO);
         sm->nctx++;
     }
     return HY_OK;

@@ -108,6 +108,7 @@ static void test_defaults(void)
     CU_ASSERT_EQUAL(c->exec_threads, cpus > 256 ? 256 : cpus);
     CU_ASSERT_EQUAL(c->exec_contexts, 1);
     CU_ASSERT_EQUAL(c->max_batch, 1024);
+    CU_ASSERT_STRING_EQUAL(c->exec_mla, "auto");
     CU_ASSERT_EQUAL(c->ntenants, 0);
     CU_ASSERT_EQUAL(c->default_quota, 0);
     CU_ASSERT_EQUAL(c->max_message, 64ull << 20);
@@ -445,6 +446,11 @@ static void test_named_values(void)
     CU_ASSERT_STRING_EQUAL(g_a.tp_shm_socket, "off");
     fails("transport: {rdma: maybe}", HY_EINVAL,
           "key 'transport.rdma': 'maybe' is not auto, off or required", NULL);
+    /* how MLA layers attend */
+    parse_ok("executor: {mla: latent}", &g_a);
+    CU_ASSERT_STRING_EQUAL(g_a.exec_mla, "latent");
+    fails("executor: {mla: absorbed}", HY_EINVAL,
+          "key 'executor.mla': 'absorbed' is not auto, expanded or latent", NULL);
     fails("transport: {tcp_listen: nowhere}", HY_EINVAL, "key 'transport.tcp_listen'",
           "is not host:port", NULL);
     fails("transport: {max_buffer: 1K}", HY_EINVAL, "transport.max_buffer", NULL);
@@ -556,7 +562,7 @@ static void test_unknown_keys(void)
          "path, bytes, extent_bytes, evict, admit, min_tokens, write_through"},
         {"tiers: {hbm: {gpu: 0}}\n", "'tiers.hbm.gpu'", "bytes, device, evict, admit, min_tokens"},
         {"pic: {W: 8}\n", "'pic.W'", "seam, dtype, top_k, prefix_cache_bytes"},
-        {"executor: {omp: 2}\n", "'executor.omp'", "threads, contexts, max_batch"},
+        {"executor: {omp: 2}\n", "'executor.omp'", "threads, contexts, max_batch, mla"},
         {"tenants: {quota: 1}\n", "'tenants.quota'", "default_quota, list"},
         {"tenants: {list: [{name: a, token: aaaaaaaaaaaaaaaaaaaa, tok: x}]}\n",
          "'tenants.list[0].tok'", "name, token, token_file, quota, max_in_flight, admin"},
