@@ -200,7 +200,13 @@ static void gated_chunked(const hy_la_in *in, float *S, float *o, size_t ldo, fl
             for (int i = 0; i < L; i++) {
                 const float *qi = qc + (size_t)i * in->ldq, *Gi = G + (size_t)i * w;
                 float *qg = Qg + (size_t)i * dk;
-                for (int d = 0; d < dk; d++) qg[d] = qi[d] * hy_expf(Gi[diag ? d : 0]);
+                if (diag) {
+                    for (int d = 0; d < dk; d++) qg[d] = qi[d] * hy_expf(Gi[d]);
+                } else { /* one exponential per row: a scalar decay */
+                    const float e = hy_expf(Gi[0]);
+#pragma omp simd
+                    for (int d = 0; d < dk; d++) qg[d] = qi[d] * e;
+                }
             }
             hy_gemm(0, 0, L, dv, dk, 1.0f, Qg, (size_t)dk, S, (size_t)dv, 0.0f, oc, ldo);
             if (!diag) hy_gemm(0, 1, L, L, dk, 1.0f, qc, in->ldq, kc, in->ldk, 0.0f, A, (size_t)CL);
@@ -227,14 +233,19 @@ static void gated_chunked(const hy_la_in *in, float *S, float *o, size_t ldo, fl
         for (int i = 0; i < L; i++) {
             const float *ki = kc + (size_t)i * in->ldk, *Gi = G + (size_t)i * w;
             float *kd = Kd + (size_t)i * dk;
-            for (int d = 0; d < dk; d++) {
-                const int e = diag ? d : 0;
-                kd[d] = ki[d] * hy_expf(GL[e] - Gi[e]);
+            if (diag) {
+                for (int d = 0; d < dk; d++) kd[d] = ki[d] * hy_expf(GL[d] - Gi[d]);
+            } else {
+                const float e = hy_expf(GL[0] - Gi[0]);
+#pragma omp simd
+                for (int d = 0; d < dk; d++) kd[d] = ki[d] * e;
             }
         }
+        const float eL = hy_expf(GL[0]);
         for (int d = 0; d < dk; d++) {
-            const float e = hy_expf(GL[diag ? d : 0]);
+            const float e = diag ? hy_expf(GL[d]) : eL;
             float *Sd = S + (size_t)d * dv;
+#pragma omp simd
             for (int j = 0; j < dv; j++) Sd[j] *= e;
         }
         hy_gemm(1, 0, dk, dv, L, 1.0f, Kd, (size_t)dk, vc, in->ldv, 1.0f, S, (size_t)dv);

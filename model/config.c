@@ -1101,26 +1101,21 @@ static int check_groups(cfg_ctx *c, const hy_model_config *cfg, const char *e_ke
     return HY_OK;
 }
 
-/* Kimi-Linear: KDA layers of linear_num_heads heads, keys and values of
- * linear_head_dim; MLA layers without positional encoding, as many key/value
- * heads as query heads; DeepSeek's router over sigmoid scores with groups and
- * a routed scaling, shared experts without a gate; the first
- * first_k_dense_replace layers dense unless mlp_layer_types says otherwise;
- * plain RMSNorm weights, and an LM head of its own whatever
- * tie_word_embeddings says (KimiLinearForCausalLM ties nothing). */
-static int derive_kimi(cfg_ctx *c, hy_model_config *cfg)
+/* What Kimi-Linear and Ling share: KDA layers whose q, k and v heads are
+ * alike, MLA layers with as many key/value heads as query heads (kv_b_proj
+ * expands the latent to each), DeepSeek's MoE (sigmoid scores, groups, a
+ * routed scaling, ungated shared experts of num_shared_experts × the expert
+ * width, the first first_k_dense_replace layers dense unless mlp_layer_types
+ * says), and an LM head of its own whatever tie_word_embeddings says. */
+static int derive_kda_mla(cfg_ctx *c, hy_model_config *cfg)
 {
-    int rc;
-    if ((rc = fill_derived(c, "num_key_value_heads", &cfg->n_kv_heads, cfg->n_heads))) return rc;
     if (cfg->n_kv_heads != cfg->n_heads)
         return hy_err_set(c->err, HY_EINVAL,
                           "%s: num_key_value_heads %d must equal num_attention_heads %d: "
                           "kv_b_proj expands the latent to every query head",
                           c->path, cfg->n_kv_heads, cfg->n_heads);
-    if (cfg->q_lora == DERIVED) cfg->q_lora = 0;
     cfg->mla = true;
     cfg->head_dim = cfg->qk_nope + cfg->qk_rope;
-    c->v.rope_theta = NAN; /* no positional encoding anywhere */
     cfg->lin_kind = HY_LIN_KDA;
     cfg->lin_k_heads = cfg->lin_v_heads;
     cfg->lin_dv = cfg->lin_dk;
@@ -1128,9 +1123,9 @@ static int derive_kimi(cfg_ctx *c, hy_model_config *cfg)
     cfg->qk_norm = false;
     if (cfg->tie_embeddings)
         hy_log(HY_LOG_INFO,
-               "%s: tie_word_embeddings true has no effect on kimi_linear (its LM head is its "
-               "own, as in transformers)",
-               c->path);
+               "%s: tie_word_embeddings true has no effect on %s (its LM head is its own, as in "
+               "transformers)",
+               c->path, k_text_type[c->arch]);
     cfg->tie_embeddings = false;
     cfg->router = HY_ROUTER_SIGMOID_GROUPED;
     cfg->routed_scale = (float)c->v.routed_scale;
@@ -1144,6 +1139,22 @@ static int derive_kimi(cfg_ctx *c, hy_model_config *cfg)
     if (any_moe)
         return check_groups(c, cfg, "num_experts", "num_expert_group", "num_experts_per_token");
     return HY_OK;
+}
+
+/* Kimi-Linear: KDA layers of linear_num_heads heads, keys and values of
+ * linear_head_dim; MLA layers without positional encoding, as many key/value
+ * heads as query heads; DeepSeek's router over sigmoid scores with groups and
+ * a routed scaling, shared experts without a gate; the first
+ * first_k_dense_replace layers dense unless mlp_layer_types says otherwise;
+ * plain RMSNorm weights, and an LM head of its own whatever
+ * tie_word_embeddings says (KimiLinearForCausalLM ties nothing). */
+static int derive_kimi(cfg_ctx *c, hy_model_config *cfg)
+{
+    int rc;
+    if ((rc = fill_derived(c, "num_key_value_heads", &cfg->n_kv_heads, cfg->n_heads))) return rc;
+    if (cfg->q_lora == DERIVED) cfg->q_lora = 0;
+    c->v.rope_theta = NAN; /* no positional encoding anywhere */
+    return derive_kda_mla(c, cfg);
 }
 
 /* Nemotron-H: blocks of one mixer or one MLP (read_block_types); Mamba2
@@ -1204,41 +1215,12 @@ static int derive_ling(cfg_ctx *c, hy_model_config *cfg)
         (rc = fill_derived(c, "linear_head_dim", &cfg->lin_dk, cfg->head_dim)) ||
         (rc = fill_derived(c, "linear_conv_kernel_dim", &cfg->conv_kernel, c->v.short_conv)))
         return rc;
-    if (cfg->n_kv_heads != cfg->n_heads)
-        return hy_err_set(c->err, HY_EINVAL,
-                          "%s: num_key_value_heads %d must equal num_attention_heads %d: "
-                          "kv_b_proj expands the latent to every query head",
-                          c->path, cfg->n_kv_heads, cfg->n_heads);
-    cfg->mla = true;
     cfg->q_lora = 0;
-    cfg->head_dim = cfg->qk_nope + cfg->qk_rope;
     cfg->mla_head_gate = true;
     cfg->mla_bias = c->v.attention_bias;
-    cfg->lin_kind = HY_LIN_KDA;
-    cfg->lin_k_heads = cfg->lin_v_heads;
-    cfg->lin_dv = cfg->lin_dk;
     cfg->kda_full_gates = true;
     cfg->kda_lower_bound = (float)c->v.kda_lower_bound;
-    cfg->attn_gate = false;
-    cfg->qk_norm = false;
-    if (cfg->tie_embeddings)
-        hy_log(HY_LOG_INFO,
-               "%s: tie_word_embeddings true has no effect on bailing_hybrid (its LM head is its "
-               "own, as in transformers)",
-               c->path);
-    cfg->tie_embeddings = false;
-    cfg->router = HY_ROUTER_SIGMOID_GROUPED;
-    cfg->routed_scale = (float)c->v.routed_scale;
-    cfg->shared_intermediate = c->v.n_shared * cfg->moe_intermediate;
-    cfg->shared_gated = false;
-    bool any_moe = false;
-    for (int i = 0; i < cfg->n_layers; i++) {
-        if (!c->v.mlp_types_given) cfg->layer_moe[i] = i >= c->v.first_dense;
-        any_moe |= cfg->layer_moe[i];
-    }
-    if (any_moe)
-        return check_groups(c, cfg, "num_experts", "num_expert_group", "num_experts_per_token");
-    return HY_OK;
+    return derive_kda_mla(c, cfg);
 }
 
 /* RoPE's base and width: the rotated part of each head is even; none with

@@ -340,6 +340,26 @@ static void add_relu2(writer *w, const char *base, int64_t H, int64_t I)
     ADD(w, n, 0, 0.0, 1.0 / sqrt((double)I), H, I);
 }
 
+/* DeepSeek's MoE under base, as Nemotron-H and Ling release it: the router
+ * gate.weight with its selection bias gate.<bias>, the experts
+ * experts.{e}.* (relu² or SwiGLU) and the shared experts. */
+static void add_grouped_moe(writer *w, const preset *p, const char *base, const char *bias,
+                            bool relu2)
+{
+    const int64_t H = p->hidden;
+    char n[160];
+    snprintf(n, sizeof n, "%s.gate.weight", base);
+    ADD(w, n, 0, 0.0, 1.5 / sqrt((double)H), p->experts, H);
+    snprintf(n, sizeof n, "%s.gate.%s", base, bias);
+    ADD(w, n, 0, 0.0, 0.05, p->experts);
+    for (int e = 0; e < p->experts; e++) {
+        snprintf(n, sizeof n, "%s.experts.%d", base, e);
+        (relu2 ? add_relu2 : add_mlp)(w, n, H, p->moe_inter);
+    }
+    snprintf(n, sizeof n, "%s.shared_experts", base);
+    (relu2 ? add_relu2 : add_mlp)(w, n, H, p->shared_inter);
+}
+
 /* A Nemotron-H block under its released names (backbone.layers.i.): the
  * block's plain norm and one mixer — Mamba2 (in_proj z | x B C | dt, the
  * conv with its bias, A_log, dt_bias, D, the gated norm, out_proj), GQA
@@ -390,16 +410,8 @@ static void add_nemotron_layer(writer *w, const preset *p, int i)
         add_relu2(w, n, H, p->inter);
         break;
     default: /* 'E' */
-        snprintf(n, sizeof n, "backbone.layers.%d.mixer.gate.weight", i);
-        ADD(w, n, 0, 0.0, 1.5 * sH, p->experts, H);
-        snprintf(n, sizeof n, "backbone.layers.%d.mixer.gate.e_score_correction_bias", i);
-        ADD(w, n, 0, 0.0, 0.05, p->experts);
-        for (int e = 0; e < p->experts; e++) {
-            snprintf(n, sizeof n, "backbone.layers.%d.mixer.experts.%d", i, e);
-            add_relu2(w, n, H, p->moe_inter);
-        }
-        snprintf(n, sizeof n, "backbone.layers.%d.mixer.shared_experts", i);
-        add_relu2(w, n, H, p->shared_inter);
+        snprintf(n, sizeof n, "backbone.layers.%d.mixer", i);
+        add_grouped_moe(w, p, n, "e_score_correction_bias", true);
     }
 }
 
@@ -463,16 +475,8 @@ static void add_ling_layer(writer *w, const preset *p, int i)
         add_mlp(w, n, H, p->inter);
         return;
     }
-    snprintf(n, sizeof n, "model.layers.%d.mlp.gate.weight", i);
-    ADD(w, n, 0, 0.0, 1.5 * sH, p->experts, H);
-    snprintf(n, sizeof n, "model.layers.%d.mlp.gate.expert_bias", i);
-    ADD(w, n, 0, 0.0, 0.05, p->experts);
-    for (int e = 0; e < p->experts; e++) {
-        snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%d", i, e);
-        add_mlp(w, n, H, p->moe_inter);
-    }
-    snprintf(n, sizeof n, "model.layers.%d.mlp.shared_experts", i);
-    add_mlp(w, n, H, p->shared_inter);
+    snprintf(n, sizeof n, "model.layers.%d.mlp", i);
+    add_grouped_moe(w, p, n, "expert_bias", false);
 }
 
 static void add_layer(writer *w, const preset *p, int i)
