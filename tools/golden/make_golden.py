@@ -584,7 +584,7 @@ SPECS = [
     # release's spellings where transformers takes two (num_experts_per_tok, n_group,
     # norm_topk_prob, max_position_embeddings; save_pretrained writes num_experts_per_token,
     # num_expert_group, moe_renormalize, model_max_length), the release's architecture name.
-    # moe_intermediate_size 16 (not the notes' 24): with 24 the F32 fixture exceeds
+    # moe_intermediate_size 16 (not 24, as first planned): with 24 the F32 fixture exceeds
     # MAX_MODEL_DIR_BYTES.
     dict(
         name="ling",
@@ -967,7 +967,7 @@ def _assert_bailing_model(cfg, text_model):
     assert rot.attention_scaling == 1.0
     # the pairs (2i, 2i+1) rotate (DeepSeek's interleaved layout), not the halves
     assert "apply_rotary_pos_emb_interleave" in mbh.BailingHybridAttention.forward.__code__.co_names
-    assert cfg.num_key_value_heads == cfg.num_attention_heads  # eager needs it (notes §7)
+    assert cfg.num_key_value_heads == cfg.num_attention_heads  # transformers' eager attention needs it
     for i, layer in enumerate(text_model.layers):
         att = layer.self_attn
         if cfg.layer_types[i] == "full_attention":
