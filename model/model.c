@@ -1005,9 +1005,10 @@ static int check_all_used(loader *ld)
                ld->dir, tables);
     if (mtp)
         hy_log(HY_LOG_INFO,
-               "%s: skipping the multi-token-prediction head (%zu tensors), as transformers "
+               "%s: skipping the multi-token-prediction head (%zu tensors %s), as transformers "
                "does: next-token logits do not use it",
-               ld->dir, mtp);
+               ld->dir, mtp,
+               c->mtp_layers ? "in the layers after the last and model.mtp.*" : "mtp.*");
     return HY_OK;
 }
 

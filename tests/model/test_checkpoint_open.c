@@ -606,6 +606,26 @@ static void test_vision_and_mtp_skipped(void)
     if (count_lines(log, "hypic") != 2) fprintf(stderr, "\n  log:\n%s", log);
     hy_free(log);
     hy_model_close(m);
+    /* Ling's multi-token-prediction layer after the last (num_nextn_predict_layers)
+     * and model.mtp.*: skipped; without the setting, the layer is an error */
+    char ling[128];
+    make_dir("var_ling", ling, sizeof ling);
+    hy_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(hy_model_init("tiny-ling", 3, ling, "F32", &e), HY_OK);
+    hy_st_wtensor mtp[] = {small_tensor("model.layers.4.attention.q_proj.weight"),
+                           small_tensor("model.layers.4.mlp.gate.weight"),
+                           small_tensor("model.mtp.norm.weight")};
+    write_variant(dir, (edit){.src = ling, .extra = mtp, .n_extra = 3},
+                  "{\"num_nextn_predict_layers\": 1}");
+    m = open_logged(dir, &log);
+    CU_ASSERT_EQUAL(count_lines(log, "skipping the multi-token-prediction head (3 tensors in the "
+                                     "layers after the last and model.mtp.*)"),
+                    1);
+    hy_free(log);
+    hy_model_close(m);
+    write_variant(dir, (edit){.src = ling, .extra = mtp, .n_extra = 3},
+                  "{\"num_nextn_predict_layers\": 0}");
+    open_fails(dir, HY_EFORMAT, "'model.layers.4.", "belongs to layer 4", "num_hidden_layers = 4");
     /* only the vision tower: one line */
     write_variant(dir, (edit){.extra = extra, .n_extra = 1}, NULL);
     m = open_logged(dir, &log);
