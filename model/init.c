@@ -570,9 +570,11 @@ static void add_layer_types(cJSON *c, const preset *p)
 /* The keys every preset's config.json starts with, in save_pretrained's
  * order, up to a RoPE object of base theta (returned in *rope for the
  * caller to complete). */
-static cJSON *config_head(const preset *p, const char *dtype, const char *cls,
-                          const char *model_type, const char *dtype_key, int inter, double eps,
-                          double max_pos, double theta, cJSON **rope)
+/* The keys every preset's config.json opens with: the class, the type, the
+ * preset's name, the dtype (under the key its checkpoints use), the
+ * vocabulary and the hidden width. */
+static cJSON *config_start(const preset *p, const char *dtype, const char *cls,
+                           const char *model_type, const char *dtype_key)
 {
     cJSON *c = cJSON_CreateObject();
     cJSON *arch = cJSON_AddArrayToObject(c, "architectures");
@@ -582,6 +584,14 @@ static cJSON *config_head(const preset *p, const char *dtype, const char *cls,
     cJSON_AddStringToObject(c, dtype_key, strcmp(dtype, "BF16") == 0 ? "bfloat16" : "float32");
     cJSON_AddNumberToObject(c, "vocab_size", p->vocab);
     cJSON_AddNumberToObject(c, "hidden_size", p->hidden);
+    return c;
+}
+
+static cJSON *config_head(const preset *p, const char *dtype, const char *cls,
+                          const char *model_type, const char *dtype_key, int inter, double eps,
+                          double max_pos, double theta, cJSON **rope)
+{
+    cJSON *c = config_start(p, dtype, cls, model_type, dtype_key);
     cJSON_AddNumberToObject(c, "intermediate_size", inter);
     cJSON_AddNumberToObject(c, "num_hidden_layers", p->layers);
     cJSON_AddNumberToObject(c, "num_attention_heads", p->heads);
@@ -653,14 +663,7 @@ static cJSON *make_minimax_config(const preset *p, const char *dtype)
  * and head shapes of linear_attn_config, Kimi's key names, no layer_types. */
 static cJSON *make_kimi_config(const preset *p, const char *dtype)
 {
-    cJSON *c = cJSON_CreateObject();
-    cJSON *arch = cJSON_AddArrayToObject(c, "architectures");
-    cJSON_AddItemToArray(arch, cJSON_CreateString("KimiLinearForCausalLM"));
-    cJSON_AddStringToObject(c, "model_type", "kimi_linear");
-    cJSON_AddStringToObject(c, "hypic_preset", p->name);
-    cJSON_AddStringToObject(c, "dtype", strcmp(dtype, "BF16") == 0 ? "bfloat16" : "float32");
-    cJSON_AddNumberToObject(c, "vocab_size", p->vocab);
-    cJSON_AddNumberToObject(c, "hidden_size", p->hidden);
+    cJSON *c = config_start(p, dtype, "KimiLinearForCausalLM", "kimi_linear", "dtype");
     cJSON_AddNumberToObject(c, "intermediate_size", p->inter);
     cJSON_AddNumberToObject(c, "num_hidden_layers", p->layers);
     cJSON_AddNumberToObject(c, "num_attention_heads", p->heads);
@@ -703,14 +706,7 @@ static cJSON *make_kimi_config(const preset *p, const char *dtype)
  * hybrid_override_pattern beside num_hidden_layers, no RoPE keys. */
 static cJSON *make_nemotron_config(const preset *p, const char *dtype)
 {
-    cJSON *c = cJSON_CreateObject();
-    cJSON *arch = cJSON_AddArrayToObject(c, "architectures");
-    cJSON_AddItemToArray(arch, cJSON_CreateString("NemotronHForCausalLM"));
-    cJSON_AddStringToObject(c, "model_type", "nemotron_h");
-    cJSON_AddStringToObject(c, "hypic_preset", p->name);
-    cJSON_AddStringToObject(c, "torch_dtype", strcmp(dtype, "BF16") == 0 ? "bfloat16" : "float32");
-    cJSON_AddNumberToObject(c, "vocab_size", p->vocab);
-    cJSON_AddNumberToObject(c, "hidden_size", p->hidden);
+    cJSON *c = config_start(p, dtype, "NemotronHForCausalLM", "nemotron_h", "torch_dtype");
     cJSON_AddStringToObject(c, "hybrid_override_pattern", p->pattern);
     cJSON_AddNumberToObject(c, "num_hidden_layers", p->layers);
     cJSON_AddNumberToObject(c, "num_attention_heads", p->heads);
@@ -751,14 +747,7 @@ static cJSON *make_nemotron_config(const preset *p, const char *dtype)
  * transformers ignores (partial_rotary_factor, rope_interleave). */
 static cJSON *make_ling_config(const preset *p, const char *dtype)
 {
-    cJSON *c = cJSON_CreateObject();
-    cJSON *arch = cJSON_AddArrayToObject(c, "architectures");
-    cJSON_AddItemToArray(arch, cJSON_CreateString("BailingMoeV3ForCausalLM"));
-    cJSON_AddStringToObject(c, "model_type", "bailing_hybrid");
-    cJSON_AddStringToObject(c, "hypic_preset", p->name);
-    cJSON_AddStringToObject(c, "torch_dtype", strcmp(dtype, "BF16") == 0 ? "bfloat16" : "float32");
-    cJSON_AddNumberToObject(c, "vocab_size", p->vocab);
-    cJSON_AddNumberToObject(c, "hidden_size", p->hidden);
+    cJSON *c = config_start(p, dtype, "BailingMoeV3ForCausalLM", "bailing_hybrid", "torch_dtype");
     cJSON_AddNumberToObject(c, "intermediate_size", p->inter);
     cJSON_AddNumberToObject(c, "num_hidden_layers", p->layers);
     cJSON_AddNumberToObject(c, "layer_group_size", p->interval);

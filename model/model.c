@@ -201,7 +201,7 @@ static int load_mlp(loader *ld, const char *base, int inter, hy_mlp_w *w)
  * [inter][D] and base.down_proj [D][inter], with their biases when bias. */
 static int load_relu2(loader *ld, const char *base, int inter, int64_t D, bool bias, hy_mlp_w *w)
 {
-    char n[200];
+    char n[256]; /* base (at most 200) and a suffix */
     int rc;
     w->inter = inter;
     snprintf(n, sizeof n, "%s.up_proj.weight", base);
