@@ -1267,35 +1267,28 @@ static void mla_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni,
             memcpy(cap->V[li] + (size_t)crow * dr, kr, (size_t)dr * sizeof(float));
         }
         float *vrow = st->v[li] + (size_t)pos * dr;
-        if (rd == 0) {
+        if (rd == 0)
             memcpy(vrow, kr, (size_t)dr * sizeof(float));
-        } else {
-            const float *cs = ex->rope + (size_t)pos * (size_t)rd;
-            hy_rope_rotate(vrow, kr, rd, cs);
-            if (!ql)
-                for (int h = 0; h < nh; h++) {
-                    float *qr = row + (size_t)h * (dn + dr) + dn;
-                    hy_rope_rotate(qr, qr, rd, cs);
-                }
-        }
+        else
+            hy_rope_rotate(vrow, kr, rd, ex->rope + (size_t)pos * (size_t)rd);
         if (ql) rmsnorm_row(row, w->q_norm, ql, MLA_NORM_EPS, row);
     }
     prof_end(ex, HY_EXEC_OP_NORM_GATE);
-    const float *q = proj;
+    float *q = proj; /* the queries: proj's rows, or q_b_proj's */
     size_t ldq = (size_t)Pa;
     if (ql) {
         linear(ex, n, ql, Kw, proj, (size_t)Pa, w->w_qb, ex->o, (size_t)Kw);
         q = ex->o, ldq = (size_t)Kw;
-        if (rd) { /* the bottleneck's queries are rotated once out of it */
-            prof_begin(ex);
+    }
+    if (rd) { /* each head's rope part of the queries, wherever they are */
+        prof_begin(ex);
 #pragma omp parallel for schedule(static)
-            for (int t = 0; t < n; t++)
-                for (int h = 0; h < nh; h++) {
-                    float *qr = ex->o + (size_t)t * Kw + (size_t)h * (dn + dr) + dn;
-                    hy_rope_rotate(qr, qr, rd, ex->rope + (size_t)ex->rowpos[t] * (size_t)rd);
-                }
-            prof_end(ex, HY_EXEC_OP_NORM_GATE);
-        }
+        for (int t = 0; t < n; t++)
+            for (int h = 0; h < nh; h++) {
+                float *qr = q + (size_t)t * ldq + (size_t)h * (dn + dr) + dn;
+                hy_rope_rotate(qr, qr, rd, ex->rope + (size_t)ex->rowpos[t] * (size_t)rd);
+            }
+        prof_end(ex, HY_EXEC_OP_NORM_GATE);
     }
     float *ob = ex->mid; /* the latents are in the cache now */
     const float scale = 1.0f / sqrtf((float)(dn + dr));

@@ -264,6 +264,25 @@ static void add_minimax_layer(writer *w, const preset *p, int i)
     add_w123_experts(w, p, i);
 }
 
+/* An MLA layer's query and latent projections under model.layers.i.<blk>.
+ * (Kimi's self_attn, Ling's attention): q_proj, kv_a_proj_with_mqa,
+ * kv_a_layernorm (a plain weight) and kv_b_proj. */
+static void add_mla_latent(writer *w, const preset *p, int i, const char *blk)
+{
+    const int64_t H = p->hidden, nh = p->heads, R = p->kv_lora, dn = p->qk_nope, dr = p->qk_rope,
+                  dv = p->v_head;
+    const double sH = 1.0 / sqrt((double)H);
+    char n[160];
+    snprintf(n, sizeof n, "model.layers.%d.%s.q_proj.weight", i, blk);
+    ADD(w, n, 0, 0.0, sH, nh * (dn + dr), H);
+    snprintf(n, sizeof n, "model.layers.%d.%s.kv_a_proj_with_mqa.weight", i, blk);
+    ADD(w, n, 0, 0.0, sH, R + dr, H);
+    snprintf(n, sizeof n, "model.layers.%d.%s.kv_a_layernorm.weight", i, blk);
+    ADD(w, n, 0, 1.0, 0.1, R);
+    snprintf(n, sizeof n, "model.layers.%d.%s.kv_b_proj.weight", i, blk);
+    ADD(w, n, 0, 0.0, 1.0 / sqrt((double)R), nh * (dn + dv), R);
+}
+
 /* A Kimi-Linear layer under its released names: plain norms; KDA (q/k/v
  * projections and one conv each, the forget gate's f_a/f_b with dt_bias per
  * channel and A_log [1][1][H][1], b_proj, the output gate's g_a/g_b, o_norm,
@@ -278,15 +297,8 @@ static void add_kimi_layer(writer *w, const preset *p, int i)
     char n[160];
     add_plain_norms(w, i, H);
     if ((i + 1) % p->interval == 0) {
-        const int64_t R = p->kv_lora, dn = p->qk_nope, dr = p->qk_rope, dv = p->v_head;
-        snprintf(n, sizeof n, "model.layers.%d.self_attn.q_proj.weight", i);
-        ADD(w, n, 0, 0.0, sH, nh * (dn + dr), H);
-        snprintf(n, sizeof n, "model.layers.%d.self_attn.kv_a_proj_with_mqa.weight", i);
-        ADD(w, n, 0, 0.0, sH, R + dr, H);
-        snprintf(n, sizeof n, "model.layers.%d.self_attn.kv_a_layernorm.weight", i);
-        ADD(w, n, 0, 1.0, 0.1, R);
-        snprintf(n, sizeof n, "model.layers.%d.self_attn.kv_b_proj.weight", i);
-        ADD(w, n, 0, 0.0, 1.0 / sqrt((double)R), nh * (dn + dv), R);
+        const int64_t dv = p->v_head;
+        add_mla_latent(w, p, i, "self_attn");
         snprintf(n, sizeof n, "model.layers.%d.self_attn.o_proj.weight", i);
         ADD(w, n, 0, 0.0, 1.0 / sqrt((double)(nh * dv)), H, nh * dv);
     } else {
@@ -433,15 +445,8 @@ static void add_ling_layer(writer *w, const preset *p, int i)
     char n[160];
     add_plain_norms(w, i, H);
     if ((i + 1) % p->interval == 0) {
-        const int64_t R = p->kv_lora, dn = p->qk_nope, dr = p->qk_rope, dv = p->v_head;
-        snprintf(n, sizeof n, "model.layers.%d.attention.q_proj.weight", i);
-        ADD(w, n, 0, 0.0, sH, nh * (dn + dr), H);
-        snprintf(n, sizeof n, "model.layers.%d.attention.kv_a_proj_with_mqa.weight", i);
-        ADD(w, n, 0, 0.0, sH, R + dr, H);
-        snprintf(n, sizeof n, "model.layers.%d.attention.kv_a_layernorm.weight", i);
-        ADD(w, n, 0, 1.0, 0.1, R);
-        snprintf(n, sizeof n, "model.layers.%d.attention.kv_b_proj.weight", i);
-        ADD(w, n, 0, 0.0, 1.0 / sqrt((double)R), nh * (dn + dv), R);
+        const int64_t dv = p->v_head;
+        add_mla_latent(w, p, i, "attention");
         snprintf(n, sizeof n, "model.layers.%d.attention.g_proj.weight", i);
         ADD(w, n, 0, 0.0, sH, nh, H);
         snprintf(n, sizeof n, "model.layers.%d.attention.dense.weight", i);

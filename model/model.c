@@ -430,6 +430,20 @@ static int load_lightning(loader *ld, int i, hy_light_w *w)
     return HY_OK;
 }
 
+/* A KDA layer's A_log, [H] as released or [1][1][H][1] as some keep it
+ * (transformers' Kimi module; vLLM), into −exp(A_log) [H]. */
+static int load_kda_neg_a(loader *ld, const char *name, int64_t H, float **out)
+{
+    char full[sizeof ld->prefix + 256];
+    snprintf(full, sizeof full, "%s%s", ld->prefix, name);
+    const hy_st_tensor *a = hy_st_find(ld->st, full);
+    int rc =
+        a && a->ndim == 4 ? LOAD(ld, name, NULL, out, 1, 1, H, 1) : LOAD(ld, name, NULL, out, H);
+    if (rc) return rc;
+    for (int64_t h = 0; h < H; h++) (*out)[h] = -expf((*out)[h]);
+    return HY_OK;
+}
+
 /* Kimi's KDA layer: q/k/v/f_a/g_a/b projections fused into one, the gate
  * bottlenecks' second halves, the q/k/v convs (one conv1d, or the released
  * q_conv1d | k_conv1d | v_conv1d), A_log ([H] or [1][1][H][1]), dt_bias per
@@ -474,15 +488,7 @@ static int load_kda(loader *ld, int i, hy_kda_w *w)
     }
     fg = has_fmt(ld, "layers.%d.self_attn.A_log", i) ? "" : "forget_gate.";
     snprintf(n, sizeof n, "layers.%d.self_attn.%sA_log", i, fg);
-    char full[sizeof ld->prefix + sizeof n];
-    snprintf(full, sizeof full, "%s%s", ld->prefix, n);
-    const hy_st_tensor *a = hy_st_find(ld->st, full);
-    if (a && a->ndim == 4)
-        rc = LOAD(ld, n, NULL, &w->neg_A, 1, 1, H, 1);
-    else
-        rc = LOAD(ld, n, NULL, &w->neg_A, H);
-    if (rc) return rc;
-    for (int64_t h = 0; h < H; h++) w->neg_A[h] = -expf(w->neg_A[h]);
+    if ((rc = load_kda_neg_a(ld, n, H, &w->neg_A))) return rc;
     snprintf(n, sizeof n, "layers.%d.self_attn.%sdt_bias", i, fg);
     if ((rc = LOAD(ld, n, NULL, &w->dt_bias, Q))) return rc;
     snprintf(n, sizeof n, "layers.%d.self_attn.o_norm.weight", i);
@@ -648,15 +654,7 @@ static int load_ling_kda(loader *ld, int i, hy_kda_w *w)
         }
     }
     ling_name(ld, i, "A_log|forget_gate.A_log", n, sizeof n);
-    char full[sizeof ld->prefix + sizeof n];
-    snprintf(full, sizeof full, "%s%s", ld->prefix, n);
-    const hy_st_tensor *a = hy_st_find(ld->st, full);
-    if (a && a->ndim == 4)
-        rc = LOAD(ld, n, NULL, &w->neg_A, 1, 1, H, 1);
-    else
-        rc = LOAD(ld, n, NULL, &w->neg_A, H);
-    if (rc) return rc;
-    for (int64_t h = 0; h < H; h++) w->neg_A[h] = -expf(w->neg_A[h]);
+    if ((rc = load_kda_neg_a(ld, n, H, &w->neg_A))) return rc;
     ling_name(ld, i, "dt_bias|forget_gate.dt_bias", n, sizeof n);
     if ((rc = LOAD(ld, n, NULL, &w->dt_bias, Q))) return rc;
     ling_name(ld, i, "o_norm.weight", n, sizeof n);

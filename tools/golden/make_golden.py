@@ -1118,15 +1118,15 @@ def build(spec, root, seed, capture):
             assert k in cj, k
             del cj[k]
         cj.update(edit.get("set", {}))
+        raw_keys = edit.get("raw", {})
+        # keys whose value is written verbatim, e.g. Nemotron-H's bare `Infinity` (not JSON,
+        # but what released config.json files carry and Python's json reads): each is
+        # dumped as a marker string that the verbatim text then replaces
+        assert not set(raw_keys) & set(cj), raw_keys
+        cj.update({k: f"@@raw:{k}@@" for k in raw_keys})
         text = json.dumps(cj, indent=2, sort_keys=True) + "\n"
-        if edit.get("raw"):
-            # keys whose value is written verbatim, e.g. Nemotron-H's bare `Infinity` (not
-            # JSON, but what released config.json files carry and Python's json reads):
-            # a placeholder string, then swapped for the text
-            assert not set(edit["raw"]) & set(cj), edit["raw"]
-            cj.update({k: f"@@raw:{k}@@" for k in edit["raw"]})
-            text = json.dumps(cj, indent=2, sort_keys=True) + "\n"
-            for k, raw in edit["raw"].items():
+        if raw_keys:
+            for k, raw in raw_keys.items():
                 assert text.count(f'"@@raw:{k}@@"') == 1
                 text = text.replace(f'"@@raw:{k}@@"', raw)
                 assert f'"{k}": {raw}' in text
