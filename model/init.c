@@ -283,6 +283,23 @@ static void add_mla_latent(writer *w, const preset *p, int i, const char *blk)
     ADD(w, n, 0, 0.0, 1.0 / sqrt((double)R), nh * (dn + dv), R);
 }
 
+/* A KDA layer's q/k/v projections [Q][H], each followed by its depthwise
+ * conv [Q][1][4], under model.layers.i.<blk>. (Kimi's self_attn, Ling's
+ * attention). */
+static void add_kda_qkv(writer *w, const preset *p, int i, const char *blk)
+{
+    static const char *const proj[] = {"q_proj", "k_proj", "v_proj"};
+    static const char *const conv[] = {"q_conv1d", "k_conv1d", "v_conv1d"};
+    const int64_t H = p->hidden, Q = (int64_t)p->lv_heads * p->ldk, K = 4;
+    char n[160];
+    for (int j = 0; j < 3; j++) {
+        snprintf(n, sizeof n, "model.layers.%d.%s.%s.weight", i, blk, proj[j]);
+        ADD(w, n, 0, 0.0, 1.0 / sqrt((double)H), Q, H);
+        snprintf(n, sizeof n, "model.layers.%d.%s.%s.weight", i, blk, conv[j]);
+        ADD(w, n, 0, 0.0, 1.0 / sqrt((double)K), Q, 1, K);
+    }
+}
+
 /* A Kimi-Linear layer under its released names: plain norms; KDA (q/k/v
  * projections and one conv each, the forget gate's f_a/f_b with dt_bias per
  * channel and A_log [1][1][H][1], b_proj, the output gate's g_a/g_b, o_norm,
@@ -292,7 +309,7 @@ static void add_mla_latent(writer *w, const preset *p, int i, const char *blk)
  * bias and the shared experts. */
 static void add_kimi_layer(writer *w, const preset *p, int i)
 {
-    const int64_t H = p->hidden, nh = p->heads, d = p->ldk, Q = (int64_t)p->lv_heads * d, K = 4;
+    const int64_t H = p->hidden, nh = p->heads, d = p->ldk, Q = (int64_t)p->lv_heads * d;
     const double sH = 1.0 / sqrt((double)H);
     char n[160];
     add_plain_norms(w, i, H);
@@ -302,14 +319,7 @@ static void add_kimi_layer(writer *w, const preset *p, int i)
         snprintf(n, sizeof n, "model.layers.%d.self_attn.o_proj.weight", i);
         ADD(w, n, 0, 0.0, 1.0 / sqrt((double)(nh * dv)), H, nh * dv);
     } else {
-        static const char *const proj[] = {"q_proj", "k_proj", "v_proj"};
-        static const char *const conv[] = {"q_conv1d", "k_conv1d", "v_conv1d"};
-        for (int j = 0; j < 3; j++) {
-            snprintf(n, sizeof n, "model.layers.%d.self_attn.%s.weight", i, proj[j]);
-            ADD(w, n, 0, 0.0, sH, Q, H);
-            snprintf(n, sizeof n, "model.layers.%d.self_attn.%s.weight", i, conv[j]);
-            ADD(w, n, 0, 0.0, 1.0 / sqrt((double)K), Q, 1, K);
-        }
+        add_kda_qkv(w, p, i, "self_attn");
         static const char *const gate[] = {"f", "g"};
         for (int j = 0; j < 2; j++) {
             snprintf(n, sizeof n, "model.layers.%d.self_attn.%s_a_proj.weight", i, gate[j]);
@@ -440,7 +450,7 @@ static void add_nemotron_layer(writer *w, const preset *p, int i)
  * forget every token). */
 static void add_ling_layer(writer *w, const preset *p, int i)
 {
-    const int64_t H = p->hidden, nh = p->heads, d = p->ldk, Q = (int64_t)p->lv_heads * d, K = 4;
+    const int64_t H = p->hidden, nh = p->heads, d = p->ldk, Q = (int64_t)p->lv_heads * d;
     const double sH = 1.0 / sqrt((double)H);
     char n[160];
     add_plain_norms(w, i, H);
@@ -452,14 +462,7 @@ static void add_ling_layer(writer *w, const preset *p, int i)
         snprintf(n, sizeof n, "model.layers.%d.attention.dense.weight", i);
         ADD(w, n, 0, 0.0, 1.0 / sqrt((double)(nh * dv)), H, nh * dv);
     } else {
-        static const char *const proj[] = {"q_proj", "k_proj", "v_proj"};
-        static const char *const conv[] = {"q_conv1d", "k_conv1d", "v_conv1d"};
-        for (int j = 0; j < 3; j++) {
-            snprintf(n, sizeof n, "model.layers.%d.attention.%s.weight", i, proj[j]);
-            ADD(w, n, 0, 0.0, sH, Q, H);
-            snprintf(n, sizeof n, "model.layers.%d.attention.%s.weight", i, conv[j]);
-            ADD(w, n, 0, 0.0, 1.0 / sqrt((double)K), Q, 1, K);
-        }
+        add_kda_qkv(w, p, i, "attention");
         snprintf(n, sizeof n, "model.layers.%d.attention.f_proj.weight", i);
         ADD(w, n, 0, 0.0, sH, Q, H);
         snprintf(n, sizeof n, "model.layers.%d.attention.dt_bias", i);
