@@ -121,8 +121,10 @@ done
 cat <<EOF
 
 pic answered $right of $total right. (full prefills every token; prefix reuses only a run of
-leading documents seen before in that order, so shuffled orders defeat it; pic recomputes a
-seam of up to 8 tokens per document and composes the rest from the cache; noseam and naive
+leading documents seen before in that order, so shuffled orders defeat it, and with nothing
+to reuse it is slower than full: it runs a pass per document to keep a checkpoint at each
+boundary, and on a model this small a pass costs a few ms of thread wake-ups whatever its
+length; pic recomputes a seam of up to 8 tokens per document and composes the rest from the cache; noseam and naive
 are its ablations: naive adds cached states without their transition operators — on this
 small model that changes no answer, for a reason docs/quality.md shows in its weights.)
 EOF
