@@ -278,11 +278,19 @@ int main(int argc, char **argv)
     const bool transports = true;
     const bool router = true;
 #endif
-    if (hy_rpc_server_start(&rc, handlers, &svc, &rpc, &e) ||
-        (transports && svc_transport_start(&svc, hy_rpc_server_port(rpc), &e)) ||
-        (cfg.http_listen[0] && hy_http_start(cfg.http_listen, &hh, &web, &e)) ||
-        (router && svc_router_start(&svc, &e))) {
+    const char *moved_by = NULL; /* the flag that moves a listener whose address is taken */
+    int failed = hy_rpc_server_start(&rc, handlers, &svc, &rpc, &e);
+    if (failed == HY_EIO) moved_by = "--listen";
+    if (!failed && transports) failed = svc_transport_start(&svc, hy_rpc_server_port(rpc), &e);
+    if (!failed && cfg.http_listen[0] &&
+        (failed = hy_http_start(cfg.http_listen, &hh, &web, &e)) == HY_EIO)
+        moved_by = "--http-listen";
+    if (!failed && router) failed = svc_router_start(&svc, &e);
+    if (failed) {
         fprintf(stderr, PROG ": %s\n", e.msg);
+        if (moved_by)
+            fprintf(stderr, PROG ": another address: %s HOST:PORT (port 0 picks a free one)%s\n",
+                    moved_by, router ? "; make run takes PORT=N and HTTP_PORT=N" : "");
         hy_rpc_server_stop(rpc); /* NULL when it did not start */
         hy_free(cert);
         hy_free(key);

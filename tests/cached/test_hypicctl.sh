@@ -117,6 +117,19 @@ if [ -z "$addr" ]; then
     exit 1
 fi
 echo "hypic-cached serving on $addr (TLS)"
+
+# ---- a second daemon on the same address: the error says how to move it -----
+cat > second.yaml <<EOF
+listen: 127.0.0.1:0
+http_listen: 127.0.0.1:0
+models: [{name: tiny, path: var/models/tiny}]
+tiers: {host: {bytes: 16M}}
+EOF
+"$cached" --config second.yaml --listen "$addr" >second.out 2>second.err
+rc=$?
+if [ $rc -eq 1 ]; then ok "a second daemon on $addr exits 1"; else bad "a second daemon on $addr: exit $rc"; fi
+has "it names the address" second.err "cannot listen on $addr"
+has "it names the flag to move it" second.err "another address: --listen HOST:PORT"
 HYPIC_ADDR=$addr HYPIC_TOKEN=alice-secret-token-1 HYPIC_MODEL=tiny
 export HYPIC_ADDR HYPIC_TOKEN HYPIC_MODEL
 tls="--tls-ca $fixtures/ca.pem"
