@@ -34,6 +34,8 @@ pip="$VENV_PYTHON -m pip --quiet --disable-pip-version-check"
 HYPIC_PROTO=$repo/rpc/hypic.proto $pip install --no-build-isolation "$src"
 
 # From the tests folder, so that `import hypic` is the installed package (with its
-# generated stubs), never the source folder beside it.
+# generated stubs), never the source folder beside it. Unbuffered, and a test that runs
+# 300 s prints every thread's stack: a hang shows where it is before ctest's limit.
 cd "$pkg/tests"
-"$venv/bin/python" -m pytest -q -p no:cacheprovider --rootdir "$pkg" .
+PYTHONUNBUFFERED=1 "$venv/bin/python" -m pytest -q -p no:cacheprovider -o faulthandler_timeout=300 \
+    --rootdir "$pkg" .

@@ -5,7 +5,7 @@ configuration written there, on loopback ports it picks (port 0), serving the em
 trained model `recall` (models/hypic-recall). Its address is read from its
 --ready-file. It is always stopped: by the fixture's teardown (SIGKILL, as
 test_hypicctl.sh does), also when a test fails, and by the kernel if pytest itself
-dies (PR_SET_PDEATHSIG), so no run leaves a daemon behind.
+dies (a parent-death signal), so no run leaves a daemon behind.
 
 Each daemon lives for the test module that asks for it (module scope), so a run holds
 only the daemons of one module at a time: `daemon` runs open (plaintext, no tokens:
@@ -18,14 +18,14 @@ together, and a CI machine refused one of them a thread at start (pthread_create
 
 from __future__ import annotations
 
-import ctypes
 import os
-import signal
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -50,15 +50,24 @@ class Daemon:
         return (self.dir / "daemon.log").read_text(errors="replace")
 
 
-_prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here: the child only calls it
-PR_SET_PDEATHSIG = 1
+SETPRIV = shutil.which("setpriv")  # util-linux, Essential in Debian
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: SIGKILL when the parent (pytest) dies. (preexec_fn runs
-    between fork and exec, where a threaded parent's locks may be held: this does no
-    import and no symbol lookup, only calls the prctl resolved above.)"""
-    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+def spawn(argv: list[str], cwd: Path, log: IO[bytes]) -> subprocess.Popen[bytes]:
+    """argv started in cwd, its output into log, killed by the kernel (SIGKILL) when the
+    thread that started it ends: setpriv --pdeathsig sets the signal and execs argv.
+    Not preexec_fn: subprocess then forks this process and runs the fork handlers, and
+    gRPC's (its threads live here) broke its pollers and once hung the suite
+    (test_spawn.py); without one it starts the child by exec alone."""
+    if SETPRIV is None:
+        pytest.fail("setpriv (util-linux) is not on PATH: the tests start no process without a death signal")
+    return subprocess.Popen(
+        [SETPRIV, "--pdeathsig", "KILL", "--", *argv],
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
+    )
 
 
 def start_daemon(dir: Path, config: str) -> Daemon:
@@ -70,14 +79,7 @@ def start_daemon(dir: Path, config: str) -> Daemon:
         pytest.fail("set HYPIC_CACHED to the hypic-cached binary")
     (dir / "hypic-cached.yaml").write_text(config)
     with open(dir / "daemon.log", "ab") as log:
-        proc = subprocess.Popen(
-            [bin, "--config", "hypic-cached.yaml", "--init-models", "--ready-file", "ready"],
-            cwd=dir,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            preexec_fn=_die_with_parent,
-        )
+        proc = spawn([bin, "--config", "hypic-cached.yaml", "--init-models", "--ready-file", "ready"], dir, log)
     d = Daemon(proc=proc, dir=dir, addr="")
     deadline = time.monotonic() + READY_S
     while time.monotonic() < deadline:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from conftest import EXAMPLES, LIMITS, MODEL_DIR, TLS, Daemon, _die_with_parent, start_daemon, stop_daemon
+from conftest import EXAMPLES, LIMITS, MODEL_DIR, TLS, Daemon, spawn, start_daemon, stop_daemon
 
 import hypic
 from hypic import cluster
@@ -308,13 +308,13 @@ def _try_etcd(exe: str, dir: Path, tls: bool) -> tuple[subprocess.Popen[bytes], 
     pu = f"http://127.0.0.1:{peer_port}"
     more = ["--cert-file", str(TLS / "server.pem"), "--key-file", str(TLS / "server.key")] if tls else []
     with open(dir / "etcd.log", "wb") as log:
-        proc = subprocess.Popen(
+        proc = spawn(
             [exe, "--name", "t", "--data-dir", str(dir / "etcd-data"),
              "--listen-client-urls", cu, "--advertise-client-urls", cu,
              "--listen-peer-urls", pu, "--initial-advertise-peer-urls", pu,
              "--initial-cluster", f"t={pu}", "--heartbeat-interval", "50", "--election-timeout", "250",
              *more],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log, preexec_fn=_die_with_parent,
+            dir, log,
         )  # fmt: skip
     endpoint = f"127.0.0.1:{client_port}"
     try:
