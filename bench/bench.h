@@ -38,6 +38,12 @@ void hy_bench_close(hy_bench_model *b);
  * not installed (the script and its data stay), or how it failed. */
 void hy_bench_gnuplot(const char *dir, const char *script_name, const char *script);
 
+/* An entry representation named on the command line: "f32" (exact, every
+ * part fp32: version 1's entry), "bf16" (exact shapes, every part bf16), a
+ * tolerance "0.01" (compact head forms, bf16 allowed in every part) or
+ * "0.01/f32" (compact forms, fp32 only). HY_EINVAL with the reason in why. */
+int hy_bench_parse_repr(const char *s, hy_entry_repr *out, char *why, size_t cap);
+
 /* Removes dir and everything under it (no symlinks followed). */
 void hy_bench_rmtree(const char *dir);
 

@@ -184,6 +184,10 @@ static double memcpy_rate(size_t n)
  * the first time creates, the checkpoints of [system] and [system, d], which
  * become the most recently used, so that the LRU evicts deeper checkpoints
  * first — as a radix cache evicts leaves before the prefixes they extend. */
+/* The representation of this run's entries (--repr). */
+static hy_entry_repr g_repr;
+static const char *g_repr_name = "f32";
+
 static int touch_prefixes(hy_bench_model *bm, const segset *S, hy_prefix_cache *pc, float *logits,
                           hy_err *e)
 {
@@ -198,7 +202,7 @@ static int touch_prefixes(hy_bench_model *bm, const segset *S, hy_prefix_cache *
                                .nq = 1,
                                .mode = HY_MODE_PREFIX,
                                .W = HY_SEAM_DEFAULT,
-                               .dtype = HY_ENTRY_F32,
+                               .repr = g_repr,
                                .prefix = pc};
         hy_result tr = {0};
         rc = hy_combine(bm->ex, bm->st, &tq, logits, &tr, e);
@@ -208,7 +212,10 @@ static int touch_prefixes(hy_bench_model *bm, const segset *S, hy_prefix_cache *
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: hypic-bench pic [--model DIR] [--requests N] [--seed N] [--dir DIR]\n");
+    fprintf(stderr, "usage: hypic-bench pic [--model DIR] [--requests N] [--seed N] [--dir DIR] "
+                    "[--repr R]\n"
+                    "  R: how entries are stored: f32 (exact, the default), bf16, a tolerance "
+                    "(0.03) or a tolerance/f32\n");
 }
 
 /* pic's forward pass without its holes: the tokens pic computes for this
@@ -271,6 +278,7 @@ int hy_bench_pic(int argc, char **argv)
 {
     const char *model = NULL, *parent = "/tmp";
     long nreq = 50, seed = 1;
+    g_repr = hy_entry_exact(HY_ENTRY_F32);
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--model") == 0 && i + 1 < argc)
             model = argv[++i];
@@ -280,7 +288,14 @@ int hy_bench_pic(int argc, char **argv)
             seed = strtol(argv[++i], NULL, 10);
         else if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc)
             parent = argv[++i];
-        else
+        else if (strcmp(argv[i], "--repr") == 0 && i + 1 < argc) {
+            char why[160];
+            g_repr_name = argv[++i];
+            if (hy_bench_parse_repr(g_repr_name, &g_repr, why, sizeof why)) {
+                fprintf(stderr, "hypic-bench pic: --repr: %s\n", why);
+                return 2;
+            }
+        } else
             nreq = -1;
         if (nreq < 1 || nreq > 100000) {
             usage();
@@ -311,34 +326,39 @@ int hy_bench_pic(int argc, char **argv)
     printf("building entries for %d documents and the system segment (W = 8 and W = 0) ...\n",
            POOL);
     fflush(stdout);
-    size_t entry_bytes = 0, body_tokens = 0;
+    size_t entry_bytes = 0, body_tokens = 0, exact_bytes = 0, exact_k, exact_per;
+    hy_entry_bytes_for(bm.c, HY_ENTRY_F32, &exact_k, &exact_per);
     double t_build = 0;
     for (int d = 0; d <= POOL && !rc; d++) {
         S.len[d] = d == POOL ? SYSTEM : 448 + (int)(hy_rng_next(&r) % 128);
         S.tok[d] = random_tokens(&r, S.len[d], V);
         double t0 = hy_now_s();
         hy_state_reset(bm.st);
-        rc = hy_entry_build(bm.ex, bm.st, S.tok[d], (size_t)S.len[d], HY_SEAM_DEFAULT, HY_ENTRY_F32,
-                            NULL, &S.e8[d], &e);
+        rc = hy_entry_build(bm.ex, bm.st, S.tok[d], (size_t)S.len[d], HY_SEAM_DEFAULT, g_repr, NULL,
+                            &S.e8[d], &e);
         t_build += hy_now_s() - t0;
         hy_state_reset(bm.st);
         if (!rc)
-            rc = hy_entry_build(bm.ex, bm.st, S.tok[d], (size_t)S.len[d], 0, HY_ENTRY_F32, NULL,
-                                &S.e0[d], &e);
+            rc = hy_entry_build(bm.ex, bm.st, S.tok[d], (size_t)S.len[d], 0, g_repr, NULL, &S.e0[d],
+                                &e);
         if (!rc) {
             entry_bytes += hy_entry_payload_bytes(S.e8[d]);
             body_tokens += (size_t)hy_entry_body_tokens(S.e8[d]);
-            hy_entry_key(k_tenant, fp, HY_SEAM_DEFAULT, HY_ENTRY_F32, S.tok[d], (size_t)S.len[d],
+            /* what the exact fp32 entry of the segment holds */
+            exact_bytes +=
+                exact_k + exact_per * (size_t)hy_entry_body_tokens(S.e8[d]) + 4 * (size_t)S.len[d];
+            hy_entry_key(k_tenant, fp, HY_SEAM_DEFAULT, g_repr, S.tok[d], (size_t)S.len[d],
                          S.k8[d].b);
-            hy_entry_key(k_tenant, fp, 0, HY_ENTRY_F32, S.tok[d], (size_t)S.len[d], S.k0[d].b);
+            hy_entry_key(k_tenant, fp, 0, g_repr, S.tok[d], (size_t)S.len[d], S.k0[d].b);
         }
     }
     const double bytes_per_token = (double)entry_bytes / (double)body_tokens;
     if (!rc)
-        printf("  %zu body tokens, %.1f MiB of W = 8 entries: %.0f bytes per body token; "
-               "independent builds at %.0f tokens/s\n",
-               body_tokens, (double)entry_bytes / (1 << 20), bytes_per_token,
-               (double)body_tokens / t_build);
+        printf("  %zu body tokens, %.1f MiB of W = 8 entries stored as %s: %.0f bytes per body "
+               "token, %.2fx smaller than exact fp32 entries; independent builds at %.0f "
+               "tokens/s\n",
+               body_tokens, (double)entry_bytes / (1 << 20), g_repr_name, bytes_per_token,
+               (double)exact_bytes / (double)entry_bytes, (double)body_tokens / t_build);
 
     /* The stores. host: every entry (W = 8 and W = 0) in a host tier that
      * holds them all (LRU, admit always: nothing is evicted). nvme: the W = 8
@@ -485,7 +505,7 @@ int hy_bench_pic(int argc, char **argv)
                          .query = query,
                          .nq = QUERY,
                          .W = HY_SEAM_DEFAULT,
-                         .dtype = HY_ENTRY_F32,
+                         .repr = g_repr,
                          .prefix = pc};
         hy_result res = {0};
         if (q < 0) {
@@ -741,7 +761,11 @@ int hy_bench_pic(int argc, char **argv)
            ttft[HY_MODE_PIC] / N * 1e3 / plain_ms, ttft[PIC_MEM] / N * 1e3 / plain_ms);
     printf("(random weights: KL and agreement show how far each approximation moves the output, "
            "not task quality)\n");
-    printf("{\"bench\":\"pic\",\"requests\":%ld,\"ttft_ms\":{\"full\":%.2f,\"prefix\":%.2f,"
+    printf("{\"bench\":\"pic\",\"repr\":\"%s\",\"tol\":%g,\"entry_bytes_per_entry\":%.0f,"
+           "\"smaller_than_exact_x\":%.3f,\"build_tokens_per_s\":%.0f,",
+           g_repr_name, (double)g_repr.tol, (double)entry_bytes / (POOL + 1),
+           (double)exact_bytes / (double)entry_bytes, (double)body_tokens / t_build);
+    printf("\"requests\":%ld,\"ttft_ms\":{\"full\":%.2f,\"prefix\":%.2f,"
            "\"pic\":%.2f,\"noseam\":%.2f,\"naive\":%.2f,\"pic_store_host\":%.2f,"
            "\"pic_store_nvme\":%.2f,\"pic_in_memory\":%.2f,\"plain_computed\":%.2f},"
            "\"ttft_p50_ms\":{\"full\":%.2f,\"prefix\":%.2f,\"pic\":%.2f,\"noseam\":%.2f,"

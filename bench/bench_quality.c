@@ -23,7 +23,12 @@
  *     and by whether the asked record lies inside the document's first W = 8
  *     tokens (the seam) or after;
  *   - PNGs (through gnuplot, when it is installed): accuracy vs W for pic and
- *     naive with full as reference, accuracy vs k per mode.
+ *     naive with full as reference, accuracy vs k per mode;
+ *   - entry representations (--reprs, hy_bench_parse_repr): pic at W = 8 with
+ *     every entry built in each setting — accuracy, the paired gap to exact
+ *     pic, KL and top-1 against full, bytes per entry and per body token and
+ *     how much smaller than exact fp32 entries — and PNGs of accuracy and of
+ *     KL against bytes per entry, one point per setting.
  */
 #include "bench.h"
 #include "hy_common.h"
@@ -41,7 +46,9 @@
 #define HY_MODELS_DIR "models"
 #endif
 
-enum { ANSWER = 3, MAX_K = 64, MAX_DOC = 4096 };
+enum { ANSWER = 3, MAX_K = 64, MAX_DOC = 4096, MAX_REPRS = 8 };
+/* The representations compared when --reprs is not given. */
+static const char k_default_reprs[] = "bf16,0.01,0.03,0.1,0.2";
 /* The seams of the ablation. W = 1 and 2 have no entries: a seam narrower
  * than the conv window (K − 1 = 3) would leave body tokens whose conv reads
  * across the segment's start, which hy_entry_build refuses (DESIGN.md 1.2);
@@ -59,7 +66,8 @@ enum {
     C_PIC_BF16, /* W = 8, S in bf16 */
     C_PIC_W0,   /* pic at W = k_ws[i]: C_PIC_W0 + i */
     C_NAIVE_W0 = C_PIC_W0 + NW,
-    C_COUNT = C_NAIVE_W0 + NW
+    C_COUNT = C_NAIVE_W0 + NW,
+    C_REPR0 = C_COUNT /* pic at W = 8 in representation i: C_REPR0 + i */
 };
 
 typedef struct request {
@@ -76,8 +84,12 @@ typedef struct tally {
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: hypic-bench quality [--model DIR] [--heldout FILE] [--requests N] "
-                    "[--out DIR]\n");
+    fprintf(stderr,
+            "usage: hypic-bench quality [--model DIR] [--heldout FILE] [--requests N] "
+            "[--out DIR] [--reprs LIST]\n"
+            "  LIST: comma-separated representations of the entries, each f32, bf16, "
+            "a tolerance (0.01) or a tolerance/f32 (default %s)\n",
+            k_default_reprs);
 }
 
 /* Reads the held-out file (tools/train/task.py: R/D/Q/A lines). Returns the
@@ -197,13 +209,14 @@ static int answer(hy_bench_model *bm, const hy_segment *seg, int k, const int32_
                   hy_mode mode, int W, hy_prefix_cache *pc, float *logits, float *tmp,
                   int32_t got[ANSWER], hy_err *e)
 {
+    /* every segment has its entry: nothing is built inline */
     const hy_request rq = {.segs = seg,
                            .nsegs = (size_t)k,
                            .query = q,
                            .nq = nq,
                            .mode = mode,
                            .W = W,
-                           .dtype = HY_ENTRY_F32,
+                           .repr = hy_entry_exact(HY_ENTRY_F32),
                            .prefix = pc};
     hy_result res = {0};
     int rc = hy_combine(bm->ex, bm->st, &rq, logits, &res, e);
@@ -216,10 +229,16 @@ static int answer(hy_bench_model *bm, const hy_segment *seg, int k, const int32_
     return rc;
 }
 
+static const char *g_repr_name[MAX_REPRS];
+
 static const char *config_name(int c, char *buf, size_t cap)
 {
     static const char *fixed[] = {"full", "prefix", "pic", "noseam", "naive", "pic_bf16"};
     if (c < C_PIC_W0) return fixed[c];
+    if (c >= C_REPR0) {
+        snprintf(buf, cap, "pic_%s", g_repr_name[c - C_REPR0]);
+        return buf;
+    }
     if (c < C_NAIVE_W0)
         snprintf(buf, cap, "pic_w%d", k_ws[c - C_PIC_W0]);
     else
@@ -229,22 +248,40 @@ static const char *config_name(int c, char *buf, size_t cap)
 
 int hy_bench_quality(int argc, char **argv)
 {
-    const char *model = HY_MODELS_DIR "/hypic-recall", *held = NULL, *outdir = "hypic-bench-quality";
+    const char *model = HY_MODELS_DIR "/hypic-recall", *held = NULL,
+               *outdir = "hypic-bench-quality";
     long limit = 0;
+    char reprs_arg[256];
+    snprintf(reprs_arg, sizeof reprs_arg, "%s", k_default_reprs);
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--model") == 0 && i + 1 < argc)
             model = argv[++i];
+        else if (strcmp(argv[i], "--reprs") == 0 && i + 1 < argc)
+            snprintf(reprs_arg, sizeof reprs_arg, "%s", argv[++i]);
         else if (strcmp(argv[i], "--heldout") == 0 && i + 1 < argc)
             held = argv[++i];
         else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc)
             outdir = argv[++i];
-        else if (strcmp(argv[i], "--requests") == 0 && i + 1 < argc && (limit = strtol(argv[++i], NULL, 10)) > 0)
+        else if (strcmp(argv[i], "--requests") == 0 && i + 1 < argc &&
+                 (limit = strtol(argv[++i], NULL, 10)) > 0)
             ;
         else {
             usage();
             return 2;
         }
     }
+    hy_entry_repr reprs[MAX_REPRS];
+    int NR = 0;
+    for (char *sv = NULL, *tk = strtok_r(reprs_arg, ",", &sv); tk; tk = strtok_r(NULL, ",", &sv)) {
+        char why[160];
+        if (NR == MAX_REPRS || hy_bench_parse_repr(tk, &reprs[NR], why, sizeof why)) {
+            fprintf(stderr, "hypic-bench quality: --reprs: %s\n",
+                    NR == MAX_REPRS ? "at most 8 representations" : why);
+            return 2;
+        }
+        g_repr_name[NR++] = tk;
+    }
+    const int NC = C_REPR0 + NR;
     char heldbuf[4200];
     if (!held) {
         snprintf(heldbuf, sizeof heldbuf, "%s/heldout.txt", model);
@@ -271,9 +308,12 @@ int hy_bench_quality(int argc, char **argv)
     hy_prefix_cache *pc = NULL;
     int rc = hy_prefix_cache_new((size_t)256 << 20, &pc, &e);
     float *lf = malloc((size_t)V * 4), *lm = malloc((size_t)V * 4), *ld = malloc((size_t)V * 4);
-    unsigned char *ok[C_COUNT];
-    tally t[C_COUNT] = {0};
-    for (int c = 0; c < C_COUNT; c++) ok[c] = calloc((size_t)n, 1);
+    unsigned char *ok[C_REPR0 + MAX_REPRS];
+    tally t[C_REPR0 + MAX_REPRS] = {0};
+    for (int c = 0; c < NC; c++) ok[c] = calloc((size_t)n, 1);
+    /* bytes of the entries at W = 8: exact fp32, then each representation */
+    double bytes_exact = 0, bytes_r[MAX_REPRS] = {0}, body_tokens = 0;
+    long docs = 0;
     /* breakdowns of the five modes: by k (2,4,8,16, other), by place, by seam */
     enum { NK = 5, NPLACE = 3, NSEAM = 2 };
     tally byk[C_PIC_BF16][NK] = {{{0}}}, byplace[C_PIC_BF16][NPLACE] = {{{0}}},
@@ -285,7 +325,8 @@ int hy_bench_quality(int argc, char **argv)
         request *r = &rq[i];
         int32_t *tok[MAX_K] = {0};
         size_t len[MAX_K];
-        hy_entry *ent[MAX_K][NW + 1] = {{0}}; /* [NW]: bf16 at W = 8 */
+        /* [NW]: bf16 at W = 8; [NW + 1 + i]: representation i at W = 8 */
+        hy_entry *ent[MAX_K][NW + 1 + MAX_REPRS] = {{0}};
         for (int d = 0; d < r->k && !rc; d++) {
             const size_t cap = strlen(r->doc[d]);
             if (!(tok[d] = malloc(cap * sizeof(int32_t)))) {
@@ -297,8 +338,21 @@ int hy_bench_quality(int argc, char **argv)
             for (int w = 0; w <= NW && !rc; w++) {
                 hy_state_reset(bm.st);
                 rc = hy_entry_build(bm.ex, bm.st, tok[d], len[d], w < NW ? k_ws[w] : 8,
-                                    w < NW ? HY_ENTRY_F32 : HY_ENTRY_BF16, NULL, &ent[d][w], &e);
+                                    hy_entry_exact(w < NW ? HY_ENTRY_F32 : HY_ENTRY_BF16), NULL,
+                                    &ent[d][w], &e);
                 entries += !rc;
+            }
+            for (int x = 0; x < NR && !rc; x++) {
+                hy_state_reset(bm.st);
+                rc = hy_entry_build(bm.ex, bm.st, tok[d], len[d], HY_SEAM_DEFAULT, reprs[x], NULL,
+                                    &ent[d][NW + 1 + x], &e);
+                entries += !rc;
+                if (!rc) bytes_r[x] += (double)hy_entry_serialized_bytes(ent[d][NW + 1 + x]);
+            }
+            if (!rc) {
+                bytes_exact += (double)hy_entry_serialized_bytes(ent[d][W8]);
+                docs++;
+                body_tokens += hy_entry_body_tokens(ent[d][W8]);
             }
         }
         int32_t q[64];
@@ -306,16 +360,30 @@ int hy_bench_quality(int argc, char **argv)
         int32_t want[ANSWER];
         hy_tokenize_bytes(r->answer, want, ANSWER, V);
         hy_segment seg[MAX_K];
-        for (int c = 0; c < C_COUNT && !rc; c++) {
+        for (int c = 0; c < NC && !rc; c++) {
             hy_mode mode = HY_MODE_PIC;
             int w = W8;
-            switch (c) {
-            case C_FULL: mode = HY_MODE_FULL; break;
-            case C_PREFIX: mode = HY_MODE_PREFIX; break;
-            case C_PIC: break;
-            case C_NOSEAM: mode = HY_MODE_NOSEAM, w = 0; break;
-            case C_NAIVE: mode = HY_MODE_NAIVE; break;
-            case C_PIC_BF16: w = NW; break;
+            switch (c < C_REPR0 ? c : -1) {
+            case -1: /* representation c − C_REPR0 at W = 8 */
+                w = NW + 1 + (c - C_REPR0);
+                break;
+            case C_FULL:
+                mode = HY_MODE_FULL;
+                break;
+            case C_PREFIX:
+                mode = HY_MODE_PREFIX;
+                break;
+            case C_PIC:
+                break;
+            case C_NOSEAM:
+                mode = HY_MODE_NOSEAM, w = 0;
+                break;
+            case C_NAIVE:
+                mode = HY_MODE_NAIVE;
+                break;
+            case C_PIC_BF16:
+                w = NW;
+                break;
             default:
                 if (c < C_NAIVE_W0) {
                     w = c - C_PIC_W0;
@@ -325,9 +393,9 @@ int hy_bench_quality(int argc, char **argv)
                 }
             }
             for (int d = 0; d < r->k; d++)
-                seg[d] = (hy_segment){tok[d], len[d],
-                                      mode == HY_MODE_FULL || mode == HY_MODE_PREFIX ? NULL
-                                                                                      : ent[d][w]};
+                seg[d] =
+                    (hy_segment){tok[d], len[d],
+                                 mode == HY_MODE_FULL || mode == HY_MODE_PREFIX ? NULL : ent[d][w]};
             int32_t got[ANSWER];
             float *lg = c == C_FULL ? lf : lm;
             hy_state_reset(bm.st);
@@ -345,8 +413,7 @@ int hy_bench_quality(int argc, char **argv)
             }
             if (c < C_PIC_BF16) {
                 const int kk = r->k == 2 ? 0 : r->k == 4 ? 1 : r->k == 8 ? 2 : r->k == 16 ? 3 : 4;
-                const int place =
-                    r->answer_doc == 0 ? 0 : (r->answer_doc == r->k - 1 ? 2 : 1);
+                const int place = r->answer_doc == 0 ? 0 : (r->answer_doc == r->k - 1 ? 2 : 1);
                 /* the record is "KEYVAL;": inside the seam when its value is */
                 const int seam = r->offset + 6 <= HY_SEAM_DEFAULT ? 0 : 1;
                 byk[c][kk].right += right, byk[c][kk].n++;
@@ -356,7 +423,7 @@ int hy_bench_quality(int argc, char **argv)
         }
         for (int d = 0; d < r->k; d++) {
             free(tok[d]);
-            for (int w = 0; w <= NW; w++) hy_entry_free(ent[d][w]);
+            for (int w = 0; w <= NW + NR; w++) hy_entry_free(ent[d][w]);
         }
         if ((i + 1) % 50 == 0 || i + 1 == n) {
             printf("  %d/%d requests, %.0f s; so far full %.1f%%, pic %.1f%%, noseam %.1f%%, "
@@ -390,8 +457,24 @@ int hy_bench_quality(int argc, char **argv)
         printf("pic - noseam %+6.2f points (+-%.2f)   the seam's gain\n", sg, sh);
         printf("full - naive %+6.2f points (+-%.2f)   target: >= 30 points\n", ng, nh);
         printf("pic - bf16   %+6.2f points (+-%.2f)   S stored in bf16\n", bg, bh);
-        static const char *kn[] = {"2", "4", "8", "16", "other"}, *pn[] = {"first", "middle", "last"},
-                          *sn[] = {"in seam", "after"};
+
+        /* the representations, against exact fp32 entries at the same W */
+        double rgap[MAX_REPRS], rhalf[MAX_REPRS];
+        const double per_entry = bytes_exact / (docs ? docs : 1);
+        printf("\nentry representations at W = 8 (exact fp32 entries: %.0f bytes each, %.1f per "
+               "body token)\n%-14s %9s %15s %12s %8s %12s %10s %8s\n",
+               per_entry, bytes_exact / body_tokens, "setting", "accuracy", "pic - it",
+               "KL vs full", "top-1", "bytes/entry", "per token", "smaller");
+        for (int x = 0; x < NR; x++) {
+            const int c = C_REPR0 + x;
+            paired_gap(ok[C_PIC], ok[c], n, &rgap[x], &rhalf[x]);
+            printf("%-14s %8.1f%% %+7.2f +-%5.2f %12.3e %7.1f%% %12.0f %10.1f %7.2fx\n",
+                   g_repr_name[x], 100.0 * t[c].right / t[c].n, rgap[x], rhalf[x], t[c].kl / t[c].n,
+                   100.0 * t[c].top1 / t[c].n, bytes_r[x] * per_entry / bytes_exact,
+                   bytes_r[x] / body_tokens, bytes_exact / bytes_r[x]);
+        }
+        static const char *kn[] = {"2", "4", "8", "16", "other"},
+                          *pn[] = {"first", "middle", "last"}, *sn[] = {"in seam", "after"};
         static const char *mn[] = {"full", "prefix", "pic", "noseam", "naive"};
         printf("\n%-8s", "by");
         for (int m = 0; m < C_PIC_BF16; m++) printf(" %8s", mn[m]);
@@ -409,10 +492,14 @@ int hy_bench_quality(int argc, char **argv)
             }
             printf("%-8s", lab);
             for (int m = 0; m < C_PIC_BF16; m++) {
-                row = x < NK ? &byk[m][x] : x < NK + NPLACE ? &byplace[m][x - NK] : &byseam[m][x - NK - NPLACE];
+                row = x < NK            ? &byk[m][x]
+                      : x < NK + NPLACE ? &byplace[m][x - NK]
+                                        : &byseam[m][x - NK - NPLACE];
                 printf(" %7.1f%%", row->n ? 100.0 * row->right / row->n : 0.0);
             }
-            printf("   (%d)\n", x < NK ? byk[0][x].n : x < NK + NPLACE ? byplace[0][x - NK].n : byseam[0][x - NK - NPLACE].n);
+            printf("   (%d)\n", x < NK            ? byk[0][x].n
+                                : x < NK + NPLACE ? byplace[0][x - NK].n
+                                                  : byseam[0][x - NK - NPLACE].n);
         }
 
         /* plots */
@@ -422,9 +509,8 @@ int hy_bench_quality(int argc, char **argv)
         if (f) {
             fprintf(f, "# W pic naive full\n");
             for (int w = 0; w < NW; w++)
-                fprintf(f, "%d %.3f %.3f %.3f\n", k_ws[w],
-                        100.0 * t[C_PIC_W0 + w].right / n, 100.0 * t[C_NAIVE_W0 + w].right / n,
-                        100.0 * t[C_FULL].right / n);
+                fprintf(f, "%d %.3f %.3f %.3f\n", k_ws[w], 100.0 * t[C_PIC_W0 + w].right / n,
+                        100.0 * t[C_NAIVE_W0 + w].right / n, 100.0 * t[C_FULL].right / n);
             fclose(f);
         }
         snprintf(path, sizeof path, "%s/accuracy_vs_k.dat", outdir);
@@ -439,24 +525,59 @@ int hy_bench_quality(int argc, char **argv)
             }
             fclose(f);
         }
-        hy_bench_gnuplot(outdir, "accuracy_vs_w.gp",
-               "set terminal pngcairo size 720,420\nset output 'accuracy_vs_w.png'\n"
-               "set title 'hypic-recall: exact match vs seam W'\nset xlabel 'W (tokens)'\n"
-               "set ylabel 'exact match (%)'\nset yrange [0:100]\nset logscale x 2\n"
-               "set xrange [0.5:40]\nset key bottom right\n"
-               "plot 'accuracy_vs_w.dat' u ($1==0?0.7:$1):2 w lp t 'pic (W=0: noseam)', "
-               "'' u ($1==0?0.7:$1):3 w lp t 'naive', '' u ($1==0?0.7:$1):4 w l dt 2 t 'full'\n");
-        hy_bench_gnuplot(outdir, "accuracy_vs_k.gp",
-               "set terminal pngcairo size 720,420\nset output 'accuracy_vs_k.png'\n"
-               "set title 'hypic-recall: exact match vs documents per request'\n"
-               "set xlabel 'k (documents)'\nset ylabel 'exact match (%)'\nset yrange [0:100]\n"
-               "set logscale x 2\nset key bottom left\n"
-               "plot for [c=2:6] 'accuracy_vs_k.dat' u 1:c w lp t columnhead(c)\n");
-        printf("\nplots and their data in %s/ (accuracy_vs_w.png, accuracy_vs_k.png)\n", outdir);
+        hy_bench_gnuplot(
+            outdir, "accuracy_vs_w.gp",
+            "set terminal pngcairo size 720,420\nset output 'accuracy_vs_w.png'\n"
+            "set title 'hypic-recall: exact match vs seam W'\nset xlabel 'W (tokens)'\n"
+            "set ylabel 'exact match (%)'\nset yrange [0:100]\nset logscale x 2\n"
+            "set xrange [0.5:40]\nset key bottom right\n"
+            "plot 'accuracy_vs_w.dat' u ($1==0?0.7:$1):2 w lp t 'pic (W=0: noseam)', "
+            "'' u ($1==0?0.7:$1):3 w lp t 'naive', '' u ($1==0?0.7:$1):4 w l dt 2 t 'full'\n");
+        hy_bench_gnuplot(
+            outdir, "accuracy_vs_k.gp",
+            "set terminal pngcairo size 720,420\nset output 'accuracy_vs_k.png'\n"
+            "set title 'hypic-recall: exact match vs documents per request'\n"
+            "set xlabel 'k (documents)'\nset ylabel 'exact match (%)'\nset yrange [0:100]\n"
+            "set logscale x 2\nset key bottom left\n"
+            "plot for [c=2:6] 'accuracy_vs_k.dat' u 1:c w lp t columnhead(c)\n");
+        snprintf(path, sizeof path, "%s/repr_vs_bytes.dat", outdir);
+        if ((f = fopen(path, "w"))) {
+            fprintf(f, "# setting bytes_per_entry accuracy kl_vs_full (first: exact fp32)\n");
+            fprintf(f, "f32 %.1f %.3f %.4e\n", per_entry, 100.0 * t[C_PIC].right / n,
+                    t[C_PIC].kl / n);
+            for (int x = 0; x < NR; x++)
+                fprintf(f, "%s %.1f %.3f %.4e\n", g_repr_name[x],
+                        bytes_r[x] * per_entry / bytes_exact, 100.0 * t[C_REPR0 + x].right / n,
+                        t[C_REPR0 + x].kl / n);
+            fclose(f);
+        }
+        hy_bench_gnuplot(
+            outdir, "repr_vs_bytes.gp",
+            "set terminal pngcairo size 960,420\nset output 'repr_vs_bytes.png'\n"
+            "set multiplot layout 1,2 title 'pic at W = 8: entry representations'\n"
+            "set xlabel 'bytes per entry'\nset logscale x\nset ylabel 'exact match (%)'\n"
+            "set key off\nplot 'repr_vs_bytes.dat' u 2:3 w p pt 7, '' u 2:3:1 w labels offset 0,1\n"
+            "set ylabel 'KL(full || pic)'\nset logscale y\n"
+            "plot 'repr_vs_bytes.dat' u 2:4 w p pt 7, '' u 2:4:1 w labels offset 0,1\n"
+            "unset multiplot\n");
+        printf("\nplots and their data in %s/ (accuracy_vs_w.png, accuracy_vs_k.png, "
+               "repr_vs_bytes.png)\n",
+               outdir);
         printf("%lld entries built over %lld document tokens; %.0f s\n", (long long)entries,
                (long long)tokens, hy_now_s() - t_start);
 
-        printf("{\"bench\":\"quality\",\"model\":\"%s\",\"questions\":%d,\"accuracy\":{", model, n);
+        printf("{\"bench\":\"quality\",\"model\":\"%s\",\"questions\":%d,\"reprs\":[", model, n);
+        for (int x = 0; x < NR; x++)
+            printf("%s{\"setting\":\"%s\",\"tol\":%g,\"accuracy\":%.4f,\"gap_vs_pic_points\":%.2f,"
+                   "\"gap_ci95\":%.2f,\"kl_vs_full\":%.3e,\"top1_agree_vs_full\":%.4f,"
+                   "\"bytes_per_entry\":%.0f,\"bytes_per_body_token\":%.1f,\"smaller_x\":%.3f}",
+                   x ? "," : "", g_repr_name[x], (double)reprs[x].tol,
+                   (double)t[C_REPR0 + x].right / n, rgap[x], rhalf[x], t[C_REPR0 + x].kl / n,
+                   (double)t[C_REPR0 + x].top1 / n, bytes_r[x] * per_entry / bytes_exact,
+                   bytes_r[x] / body_tokens, bytes_exact / bytes_r[x]);
+        printf(
+            "],\"exact_bytes_per_entry\":%.0f,\"exact_bytes_per_body_token\":%.1f,\"accuracy\":{",
+            per_entry, bytes_exact / body_tokens);
         for (int c = 0; c < C_COUNT; c++)
             printf("%s\"%s\":%.4f", c ? "," : "", config_name(c, nb, sizeof nb),
                    (double)t[c].right / n);
@@ -472,7 +593,7 @@ int hy_bench_quality(int argc, char **argv)
                "\"bf16_gap_points\":%.2f,\"bf16_gap_ci95\":%.2f}\n",
                pg, ph, sg, sh, ng, nh, bg, bh);
     }
-    for (int c = 0; c < C_COUNT; c++) free(ok[c]);
+    for (int c = 0; c < NC; c++) free(ok[c]);
     for (int i = 0; i < total; i++)
         for (int j = 0; j < rq[i].k; j++) free(rq[i].doc[j]);
     free(rq), free(lf), free(lm), free(ld);

@@ -84,3 +84,28 @@ void hy_bench_gnuplot(const char *dir, const char *script_name, const char *scri
     else
         printf("  plot: %s (from %s)\n", dir, script_name);
 }
+
+int hy_bench_parse_repr(const char *s, hy_entry_repr *out, char *why, size_t cap)
+{
+    if (strcmp(s, "f32") == 0 || strcmp(s, "bf16") == 0) {
+        const hy_entry_dtype d = s[0] == 'b' ? HY_ENTRY_BF16 : HY_ENTRY_F32;
+        *out = (hy_entry_repr){d, d, d, 0.0f};
+        return HY_OK;
+    }
+    char *end = NULL;
+    const double tol = strtod(s, &end);
+    hy_entry_dtype d = HY_ENTRY_BF16;
+    if (end != s && strcmp(end, "/f32") == 0)
+        d = HY_ENTRY_F32;
+    else if (end == s || (*end && strcmp(end, "/bf16") != 0))
+        end = NULL;
+    if (!end || !(tol > 0 && tol <= 1)) {
+        snprintf(why, cap,
+                 "'%.40s' is not a representation (f32, bf16, or a tolerance in (0, 1] with an "
+                 "optional /f32 or /bf16)",
+                 s);
+        return HY_EINVAL;
+    }
+    *out = (hy_entry_repr){d, d, d, (float)tol};
+    return HY_OK;
+}

@@ -56,6 +56,7 @@ typedef enum opt_kind {
     OPT_EVICT,      /* the evict of the hy_policy_config at off */
     OPT_ADMIT,      /* the admit of the hy_policy_config at off */
     OPT_DTYPE,      /* hy_entry_dtype */
+    OPT_TOL,        /* float in [0, 1], a decimal number */
     OPT_LEVEL,      /* int, HY_LOG_* */
     OPT_LIST,       /* a sequence of mappings: items of cap bytes at off, their count (int) at
                      * count; min..max items; the fields are the entries "<name>[].<field>" */
@@ -118,7 +119,10 @@ static const opt k_opts[] = {
     POLICY(hbm, "gdsf", "tinylfu"),
     NUMBER("tiers.ttl_s", OPT_U64, ttl_s, 0, CFG_TTL_MAX, "0"),
     NUMBER("pic.seam", OPT_INT, seam, 0, 64, STR(HY_SEAM_DEFAULT)),
-    NAMED("pic.dtype", OPT_DTYPE, dtype, "f32"),
+    NAMED("pic.tolerance", OPT_TOL, tolerance, "0.03"),
+    NAMED("pic.dtype", OPT_DTYPE, dtype, "bf16"),
+    NAMED("pic.t_dtype", OPT_DTYPE, t_dtype, "bf16"),
+    NAMED("pic.kv_dtype", OPT_DTYPE, kv_dtype, "bf16"),
     NUMBER("pic.top_k", OPT_U32, top_k, 1, 1024, "5"),
     NUMBER("pic.prefix_cache_bytes", OPT_SIZE, prefix_cache_bytes, 0, TIB, "256M"),
     NUMBER("executor.threads", OPT_INT, exec_threads, 1, 256, NULL), /* the online CPUs */
@@ -386,6 +390,15 @@ static int set_value(const opt *o, void *base, const char *v, size_t len, char *
         int i = lookup_name(v, k_dtypes, 2);
         if (i < 0) return snprintf(why, whycap, "'%.60s' is not f32 or bf16", v), HY_EINVAL;
         *(hy_entry_dtype *)field = (hy_entry_dtype)i;
+        return 0;
+    }
+    case OPT_TOL: {
+        char *end = NULL;
+        errno = 0;
+        const double d = strtod(v, &end);
+        if (end == v || *end || errno || !(d >= 0.0 && d <= 1.0))
+            return snprintf(why, whycap, "'%.60s' is not a number in [0, 1]", v), HY_EINVAL;
+        *(float *)field = (float)d;
         return 0;
     }
     case OPT_LEVEL: {
@@ -1223,6 +1236,9 @@ static void format_value(const opt *o, const void *base, char *out, size_t cap)
         break;
     case OPT_DTYPE:
         snprintf(out, cap, "%s", k_dtypes[*(const hy_entry_dtype *)field]);
+        break;
+    case OPT_TOL:
+        snprintf(out, cap, "%g", (double)*(const float *)field);
         break;
     case OPT_LEVEL:
         snprintf(out, cap, "%s", k_levels[*(const int *)field]);

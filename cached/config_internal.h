@@ -111,7 +111,11 @@ typedef struct hy_cached_config {
 
     /* pic: defaults of requests */
     int seam;                    /* pic.seam (W), default HY_SEAM_DEFAULT, 0..64 */
-    hy_entry_dtype dtype;        /* pic.dtype "f32" | "bf16", default f32 */
+    float tolerance;             /* pic.tolerance 0..1, default 0.03: entries' head forms
+                                  * (hy_entry_repr) */
+    hy_entry_dtype dtype;        /* pic.dtype "f32" | "bf16", default bf16: S(body|0) */
+    hy_entry_dtype t_dtype;      /* pic.t_dtype, default bf16: T's heads may be bf16 */
+    hy_entry_dtype kv_dtype;     /* pic.kv_dtype, default bf16: attention K/V in entries */
     uint32_t top_k;              /* pic.top_k 1..limits.max_top_k, default 5 */
     uint64_t prefix_cache_bytes; /* pic.prefix_cache_bytes 0..1T (mode prefix checkpoints, per
                                   * tenant and model), default 256M */

@@ -117,13 +117,42 @@ hy_rpc_code h_dtype_of(rq *r, Hypic__V1__StateDtype d, hy_entry_dtype *out)
 
 hy_rpc_code h_keyed_fields(rq *r, const char *tenant, const char *model, bool has_seam,
                            uint32_t seam, Hypic__V1__StateDtype dtype, svc_model **sm, int *W,
-                           hy_entry_dtype *dt)
+                           hy_entry_repr *rp)
 {
     hy_rpc_code c;
+    const hy_cached_config *cf = &r->s->cfg;
+    *rp = (hy_entry_repr){.t = cf->t_dtype, .kv = cf->kv_dtype, .tol = cf->tolerance};
     if ((c = h_check_tenant(r, tenant)) || (c = h_need_model(r, model, sm)) ||
-        (c = h_seam_of(r, has_seam, seam, W)) || (c = h_dtype_of(r, dtype, dt)))
+        (c = h_seam_of(r, has_seam, seam, W)) || (c = h_dtype_of(r, dtype, &rp->s)))
         return c;
     return HY_RPC_OK;
+}
+
+hy_rpc_code h_repr_of(rq *r, const Hypic__V1__Representation *pb, hy_entry_repr *rp)
+{
+    if (!pb) return HY_RPC_OK;
+    hy_rpc_code c;
+    hy_entry_repr v = *rp;
+    if (!(pb->tolerance >= 0.0f && pb->tolerance <= 1.0f))
+        return h_fail(r, HY_RPC_INVALID_ARGUMENT, "field 'repr.tolerance': %g is outside [0, 1]",
+                      (double)pb->tolerance);
+    v.tol = pb->tolerance;
+    if ((c = h_dtype_of(r, pb->t_dtype, &v.t)) || (c = h_dtype_of(r, pb->kv_dtype, &v.kv)))
+        return c;
+    if (pb->t_dtype == HYPIC__V1__STATE_DTYPE__STATE_DTYPE_UNSPECIFIED) v.t = r->s->cfg.t_dtype;
+    if (pb->kv_dtype == HYPIC__V1__STATE_DTYPE__STATE_DTYPE_UNSPECIFIED) v.kv = r->s->cfg.kv_dtype;
+    *rp = v;
+    return HY_RPC_OK;
+}
+
+void h_repr_to_pb(hy_entry_repr rp, Hypic__V1__Representation *pb)
+{
+    hypic__v1__representation__init(pb);
+    pb->tolerance = rp.tol;
+    pb->t_dtype = rp.t == HY_ENTRY_BF16 ? HYPIC__V1__STATE_DTYPE__STATE_DTYPE_BF16
+                                        : HYPIC__V1__STATE_DTYPE__STATE_DTYPE_F32;
+    pb->kv_dtype = rp.kv == HY_ENTRY_BF16 ? HYPIC__V1__STATE_DTYPE__STATE_DTYPE_BF16
+                                          : HYPIC__V1__STATE_DTYPE__STATE_DTYPE_F32;
 }
 
 hy_rpc_code h_key_of(rq *r, const char *field, ProtobufCBinaryData b, hy_key *k)
@@ -309,7 +338,7 @@ static int fetch_remote(rq *r, svc_model *sm, const hy_key *k, seg *g, uint64_t 
     const int32_t *tok;
     if (hy_entry_view(sm->m, buf, len, &ent, &e) == HY_OK) {
         const int n = hy_entry_tokens(ent, &tok);
-        hy_entry_key(r->who.tenant, sm->fp, hy_entry_seam_setting(ent), hy_entry_dtype_of(ent), tok,
+        hy_entry_key(r->who.tenant, sm->fp, hy_entry_seam_setting(ent), hy_entry_repr_of(ent), tok,
                      (size_t)n, want);
         if (memcmp(want, k->b, 32) == 0) {
             g->entry = ent;

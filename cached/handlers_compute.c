@@ -85,11 +85,11 @@ hy_rpc_code do_lookup(rq *r, const ProtobufCMessage *req)
     svc_model *sm;
     hy_rpc_code c;
     int W;
-    hy_entry_dtype dt = HY_ENTRY_F32;
+    hy_entry_repr rp;
     seg *sg = NULL;
     if ((c = h_keyed_fields(r, q->tenant, q->model,
                             q->seam_opt_case == HYPIC__V1__LOOKUP_REQUEST__SEAM_OPT_SEAM, q->seam,
-                            q->dtype, &sm, &W, &dt)) ||
+                            q->dtype, &sm, &W, &rp)) ||
         (c = h_need_member(r, q->local_only)) ||
         (c = h_segs_parse(r, sm, q->segments, q->n_segments, 0, true, &sg)))
         return c;
@@ -114,7 +114,7 @@ hy_rpc_code do_lookup(rq *r, const ProtobufCMessage *req)
         st[i] = init;
         sp[i] = &st[i];
         if (!sg[i].by_key)
-            hy_entry_key(r->who.tenant, sm->fp, W, dt, sg[i].tok, sg[i].n, sg[i].key.b);
+            hy_entry_key(r->who.tenant, sm->fp, W, rp, sg[i].tok, sg[i].n, sg[i].key.b);
         st[i].key = (ProtobufCBinaryData){HY_KEY_BYTES, sg[i].key.b};
         hy_meta m;
         unsigned mask = 0;
@@ -196,11 +196,11 @@ hy_rpc_code do_warm(rq *r, const ProtobufCMessage *req)
     svc_model *sm;
     hy_rpc_code c;
     int W;
-    hy_entry_dtype dt = HY_ENTRY_F32;
+    hy_entry_repr rp;
     seg *sg = NULL;
     if ((c = h_keyed_fields(r, q->tenant, q->model,
                             q->seam_opt_case == HYPIC__V1__WARM_REQUEST__SEAM_OPT_SEAM, q->seam,
-                            q->dtype, &sm, &W, &dt)) ||
+                            q->dtype, &sm, &W, &rp)) ||
         (c = h_segs_parse(r, sm, q->segments, q->n_segments, 0, false, &sg)))
         return c;
     h_set_threads(r->s);
@@ -208,7 +208,7 @@ hy_rpc_code do_warm(rq *r, const ProtobufCMessage *req)
         const double t0 = hy_now_s();
         Hypic__V1__WarmProgress p = HYPIC__V1__WARM_PROGRESS__INIT;
         p.index = (uint32_t)i;
-        hy_entry_key(r->who.tenant, sm->fp, W, dt, sg[i].tok, sg[i].n, sg[i].key.b);
+        hy_entry_key(r->who.tenant, sm->fp, W, rp, sg[i].tok, sg[i].n, sg[i].key.b);
         p.key = (ProtobufCBinaryData){HY_KEY_BYTES, sg[i].key.b};
         hy_meta m;
         int w;
@@ -234,7 +234,7 @@ hy_rpc_code do_warm(rq *r, const ProtobufCMessage *req)
             if ((c = svc_exec_take(r->s, sm, r->call, &x, r->msg, sizeof r->msg))) break;
             hy_state_reset(x->st);
             hy_entry *ent = NULL;
-            int rc = hy_entry_build(x->ex, x->st, sg[i].tok, sg[i].n, W, dt, NULL, &ent, &e);
+            int rc = hy_entry_build(x->ex, x->st, sg[i].tok, sg[i].n, W, rp, NULL, &ent, &e);
             svc_exec_give(r->s, sm, x);
             hy_tier_id placed = HY_TIER_NONE;
             uint64_t bytes = 0;
@@ -277,7 +277,7 @@ typedef struct build_stream {
     svc_model *sm;
     seg *sg;
     int W;
-    hy_entry_dtype dt;
+    hy_entry_repr rp;
     uint8_t *buf; /* the serialised entry, filled layer by layer */
     size_t total, chunk;
     pb_meta pm;
@@ -285,6 +285,7 @@ typedef struct build_stream {
     bool sent_meta;
     hy_rpc_code c; /* the first send that failed: the rest are skipped */
     int layers_sent;
+    int next_layer; /* after the last layer sent: the rest leave at the end */
 } build_stream;
 
 static void build_send(build_stream *b, size_t lo, size_t hi)
@@ -300,29 +301,39 @@ static void build_send(build_stream *b, size_t lo, size_t hi)
     }
 }
 
+/* The stream's buffer and metadata, once the entry's size is known: at its
+ * first layer when its forms follow from its shapes, else when it is done. */
+static bool build_start(build_stream *b, const hy_entry *e)
+{
+    if (b->buf) return true;
+    b->total = hy_entry_serialized_bytes(e);
+    if (!b->total || !(b->buf = calloc(1, b->total))) {
+        b->c = h_fail(b->r, HY_RPC_RESOURCE_EXHAUSTED, "out of memory for the entry");
+        return false;
+    }
+    hy_meta *m = &b->m;
+    memset(m, 0, sizeof *m);
+    hy_entry_key(b->r->who.tenant, b->sm->fp, b->W, b->rp, b->sg->tok, b->sg->n, m->key.b);
+    snprintf(m->tenant, sizeof m->tenant, "%s", b->r->who.tenant);
+    memcpy(m->model, b->sm->fp, 32);
+    for (size_t i = 0; i < b->sg->ntags && i < HY_MAX_TAGS; i++)
+        snprintf(m->tags[m->ntags++], HY_TAG_MAX, "%s", b->sg->tags[i]);
+    m->tokens = (uint32_t)b->sg->n;
+    m->flops = hy_config_prefill_flops(b->sm->c, 0, hy_entry_body_tokens(e));
+    m->bytes = b->total;
+    m->created_ns = hy_wall_ns();
+    h_meta_to_pb(b->r->s, m, 0, &b->pm);
+    return true;
+}
+
+/* A layer is final: its sections leave now when the entry's size is known
+ * already; an entry whose heads' forms are chosen as it is built (a
+ * tolerance) leaves whole at the end. */
 static void build_layer(void *ctx, const hy_entry *e, int layer)
 {
     build_stream *b = ctx;
     if (b->c) return; /* the caller is gone: build on, send nothing */
-    if (!b->buf) {    /* the first layer: the entry's size and meta are known now */
-        b->total = hy_entry_serialized_bytes(e);
-        if (!b->total || !(b->buf = calloc(1, b->total))) {
-            b->c = h_fail(b->r, HY_RPC_RESOURCE_EXHAUSTED, "out of memory for the entry");
-            return;
-        }
-        hy_meta *m = &b->m;
-        memset(m, 0, sizeof *m);
-        hy_entry_key(b->r->who.tenant, b->sm->fp, b->W, b->dt, b->sg->tok, b->sg->n, m->key.b);
-        snprintf(m->tenant, sizeof m->tenant, "%s", b->r->who.tenant);
-        memcpy(m->model, b->sm->fp, 32);
-        for (size_t i = 0; i < b->sg->ntags && i < HY_MAX_TAGS; i++)
-            snprintf(m->tags[m->ntags++], HY_TAG_MAX, "%s", b->sg->tags[i]);
-        m->tokens = (uint32_t)b->sg->n;
-        m->flops = hy_config_prefill_flops(b->sm->c, 0, hy_entry_body_tokens(e));
-        m->bytes = b->total;
-        m->created_ns = hy_wall_ns();
-        h_meta_to_pb(b->r->s, m, 0, &b->pm);
-    }
+    if (!hy_entry_size_known(e) || !build_start(b, e)) return;
     size_t lo, hi;
     if (hy_entry_serialize_layer(e, b->buf, layer, &lo, &hi)) {
         b->c = h_fail(b->r, HY_RPC_RESOURCE_EXHAUSTED, "out of memory serialising the entry");
@@ -330,6 +341,25 @@ static void build_layer(void *ctx, const hy_entry *e, int layer)
     }
     build_send(b, lo, hi);
     b->layers_sent++;
+    b->next_layer = layer + 1;
+}
+
+/* The rest of the entry once it is built: every layer not sent yet, then
+ * the header and the tokens. */
+static void build_finish(build_stream *b, const hy_entry *e)
+{
+    if (b->c || !build_start(b, e)) return;
+    size_t lo, hi;
+    for (int l = b->next_layer; l < hy_entry_layers(e) && !b->c; l++) {
+        if (hy_entry_serialize_layer(e, b->buf, l, &lo, &hi)) {
+            b->c = h_fail(b->r, HY_RPC_RESOURCE_EXHAUSTED, "out of memory serialising the entry");
+            return;
+        }
+        build_send(b, lo, hi);
+    }
+    if (!b->c && hy_entry_serialize_finish(e, b->buf, &hi))
+        b->c = h_fail(b->r, HY_RPC_RESOURCE_EXHAUSTED, "out of memory serialising the entry");
+    if (!b->c) build_send(b, 0, hi); /* the header and the tokens, last */
 }
 
 /* One segment built from the empty state, as Warm builds it, and streamed
@@ -341,11 +371,12 @@ hy_rpc_code do_build(rq *r, const ProtobufCMessage *req)
     svc_model *sm;
     hy_rpc_code c;
     int W, w;
-    hy_entry_dtype dt = HY_ENTRY_F32;
+    hy_entry_repr rp;
     seg *sg = NULL;
     if ((c = h_keyed_fields(r, q->tenant, q->model,
                             q->seam_opt_case == HYPIC__V1__BUILD_REQUEST__SEAM_OPT_SEAM, q->seam,
-                            q->dtype, &sm, &W, &dt)))
+                            q->dtype, &sm, &W, &rp)) ||
+        (c = h_repr_of(r, q->repr, &rp)))
         return c;
     if (!q->tokens || q->tokens->n_ids == 0)
         return h_fail(r, HY_RPC_INVALID_ARGUMENT, "field 'tokens' is empty: a segment to build");
@@ -370,20 +401,17 @@ hy_rpc_code do_build(rq *r, const ProtobufCMessage *req)
                       .sm = sm,
                       .sg = &sg[0],
                       .W = W,
-                      .dt = dt,
+                      .rp = rp,
                       .chunk = HY_MIN((size_t)CHUNK_BYTES, (size_t)r->s->cfg.max_message / 2)};
     h_set_threads(r->s);
     hy_state_reset(x->st);
     hy_entry *ent = NULL;
     int rc =
-        hy_entry_build_streamed(x->ex, x->st, sg[0].tok, sg[0].n, W, dt, build_layer, &b, &ent, &e);
+        hy_entry_build_streamed(x->ex, x->st, sg[0].tok, sg[0].n, W, rp, build_layer, &b, &ent, &e);
     svc_exec_give(r->s, sm, x);
     r->computed = (int64_t)sg[0].n;
     r->misses = 1;
-    size_t hi = 0;
-    if (!rc && !b.c && hy_entry_serialize_finish(ent, b.buf, &hi))
-        b.c = h_fail(r, HY_RPC_RESOURCE_EXHAUSTED, "out of memory serialising the entry");
-    if (!rc && !b.c) build_send(&b, 0, hi); /* the header and the tokens, last */
+    if (!rc) build_finish(&b, ent);
     hy_entry_free(ent);
     if (rc)
         c = h_from_err(r, rc, &e);
@@ -411,11 +439,11 @@ hy_rpc_code do_prefill(rq *r, const ProtobufCMessage *req)
     svc_model *sm;
     hy_rpc_code c;
     int W;
-    hy_entry_dtype dt = HY_ENTRY_F32;
+    hy_entry_repr rp;
     seg *sg = NULL;
     if ((c = h_keyed_fields(r, q->tenant, q->model,
                             q->seam_opt_case == HYPIC__V1__PREFILL_REQUEST__SEAM_OPT_SEAM, q->seam,
-                            q->dtype, &sm, &W, &dt)))
+                            q->dtype, &sm, &W, &rp)))
         return c;
     hy_mode mode;
     switch ((int)q->mode) {
@@ -499,13 +527,13 @@ hy_rpc_code do_prefill(rq *r, const ProtobufCMessage *req)
     for (size_t i = 0; i < n; i++) {
         from[i] = HY_TIER_NONE;
         hs[i] = (hy_segment){sg[i].tok, sg[i].n, NULL};
-        hy_entry_key(r->who.tenant, sm->fp, Wm, dt, sg[i].tok, sg[i].n, keys[i].b);
+        hy_entry_key(r->who.tenant, sm->fp, Wm, rp, sg[i].tok, sg[i].n, keys[i].b);
     }
     tm.lookup_ms = (hy_now_s() - t0) * 1e3;
     for (size_t i = 0; reuse && i < n; i++) {
         /* an entry already fetched for its key, of this mode's W and dtype */
         if (sg[i].entry && hy_entry_seam_setting(sg[i].entry) == Wm &&
-            hy_entry_dtype_of(sg[i].entry) == dt) {
+            hy_entry_repr_eq(hy_entry_repr_of(sg[i].entry), rp)) {
             hs[i].entry = sg[i].entry;
             from[i] = sg[i].from;
             continue;
@@ -558,7 +586,7 @@ hy_rpc_code do_prefill(rq *r, const ProtobufCMessage *req)
                                         hy_entry_seam(sm->c, sg[i].n, Wm, &w, &ignored) == HY_OK};
         }
         hy_err je = {0};
-        if (sc_job_start(s, sm, r->who.tenant, Wm, dt, si, n, &job, &je))
+        if (sc_job_start(s, sm, r->who.tenant, Wm, rp, si, n, &job, &je))
             hy_log(HY_LOG_WARN, "scatter: the request's misses are built inline: %s", je.msg);
     }
 
@@ -574,7 +602,7 @@ hy_rpc_code do_prefill(rq *r, const ProtobufCMessage *req)
                      .nq = q->n_query,
                      .mode = mode,
                      .W = W,
-                     .dtype = dt,
+                     .repr = rp,
                      .prefix = pfx ? pfx->pc : NULL};
     hy_result res = {.built = built};
     h_set_threads(s);

@@ -202,7 +202,7 @@ hy_rpc_code do_put_entry(rq *r, const ProtobufCMessage *req)
     if (!c) {
         const int32_t *tok;
         const size_t n = (size_t)hy_entry_tokens(ent, &tok);
-        hy_entry_key(r->who.tenant, sm->fp, hy_entry_seam_setting(ent), hy_entry_dtype_of(ent), tok,
+        hy_entry_key(r->who.tenant, sm->fp, hy_entry_seam_setting(ent), hy_entry_repr_of(ent), tok,
                      n, k.b);
         if (have_key && memcmp(k.b, given.b, HY_KEY_BYTES) != 0)
             c = h_fail(r, HY_RPC_INVALID_ARGUMENT,
@@ -493,7 +493,10 @@ hy_rpc_code do_inspect(rq *r, const ProtobufCMessage *req)
     resp.body_tokens = (uint32_t)hy_entry_body_tokens(ent);
     resp.dtype = hy_entry_dtype_of(ent) == HY_ENTRY_BF16 ? HYPIC__V1__STATE_DTYPE__STATE_DTYPE_BF16
                                                          : HYPIC__V1__STATE_DTYPE__STATE_DTYPE_F32;
-    resp.format_version = HY_ENTRY_VERSION;
+    resp.format_version = (uint32_t)hy_entry_version(ent);
+    Hypic__V1__Representation rpb;
+    h_repr_to_pb(hy_entry_repr_of(ent), &rpb);
+    resp.repr = &rpb;
     resp.n_sections = ns;
     resp.sections = spp;
     resp.verified = q->verify;

@@ -75,7 +75,11 @@ hy_rpc_code h_dtype_of(rq *r, Hypic__V1__StateDtype d, hy_entry_dtype *out);
  * seam (the configured default unless given) and dtype. */
 hy_rpc_code h_keyed_fields(rq *r, const char *tenant, const char *model, bool has_seam,
                            uint32_t seam, Hypic__V1__StateDtype dtype, svc_model **sm, int *W,
-                           hy_entry_dtype *dt);
+                           hy_entry_repr *rp);
+/* The representation a request names (pb: NULL when unset, rp unchanged)
+ * over rp, the fields unspecified taken from the server's settings. */
+hy_rpc_code h_repr_of(rq *r, const Hypic__V1__Representation *pb, hy_entry_repr *rp);
+void h_repr_to_pb(hy_entry_repr rp, Hypic__V1__Representation *pb);
 hy_rpc_code h_key_of(rq *r, const char *field, ProtobufCBinaryData b, hy_key *k);
 Hypic__V1__Tier h_pb_tier(hy_tier_id t);
 hy_tier_id h_fastest(unsigned mask);

@@ -471,7 +471,7 @@ struct sc_job {
     char token[HY_CFG_TOKEN_MAX];
     bool has_token;
     int W;
-    hy_entry_dtype dt;
+    hy_entry_repr rp; /* of the entries the workers build */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     sc_seg *u; /* the distinct segments shipped */
@@ -554,8 +554,15 @@ static int build_on(sc_job *j, sc_runner *t, sc_seg *g, hy_rpc_client *cl, hy_ti
     q.tokens = &tk;
     q.seam_opt_case = HYPIC__V1__BUILD_REQUEST__SEAM_OPT_SEAM;
     q.seam = (uint32_t)j->W;
-    q.dtype = j->dt == HY_ENTRY_BF16 ? HYPIC__V1__STATE_DTYPE__STATE_DTYPE_BF16
-                                     : HYPIC__V1__STATE_DTYPE__STATE_DTYPE_F32;
+    q.dtype = j->rp.s == HY_ENTRY_BF16 ? HYPIC__V1__STATE_DTYPE__STATE_DTYPE_BF16
+                                       : HYPIC__V1__STATE_DTYPE__STATE_DTYPE_F32;
+    Hypic__V1__Representation rp = HYPIC__V1__REPRESENTATION__INIT;
+    rp.tolerance = j->rp.tol; /* the worker builds what the key names */
+    rp.t_dtype = j->rp.t == HY_ENTRY_BF16 ? HYPIC__V1__STATE_DTYPE__STATE_DTYPE_BF16
+                                          : HYPIC__V1__STATE_DTYPE__STATE_DTYPE_F32;
+    rp.kv_dtype = j->rp.kv == HY_ENTRY_BF16 ? HYPIC__V1__STATE_DTYPE__STATE_DTYPE_BF16
+                                            : HYPIC__V1__STATE_DTYPE__STATE_DTYPE_F32;
+    q.repr = &rp;
     q.tenant = j->tenant;
     q.n_tags = g->ntags;
     q.tags = g->tags;
@@ -591,7 +598,7 @@ static int build_on(sc_job *j, sc_runner *t, sc_seg *g, hy_rpc_client *cl, hy_ti
         hy_key k;
         const int32_t *tok;
         const size_t n = (size_t)hy_entry_tokens(ent, &tok);
-        hy_entry_key(j->tenant, j->sm->fp, hy_entry_seam_setting(ent), hy_entry_dtype_of(ent), tok,
+        hy_entry_key(j->tenant, j->sm->fp, hy_entry_seam_setting(ent), hy_entry_repr_of(ent), tok,
                      n, k.b);
         if (memcmp(k.b, g->key.b, HY_KEY_BYTES) != 0 || n != g->n ||
             memcmp(tok, g->tok, n * sizeof *tok) != 0) {
@@ -687,7 +694,7 @@ static void *runner_main(void *arg)
     return NULL;
 }
 
-int sc_job_start(hy_svc *s, svc_model *sm, const char *tenant, int W, hy_entry_dtype dt,
+int sc_job_start(hy_svc *s, svc_model *sm, const char *tenant, int W, hy_entry_repr rp,
                  const sc_seg_in *segs, size_t n, sc_job **out, hy_err *err)
 {
     *out = NULL;
@@ -720,7 +727,7 @@ int sc_job_start(hy_svc *s, svc_model *sm, const char *tenant, int W, hy_entry_d
     j->sm = sm;
     snprintf(j->tenant, sizeof j->tenant, "%s", tenant);
     j->W = W;
-    j->dt = dt;
+    j->rp = rp;
     j->n = n;
     j->retries = s->cfg.scatter_retries;
     pthread_mutex_init(&j->mu, NULL);

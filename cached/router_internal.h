@@ -55,7 +55,7 @@ typedef struct sc_job sc_job;
 /* Sends the request's segments marked ship (duplicates once) to the workers
  * that are up. *out NULL (and 0) when none is up or nothing is to ship: the
  * request then runs inline. */
-int sc_job_start(hy_svc *s, svc_model *sm, const char *tenant, int W, hy_entry_dtype dt,
+int sc_job_start(hy_svc *s, svc_model *sm, const char *tenant, int W, hy_entry_repr rp,
                  const sc_seg_in *segs, size_t n, sc_job **out, hy_err *err);
 
 /* hy_segment_await_fn over a job: segment i's entry once a worker's has

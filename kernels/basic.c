@@ -9,6 +9,7 @@
 #include <cblas.h>
 #include <omp.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <xmmintrin.h>
@@ -64,6 +65,35 @@ static void gemm1(int ta, int tb, int m, int n, int k, float alpha, const float 
     }
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
                 k, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+}
+
+/* LAPACK (Fortran interface, column-major). */
+void sgesdd_(const char *jobz, const int *m, const int *n, float *a, const int *lda, float *s,
+             float *u, const int *ldu, float *vt, const int *ldvt, float *work, const int *lwork,
+             int *iwork, int *info);
+
+int hy_svd(int m, int n, float *A, float *sv, float *U, float *Vt)
+{
+    pthread_once(&g_blas_once, blas_on_caller_thread);
+    /* Row-major A is column-major Aᵀ (n×m): Aᵀ = U'·Σ·V'ᵀ gives A = V'·Σ·U'ᵀ,
+     * so LAPACK's column-major V'ᵀ (k×m) read row-major is our U [m][k] and
+     * its U' (n×k) read row-major is our Vt [k][n]. */
+    const int M = n, N = m, k = m < n ? m : n;
+    int lwork = -1, info = 0;
+    float q = 0.0f;
+    int *iw = malloc(8 * (size_t)k * sizeof *iw);
+    if (!iw) return HY_ENOMEM;
+    sgesdd_("S", &M, &N, A, &M, sv, Vt, &M, U, &k, &q, &lwork, iw, &info);
+    lwork = (int)q + 1;
+    float *w = info == 0 ? malloc((size_t)lwork * sizeof *w) : NULL;
+    if (!w) {
+        free(iw);
+        return info ? HY_ERANGE : HY_ENOMEM;
+    }
+    sgesdd_("S", &M, &N, A, &M, sv, Vt, &M, U, &k, w, &lwork, iw, &info);
+    free(w);
+    free(iw);
+    return info ? HY_ERANGE : HY_OK;
 }
 
 void hy_gemm(int ta, int tb, int m, int n, int k, float alpha, const float *A, size_t lda,

@@ -92,6 +92,23 @@ void hy_la_apply(hy_la_tkind kind, int dk, int dv, const float *T, const float *
     left_mul_add(kind, dk, dv, T, S, Sc, work);
 }
 
+void hy_la_apply_lowrank(int dk, int dv, int r, float gamma, const float *U, const float *Vt,
+                         const float *Sc, float *S, float *work)
+{
+    const size_t n = (size_t)dk * dv;
+    if (r > 0) { /* work ← Vt·S first: S is overwritten next */
+        hy_gemm(0, 0, r, dv, dk, 1.0f, Vt, (size_t)dk, S, (size_t)dv, 0.0f, work, (size_t)dv);
+        /* beta = γ; with γ = 0 BLAS does not read S (nor its NaNs) */
+        hy_gemm(0, 0, dk, dv, r, 1.0f, U, (size_t)r, work, (size_t)dv, gamma, S, (size_t)dv);
+    } else if (gamma == 0.0f) {
+        memset(S, 0, n * sizeof *S);
+    } else {
+        for (size_t i = 0; i < n; i++) S[i] *= gamma;
+    }
+    if (Sc)
+        for (size_t i = 0; i < n; i++) S[i] += Sc[i];
+}
+
 void hy_la_extract(hy_la_tkind kind, int dk, int dv, const float *T, const float *S0,
                    const float *S1, float *Sc, float *work)
 {

@@ -214,7 +214,7 @@ static int pic_add(const hy_state *st, const hy_request *rq, size_t i, const hy_
         res->uncacheable++;
         res->prefilled += (int64_t)s->n;
     } else {
-        if ((rc = hy_entry_build_begin(st->m, pos, s->tokens, s->n, W, rq->dtype, &ent[i], &cap[i],
+        if ((rc = hy_entry_build_begin(st->m, pos, s->tokens, s->n, W, rq->repr, &ent[i], &cap[i],
                                        err)))
             return rc;
         pc[(*np)++] = (hy_piece){.tokens = s->tokens, .n = s->n, .cap = cap[i]};
@@ -224,14 +224,15 @@ static int pic_add(const hy_state *st, const hy_request *rq, size_t i, const hy_
     return HY_OK;
 }
 
-/* Ends the inline builds: each entry goes to res->built (on success) or is
- * freed. */
+/* Ends the inline builds: each entry, stored in its representation, goes to
+ * res->built (on success) or is freed — also one that ran out of memory
+ * being stored: a missing entry is a miss next time, not an error now. */
 static void pic_builds_end(const hy_request *rq, hy_entry **ent, hy_capture **cap, int rc,
                            hy_result *res)
 {
     for (size_t i = 0; ent && cap && i < rq->nsegs; i++) {
-        hy_entry_build_end(ent[i], cap[i]);
-        if (!rc && res->built)
+        const int brc = hy_entry_build_end(ent[i], cap[i]);
+        if (!rc && !brc && res->built)
             res->built[i] = ent[i];
         else
             hy_entry_free(ent[i]);

@@ -5,16 +5,19 @@
  * every section against its XXH3-64 before trusting it.
  *
  *   0   magic "HYPICENT"              48  model fingerprint (32 bytes)
- *   8   u32 version                   80  u64 XXH3 of header + table, taken
+ *   8   u32 version (2; 1 is read)    80  u64 XXH3 of header + table, taken
  *   12  u32 header bytes                  with this field zero
  *   16  u32 section count             88  u64 total bytes
- *   20  u32 S dtype (0 F32, 1 BF16)   96  u64 zero
- *   24  u32 W      28  u32 w          104 section table, count × 32 bytes:
- *   32  u32 n      36  u32 body tokens      u32 kind, u32 layer, u64 offset,
- *   40  u32 layers 44  u32 zero             u64 length, u64 XXH3
+ *   20  u8 S, T, K/V dtypes, u8 zero  96  u64 zero
+ *       (version 1: u32 S dtype)      104 section table, count × 32 bytes:
+ *   24  u32 W      28  u32 w                u32 kind, u32 layer, u64 offset,
+ *   32  u32 n      36  u32 body tokens      u64 length, u64 XXH3
+ *   40  u32 layers 44  f32 tolerance (version 1: zero)
  *
  * Sections in order: TOKENS (n × u32), then per layer either T, S, TAIL
- * (linear) or K, V (attention).
+ * (linear) or K, V (attention). Version 2's T and S sections are a table of
+ * head records and the heads' payloads (entry_repr.c); version 1's are
+ * [Hv] dense heads, T fp32 and S in its dtype, and K, V are fp32.
  */
 #include "hy_kernels.h"
 #include "model_internal.h"
@@ -62,14 +65,14 @@ typedef struct section {
     void *data;  /* the entry's buffer for it (NULL in a view before decoding) */
     void **slot; /* where the entry keeps that pointer */
     size_t bytes;
-    size_t off; /* its offset in the serialised entry (decoding) */
+    size_t off;               /* its offset in the serialised entry (decoding) */
+    const hy_head_rep *heads; /* T, S: written from the head records, not data */
+    int nheads;
 } section;
 
-/* The sections of entry e (its shapes from e->cfg), in file order; out has
- * room for MAX_SECTIONS. The sizes are those hy_entry_alloc gives the
- * sections (T per head as the Gated DeltaNet family's, a dense dk×dk), so a
- * section read whole into its buffer fits it. */
-hy_entry_layer_bytes hy_entry_layer_sizes(const hy_model_config *c, hy_entry_dtype dt)
+/* Version 1's section sizes: [Hv] dense heads, T in its family's shape
+ * (fp32), S in dt, K/V fp32. */
+static hy_entry_layer_bytes v1_sizes(const hy_model_config *c, hy_entry_dtype dt)
 {
     return (hy_entry_layer_bytes){
         .t = (size_t)c->lin_v_heads * hy_la_t_size(hy_lin_family(c), c->lin_dk) * 4,
@@ -77,6 +80,21 @@ hy_entry_layer_bytes hy_entry_layer_sizes(const hy_model_config *c, hy_entry_dty
         .tail = (size_t)(c->conv_kernel - 1) * (size_t)hy_config_conv_dim(c) * 4,
         .k_per_token = (size_t)hy_config_kv_k(c) * 4,
         .v_per_token = (size_t)hy_config_kv_v(c) * 4};
+}
+
+static size_t pad16(size_t x);
+
+/* An exact entry's (hy_entry_exact(dt)): version 1's with each linear head
+ * behind its 16-byte record, at a multiple of 16 bytes (a scalar T is its
+ * record alone). */
+hy_entry_layer_bytes hy_entry_layer_sizes(const hy_model_config *c, hy_entry_dtype dt)
+{
+    hy_entry_layer_bytes b = v1_sizes(c, dt);
+    const size_t H = (size_t)c->lin_v_heads, tab = pad16(H * 16);
+    const size_t th = hy_la_t_size(hy_lin_family(c), c->lin_dk);
+    b.t = tab + (th == 1 ? 0 : H * pad16(th * 4));
+    b.s = tab + H * pad16(b.s / (H ? H : 1));
+    return b;
 }
 
 void hy_entry_bytes_for(const hy_model_config *c, hy_entry_dtype dt, size_t *constant,
@@ -94,24 +112,68 @@ void hy_entry_bytes_for(const hy_model_config *c, hy_entry_dtype dt, size_t *con
     *per_body_token = t;
 }
 
+static size_t elem(hy_entry_dtype dt)
+{
+    return dt == HY_ENTRY_BF16 ? 2 : 4;
+}
+
+static size_t pad16(size_t x)
+{
+    return (x + 15) & ~(size_t)15;
+}
+
+bool hy_entry_size_known(const hy_entry *e)
+{
+    return e->repr.tol == 0.0f;
+}
+
+/* Bytes of linear layer li's T (is_t) or S section in version 2: from its
+ * head records once the layer is stored; before that (a build under way),
+ * what an exact entry's layer will take — dense heads in the part's dtype. */
+static size_t part_bytes(const hy_entry *e, int li, bool is_t)
+{
+    const hy_model_config *c = &e->cfg;
+    const int H = c->lin_v_heads;
+    if ((is_t ? e->T : e->S)[li])
+        return hy_rep_section_bytes((is_t ? e->th : e->sh) + (size_t)li * H, H);
+    size_t head;
+    if (is_t) {
+        const hy_la_tkind k = hy_lin_tkind(c);
+        head = k == HY_LA_T_SCALAR ? 0
+               : k == HY_LA_T_DIAG ? (size_t)c->lin_dk * elem(e->repr.t)
+                                   : (size_t)c->lin_dk * c->lin_dk * elem(e->repr.t);
+    } else {
+        head = (size_t)c->lin_dk * c->lin_dv * elem(e->repr.s);
+    }
+    return pad16((size_t)H * 16) + (size_t)H * pad16(head);
+}
+
+/* The sections of entry e (its shapes from e->cfg), in file order; out has
+ * room for MAX_SECTIONS. */
 static size_t list_sections(const hy_entry *e, section *out)
 {
     const hy_model_config *c = &e->cfg;
     assert(c->n_layers == e->n_layers && c->n_layers <= HY_MAX_LAYERS);
-    assert(e->dtype == HY_ENTRY_F32 || e->dtype == HY_ENTRY_BF16);
-    const hy_entry_layer_bytes b = hy_entry_layer_sizes(c, e->dtype);
+    const hy_entry_layer_bytes b = v1_sizes(c, HY_ENTRY_F32);
+    const size_t kv = elem(e->repr.kv), H = (size_t)c->lin_v_heads;
     size_t k = 0;
-    out[k++] = (section){SEC_TOKENS, 0, e->tokens, (void **)&e->tokens, (size_t)e->n * 4, 0};
+    out[k++] =
+        (section){SEC_TOKENS, 0, e->tokens, (void **)&e->tokens, (size_t)e->n * 4, 0, NULL, 0};
     for (int i = 0; i < c->n_layers; i++) {
         if (c->layer_kind[i] == HY_LAYER_LINEAR) {
-            out[k++] = (section){SEC_T, (uint32_t)i, e->T[i], (void **)&e->T[i], b.t, 0};
-            out[k++] = (section){SEC_S, (uint32_t)i, e->S[i], &e->S[i], b.s, 0};
             out[k++] =
-                (section){SEC_TAIL, (uint32_t)i, e->tail[i], (void **)&e->tail[i], b.tail, 0};
+                (section){SEC_T, (uint32_t)i,           e->T[i], &e->T[i], part_bytes(e, i, true),
+                          0,     e->th + (size_t)i * H, (int)H};
+            out[k++] =
+                (section){SEC_S, (uint32_t)i,           e->S[i], &e->S[i], part_bytes(e, i, false),
+                          0,     e->sh + (size_t)i * H, (int)H};
+            out[k++] = (section){SEC_TAIL, (uint32_t)i, e->tail[i], (void **)&e->tail[i],
+                                 b.tail,   0,           NULL,       0};
         } else if (c->layer_kind[i] == HY_LAYER_ATTENTION) {
-            const size_t kb = (size_t)e->nb * b.k_per_token, vb = (size_t)e->nb * b.v_per_token;
-            out[k++] = (section){SEC_K, (uint32_t)i, e->K[i], (void **)&e->K[i], kb, 0};
-            out[k++] = (section){SEC_V, (uint32_t)i, e->V[i], (void **)&e->V[i], vb, 0};
+            const size_t kb = (size_t)e->nb * b.k_per_token / 4 * kv;
+            const size_t vb = (size_t)e->nb * b.v_per_token / 4 * kv;
+            out[k++] = (section){SEC_K, (uint32_t)i, e->K[i], &e->K[i], kb, 0, NULL, 0};
+            out[k++] = (section){SEC_V, (uint32_t)i, e->V[i], &e->V[i], vb, 0, NULL, 0};
         }
     }
     assert(k <= MAX_SECTIONS);
@@ -178,7 +240,10 @@ static void write_sections(const section *secs, size_t ns, unsigned char *p,
     *lo = SIZE_MAX, *hi = 0;
     for (size_t i = 0; i < ns; i++) {
         if (!want(&secs[i], arg)) continue;
-        memcpy(p + secs[i].off, secs[i].data, secs[i].bytes);
+        if (secs[i].heads)
+            hy_rep_section_write(secs[i].heads, secs[i].nheads, p + secs[i].off);
+        else
+            memcpy(p + secs[i].off, secs[i].data, secs[i].bytes);
         if (secs[i].off < *lo) *lo = secs[i].off;
         if (align_up(secs[i].off + secs[i].bytes) > *hi)
             *hi = align_up(secs[i].off + secs[i].bytes);
@@ -222,7 +287,11 @@ int hy_entry_serialize_finish(const hy_entry *e, void *buf, size_t *hi)
     put32(p + 8, HY_ENTRY_VERSION);
     put32(p + 12, (uint32_t)hdr);
     put32(p + 16, (uint32_t)ns);
-    put32(p + 20, (uint32_t)e->dtype);
+    p[20] = (unsigned char)e->repr.s, p[21] = (unsigned char)e->repr.t;
+    p[22] = (unsigned char)e->repr.kv;
+    uint32_t tol;
+    memcpy(&tol, &e->repr.tol, 4);
+    put32(p + 44, tol);
     put32(p + 24, (uint32_t)e->W);
     put32(p + 28, (uint32_t)e->w);
     put32(p + 32, (uint32_t)e->n);
@@ -262,6 +331,67 @@ int hy_entry_serialize(const hy_entry *e, void **buf, size_t *len, hy_err *err)
     return HY_OK;
 }
 
+/* The header's representation: version 2's three dtypes and tolerance, or
+ * version 1's S dtype (the rest exact). */
+static int read_repr(const unsigned char *p, uint32_t ver, hy_entry_repr *r, hy_err *err)
+{
+    if (ver == 1) {
+        const uint32_t dt = get32(p + 20);
+        if (dt > HY_ENTRY_BF16) return hy_err_set(err, HY_EFORMAT, "entry: unknown S dtype %u", dt);
+        if (get32(p + 44) != 0)
+            return hy_err_set(err, HY_EFORMAT, "entry: reserved header fields are not zero");
+        *r = hy_entry_exact((hy_entry_dtype)dt);
+        return HY_OK;
+    }
+    if (p[20] > HY_ENTRY_BF16 || p[21] > HY_ENTRY_BF16 || p[22] > HY_ENTRY_BF16 || p[23] != 0)
+        return hy_err_set(err, HY_EFORMAT, "entry: unknown dtypes %u/%u/%u/%u (S, T, K/V, zero)",
+                          p[20], p[21], p[22], p[23]);
+    const uint32_t tb = get32(p + 44);
+    float tol;
+    memcpy(&tol, &tb, 4);
+    *r = (hy_entry_repr){(hy_entry_dtype)p[20], (hy_entry_dtype)p[21], (hy_entry_dtype)p[22], tol};
+    if (!(tol >= 0.0f && tol <= 1.0f))
+        return hy_err_set(err, HY_EFORMAT, "entry: tolerance %g is outside [0, 1]", (double)tol);
+    return HY_OK;
+}
+
+/* A version-1 linear section's head records: every head dense in its
+ * family's shape (T fp32), pointing into sec. */
+static void v1_heads(const hy_model_config *c, bool is_t, hy_entry_dtype sdt, const void *sec,
+                     hy_head_rep *out)
+{
+    const hy_la_tkind kind = hy_lin_tkind(c);
+    const size_t th = hy_la_t_size(hy_lin_family(c), c->lin_dk);
+    const size_t hs = is_t ? th * 4 : (size_t)c->lin_dk * c->lin_dv * elem(sdt);
+    for (int h = 0; h < c->lin_v_heads; h++) {
+        const unsigned char *q = (const unsigned char *)sec + (size_t)h * hs;
+        if (!is_t) /* bf16 rounds each value by at most 2⁻⁹ of itself: its bound */
+            out[h] = (hy_head_rep){.form = HY_FORM_DENSE,
+                                   .dtype = (uint8_t)sdt,
+                                   .bound = sdt == HY_ENTRY_BF16 ? 0x1p-9f : 0.0f,
+                                   .bytes = (uint32_t)hs,
+                                   .p = q};
+        else if (kind == HY_LA_T_SCALAR) {
+            float g;
+            memcpy(&g, q, 4);
+            out[h] = (hy_head_rep){.form = HY_FORM_SCALAR, .gamma = g};
+        } else
+            out[h] = (hy_head_rep){.form = kind == HY_LA_T_DIAG ? HY_FORM_DIAG : HY_FORM_DENSE,
+                                   .dtype = HY_ENTRY_F32,
+                                   .bytes = (uint32_t)hs,
+                                   .p = q};
+    }
+}
+
+/* The largest a version-2 T or S section can be for this model: the table
+ * and every head at full rank in fp32 or dense, whichever is larger. */
+static size_t part_max(const hy_model_config *c, bool is_t)
+{
+    const int dk = c->lin_dk, cols = is_t ? dk : c->lin_dv, k = dk < cols ? dk : cols;
+    const size_t head = HY_MAX((size_t)k * ((size_t)dk + cols), (size_t)dk * cols) * 4;
+    return pad16((size_t)c->lin_v_heads * 16) + (size_t)c->lin_v_heads * pad16(head);
+}
+
 /* Validates buf as an entry of model m and decodes it: into sections of its
  * own (copies), or, for a view, pointing into buf itself. */
 static int decode(const hy_model *m, const void *buf, size_t len, bool view, hy_entry **out,
@@ -275,9 +405,10 @@ static int decode(const hy_model *m, const void *buf, size_t len, bool view, hy_
                           len, HDR_FIXED);
     if (memcmp(p, k_magic, 8) != 0) return hy_err_set(err, HY_EFORMAT, "entry: bad magic");
     const uint32_t ver = get32(p + 8), hdr = get32(p + 12), ns = get32(p + 16);
-    if (ver != HY_ENTRY_VERSION)
-        return hy_err_set(err, HY_EUNSUPPORTED, "entry: format version %u, this build reads %d",
-                          ver, HY_ENTRY_VERSION);
+    if (ver != 1 && ver != HY_ENTRY_VERSION)
+        return hy_err_set(err, HY_EUNSUPPORTED,
+                          "entry: format version %u, this build reads 1 and %d", ver,
+                          HY_ENTRY_VERSION);
     if (ns == 0 || ns > MAX_SECTIONS || hdr != HDR_FIXED + ns * SEC_BYTES || hdr > len)
         return hy_err_set(err, HY_EFORMAT,
                           "entry: header of %u bytes with %u sections does not fit %zu bytes", hdr,
@@ -296,10 +427,12 @@ static int decode(const hy_model *m, const void *buf, size_t len, bool view, hy_
     if (memcmp(p + 48, m->fingerprint, 32) != 0)
         return hy_err_set(err, HY_EINVAL,
                           "entry: built for another model (fingerprint differs from this one's)");
-    const uint32_t dt = get32(p + 20), W = get32(p + 24), w = get32(p + 28), n = get32(p + 32);
+    hy_entry_repr repr;
+    int rc = read_repr(p, ver, &repr, err);
+    if (rc) return rc;
+    const uint32_t W = get32(p + 24), w = get32(p + 28), n = get32(p + 32);
     const uint32_t nb = get32(p + 36), nl = get32(p + 40);
-    if (dt > HY_ENTRY_BF16) return hy_err_set(err, HY_EFORMAT, "entry: unknown S dtype %u", dt);
-    if (get32(p + 44) != 0 || get64(p + 96) != 0) /* one byte string per entry */
+    if (get64(p + 96) != 0) /* one byte string per entry */
         return hy_err_set(err, HY_EFORMAT, "entry: reserved header fields are not zero");
     if (nl != (uint32_t)c->n_layers)
         return hy_err_set(err, HY_EFORMAT, "entry: %u layers, the model has %d", nl, c->n_layers);
@@ -314,13 +447,15 @@ static int decode(const hy_model *m, const void *buf, size_t len, bool view, hy_
     uint64_t grows = 4ull * n;
     for (int i = 0; i < c->n_layers; i++)
         if (c->layer_kind[i] == HY_LAYER_ATTENTION)
-            grows += (uint64_t)nb * (uint64_t)(hy_config_kv_k(c) + hy_config_kv_v(c)) * 4;
+            grows +=
+                (uint64_t)nb * (uint64_t)(hy_config_kv_k(c) + hy_config_kv_v(c)) * elem(repr.kv);
     if (grows > len)
         return hy_err_set(err, HY_EFORMAT,
                           "entry: %u tokens (body %u) need more than its %zu bytes", n, nb, len);
     hy_entry *e;
-    int rc = hy_entry_alloc(m, (int)W, (int)w, (int)n, (hy_entry_dtype)dt, view, &e, err);
+    rc = hy_entry_alloc(m, (int)W, (int)w, (int)n, repr, view, &e, err);
     if (rc) return rc;
+    e->version = (int)ver;
     section *secs = malloc(MAX_SECTIONS * sizeof *secs);
     if (!secs) {
         hy_entry_free(e);
@@ -334,23 +469,32 @@ static int decode(const hy_model *m, const void *buf, size_t len, bool view, hy_
      * the sections spread over the OpenMP threads (a request's hits are tens
      * of MiB, read once, from memory the caches do not hold: one core's
      * streaming rate is the fetch's limit otherwise); then, in order, the
-     * first section that fails, or the pointers or copies. */
+     * first section that fails, or the pointers or copies — and the T and S
+     * sections' head tables parsed. */
     size_t prev_end = hdr;
     uint64_t *sums = calloc(want ? want : 1, 2 * sizeof *sums); /* [want] stated, [want] found */
     if (!sums && !rc) rc = hy_err_set(err, HY_ENOMEM, "out of memory");
+    const hy_entry_layer_bytes v1b = v1_sizes(c, repr.s);
     for (size_t i = 0; i < want && !rc; i++) {
         const unsigned char *t = p + HDR_FIXED + i * SEC_BYTES;
         const uint32_t kind = get32(t), layer = get32(t + 4);
         const uint64_t off = get64(t + 8), bytes = get64(t + 16);
         const char *kn = secs[i].kind < 7 ? k_kind[secs[i].kind] : "?";
+        const bool part = secs[i].kind == SEC_T || secs[i].kind == SEC_S;
+        /* v1: every size follows from the model; v2: a T or S section's from
+         * its head table (checked when parsed), up to the model's largest */
+        const size_t need = !part      ? secs[i].bytes
+                            : ver == 1 ? (secs[i].kind == SEC_T ? v1b.t : v1b.s)
+                                       : part_max(c, secs[i].kind == SEC_T);
         if (kind != secs[i].kind || layer != secs[i].layer)
             rc = hy_err_set(err, HY_EFORMAT,
                             "entry: section %zu is kind %u layer %u, expected %s of layer %u", i,
                             kind, layer, kn, secs[i].layer);
-        else if (bytes != secs[i].bytes)
+        else if (ver == 2 && part ? bytes > need : bytes != need)
             rc = hy_err_set(err, HY_EFORMAT,
-                            "entry: section %s of layer %u has %llu bytes, the model needs %zu", kn,
-                            layer, (unsigned long long)bytes, secs[i].bytes);
+                            "entry: section %s of layer %u has %llu bytes, the model needs %s%zu",
+                            kn, layer, (unsigned long long)bytes,
+                            ver == 2 && part ? "at most " : "", need);
         else if (off % ALIGN || off < prev_end || off > len || bytes > len - off)
             rc = hy_err_set(err, HY_EFORMAT,
                             "entry: section %s of layer %u at [%llu, +%llu) is misplaced in %zu "
@@ -358,6 +502,7 @@ static int decode(const hy_model *m, const void *buf, size_t len, bool view, hy_
                             kn, layer, (unsigned long long)off, (unsigned long long)bytes, len);
         else {
             secs[i].off = (size_t)off;
+            secs[i].bytes = (size_t)bytes;
             sums[i] = get64(t + 24);
             prev_end = off + bytes;
         }
@@ -368,14 +513,38 @@ static int decode(const hy_model *m, const void *buf, size_t len, bool view, hy_
         for (long i = 0; i < nsec; i++)
             sums[want + (size_t)i] = hy_xxh3(p + secs[i].off, secs[i].bytes);
     }
+    const int H = c->lin_v_heads;
     for (size_t i = 0; i < want && !rc; i++) {
-        if (sums[want + i] != sums[i])
+        const bool part = secs[i].kind == SEC_T || secs[i].kind == SEC_S;
+        if (sums[want + i] != sums[i]) {
             rc = hy_err_set(err, HY_EFORMAT, "entry: section %s of layer %u fails its checksum",
                             secs[i].kind < 7 ? k_kind[secs[i].kind] : "?", secs[i].layer);
-        else if (view) /* the executor only reads an entry's sections: buf stays unchanged */
-            *secs[i].slot = (void *)(p + secs[i].off);
+            break;
+        }
+        const void *src = p + secs[i].off;
+        if (view) { /* the executor only reads an entry's sections: buf stays unchanged */
+            *secs[i].slot = (void *)src;
+        } else if (part) { /* T and S storage is per layer, as the section */
+            void *cp = hy_alloc(HY_MAX(secs[i].bytes, 1));
+            if (!cp) {
+                rc = hy_err_set(err, HY_ENOMEM, "out of memory");
+                break;
+            }
+            memcpy(cp, src, secs[i].bytes);
+            *secs[i].slot = cp;
+            src = cp;
+        } else {
+            memcpy(secs[i].data, src, secs[i].bytes);
+        }
+        if (!part) continue;
+        const bool is_t = secs[i].kind == SEC_T;
+        hy_head_rep *heads = (is_t ? e->th : e->sh) + (size_t)secs[i].layer * H;
+        if (ver == 1)
+            v1_heads(c, is_t, repr.s, src, heads);
         else
-            memcpy(secs[i].data, p + secs[i].off, secs[i].bytes);
+            rc = hy_rep_section_parse(src, secs[i].bytes, H, is_t, hy_lin_tkind(c), c->lin_dk,
+                                      c->lin_dv, heads, err);
+        if (rc) hy_err_prefix(err, "entry: layer %u", secs[i].layer);
     }
     free(sums);
     for (int i = 0; i < e->n && !rc; i++)

@@ -233,12 +233,10 @@ static size_t plan(hy_exec *ex, size_t B, float *base)
     return off;
 }
 
-/* A thread's scratch for composing one head: the kernel's part, then an fp32
- * copy of a BF16 S_body. */
+/* A thread's scratch for composing one head in any of its stored forms. */
 static size_t compose_floats(const hy_model_config *c)
 {
-    return hy_la_compose_scratch(hy_lin_tkind(c), c->lin_dk, c->lin_dv) +
-           (size_t)c->lin_dk * c->lin_dv;
+    return hy_rep_apply_scratch(hy_lin_tkind(c), c->lin_dk, c->lin_dv);
 }
 
 static int ensure_workspace(hy_exec *ex, size_t B, int64_t ctx, hy_err *err)
@@ -560,20 +558,8 @@ static void moe_mlp(hy_exec *ex, const hy_layer_w *L, int n)
 static void compose_head(const hy_model_config *c, const hy_entry *e, int li, int h, bool use_T,
                          float *S, float *work)
 {
-    const int dk = c->lin_dk, dv = c->lin_dv;
-    const size_t ss = (size_t)dk * dv;
-    const float *sb = (const float *)e->S[li] + (size_t)h * ss;
-    if (e->dtype == HY_ENTRY_BF16) {
-        const uint16_t *b = (const uint16_t *)e->S[li] + (size_t)h * ss;
-        float *f = work + hy_la_compose_scratch(hy_lin_tkind(c), dk, dv);
-        for (size_t j = 0; j < ss; j++) f[j] = hy_bf16_to_f32(b[j]);
-        sb = f;
-    }
-    if (use_T)
-        hy_la_apply(hy_lin_tkind(c), dk, dv,
-                    e->T[li] + (size_t)h * hy_la_t_size(hy_lin_family(c), dk), sb, S, work);
-    else
-        for (size_t j = 0; j < ss; j++) S[j] += sb[j];
+    const size_t at = (size_t)li * c->lin_v_heads + h;
+    hy_rep_apply(hy_lin_tkind(c), c->lin_dk, c->lin_dv, &e->th[at], &e->sh[at], use_T, S, work);
 }
 
 /* Advances one head's state S over the step's rows [off, off + len) of a
@@ -581,13 +567,17 @@ static void compose_head(const hy_model_config *c, const hy_entry *e, int li, in
  * kernel. ctx: the step's activations it reads. */
 typedef void (*head_run_fn)(hy_exec *ex, int li, int h, int off, int len, float *S, float *T,
                             float *work, const float *ctx);
+/* Σ of head h's scalar log-decays over rows [off, off + len) of the step, for
+ * families whose decay is one scalar per token and head (T = γ·Π(…) with
+ * γ = exp of it), else NULL. */
+typedef double (*head_logdecay_fn)(const hy_exec *ex, int h, int off, int len);
 
 /* One head over the step's items in request order, whatever the family: runs
  * advance S through `run` (from a capture's start, T beside it; the state is
  * kept at the body's start and replaced at the segment's end by S_body = S −
  * T·S_w), holes compose into S. Returns the seconds spent composing. */
 static double head_items(hy_exec *ex, hy_state *st, int li, int h, const item *it, int ni,
-                         float *work, head_run_fn run, const float *ctx)
+                         float *work, head_run_fn run, head_logdecay_fn logdecay, const float *ctx)
 {
     const hy_model_config *c = &ex->m->cfg;
     const int dk = c->lin_dk, dv = c->lin_dv;
@@ -612,6 +602,8 @@ static double head_items(hy_exec *ex, hy_state *st, int li, int h, const item *i
             const int off = r0 + (part ? s : 0), len = part ? n - s : s;
             if (len > 0)
                 run(ex, li, h, off, len, S, part ? cap->T[li] + (size_t)h * th : NULL, work, ctx);
+            if (len > 0 && part && logdecay && cap->logdecay[li])
+                cap->logdecay[li][h] += logdecay(ex, h, off, len);
             if (part == 0 && cap && it[i].pos + s == cap->start)
                 memcpy(cap->S_w[li] + (size_t)h * ss, S, ss * sizeof(float));
         }
@@ -627,7 +619,7 @@ static double head_items(hy_exec *ex, hy_state *st, int li, int h, const item *i
  * family's kernel), in parallel; each thread's composing time is added to
  * its compose timer. */
 static void heads_over_items(hy_exec *ex, hy_state *st, int li, int nheads, const item *it, int ni,
-                             head_run_fn run, const float *ctx)
+                             head_run_fn run, head_logdecay_fn logdecay, const float *ctx)
 {
     prof_begin(ex);
 #pragma omp parallel for schedule(dynamic, 1)
@@ -635,7 +627,8 @@ static void heads_over_items(hy_exec *ex, hy_state *st, int li, int nheads, cons
         const int tid = omp_get_thread_num();
         assert(tid < ex->nthreads && tid < ex->tcompose_n);
         float *work = ex->scratch + (size_t)tid * ex->scratch_per_thread;
-        ex->tcompose[(size_t)tid * TC_PAD] += head_items(ex, st, li, h, it, ni, work, run, ctx);
+        ex->tcompose[(size_t)tid * TC_PAD] +=
+            head_items(ex, st, li, h, it, ni, work, run, logdecay, ctx);
     }
     prof_end(ex, HY_EXEC_OP_DELTA_RULE);
 }
@@ -703,6 +696,15 @@ static void gdn_run(hy_exec *ex, int li, int h, int off, int len, float *S, floa
         hy_gdn_recurrent(&in, S, o, (size_t)Vd, T);
 }
 
+/* GDN's log-decay of head h per row, ex->g [rows][Hv]. */
+static double gdn_logdecay(const hy_exec *ex, int h, int off, int len)
+{
+    const int Hv = ex->m->cfg.lin_v_heads;
+    double s = 0.0;
+    for (int t = off; t < off + len; t++) s += ex->g[(size_t)t * Hv + h];
+    return s;
+}
+
 /* out = x·rms(x)⁻¹·w over one head's d values: hy_rmsnorm's arithmetic for
  * a single row, without the nested parallel region it would open inside a
  * parallel loop. */
@@ -758,7 +760,7 @@ static void gdn_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni,
     }
     prof_end(ex, HY_EXEC_OP_NORM_GATE);
 
-    heads_over_items(ex, st, li, Hv, it, ni, gdn_run, cv);
+    heads_over_items(ex, st, li, Hv, it, ni, gdn_run, gdn_logdecay, cv);
     if (n == 0) return;
 
     /* Gated RMSNorm per value head: w · norm(o) · silu(z). */
@@ -864,7 +866,7 @@ static void kda_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni,
     }
     prof_end(ex, HY_EXEC_OP_NORM_GATE);
 
-    heads_over_items(ex, st, li, H, it, ni, kda_run, cv);
+    heads_over_items(ex, st, li, H, it, ni, kda_run, NULL, cv);
     if (n == 0) return;
 
     prof_begin(ex);
@@ -949,7 +951,7 @@ static void mamba_layer(hy_exec *ex, hy_state *st, int li, const item *it, int n
     }
     prof_end(ex, HY_EXEC_OP_NORM_GATE);
 
-    heads_over_items(ex, st, li, nh, it, ni, mamba_run, cv);
+    heads_over_items(ex, st, li, nh, it, ni, mamba_run, NULL, cv);
     if (n == 0) return;
 
     prof_begin(ex);
@@ -1021,7 +1023,7 @@ static void light_layer(hy_exec *ex, hy_state *st, int li, const item *it, int n
         }
         prof_end(ex, HY_EXEC_OP_NORM_GATE);
     }
-    heads_over_items(ex, st, li, nh, it, ni, light_run, proj);
+    heads_over_items(ex, st, li, nh, it, ni, light_run, NULL, proj);
     if (n == 0) return;
     prof_begin(ex);
 #pragma omp parallel for schedule(static)
@@ -1038,6 +1040,14 @@ static void light_layer(hy_exec *ex, hy_state *st, int li, const item *it, int n
 
 /* --- attention layers ------------------------------------------------------ */
 
+/* dst[i] ← src[i] widened from bf16, over the threads. */
+static void hole_kv_widen(float *dst, const void *src, size_t n)
+{
+    const uint16_t *b = src;
+#pragma omp parallel for schedule(static) if (n >= 65536)
+    for (size_t i = 0; i < n; i++) dst[i] = hy_bf16_to_f32(b[i]);
+}
+
 /* Each hole's K, rotated to the hole's positions, and V into the cache:
  * exactly what computing those tokens there would have written. */
 static void write_holes(hy_exec *ex, hy_state *st, int li, const item *it, int ni)
@@ -1051,18 +1061,24 @@ static void write_holes(hy_exec *ex, hy_state *st, int li, const item *it, int n
         const int64_t p0 = it[i].pos;
         assert(p0 + e->nb <= st->kv_cap);
         float *K = st->k[li] + (size_t)p0 * KV, *V = st->v[li] + (size_t)p0 * KV;
-        const float *eK = e->K[li], *eV = e->V[li];
         const int rd = c->rotary_dim;
         assert(rd == 0 || p0 + e->nb <= ex->rope_n);
+        if (e->repr.kv == HY_ENTRY_BF16) { /* widened in place, then rotated there */
+            hole_kv_widen(K, e->K[li], (size_t)e->nb * KV);
+            hole_kv_widen(V, e->V[li], (size_t)e->nb * KV);
+        }
+        const float *eK = e->repr.kv == HY_ENTRY_BF16 ? K : e->K[li];
+        const float *eV = e->V[li];
 #pragma omp parallel for schedule(static)
         for (int t = 0; t < e->nb; t++) {
             const float *cs = rd ? ex->rope + (size_t)(p0 + t) * (size_t)rd : NULL;
             for (int g = 0; g < c->n_kv_heads; g++) {
                 const size_t at = (size_t)t * KV + (size_t)g * hd;
                 hy_rope_rotate(K + at, eK + at, rd, cs);
-                memcpy(K + at + rd, eK + at + rd, (size_t)(hd - rd) * sizeof(float));
+                if (eK != K) memcpy(K + at + rd, eK + at + rd, (size_t)(hd - rd) * sizeof(float));
             }
-            memcpy(V + (size_t)t * KV, eV + (size_t)t * KV, (size_t)KV * sizeof(float));
+            if (e->repr.kv != HY_ENTRY_BF16)
+                memcpy(V + (size_t)t * KV, eV + (size_t)t * KV, (size_t)KV * sizeof(float));
         }
     }
     ex->hole_kv_s += hy_now_s() - t0;
@@ -1231,12 +1247,18 @@ static void mla_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni,
             if (it[i].p->tokens) continue;
             const int64_t p0 = it[i].pos;
             assert(p0 + e->nb <= st->kv_cap && (rd == 0 || p0 + e->nb <= ex->rope_n));
-            memcpy(st->k[li] + (size_t)p0 * R, e->K[li], (size_t)e->nb * R * sizeof(float));
             float *kr = st->v[li] + (size_t)p0 * dr;
             const float *ekr = e->V[li];
-            if (rd == 0)
-                memcpy(kr, ekr, (size_t)e->nb * dr * sizeof(float));
-            else
+            if (e->repr.kv == HY_ENTRY_BF16) { /* widened in place, rotated there */
+                hole_kv_widen(st->k[li] + (size_t)p0 * R, e->K[li], (size_t)e->nb * R);
+                hole_kv_widen(kr, e->V[li], (size_t)e->nb * dr);
+                ekr = kr;
+            } else {
+                memcpy(st->k[li] + (size_t)p0 * R, e->K[li], (size_t)e->nb * R * sizeof(float));
+            }
+            if (rd == 0) {
+                if (ekr != kr) memcpy(kr, ekr, (size_t)e->nb * dr * sizeof(float));
+            } else
 #pragma omp parallel for schedule(static)
                 for (int t = 0; t < e->nb; t++)
                     hy_rope_rotate(kr + (size_t)t * dr, ekr + (size_t)t * dr, rd,

@@ -164,11 +164,13 @@ size_t hy_state_x_row(const hy_model_config *c);
  * so neither the seam nor the build costs a pass over the weights of its own. */
 typedef struct hy_capture {
     int64_t start, end;
-    float **S_w;    /* per layer: [Hv][dk][dv] (NULL for attention) */
-    float **T;      /* per layer: [Hv] × T's floats (dk×dk, or 1: hy_lin_tkind), advanced in
-                     * place; NULL for attention */
-    float **K, **V; /* per layer: [end − start][Hkv][hd], row = position − start */
-    float **tail;   /* per layer: [K−1][conv_dim] */
+    float **S_w;       /* per layer: [Hv][dk][dv] (NULL for attention) */
+    float **T;         /* per layer: [Hv] × T's floats (dk×dk, or 1: hy_lin_tkind), advanced in
+                        * place; NULL for attention */
+    double **logdecay; /* per layer: [Hv], Σ of the body's scalar log-decays — the γ of
+                        * T = γ·Π(I − β k kᵀ) — where the family has them (GDN), else NULL */
+    float **K, **V;    /* per layer: [end − start][Hkv][hd], row = position − start */
+    float **tail;      /* per layer: [K−1][conv_dim] */
 } hy_capture;
 
 /* One piece of a forward pass (hy_exec_run): a run of n computed tokens —
@@ -210,10 +212,14 @@ bool hy_entry_fits(const hy_entry *e, const hy_model_config *c);
  * is its body's first position (T at I). Refuses a segment too short to cache
  * (hy_entry_seam's error) or out-of-vocabulary ids. */
 int hy_entry_build_begin(const hy_model *m, int64_t pos, const int32_t *tokens, size_t n, int W,
-                         hy_entry_dtype dtype, hy_entry **e, hy_capture **cap, hy_err *err);
-/* After the pass over the segment: rounds S_body to the entry's dtype and
- * frees the capture (e stays the caller's). */
-void hy_entry_build_end(hy_entry *e, hy_capture *cap);
+                         hy_entry_repr repr, hy_entry **e, hy_capture **cap, hy_err *err);
+/* Layer l's captured T, S_body and K/V, final, stored in the entry in its
+ * representation (encoded, rounded) and the capture's buffers of it freed;
+ * HY_ENOMEM. Idempotent: a layer done is skipped. */
+int hy_entry_build_layer(hy_entry *e, hy_capture *cap, int layer);
+/* After the pass over the segment: every layer not done yet (above), then
+ * the capture freed (e stays the caller's). */
+int hy_entry_build_end(hy_entry *e, hy_capture *cap);
 
 /* An executor's profile (hy_exec_set_profiling). Time is attributed by a
  * cursor: each mark adds the wall time since `last` to one kind and moves
@@ -225,24 +231,65 @@ typedef struct hy_exec_stats {
     hy_exec_prof prof;
 } hy_exec_stats;
 
+/* One linear head's T or S(body|0) as an entry stores it (entry_repr.c). */
+typedef struct hy_head_rep {
+    uint8_t form;   /* hy_entry_form */
+    uint8_t dtype;  /* hy_entry_dtype of the payload */
+    uint16_t rank;  /* LOWRANK, IPLR */
+    float gamma;    /* SCALAR, IPLR */
+    float bound;    /* T: ≥ ‖T̃ − T‖₂; S: ‖S̃ − S‖_F / ‖S‖_F */
+    uint32_t bytes; /* of the payload */
+    const void *p;  /* the payload: DIAG [dk]; LOWRANK, IPLR U [rows][r] then Vt [r][cols];
+                     * DENSE [rows][cols] (T: rows = cols = dk; S: dk × dv) */
+} hy_head_rep;
+
 struct hy_entry {
-    hy_model_config cfg;  /* the shapes its sections have (from its model) */
-    int W, w, n, nb;      /* seam setting, seam width, segment and body tokens */
-    hy_entry_dtype dtype; /* storage of S */
+    hy_model_config cfg; /* the shapes its sections have (from its model) */
+    int W, w, n, nb;     /* seam setting, seam width, segment and body tokens */
+    hy_entry_repr repr;  /* how it is stored */
+    int version;         /* the format it was read in; HY_ENTRY_VERSION when built */
     uint8_t model_fp[32];
     int n_layers;
     int32_t *tokens; /* [n], the whole segment */
-    float **T;       /* per linear layer: [Hv] × T's floats (hy_lin_tkind) */
-    void **S;        /* per linear layer: [Hv][dk][dv] in dtype */
+    hy_head_rep *th; /* [n_layers][Hv]: each linear layer's heads' T */
+    hy_head_rep *sh; /* [n_layers][Hv]: their S(body|0) */
+    void **T, **S;   /* per linear layer: the bytes th's and sh's payloads point into
+                      * (owned; a view's point into its buffer) */
     float **tail;    /* per linear layer: [K-1][conv_dim] */
-    float **K, **V;  /* per attention layer: [nb][Hkv][hd], K canonical */
+    void **K, **V;   /* per attention layer: [nb][Hkv][hd] in repr.kv, K canonical */
     bool view;       /* the sections (tokens included) point into a buffer
                       * the entry does not own (hy_entry_view) */
 };
 
+/* --- head representations (entry_repr.c) --- */
+/* Bytes of a head's payload. */
+size_t hy_rep_payload_bytes(int form, int dtype, int rank, int rows, int cols);
+/* Chooses head T's form under repr (tol, and bf16 when repr.t allows) and
+ * writes it: *out with out->p a malloc'd payload (NULL when empty) the caller
+ * frees. T: hy_la_t_size() floats of the family's kind; loggamma: log of the
+ * head's scalar decay over the body (NAN when the family has none). */
+int hy_rep_encode_t(hy_la_tkind kind, int dk, const float *T, double loggamma,
+                    const hy_entry_repr *repr, hy_head_rep *out);
+/* The same for S(body|0) [dk][dv] under repr.s and tol. */
+int hy_rep_encode_s(int dk, int dv, const float *S, const hy_entry_repr *repr, hy_head_rep *out);
+/* Floats of scratch hy_rep_apply needs per thread. */
+size_t hy_rep_apply_scratch(hy_la_tkind kind, int dk, int dv);
+/* S ← T̃·S + S̃ for one head (use_T false: S ← S + S̃, the naive ablation).
+ * S: [dk][dv] fp32. */
+void hy_rep_apply(hy_la_tkind kind, int dk, int dv, const hy_head_rep *t, const hy_head_rep *s,
+                  bool use_T, float *S, float *work);
+/* A layer's T or S section (version 2): heads × 16-byte records, then each
+ * head's payload at a multiple of 16. Bytes of it; written into dst. */
+size_t hy_rep_section_bytes(const hy_head_rep *h, int heads);
+void hy_rep_section_write(const hy_head_rep *h, int heads, void *dst);
+/* Parses and checks a version-2 section of len bytes: forms the part and
+ * family allow, ranks, payload sizes, bounds; out[h].p point into sec. */
+int hy_rep_section_parse(const void *sec, size_t len, int heads, bool is_t, hy_la_tkind kind,
+                         int dk, int dv, hy_head_rep *out, hy_err *err);
+
 /* Allocates an entry of n tokens with seam w for model m (sections
  * uninitialised), or with view only its section pointer arrays (all NULL). */
-int hy_entry_alloc(const hy_model *m, int W, int w, int n, hy_entry_dtype dt, bool view,
+int hy_entry_alloc(const hy_model *m, int W, int w, int n, hy_entry_repr repr, bool view,
                    hy_entry **out, hy_err *err);
 
 /* The table of config.json keys the loader reads (model/config.c), rendered

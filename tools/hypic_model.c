@@ -256,6 +256,8 @@ static int cmd_entry_size(int argc, char **argv)
     printf("a %ld-token segment (seam %d, %ld body tokens): %s (S bf16: %s), %.0f bytes per body "
            "token\n",
            n, w, nb, b[3], b[4], ((double)k32 + (double)tok * nb) / (double)nb);
+    printf("(exact entries; with a tolerance (pic.tolerance) each linear head takes a smaller "
+           "form chosen from its states: hypic-bench quality --reprs measures them)\n");
     return 0;
 }
 

@@ -28,6 +28,12 @@ void hy_linear(int n, int in, int out, const float *X, size_t ldx, const float *
 void hy_gemm(int ta, int tb, int m, int n, int k, float alpha, const float *A, size_t lda,
              const float *B, size_t ldb, float beta, float *C, size_t ldc);
 
+/* The thin SVD of a row-major m×n matrix A = U·Diag(sv)·Vt, k = min(m, n):
+ * sv [k] descending, U [m][k], Vt [k][n], both row-major. A is destroyed.
+ * LAPACK's divide-and-conquer sgesdd (OpenBLAS ships it), on the calling
+ * thread. HY_ENOMEM, or HY_ERANGE when it does not converge. */
+int hy_svd(int m, int n, float *A, float *sv, float *U, float *Vt);
+
 /* out[t] = x[t] · rsqrt(mean(x[t]²) + eps) · w over d features, per row t;
  * w is the effective multiplier (1 + weight for Qwen's zero-centred norms). */
 void hy_rmsnorm(int n, int d, const float *x, size_t ldx, const float *w, float eps, float *out,
@@ -281,6 +287,12 @@ size_t hy_la_compose_scratch(hy_la_tkind kind, int dk, int dv);
  * S, Sc: [dk][dv]; work: hy_la_compose_scratch() floats. */
 void hy_la_apply(hy_la_tkind kind, int dk, int dv, const float *T, const float *Sc, float *S,
                  float *work);
+/* S ← γ·S + U·(Vt·S) + Sc for T = γ·I + U·Vt of rank r (a segment's T held
+ * as a scaled identity plus low rank; γ = 0: low rank alone): 2·r·dk·dv
+ * flops instead of dk·dk·dv. U: [dk][r], Vt: [r][dk]; Sc NULL: zero;
+ * work: r·dv floats. */
+void hy_la_apply_lowrank(int dk, int dv, int r, float gamma, const float *U, const float *Vt,
+                         const float *Sc, float *S, float *work);
 /* The inverse reading of a run: from the state S0 at a segment's start, the
  * state S1 after it and the segment's T, its state from zero
  *     Sc ← S1 − T·S0          (S1 = T·S0 + Sc: the map is affine)

@@ -264,14 +264,43 @@ void hy_model_fingerprint(const hy_model *m, uint8_t fp[32]);
  * An entry is what HYPIC caches for one segment of n tokens: its first
  * w = min(W, n − 1) tokens are the seam, recomputed under the true prefix at
  * every reuse; the rest, the body, is cached: per linear layer the body's
- * transition operator T [Hv][dk][dk] (fp32), its state from zero S(body|0)
- * [Hv][dk][dv] (fp32 or bf16) and the conv tail [K−1][conv_dim]; per
- * attention layer the body's canonical K (after k_norm, before RoPE) and V.
- * W = 0 (no seam) caches the whole segment: the ablation `noseam`. */
-#define HY_ENTRY_VERSION 1
+ * transition operator T and its state from zero S(body|0), head by head, and
+ * the conv tail [K−1][conv_dim]; per attention layer the body's canonical K
+ * (after k_norm, before RoPE) and V. W = 0 (no seam) caches the whole
+ * segment: the ablation `noseam`.
+ *
+ * Each linear head's T and S are stored in the smallest form whose error
+ * stays within the entry's tolerance (model/entry_repr.c): zero, a scalar or
+ * diagonal, low rank U·Vt, a scaled identity plus low rank γ·I + U·Vt, or
+ * dense; fp32, or bf16 where the part allows it and the bound still holds. */
+#define HY_ENTRY_VERSION 2 /* what this build writes; version 1 is still read */
 #define HY_SEAM_DEFAULT  8
 typedef enum hy_entry_dtype { HY_ENTRY_F32 = 0, HY_ENTRY_BF16 = 1 } hy_entry_dtype;
 typedef struct hy_entry hy_entry;
+
+/* How an entry stores its parts. tol = 0: every head dense (T in its
+ * family's shape), each part in its dtype — the version-1 entry when all
+ * three are F32. tol > 0: each head in the smallest form whose bound holds:
+ * for T, ‖T̃ − T‖₂ ≤ tol (the largest error T̃ makes on a unit-norm state);
+ * for S(body|0), ‖S̃ − S‖_F ≤ tol·‖S‖_F; a part whose dtype is BF16 may then
+ * be bf16 head by head, where the bound still holds. K and V are stored in
+ * kv, whatever tol. Part of the entry's cache key. */
+typedef struct hy_entry_repr {
+    hy_entry_dtype s, t, kv;
+    float tol;
+} hy_entry_repr;
+/* The exact representation with S in dtype s (version 1's choices). */
+static inline hy_entry_repr hy_entry_exact(hy_entry_dtype s)
+{
+    return (hy_entry_repr){.s = s, .t = HY_ENTRY_F32, .kv = HY_ENTRY_F32, .tol = 0.0f};
+}
+static inline bool hy_entry_repr_eq(hy_entry_repr a, hy_entry_repr b)
+{
+    return a.s == b.s && a.t == b.t && a.kv == b.kv && a.tol == b.tol;
+}
+/* HY_EINVAL with the field when r is not a representation entries take:
+ * dtypes F32 or BF16, tol finite in [0, 1]. */
+int hy_entry_repr_check(const hy_entry_repr *r, hy_err *err);
 
 /* The seam width of an n-token segment under setting W; HY_EUNSUPPORTED
  * (with the reason) when the segment is too short to cache: a seam narrower
@@ -284,7 +313,7 @@ int hy_entry_seam(const hy_model_config *c, size_t n, int W, int *w, hy_err *err
  * the same activations. From an empty st this is the independent build; from
  * a request's running state, the inline build. */
 int hy_entry_build(hy_exec *ex, hy_state *st, const int32_t *tokens, size_t n, int W,
-                   hy_entry_dtype dtype, float *logits, hy_entry **out, hy_err *err);
+                   hy_entry_repr repr, float *logits, hy_entry **out, hy_err *err);
 
 /* hy_entry_build from st with on_layer(ctx, e, l) called for each layer l
  * in order, once, as soon as the entry's sections of that layer are final
@@ -294,7 +323,7 @@ int hy_entry_build(hy_exec *ex, hy_state *st, const int32_t *tokens, size_t n, i
  * e is the entry being built: read only its layer l. */
 typedef void (*hy_entry_layer_fn)(void *ctx, const hy_entry *e, int layer);
 int hy_entry_build_streamed(hy_exec *ex, hy_state *st, const int32_t *tokens, size_t n, int W,
-                            hy_entry_dtype dtype, hy_entry_layer_fn on_layer, void *ctx,
+                            hy_entry_repr repr, hy_entry_layer_fn on_layer, void *ctx,
                             hy_entry **out, hy_err *err);
 
 /* Reuses an entry after st: recomputes the seam through every layer, then
@@ -307,9 +336,11 @@ void hy_entry_free(hy_entry *e);
 int hy_entry_tokens(const hy_entry *e, const int32_t **tokens); /* returns n */
 int hy_entry_seam_width(const hy_entry *e);
 int hy_entry_body_tokens(const hy_entry *e);
+int hy_entry_layers(const hy_entry *e);
 size_t hy_entry_payload_bytes(const hy_entry *e);
-/* What an entry of model config c holds, from its config alone: *constant
- * bytes (every linear layer's T, S in dtype dt and conv tail) plus
+/* What an exact entry of model config c holds (hy_entry_exact(dt)), from its
+ * config alone: *constant bytes (every linear layer's T, S in dtype dt and
+ * conv tail) plus
  * *per_body_token bytes for each body token (every attention layer's K and
  * V); the token ids (4 per segment token) and the serialised form's header
  * and alignment come on top. */
@@ -322,8 +353,31 @@ typedef struct hy_entry_layer_bytes {
     size_t t, s, tail, k_per_token, v_per_token;
 } hy_entry_layer_bytes;
 hy_entry_layer_bytes hy_entry_layer_sizes(const hy_model_config *c, hy_entry_dtype dt);
-int hy_entry_seam_setting(const hy_entry *e); /* W, the setting it was built under */
-hy_entry_dtype hy_entry_dtype_of(const hy_entry *e);
+int hy_entry_seam_setting(const hy_entry *e);        /* W, the setting it was built under */
+hy_entry_dtype hy_entry_dtype_of(const hy_entry *e); /* S's: the repr's s */
+hy_entry_repr hy_entry_repr_of(const hy_entry *e);
+int hy_entry_version(const hy_entry *e); /* the format it was read in (built: HY_ENTRY_VERSION) */
+/* What a linear head's T or S is stored as; kinds in file order
+ * (docs/entry-format.md). */
+typedef enum hy_entry_form {
+    HY_FORM_ZERO,    /* nothing: T ≈ 0 (the head forgot the prefix), or S = 0 */
+    HY_FORM_SCALAR,  /* T = γ·I */
+    HY_FORM_DIAG,    /* T = Diag(d) */
+    HY_FORM_LOWRANK, /* U·Vt, rank r */
+    HY_FORM_IPLR,    /* T = γ·I + U·Vt, rank r */
+    HY_FORM_DENSE,
+    HY_FORM_COUNT
+} hy_entry_form;
+const char *hy_entry_form_name(hy_entry_form f);
+/* An entry's linear heads by form, T and S apart: how many heads and their
+ * stored bytes (payload only), and the largest stated bound of each part. */
+typedef struct hy_entry_census {
+    int t_heads[HY_FORM_COUNT], s_heads[HY_FORM_COUNT];
+    size_t t_bytes[HY_FORM_COUNT], s_bytes[HY_FORM_COUNT];
+    int t_bf16, s_bf16; /* heads stored in bf16 */
+    float t_bound_max, s_bound_max;
+} hy_entry_census;
+void hy_entry_census_of(const hy_entry *e, hy_entry_census *out);
 /* The sections of the serialised form, in file order: name ("TOKENS", "T",
  * "S", "TAIL", "K", "V"), layer (-1 for TOKENS) and payload bytes. Writes at
  * most cap; returns how many there are (0 when out of memory). */
@@ -339,13 +393,18 @@ size_t hy_entry_sections(const hy_entry *e, hy_entry_section *out, size_t cap);
 int hy_entry_serialize(const hy_entry *e, void **buf, size_t *len, hy_err *err);
 /* The serialised form built piece by piece, for an entry that leaves as it
  * is built (a scatter worker's Build): the total size (known as soon as the
- * entry exists: 0 when out of memory); layer l's sections (T, S, TAIL or K,
+ * entry exists when hy_entry_size_known, else only once every layer is
+ * built; 0 when out of memory); layer l's sections (T, S, TAIL or K,
  * V: contiguous) copied into buf — total bytes, zeroed — at their offsets,
  * [*lo, *hi) the span written; then, once every layer is in, the TOKENS
  * section and the header with every section's checksum, over [0, *hi).
  * hy_entry_serialize is these three in one. HY_EINVAL for a layer out of
  * range, HY_ENOMEM. */
 size_t hy_entry_serialized_bytes(const hy_entry *e);
+/* Whether e's serialised size follows from its shapes (tol = 0) rather than
+ * from the forms its heads take as they are built. Layer l's offsets are
+ * known once layers before it are built either way. */
+bool hy_entry_size_known(const hy_entry *e);
 int hy_entry_serialize_layer(const hy_entry *e, void *buf, int layer, size_t *lo, size_t *hi);
 int hy_entry_serialize_finish(const hy_entry *e, void *buf, size_t *hi); /* HY_ENOMEM */
 /* Validates everything before trusting a byte: magic, version, sizes against
@@ -358,9 +417,11 @@ int hy_entry_deserialize(const hy_model *m, const void *buf, size_t len, hy_entr
  * (hy_combine, hy_entry_apply); a view is never written. */
 int hy_entry_view(const hy_model *m, const void *buf, size_t len, hy_entry **out, hy_err *err);
 
-/* Cache key: SHA-256 over (tenant, model fingerprint, entry version, W,
- * storage dtype, token ids as little-endian u32). */
-int hy_entry_key(const char *tenant, const uint8_t model_fp[32], int W, hy_entry_dtype dtype,
+/* Cache key: SHA-256 over (tenant, model fingerprint, key version, W, S's
+ * dtype, the rest of the representation unless it is exact with T and K/V
+ * in F32 — so a version-1 entry keeps its key —, token ids as little-endian
+ * u32). */
+int hy_entry_key(const char *tenant, const uint8_t model_fp[32], int W, hy_entry_repr repr,
                  const int32_t *tokens, size_t n, uint8_t key[32]);
 
 /* --- the combiner (model/combiner.c) -------------------------------------
@@ -406,7 +467,7 @@ typedef struct hy_request {
     size_t nq; /* must be >= 1: the logits come from the query's last token */
     hy_mode mode;
     int W;                   /* seam of the entries used and built (pic, naive); noseam uses 0 */
-    hy_entry_dtype dtype;    /* storage of entries built inline */
+    hy_entry_repr repr;      /* how entries built inline are stored */
     hy_prefix_cache *prefix; /* required by HY_MODE_PREFIX */
 } hy_request;
 

@@ -11,6 +11,11 @@
 
 #include <stdint.h>
 
+/* How the daemon stores entries by default (pic.tolerance, pic.dtype,
+ * pic.t_dtype, pic.kv_dtype; test_cached_config checks the defaults): what a
+ * test building entries in-process to compare with the daemon's builds. */
+#define HY_TEST_DEFAULT_REPR ((hy_entry_repr){HY_ENTRY_BF16, HY_ENTRY_BF16, HY_ENTRY_BF16, 0.03f})
+
 /* The model the request builders below name; a test serving several sets it
  * before each call. */
 static const char *g_svc_model = "tiny";

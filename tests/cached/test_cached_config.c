@@ -101,7 +101,10 @@ static void test_defaults(void)
     CU_ASSERT_EQUAL(c->hbm_policy.admit, HY_ADMIT_TINYLFU);
     CU_ASSERT_EQUAL(c->ttl_s, 0);
     CU_ASSERT_EQUAL(c->seam, HY_SEAM_DEFAULT);
-    CU_ASSERT_EQUAL(c->dtype, HY_ENTRY_F32);
+    CU_ASSERT(c->tolerance == 0.03f);
+    CU_ASSERT_EQUAL(c->dtype, HY_ENTRY_BF16);
+    CU_ASSERT_EQUAL(c->t_dtype, HY_ENTRY_BF16);
+    CU_ASSERT_EQUAL(c->kv_dtype, HY_ENTRY_BF16);
     CU_ASSERT_EQUAL(c->top_k, 5);
     CU_ASSERT_EQUAL(c->prefix_cache_bytes, 256ull << 20);
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -154,7 +157,8 @@ static const char *k_full =
     "         admit: second-hit, min_tokens: 0, write_through: true}\n"
     "  hbm: {bytes: 8G, device: 3, evict: hybrid, admit: always}\n"
     "  ttl_s: 3600\n"
-    "pic: {seam: 0, dtype: bf16, top_k: 50, prefix_cache_bytes: 0}\n"
+    "pic: {seam: 0, tolerance: 0.125, dtype: f32, t_dtype: f32, kv_dtype: f32, top_k: 50,\n"
+    "      prefix_cache_bytes: 0}\n"
     "executor: {threads: 7, contexts: 3, max_batch: 512}\n"
     "tenants:\n"
     "  default_quota: 10G\n"
@@ -217,7 +221,10 @@ static void test_full_file(void)
     CU_ASSERT_EQUAL(c->hbm_policy.capacity, 8ull << 30);
     CU_ASSERT_EQUAL(c->ttl_s, 3600);
     CU_ASSERT_EQUAL(c->seam, 0);
-    CU_ASSERT_EQUAL(c->dtype, HY_ENTRY_BF16);
+    CU_ASSERT_EQUAL(c->dtype, HY_ENTRY_F32);
+    CU_ASSERT(c->tolerance == 0.125f);
+    CU_ASSERT_EQUAL(c->t_dtype, HY_ENTRY_F32);
+    CU_ASSERT_EQUAL(c->kv_dtype, HY_ENTRY_F32);
     CU_ASSERT_EQUAL(c->top_k, 50);
     CU_ASSERT_EQUAL(c->prefix_cache_bytes, 0);
     CU_ASSERT_EQUAL(c->exec_threads, 7);
@@ -426,6 +433,10 @@ static void test_named_values(void)
     fails("log: {level: verbose}", HY_EINVAL,
           "key 'log.level': 'verbose' is not debug, info, warn or error", NULL);
     fails("pic: {dtype: f16}", HY_EINVAL, "key 'pic.dtype': 'f16' is not f32 or bf16", NULL);
+    fails("pic: {tolerance: 1.5}", HY_EINVAL,
+          "key 'pic.tolerance': '1.5' is not a number in [0, 1]", NULL);
+    fails("pic: {tolerance: x}", HY_EINVAL, "key 'pic.tolerance': 'x' is not a number", NULL);
+    fails("pic: {kv_dtype: fp8}", HY_EINVAL, "key 'pic.kv_dtype': 'fp8' is not f32 or bf16", NULL);
     fails("tiers: {nvme: {evict: fifo}}", HY_EINVAL,
           "key 'tiers.nvme.evict': eviction policy 'fifo': unknown", NULL);
     fails("tiers: {hbm: {admit: never}}", HY_EINVAL,
@@ -561,7 +572,8 @@ static void test_unknown_keys(void)
         {"tiers: {nvme: {dir: x}}\n", "'tiers.nvme.dir'",
          "path, bytes, extent_bytes, evict, admit, min_tokens, write_through"},
         {"tiers: {hbm: {gpu: 0}}\n", "'tiers.hbm.gpu'", "bytes, device, evict, admit, min_tokens"},
-        {"pic: {W: 8}\n", "'pic.W'", "seam, dtype, top_k, prefix_cache_bytes"},
+        {"pic: {W: 8}\n", "'pic.W'",
+         "seam, tolerance, dtype, t_dtype, kv_dtype, top_k, prefix_cache_bytes"},
         {"executor: {omp: 2}\n", "'executor.omp'", "threads, contexts, max_batch, mla"},
         {"tenants: {quota: 1}\n", "'tenants.quota'", "default_quota, list"},
         {"tenants: {list: [{name: a, token: aaaaaaaaaaaaaaaaaaaa, tok: x}]}\n",

@@ -195,7 +195,8 @@ static void full_state(local *l)
 }
 
 /* Mode pic over the warmed documents, against the executor's own pic over
- * entries built here the way Warm builds them (each from the empty state). */
+ * entries built here the way Warm builds them (each from the empty state, in
+ * the daemon's default representation). */
 static void pic_against_local(local *l)
 {
     const hy_model_config *c = hy_model_cfg(l->m);
@@ -218,7 +219,7 @@ static void pic_against_local(local *l)
         segment_ids(&s, i, ids[i]);
         hy_state_reset(l->st);
         CU_ASSERT_EQUAL_FATAL(hy_entry_build(l->x, l->st, ids[i], s.tk[i].n_ids, HY_SEAM_DEFAULT,
-                                             HY_ENTRY_F32, NULL, &ent[i], &e),
+                                             HY_TEST_DEFAULT_REPR, NULL, &ent[i], &e),
                               0);
         seg[i] = (hy_segment){ids[i], s.tk[i].n_ids, ent[i]};
     }

@@ -41,6 +41,8 @@ static const char *k_config =
     "models: [{name: tiny, path: var/models/tiny}]\n"
     "tiers: {host: {bytes: 64M}}\n"
     "executor: {threads: 1}\n"
+    /* exact entries: the quota and lease caps below are sized by their bytes */
+    "pic: {tolerance: 0, dtype: f32, t_dtype: f32, kv_dtype: f32}\n"
     "tenants:\n"
     "  list:\n"
     "    - {name: alice, token: " ALICE ", admin: true}\n"

@@ -75,11 +75,20 @@ static void repair(uint8_t *p, size_t len, unsigned fix)
 
 /* An accepted entry e of bytes p[0..len) against its serialisation q: the
  * same header fields, table entries (but offsets) and section bytes; the
- * layout (offsets, padding, total size) is the writer's. */
+ * layout (offsets, padding, total size) is the writer's. A version-1 entry
+ * is written as version 2: only its sizes and tokens are compared (the
+ * round trip of version 2 is checked after). */
 static void check_same(const hy_entry *e, const uint8_t *p, size_t len, const uint8_t *q,
                        size_t qlen)
 {
     FUZZ_CHECK(qlen >= ENT_HDR_FIXED, "serialised to %zu bytes", qlen);
+    if (ent_get32(p + 8) == 1) {
+        FUZZ_CHECK(ent_get32(q + 8) == HY_ENTRY_VERSION && memcmp(p + 24, q + 24, 20) == 0 &&
+                       memcmp(p + ENT_OFF_FP, q + ENT_OFF_FP, 32) == 0,
+                   "a version-1 entry's sizes differ once written as version 2");
+        return;
+    }
+    FUZZ_CHECK(memcmp(p + 44, q + 44, 4) == 0, "the tolerance differs after a round trip");
     /* bytes 0..44: magic, version, header bytes, sections, dtype, W, w, n,
      * body, layers */
     FUZZ_CHECK(memcmp(p, q, 44) == 0 && memcmp(p + ENT_OFF_FP, q + ENT_OFF_FP, 32) == 0,

@@ -46,8 +46,8 @@ int main(int argc, char **argv)
                 hy_entry *e = NULL, *back = NULL;
                 void *buf = NULL;
                 size_t len = 0;
-                int rc = hy_entry_build(ex, st, tokens, n, widths[wi], (hy_entry_dtype)dt, NULL, &e,
-                                        &err);
+                int rc = hy_entry_build(ex, st, tokens, n, widths[wi],
+                                        hy_entry_exact((hy_entry_dtype)dt), NULL, &e, &err);
                 if (!rc) rc = hy_entry_serialize(e, &buf, &len, &err);
                 if (!rc) rc = hy_entry_deserialize(m, buf, len, &back, &err);
                 char name[64];

@@ -22,7 +22,7 @@ static hy_model *g_m;
 typedef struct stream {
     unsigned char *buf; /* the bytes as streamed */
     size_t total;
-    int next;         /* the layer expected next */
+    int next; /* the layer expected next */
     size_t lo[64], hi[64];
     unsigned char *snap[64]; /* layer l's span as it was when reported */
     bool out_of_order;
@@ -43,8 +43,9 @@ static void on_layer(void *ctx, const hy_entry *e, int layer)
     memcpy(s->snap[layer], s->buf + s->lo[layer], n);
 }
 
-static void check(int max_batch, size_t n, int W, hy_entry_dtype dt)
+static void check(int max_batch, size_t n, int W, hy_entry_repr rp)
 {
+    const hy_entry_dtype dt = rp.s;
     hy_err e = {0};
     hy_exec *ex;
     hy_state *st;
@@ -55,7 +56,7 @@ static void check(int max_batch, size_t n, int W, hy_entry_dtype dt)
 
     /* the reference: built whole, serialised whole */
     hy_entry *ref = NULL;
-    CU_ASSERT_EQUAL_FATAL(hy_entry_build(ex, st, tok, n, W, dt, NULL, &ref, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_entry_build(ex, st, tok, n, W, rp, NULL, &ref, &e), 0);
     void *want;
     size_t want_n;
     CU_ASSERT_EQUAL_FATAL(hy_entry_serialize(ref, &want, &want_n, &e), 0);
@@ -65,8 +66,8 @@ static void check(int max_batch, size_t n, int W, hy_entry_dtype dt)
     stream s = {.total = want_n};
     s.buf = calloc(1, want_n);
     hy_entry *got = NULL;
-    CU_ASSERT_EQUAL_FATAL(
-        hy_entry_build_streamed(ex, st, tok, n, W, dt, on_layer, &s, &got, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_entry_build_streamed(ex, st, tok, n, W, rp, on_layer, &s, &got, &e),
+                          0);
     CU_ASSERT_FALSE(s.out_of_order);
     CU_ASSERT_EQUAL(s.next, c->n_layers);
     CU_ASSERT_EQUAL(hy_entry_serialized_bytes(got), want_n);
@@ -86,8 +87,9 @@ static void check(int max_batch, size_t n, int W, hy_entry_dtype dt)
     CU_ASSERT(memcmp(s.buf, want, want_n) == 0);
     hy_entry *back = NULL;
     CU_ASSERT_EQUAL(hy_entry_deserialize(g_m, s.buf, want_n, &back, &e), 0);
-    printf("\n    max_batch %4d, %4zu tokens, W %d, %s: %d layers streamed, %zu bytes equal",
-           max_batch, n, W, dt == HY_ENTRY_BF16 ? "bf16" : "f32", s.next, want_n);
+    printf(
+        "\n    max_batch %4d, %4zu tokens, W %d, %s, tol %g: %d layers streamed, %zu bytes equal",
+        max_batch, n, W, dt == HY_ENTRY_BF16 ? "bf16" : "f32", (double)rp.tol, s.next, want_n);
     hy_entry_free(back);
     hy_entry_free(got);
     hy_entry_free(ref);
@@ -100,15 +102,25 @@ static void check(int max_batch, size_t n, int W, hy_entry_dtype dt)
 
 static void test_streamed_equals_whole(void)
 {
-    check(0, 120, 8, HY_ENTRY_F32);
-    check(0, 120, 8, HY_ENTRY_BF16);
-    check(0, 57, 0, HY_ENTRY_F32);
+    check(0, 120, 8, hy_entry_exact(HY_ENTRY_F32));
+    check(0, 120, 8, hy_entry_exact(HY_ENTRY_BF16));
+    check(0, 57, 0, hy_entry_exact(HY_ENTRY_F32));
 }
 
 static void test_longer_than_a_step(void)
 {
-    check(16, 70, 8, HY_ENTRY_F32);  /* five steps: layers final in the last */
-    check(16, 70, 8, HY_ENTRY_BF16);
+    check(16, 70, 8, hy_entry_exact(HY_ENTRY_F32)); /* five steps: layers final in the last */
+    check(16, 70, 8, hy_entry_exact(HY_ENTRY_BF16));
+}
+
+/* Heads whose forms are chosen as each layer is stored: the layer's bytes
+ * are final when it is reported all the same (its offset follows from the
+ * layers before it), though the total is known only at the end. */
+static void test_compact_forms_stream_too(void)
+{
+    const hy_entry_repr rp = {HY_ENTRY_BF16, HY_ENTRY_BF16, HY_ENTRY_BF16, 0.02f};
+    check(0, 120, 8, rp);
+    check(16, 70, 8, rp);
 }
 
 int main(void)
@@ -124,6 +136,8 @@ int main(void)
     static const hy_test_case cases[] = {
         {"streamed layer by layer equals the whole, byte for byte", test_streamed_equals_whole},
         {"a segment longer than the executor's step", test_longer_than_a_step},
+        {"compact head forms and bf16 K/V stream layer by layer too",
+         test_compact_forms_stream_too},
         {NULL, NULL},
     };
     int rc = hy_test_main("entry_stream", cases);

@@ -139,7 +139,8 @@ static int reference_combine(const hy_model_config *c, hy_exec *ex, hy_state *st
             continue;
         }
         cnt->misses++;
-        rc = hy_entry_build(ex, st, s->tokens, s->n, Wm, dtype, NULL, &built[i], err);
+        rc = hy_entry_build(ex, st, s->tokens, s->n, Wm, hy_entry_exact(dtype), NULL, &built[i],
+                            err);
     }
     if (!rc) rc = hy_exec_prefill(ex, st, query, nq, logits, err);
     cnt->prefilled += (int64_t)nq;
@@ -195,8 +196,8 @@ static double compare_built(fixture *f, const hy_request *rq, hy_entry **bc, hy_
         CU_ASSERT_EQUAL(hy_entry_seam_width(bc[i]), hy_entry_seam_width(br[i]));
         CU_ASSERT_EQUAL(hy_entry_seam_setting(bc[i]), hy_entry_seam_setting(br[i]));
         CU_ASSERT_EQUAL(hy_entry_body_tokens(bc[i]), hy_entry_body_tokens(br[i]));
-        CU_ASSERT_EQUAL(hy_entry_dtype_of(bc[i]), rq->dtype);
-        CU_ASSERT_EQUAL(hy_entry_dtype_of(br[i]), rq->dtype);
+        CU_ASSERT_EQUAL(hy_entry_dtype_of(bc[i]), rq->repr.s);
+        CU_ASSERT_EQUAL(hy_entry_dtype_of(br[i]), rq->repr.s);
         CU_ASSERT_EQUAL(hy_entry_payload_bytes(bc[i]), hy_entry_payload_bytes(br[i]));
         sc[i].entry = bc[i], sr[i].entry = br[i];
         any = true;
@@ -206,13 +207,13 @@ static double compare_built(fixture *f, const hy_request *rq, hy_entry **bc, hy_
     hy_entry *none[MAX_SEGS];
     ref_counts cnt;
     CU_ASSERT_EQUAL_FATAL(reference_combine(f->c, f->ex, f->ref_st, sc, rq->nsegs, rq->query,
-                                            rq->nq, rq->mode, rq->W, rq->dtype, f->lc, none, &cnt,
+                                            rq->nq, rq->mode, rq->W, rq->repr.s, f->lc, none, &cnt,
                                             &e),
                           0);
     CU_ASSERT_EQUAL(cnt.misses, 0); /* every cacheable segment is a hit now */
     for (size_t i = 0; i < rq->nsegs; i++) hy_entry_free(none[i]);
     CU_ASSERT_EQUAL_FATAL(reference_combine(f->c, f->ex, f->ref_st, sr, rq->nsegs, rq->query,
-                                            rq->nq, rq->mode, rq->W, rq->dtype, f->lr, none, &cnt,
+                                            rq->nq, rq->mode, rq->W, rq->repr.s, f->lr, none, &cnt,
                                             &e),
                           0);
     for (size_t i = 0; i < rq->nsegs; i++) hy_entry_free(none[i]);
@@ -258,7 +259,7 @@ static void check_stream(fixture *f, hy_exec *ex, const char *label, const hy_re
     hy_entry *bs[MAX_SEGS], *br[MAX_SEGS];
     ref_counts again; /* the reference again: compare_built ran other requests since */
     CU_ASSERT_EQUAL_FATAL(reference_combine(f->c, f->ex, f->ref_st, rq->segs, rq->nsegs, rq->query,
-                                            rq->nq, rq->mode, rq->W, rq->dtype, f->lr, br, &again,
+                                            rq->nq, rq->mode, rq->W, rq->repr.s, f->lr, br, &again,
                                             &e),
                           0);
     for (size_t i = 0; i < rq->nsegs; i++) hy_entry_free(br[i]);
@@ -314,7 +315,7 @@ static void check_case(fixture *f, hy_exec *ex, const char *label, const hy_requ
     hy_err e = {0};
     hy_entry *bc[MAX_SEGS], *br[MAX_SEGS];
     CU_ASSERT_EQUAL_FATAL(reference_combine(f->c, f->ex, f->ref_st, rq->segs, rq->nsegs, rq->query,
-                                            rq->nq, rq->mode, rq->W, rq->dtype, f->lr, br, want,
+                                            rq->nq, rq->mode, rq->W, rq->repr.s, f->lr, br, want,
                                             &e),
                           0);
     hy_result res = {.built = bc};
@@ -382,7 +383,7 @@ static void segset_make(fixture *f, segset *ss, const shape *sh, int Wm, hy_entr
         if (sh->kinds[i] == 'h') {
             hy_state_reset(f->ref_st); /* independent build */
             CU_ASSERT_EQUAL_FATAL(hy_entry_build(f->ex, f->ref_st, ss->tok[i], (size_t)sh->lens[i],
-                                                 Wm, dt, NULL, &ss->ent[i], &e),
+                                                 Wm, hy_entry_exact(dt), NULL, &ss->ent[i], &e),
                                   0);
         }
         ss->s[i] = (hy_segment){ss->tok[i], (size_t)sh->lens[i], ss->ent[i]};
@@ -411,7 +412,7 @@ static void check_shape(fixture *f, hy_exec *ex, const shape *sh, hy_mode mode, 
                      .nq = (size_t)sh->nq,
                      .mode = mode,
                      .W = W,
-                     .dtype = dt};
+                     .repr = hy_entry_exact(dt)};
     ref_counts want;
     check_case(f, ex ? ex : f->ex, label ? label : sh->label, &rq, &want);
     int h = 0, m = 0, u = 0;
@@ -611,14 +612,14 @@ static void test_bad_requests_refused_with_clear_errors(void)
             *q = tokens(4, f->c->vocab, 3);
     hy_entry *b8, *b0, *a8;
     hy_state_reset(f->ref_st);
-    CU_ASSERT_EQUAL_FATAL(hy_entry_build(f->ex, f->ref_st, b, 20, 8, HY_ENTRY_F32, NULL, &b8, &e),
-                          0);
+    CU_ASSERT_EQUAL_FATAL(
+        hy_entry_build(f->ex, f->ref_st, b, 20, 8, hy_entry_exact(HY_ENTRY_F32), NULL, &b8, &e), 0);
     hy_state_reset(f->ref_st);
-    CU_ASSERT_EQUAL_FATAL(hy_entry_build(f->ex, f->ref_st, b, 20, 0, HY_ENTRY_F32, NULL, &b0, &e),
-                          0);
+    CU_ASSERT_EQUAL_FATAL(
+        hy_entry_build(f->ex, f->ref_st, b, 20, 0, hy_entry_exact(HY_ENTRY_F32), NULL, &b0, &e), 0);
     hy_state_reset(f->ref_st);
-    CU_ASSERT_EQUAL_FATAL(hy_entry_build(f->ex, f->ref_st, a, 20, 8, HY_ENTRY_F32, NULL, &a8, &e),
-                          0);
+    CU_ASSERT_EQUAL_FATAL(
+        hy_entry_build(f->ex, f->ref_st, a, 20, 8, hy_entry_exact(HY_ENTRY_F32), NULL, &a8, &e), 0);
     /* a miss first each time: its inline entry must not outlive the refusal */
     hy_segment s[2] = {{a, 30, NULL}, {b, 20, b8}};
     expect_refusal(f, s, 2, q, 0, HY_MODE_PIC, "empty query", "query is empty");

@@ -95,7 +95,7 @@ static void single_linear_layer_any_order(const char *preset, bool cut)
         seg[i] = tokens(lens[i], f.c->vocab, 10 + i);
         hy_state_reset(f.st); /* independent build: each from the empty state */
         CU_ASSERT_EQUAL_FATAL(hy_entry_build(f.ex, f.st, seg[i], lens[i], HY_SEAM_DEFAULT,
-                                             HY_ENTRY_F32, NULL, &ent[i], &e),
+                                             hy_entry_exact(HY_ENTRY_F32), NULL, &ent[i], &e),
                               0);
     }
     int32_t *q = tokens(12, f.c->vocab, 99);
@@ -205,8 +205,9 @@ static void test_edge_lengths(void)
     CU_ASSERT_EQUAL(hy_entry_seam(f.c, 5, -1, &w, &e), HY_EINVAL);
     int32_t *t = tokens(10, f.c->vocab, 4);
     hy_entry *ent = NULL;
-    CU_ASSERT_EQUAL(hy_entry_build(f.ex, f.st, t, 3, 8, HY_ENTRY_F32, NULL, &ent, &e),
-                    HY_EUNSUPPORTED);
+    CU_ASSERT_EQUAL(
+        hy_entry_build(f.ex, f.st, t, 3, 8, hy_entry_exact(HY_ENTRY_F32), NULL, &ent, &e),
+        HY_EUNSUPPORTED);
     CU_ASSERT_PTR_NULL(ent);
     hy_segment s = {t, 10, NULL};
     CU_ASSERT_EQUAL(run(&f, &s, 1, t, 0, HY_MODE_PIC, 8, f.lp, NULL, &e), HY_EINVAL);
@@ -217,7 +218,8 @@ static void test_edge_lengths(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "prefix cache"));
     /* an entry for other tokens is refused, not used */
     hy_state_reset(f.st);
-    CU_ASSERT_EQUAL_FATAL(hy_entry_build(f.ex, f.st, t, 10, 8, HY_ENTRY_F32, NULL, &ent, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(
+        hy_entry_build(f.ex, f.st, t, 10, 8, hy_entry_exact(HY_ENTRY_F32), NULL, &ent, &e), 0);
     int32_t *u = tokens(10, f.c->vocab, 5);
     s = (hy_segment){u, 10, ent};
     CU_ASSERT_EQUAL(run(&f, &s, 1, t, 3, HY_MODE_PIC, 8, f.lp, NULL, &e), HY_EINVAL);
@@ -239,7 +241,8 @@ static void canonical_k_rotates_to_position(const char *preset)
     int32_t *pre = tokens(37, f.c->vocab, 6), *seg = tokens(50, f.c->vocab, 7);
     hy_entry *ent;
     CU_ASSERT_EQUAL_FATAL(hy_exec_prefill(f.ex, f.st, pre, 37, NULL, &e), 0);
-    CU_ASSERT_EQUAL_FATAL(hy_entry_build(f.ex, f.st, seg, 50, 8, HY_ENTRY_F32, NULL, &ent, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(
+        hy_entry_build(f.ex, f.st, seg, 50, 8, hy_entry_exact(HY_ENTRY_F32), NULL, &ent, &e), 0);
     /* MLA: the latent as K, the shared key part as V, neither rotated */
     const int KV = hy_config_kv_k(f.c), VW = hy_config_kv_v(f.c), hd = f.c->head_dim;
     const int groups = f.c->mla ? 0 : f.c->n_kv_heads;
@@ -250,13 +253,13 @@ static void canonical_k_rotates_to_position(const char *preset)
         for (int t = 0; t < ent->nb; t++) {
             const int64_t p = 37 + ent->w + t;
             float k[KV];
-            memcpy(k, ent->K[li] + (size_t)t * KV, sizeof k);
+            memcpy(k, (const float *)ent->K[li] + (size_t)t * KV, sizeof k);
             for (int g = 0; g < groups; g++)
                 hy_rope_apply(k + g * hd, f.c->rotary_dim, f.m->rope_inv_freq, p);
             worst = fmax(worst, hy_max_abs_diff(k, hy_state_k(f.st, li) + (size_t)p * KV, KV));
             if (f.c->mla) { /* the shared key part: Ling's rotated to its position */
                 float v[VW];
-                memcpy(v, ent->V[li] + (size_t)t * VW, sizeof v);
+                memcpy(v, (const float *)ent->V[li] + (size_t)t * VW, sizeof v);
                 hy_rope_apply(v, f.c->rotary_dim, f.m->rope_inv_freq, p);
                 worst = fmax(worst, hy_max_abs_diff(v, hy_state_v(f.st, li) + (size_t)p * VW, VW));
             }
@@ -295,7 +298,8 @@ static void test_entry_bytes_from_config(void)
             int32_t *t = tokens(100, f.c->vocab, 8);
             hy_entry *ent = NULL;
             const hy_entry_dtype dt = d ? HY_ENTRY_BF16 : HY_ENTRY_F32;
-            CU_ASSERT_EQUAL_FATAL(hy_entry_build(f.ex, f.st, t, 100, 8, dt, NULL, &ent, &e), 0);
+            CU_ASSERT_EQUAL_FATAL(
+                hy_entry_build(f.ex, f.st, t, 100, 8, hy_entry_exact(dt), NULL, &ent, &e), 0);
             size_t k, per;
             hy_entry_bytes_for(f.c, dt, &k, &per);
             CU_ASSERT_EQUAL(hy_entry_payload_bytes(ent), k + per * 92 + 100 * 4);
@@ -312,9 +316,11 @@ static void test_serialise_and_refuse(void)
     hy_err e = {0};
     int32_t *seg = tokens(90, f.c->vocab, 8), *q = tokens(5, f.c->vocab, 9);
     hy_entry *ent, *back, *bf;
-    CU_ASSERT_EQUAL_FATAL(hy_entry_build(f.ex, f.st, seg, 90, 8, HY_ENTRY_F32, NULL, &ent, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(
+        hy_entry_build(f.ex, f.st, seg, 90, 8, hy_entry_exact(HY_ENTRY_F32), NULL, &ent, &e), 0);
     hy_state_reset(f.st);
-    CU_ASSERT_EQUAL_FATAL(hy_entry_build(f.ex, f.st, seg, 90, 8, HY_ENTRY_BF16, NULL, &bf, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(
+        hy_entry_build(f.ex, f.st, seg, 90, 8, hy_entry_exact(HY_ENTRY_BF16), NULL, &bf, &e), 0);
     void *buf;
     size_t len;
     CU_ASSERT_EQUAL_FATAL(hy_entry_serialize(ent, &buf, &len, &e), 0);
@@ -365,19 +371,19 @@ static void test_serialise_and_refuse(void)
     /* keys: every field matters */
     uint8_t fp[32], k1[32], k2[32];
     hy_model_fingerprint(f.m, fp);
-    hy_entry_key("t1", fp, 8, HY_ENTRY_F32, seg, 90, k1);
-    hy_entry_key("t1", fp, 8, HY_ENTRY_F32, seg, 90, k2);
+    hy_entry_key("t1", fp, 8, hy_entry_exact(HY_ENTRY_F32), seg, 90, k1);
+    hy_entry_key("t1", fp, 8, hy_entry_exact(HY_ENTRY_F32), seg, 90, k2);
     CU_ASSERT(memcmp(k1, k2, 32) == 0);
-    hy_entry_key("t2", fp, 8, HY_ENTRY_F32, seg, 90, k2);
+    hy_entry_key("t2", fp, 8, hy_entry_exact(HY_ENTRY_F32), seg, 90, k2);
     CU_ASSERT(memcmp(k1, k2, 32) != 0);
-    hy_entry_key("t1", fp, 0, HY_ENTRY_F32, seg, 90, k2);
+    hy_entry_key("t1", fp, 0, hy_entry_exact(HY_ENTRY_F32), seg, 90, k2);
     CU_ASSERT(memcmp(k1, k2, 32) != 0);
-    hy_entry_key("t1", fp, 8, HY_ENTRY_BF16, seg, 90, k2);
+    hy_entry_key("t1", fp, 8, hy_entry_exact(HY_ENTRY_BF16), seg, 90, k2);
     CU_ASSERT(memcmp(k1, k2, 32) != 0);
-    hy_entry_key("t1", fp, 8, HY_ENTRY_F32, seg, 89, k2);
+    hy_entry_key("t1", fp, 8, hy_entry_exact(HY_ENTRY_F32), seg, 89, k2);
     CU_ASSERT(memcmp(k1, k2, 32) != 0);
     fp[0] ^= 1;
-    hy_entry_key("t1", fp, 8, HY_ENTRY_F32, seg, 90, k2);
+    hy_entry_key("t1", fp, 8, hy_entry_exact(HY_ENTRY_F32), seg, 90, k2);
     CU_ASSERT(memcmp(k1, k2, 32) != 0);
     teardown(&g);
     free(buf);
@@ -397,8 +403,9 @@ static void test_view_in_place(void)
     for (int dt = HY_ENTRY_F32; dt <= HY_ENTRY_BF16; dt++) {
         hy_entry *ent, *copy, *view = NULL;
         hy_state_reset(f.st);
-        CU_ASSERT_EQUAL_FATAL(
-            hy_entry_build(f.ex, f.st, seg, 90, 8, (hy_entry_dtype)dt, NULL, &ent, &e), 0);
+        CU_ASSERT_EQUAL_FATAL(hy_entry_build(f.ex, f.st, seg, 90, 8,
+                                             hy_entry_exact((hy_entry_dtype)dt), NULL, &ent, &e),
+                              0);
         void *buf;
         size_t len;
         CU_ASSERT_EQUAL_FATAL(hy_entry_serialize(ent, &buf, &len, &e), 0);
@@ -455,8 +462,9 @@ static void test_naive_is_wrong(void)
     for (int i = 0; i < NS; i++) {
         seg[i] = tokens(100, f.c->vocab, 30 + i);
         hy_state_reset(f.st);
-        CU_ASSERT_EQUAL_FATAL(
-            hy_entry_build(f.ex, f.st, seg[i], 100, 8, HY_ENTRY_F32, NULL, &ent[i], &e), 0);
+        CU_ASSERT_EQUAL_FATAL(hy_entry_build(f.ex, f.st, seg[i], 100, 8,
+                                             hy_entry_exact(HY_ENTRY_F32), NULL, &ent[i], &e),
+                              0);
         s[i] = (hy_segment){seg[i], 100, ent[i]};
     }
     int32_t *q = tokens(6, f.c->vocab, 97);
@@ -628,11 +636,11 @@ static double kv_placement(fixture *f, const hy_segment *s)
             if (c->layer_kind[li] != HY_LAYER_ATTENTION) continue;
             for (int t = 0; t < e->nb; t++) {
                 const int64_t p = start + e->w + t;
-                memcpy(k, e->K[li] + (size_t)t * KV, (size_t)KV * sizeof *k);
+                memcpy(k, (const float *)e->K[li] + (size_t)t * KV, (size_t)KV * sizeof *k);
                 for (int g = 0; g < groups; g++)
                     hy_rope_apply(k + g * hd, c->rotary_dim, f->m->rope_inv_freq, p);
                 worst = worse(worst, hy_max_abs_diff(k, hy_state_k(f->st, li) + p * KV, KV));
-                memcpy(v, e->V[li] + (size_t)t * VW, (size_t)VW * sizeof *v);
+                memcpy(v, (const float *)e->V[li] + (size_t)t * VW, (size_t)VW * sizeof *v);
                 if (c->mla) hy_rope_apply(v, c->rotary_dim, f->m->rope_inv_freq, p); /* Ling */
                 worst = worse(worst, hy_max_abs_diff(v, hy_state_v(f->st, li) + p * VW, VW));
             }
@@ -658,11 +666,12 @@ static void hybrid_orders(const char *preset, uint64_t d, hb_result *r, bool ver
         seg[i] = tokens(lens[i], f.c->vocab, 100 * d + (uint64_t)i);
         hy_state_reset(f.st); /* independent builds: each from the empty state */
         CU_ASSERT_EQUAL_FATAL(hy_entry_build(f.ex, f.st, seg[i], lens[i], HY_SEAM_DEFAULT,
-                                             HY_ENTRY_F32, NULL, &e8[i], &e),
+                                             hy_entry_exact(HY_ENTRY_F32), NULL, &e8[i], &e),
                               0);
         hy_state_reset(f.st);
-        CU_ASSERT_EQUAL_FATAL(
-            hy_entry_build(f.ex, f.st, seg[i], lens[i], 0, HY_ENTRY_F32, NULL, &e0[i], &e), 0);
+        CU_ASSERT_EQUAL_FATAL(hy_entry_build(f.ex, f.st, seg[i], lens[i], 0,
+                                             hy_entry_exact(HY_ENTRY_F32), NULL, &e0[i], &e),
+                              0);
     }
     int32_t *q = tokens(HB_QUERY, f.c->vocab, 100 * d + 99);
     float *lf = malloc(HB_POS * V * sizeof *lf), *lm = malloc(HB_POS * V * sizeof *lm);

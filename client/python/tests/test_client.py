@@ -199,12 +199,13 @@ def test_prefill_every_mode(client: hypic.Client) -> None:
 
 
 def test_seam_and_dtype_are_part_of_the_key(client: hypic.Client) -> None:
-    f32 = warm_docs(client, tags=False)
-    bf16 = list(client.warm(MODEL, DOCS, dtype="bf16"))
-    assert all(p.state == hypic.WarmState.BUILT for p in bf16)
-    assert all(a.key != b.key and a.bytes > b.bytes for a, b in zip(f32, bf16))
-    assert client.inspect(bf16[0].key).dtype == hypic.StateDtype.BF16
-    r = client.prefill(MODEL, DOCS[::-1], QUESTION, dtype=hypic.StateDtype.BF16, max_new_tokens=3)
+    default = warm_docs(client, tags=False)  # S may be bf16 (pic.dtype), the server's default
+    f32 = list(client.warm(MODEL, DOCS, dtype="f32"))
+    assert all(p.state == hypic.WarmState.BUILT for p in f32)
+    assert all(a.key != b.key and a.bytes > b.bytes for a, b in zip(f32, default))
+    assert client.inspect(default[0].key).dtype == hypic.StateDtype.BF16
+    assert client.inspect(f32[0].key).dtype == hypic.StateDtype.F32
+    r = client.prefill(MODEL, DOCS[::-1], QUESTION, dtype=hypic.StateDtype.F32, max_new_tokens=3)
     assert all(s.kind == hypic.OutcomeKind.HIT for s in r.segments)
     assert hypic.detokenize(r.generated) == ANSWER
     w0 = client.prefill(MODEL, DOCS, QUESTION, seam=0, max_new_tokens=3)  # W = 0: other keys
@@ -264,7 +265,8 @@ def test_inspect(client: hypic.Client) -> None:
     key = warm_docs(client)[0].key
     r = client.inspect(key, verify=True)
     n = len(DOCS[0].encode())
-    assert r.meta.key == key and r.verified and r.format_version == 1
+    assert r.meta.key == key and r.verified and r.format_version == 2
+    assert r.HasField("repr") and 0.0 <= r.repr.tolerance <= 1.0
     assert r.seam == 8 and r.seam_tokens == 8 and r.body_tokens == n - 8
     assert r.sections[0].name == "TOKENS" and r.sections[0].layer == -1
     assert all(s.checksum_ok for s in r.sections)
