@@ -425,6 +425,19 @@ hy_rpc_code do_build(rq *r, const ProtobufCMessage *req)
 
 /* --- Prefill --------------------------------------------------------------------- */
 
+/* Whether representation r is the exact one (tolerance 0, T and K/V fp32). */
+static bool exact(hy_entry_repr r)
+{
+    return r.tol == 0.0f && r.t == HY_ENTRY_F32 && r.kv == HY_ENTRY_F32;
+}
+
+/* Whether an entry stored as have serves a request for want: the same, or
+ * the exact entry of want's S dtype (nothing approximated beyond it). */
+static bool repr_serves(hy_entry_repr have, hy_entry_repr want)
+{
+    return hy_entry_repr_eq(have, want) || (exact(have) && have.s == want.s);
+}
+
 static int cmp_prob(const void *a, const void *b)
 {
     const Hypic__V1__TokenProb *x = a, *y = b;
@@ -531,18 +544,27 @@ hy_rpc_code do_prefill(rq *r, const ProtobufCMessage *req)
     }
     tm.lookup_ms = (hy_now_s() - t0) * 1e3;
     for (size_t i = 0; reuse && i < n; i++) {
-        /* an entry already fetched for its key, of this mode's W and dtype */
+        /* an entry already fetched for its key, of this mode's W, that serves
+         * this representation */
         if (sg[i].entry && hy_entry_seam_setting(sg[i].entry) == Wm &&
-            hy_entry_repr_eq(hy_entry_repr_of(sg[i].entry), rp)) {
+            repr_serves(hy_entry_repr_of(sg[i].entry), rp)) {
             hs[i].entry = sg[i].entry;
             from[i] = sg[i].from;
             continue;
         }
-        h_seg_drop(r, &sg[i]); /* named by key, but built under another W or dtype */
+        h_seg_drop(r, &sg[i]); /* named by key, but built under another W or representation */
         t0 = hy_now_s();
         hy_err e = {0};
         uint64_t bytes;
         int rc = h_fetch_entry(r, sm, &keys[i], &sg[i], &bytes, &e);
+        if (rc == HY_ENOTFOUND && !exact(rp)) {
+            /* the exact entry of the segment serves too: one stored before
+             * compact forms (version 1), or under tolerance 0 */
+            hy_key ek;
+            hy_entry_key(r->who.tenant, sm->fp, Wm, hy_entry_exact(rp.s), sg[i].tok, sg[i].n, ek.b);
+            rc = h_fetch_entry(r, sm, &ek, &sg[i], &bytes, &e);
+            if (rc == HY_OK) keys[i] = ek;
+        }
         from[i] = sg[i].from;
         const double ms = (hy_now_s() - t0) * 1e3;
         if (rc == HY_ENOTFOUND) {

@@ -122,6 +122,39 @@ static void test_prefill_every_mode(void)
         }
 }
 
+/* An entry stored by the build before compact head forms (format version 1,
+ * tests/fixtures/entry-v1) is put, inspected as version 1 and served to a
+ * Prefill under the daemon's default representation, which is not exact:
+ * the exact entry of a segment serves any representation of its S dtype. */
+static void test_version1_entry_served(void)
+{
+    char path[512], *f = NULL;
+    size_t len = 0;
+    hy_err e = {0};
+    snprintf(path, sizeof path, "%s/entry-v1/entry-v1-tiny-bf16.bin", HY_FIXTURES_DIR);
+    CU_ASSERT_EQUAL_FATAL(hy_read_file(path, 1 << 20, &f, &len, &e), HY_OK);
+    hyc_status st;
+    Hypic__V1__PutEntryResponse *pr = NULL;
+    CU_ASSERT_EQUAL_FATAL(put_entry(g_c, f + 32, len - 32, &pr, &st), 0);
+    uint8_t key[32];
+    memcpy(key, pr->key.data, 32);
+    hyc_free(pr);
+    Hypic__V1__InspectResponse *ir = NULL;
+    CU_ASSERT_EQUAL_FATAL(inspect(g_c, key, true, &ir, &st), 0);
+    CU_ASSERT_EQUAL(ir->format_version, 1);
+    CU_ASSERT(ir->repr && ir->repr->tolerance == 0.0f);
+    hyc_free(ir);
+    segs s = {0};
+    segs_doc(&s, 0, 40);
+    for (uint32_t i = 0; i < 40; i++) s.ids[0][i] = (i * 37 + 11) % 259; /* the fixture's */
+    Hypic__V1__PrefillResponse *r = NULL;
+    CU_ASSERT_EQUAL_FATAL(prefill(g_c, &s, HYPIC__V1__MODE__MODE_PIC, &r, &st), 0);
+    CU_ASSERT_EQUAL(r->segments[0]->kind, HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_HIT);
+    CU_ASSERT(r->segments[0]->key.len == 32 && memcmp(r->segments[0]->key.data, key, 32) == 0);
+    hyc_free(r);
+    hy_free(f);
+}
+
 static void test_entries_get_put_inspect(void)
 {
     hyc_status st;
@@ -558,6 +591,7 @@ int main(void)
         {"health_warm_lookup", test_health_warm_lookup},
         {"prefill_every_mode", test_prefill_every_mode},
         {"entries_get_put_inspect", test_entries_get_put_inspect},
+        {"a version-1 entry is served", test_version1_entry_served},
         {"list_invalidate_stats_policy", test_list_invalidate_stats_policy},
         {"watch", test_watch},
         {"watch_heartbeat", test_watch_heartbeat},
