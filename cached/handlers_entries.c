@@ -643,6 +643,54 @@ hy_rpc_code do_stats(rq *r, const ProtobufCMessage *req)
         resp.entries = total;
         ts[1].bytes = hy_store_tenant_bytes(s->store, r->who.tenant);
     }
+    for (int i = 0; i < 3; i++) /* what a GiB, and the capacity, hold at the mean size now */
+        if (ts[i].entries && ts[i].bytes) {
+            const double mean = (double)ts[i].bytes / (double)ts[i].entries;
+            ts[i].entries_per_gib = (double)(1ull << 30) / mean;
+            ts[i].capacity_entries = (uint64_t)((double)ts[i].capacity / mean);
+        }
+    /* entries built since the start, by representation (admins) */
+    svc_repr_row rows[SVC_REPRS];
+    int nrows = 0;
+    if (r->who.admin) {
+        pthread_mutex_lock(&s->reprs.mu);
+        nrows = s->reprs.n;
+        memcpy(rows, s->reprs.row, sizeof rows);
+        pthread_mutex_unlock(&s->reprs.mu);
+    }
+    Hypic__V1__ReprStats rs[SVC_REPRS], *rsp[SVC_REPRS];
+    Hypic__V1__Representation rpb[SVC_REPRS];
+    Hypic__V1__FormCount fc[SVC_REPRS][2][HY_FORM_COUNT], *fcp[SVC_REPRS][2][HY_FORM_COUNT];
+    for (int i = 0; i < nrows; i++) {
+        Hypic__V1__ReprStats init = HYPIC__V1__REPR_STATS__INIT;
+        rs[i] = init;
+        rsp[i] = &rs[i];
+        h_repr_to_pb(rows[i].repr, &rpb[i]);
+        rs[i].repr = &rpb[i];
+        rs[i].dtype = rows[i].repr.s == HY_ENTRY_BF16 ? HYPIC__V1__STATE_DTYPE__STATE_DTYPE_BF16
+                                                      : HYPIC__V1__STATE_DTYPE__STATE_DTYPE_F32;
+        rs[i].entries = rows[i].entries, rs[i].bytes = rows[i].bytes;
+        rs[i].body_tokens = rows[i].body_tokens;
+        for (int part = 0; part < 2; part++) {
+            size_t k = 0;
+            for (int f = 0; f < HY_FORM_COUNT; f++) {
+                const uint64_t h = part ? rows[i].s_heads[f] : rows[i].t_heads[f];
+                if (!h) continue;
+                Hypic__V1__FormCount fi = HYPIC__V1__FORM_COUNT__INIT;
+                fc[i][part][k] = fi;
+                fc[i][part][k].form = (char *)hy_entry_form_name((hy_entry_form)f);
+                fc[i][part][k].heads = h;
+                fcp[i][part][k] = &fc[i][part][k];
+                k++;
+            }
+            if (part)
+                rs[i].n_s_heads = k, rs[i].s_heads = fcp[i][1];
+            else
+                rs[i].n_t_heads = k, rs[i].t_heads = fcp[i][0];
+        }
+    }
+    resp.n_reprs = (size_t)nrows;
+    resp.reprs = rsp;
     Hypic__V1__WorkerStats **ws = NULL;
     size_t nws = 0;
     if (r->who.admin) svc_router_stats(s, &ws, &nws); /* the scatter workers */

@@ -420,6 +420,27 @@ void svc_prefix_put(svc_prefix *p)
 
 /* --- storing entries -------------------------------------------------------------- */
 
+void svc_reprs_count(svc_reprs *r, const hy_entry *e, size_t bytes)
+{
+    const hy_entry_repr rp = hy_entry_repr_of(e);
+    hy_entry_census k;
+    hy_entry_census_of(e, &k);
+    pthread_mutex_lock(&r->mu);
+    int i = 0;
+    while (i < r->n && !hy_entry_repr_eq(r->row[i].repr, rp)) i++;
+    if (i == r->n) {
+        if (r->n < SVC_REPRS)
+            r->row[r->n++].repr = rp;
+        else
+            i = SVC_REPRS - 1; /* the last row takes the rest */
+    }
+    svc_repr_row *w = &r->row[i];
+    w->entries++, w->bytes += bytes, w->body_tokens += (uint64_t)hy_entry_body_tokens(e);
+    for (int f = 0; f < HY_FORM_COUNT; f++)
+        w->t_heads[f] += (uint64_t)k.t_heads[f], w->s_heads[f] += (uint64_t)k.s_heads[f];
+    pthread_mutex_unlock(&r->mu);
+}
+
 int svc_store_bytes(hy_svc *s, svc_model *sm, const char *tenant, const hy_key *key,
                     const hy_entry *e, const void *buf, size_t len, char *const *tags, size_t ntags,
                     hy_tier_id *placed, char *member, hy_err *err)
@@ -441,6 +462,7 @@ int svc_store_bytes(hy_svc *s, svc_model *sm, const char *tenant, const hy_key *
             hy_log(HY_LOG_WARN, "cluster: %s", pe.msg);
         if (!self) {
             atomic_fetch_add(&s->met.entries_built, 1);
+            svc_reprs_count(&s->reprs, e, len);
             return HY_OK;
         }
     }
@@ -465,6 +487,7 @@ int svc_store_bytes(hy_svc *s, svc_model *sm, const char *tenant, const hy_key *
         rc = hy_store_commit(s->store, p, placed, err);
     }
     if (!rc) atomic_fetch_add(&s->met.entries_built, 1);
+    if (!rc) svc_reprs_count(&s->reprs, e, len);
     if (!rc && *placed != HY_TIER_NONE) atomic_fetch_add(&s->met.entries_stored, 1);
     return rc;
 }
@@ -583,6 +606,7 @@ int svc_open(hy_svc *s, const hy_cached_config *cfg, hy_err *err)
     s->cfg = *cfg;
     s->started_ns = hy_wall_ns();
     pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->reprs.mu, NULL);
     pthread_mutex_init(&s->hub.mu, NULL);
     pthread_cond_init(&s->hub.cv, NULL);
     s->hub.ring = calloc(SVC_HUB_RING, sizeof *s->hub.ring);
@@ -798,5 +822,6 @@ int svc_close(hy_svc *s)
     pthread_mutex_destroy(&s->hub.mu);
     pthread_cond_destroy(&s->hub.cv);
     pthread_mutex_destroy(&s->mu);
+    pthread_mutex_destroy(&s->reprs.mu);
     return rc;
 }

@@ -117,6 +117,24 @@ typedef struct svc_metrics {
     _Atomic uint64_t entries_built, entries_stored;
 } svc_metrics;
 
+/* The entries this daemon built or received for storing since it started, by
+ * representation (Stats' reprs): how large each kind is, and how its linear
+ * heads are stored. The first SVC_REPRS representations seen get a row; the
+ * rest share the last. */
+#define SVC_REPRS 8
+typedef struct svc_repr_row {
+    hy_entry_repr repr;
+    uint64_t entries, bytes, body_tokens;
+    uint64_t t_heads[HY_FORM_COUNT], s_heads[HY_FORM_COUNT];
+} svc_repr_row;
+typedef struct svc_reprs {
+    pthread_mutex_t mu;
+    svc_repr_row row[SVC_REPRS];
+    int n;
+} svc_reprs;
+/* Counts entry e of `bytes` serialised bytes in its representation's row. */
+void svc_reprs_count(svc_reprs *r, const hy_entry *e, size_t bytes);
+
 typedef struct hy_svc {
     hy_cached_config cfg; /* fields other than tenants and policies never change */
     pthread_mutex_t mu;
@@ -133,6 +151,7 @@ typedef struct hy_svc {
     _Atomic int queued;    /* calls waiting for an executor context */
     _Atomic bool draining, ready;
     svc_metrics met;
+    svc_reprs reprs;
     uint64_t started_ns;
     hy_tp_hub *tp;               /* bulk transports; NULL until svc_transport_start */
     struct svc_router *router;   /* scatter workers (router_internal.h); NULL: none */

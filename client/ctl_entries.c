@@ -67,12 +67,13 @@ static void print_status(const Hypic__V1__HealthResponse *h, const Hypic__V1__St
            (unsigned long long)s->checksum_failures);
     printf("load      %llu requests in flight, %llu queued\n\n",
            (unsigned long long)s->requests_in_flight, (unsigned long long)s->queue_depth);
-    static const char *const hdr[] = {"TIER", "ENTRIES",   "BYTES",      "CAPACITY", "USED",
-                                      "HITS", "EVICTIONS", "PROMOTIONS", "DEMOTIONS"};
-    ctl_table *t = ctl_table_new(9, hdr);
+    static const char *const hdr[] = {"TIER",      "ENTRIES",    "BYTES",    "CAPACITY",
+                                      "USED",      "PER GiB",    "HOLDS",    "HITS",
+                                      "EVICTIONS", "PROMOTIONS", "DEMOTIONS"};
+    ctl_table *t = ctl_table_new(11, hdr);
     for (size_t i = 0; i < s->n_tiers; i++) {
         const Hypic__V1__TierStats *ts = s->tiers[i];
-        char e[24], used[16], hits[24], ev[24], pr[24], de[24];
+        char e[24], used[16], hits[24], ev[24], pr[24], de[24], pg[24], holds[24];
         if (!ts->present) continue; /* listed below the table */
         snprintf(e, sizeof e, "%llu", (unsigned long long)ts->entries);
         ctl_bytes(ts->bytes, b1, sizeof b1);
@@ -85,13 +86,51 @@ static void print_status(const Hypic__V1__HealthResponse *h, const Hypic__V1__St
         snprintf(ev, sizeof ev, "%llu", (unsigned long long)ts->evictions);
         snprintf(pr, sizeof pr, "%llu", (unsigned long long)ts->promotions);
         snprintf(de, sizeof de, "%llu", (unsigned long long)ts->demotions);
-        const char *row[] = {ctl_tier_name(ts->tier), e, b1, b2, used, hits, ev, pr, de};
+        /* entries a GiB and the capacity hold at the tier's mean entry size */
+        snprintf(pg, sizeof pg, ts->entries_per_gib > 0 ? "%.0f" : "-", ts->entries_per_gib);
+        snprintf(holds, sizeof holds, ts->capacity_entries ? "%llu" : "-",
+                 (unsigned long long)ts->capacity_entries);
+        const char *row[] = {ctl_tier_name(ts->tier), e, b1, b2, used, pg, holds, hits, ev, pr, de};
         ctl_table_row(t, row);
     }
     ctl_table_print(t);
     for (size_t i = 0; i < s->n_tiers; i++)
         if (!s->tiers[i]->present)
             printf("%-4s  absent: %s\n", ctl_tier_name(s->tiers[i]->tier), s->tiers[i]->why_absent);
+    if (s->n_reprs) { /* entries built since the start, by representation */
+        static const char *const rhdr[] = {"REPRESENTATION", "ENTRIES", "BYTES/ENTRY",
+                                           "BYTES/TOKEN",    "T HEADS", "S HEADS"};
+        ctl_table *rt = ctl_table_new(6, rhdr);
+        for (size_t i = 0; i < s->n_reprs; i++) {
+            const Hypic__V1__ReprStats *rs = s->reprs[i];
+            const Hypic__V1__Representation *rp = rs->repr;
+            char name[64], n[24], be[32], bt[24], th[160], sh[160];
+            snprintf(name, sizeof name, "tol %g, S %s, T %s, K/V %s", rp ? rp->tolerance : 0.0,
+                     rs->dtype == HYPIC__V1__STATE_DTYPE__STATE_DTYPE_BF16 ? "bf16" : "f32",
+                     rp && rp->t_dtype == HYPIC__V1__STATE_DTYPE__STATE_DTYPE_BF16 ? "bf16" : "f32",
+                     rp && rp->kv_dtype == HYPIC__V1__STATE_DTYPE__STATE_DTYPE_BF16 ? "bf16"
+                                                                                    : "f32");
+            snprintf(n, sizeof n, "%llu", (unsigned long long)rs->entries);
+            ctl_bytes(rs->entries ? rs->bytes / rs->entries : 0, be, sizeof be);
+            snprintf(bt, sizeof bt, "%.0f",
+                     rs->body_tokens ? (double)rs->bytes / (double)rs->body_tokens : 0.0);
+            for (int part = 0; part < 2; part++) {
+                char *o = part ? sh : th;
+                size_t at = 0;
+                const size_t nf = part ? rs->n_s_heads : rs->n_t_heads;
+                o[0] = '\0';
+                for (size_t f = 0; f < nf && at < 150; f++) {
+                    const Hypic__V1__FormCount *c = part ? rs->s_heads[f] : rs->t_heads[f];
+                    at += (size_t)snprintf(o + at, 160 - at, "%s%s %llu", f ? ", " : "", c->form,
+                                           (unsigned long long)c->heads);
+                }
+            }
+            const char *row[] = {name, n, be, bt, th, sh};
+            ctl_table_row(rt, row);
+        }
+        printf("\nentries built since the start (docs/entry-format.md#head-forms)\n");
+        ctl_table_print(rt);
+    }
     if (s->n_workers) { /* the scatter workers (docs/scheduler.md) */
         static const char *const whdr[] = {"WORKER", "SOURCE", "STATE", "IN FLIGHT", "LOAD S",
                                            "BUILT",  "FAILED", "TOK/S", "SPEED",     "LAST ERROR"};

@@ -178,6 +178,12 @@ run 0 "warm --json again" $tls warm --json --tag-by-file --tag set1 doc0.txt doc
 check "warm --json: all cached" 'd["cached"] == 3 and d["built"] == 0 and len(d["segments"]) == 3 and d["segments"][1]["file"] == "doc1.txt"'
 run 0 "warm --ids" $tls warm --ids --json ids.txt
 check "warm --ids built" 'd["built"] == 1'
+# capacity: entries a GiB holds per tier, and the entries built by representation
+run 0 "status after warm" $tls status
+has "status: entries per GiB and what the capacity holds" out "PER GiB *HOLDS"
+has "status: the default representation's row" out "^tol 0.03, S bf16, T bf16, K/V bf16 *4 "
+run 0 "status --json after warm" $tls status --json
+check "status --json: capacity and representations" '(h := [t for t in d["stats"]["tiers"] if t["tier"] == "TIER_HOST"][0]) and (r := d["stats"]["reprs"][0]) and h["entries_per_gib"] > 0 and int(h["capacity_entries"]) > 0 and int(r["entries"]) == 4 and abs(r["repr"]["tolerance"] - 0.03) < 1e-6 and any(f["form"] == "zero" for f in r["t_heads"])'
 run 1 "warm: a file of bad ids" $tls warm --ids badids.txt
 has "warm: bad ids named" err "badids.txt: 'x7'"
 run 1 "warm: a missing file" $tls warm nosuch.txt
