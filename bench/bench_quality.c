@@ -51,7 +51,7 @@ enum { ANSWER = 3, MAX_K = 64, MAX_DOC = 4096, MAX_REPRS = 8 };
 static const char k_default_reprs[] = "bf16,0.01,0.03,0.1,0.2";
 /* The seams of the ablation. W = 1 and 2 have no entries: a seam narrower
  * than the conv window (K − 1 = 3) would leave body tokens whose conv reads
- * across the segment's start, which hy_entry_build refuses (DESIGN.md 1.2);
+ * across the segment's start, which hy_entry_build refuses (docs/entry-format.md);
  * W = 3 is the narrowest seam there is. */
 static const int k_ws[] = {0, 3, 4, 8, 16, 32};
 enum { NW = sizeof k_ws / sizeof *k_ws, W8 = 3 };

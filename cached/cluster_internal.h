@@ -1,5 +1,5 @@
 /*
- * Cluster mode (issue 14; docs/deploy.md#cluster-mode): the members of a
+ * Cluster mode (docs/deploy.md#cluster-mode): the members of a
  * cluster share the key space by rendezvous hashing (hy_cluster.h). Each
  * member keeps a view of the live set — a static list from the
  * configuration, or etcd's (hy_cluster.h: every member registers under a

@@ -21,7 +21,7 @@
  * rendezvous (highest-random-weight) hashing of its key. A member's score
  * for a key depends on the two alone, so when a member joins it takes about
  * 1/n of the keys — each from the owner it outscores — and no other key
- * moves; when one leaves only its keys move. (Issue 14; docs/deploy.md.)
+ * moves; when one leaves only its keys move. (docs/deploy.md.)
  *
  * score(key, id) = the first 8 bytes, big-endian, of SHA-256 over the
  * string "hypic-owner", its NUL, the 32-byte key and the member's id bytes.

@@ -1,5 +1,5 @@
 /*
- * scheduler: segment-level parallelism for cold requests (DESIGN.md §1.3).
+ * scheduler: segment-level parallelism for cold requests (docs/scheduler.md).
  *
  * A cold request's segments are independent: each entry depends on its own
  * tokens only, so misses can be prefilled at once on several scatter workers

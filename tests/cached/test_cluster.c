@@ -1,5 +1,5 @@
 /*
- * Cluster mode against real processes (issue 14): etcd (Debian's
+ * Cluster mode against real processes: etcd (Debian's
  * etcd-server, tests/etcd_fixture.h) and hypic-cached members on loopback
  * ports they pick, registered in etcd under leases of 2 s.
  *
