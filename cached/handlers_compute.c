@@ -438,51 +438,77 @@ static bool repr_serves(hy_entry_repr have, hy_entry_repr want)
     return hy_entry_repr_eq(have, want) || (exact(have) && have.s == want.s);
 }
 
-static int cmp_prob(const void *a, const void *b)
-{
-    const Hypic__V1__TokenProb *x = a, *y = b;
-    return (x->logit < y->logit) - (x->logit > y->logit);
-}
-
-hy_rpc_code do_prefill(rq *r, const ProtobufCMessage *req)
-{
-    const double t_start = hy_now_s();
-    const Hypic__V1__PrefillRequest *q = (const void *)req;
-    hy_svc *s = r->s;
+/* A Prefill as it goes: parse → look up → fetch / scatter → run → store →
+ * reply, each a function below over this. */
+typedef struct prefill {
+    const Hypic__V1__PrefillRequest *q;
     svc_model *sm;
-    hy_rpc_code c;
-    int W;
-    hy_entry_repr rp;
-    seg *sg = NULL;
-    if ((c = h_keyed_fields(r, q->tenant, q->model,
-                            q->seam_opt_case == HYPIC__V1__PREFILL_REQUEST__SEAM_OPT_SEAM, q->seam,
-                            q->dtype, &sm, &W, &rp)))
-        return c;
     hy_mode mode;
-    switch ((int)q->mode) {
+    int W, Wm; /* the request's seam, and that of the entries its mode uses */
+    hy_entry_repr rp;
+    uint32_t top_k;
+    bool reuse; /* the pic family: entries looked up, built, composed */
+    seg *sg;
+    size_t n;
+    hy_key *keys;                      /* [n] under the mode's W and the representation */
+    hy_segment *hs;                    /* [n] the combiner's segments, hits' entries set */
+    hy_tier_id *from;                  /* [n] where each hit came from */
+    hy_entry **built;                  /* [n] misses built inline */
+    char (*members)[HY_MEMBER_ID_MAX]; /* [n] owners a built entry was put to */
+    int32_t *query;
+    sc_seg_in *si; /* scatter: the job's segments and their outcomes */
+    sc_outcome *so;
+    sc_job *job;
+    hy_result res;
+    float *logits;
+    hy_token_prob *top; /* [top_k] */
+    int32_t *gen;       /* [max_new_tokens] */
+    size_t ngen;
+    h_delivery dl;
+    Hypic__V1__Timings tm;
+    double t_start;
+} prefill;
+
+static hy_rpc_code prefill_mode(rq *r, Hypic__V1__Mode m, hy_mode *out)
+{
+    switch ((int)m) {
     case HYPIC__V1__MODE__MODE_UNSPECIFIED:
     case HYPIC__V1__MODE__MODE_PIC:
-        mode = HY_MODE_PIC;
-        break;
+        *out = HY_MODE_PIC;
+        return HY_RPC_OK;
     case HYPIC__V1__MODE__MODE_FULL:
-        mode = HY_MODE_FULL;
-        break;
+        *out = HY_MODE_FULL;
+        return HY_RPC_OK;
     case HYPIC__V1__MODE__MODE_PREFIX:
-        mode = HY_MODE_PREFIX;
-        break;
+        *out = HY_MODE_PREFIX;
+        return HY_RPC_OK;
     case HYPIC__V1__MODE__MODE_NOSEAM:
-        mode = HY_MODE_NOSEAM;
-        break;
+        *out = HY_MODE_NOSEAM;
+        return HY_RPC_OK;
     case HYPIC__V1__MODE__MODE_NAIVE:
-        mode = HY_MODE_NAIVE;
-        break;
+        *out = HY_MODE_NAIVE;
+        return HY_RPC_OK;
     default:
-        return h_fail(r, HY_RPC_INVALID_ARGUMENT, "field 'mode': %d is not a Mode", (int)q->mode);
+        return h_fail(r, HY_RPC_INVALID_ARGUMENT, "field 'mode': %d is not a Mode", (int)m);
     }
-    r->mode = hy_mode_name(mode);
-    const int V = sm->c->vocab;
-    const uint32_t top_k = q->top_k ? q->top_k : s->cfg.top_k;
-    if (top_k > s->cfg.max_top_k || top_k > (uint32_t)V)
+}
+
+/* The request's fields, every one checked before any work; then its
+ * segments parsed and those named by key resolved. */
+static hy_rpc_code prefill_parse(rq *r, prefill *p)
+{
+    const Hypic__V1__PrefillRequest *q = p->q;
+    hy_svc *s = r->s;
+    hy_rpc_code c;
+    if ((c = h_keyed_fields(r, q->tenant, q->model,
+                            q->seam_opt_case == HYPIC__V1__PREFILL_REQUEST__SEAM_OPT_SEAM, q->seam,
+                            q->dtype, &p->sm, &p->W, &p->rp)) ||
+        (c = prefill_mode(r, q->mode, &p->mode)))
+        return c;
+    r->mode = hy_mode_name(p->mode);
+    const int V = p->sm->c->vocab;
+    p->top_k = q->top_k ? q->top_k : s->cfg.top_k;
+    if (p->top_k > s->cfg.max_top_k || p->top_k > (uint32_t)V)
         return h_fail(r, HY_RPC_INVALID_ARGUMENT, "field 'top_k': %u is over the limit of %u",
                       q->top_k, HY_MIN(s->cfg.max_top_k, (uint32_t)V));
     if (q->max_new_tokens > s->cfg.max_new_tokens)
@@ -496,272 +522,296 @@ hy_rpc_code do_prefill(rq *r, const ProtobufCMessage *req)
         if (q->query[t] >= (uint32_t)V)
             return h_fail(r, HY_RPC_INVALID_ARGUMENT,
                           "field 'query[%zu]': %u is outside the vocabulary of model '%s' (0..%d)",
-                          t, q->query[t], sm->name, V - 1);
+                          t, q->query[t], p->sm->name, V - 1);
     if (q->return_state && q->transport_session == 0)
         return h_fail(r, HY_RPC_INVALID_ARGUMENT,
                       "field 'transport_session' is 0: return_state needs a session "
                       "(OpenTransport)");
-    if ((c = h_segs_parse(r, sm, q->segments, q->n_segments, q->n_query, true, &sg))) return c;
-    const size_t n = q->n_segments;
-    Hypic__V1__Timings tm = HYPIC__V1__TIMINGS__INIT;
-    const int Wm = mode == HY_MODE_NOSEAM ? 0 : W; /* the W of the entries this mode uses */
-
-    /* lookup and fetch */
-    double t0 = hy_now_s();
-    if ((c = h_segs_resolve_keys(r, sm, sg, n))) goto out_segs;
+    if ((c = h_segs_parse(r, p->sm, q->segments, q->n_segments, q->n_query, true, &p->sg)))
+        return c;
+    p->n = q->n_segments;
+    p->Wm = p->mode == HY_MODE_NOSEAM ? 0 : p->W;
+    p->reuse = p->mode == HY_MODE_PIC || p->mode == HY_MODE_NOSEAM || p->mode == HY_MODE_NAIVE;
+    if ((c = h_segs_resolve_keys(r, p->sm, p->sg, p->n))) return c;
     if (q->return_state) { /* refused before any work: a session that is not there, too small */
         int64_t tokens = (int64_t)q->n_query;
-        for (size_t i = 0; i < n; i++) tokens += (int64_t)sg[i].n;
-        if ((c = h_state_fits(r, sm, q->transport_session, q->state_offset, tokens))) goto out_segs;
+        for (size_t i = 0; i < p->n; i++) tokens += (int64_t)p->sg[i].n;
+        if ((c = h_state_fits(r, p->sm, q->transport_session, q->state_offset, tokens))) return c;
     }
-    const bool reuse = mode == HY_MODE_PIC || mode == HY_MODE_NOSEAM || mode == HY_MODE_NAIVE;
-    hy_tier_id *from = calloc(n, sizeof *from);
-    hy_segment *hs = calloc(n, sizeof *hs);
-    hy_entry **built = calloc(n, sizeof *built);
-    int32_t *query = malloc(q->n_query * sizeof *query);
-    float *logits = malloc((size_t)V * sizeof *logits);
-    Hypic__V1__TokenProb *tp = calloc((size_t)V, sizeof *tp);
-    Hypic__V1__TokenProb **tpp = calloc(top_k ? top_k : 1, sizeof *tpp);
-    uint32_t *gen = calloc(q->max_new_tokens ? q->max_new_tokens : 1, sizeof *gen);
-    h_delivery dl = {0};
-    Hypic__V1__SegmentOutcome *oc = calloc(n, sizeof *oc);
-    Hypic__V1__SegmentOutcome **ocp = calloc(n, sizeof *ocp);
-    hy_key *keys = calloc(n, sizeof *keys);
-    char(*members)[HY_MEMBER_ID_MAX] = calloc(n, sizeof *members); /* owners put to */
-    sc_seg_in *si = NULL;
-    sc_outcome *so = NULL;
-    sc_job *job = NULL;
-    if (!from || !hs || !built || !query || !logits || !tp || !tpp || !gen || !oc || !ocp ||
-        !keys || !members) {
-        c = h_fail(r, HY_RPC_RESOURCE_EXHAUSTED, "out of memory");
-        goto out;
+    const size_t n = p->n, nk = p->top_k ? p->top_k : 1;
+    p->from = calloc(n, sizeof *p->from), p->hs = calloc(n, sizeof *p->hs);
+    p->built = calloc(n, sizeof *p->built), p->keys = calloc(n, sizeof *p->keys);
+    p->members = calloc(n, sizeof *p->members);
+    p->query = malloc(q->n_query * sizeof *p->query);
+    p->logits = malloc((size_t)V * sizeof *p->logits);
+    p->top = calloc(nk, sizeof *p->top);
+    p->gen = calloc(q->max_new_tokens ? q->max_new_tokens : 1, sizeof *p->gen);
+    if (!p->from || !p->hs || !p->built || !p->keys || !p->members || !p->query || !p->logits ||
+        !p->top || !p->gen)
+        return h_fail(r, HY_RPC_RESOURCE_EXHAUSTED, "out of memory");
+    for (size_t t = 0; t < q->n_query; t++) p->query[t] = (int32_t)q->query[t];
+    return HY_RPC_OK;
+}
+
+/* Each segment's key, and for the pic family its entry from wherever it is:
+ * one named by key already, else this representation's, else the exact one. */
+static hy_rpc_code prefill_lookup(rq *r, prefill *p)
+{
+    double t0 = hy_now_s();
+    for (size_t i = 0; i < p->n; i++) {
+        p->from[i] = HY_TIER_NONE;
+        p->hs[i] = (hy_segment){p->sg[i].tok, p->sg[i].n, NULL};
+        hy_entry_key(r->who.tenant, p->sm->fp, p->Wm, p->rp, p->sg[i].tok, p->sg[i].n,
+                     p->keys[i].b);
     }
-    for (size_t t = 0; t < q->n_query; t++) query[t] = (int32_t)q->query[t];
-    for (size_t i = 0; i < n; i++) {
-        from[i] = HY_TIER_NONE;
-        hs[i] = (hy_segment){sg[i].tok, sg[i].n, NULL};
-        hy_entry_key(r->who.tenant, sm->fp, Wm, rp, sg[i].tok, sg[i].n, keys[i].b);
-    }
-    tm.lookup_ms = (hy_now_s() - t0) * 1e3;
-    for (size_t i = 0; reuse && i < n; i++) {
+    Hypic__V1__Timings *tm = &p->tm;
+    tm->lookup_ms = (hy_now_s() - t0) * 1e3;
+    for (size_t i = 0; p->reuse && i < p->n; i++) {
+        seg *g = &p->sg[i];
         /* an entry already fetched for its key, of this mode's W, that serves
          * this representation */
-        if (sg[i].entry && hy_entry_seam_setting(sg[i].entry) == Wm &&
-            repr_serves(hy_entry_repr_of(sg[i].entry), rp)) {
-            hs[i].entry = sg[i].entry;
-            from[i] = sg[i].from;
+        if (g->entry && hy_entry_seam_setting(g->entry) == p->Wm &&
+            repr_serves(hy_entry_repr_of(g->entry), p->rp)) {
+            p->hs[i].entry = g->entry;
+            p->from[i] = g->from;
             continue;
         }
-        h_seg_drop(r, &sg[i]); /* named by key, but built under another W or representation */
+        h_seg_drop(r, g); /* named by key, but built under another W or representation */
         t0 = hy_now_s();
         hy_err e = {0};
         uint64_t bytes;
-        int rc = h_fetch_entry(r, sm, &keys[i], &sg[i], &bytes, &e);
-        if (rc == HY_ENOTFOUND && !exact(rp)) {
+        int rc = h_fetch_entry(r, p->sm, &p->keys[i], g, &bytes, &e);
+        if (rc == HY_ENOTFOUND && !exact(p->rp)) {
             /* the exact entry of the segment serves too: one stored before
              * compact forms (version 1), or under tolerance 0 */
             hy_key ek;
-            hy_entry_key(r->who.tenant, sm->fp, Wm, hy_entry_exact(rp.s), sg[i].tok, sg[i].n, ek.b);
-            rc = h_fetch_entry(r, sm, &ek, &sg[i], &bytes, &e);
-            if (rc == HY_OK) keys[i] = ek;
+            hy_entry_key(r->who.tenant, p->sm->fp, p->Wm, hy_entry_exact(p->rp.s), g->tok, g->n,
+                         ek.b);
+            rc = h_fetch_entry(r, p->sm, &ek, g, &bytes, &e);
+            if (rc == HY_OK) p->keys[i] = ek;
         }
-        from[i] = sg[i].from;
+        p->from[i] = g->from;
         const double ms = (hy_now_s() - t0) * 1e3;
         if (rc == HY_ENOTFOUND) {
-            from[i] = HY_TIER_NONE;
-            tm.lookup_ms += ms;
+            p->from[i] = HY_TIER_NONE;
+            tm->lookup_ms += ms;
             continue;
         }
-        if (rc) {
-            c = h_from_err(r, rc, &e);
-            goto out;
-        }
-        hs[i].entry = sg[i].entry;
-        if (sg[i].member[0])
-            tm.fetch_remote_ms += ms;
-        else if (from[i] == HY_TIER_HBM)
-            tm.fetch_hbm_ms += ms;
-        else if (from[i] == HY_TIER_NVME)
-            tm.fetch_nvme_ms += ms;
+        if (rc) return h_from_err(r, rc, &e);
+        p->hs[i].entry = g->entry;
+        if (g->member[0])
+            tm->fetch_remote_ms += ms;
+        else if (p->from[i] == HY_TIER_HBM)
+            tm->fetch_hbm_ms += ms;
+        else if (p->from[i] == HY_TIER_NVME)
+            tm->fetch_nvme_ms += ms;
         else
-            tm.fetch_host_ms += ms;
+            tm->fetch_host_ms += ms;
     }
+    return HY_RPC_OK;
+}
 
-    /* misses long enough go to the scatter workers, which build them while
-     * this request waits for an executor and composes what came before */
-    if (reuse && s->router) {
-        si = calloc(n, sizeof *si);
-        so = calloc(n, sizeof *so);
-        if (!si || !so) {
-            c = h_fail(r, HY_RPC_RESOURCE_EXHAUSTED, "out of memory");
-            goto out;
-        }
-        for (size_t i = 0; i < n; i++) {
-            int w;
-            hy_err ignored = {0};
-            si[i] = (sc_seg_in){.tok = sg[i].tok,
-                                .n = sg[i].n,
-                                .key = keys[i],
-                                .tags = sg[i].tags,
-                                .ntags = sg[i].ntags,
-                                .ship = !hs[i].entry && sg[i].n >= s->cfg.scatter_min_tokens &&
-                                        hy_entry_seam(sm->c, sg[i].n, Wm, &w, &ignored) == HY_OK};
-        }
-        hy_err je = {0};
-        if (sc_job_start(s, sm, r->who.tenant, Wm, rp, si, n, &job, &je))
-            hy_log(HY_LOG_WARN, "scatter: the request's misses are built inline: %s", je.msg);
+/* Misses long enough go to the scatter workers, which build them while this
+ * request waits for an executor and composes what came before. */
+static hy_rpc_code prefill_scatter(rq *r, prefill *p)
+{
+    hy_svc *s = r->s;
+    if (!p->reuse || !s->router) return HY_RPC_OK;
+    p->si = calloc(p->n, sizeof *p->si);
+    p->so = calloc(p->n, sizeof *p->so);
+    if (!p->si || !p->so) return h_fail(r, HY_RPC_RESOURCE_EXHAUSTED, "out of memory");
+    for (size_t i = 0; i < p->n; i++) {
+        int w;
+        hy_err ignored = {0};
+        p->si[i] =
+            (sc_seg_in){.tok = p->sg[i].tok,
+                        .n = p->sg[i].n,
+                        .key = p->keys[i],
+                        .tags = p->sg[i].tags,
+                        .ntags = p->sg[i].ntags,
+                        .ship = !p->hs[i].entry && p->sg[i].n >= s->cfg.scatter_min_tokens &&
+                                hy_entry_seam(p->sm->c, p->sg[i].n, p->Wm, &w, &ignored) == HY_OK};
     }
+    hy_err je = {0};
+    if (sc_job_start(s, p->sm, r->who.tenant, p->Wm, p->rp, p->si, p->n, &p->job, &je))
+        hy_log(HY_LOG_WARN, "scatter: the request's misses are built inline: %s", je.msg);
+    return HY_RPC_OK;
+}
 
-    /* the forward pass */
+/* The forward pass over the request on an executor, the state delivered
+ * when asked, the first token's candidates and the greedy continuation. */
+static hy_rpc_code prefill_run(rq *r, prefill *p)
+{
+    hy_svc *s = r->s;
+    const Hypic__V1__PrefillRequest *q = p->q;
+    Hypic__V1__Timings *tm = &p->tm;
+    hy_rpc_code c;
     svc_exec *x;
-    if ((c = svc_exec_take(s, sm, r->call, &x, r->msg, sizeof r->msg))) goto out;
+    if ((c = svc_exec_take(s, p->sm, r->call, &x, r->msg, sizeof r->msg))) return c;
     svc_prefix *pfx = NULL;
     hy_err e = {0};
-    int rc = mode == HY_MODE_PREFIX ? svc_prefix_get(s, sm, r->who.tenant, &pfx, &e) : HY_OK;
-    hy_request hr = {.segs = hs,
-                     .nsegs = n,
-                     .query = query,
-                     .nq = q->n_query,
-                     .mode = mode,
-                     .W = W,
-                     .repr = rp,
-                     .prefix = pfx ? pfx->pc : NULL};
-    hy_result res = {.built = built};
+    int rc = p->mode == HY_MODE_PREFIX ? svc_prefix_get(s, p->sm, r->who.tenant, &pfx, &e) : HY_OK;
+    const hy_request hr = {.segs = p->hs,
+                           .nsegs = p->n,
+                           .query = p->query,
+                           .nq = q->n_query,
+                           .mode = p->mode,
+                           .W = p->W,
+                           .repr = p->rp,
+                           .prefix = pfx ? pfx->pc : NULL};
+    p->res = (hy_result){.built = p->built};
     h_set_threads(s);
-    sc_await_ctx ac = {.job = job, .call = r->call, .hits = hs};
-    if (!rc && job)
-        rc = hy_combine_stream(x->ex, x->st, &hr, sc_await, &ac, logits, &res, &e);
+    sc_await_ctx ac = {.job = p->job, .call = r->call, .hits = p->hs};
+    if (!rc && p->job)
+        rc = hy_combine_stream(x->ex, x->st, &hr, sc_await, &ac, p->logits, &p->res, &e);
     else if (!rc)
-        rc = hy_combine(x->ex, x->st, &hr, logits, &res, &e);
+        rc = hy_combine(x->ex, x->st, &hr, p->logits, &p->res, &e);
     svc_prefix_put(pfx);
-    if (job) { /* its entries are composed (and stored): over */
+    if (p->job) { /* its entries are composed (and stored): over */
         sc_summary sum;
-        sc_job_end(job, so, &sum);
-        job = NULL;
-        tm.scattered = sum.scattered;
-        tm.scatter_workers = sum.workers;
-        tm.scatter_retries = sum.retries;
-        tm.scatter_makespan_ms = sum.makespan_s * 1e3;
-        tm.scatter_wait_ms = res.wait_s * 1e3;
+        sc_job_end(p->job, p->so, &sum);
+        p->job = NULL;
+        tm->scattered = sum.scattered;
+        tm->scatter_workers = sum.workers;
+        tm->scatter_retries = sum.retries;
+        tm->scatter_makespan_ms = sum.makespan_s * 1e3;
+        tm->scatter_wait_ms = p->res.wait_s * 1e3;
     }
     const double t_first = hy_now_s();
-    tm.ttft_ms = (t_first - t_start) * 1e3;
-    tm.prefix_restore_ms = res.restore_s * 1e3;
-    tm.forward_ms = res.forward_s * 1e3;
-    tm.compose_ms = res.compose_s * 1e3;
+    tm->ttft_ms = (t_first - p->t_start) * 1e3;
+    tm->prefix_restore_ms = p->res.restore_s * 1e3;
+    tm->forward_ms = p->res.forward_s * 1e3;
+    tm->compose_ms = p->res.compose_s * 1e3;
     /* the state after the query, before any continuation, to the client */
     if (!rc && q->return_state &&
-        (c = h_deliver_state(r, sm, x->st, q->transport_session, q->state_offset, &dl))) {
-        svc_exec_give(s, sm, x);
-        goto out;
+        (c = h_deliver_state(r, p->sm, x->st, q->transport_session, q->state_offset, &p->dl))) {
+        svc_exec_give(s, p->sm, x);
+        return c;
     }
-    /* the first token's candidates, then the greedy continuation */
-    size_t ngen = 0;
     if (!rc) {
-        float mx = logits[hy_argmax(logits, V)];
-        double z = 0;
-        for (int v = 0; v < V; v++) z += exp((double)(logits[v] - mx));
-        for (int v = 0; v < V; v++) {
-            Hypic__V1__TokenProb init = HYPIC__V1__TOKEN_PROB__INIT;
-            tp[v] = init;
-            tp[v].token = (uint32_t)v;
-            tp[v].logit = logits[v];
-            tp[v].prob = (float)(exp((double)(logits[v] - mx)) / z);
-        }
-        if (q->max_new_tokens) gen[ngen++] = (uint32_t)hy_argmax(logits, V);
-        while (!rc && ngen < q->max_new_tokens) {
-            rc = hy_exec_decode(x->ex, x->st, (int32_t)gen[ngen - 1], logits, &e);
-            if (!rc) gen[ngen++] = (uint32_t)hy_argmax(logits, V);
-        }
-        tm.decode_ms = (hy_now_s() - t_first) * 1e3;
-        r->computed = res.prefilled + (int64_t)(ngen ? ngen - 1 : 0);
+        hy_top_k(p->logits, p->sm->c->vocab, (int)p->top_k, p->top);
+        rc = hy_exec_greedy(x->ex, x->st, p->logits, q->max_new_tokens, p->gen, &p->ngen, &e);
+        tm->decode_ms = (hy_now_s() - t_first) * 1e3;
+        r->computed = p->res.prefilled + (int64_t)(p->ngen ? p->ngen - 1 : 0);
     }
-    svc_exec_give(s, sm, x);
-    if (rc) {
-        c = h_from_err(r, rc, &e);
-        goto out;
-    }
-    qsort(tp, (size_t)V, sizeof *tp, cmp_prob);
-    for (uint32_t k = 0; k < top_k; k++) tpp[k] = &tp[k];
+    svc_exec_give(s, p->sm, x);
+    return rc ? h_from_err(r, rc, &e) : HY_RPC_OK;
+}
 
-    /* misses built inline go to the store, subject to admission */
-    t0 = hy_now_s();
-    for (size_t i = 0; i < n; i++) {
+/* Each segment's outcome; misses built inline go to the store, subject to
+ * admission. */
+static void prefill_store(rq *r, prefill *p, Hypic__V1__SegmentOutcome *oc)
+{
+    hy_svc *s = r->s;
+    const double t0 = hy_now_s();
+    for (size_t i = 0; i < p->n; i++) {
         Hypic__V1__SegmentOutcome init = HYPIC__V1__SEGMENT_OUTCOME__INIT;
         oc[i] = init;
-        ocp[i] = &oc[i];
-        oc[i].key = (ProtobufCBinaryData){HY_KEY_BYTES, keys[i].b};
-        if (mode == HY_MODE_PREFIX && (int)i < res.prefix_segments) {
+        oc[i].key = (ProtobufCBinaryData){HY_KEY_BYTES, p->keys[i].b};
+        if (p->mode == HY_MODE_PREFIX && (int)i < p->res.prefix_segments) {
             oc[i].kind = HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_PREFIX;
             r->hits++;
-        } else if (hs[i].entry) {
+        } else if (p->hs[i].entry) {
             oc[i].kind = HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_HIT;
-            oc[i].tier = h_pb_tier(from[i]);
-            oc[i].member = sg[i].member[0] ? sg[i].member : (char *)s->cfg.cluster_id;
+            oc[i].tier = h_pb_tier(p->from[i]);
+            oc[i].member = p->sg[i].member[0] ? p->sg[i].member : (char *)s->cfg.cluster_id;
             r->hits++;
-        } else if (so && so[i].built) { /* a scatter worker's entry, stored as it came */
+        } else if (p->so && p->so[i].built) { /* a scatter worker's entry, stored as it came */
             oc[i].kind = HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_MISS;
-            oc[i].stored = so[i].stored;
-            oc[i].tier = h_pb_tier(so[i].tier);
-            oc[i].built_by = so[i].by;
+            oc[i].stored = p->so[i].stored;
+            oc[i].tier = h_pb_tier(p->so[i].tier);
+            oc[i].built_by = p->so[i].by;
             r->misses++;
-        } else if (built[i]) {
+        } else if (p->built[i]) {
             oc[i].kind = HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_MISS;
             hy_tier_id placed = HY_TIER_NONE;
             hy_err se = {0};
-            if (svc_store_entry(s, sm, r->who.tenant, &keys[i], built[i], sg[i].tags, sg[i].ntags,
-                                &placed, NULL, members[i], &se))
+            if (svc_store_entry(s, p->sm, r->who.tenant, &p->keys[i], p->built[i], p->sg[i].tags,
+                                p->sg[i].ntags, &placed, NULL, p->members[i], &se))
                 hy_log(HY_LOG_WARN, "storing an entry built inline: %s", se.msg);
             oc[i].stored = placed != HY_TIER_NONE;
             oc[i].tier = h_pb_tier(placed);
-            oc[i].member = members[i];
+            oc[i].member = p->members[i];
             r->misses++;
         } else {
-            oc[i].kind = reuse ? HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_UNCACHEABLE
-                               : HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_MISS;
-            if (reuse) atomic_fetch_add(&s->met.segments_uncacheable, 1);
-            r->misses += !reuse;
+            oc[i].kind = p->reuse ? HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_UNCACHEABLE
+                                  : HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_MISS;
+            if (p->reuse) atomic_fetch_add(&s->met.segments_uncacheable, 1);
+            r->misses += !p->reuse;
         }
     }
-    tm.store_ms = (hy_now_s() - t0) * 1e3;
-    tm.total_ms = (hy_now_s() - t_start) * 1e3;
-    r->ttft_ms = tm.ttft_ms;
-    hy_hist_observe(&s->met.ttft[mode], tm.ttft_ms / 1e3);
+    p->tm.store_ms = (hy_now_s() - t0) * 1e3;
+}
+
+static hy_rpc_code prefill_reply(rq *r, prefill *p)
+{
+    hy_svc *s = r->s;
+    const size_t n = p->n, nk = p->top_k ? p->top_k : 1;
+    Hypic__V1__SegmentOutcome *oc = calloc(n ? n : 1, sizeof *oc);
+    Hypic__V1__SegmentOutcome **ocp = calloc(n ? n : 1, sizeof *ocp);
+    Hypic__V1__TokenProb *tp = calloc(nk, sizeof *tp);
+    Hypic__V1__TokenProb **tpp = calloc(nk, sizeof *tpp);
+    uint32_t *gen = calloc(p->ngen ? p->ngen : 1, sizeof *gen);
+    hy_rpc_code c = HY_RPC_OK;
+    if (!oc || !ocp || !tp || !tpp || !gen) {
+        c = h_fail(r, HY_RPC_RESOURCE_EXHAUSTED, "out of memory");
+        goto out;
+    }
+    prefill_store(r, p, oc);
+    for (size_t i = 0; i < n; i++) ocp[i] = &oc[i];
+    for (uint32_t k = 0; k < p->top_k; k++) {
+        Hypic__V1__TokenProb init = HYPIC__V1__TOKEN_PROB__INIT;
+        tp[k] = init;
+        tp[k].token = (uint32_t)p->top[k].token;
+        tp[k].logit = p->top[k].logit;
+        tp[k].prob = p->top[k].prob;
+        tpp[k] = &tp[k];
+    }
+    for (size_t t = 0; t < p->ngen; t++) gen[t] = (uint32_t)p->gen[t];
+    Hypic__V1__Timings *tm = &p->tm;
+    tm->total_ms = (hy_now_s() - p->t_start) * 1e3;
+    r->ttft_ms = tm->ttft_ms;
+    hy_hist_observe(&s->met.ttft[p->mode], tm->ttft_ms / 1e3);
     atomic_fetch_add(&s->met.tokens_computed, (uint64_t)r->computed);
     atomic_fetch_add(&s->met.segments_hit, (uint64_t)r->hits);
     atomic_fetch_add(&s->met.segments_missed, (uint64_t)r->misses);
-
     Hypic__V1__PrefillResponse resp = HYPIC__V1__PREFILL_RESPONSE__INIT;
-    resp.n_top = top_k;
+    resp.n_top = p->top_k;
     resp.top = tpp;
-    resp.n_generated = ngen;
+    resp.n_generated = p->ngen;
     resp.generated = gen;
     resp.n_segments = n;
     resp.segments = ocp;
     resp.tokens_computed = (uint64_t)r->computed;
-    resp.timings = &tm;
-    if (q->return_state) resp.state = &dl.d;
-    tm.server_ms = (hy_now_s() - r->t_door) * 1e3;
+    resp.timings = tm;
+    if (p->q->return_state) resp.state = &p->dl.d;
+    tm->server_ms = (hy_now_s() - r->t_door) * 1e3;
     c = h_send(r, &resp.base);
 out:
-    sc_job_end(job, NULL, NULL); /* a request that failed before composing */
-    free(si);
-    free(so);
-    h_delivery_free(&dl);
-    for (size_t i = 0; built && i < n; i++) hy_entry_free(built[i]);
-    free(from);
-    free(hs);
-    free(built);
-    free(query);
-    free(logits);
-    free(tp);
-    free(tpp);
-    free(gen);
-    free(oc);
-    free(ocp);
-    free(keys);
-    free(members);
-out_segs:
-    h_segs_free(r, sg, n);
+    free(oc), free(ocp), free(tp), free(tpp), free(gen);
+    return c;
+}
+
+static void prefill_free(rq *r, prefill *p)
+{
+    sc_job_end(p->job, NULL, NULL); /* a request that failed before composing */
+    free(p->si), free(p->so);
+    h_delivery_free(&p->dl);
+    for (size_t i = 0; p->built && i < p->n; i++) hy_entry_free(p->built[i]);
+    free(p->from), free(p->hs), free(p->built), free(p->keys), free(p->members);
+    free(p->query), free(p->logits), free(p->top), free(p->gen);
+    if (p->sg) h_segs_free(r, p->sg, p->n);
+}
+
+hy_rpc_code do_prefill(rq *r, const ProtobufCMessage *req)
+{
+    prefill p = {.q = (const void *)req, .t_start = hy_now_s()};
+    Hypic__V1__Timings init = HYPIC__V1__TIMINGS__INIT;
+    p.tm = init;
+    hy_rpc_code c;
+    if (!(c = prefill_parse(r, &p)) && !(c = prefill_lookup(r, &p)) &&
+        !(c = prefill_scatter(r, &p)) && !(c = prefill_run(r, &p)))
+        c = prefill_reply(r, &p);
+    prefill_free(r, &p);
     return c;
 }

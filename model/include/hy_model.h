@@ -210,6 +210,21 @@ int hy_exec_prefill(hy_exec *ex, hy_state *st, const int32_t *tokens, size_t n, 
 /* One token (the recurrent path throughout). */
 int hy_exec_decode(hy_exec *ex, hy_state *st, int32_t token, float *logits, hy_err *err);
 
+/* --- reading the logits (model/sample.c) --- */
+typedef struct hy_token_prob {
+    int32_t token;
+    float logit, prob; /* prob: softmax over the whole vocabulary */
+} hy_token_prob;
+/* The k most likely tokens of logits [vocab], most likely first (ties: the
+ * lower id first), with their softmax probabilities; k <= vocab. O(vocab·log k). */
+void hy_top_k(const float *logits, int vocab, int k, hy_token_prob *out);
+/* Greedy continuation: out[0] = argmax(logits), then each next token
+ * decoded from st after the one before, until n tokens (logits is
+ * overwritten by each step's). Returns HY_OK, or the decode's error (*got
+ * the tokens made before it). */
+int hy_exec_greedy(hy_exec *ex, hy_state *st, float *logits, size_t n, int32_t *out, size_t *got,
+                   hy_err *err);
+
 /* Where an executor's prefill time goes, by kind of operation. Each op is
  * timed by wall clock on the calling thread around the whole (internally
  * parallel) operation, and the time between ops counts as HY_EXEC_OP_OTHER,

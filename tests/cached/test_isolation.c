@@ -26,7 +26,7 @@ static const char *k_config = "listen: 127.0.0.1:0\n"
                               "tenants:\n"
                               "  list:\n"
                               "    - {name: alice, token: " ALICE ", admin: true}\n"
-                              "    - {name: bob, token: " BOB ", quota: 1M}\n"
+                              "    - {name: bob, token: " BOB ", quota: 512K}\n"
                               "log: {requests: false}\n";
 
 static void test_authentication(void)
@@ -162,13 +162,13 @@ static void test_quota(void)
 {
     hyc_status st;
     segs s = {0};
-    for (int i = 0; i < 12; i++) segs_doc(&s, 50 + i, 500); /* ~130 KB each: over 1M in all */
+    for (int i = 0; i < 12; i++) segs_doc(&s, 50 + i, 500); /* ~70 KB each: over 512K in all */
     warm_out w;
     CU_ASSERT_EQUAL(warm(g_bob, &s, &w, &st), 0);
     int failed = 0;
     for (int i = 0; i < 12; i++)
         failed += w.states[i] == HYPIC__V1__WARM_PROGRESS__STATE__STATE_FAILED;
-    CU_ASSERT(failed > 0);                          /* bob's quota of 1M */
+    CU_ASSERT(failed > 0);                          /* bob's quota of 512K */
     CU_ASSERT_EQUAL(warm(g_alice, &s, &w, &st), 0); /* alice has none */
     for (int i = 0; i < 12; i++)
         CU_ASSERT_EQUAL(w.states[i], HYPIC__V1__WARM_PROGRESS__STATE__STATE_BUILT);
