@@ -4,6 +4,7 @@
  */
 #include "cluster_internal.h"
 #include "handlers_internal.h"
+#include "place.h"
 #include "router_internal.h"
 
 #include <math.h>
@@ -467,6 +468,8 @@ typedef struct prefill {
     h_delivery dl;
     Hypic__V1__Timings tm;
     double t_start;
+    pl_landing *land; /* hits read from NVMe while the pass runs */
+    size_t *land_seg; /* [n] the segment of each */
 } prefill;
 
 static hy_rpc_code prefill_mode(rq *r, Hypic__V1__Mode m, hy_mode *out)
@@ -553,6 +556,23 @@ static hy_rpc_code prefill_parse(rq *r, prefill *p)
     return HY_RPC_OK;
 }
 
+/* Segment i's entry under key k is read while the pass runs when only the
+ * NVMe tier holds it: queued (true), or not (false: fetched here). */
+static bool prefill_land(rq *r, prefill *p, size_t i, const hy_key *k)
+{
+    uint64_t bytes;
+    hy_store *st = r->s->store;
+    if (!pl_on_nvme_only(st, p->sm->fp, r->who.tenant, k, &bytes)) return false;
+    if (!p->land) {
+        if (pl_landing_new(st, p->sm->m, p->sm->fp, r->who.tenant, p->n, &p->land)) return false;
+        if (!(p->land_seg = calloc(p->n, sizeof *p->land_seg))) return false;
+    }
+    seg *g = &p->sg[i];
+    p->land_seg[pl_landing_add(p->land, k, bytes, &g->entry, &g->lease)] = i;
+    g->from = HY_TIER_NVME;
+    return true;
+}
+
 /* Each segment's key, and for the pic family its entry from wherever it is:
  * one named by key already, else this representation's, else the exact one. */
 static hy_rpc_code prefill_lookup(rq *r, prefill *p)
@@ -580,6 +600,7 @@ static hy_rpc_code prefill_lookup(rq *r, prefill *p)
         t0 = hy_now_s();
         hy_err e = {0};
         uint64_t bytes;
+        if (prefill_land(r, p, i, &p->keys[i])) continue;
         int rc = h_fetch_entry(r, p->sm, &p->keys[i], g, &bytes, &e);
         if (rc == HY_ENOTFOUND && !exact(p->rp)) {
             /* the exact entry of the segment serves too: one stored before
@@ -587,6 +608,10 @@ static hy_rpc_code prefill_lookup(rq *r, prefill *p)
             hy_key ek;
             hy_entry_key(r->who.tenant, p->sm->fp, p->Wm, hy_entry_exact(p->rp.s), g->tok, g->n,
                          ek.b);
+            if (prefill_land(r, p, i, &ek)) {
+                p->keys[i] = ek;
+                continue;
+            }
             rc = h_fetch_entry(r, p->sm, &ek, g, &bytes, &e);
             if (rc == HY_OK) p->keys[i] = ek;
         }
@@ -608,6 +633,17 @@ static hy_rpc_code prefill_lookup(rq *r, prefill *p)
         else
             tm->fetch_host_ms += ms;
     }
+    if (pl_landing_count(p->land) == 0) return HY_RPC_OK;
+    /* the NVMe hits: read at once, each in layer order; the pass starts when
+     * every one's header and tokens are in */
+    t0 = hy_now_s();
+    pl_landing_go(p->land);
+    for (size_t j = 0; j < pl_landing_count(p->land); j++) {
+        const size_t i = p->land_seg[j];
+        p->hs[i].entry = pl_landing_opened(p->land, j);
+        p->from[i] = p->hs[i].entry ? HY_TIER_NVME : HY_TIER_NONE;
+    }
+    tm->fetch_nvme_ms += (hy_now_s() - t0) * 1e3;
     return HY_RPC_OK;
 }
 
@@ -667,6 +703,18 @@ static hy_rpc_code prefill_run(rq *r, prefill *p)
     else if (!rc)
         rc = hy_combine(x->ex, x->st, &hr, p->logits, &p->res, &e);
     svc_prefix_put(pfx);
+    pl_landing_end(p->land); /* every read over: the entries whole or failed */
+    size_t bad;
+    hy_err le;
+    if (rc && pl_landing_failed(p->land, &bad, &le)) {
+        svc_exec_give(s, p->sm, x);
+        return h_fail(r, HY_RPC_UNAVAILABLE,
+                      "segments[%zu]: its entry failed while it was read from the NVMe tier, "
+                      "after the request had begun to use it; it was removed, and a retry "
+                      "computes the segment: %s",
+                      p->land_seg[bad], le.msg);
+    }
+    tm->landing_wait_ms = p->res.arrival_s * 1e3;
     if (p->job) { /* its entries are composed (and stored): over */
         sc_summary sum;
         sc_job_end(p->job, p->so, &sum);
@@ -794,6 +842,8 @@ out:
 
 static void prefill_free(rq *r, prefill *p)
 {
+    pl_landing_free(p->land); /* first: its reads set the segments' entries and leases */
+    free(p->land_seg);
     sc_job_end(p->job, NULL, NULL); /* a request that failed before composing */
     free(p->si), free(p->so);
     h_delivery_free(&p->dl);

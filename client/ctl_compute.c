@@ -416,6 +416,7 @@ static void print_prefill(const Hypic__V1__PrefillResponse *r, char *const *file
                   {"prefix restore", tm->prefix_restore_ms},
                   {"forward pass", tm->forward_ms},
                   {"  of it composing", tm->compose_ms},
+                  {"  of it waiting for nvme layers", tm->landing_wait_ms},
                   {"ttft", tm->ttft_ms},
                   {"decode", tm->decode_ms},
                   {"store", tm->store_ms},

@@ -261,6 +261,7 @@ static int run_pic(hy_exec *ex, hy_state *st, const hy_request *rq, int W, bool 
         res->prefilled += (int64_t)rq->nq;
         const double t0 = hy_now_s();
         rc = hy_exec_run(ex, st, pc, np, logits, &res->compose_s, err);
+        res->arrival_s += hy_exec_arrival_wait_s(ex);
         res->forward_s = hy_now_s() - t0;
     }
     pic_builds_end(rq, ent, cap, rc, res);
@@ -307,6 +308,7 @@ static int run_pic_stream(hy_exec *ex, hy_state *st, const hy_request *rq, int W
             res->prefilled += (int64_t)rq->nq;
         }
         if (!rc) rc = hy_exec_run(ex, st, pc, np, last ? logits : NULL, &res->compose_s, err);
+        res->arrival_s += hy_exec_arrival_wait_s(ex);
         res->passes++;
     }
     if (!rc && ns == 0) { /* only a query */

@@ -142,6 +142,7 @@ void hy_entry_free(hy_entry *e)
     free(e->T), free(e->S), free(e->tail), free(e->K), free(e->V);
     free(e->th), free(e->sh);
     if (!e->view) hy_free(e->tokens);
+    hy_entry_arrival_free(e->arr);
     free(e);
 }
 

@@ -23,6 +23,8 @@
 #include "model_internal.h"
 
 #include <assert.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -394,15 +396,49 @@ static size_t part_max(const hy_model_config *c, bool is_t)
 
 /* Validates buf as an entry of model m and decodes it: into sections of its
  * own (copies), or, for a view, pointing into buf itself. */
-static int decode(const hy_model *m, const void *buf, size_t len, bool view, hy_entry **out,
-                  hy_err *err)
+/* An entry being decoded: its section table read and checked, sections
+ * installed in order from `next`. A streamed view keeps it (e->arr) while its
+ * bytes land; the lock orders the installer's writes before the executor's
+ * reads of a layer it was told is ready. */
+struct hy_entry_arrival {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    const unsigned char *p; /* the buffer */
+    size_t len;
+    uint32_t ver;
+    section *secs;  /* [want] */
+    uint64_t *sums; /* [want] stated */
+    size_t want, next;
+    int ready; /* layers whose sections are all installed */
+    int rc;    /* a failure: the entry will never be whole */
+    char msg[sizeof(((hy_err *)0)->msg)];
+};
+
+static void arrival_free(hy_entry_arrival *a)
+{
+    if (!a) return;
+    pthread_mutex_destroy(&a->mu);
+    pthread_cond_destroy(&a->cv);
+    free(a->secs), free(a->sums), free(a);
+}
+
+/* The header and the section table, every check on them, the entry
+ * allocated (its sections not yet installed) and *arr the table. avail:
+ * bytes of buf present (len when whole); fewer than the header's: HY_EAGAIN
+ * with *need the bytes it takes. */
+static int open_entry(const hy_model *m, const void *buf, size_t len, size_t avail, bool view,
+                      hy_entry **out, hy_entry_arrival **arr, size_t *need, hy_err *err)
 {
     const hy_model_config *c = &m->cfg;
     const unsigned char *p = buf;
-    *out = NULL;
+    *out = NULL, *arr = NULL;
     if (len < HDR_FIXED)
         return hy_err_set(err, HY_EFORMAT, "entry: %zu bytes is shorter than its %u-byte header",
                           len, HDR_FIXED);
+    if (avail < HDR_FIXED) {
+        *need = HDR_FIXED;
+        return HY_EAGAIN;
+    }
     if (memcmp(p, k_magic, 8) != 0) return hy_err_set(err, HY_EFORMAT, "entry: bad magic");
     const uint32_t ver = get32(p + 8), hdr = get32(p + 12), ns = get32(p + 16);
     if (ver != 1 && ver != HY_ENTRY_VERSION)
@@ -416,6 +452,10 @@ static int decode(const hy_model *m, const void *buf, size_t len, bool view, hy_
     if (get64(p + 88) != len)
         return hy_err_set(err, HY_EFORMAT, "entry: header says %llu bytes, got %zu (truncated?)",
                           (unsigned long long)get64(p + 88), len);
+    if (avail < hdr) {
+        *need = hdr;
+        return HY_EAGAIN;
+    }
     unsigned char *h = malloc(hdr);
     if (!h) return hy_err_set(err, HY_ENOMEM, "out of memory");
     memcpy(h, p, hdr);
@@ -456,24 +496,27 @@ static int decode(const hy_model *m, const void *buf, size_t len, bool view, hy_
     rc = hy_entry_alloc(m, (int)W, (int)w, (int)n, repr, view, &e, err);
     if (rc) return rc;
     e->version = (int)ver;
-    section *secs = malloc(MAX_SECTIONS * sizeof *secs);
-    if (!secs) {
+    hy_entry_arrival *a = calloc(1, sizeof *a);
+    if (a) {
+        a->secs = malloc(MAX_SECTIONS * sizeof *a->secs);
+        a->sums = calloc(MAX_SECTIONS, sizeof *a->sums);
+        pthread_mutex_init(&a->mu, NULL);
+        pthread_cond_init(&a->cv, NULL);
+    }
+    if (!a || !a->secs || !a->sums) {
+        arrival_free(a);
         hy_entry_free(e);
         return hy_err_set(err, HY_ENOMEM, "out of memory");
     }
+    a->p = p, a->len = len, a->ver = ver;
+    section *secs = a->secs;
     const size_t want = list_sections(e, secs);
+    a->want = want;
     if (want != ns)
         rc = hy_err_set(err, HY_EFORMAT, "entry: %u sections, this model's entries have %zu", ns,
                         want);
-    /* The layout first, section by section; then every section's checksum,
-     * the sections spread over the OpenMP threads (a request's hits are tens
-     * of MiB, read once, from memory the caches do not hold: one core's
-     * streaming rate is the fetch's limit otherwise); then, in order, the
-     * first section that fails, or the pointers or copies — and the T and S
-     * sections' head tables parsed. */
+    /* The layout, section by section, before any payload byte is read. */
     size_t prev_end = hdr;
-    uint64_t *sums = calloc(want ? want : 1, 2 * sizeof *sums); /* [want] stated, [want] found */
-    if (!sums && !rc) rc = hy_err_set(err, HY_ENOMEM, "out of memory");
     const hy_entry_layer_bytes v1b = v1_sizes(c, repr.s);
     for (size_t i = 0; i < want && !rc; i++) {
         const unsigned char *t = p + HDR_FIXED + i * SEC_BYTES;
@@ -483,18 +526,18 @@ static int decode(const hy_model *m, const void *buf, size_t len, bool view, hy_
         const bool part = secs[i].kind == SEC_T || secs[i].kind == SEC_S;
         /* v1: every size follows from the model; v2: a T or S section's from
          * its head table (checked when parsed), up to the model's largest */
-        const size_t need = !part      ? secs[i].bytes
+        const size_t most = !part      ? secs[i].bytes
                             : ver == 1 ? (secs[i].kind == SEC_T ? v1b.t : v1b.s)
                                        : part_max(c, secs[i].kind == SEC_T);
         if (kind != secs[i].kind || layer != secs[i].layer)
             rc = hy_err_set(err, HY_EFORMAT,
                             "entry: section %zu is kind %u layer %u, expected %s of layer %u", i,
                             kind, layer, kn, secs[i].layer);
-        else if (ver == 2 && part ? bytes > need : bytes != need)
+        else if (ver == 2 && part ? bytes > most : bytes != most)
             rc = hy_err_set(err, HY_EFORMAT,
                             "entry: section %s of layer %u has %llu bytes, the model needs %s%zu",
                             kn, layer, (unsigned long long)bytes,
-                            ver == 2 && part ? "at most " : "", need);
+                            ver == 2 && part ? "at most " : "", most);
         else if (off % ALIGN || off < prev_end || off > len || bytes > len - off)
             rc = hy_err_set(err, HY_EFORMAT,
                             "entry: section %s of layer %u at [%llu, +%llu) is misplaced in %zu "
@@ -503,61 +546,202 @@ static int decode(const hy_model *m, const void *buf, size_t len, bool view, hy_
         else {
             secs[i].off = (size_t)off;
             secs[i].bytes = (size_t)bytes;
-            sums[i] = get64(t + 24);
+            a->sums[i] = get64(t + 24);
             prev_end = off + bytes;
         }
     }
+    if (rc) {
+        arrival_free(a);
+        hy_entry_free(e);
+        return rc;
+    }
+    *out = e, *arr = a;
+    return HY_OK;
+}
+
+/* Installs section i of a (its bytes present): its checksum against the
+ * table's unless found (the sum computed already), then its pointer (a
+ * view) or copy, and a T or S section's head table parsed. */
+static int install(hy_entry *e, hy_entry_arrival *a, size_t i, const uint64_t *found, hy_err *err)
+{
+    const hy_model_config *c = &e->cfg;
+    section *sc = &a->secs[i];
+    const bool part = sc->kind == SEC_T || sc->kind == SEC_S;
+    const void *src = a->p + sc->off;
+    const uint64_t sum = found ? *found : hy_xxh3(src, sc->bytes);
+    if (sum != a->sums[i])
+        return hy_err_set(err, HY_EFORMAT, "entry: section %s of layer %u fails its checksum",
+                          sc->kind < 7 ? k_kind[sc->kind] : "?", sc->layer);
+    if (e->view) { /* the executor only reads an entry's sections: buf stays unchanged */
+        *sc->slot = (void *)src;
+    } else if (part) { /* T and S storage is per layer, as the section */
+        void *cp = hy_alloc(HY_MAX(sc->bytes, 1));
+        if (!cp) return hy_err_set(err, HY_ENOMEM, "out of memory");
+        memcpy(cp, src, sc->bytes);
+        *sc->slot = cp;
+        src = cp;
+    } else {
+        memcpy(sc->data, src, sc->bytes);
+    }
+    int rc = HY_OK;
+    if (part) {
+        const bool is_t = sc->kind == SEC_T;
+        const int H = c->lin_v_heads;
+        hy_head_rep *heads = (is_t ? e->th : e->sh) + (size_t)sc->layer * H;
+        if (a->ver == 1)
+            v1_heads(c, is_t, e->repr.s, src, heads);
+        else
+            rc = hy_rep_section_parse(src, sc->bytes, H, is_t, hy_lin_tkind(c), c->lin_dk,
+                                      c->lin_dv, heads, err);
+        if (rc) hy_err_prefix(err, "entry: layer %u", sc->layer);
+    } else if (sc->kind == SEC_TOKENS) {
+        for (int t = 0; t < e->n && !rc; t++)
+            if (e->tokens[t] < 0 || e->tokens[t] >= c->vocab)
+                rc = hy_err_set(err, HY_EFORMAT,
+                                "entry: token %d has id %d, outside the vocabulary", t,
+                                (int)e->tokens[t]);
+    }
+    return rc;
+}
+
+static int decode(const hy_model *m, const void *buf, size_t len, bool view, hy_entry **out,
+                  hy_err *err)
+{
+    hy_entry *e;
+    hy_entry_arrival *a;
+    size_t need;
+    int rc = open_entry(m, buf, len, len, view, &e, &a, &need, err);
+    if (rc) return rc;
+    /* every section's checksum, spread over the OpenMP threads (a request's
+     * hits are tens of MiB, read once, from memory the caches do not hold:
+     * one core's streaming rate is the fetch's limit otherwise); then, in
+     * order, the first section that fails, or the pointers or copies */
+    const size_t want = a->want;
+    uint64_t *found = malloc((want ? want : 1) * sizeof *found);
+    if (!found) rc = hy_err_set(err, HY_ENOMEM, "out of memory");
     if (!rc) {
         const long nsec = (long)want;
+        const section *secs = a->secs;
+        const unsigned char *p = a->p;
 #pragma omp parallel for schedule(dynamic, 1) if (len >= ((size_t)1 << 20))
-        for (long i = 0; i < nsec; i++)
-            sums[want + (size_t)i] = hy_xxh3(p + secs[i].off, secs[i].bytes);
+        for (long i = 0; i < nsec; i++) found[i] = hy_xxh3(p + secs[i].off, secs[i].bytes);
     }
-    const int H = c->lin_v_heads;
-    for (size_t i = 0; i < want && !rc; i++) {
-        const bool part = secs[i].kind == SEC_T || secs[i].kind == SEC_S;
-        if (sums[want + i] != sums[i]) {
-            rc = hy_err_set(err, HY_EFORMAT, "entry: section %s of layer %u fails its checksum",
-                            secs[i].kind < 7 ? k_kind[secs[i].kind] : "?", secs[i].layer);
-            break;
-        }
-        const void *src = p + secs[i].off;
-        if (view) { /* the executor only reads an entry's sections: buf stays unchanged */
-            *secs[i].slot = (void *)src;
-        } else if (part) { /* T and S storage is per layer, as the section */
-            void *cp = hy_alloc(HY_MAX(secs[i].bytes, 1));
-            if (!cp) {
-                rc = hy_err_set(err, HY_ENOMEM, "out of memory");
-                break;
-            }
-            memcpy(cp, src, secs[i].bytes);
-            *secs[i].slot = cp;
-            src = cp;
-        } else {
-            memcpy(secs[i].data, src, secs[i].bytes);
-        }
-        if (!part) continue;
-        const bool is_t = secs[i].kind == SEC_T;
-        hy_head_rep *heads = (is_t ? e->th : e->sh) + (size_t)secs[i].layer * H;
-        if (ver == 1)
-            v1_heads(c, is_t, repr.s, src, heads);
-        else
-            rc = hy_rep_section_parse(src, secs[i].bytes, H, is_t, hy_lin_tkind(c), c->lin_dk,
-                                      c->lin_dv, heads, err);
-        if (rc) hy_err_prefix(err, "entry: layer %u", secs[i].layer);
-    }
-    free(sums);
-    for (int i = 0; i < e->n && !rc; i++)
-        if (e->tokens[i] < 0 || e->tokens[i] >= c->vocab)
-            rc = hy_err_set(err, HY_EFORMAT, "entry: token %d has id %d, outside the vocabulary", i,
-                            (int)e->tokens[i]);
-    free(secs);
+    for (size_t i = 0; i < want && !rc; i++) rc = install(e, a, i, &found[i], err);
+    free(found);
+    arrival_free(a);
     if (rc) {
         hy_entry_free(e);
         return rc;
     }
     *out = e;
     return HY_OK;
+}
+
+/* --- a view whose bytes are still landing ------------------------------------ */
+
+int hy_entry_view_open(const hy_model *m, const void *buf, size_t len, size_t avail,
+                       size_t *need, hy_entry **out, hy_err *err)
+{
+    *out = NULL;
+    *need = 0;
+    if ((uintptr_t)buf % ALIGN)
+        return hy_err_set(err, HY_EINVAL, "entry view: buffer at %p is not %u-byte aligned", buf,
+                          ALIGN);
+    hy_entry *e;
+    hy_entry_arrival *a;
+    int rc = open_entry(m, buf, len, avail, true, &e, &a, need, err);
+    if (rc) return rc;
+    /* its tokens before the pass: they are checked against the request's */
+    const size_t tok_end = a->secs[0].off + a->secs[0].bytes;
+    if (avail < tok_end) {
+        *need = tok_end;
+        arrival_free(a);
+        hy_entry_free(e);
+        return HY_EAGAIN;
+    }
+    if ((rc = install(e, a, 0, NULL, err))) {
+        arrival_free(a);
+        hy_entry_free(e);
+        return rc;
+    }
+    a->next = 1;
+    e->arr = a;
+    *out = e;
+    return HY_OK;
+}
+
+void hy_entry_layer_span(const hy_entry *e, int layer, size_t *lo, size_t *hi)
+{
+    const hy_entry_arrival *a = e->arr;
+    *lo = *hi = 0;
+    for (size_t i = 1; a && i < a->want; i++) {
+        if ((int)a->secs[i].layer != layer) continue;
+        if (*hi == 0) *lo = a->secs[i].off;
+        *hi = a->secs[i].off + a->secs[i].bytes;
+    }
+}
+
+/* Wakes the executor with the layers ready, or the failure. */
+static void publish(hy_entry_arrival *a, int ready, int rc, const char *msg)
+{
+    pthread_mutex_lock(&a->mu);
+    if (ready > a->ready) a->ready = ready;
+    if (rc && !a->rc) {
+        a->rc = rc;
+        snprintf(a->msg, sizeof a->msg, "%s", msg);
+    }
+    pthread_cond_broadcast(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+}
+
+int hy_entry_view_landed(hy_entry *e, size_t upto, hy_err *err)
+{
+    hy_entry_arrival *a = e->arr;
+    if (!a) return HY_OK;
+    int rc = HY_OK, ready = -1;
+    while (a->next < a->want && !rc) {
+        const section *sc = &a->secs[a->next];
+        if (sc->off + sc->bytes > upto) break;
+        if ((rc = install(e, a, a->next, NULL, err))) break;
+        a->next++;
+        /* a layer is ready when its last section is in */
+        if (a->next == a->want || a->secs[a->next].layer != sc->layer) ready = (int)sc->layer + 1;
+    }
+    if (a->next == a->want) ready = e->n_layers;
+    if (rc || ready >= 0) publish(a, ready, rc, rc ? err->msg : "");
+    return rc;
+}
+
+void hy_entry_view_fail(hy_entry *e, int code, const char *msg)
+{
+    if (e->arr) publish(e->arr, -1, code ? code : HY_EIO, msg);
+}
+
+bool hy_entry_whole(const hy_entry *e)
+{
+    hy_entry_arrival *a = e->arr;
+    if (!a) return true;
+    pthread_mutex_lock(&a->mu);
+    const bool whole = a->ready >= e->n_layers && !a->rc;
+    pthread_mutex_unlock(&a->mu);
+    return whole;
+}
+
+int hy_entry_layer_wait(const hy_entry *e, int layer, hy_err *err)
+{
+    hy_entry_arrival *a = e->arr;
+    if (!a) return HY_OK;
+    pthread_mutex_lock(&a->mu);
+    while (a->ready <= layer && !a->rc) pthread_cond_wait(&a->cv, &a->mu);
+    const int rc = a->ready > layer ? HY_OK : a->rc;
+    if (rc) hy_err_set(err, rc, "%s", a->msg);
+    pthread_mutex_unlock(&a->mu);
+    return rc;
+}
+
+void hy_entry_arrival_free(hy_entry_arrival *a)
+{
+    arrival_free(a);
 }
 
 int hy_entry_deserialize(const hy_model *m, const void *buf, size_t len, hy_entry **out,

@@ -67,6 +67,7 @@ struct hy_exec {
     double *tcompose; /* per thread (padded): seconds composing holes */
     int tcompose_n;
     double hole_kv_s; /* this call's seconds writing holes' K/V */
+    double arrival_wait_s; /* this call's seconds waiting for holes' layers to land */
     /* RoPE's cos and sin per position (hy_rope_cos_sin), rotary_dim floats
      * each, for positions [0, rope_n): computed once for every head, layer
      * and call (a hole's ~500 keys per attention layer took a sin and cos
@@ -1424,7 +1425,26 @@ static void sublayer_output(hy_exec *ex, int n, const float *w, float alpha, flo
 /* One step: the items it[0, ni) hold n ≤ step_cap computed rows (n = 0 only
  * for holes after the last computed token), after hy_exec_run has reserved
  * the state and sized the workspace for the whole call. */
-static void step(hy_exec *ex, hy_state *st, const item *it, int ni, int n, float *logits)
+/* Waits until layer li of every hole among it[0, ni) has landed (entries
+ * fetched while the pass runs: hy_entry_view_open); the time goes to
+ * ex->arrival_wait_s. */
+static int holes_wait(hy_exec *ex, const item *it, int ni, int li, hy_err *err)
+{
+    double t0 = 0.0;
+    int rc = HY_OK;
+    for (int i = 0; i < ni && !rc; i++) {
+        const hy_entry *e = it[i].p->hole;
+        if (!e || hy_entry_whole(e)) continue;
+        if (t0 == 0.0) t0 = hy_now_s();
+        if ((rc = hy_entry_layer_wait(e, li, err)))
+            hy_err_prefix(err, "the entry at position %lld, layer %d", (long long)it[i].pos, li);
+    }
+    if (t0 != 0.0) ex->arrival_wait_s += hy_now_s() - t0;
+    return rc;
+}
+
+static int step(hy_exec *ex, hy_state *st, const item *it, int ni, int n, float *logits,
+                hy_err *err)
 {
     const hy_model *m = ex->m;
     const hy_model_config *c = &m->cfg;
@@ -1458,6 +1478,10 @@ static void step(hy_exec *ex, hy_state *st, const item *it, int ni, int n, float
         const bool post = c->layer_post_norm[li];
         const bool lin = L->kind == HY_LAYER_LINEAR, mixer = L->kind != HY_LAYER_MLP;
         if (mixer) {
+            if (nholes > 0) {
+                const int rc = holes_wait(ex, it, ni, li, err);
+                if (rc) return rc;
+            }
             if (n > 0) sublayer_input(ex, n, post ? NULL : L->in_norm1);
             if (lin && c->lin_kind == HY_LIN_LIGHTNING)
                 light_layer(ex, st, li, it, ni, n);
@@ -1495,6 +1519,7 @@ static void step(hy_exec *ex, hy_state *st, const item *it, int ni, int n, float
         prof_end(ex, HY_EXEC_OP_NORM_GATE);
         linear(ex, 1, H, c->vocab, last, (size_t)H, m->lm_head, logits, (size_t)c->vocab);
     }
+    return HY_OK;
 }
 
 /* --- the pass ------------------------------------------------------------------ */
@@ -1632,6 +1657,7 @@ int hy_exec_run(hy_exec *ex, hy_state *st, const hy_piece *pc, size_t np, float 
     }
     memset(ex->tcompose, 0, (size_t)ex->tcompose_n * TC_PAD * sizeof *ex->tcompose);
     ex->hole_kv_s = 0.0;
+    ex->arrival_wait_s = 0.0;
     /* Subnormals as zero (hy_fp_flush_subnormals): T's entries and decayed
      * states sink below FLT_MIN, which costs an Intel core ~70x per product.
      * The caller's mode comes back at the end; the OpenMP workers, which
@@ -1666,7 +1692,12 @@ int hy_exec_run(hy_exec *ex, hy_state *st, const hy_piece *pc, size_t np, float 
             if (off == p->n) i++, off = 0;
         }
         /* logits only after the step holding the last piece (a run) */
-        step(ex, st, ex->items, ni, rows, i == np ? logits : NULL);
+        if ((rc = step(ex, st, ex->items, ni, rows, i == np ? logits : NULL, err))) {
+            /* an entry that failed to land: nothing of the pass stays */
+            hy_fp_restore(fp_mode);
+            hy_state_reset(st);
+            return rc;
+        }
     }
     assert(st->pos == ctx);
     if (ex->m->cfg.mla) { /* an expanded pass leaves every position expanded */
@@ -1685,6 +1716,11 @@ int hy_exec_run(hy_exec *ex, hy_state *st, const hy_piece *pc, size_t np, float 
         ex->stats.prof.tokens += computed;
     }
     return HY_OK;
+}
+
+double hy_exec_arrival_wait_s(const hy_exec *ex)
+{
+    return ex->arrival_wait_s;
 }
 
 void hy_exec_set_layer_hook(hy_exec *ex, hy_layer_hook_fn fn, void *ctx)

@@ -192,7 +192,10 @@ typedef struct hy_piece {
  * (when not NULL) are the last token's, and then the last piece must be a
  * run. *compose_s (when not NULL) gains the time spent composing holes (the
  * threads' seconds in composition ÷ the threads, plus the hole K/V writes).
- * Token ids and entries are checked before any state changes. */
+ * Token ids and entries are checked before any state changes. A hole whose
+ * entry is still landing (hy_entry_view_open) is waited for layer by layer;
+ * one that fails to land fails the call, and st is reset: nothing of the
+ * pass stays. */
 int hy_exec_run(hy_exec *ex, hy_state *st, const hy_piece *pieces, size_t np, float *logits,
                 double *compose_s, hy_err *err);
 
@@ -200,6 +203,9 @@ int hy_exec_run(hy_exec *ex, hy_state *st, const hy_piece *pieces, size_t np, fl
  * or attention) of each step, with the position the step ends at: that
  * layer's state — and a capture's sections of it — hold every row up to
  * there. NULL: no hook. */
+/* Seconds the last hy_exec_run waited for holes' layers to land. */
+double hy_exec_arrival_wait_s(const hy_exec *ex);
+
 typedef void (*hy_layer_hook_fn)(void *ctx, int layer, int64_t end);
 void hy_exec_set_layer_hook(hy_exec *ex, hy_layer_hook_fn fn, void *ctx);
 
@@ -259,7 +265,9 @@ struct hy_entry {
     void **K, **V;   /* per attention layer: [nb][Hkv][hd] in repr.kv, K canonical */
     bool view;       /* the sections (tokens included) point into a buffer
                       * the entry does not own (hy_entry_view) */
+    hy_entry_arrival *arr; /* a view whose bytes still land (hy_entry_view_open) */
 };
+void hy_entry_arrival_free(hy_entry_arrival *a);
 
 /* --- head representations (entry_repr.c) --- */
 /* Bytes of a head's payload. */

@@ -433,6 +433,8 @@ typedef struct get_verify {
     const uint64_t *sums;   /* immutable while the get holds the entry */
     uint32_t nchunks, next; /* chunks verified: [0, next) */
     int64_t bad;            /* the failing chunk, or -1 */
+    hy_nvme_verified_fn on_verified; /* the caller's, told of the verified prefix */
+    void *ctx;
 } get_verify;
 
 /* Verifies every chunk wholly inside [0, prefix) not verified yet. HY_EFORMAT
@@ -440,6 +442,8 @@ typedef struct get_verify {
 static int get_verify_upto(void *ctx, uint64_t prefix, hy_err *err)
 {
     get_verify *v = ctx;
+    const uint64_t landed = HY_MIN(prefix, v->bytes); /* the page padding is not the caller's */
+    bool told = false;
     for (; v->next < v->nchunks; v->next++) {
         const uint64_t at = (uint64_t)v->next * HY_NVME_CHUNK;
         const uint64_t len = HY_MIN((uint64_t)HY_NVME_CHUNK, v->bytes - at);
@@ -448,11 +452,26 @@ static int get_verify_upto(void *ctx, uint64_t prefix, hy_err *err)
             v->bad = v->next;
             return hy_err_set(err, HY_EFORMAT, "chunk %u fails its checksum", v->next);
         }
+        /* the caller's reader, chunk by chunk: what passed is usable now */
+        const int rc = v->on_verified ? v->on_verified(v->ctx, at + len, landed, err) : HY_OK;
+        if (rc) {
+            v->next++;
+            return rc;
+        }
+        told = true;
     }
-    return HY_OK;
+    if (!v->on_verified || told) return HY_OK;
+    const uint64_t verified = v->next == v->nchunks ? v->bytes : (uint64_t)v->next * HY_NVME_CHUNK;
+    return v->on_verified(v->ctx, verified, landed, err);
 }
 
 int hy_nvme_get(hy_nvme *n, const hy_key *key, void *dst, size_t cap, hy_meta *meta, hy_err *err)
+{
+    return hy_nvme_get_progress(n, key, dst, cap, meta, NULL, NULL, err);
+}
+
+int hy_nvme_get_progress(hy_nvme *n, const hy_key *key, void *dst, size_t cap, hy_meta *meta,
+                         hy_nvme_verified_fn on_verified, void *ctx, hy_err *err)
 {
     if (!n || !key || !dst) return hy_err_set(err, HY_EINVAL, "hy_nvme_get: NULL argument");
     hexkey k = hex(key);
@@ -480,8 +499,14 @@ int hy_nvme_get(hy_nvme *n, const hy_key *key, void *dst, size_t cap, hy_meta *m
 
     char path[4096];
     nv_extent_path(n, loc.extent, path, sizeof path);
-    get_verify v = {dst, bytes, e->rec.sums, e->rec.nchunks, 0, -1};
-    const nv_progress prog = {get_verify_upto, &v};
+    get_verify v = {dst, bytes, e->rec.sums, e->rec.nchunks, 0, -1, on_verified, ctx};
+    /* A reader using the bytes as they land reads in smaller requests with
+     * less in flight, its first 64 KiB alone: many such reads side by side
+     * (a request's hits) then progress together, and each one's first bytes
+     * (an entry's header and tokens) come early. */
+    const nv_progress prog = {get_verify_upto, &v, on_verified ? NV_LANDING_PIECE : 0,
+                              on_verified ? NV_LANDING_AHEAD : 0,
+                              on_verified ? NV_LANDING_FIRST : 0};
     int rc = nv_io_read_progress(n->io, fd, dst, loc.off, loc.stored, &prog, err);
     /* Every byte is verified before success, whatever the transfer reported:
      * after a complete read this finds nothing left to hash. */

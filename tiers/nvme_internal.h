@@ -60,6 +60,15 @@ int hy_nvme_put(hy_nvme *n, const hy_meta *meta, const void *data, hy_err *err);
  * second per entry). HY_ENOTFOUND, or HY_EFORMAT after dropping a corrupt
  * entry. */
 int hy_nvme_get(hy_nvme *n, const hy_key *key, void *dst, size_t cap, hy_meta *meta, hy_err *err);
+/* The same, telling on_verified (when not NULL), while the rest is still
+ * being read, each time the prefix of dst that has landed grows: `verified`
+ * bytes of it passed their chunks' checksums (a reader may use them at
+ * once), `landed` bytes are there (the rest of the chunk: usable only by a
+ * reader that checks them by other means). Both grow, verified ≤ landed. A
+ * non-zero return from it ends the get with that code (its message in err). */
+typedef int (*hy_nvme_verified_fn)(void *ctx, uint64_t verified, uint64_t landed, hy_err *err);
+int hy_nvme_get_progress(hy_nvme *n, const hy_key *key, void *dst, size_t cap, hy_meta *meta,
+                         hy_nvme_verified_fn on_verified, void *ctx, hy_err *err);
 /* The catalog record alone. */
 int hy_nvme_lookup(hy_nvme *n, const hy_key *key, hy_meta *meta);
 int hy_nvme_remove(hy_nvme *n, const hy_key *key, hy_err *err);
@@ -108,6 +117,9 @@ void hy_nvme_inject_io_error(hy_nvme *n, int direction, int count);
 #define NV_FLOOR_BYTES    16u
 #define NV_IO_PIECE       (2u << 20) /* bytes per io_uring request */
 #define NV_READ_AHEAD     (8u << 20) /* a verified read's bytes in flight past its completed prefix */
+#define NV_LANDING_PIECE  (256u << 10) /* hy_nvme_get_progress with a reader: bytes per request */
+#define NV_LANDING_AHEAD  (1u << 20)   /* and its bytes in flight past the prefix */
+#define NV_LANDING_FIRST  (64u << 10)  /* and its first request, alone until it lands */
 #define NV_JOURNAL_MAGIC  "HYNJ"
 #define NV_JOURNAL_VER    1u
 #define NV_SYNC_EVERY     64u /* catalog writes between two synced ones (replay bound) */
@@ -261,13 +273,19 @@ int nv_io_transferv(nv_io *io, int dir, int fd, const nv_seg *segs, uint32_t nse
  * on the caller's thread, while later requests are still in flight, each time
  * the completed prefix of the buffer grows, with its length (bytes from buf;
  * a multiple of HY_PAGE, growing, the last call with len). Every byte of the
- * prefix is in buf when fn runs. At most NV_READ_AHEAD bytes past the
- * completed prefix are in flight (nvme_io.c says why). A failing fn (its HY_* code and message)
+ * prefix is in buf when fn runs. At most NV_READ_AHEAD bytes (or `ahead`) past
+ * the completed prefix are in flight (nvme_io.c says why). A failing fn (its HY_* code and message)
  * ends the transfer once the requests in flight complete; no later call. An
  * I/O error ends it too, with the prefix reported so far. */
 typedef struct nv_progress {
     int (*fn)(void *ctx, uint64_t prefix, hy_err *err);
     void *ctx;
+    /* requests' bytes and bytes in flight past the prefix, multiples of
+     * HY_PAGE; 0: NV_IO_PIECE and NV_READ_AHEAD */
+    uint64_t piece, ahead;
+    /* bytes in flight until the first report (0: ahead): a reader's first
+     * bytes come before the rest is asked for */
+    uint64_t first;
 } nv_progress;
 int nv_io_read_progress(nv_io *io, int fd, void *buf, uint64_t off, uint64_t len,
                         const nv_progress *prog, hy_err *err);

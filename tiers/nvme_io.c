@@ -199,9 +199,15 @@ static int transfer(nv_io *io, int dir, int fd, const nv_seg *segs, uint32_t nse
         return hy_err_set(err, HY_ENOMEM, "out of memory for an io_uring transfer");
     }
     pieces pc = {0};
+    uint64_t np_cap = 0; /* pieces pc has room for (a reporting read) */
+    const uint64_t piece = prog && prog->piece ? prog->piece : NV_IO_PIECE;
+    const uint64_t ahead = prog && prog->ahead ? prog->ahead : NV_READ_AHEAD;
+    assert(piece % HY_PAGE == 0 && piece <= NV_IO_PIECE);
     if (prog) {
         uint64_t np = 0;
-        for (uint32_t i = 0; i < nsegs; i++) np += (segs[i].len + NV_IO_PIECE - 1) / NV_IO_PIECE;
+        for (uint32_t i = 0; i < nsegs; i++) np += (segs[i].len + piece - 1) / piece;
+        np += 1; /* a first piece shorter than the rest */
+        np_cap = np;
         pc.end = malloc((np ? np : 1) * sizeof *pc.end);
         pc.done = calloc(np ? np : 1, 1);
         if (!pc.end || !pc.done || np > UINT32_MAX) {
@@ -227,12 +233,19 @@ static int transfer(nv_io *io, int dir, int fd, const nv_seg *segs, uint32_t nse
         while (seg < nsegs && next == segs[seg].len) base += segs[seg++].len, next = 0;
         /* A reporting read keeps at most NV_READ_AHEAD bytes in flight past
          * its completed prefix (see the header). */
-        const uint64_t limit = prog ? pieces_prefix(&pc, cut) + NV_READ_AHEAD : UINT64_MAX;
-        while (fail == 0 && seg < ready && nidle > 0 && base + next < limit) {
+        /* One with a first size holds only that much until its first
+         * report (a reader's first bytes, ahead of everything else). */
+        const uint64_t limit = !prog                          ? UINT64_MAX
+                               : reported == 0 && prog->first ? prog->first
+                                                              : pieces_prefix(&pc, cut) + ahead;
+        while (fail == 0 && seg < ready && nidle > 0 && base + next < limit &&
+               (np_cap == 0 || cut < np_cap)) {
             const nv_seg *g = &segs[seg];
             uint32_t id = idle[--nidle];
-            slots[id] = (slot){(uint8_t *)g->buf + next, g->off + next,
-                               HY_MIN(g->len - next, NV_IO_PIECE), cut};
+            uint64_t take = HY_MIN(g->len - next, piece);
+            if (prog && limit - (base + next) < take) /* whole pages: g->len is */
+                take = (limit - (base + next) + HY_PAGE - 1) / HY_PAGE * HY_PAGE;
+            slots[id] = (slot){(uint8_t *)g->buf + next, g->off + next, take, cut};
             prep(&r->ring, dir, fd, &slots[id], id);
             next += slots[id].left, pending++;
             if (prog) pc.end[cut] = base + next;

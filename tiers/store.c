@@ -768,8 +768,26 @@ void st_served(hy_store *s, obj *o, hy_tier_id from, uint64_t now)
         if (resident(o, (hy_tier_id)t)) hy_evictor_access(s->ev[t], id, ++s->tick);
 }
 
-int st_fetch_host(hy_store *s, obj *o, size_t *off, bool *tmp, hy_err *err)
+/* A reader told of the verified prefix of an entry read from NVMe, with
+ * the buffer it lands in. */
+typedef struct landing {
+    hy_store_landed_fn fn;
+    void *ctx;
+    const void *data;
+    bool told; /* fn saw bytes: a reader may be using them */
+} landing;
+
+static int landing_tell(void *ctx, uint64_t verified, uint64_t landed, hy_err *err)
 {
+    landing *g = ctx;
+    g->told = true;
+    return g->fn(g->ctx, g->data, verified, landed, err);
+}
+
+int st_fetch_host(hy_store *s, obj *o, size_t *off, bool *tmp, hy_store_landed_fn fn, void *ctx,
+                  bool *kept, hy_err *err)
+{
+    *kept = false;
     assert(o->pins > 0 && !o->in_host && (o->in_hbm || o->in_nvme));
     const uint64_t id = hy_key_id(&o->meta.key);
     const bool keep = hy_admitter_admit(s->ad[HY_TIER_HOST], id, o->meta.tokens, 0);
@@ -787,11 +805,17 @@ int st_fetch_host(hy_store *s, obj *o, size_t *off, bool *tmp, hy_err *err)
         const hy_key k = o->meta.key;
         const size_t cap = st_round_page(o->meta.bytes);
         pthread_mutex_unlock(&s->mu);
-        rc = hy_nvme_get(s->nvme, &k, dst, cap, NULL, err); /* verifies every chunk */
+        landing g = {fn, ctx, dst, false};
+        /* verifies every chunk, telling fn of each verified prefix */
+        rc = hy_nvme_get_progress(s->nvme, &k, dst, cap, NULL, fn ? landing_tell : NULL, &g, err);
         pthread_mutex_lock(&s->mu);
+        *kept = g.told; /* a reader of the bytes told so far releases them */
     }
     if (rc || o->dead || o->in_host) {
-        hy_arena_release(s->arena, blk);
+        if (*kept) /* a reader uses this block: it stays with the lease, whatever came */
+            *off = blk, *tmp = true;
+        else
+            hy_arena_release(s->arena, blk);
         if (!from_hbm && rc == HY_EFORMAT) {
             s->st.checksum_failures++;
             if (!o->dead) { /* the NVMe tier dropped it: so do we */
@@ -802,7 +826,7 @@ int st_fetch_host(hy_store *s, obj *o, size_t *off, bool *tmp, hy_err *err)
             }
         }
         if (!rc && o->dead) rc = HY_ENOTFOUND; /* invalidated meanwhile */
-        if (!rc) *off = o->off;                /* another thread's host copy */
+        if (!rc && !*kept) *off = o->off;      /* another thread's host copy */
         return rc;
     }
     if (from_hbm) s->st.hbm_copies_down++;
@@ -816,7 +840,8 @@ int st_fetch_host(hy_store *s, obj *o, size_t *off, bool *tmp, hy_err *err)
     return HY_OK;
 }
 
-int st_acquire(hy_store *s, const hy_key *key, bool device, hy_lease **out, hy_err *err)
+int st_acquire(hy_store *s, const hy_key *key, bool device, hy_store_landed_fn fn, void *ctx,
+               hy_lease **out, hy_err *err)
 {
     *out = NULL;
     hy_lease *l = calloc(1, sizeof *l);
@@ -836,7 +861,17 @@ int st_acquire(hy_store *s, const hy_key *key, bool device, hy_lease **out, hy_e
     int rc = HY_OK;
     if (device && !o->in_hbm) rc = st_hbm_promote(s, o, l, err);
     l->tmp_off = o->off;
-    if (!device && !o->in_host) rc = st_fetch_host(s, o, &l->tmp_off, &l->tmp, err);
+    bool kept = false;
+    if (!device && !o->in_host)
+        rc = st_fetch_host(s, o, &l->tmp_off, &l->tmp, fn, ctx, &kept, err);
+    if (rc && kept) { /* fn's reader may still read the bytes it was told of: a lease holds them */
+        l->o = o;
+        l->from = HY_TIER_NVME;
+        l->data = hy_arena_ptr(s->arena, l->tmp_off);
+        pthread_mutex_unlock(&s->mu);
+        *out = l;
+        return rc;
+    }
     if (rc) {
         if (rc == HY_ENOTFOUND) s->st.misses++;
         st_unpin(s, o);
@@ -858,7 +893,13 @@ int st_acquire(hy_store *s, const hy_key *key, bool device, hy_lease **out, hy_e
 
 int hy_store_acquire(hy_store *s, const hy_key *key, hy_lease **out, hy_err *err)
 {
-    return st_acquire(s, key, false, out, err);
+    return st_acquire(s, key, false, NULL, NULL, out, err);
+}
+
+int hy_store_acquire_landing(hy_store *s, const hy_key *key, hy_store_landed_fn fn, void *ctx,
+                             hy_lease **out, hy_err *err)
+{
+    return st_acquire(s, key, false, fn, ctx, out, err);
 }
 
 const void *hy_lease_data(const hy_lease *l)

@@ -239,7 +239,7 @@ int st_hbm_promote(hy_store *s, obj *o, hy_lease *l, hy_err *err)
     const uint64_t id = hy_key_id(&o->meta.key), bytes = o->meta.bytes;
     size_t hoff = o->off;
     bool htmp = false;
-    int rc = o->in_host ? HY_OK : st_fetch_host(s, o, &hoff, &htmp, err);
+    int rc = o->in_host ? HY_OK : st_fetch_host(s, o, &hoff, &htmp, NULL, NULL, &(bool){false}, err);
     if (rc) return rc;
     if (!o->in_hbm) { /* else another thread promoted it while we fetched */
         const bool keep =
@@ -271,7 +271,7 @@ int hy_store_acquire_device(hy_store *s, const hy_key *key, hy_lease **out, hy_e
     if (!s->dev)
         return hy_err_set(err, HY_EUNSUPPORTED, "store: no hbm tier for a device lease: %s",
                           s->hbm_why);
-    return st_acquire(s, key, true, out, err);
+    return st_acquire(s, key, true, NULL, NULL, out, err);
 }
 
 /* --- stats ----------------------------------------------------------------------- */

@@ -155,12 +155,17 @@ int st_host_alloc(hy_store *s, uint64_t bytes, size_t *off, hy_err *err);
  * the caller owns (*tmp). Drops the lock around the copy. HY_ENOTFOUND when o
  * was invalidated meanwhile; HY_EFORMAT when NVMe bytes were corrupt (the
  * entry is dropped). */
-int st_fetch_host(hy_store *s, obj *o, size_t *off, bool *tmp, hy_err *err);
+/* fn (when not NULL) is told of the bytes as they land from NVMe; *kept:
+ * it was, so *off is the block they land in (with *tmp), whatever the
+ * outcome — the caller's lease holds it until its reader is done. */
+int st_fetch_host(hy_store *s, obj *o, size_t *off, bool *tmp, hy_store_landed_fn fn, void *ctx,
+                  bool *kept, hy_err *err);
 
 /* Both acquires (without s->mu): looks the entry up, pins it for the lease,
  * brings its bytes to host memory (device false) or into hbm (device true),
  * counts the hit by the tier that served it. */
-int st_acquire(hy_store *s, const hy_key *key, bool device, hy_lease **out, hy_err *err);
+int st_acquire(hy_store *s, const hy_key *key, bool device, hy_store_landed_fn fn, void *ctx,
+               hy_lease **out, hy_err *err);
 
 /* --- store_hbm.c (all with s->mu held unless said) --- */
 

@@ -292,6 +292,7 @@ void hy_model_fingerprint(const hy_model *m, uint8_t fp[32]);
 #define HY_SEAM_DEFAULT  8
 typedef enum hy_entry_dtype { HY_ENTRY_F32 = 0, HY_ENTRY_BF16 = 1 } hy_entry_dtype;
 typedef struct hy_entry hy_entry;
+typedef struct hy_entry_arrival hy_entry_arrival;
 
 /* How an entry stores its parts. tol = 0: every head dense (T in its
  * family's shape), each part in its dtype — the version-1 entry when all
@@ -432,6 +433,34 @@ int hy_entry_deserialize(const hy_model *m, const void *buf, size_t len, hy_entr
  * (hy_combine, hy_entry_apply); a view is never written. */
 int hy_entry_view(const hy_model *m, const void *buf, size_t len, hy_entry **out, hy_err *err);
 
+/* A view of an entry whose bytes land in buf in order while it is used (a
+ * fetch overlapped with the pass that composes it): avail bytes of its len
+ * are there. It needs the header, the section table and the tokens first:
+ * with fewer, HY_EAGAIN and *need the bytes it takes. Then every check
+ * hy_entry_view makes on them, and none yet on the layers' sections: each
+ * is checked (its checksum, its head table) by hy_entry_view_landed as it
+ * lands, and the executor waits for a layer's before composing it
+ * (hy_entry_layer_wait). The one who fills buf calls hy_entry_view_landed
+ * (or hy_entry_view_fail) until the entry is whole or failed, and only then
+ * may it be freed. */
+int hy_entry_view_open(const hy_model *m, const void *buf, size_t len, size_t avail,
+                       size_t *need, hy_entry **out, hy_err *err);
+/* The bytes [*lo, *hi) of buf that layer `layer`'s sections take (empty for
+ * a layer without any, and for an entry not opened so). */
+void hy_entry_layer_span(const hy_entry *e, int layer, size_t *lo, size_t *hi);
+/* Bytes [0, upto) of buf have landed: each section wholly among them not
+ * yet checked is, in order; a layer whose sections all passed is ready. A
+ * section that fails ends the entry: the error here and for its waiters. */
+int hy_entry_view_landed(hy_entry *e, size_t upto, hy_err *err);
+/* The rest will not land (a read failed): its waiters get code and msg. */
+void hy_entry_view_fail(hy_entry *e, int code, const char *msg);
+/* Whether every section has landed and passed (always, for an entry not
+ * opened by hy_entry_view_open). */
+bool hy_entry_whole(const hy_entry *e);
+/* Blocks until layer `layer` of e is ready, or fails with the entry's error
+ * (immediately HY_OK for an entry not opened by hy_entry_view_open). */
+int hy_entry_layer_wait(const hy_entry *e, int layer, hy_err *err);
+
 /* Cache key: SHA-256 over (tenant, model fingerprint, key version, W, S's
  * dtype, the rest of the representation unless it is exact with T and K/V
  * in F32 — so a version-1 entry keeps its key —, token ids as little-endian
@@ -502,6 +531,9 @@ typedef struct hy_result {
      * order (not in forward_s), and the forward passes it took. */
     double wait_s;
     int passes;
+    /* seconds the pass waited for hits' layers still landing (within
+     * forward_s): entries fetched while it runs */
+    double arrival_s;
 } hy_result;
 
 /* Runs a request from the empty state (st is reset first). built must hold

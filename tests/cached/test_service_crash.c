@@ -26,6 +26,18 @@ static const char *k_config = "listen: 127.0.0.1:0\n"
                               "executor: {threads: 2}\n"
                               "log: {requests: false}\n";
 
+/* exact fp32 entries (their sizes known), written through */
+static const char *k_config_exact =
+    "listen: 127.0.0.1:0\n"
+    "http_listen: ''\n"
+    "models: [{name: tiny, path: var/models/tiny}]\n"
+    "tiers:\n"
+    "  host: {bytes: 64M}\n"
+    "  nvme: {path: var/nvme, bytes: 256M, extent_bytes: 16M, write_through: true}\n"
+    "pic: {tolerance: 0, dtype: f32, t_dtype: f32, kv_dtype: f32}\n"
+    "executor: {threads: 2}\n"
+    "log: {requests: false}\n";
+
 #define NDOCS 40
 
 typedef struct crash_ctx {
@@ -209,6 +221,129 @@ static void test_client_kept_across_restart(void)
     CU_ASSERT(hy_daemon_stop(&d));
 }
 
+/* An entry only the NVMe tier holds is read while the Prefill's pass runs,
+ * each layer composed as it lands. One whose bytes on disk go bad past its
+ * first checksum chunk (1 MiB) fails after the pass has begun: the request
+ * ends UNAVAILABLE naming the segment, the entry is removed, and the daemon
+ * serves the next request, which recomputes the segment. */
+#define BIG_TOKENS 4600 /* exact fp32: 256 bytes a body token on tiny, over 1 MiB */
+
+static void big_segment(Hypic__V1__Segment *sg, Hypic__V1__Tokens *tk, uint32_t *ids)
+{
+    for (int i = 0; i < BIG_TOKENS; i++) ids[i] = (uint32_t)((i * 31 + 7) % 250);
+    Hypic__V1__Tokens ti = HYPIC__V1__TOKENS__INIT;
+    *tk = ti;
+    tk->n_ids = BIG_TOKENS;
+    tk->ids = ids;
+    Hypic__V1__Segment gi = HYPIC__V1__SEGMENT__INIT;
+    *sg = gi;
+    sg->ref_case = HYPIC__V1__SEGMENT__REF_TOKENS;
+    sg->tokens = tk;
+}
+
+static int prefill_big(hyc *c, Hypic__V1__Segment *sg, Hypic__V1__PrefillResponse **out,
+                       hyc_status *st)
+{
+    static uint32_t query[4] = {10, 20, 30, 40};
+    Hypic__V1__Segment *sp[1] = {sg};
+    Hypic__V1__PrefillRequest rq = HYPIC__V1__PREFILL_REQUEST__INIT;
+    rq.model = (char *)g_svc_model;
+    rq.n_segments = 1;
+    rq.segments = sp;
+    rq.n_query = 4;
+    rq.query = query;
+    rq.mode = HYPIC__V1__MODE__MODE_PIC;
+    return hyc_prefill(c, &rq, out, st);
+}
+
+static void test_nvme_entry_failing_mid_stream(void)
+{
+    char dir[256], cfg[1024], ext[512];
+    snprintf(dir, sizeof dir, "%s/landing", g_tmp);
+    mkdir(dir, 0755);
+    snprintf(cfg, sizeof cfg, "%s%s", k_config_exact, "");
+    hy_daemon d;
+    CU_ASSERT_EQUAL_FATAL(hy_daemon_start(&d, dir, cfg), 0);
+    hyc *c = connect_as(&d, NULL);
+    static uint32_t ids[BIG_TOKENS];
+    Hypic__V1__Segment sg;
+    Hypic__V1__Tokens tk;
+    big_segment(&sg, &tk, ids);
+    hyc_status st;
+    Hypic__V1__PrefillResponse *r = NULL;
+    CU_ASSERT_EQUAL_FATAL(prefill_big(c, &sg, &r, &st), 0); /* a miss: built, written through */
+    CU_ASSERT_EQUAL_FATAL(r->n_segments, 1);
+    uint8_t key[32];
+    memcpy(key, r->segments[0]->key.data, 32);
+    hyc_free(r);
+    void *bytes = NULL;
+    size_t n = 0;
+    CU_ASSERT_EQUAL_FATAL(get_entry(c, key, &bytes, &n, &st), 0);
+    CU_ASSERT_FATAL(n > (1u << 20) + 4096);
+    hyc_close(c);
+    CU_ASSERT(hy_daemon_stop(&d));
+
+    /* restarted: the host tier is empty, the entry on NVMe alone, read
+     * while the pass runs */
+    CU_ASSERT_EQUAL_FATAL(hy_daemon_start(&d, dir, cfg), 0);
+    c = connect_as(&d, NULL);
+    CU_ASSERT_EQUAL_FATAL(prefill_big(c, &sg, &r, &st), 0);
+    CU_ASSERT_EQUAL(r->segments[0]->kind, HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_HIT);
+    CU_ASSERT_EQUAL(r->segments[0]->tier, HYPIC__V1__TIER__TIER_NVME);
+    printf("\n  a %zu-byte entry from NVMe: the pass began after %.2f ms, waited %.2f ms for "
+           "layers; TTFT %.1f ms",
+           n, r->timings->fetch_nvme_ms, r->timings->landing_wait_ms, r->timings->ttft_ms);
+    hyc_free(r);
+    hyc_close(c);
+    CU_ASSERT(hy_daemon_stop(&d));
+
+    /* a byte of a section past the first checksum chunk flipped on disk */
+    const unsigned char *h = bytes;
+    const uint32_t nsec = (uint32_t)h[16] | (uint32_t)h[17] << 8;
+    uint64_t pos = 0;
+    for (uint32_t i = 0; i < nsec && !pos; i++) {
+        const unsigned char *t = h + 104 + 32 * i;
+        uint64_t off = 0, len = 0;
+        for (int b = 7; b >= 0; b--) off = off << 8 | t[8 + b], len = len << 8 | t[16 + b];
+        const uint64_t want = (1u << 20) + 4096;
+        if (off + len > want) pos = off > want ? off + len / 2 : want;
+    }
+    CU_ASSERT_FATAL(pos > (1u << 20) && pos < n);
+    snprintf(ext, sizeof ext, "%s/var/nvme/extents/extent-000000.dat", dir);
+    FILE *f = fopen(ext, "r+b");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fseek(f, 0, SEEK_END);
+    const long fsz = ftell(f);
+    unsigned char *all = malloc((size_t)fsz);
+    fseek(f, 0, SEEK_SET);
+    CU_ASSERT_EQUAL_FATAL(fread(all, 1, (size_t)fsz, f), (size_t)fsz);
+    long at = -1;
+    for (long i = 0; i + 4096 <= fsz && at < 0; i += 4096)
+        if (memcmp(all + i, bytes, 4096) == 0) at = i;
+    CU_ASSERT_FATAL(at >= 0);
+    fseek(f, at + (long)pos, SEEK_SET);
+    fputc(all[at + (long)pos] ^ 0x5a, f);
+    fclose(f);
+    free(all);
+
+    CU_ASSERT_EQUAL_FATAL(hy_daemon_start(&d, dir, cfg), 0);
+    c = connect_as(&d, NULL);
+    const int rc = prefill_big(c, &sg, &r, &st);
+    printf("\n  the same with a byte flipped past its first chunk: status %d: %s", rc, st.msg);
+    CU_ASSERT_EQUAL(rc, HYC_UNAVAILABLE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(st.msg, "segments[0]"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(st.msg, "checksum"));
+    hyc_free(r);
+    r = NULL;
+    /* removed: the next request recomputes the segment */
+    CU_ASSERT_EQUAL(prefill_big(c, &sg, &r, &st), 0);
+    CU_ASSERT(r && r->segments[0]->kind == HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_MISS);
+    hyc_free(r);
+    hyc_close(c);
+    free(bytes);
+    CU_ASSERT(hy_daemon_stop(&d));
+}
+
 int main(void)
 {
     if (hy_test_mkdtemp("hy_test_service_crash_", g_tmp, sizeof g_tmp)) return 1;
@@ -216,6 +351,8 @@ int main(void)
         {"sigkill_during_warm", test_sigkill_during_warm},
         {"clean_stop_flushes_write_back", test_clean_stop_flushes_write_back},
         {"a client kept across a restart is served again", test_client_kept_across_restart},
+        {"an NVMe entry failing mid-stream ends its request cleanly",
+         test_nvme_entry_failing_mid_stream},
         {NULL, NULL},
     };
     int rc = hy_test_main("service_crash", cases);

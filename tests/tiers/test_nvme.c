@@ -336,7 +336,7 @@ static void test_read_progress(void)
 
     memset(buf, 0xee, len);
     prog_log l = {.buf = buf, .ref = ref, .len = len};
-    const nv_progress p = {prog_record, &l};
+    const nv_progress p = {prog_record, &l, 0, 0, 0};
     CU_ASSERT_EQUAL(nv_io_read_progress(io, fd, buf, 0, len, &p, &e), 0);
     CU_ASSERT(!l.stale);
     CU_ASSERT(!l.ahead);

@@ -226,6 +226,105 @@ static void test_corrupt_never_served(void)
     hy_store_close(s);
 }
 
+/* An entry read from NVMe with a reader told of each verified prefix as it
+ * lands (hy_store_acquire_landing): prefixes grow, in order, to the whole
+ * entry and are the entry's bytes when told; a host copy tells nothing. A
+ * chunk that fails its checksum ends the acquire with HY_EFORMAT after the
+ * prefix before it was told, and the buffer stays with a lease (its reader
+ * may still read it) until released; the entry is dropped, never served. */
+/* Whether data's first `prefix` bytes are those of entry n of `total` bytes. */
+static bool prefix_ok(const void *data, uint64_t n, size_t total, uint64_t prefix)
+{
+    unsigned char *want = malloc(total);
+    fill(want, n, total);
+    const bool ok = memcmp(want, data, prefix) == 0;
+    free(want);
+    return ok;
+}
+
+typedef struct told {
+    uint64_t n;
+    size_t total;
+    size_t calls;
+    uint64_t last;
+    bool shrank, wrong;
+} told;
+
+static int on_told(void *ctx, const void *data, uint64_t prefix, uint64_t landed, hy_err *err)
+{
+    (void)err;
+    told *t = ctx;
+    if (landed < prefix) t->wrong = true;
+    t->calls++;
+    if (prefix < t->last) t->shrank = true;
+    t->last = prefix;
+    if (!prefix_ok(data, t->n, t->total, prefix)) t->wrong = true;
+    return HY_OK;
+}
+
+static void test_landing_prefixes(void)
+{
+    hy_store_config c = config(4, "nvme9");
+    hy_store *s;
+    hy_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(hy_store_open(&c, &s, &e), 0);
+    CU_ASSERT_EQUAL(put(s, 1, 3 * MB, "t", NULL, NULL, &e), 0);
+    CU_ASSERT_EQUAL(put(s, 2, 3 * MB, "t", NULL, NULL, &e), 0); /* demotes 1 */
+    hy_key k1 = key_of(1), k2 = key_of(2);
+    unsigned mask;
+    CU_ASSERT_EQUAL(hy_store_tiers_of(s, &k1, &mask), 0);
+    CU_ASSERT_EQUAL(mask, 1u << HY_TIER_NVME);
+    told t = {.n = 1, .total = 3 * MB};
+    hy_lease *l = NULL;
+    CU_ASSERT_EQUAL(hy_store_acquire_landing(s, &k1, on_told, &t, &l, &e), 0);
+    CU_ASSERT(t.calls >= 2 && !t.shrank && !t.wrong);
+    CU_ASSERT_EQUAL(t.last, 3 * MB);
+    CU_ASSERT(l && check(hy_lease_data(l), 1, 3 * MB));
+    hy_store_release(s, l);
+    told h = {.n = 2, .total = 3 * MB};
+    CU_ASSERT_EQUAL(hy_store_tiers_of(s, &k2, &mask), 0);
+    if (mask & (1u << HY_TIER_HOST)) { /* a host copy: nothing to tell */
+        CU_ASSERT_EQUAL(hy_store_acquire_landing(s, &k2, on_told, &h, &l, &e), 0);
+        CU_ASSERT_EQUAL(h.calls, 0);
+        hy_store_release(s, l);
+    }
+    hy_store_close(s);
+
+    /* entry 1 alone on NVMe again (a fresh store), then bytes of its third
+     * chunk flipped on disk */
+    c = config(4, "nvme10");
+    CU_ASSERT_EQUAL_FATAL(hy_store_open(&c, &s, &e), 0);
+    CU_ASSERT_EQUAL(put(s, 1, 3 * MB, "t", NULL, NULL, &e), 0);
+    CU_ASSERT_EQUAL(put(s, 2, 3 * MB, "t", NULL, NULL, &e), 0);
+    hy_store_close(s);
+    char path[256];
+    snprintf(path, sizeof path, "%s/nvme10/extents/extent-000000.dat", g_tmp);
+    FILE *f = fopen(path, "r+b");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    for (long off = (long)(5 * MB / 2); off < (long)(3 * MB); off += 65536) {
+        fseek(f, off, SEEK_SET);
+        const int ch = fgetc(f);
+        fseek(f, off, SEEK_SET);
+        fputc(ch ^ 0x5a, f);
+    }
+    fclose(f);
+    CU_ASSERT_EQUAL_FATAL(hy_store_open(&c, &s, &e), 0);
+    told b = {.n = 1, .total = 3 * MB};
+    l = NULL;
+    const int rc = hy_store_acquire_landing(s, &k1, on_told, &b, &l, &e);
+    CU_ASSERT_EQUAL(rc, HY_EFORMAT);
+    printf("\n    told %zu prefixes up to %llu bytes, then: %s", b.calls,
+           (unsigned long long)b.last, e.msg);
+    CU_ASSERT(b.calls >= 1 && b.last >= MB && b.last < 3 * MB && !b.wrong);
+    CU_ASSERT_PTR_NOT_NULL(l); /* the bytes told stay readable until released */
+    if (l) {
+        CU_ASSERT(prefix_ok(hy_lease_data(l), 1, 3 * MB, b.last));
+        hy_store_release(s, l);
+    }
+    CU_ASSERT_EQUAL(get_check(s, 1, 3 * MB), HY_ENOTFOUND); /* dropped, never served */
+    hy_store_close(s);
+}
+
 static void test_ttl_quota_invalidate_list(void)
 {
     hy_store_config c = config(32, NULL);
@@ -740,6 +839,7 @@ int main(void)
         {"leases_block_eviction_and_outlive_invalidation", test_leases_block_eviction},
         {"demote_promote_and_restart", test_demote_promote_restart},
         {"corrupt_bytes_never_served", test_corrupt_never_served},
+        {"landing_prefixes_and_a_chunk_failing_on_the_way", test_landing_prefixes},
         {"ttl_quota_invalidation_listing", test_ttl_quota_invalidate_list},
         {"failed_replace_keeps_old_entry", test_failed_replace_keeps_old},
         {"recommended_config_serves", test_default_config},

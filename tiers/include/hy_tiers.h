@@ -354,6 +354,19 @@ void hy_store_abort(hy_store *s, hy_put *p);
  * the only copy (NVMe) fails its checksum (the entry is dropped); HY_ENOMEM
  * when host memory is full of leased entries. */
 int hy_store_acquire(hy_store *s, const hy_key *key, hy_lease **out, hy_err *err);
+/* The same, and when the entry comes from the NVMe tier, fn is told — in
+ * the caller's thread, before this returns — of the bytes as they land: data
+ * is where the lease's bytes will be; [0, verified) of it passed the tier's
+ * checksums, [0, landed) are there (the rest usable only by a reader that
+ * checks them itself, as an entry's header and section checksums do). A
+ * non-zero return from fn ends the acquire with that code (the entry stays
+ * stored). Not called for a copy in host memory.
+ * Once fn was told of bytes, *out is a lease on the buffer they land in even
+ * when this fails (their reader may still read them): release it after. */
+typedef int (*hy_store_landed_fn)(void *ctx, const void *data, uint64_t verified, uint64_t landed,
+                                  hy_err *err);
+int hy_store_acquire_landing(hy_store *s, const hy_key *key, hy_store_landed_fn fn, void *ctx,
+                             hy_lease **out, hy_err *err);
 /* A device lease: hy_lease_device_ptr is the entry's bytes in GPU memory.
  * HY_EUNSUPPORTED (saying why) when the store has no hbm tier; otherwise as
  * hy_store_acquire, plus HY_ENOMEM when hbm is full of leased entries (or

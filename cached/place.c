@@ -1,0 +1,372 @@
+/*
+ * Where a request's entries come from: a local tier (a lease, viewed in
+ * place), an owner in the cluster (GetEntry), or — for an entry only the
+ * NVMe tier holds — read while the request's pass runs, which composes each
+ * layer as soon as its sections have landed and passed their checksums
+ * (docs/entry-format.md, "Streamed reads").
+ */
+#include "cluster_internal.h"
+#include "handlers_internal.h"
+#include "place.h"
+
+#include <assert.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Leases the entry under key (visible to the caller, of model sm) and
+ * verifies it: g->entry is a view into the leased bytes (no copy), and
+ * g->lease must be released after it is freed (h_seg_drop). HY_ENOTFOUND on
+ * a miss; a stored entry that fails its checks (a wrong byte is worse than a
+ * miss) is removed and reported as a miss. */
+static int fetch_local(rq *r, svc_model *sm, const hy_key *k, seg *g, uint64_t *bytes, hy_err *err)
+{
+    hy_lease *l;
+    int rc = hy_store_acquire(r->s->store, k, &l, err);
+    if (rc == HY_EFORMAT) return HY_ENOTFOUND; /* its NVMe copy failed its checksums: dropped */
+    if (rc) return rc;
+    const hy_meta *m = hy_lease_meta(l);
+    if (strcmp(m->tenant, r->who.tenant) != 0 || memcmp(m->model, sm->fp, 32) != 0) {
+        hy_store_release(r->s->store, l);
+        return HY_ENOTFOUND;
+    }
+    g->from = hy_lease_tier(l);
+    *bytes = m->bytes;
+    rc = hy_entry_view(sm->m, hy_lease_data(l), m->bytes, &g->entry, err);
+    if (rc == HY_OK) {
+        g->lease = l;
+        return HY_OK;
+    }
+    hy_store_release(r->s->store, l);
+    if (rc == HY_EFORMAT || rc == HY_EINVAL) {
+        char hex[65];
+        hy_key_hex(k, hex);
+        hy_log(HY_LOG_ERROR, "entry %s failed to decode, removing it: %s", hex, err->msg);
+        hy_store_filter f = {.key = k};
+        size_t gone;
+        hy_err ignored = {0};
+        hy_store_invalidate(r->s->store, &f, &gone, &ignored);
+        return HY_ENOTFOUND;
+    }
+    return rc;
+}
+
+/* From an owner (cluster mode): the bytes must decode and be the entry of
+ * key k for this tenant (an owner's wrong byte is a miss too). */
+static int fetch_remote(rq *r, svc_model *sm, const hy_key *k, seg *g, uint64_t *bytes)
+{
+    svc_view *v = svc_view_get(r->s);
+    if (!v) return HY_ENOTFOUND;
+    void *buf = NULL;
+    size_t len = 0;
+    hy_err e = {0};
+    int rc = svc_cluster_fetch(r->s, v, sm, r->who.tenant, k, &buf, &len, g->member, &e);
+    svc_view_put(v);
+    if (rc) return HY_ENOTFOUND;
+    hy_entry *ent = NULL;
+    uint8_t want[32];
+    const int32_t *tok;
+    if (hy_entry_view(sm->m, buf, len, &ent, &e) == HY_OK) {
+        const int n = hy_entry_tokens(ent, &tok);
+        hy_entry_key(r->who.tenant, sm->fp, hy_entry_seam_setting(ent), hy_entry_repr_of(ent), tok,
+                     (size_t)n, want);
+        if (memcmp(want, k->b, 32) == 0) {
+            g->entry = ent;
+            g->rbuf = buf;
+            g->from = HY_TIER_NONE;
+            *bytes = len;
+            return HY_OK;
+        }
+        snprintf(e.msg, sizeof e.msg, "its tokens are not the key's");
+    }
+    hy_log(HY_LOG_WARN, "cluster: an entry from %s failed its checks, taken as a miss: %s",
+           g->member, e.msg);
+    hy_entry_free(ent);
+    free(buf);
+    g->member[0] = '\0';
+    return HY_ENOTFOUND;
+}
+
+int h_fetch_entry(rq *r, svc_model *sm, const hy_key *k, seg *g, uint64_t *bytes, hy_err *err)
+{
+    g->entry = NULL;
+    g->lease = NULL;
+    g->rbuf = NULL;
+    g->member[0] = '\0';
+    int rc = fetch_local(r, sm, k, g, bytes, err);
+    if (rc == HY_ENOTFOUND && r->s->cluster) rc = fetch_remote(r, sm, k, g, bytes);
+    return rc;
+}
+
+
+/* --- entries landing from NVMe while the pass runs ------------------------------- */
+
+/* One NVMe hit being read. Its fields below `mu` change under it. */
+typedef struct landing_job {
+    hy_key key;
+    uint64_t bytes; /* the entry's, as the store's index gave it */
+    hy_entry **entry_out;
+    hy_lease **lease_out;
+    pl_landing *L;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    hy_entry *e;  /* opened: its header and tokens checked */
+    bool settled; /* opened, or known never to be (a miss) */
+    bool done;    /* the read is over, *lease_out set */
+    double t_done;
+    int failed;   /* after it opened: the entry will not be whole */
+    hy_err err;
+} landing_job;
+
+struct pl_landing {
+    hy_store *st;
+    const hy_model *m;
+    uint8_t fp[32];
+    char tenant[HY_TENANT_MAX];
+    landing_job *jobs;
+    size_t n, cap;
+    atomic_size_t next;
+    pthread_t th[PL_LANDING_THREADS];
+    int nth;
+    double t_go;
+    pthread_mutex_t mu; /* unsettled */
+    pthread_cond_t cv;
+    size_t unsettled; /* entries not yet opened (or known to be misses) */
+};
+
+/* One more entry opened, or known never to be. */
+static void settle(pl_landing *L)
+{
+    pthread_mutex_lock(&L->mu);
+    L->unsettled--;
+    pthread_cond_broadcast(&L->cv);
+    pthread_mutex_unlock(&L->mu);
+}
+
+/* An entry just opened asks for no more bytes until every other one has
+ * opened too (or 2 ms have passed): their first bytes are then not queued
+ * behind its layers, and the pass starts when the last one is in. */
+static void wait_for_the_others(pl_landing *L)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += 2000000;
+    if (until.tv_nsec >= 1000000000) until.tv_sec++, until.tv_nsec -= 1000000000;
+    pthread_mutex_lock(&L->mu);
+    while (L->unsettled > 0)
+        if (pthread_cond_timedwait(&L->cv, &L->mu, &until) != 0) break;
+    pthread_mutex_unlock(&L->mu);
+}
+
+bool pl_on_nvme_only(hy_store *st, const uint8_t fp[32], const char *tenant, const hy_key *k,
+                     uint64_t *bytes)
+{
+    hy_meta m;
+    unsigned mask = 0;
+    if (hy_store_peek(st, k, &m, &mask) != HY_OK) return false;
+    if (strcmp(m.tenant, tenant) != 0 || memcmp(m.model, fp, 32) != 0) return false;
+    *bytes = m.bytes;
+    return mask == 1u << HY_TIER_NVME;
+}
+
+int pl_landing_new(hy_store *st, const hy_model *m, const uint8_t fp[32], const char *tenant,
+                   size_t cap, pl_landing **out)
+{
+    pl_landing *L = calloc(1, sizeof *L);
+    if (L) L->jobs = calloc(cap ? cap : 1, sizeof *L->jobs);
+    if (!L || !L->jobs) {
+        free(L);
+        return HY_ENOMEM;
+    }
+    L->st = st, L->m = m, L->cap = cap;
+    pthread_mutex_init(&L->mu, NULL);
+    pthread_cond_init(&L->cv, NULL);
+    memcpy(L->fp, fp, 32);
+    snprintf(L->tenant, sizeof L->tenant, "%s", tenant);
+    *out = L;
+    return HY_OK;
+}
+
+size_t pl_landing_add(pl_landing *L, const hy_key *k, uint64_t bytes, hy_entry **entry,
+                      hy_lease **lease)
+{
+    assert(L->n < L->cap);
+    landing_job *j = &L->jobs[L->n];
+    j->key = *k, j->bytes = bytes, j->entry_out = entry, j->lease_out = lease, j->L = L;
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    return L->n++;
+}
+
+/* The store's reader, as the verified prefix grows: the entry opened once
+ * its header and tokens have landed, then its layers handed to the pass as
+ * they pass the tier's checksums (and their own). A
+ * failure is the entry's (its waiters see it), never the read's. */
+static int on_landed(void *ctx, const void *data, uint64_t prefix, uint64_t landed, hy_err *err)
+{
+    (void)err;
+    landing_job *j = ctx;
+    if (j->failed) return HY_OK;
+    if (!j->e) {
+        size_t need;
+        hy_entry *e = NULL;
+        hy_err oe = {0};
+        /* opened on bytes landed, before their chunk's checksum: the header's
+         * checksum and the tokens section's check every byte the open reads */
+        const int rc =
+            hy_entry_view_open(j->L->m, data, j->bytes, (size_t)landed, &need, &e, &oe);
+        if (rc == HY_EAGAIN) return HY_OK;
+        pthread_mutex_lock(&j->mu);
+        if (rc) { /* never opened: a miss, the entry dropped below */
+            j->failed = rc, j->err = oe;
+        } else {
+            j->e = e;
+        }
+        j->settled = true;
+        pthread_cond_broadcast(&j->cv);
+        pthread_mutex_unlock(&j->mu);
+        settle(j->L);
+        if (rc) return HY_OK;
+        wait_for_the_others(j->L);
+    }
+    hy_err le = {0};
+    if (hy_entry_view_landed(j->e, (size_t)prefix, &le)) { /* its waiters have it */
+        pthread_mutex_lock(&j->mu);
+        j->failed = le.code ? le.code : HY_EFORMAT, j->err = le;
+        pthread_mutex_unlock(&j->mu);
+    }
+    return HY_OK;
+}
+
+/* An entry that failed its own checks on the way: removed, as a stored
+ * entry that fails to decode is (fetch_local). */
+static void drop_bad(pl_landing *L, const hy_key *k, const char *why)
+{
+    char hex[65];
+    hy_key_hex(k, hex);
+    hy_log(HY_LOG_ERROR, "entry %s failed its checks while it was read from NVMe, removing it: %s",
+           hex, why);
+    hy_store_filter f = {.key = k};
+    size_t gone;
+    hy_err ignored = {0};
+    hy_store_invalidate(L->st, &f, &gone, &ignored);
+}
+
+static void land_one(pl_landing *L, landing_job *j)
+{
+    hy_store *st = L->st;
+    hy_lease *l = NULL;
+    hy_err e = {0};
+    int rc = hy_store_acquire_landing(st, &j->key, on_landed, j, &l, &e);
+    const hy_meta *m = l ? hy_lease_meta(l) : NULL;
+    if (!rc && (strcmp(m->tenant, L->tenant) != 0 || memcmp(m->model, L->fp, 32) != 0 ||
+                m->bytes != j->bytes))
+        rc = hy_err_set(&e, HY_ENOTFOUND, "replaced while it was read");
+    if (!rc && !j->e && !j->failed) { /* no bytes landed: a host or hbm copy came whole */
+        hy_entry *ent = NULL;
+        rc = hy_entry_view(L->m, hy_lease_data(l), m->bytes, &ent, &e);
+        pthread_mutex_lock(&j->mu);
+        if (rc)
+            j->failed = rc, j->err = e;
+        else
+            j->e = ent;
+        pthread_mutex_unlock(&j->mu);
+    }
+    if (!rc && j->e && !j->failed && !hy_entry_whole(j->e))
+        rc = hy_err_set(&e, HY_EFORMAT, "its bytes ended before its last section");
+    pthread_mutex_lock(&j->mu);
+    if (rc && !j->failed) j->failed = rc, j->err = e;
+    if (j->failed && j->e) /* the pass stops at its next layer */
+        hy_entry_view_fail(j->e, j->failed, j->err.msg);
+    if (j->failed == HY_EFORMAT || j->failed == HY_EINVAL) drop_bad(L, &j->key, j->err.msg);
+    if (j->e) {
+        *j->entry_out = j->e;
+        *j->lease_out = l; /* released after the entry is freed */
+    } else if (l) {
+        hy_store_release(st, l);
+    }
+    const bool was = j->settled;
+    j->settled = j->done = true;
+    j->t_done = hy_now_s();
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    if (!was) settle(L);
+}
+
+static void *lander(void *arg)
+{
+    pl_landing *L = arg;
+    for (size_t i; (i = atomic_fetch_add(&L->next, 1)) < L->n;) land_one(L, &L->jobs[i]);
+    return NULL;
+}
+
+int pl_landing_go(pl_landing *L)
+{
+    const int want = (int)HY_MIN(L->n, (size_t)PL_LANDING_THREADS);
+    L->t_go = hy_now_s();
+    L->unsettled = L->n;
+    for (int t = 0; t < want; t++) {
+        if (pthread_create(&L->th[t], NULL, lander, L) != 0) break;
+        L->nth++;
+    }
+    if (L->nth == 0 && L->n > 0) lander(L); /* no thread: read them here, whole */
+    return HY_OK;
+}
+
+size_t pl_landing_count(const pl_landing *L)
+{
+    return L ? L->n : 0;
+}
+
+hy_entry *pl_landing_opened(pl_landing *L, size_t i)
+{
+    landing_job *j = &L->jobs[i];
+    pthread_mutex_lock(&j->mu);
+    while (!j->settled) pthread_cond_wait(&j->cv, &j->mu);
+    hy_entry *e = j->e;
+    pthread_mutex_unlock(&j->mu);
+    return e;
+}
+
+void pl_landing_end(pl_landing *L)
+{
+    if (!L) return;
+    for (int t = 0; t < L->nth; t++) pthread_join(L->th[t], NULL);
+    L->nth = 0;
+}
+
+bool pl_landing_failed(const pl_landing *L, size_t *job, hy_err *err)
+{
+    for (size_t i = 0; L && i < L->n; i++)
+        if (L->jobs[i].failed && L->jobs[i].e) {
+            *job = i;
+            *err = L->jobs[i].err;
+            return true;
+        }
+    return false;
+}
+
+double pl_landing_read_s(const pl_landing *L)
+{
+    double last = L && L->n ? L->t_go : 0.0;
+    for (size_t i = 0; L && i < L->n; i++)
+        if (L->jobs[i].t_done > last) last = L->jobs[i].t_done;
+    return L && L->n ? last - L->t_go : 0.0;
+}
+
+void pl_landing_free(pl_landing *L)
+{
+    if (!L) return;
+    pl_landing_end(L);
+    for (size_t i = 0; i < L->n; i++) {
+        pthread_mutex_destroy(&L->jobs[i].mu);
+        pthread_cond_destroy(&L->jobs[i].cv);
+    }
+    free(L->jobs);
+    pthread_mutex_destroy(&L->mu);
+    pthread_cond_destroy(&L->cv);
+    free(L);
+}

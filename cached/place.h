@@ -1,0 +1,49 @@
+/*
+ * Entries only the NVMe tier holds, read while the pass that composes them
+ * runs (place.c): each added with where its entry and lease go, read by up
+ * to PL_LANDING_THREADS threads at once (one an entry, below that), each
+ * entry in its own layer order with about 1 MiB in flight — so every entry's
+ * layer l lands at about the same time, the pass starts once each one's
+ * header and tokens are in, and it waits per layer (hy_entry_view_open). The service's Prefill and `hypic-bench
+ * pic` use it.
+ */
+#ifndef HY_CACHED_PLACE_H
+#define HY_CACHED_PLACE_H
+
+#include "hy_model.h"
+#include "hy_tiers.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define PL_LANDING_THREADS 64
+typedef struct pl_landing pl_landing;
+/* Whether k's entry, of model fp and tenant, lies on NVMe alone (*bytes its size). */
+bool pl_on_nvme_only(hy_store *st, const uint8_t fp[32], const char *tenant, const hy_key *k,
+                     uint64_t *bytes);
+int pl_landing_new(hy_store *st, const hy_model *m, const uint8_t fp[32], const char *tenant,
+                   size_t cap, pl_landing **out);
+/* Adds k's entry (*bytes as pl_on_nvme_only gave): once its read is over,
+ * *entry and *lease are set when it opened (free the entry, then release
+ * the lease). Returns its index. */
+size_t pl_landing_add(pl_landing *L, const hy_key *k, uint64_t bytes, hy_entry **entry,
+                      hy_lease **lease);
+/* Starts the reads. */
+int pl_landing_go(pl_landing *L);
+/* Entries added (0 for NULL). */
+size_t pl_landing_count(const pl_landing *L);
+/* Waits until entry i's header and tokens have landed and passed: its
+ * entry, or NULL — a miss after all (gone meanwhile, or failing its checks:
+ * then removed from the store). */
+hy_entry *pl_landing_opened(pl_landing *L, size_t i);
+/* Waits until every read is over (NULL: none). */
+void pl_landing_end(pl_landing *L);
+/* Whether an entry that had opened failed on the way (a pass composing it
+ * then failed with it): which, and why. */
+bool pl_landing_failed(const pl_landing *L, size_t *job, hy_err *err);
+/* Seconds from the reads' start to the last one's end (after pl_landing_end). */
+double pl_landing_read_s(const pl_landing *L);
+void pl_landing_free(pl_landing *L);
+
+#endif
