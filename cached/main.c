@@ -116,6 +116,23 @@ static int write_ready(const char *path, const char *grpc, const char *http)
     return HY_OK;
 }
 
+/* What main started stopped, in the reverse order, then the service
+ * closed: the transports (the rpc server is stopped: no transfer runs), the
+ * router (no request runs: no job either), the write-back flush — what only
+ * this member holds reaches its own disk before any time goes to peers,
+ * which may not answer — then the cluster (what is queued for other owners
+ * gets about 2 s, then the membership is left). Non-zero when the flush
+ * failed. Each stop is a no-op for what did not start. */
+static int stop_service(hy_svc *svc)
+{
+    svc_transport_stop(svc);
+    svc_router_stop(svc);
+    const int rc = svc_flush(svc);
+    svc_cluster_stop(svc);
+    svc_close(svc);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     /* The executor's OpenMP threads wait passively between parallel regions
@@ -236,7 +253,7 @@ int main(int argc, char **argv)
     static hy_svc svc;
     if (svc_open(&svc, &cfg, &e)) {
         fprintf(stderr, PROG ": %s\n", e.msg);
-        svc_close(&svc);
+        stop_service(&svc);
         return 1;
     }
     char *cert = NULL, *key = NULL, *client_ca = NULL;
@@ -248,7 +265,7 @@ int main(int argc, char **argv)
         fprintf(stderr, PROG ": tls: %s\n", e.msg);
         hy_free(cert);
         hy_free(key);
-        svc_close(&svc);
+        stop_service(&svc);
         return 1;
     }
     static const char *const dedicated[] = {"Health", NULL}; /* probes never wait */
@@ -295,7 +312,7 @@ int main(int argc, char **argv)
         hy_free(cert);
         hy_free(key);
         hy_free(client_ca);
-        svc_close(&svc);
+        stop_service(&svc);
         return 1;
     }
     with_port(cfg.listen, hy_rpc_server_port(rpc), grpc_addr, sizeof grpc_addr);
@@ -307,7 +324,7 @@ int main(int argc, char **argv)
         hy_free(cert);
         hy_free(key);
         hy_free(client_ca);
-        svc_close(&svc);
+        stop_service(&svc);
         return 1;
     }
     if (!cert && !svc.open_access && !hy_cached_config_is_loopback(cfg.listen))
@@ -360,7 +377,7 @@ int main(int argc, char **argv)
                atomic_load(&svc.in_flight), cfg.drain_ms);
     hy_rpc_server_stop(rpc);
     hy_http_stop(web);
-    const int frc = svc_close(&svc);
+    const int frc = stop_service(&svc);
     hy_free(cert);
     hy_free(key);
     hy_free(client_ca);

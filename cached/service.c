@@ -791,17 +791,17 @@ int svc_transport_start(hy_svc *s, int grpc_port, hy_err *err)
     return 0;
 }
 
-int svc_close(hy_svc *s)
+void svc_transport_stop(hy_svc *s)
+{
+    hy_tp_hub_stop(s->tp);
+    s->tp = NULL;
+}
+
+int svc_flush(hy_svc *s)
 {
     int rc = HY_OK;
-    hy_tp_hub_stop(s->tp); /* the rpc server is stopped: no transfer is running */
-    s->tp = NULL;
-    svc_router_stop(s); /* no request is running: no job either */
     svc_lease_reap(s, true);
-    /* The write-back flush first: what only this member holds reaches its
-     * own disk before any time goes to peers, which may not answer (the
-     * cluster's queue then has about 2 s, and each put its peer timeout). */
-    if (s->store) {
+    if (s->store && !s->flushed) {
         size_t written = 0;
         hy_err e = {0};
         if ((rc = hy_store_flush(s->store, &written, &e)))
@@ -810,7 +810,15 @@ int svc_close(hy_svc *s)
         else if (written)
             hy_log(HY_LOG_INFO, "flushed %zu write-back entries to NVMe", written);
     }
-    svc_cluster_stop(s); /* what is queued for other owners, then the membership */
+    s->flushed = true;
+    return rc;
+}
+
+int svc_close(hy_svc *s)
+{
+    /* what main started (transports, router, cluster) it has stopped */
+    assert(!s->tp && !s->router && !s->cluster);
+    const int rc = svc_flush(s);
     if (s->store) hy_store_close(s->store);
     for (int i = 0; i < s->nmodels; i++) model_close(&s->models[i]);
     free(s->models);

@@ -154,6 +154,7 @@ typedef struct hy_svc {
     svc_reprs reprs;
     uint64_t started_ns;
     hy_tp_hub *tp;               /* bulk transports; NULL until svc_transport_start */
+    bool flushed;                /* svc_flush ran: the write-back entries are on NVMe */
     struct svc_router *router;   /* scatter workers (router_internal.h); NULL: none */
     struct svc_cluster *cluster; /* cluster mode (cluster_internal.h); NULL: one node */
     char tp_shm_path[108];       /* the shm socket ("" when shm is off) */
@@ -174,12 +175,18 @@ typedef struct svc_caller {
 
 /* Opens every model, the store (replaying NVMe) and the executor contexts. */
 int svc_open(hy_svc *s, const hy_cached_config *cfg, hy_err *err);
-/* Releases leases, flushes write-back entries to NVMe, closes the store
- * (RocksDB) and the models. Non-zero when the flush failed. */
+/* Releases leases and flushes write-back entries to NVMe (once; non-zero
+ * when the flush failed). */
+int svc_flush(hy_svc *s);
+/* svc_flush unless done, then closes the store (RocksDB) and the models.
+ * What main starts — the transports, the router, the cluster — it stops
+ * before (main.c). Non-zero when the flush failed. */
 int svc_close(hy_svc *s);
 /* Starts the bulk transports' hub (the data port, the shm socket, RDMA) once
  * the gRPC server has its port (for the shm socket's default name). */
 int svc_transport_start(hy_svc *s, int grpc_port, hy_err *err);
+/* Stops it (NULL: a no-op): the rpc server is stopped, no transfer runs. */
+void svc_transport_stop(hy_svc *s);
 
 /* Re-reads tenants (tokens, quotas, limits) and the tiers' policies from a
  * newly loaded configuration; other changed keys are logged as needing a
