@@ -11,6 +11,7 @@
 #include "hy_model.h"
 #include "random_tokens.h"
 #include "test_util.h"
+#include "tiny_model.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -212,14 +213,7 @@ static void test_read_fails_mid_stream(void)
 
 int main(void)
 {
-    if (hy_test_mkdtemp("hy_test_entry_landing_", g_tmp, sizeof g_tmp)) return 1;
-    char dir[128];
-    hy_err e = {0};
-    snprintf(dir, sizeof dir, "%s/tiny", g_tmp);
-    if (hy_model_init("tiny", 1, dir, "F32", &e) || hy_model_open(&g_m, dir, &e)) {
-        fprintf(stderr, "%s\n", e.msg);
-        return 1;
-    }
+    if (tiny_model_open("hy_test_entry_landing_", g_tmp, sizeof g_tmp, &g_m)) return 1;
     static const hy_test_case cases[] = {
         {"entries landing layer by layer give the whole entries' logits", test_landing_equals_whole},
         {"a section failing its checksum mid-stream ends the request cleanly",
@@ -227,8 +221,5 @@ int main(void)
         {"a read failing mid-stream ends the request cleanly", test_read_fails_mid_stream},
         {NULL, NULL},
     };
-    const int failed = hy_test_main("entries composed as they land", cases);
-    hy_model_close(g_m);
-    hy_test_rmtree(g_tmp);
-    return failed;
+    return tiny_model_main("entries composed as they land", cases, g_m, g_tmp);
 }

@@ -18,6 +18,7 @@
 #include "model_internal.h"
 #include "random_tokens.h"
 #include "test_util.h"
+#include "tiny_model.h"
 
 #include <math.h>
 #include <string.h>
@@ -574,14 +575,7 @@ static void test_lying_head_records_refused(void)
 
 int main(void)
 {
-    if (hy_test_mkdtemp("hy_test_entry_repr_", g_tmp, sizeof g_tmp)) return 1;
-    char dir[128];
-    hy_err e = {0};
-    snprintf(dir, sizeof dir, "%s/tiny", g_tmp);
-    if (hy_model_init("tiny", 1, dir, "F32", &e) || hy_model_open(&g_tiny, dir, &e)) {
-        fprintf(stderr, "%s\n", e.msg);
-        return 1;
-    }
+    if (tiny_model_open("hy_test_entry_repr_", g_tmp, sizeof g_tmp, &g_tiny)) return 1;
     static const hy_test_case cases[] = {
         {"the WY form: γ·I + U·Vt of rank ≤ nb, exact, below dk", test_wy_form_is_exact_below_dk},
         {"a head that forgot is stored as nothing", test_forgetting_head_is_nothing},
@@ -592,8 +586,5 @@ int main(void)
         {"lying head records are refused, naming the head", test_lying_head_records_refused},
         {NULL, NULL},
     };
-    int rc = hy_test_main("entry_repr", cases);
-    hy_model_close(g_tiny);
-    hy_test_rmtree(g_tmp);
-    return rc;
+    return tiny_model_main("entry_repr", cases, g_tiny, g_tmp);
 }

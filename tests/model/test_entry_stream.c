@@ -13,6 +13,7 @@
 #include "hy_model.h"
 #include "random_tokens.h"
 #include "test_util.h"
+#include "tiny_model.h"
 
 #include <string.h>
 
@@ -125,14 +126,7 @@ static void test_compact_forms_stream_too(void)
 
 int main(void)
 {
-    if (hy_test_mkdtemp("hy_test_entry_stream_", g_tmp, sizeof g_tmp)) return 1;
-    char dir[128];
-    hy_err e = {0};
-    snprintf(dir, sizeof dir, "%s/tiny", g_tmp);
-    if (hy_model_init("tiny", 1, dir, "F32", &e) || hy_model_open(&g_m, dir, &e)) {
-        fprintf(stderr, "%s\n", e.msg);
-        return 1;
-    }
+    if (tiny_model_open("hy_test_entry_stream_", g_tmp, sizeof g_tmp, &g_m)) return 1;
     static const hy_test_case cases[] = {
         {"streamed layer by layer equals the whole, byte for byte", test_streamed_equals_whole},
         {"a segment longer than the executor's step", test_longer_than_a_step},
@@ -140,8 +134,5 @@ int main(void)
          test_compact_forms_stream_too},
         {NULL, NULL},
     };
-    int rc = hy_test_main("entry_stream", cases);
-    hy_model_close(g_m);
-    hy_test_rmtree(g_tmp);
-    return rc;
+    return tiny_model_main("entry_stream", cases, g_m, g_tmp);
 }

@@ -226,12 +226,6 @@ static void test_corrupt_never_served(void)
     hy_store_close(s);
 }
 
-/* An entry read from NVMe with a reader told of each verified prefix as it
- * lands (hy_store_acquire_landing): prefixes grow, in order, to the whole
- * entry and are the entry's bytes when told; a host copy tells nothing. A
- * chunk that fails its checksum ends the acquire with HY_EFORMAT after the
- * prefix before it was told, and the buffer stays with a lease (its reader
- * may still read it) until released; the entry is dropped, never served. */
 /* Whether data's first `prefix` bytes are those of entry n of `total` bytes. */
 static bool prefix_ok(const void *data, uint64_t n, size_t total, uint64_t prefix)
 {
@@ -262,6 +256,12 @@ static int on_told(void *ctx, const void *data, uint64_t prefix, uint64_t landed
     return HY_OK;
 }
 
+/* An entry read from NVMe with a reader told of each verified prefix as it
+ * lands (hy_store_acquire_landing): prefixes grow, in order, to the whole
+ * entry and are the entry's bytes when told; a host copy tells nothing. A
+ * chunk that fails its checksum ends the acquire with HY_EFORMAT after the
+ * prefix before it was told, and the buffer stays with a lease (its reader
+ * may still read it) until released; the entry is dropped, never served. */
 static void test_landing_prefixes(void)
 {
     hy_store_config c = config(4, "nvme9");
