@@ -11,6 +11,7 @@ int hy_bench_quality(int argc, char **argv);
 int hy_bench_policies(int argc, char **argv);
 int hy_bench_tiers(int argc, char **argv);
 int hy_bench_service(int argc, char **argv);
+int hy_bench_reuse(int argc, char **argv);
 int hy_bench_rag(int argc, char **argv);
 int hy_bench_transfer(int argc, char **argv);
 int hy_bench_scatter(int argc, char **argv);

@@ -37,6 +37,9 @@ static const struct {
      "host hits/s"},
     {"service", hy_bench_service,
      "Lookup and Prefill through hypic-cached over loopback vs the same handlers in-process"},
+    {"reuse", hy_bench_reuse,
+     "fetch or recompute per hit: always fetch, always recompute and the daemon's choice on "
+     "short and long documents in host memory and on NVMe"},
     {"rag", hy_bench_rag,
      "sustainable QPS under a p99 TTFT SLO of full / prefix / pic on an open-loop RAG trace"},
     {"transfer", hy_bench_transfer,

@@ -123,6 +123,7 @@ static const opt k_opts[] = {
     NAMED("pic.dtype", OPT_DTYPE, dtype, "bf16"),
     NAMED("pic.t_dtype", OPT_DTYPE, t_dtype, "bf16"),
     NAMED("pic.kv_dtype", OPT_DTYPE, kv_dtype, "bf16"),
+    STRING("pic.reuse", pic_reuse, "auto"),
     NUMBER("pic.top_k", OPT_U32, top_k, 1, 1024, "5"),
     NUMBER("pic.prefix_cache_bytes", OPT_SIZE, prefix_cache_bytes, 0, TIB, "256M"),
     NUMBER("executor.threads", OPT_INT, exec_threads, 1, 256, NULL), /* the online CPUs */
@@ -1035,6 +1036,10 @@ static int check_whole(cfg_ctx *x, hy_cached_config *c)
     if (!rc && strcmp(c->scatter_policy, "lpt") && strcmp(c->scatter_policy, "round-robin"))
         rc = fail_key(x, HY_EINVAL, "scatter.policy", "'%s' is not lpt or round-robin",
                       c->scatter_policy);
+    if (!rc && strcmp(c->pic_reuse, "auto") && strcmp(c->pic_reuse, "fetch") &&
+        strcmp(c->pic_reuse, "recompute"))
+        rc = fail_key(x, HY_EINVAL, "pic.reuse", "'%s' is not auto, fetch or recompute",
+                      c->pic_reuse);
     if (!rc && strcmp(c->exec_mla, "auto") && strcmp(c->exec_mla, "expanded") &&
         strcmp(c->exec_mla, "latent"))
         rc = fail_key(x, HY_EINVAL, "executor.mla", "'%s' is not auto, expanded or latent",

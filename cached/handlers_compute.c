@@ -470,6 +470,10 @@ typedef struct prefill {
     double t_start;
     pl_landing *land; /* hits read from NVMe while the pass runs */
     size_t *land_seg; /* [n] the segment of each */
+    pl_policy pol;    /* fetch or recompute hits */
+    bool *recomputed; /* [n] a hit recomputed by choice (its entry left as it is) */
+    char (*why)[160]; /* [n] the choice, for the outcome */
+    double *fest, *cest; /* [n] its estimates: fetching, computing (s) */
 } prefill;
 
 static hy_rpc_code prefill_mode(rq *r, Hypic__V1__Mode m, hy_mode *out)
@@ -545,15 +549,51 @@ static hy_rpc_code prefill_parse(rq *r, prefill *p)
     p->from = calloc(n, sizeof *p->from), p->hs = calloc(n, sizeof *p->hs);
     p->built = calloc(n, sizeof *p->built), p->keys = calloc(n, sizeof *p->keys);
     p->members = calloc(n, sizeof *p->members);
+    p->recomputed = calloc(n, sizeof *p->recomputed), p->why = calloc(n, sizeof *p->why);
+    p->fest = calloc(n, sizeof *p->fest), p->cest = calloc(n, sizeof *p->cest);
     p->query = malloc(q->n_query * sizeof *p->query);
     p->logits = malloc((size_t)V * sizeof *p->logits);
     p->top = calloc(nk, sizeof *p->top);
     p->gen = calloc(q->max_new_tokens ? q->max_new_tokens : 1, sizeof *p->gen);
     if (!p->from || !p->hs || !p->built || !p->keys || !p->members || !p->query || !p->logits ||
-        !p->top || !p->gen)
+        !p->top || !p->gen || !p->recomputed || !p->why || !p->fest || !p->cest)
         return h_fail(r, HY_RPC_RESOURCE_EXHAUSTED, "out of memory");
     for (size_t t = 0; t < q->n_query; t++) p->query[t] = (int32_t)q->query[t];
+    switch ((int)q->reuse) {
+    case HYPIC__V1__PREFILL_REQUEST__REUSE__REUSE_DEFAULT:
+        p->pol = !strcmp(s->cfg.pic_reuse, "fetch")       ? PL_FETCH
+                 : !strcmp(s->cfg.pic_reuse, "recompute") ? PL_RECOMPUTE
+                                                          : PL_AUTO;
+        break;
+    case HYPIC__V1__PREFILL_REQUEST__REUSE__REUSE_AUTO: p->pol = PL_AUTO; break;
+    case HYPIC__V1__PREFILL_REQUEST__REUSE__REUSE_FETCH: p->pol = PL_FETCH; break;
+    case HYPIC__V1__PREFILL_REQUEST__REUSE__REUSE_RECOMPUTE: p->pol = PL_RECOMPUTE; break;
+    default:
+        return h_fail(r, HY_RPC_INVALID_ARGUMENT, "field 'reuse': %d is not a Reuse", (int)q->reuse);
+    }
     return HY_RPC_OK;
+}
+
+/* Whether segment i, whose entry under key k is here (visible to the
+ * caller), is recomputed rather than fetched: the request's policy, or the
+ * estimates (pl_recompute). The choice and why are kept for its outcome. */
+static bool prefill_choose(rq *r, prefill *p, size_t i, const hy_key *k)
+{
+    hy_meta m;
+    unsigned mask = 0;
+    if (hy_store_peek(r->s->store, k, &m, &mask) != HY_OK || strcmp(m.tenant, r->who.tenant) != 0 ||
+        memcmp(m.model, p->sm->fp, 32) != 0)
+        return false;
+    const pl_source src = mask & (1u << HY_TIER_HOST | 1u << HY_TIER_HBM) ? PL_FROM_HOST
+                                                                          : PL_FROM_NVME;
+    int w;
+    hy_err ignored = {0};
+    const size_t n = p->sg[i].n;
+    const uint64_t tokens = hy_entry_seam(p->sm->c, n, p->Wm, &w, &ignored) == HY_OK ? n - (size_t)w
+                                                                                     : n;
+    p->recomputed[i] = pl_recompute(p->sm->costs, p->pol, src, m.bytes, tokens, &p->fest[i],
+                                    &p->cest[i], p->why[i], sizeof p->why[i]);
+    return p->recomputed[i];
 }
 
 /* Segment i's entry under key k is read while the pass runs when only the
@@ -600,7 +640,7 @@ static hy_rpc_code prefill_lookup(rq *r, prefill *p)
         t0 = hy_now_s();
         hy_err e = {0};
         uint64_t bytes;
-        if (prefill_land(r, p, i, &p->keys[i])) continue;
+        if (prefill_choose(r, p, i, &p->keys[i]) || prefill_land(r, p, i, &p->keys[i])) continue;
         int rc = h_fetch_entry(r, p->sm, &p->keys[i], g, &bytes, &e);
         if (rc == HY_ENOTFOUND && !exact(p->rp)) {
             /* the exact entry of the segment serves too: one stored before
@@ -608,6 +648,7 @@ static hy_rpc_code prefill_lookup(rq *r, prefill *p)
             hy_key ek;
             hy_entry_key(r->who.tenant, p->sm->fp, p->Wm, hy_entry_exact(p->rp.s), g->tok, g->n,
                          ek.b);
+            if (prefill_choose(r, p, i, &ek)) continue;
             if (prefill_land(r, p, i, &ek)) {
                 p->keys[i] = ek;
                 continue;
@@ -624,6 +665,12 @@ static hy_rpc_code prefill_lookup(rq *r, prefill *p)
         }
         if (rc) return h_from_err(r, rc, &e);
         p->hs[i].entry = g->entry;
+        /* what it cost, for the next choices */
+        pl_costs_fetched(p->sm->costs,
+                         g->member[0]                  ? PL_FROM_REMOTE
+                         : p->from[i] == HY_TIER_NVME ? PL_FROM_NVME
+                                                      : PL_FROM_HOST,
+                         bytes, ms / 1e3);
         if (g->member[0])
             tm->fetch_remote_ms += ms;
         else if (p->from[i] == HY_TIER_HBM)
@@ -665,7 +712,8 @@ static hy_rpc_code prefill_scatter(rq *r, prefill *p)
                         .key = p->keys[i],
                         .tags = p->sg[i].tags,
                         .ntags = p->sg[i].ntags,
-                        .ship = !p->hs[i].entry && p->sg[i].n >= s->cfg.scatter_min_tokens &&
+                        .ship = !p->hs[i].entry && !p->recomputed[i] &&
+                                p->sg[i].n >= s->cfg.scatter_min_tokens &&
                                 hy_entry_seam(p->sm->c, p->sg[i].n, p->Wm, &w, &ignored) == HY_OK};
     }
     hy_err je = {0};
@@ -715,6 +763,14 @@ static hy_rpc_code prefill_run(rq *r, prefill *p)
                       p->land_seg[bad], le.msg);
     }
     tm->landing_wait_ms = p->res.arrival_s * 1e3;
+    if (!rc) { /* what the reads and the pass cost, for the next choices */
+        if (pl_landing_count(p->land))
+            pl_costs_fetched(p->sm->costs, PL_FROM_NVME, pl_landing_bytes(p->land),
+                             pl_landing_read_s(p->land));
+        if (p->mode != HY_MODE_PREFIX)
+            pl_costs_computed(p->sm->costs, (uint64_t)p->res.prefilled,
+                              p->res.forward_s - p->res.compose_s - p->res.arrival_s);
+    }
     if (p->job) { /* its entries are composed (and stored): over */
         sc_summary sum;
         sc_job_end(p->job, p->so, &sum);
@@ -756,9 +812,18 @@ static void prefill_store(rq *r, prefill *p, Hypic__V1__SegmentOutcome *oc)
         Hypic__V1__SegmentOutcome init = HYPIC__V1__SEGMENT_OUTCOME__INIT;
         oc[i] = init;
         oc[i].key = (ProtobufCBinaryData){HY_KEY_BYTES, p->keys[i].b};
+        oc[i].why = p->why[i];
+        oc[i].fetch_ms_est = p->fest[i] * 1e3;
+        oc[i].compute_ms_est = p->cest[i] * 1e3;
         if (p->mode == HY_MODE_PREFIX && (int)i < p->res.prefix_segments) {
             oc[i].kind = HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_PREFIX;
             r->hits++;
+        } else if (p->recomputed[i]) { /* its entry stays as it is: not stored again */
+            oc[i].kind = HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_MISS;
+            oc[i].recomputed = true;
+            hy_entry_free(p->built[i]);
+            p->built[i] = NULL;
+            r->misses++;
         } else if (p->hs[i].entry) {
             oc[i].kind = HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_HIT;
             oc[i].tier = h_pb_tier(p->from[i]);
@@ -850,6 +915,7 @@ static void prefill_free(rq *r, prefill *p)
     for (size_t i = 0; p->built && i < p->n; i++) hy_entry_free(p->built[i]);
     free(p->from), free(p->hs), free(p->built), free(p->keys), free(p->members);
     free(p->query), free(p->logits), free(p->top), free(p->gen);
+    free(p->recomputed), free(p->why), free(p->fest), free(p->cest);
     if (p->sg) h_segs_free(r, p->sg, p->n);
 }
 

@@ -8,6 +8,7 @@
 #include "cluster_internal.h"
 #include "handlers_internal.h"
 #include "place.h"
+#include "hy_scheduler.h"
 
 #include <assert.h>
 #include <pthread.h>
@@ -349,6 +350,13 @@ bool pl_landing_failed(const pl_landing *L, size_t *job, hy_err *err)
     return false;
 }
 
+uint64_t pl_landing_bytes(const pl_landing *L)
+{
+    uint64_t b = 0;
+    for (size_t i = 0; L && i < L->n; i++) b += L->jobs[i].bytes;
+    return b;
+}
+
 double pl_landing_read_s(const pl_landing *L)
 {
     double last = L && L->n ? L->t_go : 0.0;
@@ -369,4 +377,127 @@ void pl_landing_free(pl_landing *L)
     pthread_mutex_destroy(&L->mu);
     pthread_cond_destroy(&L->cv);
     free(L);
+}
+
+/* --- fetch or recompute ------------------------------------------------------------ */
+
+struct pl_fit {
+    uint64_t n[PL_SAMPLES];
+    double s[PL_SAMPLES];
+    size_t count, next;
+    hy_cost_model model;
+    bool fitted;
+};
+
+struct pl_costs {
+    pthread_mutex_t mu;
+    pl_fit fetch[PL_FROM_COUNT];
+    pl_fit compute;
+};
+
+const char *pl_source_name(pl_source s)
+{
+    static const char *const names[] = {"host", "nvme", "remote"};
+    return (unsigned)s < PL_FROM_COUNT ? names[s] : "?";
+}
+
+int pl_costs_new(pl_costs **out)
+{
+    pl_costs *c = calloc(1, sizeof *c);
+    if (!c) return HY_ENOMEM;
+    pthread_mutex_init(&c->mu, NULL);
+    *out = c;
+    return HY_OK;
+}
+
+void pl_costs_free(pl_costs *c)
+{
+    if (!c) return;
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
+/* Adds a sample and refits (under mu). */
+static void observe(pl_fit *f, uint64_t n, double s)
+{
+    if (n == 0 || !(s > 0)) return;
+    f->n[f->next] = n, f->s[f->next] = s;
+    f->next = (f->next + 1) % PL_SAMPLES;
+    if (f->count < PL_SAMPLES) f->count++;
+    hy_err ignored = {0};
+    if (f->count >= PL_MIN_SAMPLES)
+        f->fitted = hy_cost_fit(f->n, f->s, f->count, &f->model, &ignored) == HY_OK;
+}
+
+void pl_costs_fetched(pl_costs *c, pl_source s, uint64_t bytes, double seconds)
+{
+    if (!c || (unsigned)s >= PL_FROM_COUNT) return;
+    pthread_mutex_lock(&c->mu);
+    observe(&c->fetch[s], bytes, seconds);
+    pthread_mutex_unlock(&c->mu);
+}
+
+void pl_costs_computed(pl_costs *c, uint64_t tokens, double seconds)
+{
+    if (!c) return;
+    pthread_mutex_lock(&c->mu);
+    observe(&c->compute, tokens, seconds);
+    pthread_mutex_unlock(&c->mu);
+}
+
+bool pl_costs_fetch_s(pl_costs *c, pl_source s, uint64_t bytes, double *out)
+{
+    if (!c || (unsigned)s >= PL_FROM_COUNT) return false;
+    pthread_mutex_lock(&c->mu);
+    const bool ok = c->fetch[s].fitted;
+    if (ok) *out = hy_cost_prefill(&c->fetch[s].model, bytes);
+    pthread_mutex_unlock(&c->mu);
+    return ok;
+}
+
+bool pl_costs_compute_s(pl_costs *c, uint64_t tokens, double *out)
+{
+    if (!c) return false;
+    pthread_mutex_lock(&c->mu);
+    const bool ok = c->compute.fitted;
+    if (ok) {
+        hy_cost_model m = c->compute.model;
+        m.fixed_s = 0; /* a pass's own cost, paid whatever it computes */
+        *out = hy_cost_prefill(&m, tokens);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return ok;
+}
+
+bool pl_recompute(pl_costs *c, pl_policy pol, pl_source s, uint64_t bytes, uint64_t tokens,
+                  double *fetch_s, double *compute_s, char *why, size_t cap)
+{
+    *fetch_s = *compute_s = 0;
+    const bool fk = pl_costs_fetch_s(c, s, bytes, fetch_s);
+    const bool ck = pl_costs_compute_s(c, tokens, compute_s);
+    char size[32];
+    if (bytes >= 1u << 20)
+        snprintf(size, sizeof size, "%.1f MiB", (double)bytes / (1 << 20));
+    else
+        snprintf(size, sizeof size, "%.0f KiB", (double)bytes / 1024);
+    if (pol == PL_FETCH) {
+        snprintf(why, cap, "fetched from %s (%s): the request asked to fetch", pl_source_name(s),
+                 size);
+        return false;
+    }
+    if (pol == PL_RECOMPUTE) {
+        snprintf(why, cap, "recomputed (%llu tokens): the request asked to recompute",
+                 (unsigned long long)tokens);
+        return true;
+    }
+    if (!fk || !ck) {
+        snprintf(why, cap, "fetched from %s (%s): %s not measured yet", pl_source_name(s), size,
+                 !fk ? "fetching from there" : "computing");
+        return false;
+    }
+    const bool re = *compute_s < *fetch_s;
+    snprintf(why, cap, "%s: computing %llu tokens %.2f ms %s fetching %s from %s %.2f ms",
+             re ? "recomputed" : "fetched", (unsigned long long)tokens, *compute_s * 1e3,
+             re ? "<" : ">=", size, pl_source_name(s), *fetch_s * 1e3);
+    return re;
 }

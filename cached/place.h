@@ -42,8 +42,42 @@ void pl_landing_end(pl_landing *L);
 /* Whether an entry that had opened failed on the way (a pass composing it
  * then failed with it): which, and why. */
 bool pl_landing_failed(const pl_landing *L, size_t *job, hy_err *err);
+/* Bytes of the entries added. */
+uint64_t pl_landing_bytes(const pl_landing *L);
 /* Seconds from the reads' start to the last one's end (after pl_landing_end). */
 double pl_landing_read_s(const pl_landing *L);
 void pl_landing_free(pl_landing *L);
+
+/* --- fetch or recompute ------------------------------------------------------- */
+
+/* What bringing an entry from where it lies costs, and what computing its
+ * segment inside the pass costs, both fitted to what was measured (the
+ * scheduler's least-squares fit: seconds = fixed + a·n + b·n², n bytes or
+ * tokens) over the last PL_SAMPLES of each; a hit is recomputed when that is
+ * the cheaper. Thread-safe. */
+#define PL_SAMPLES     64
+#define PL_MIN_SAMPLES 4
+typedef enum pl_source { PL_FROM_HOST, PL_FROM_NVME, PL_FROM_REMOTE, PL_FROM_COUNT } pl_source;
+typedef struct pl_fit pl_fit;
+typedef struct pl_costs pl_costs;
+const char *pl_source_name(pl_source s); /* "host", "nvme", "remote" */
+int pl_costs_new(pl_costs **out);
+void pl_costs_free(pl_costs *c);
+/* A fetch of `bytes` from s that took `seconds`; a pass that computed
+ * `tokens` in `seconds` (its compositions and waits left out). */
+void pl_costs_fetched(pl_costs *c, pl_source s, uint64_t bytes, double seconds);
+void pl_costs_computed(pl_costs *c, uint64_t tokens, double seconds);
+/* The estimates, in seconds; false while fewer than PL_MIN_SAMPLES were
+ * measured (or the fit failed). Computing n tokens counts what they add to
+ * a pass: the fit's terms in n, not its fixed part (paid anyway). */
+bool pl_costs_fetch_s(pl_costs *c, pl_source s, uint64_t bytes, double *out);
+bool pl_costs_compute_s(pl_costs *c, uint64_t tokens, double *out);
+
+typedef enum pl_policy { PL_AUTO, PL_FETCH, PL_RECOMPUTE } pl_policy;
+/* The choice for a hit of `bytes` in s whose segment would compute
+ * `tokens`: true to recompute it. why gets one line saying which and why;
+ * *fetch_s and *compute_s the estimates (0 when unknown). */
+bool pl_recompute(pl_costs *c, pl_policy pol, pl_source s, uint64_t bytes, uint64_t tokens,
+                  double *fetch_s, double *compute_s, char *why, size_t cap);
 
 #endif

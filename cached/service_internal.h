@@ -22,6 +22,7 @@
 #include "hy_tiers.h"
 #include "hy_transport.h"
 #include "metrics_internal.h"
+#include "place.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -62,6 +63,7 @@ typedef struct svc_model {
     pthread_mutex_t mu;
     svc_waiter *head, *tail; /* under mu: FIFO of requests waiting for a context */
     svc_prefix *prefixes;    /* under mu */
+    pl_costs *costs;         /* fetching its entries and computing its tokens, as measured */
 } svc_model;
 
 /* A tenant as the service knows it: from the configuration, or the single

@@ -402,6 +402,8 @@ static void print_prefill(const Hypic__V1__PrefillResponse *r, char *const *file
         ctl_table_row(s, cells);
     }
     ctl_table_print(s);
+    for (size_t i = 0; i < r->n_segments; i++) /* found here: fetched or recomputed, and why */
+        if (r->segments[i]->why[0]) printf("  #%zu %s\n", i, r->segments[i]->why);
     printf("\ntokens computed: %llu\n\n", (unsigned long long)r->tokens_computed);
     if (!r->timings) return;
     const Hypic__V1__Timings *tm = r->timings;
@@ -501,6 +503,16 @@ int ctl_prefill(ctl *x, int argc, char **argv)
         } else if ((r = ctl_arg(x, argc, argv, &i, "--seam", &v))) {
             if (r < 0 || ctl_parse_seam(x, v, &rq.seam)) return CTL_USAGE;
             rq.seam_opt_case = HYPIC__V1__PREFILL_REQUEST__SEAM_OPT_SEAM;
+        } else if ((r = ctl_arg(x, argc, argv, &i, "--reuse", &v))) {
+            if (r < 0) return CTL_USAGE;
+            if (!strcmp(v, "auto"))
+                rq.reuse = HYPIC__V1__PREFILL_REQUEST__REUSE__REUSE_AUTO;
+            else if (!strcmp(v, "fetch"))
+                rq.reuse = HYPIC__V1__PREFILL_REQUEST__REUSE__REUSE_FETCH;
+            else if (!strcmp(v, "recompute"))
+                rq.reuse = HYPIC__V1__PREFILL_REQUEST__REUSE__REUSE_RECOMPUTE;
+            else
+                return ctl_usage(x, "--reuse: '%s' is not auto, fetch or recompute", v);
         } else if ((r = ctl_arg(x, argc, argv, &i, "--top-k", &v))) {
             if (r < 0 || ctl_u64(x, "--top-k", v, 0, UINT32_MAX, &top_k)) return CTL_USAGE;
         } else if ((r = ctl_arg(x, argc, argv, &i, "--max-new", &v))) {

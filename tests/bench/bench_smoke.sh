@@ -132,6 +132,16 @@ for d in "$tmp"/hypic-bench-service-*; do
     echo "  FAIL  hypic-bench service left $d behind"
 done
 
+# reuse: small, a host tier of 8 MiB and NVMe written through; three requests
+# under each policy; the daemon's files under $TMPDIR, removed
+run reuse ttft_p50_ms.fetch\>0 ttft_p50_ms.recompute\>0 ttft_p50_ms.auto\>0 \
+    auto_over_fetch_p50\>0 auto_fetched.nvme_long -- reuse --quick
+for d in "$tmp"/hypic-bench-reuse-*; do
+    [ -e "$d" ] || continue
+    fail=$((fail + 1))
+    echo "  FAIL  hypic-bench reuse left $d behind"
+done
+
 # transfer: one timed pass; the ratios exist (it exits non-zero when the
 # delivered bytes differ from the source)
 run transfer shm_over_memcpy_64m\>0 tcp_over_raw_socket_64m\>0 -- transfer --reps 1

@@ -112,6 +112,7 @@ static void test_defaults(void)
     CU_ASSERT_EQUAL(c->exec_contexts, 1);
     CU_ASSERT_EQUAL(c->max_batch, 1024);
     CU_ASSERT_STRING_EQUAL(c->exec_mla, "auto");
+    CU_ASSERT_STRING_EQUAL(c->pic_reuse, "auto");
     CU_ASSERT_EQUAL(c->ntenants, 0);
     CU_ASSERT_EQUAL(c->default_quota, 0);
     CU_ASSERT_EQUAL(c->max_message, 64ull << 20);
@@ -462,6 +463,11 @@ static void test_named_values(void)
     CU_ASSERT_STRING_EQUAL(g_a.exec_mla, "latent");
     fails("executor: {mla: absorbed}", HY_EINVAL,
           "key 'executor.mla': 'absorbed' is not auto, expanded or latent", NULL);
+    /* how hits are used: fetched, recomputed, or the cheaper */
+    parse_ok("pic: {reuse: recompute}", &g_a);
+    CU_ASSERT_STRING_EQUAL(g_a.pic_reuse, "recompute");
+    fails("pic: {reuse: maybe}", HY_EINVAL,
+          "key 'pic.reuse': 'maybe' is not auto, fetch or recompute", NULL);
     fails("transport: {tcp_listen: nowhere}", HY_EINVAL, "key 'transport.tcp_listen'",
           "is not host:port", NULL);
     fails("transport: {max_buffer: 1K}", HY_EINVAL, "transport.max_buffer", NULL);
@@ -573,7 +579,7 @@ static void test_unknown_keys(void)
          "path, bytes, extent_bytes, evict, admit, min_tokens, write_through"},
         {"tiers: {hbm: {gpu: 0}}\n", "'tiers.hbm.gpu'", "bytes, device, evict, admit, min_tokens"},
         {"pic: {W: 8}\n", "'pic.W'",
-         "seam, tolerance, dtype, t_dtype, kv_dtype, top_k, prefix_cache_bytes"},
+         "seam, tolerance, dtype, t_dtype, kv_dtype, reuse, top_k, prefix_cache_bytes"},
         {"executor: {omp: 2}\n", "'executor.omp'", "threads, contexts, max_batch, mla"},
         {"tenants: {quota: 1}\n", "'tenants.quota'", "default_quota, list"},
         {"tenants: {list: [{name: a, token: aaaaaaaaaaaaaaaaaaaa, tok: x}]}\n",

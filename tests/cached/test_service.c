@@ -155,6 +155,77 @@ static void test_version1_entry_served(void)
     hy_free(f);
 }
 
+/* A Prefill with its reuse policy (the fixture's prefill, one field more). */
+static int prefill_reuse(segs *s, int reuse, Hypic__V1__PrefillResponse **out, hyc_status *st)
+{
+    static uint32_t query[4] = {10, 20, 30, 40};
+    Hypic__V1__PrefillRequest rq = HYPIC__V1__PREFILL_REQUEST__INIT;
+    rq.model = (char *)g_svc_model;
+    rq.n_segments = s->n;
+    rq.segments = s->sp;
+    rq.n_query = 4;
+    rq.query = query;
+    rq.mode = HYPIC__V1__MODE__MODE_PIC;
+    rq.reuse = (Hypic__V1__PrefillRequest__Reuse)reuse;
+    return hyc_prefill(g_c, &rq, out, st);
+}
+
+/* A hit is fetched or recomputed by the request's policy; recomputed, it is
+ * a miss that says so and why, its stored entry left as it was (not stored
+ * again); in auto, once this daemon has measured both, each hit states the
+ * two estimates it compared. */
+static void test_fetch_or_recompute(void)
+{
+    segs s = {0};
+    for (int i = 0; i < 3; i++) segs_doc(&s, 700 + i, 300);
+    hyc_status st;
+    warm_out w;
+    CU_ASSERT_EQUAL_FATAL(warm(g_c, &s, &w, &st), 0);
+    uint64_t before = 0, after = 0;
+    CU_ASSERT_EQUAL(list_total(g_c, &before, &st), 0);
+    Hypic__V1__PrefillResponse *r = NULL;
+    CU_ASSERT_EQUAL_FATAL(prefill_reuse(&s, HYPIC__V1__PREFILL_REQUEST__REUSE__REUSE_RECOMPUTE, &r,
+                                        &st),
+                          0);
+    for (size_t i = 0; i < 3; i++) {
+        const Hypic__V1__SegmentOutcome *o = r->segments[i];
+        CU_ASSERT_EQUAL(o->kind, HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_MISS);
+        CU_ASSERT_TRUE(o->recomputed);
+        CU_ASSERT_FALSE(o->stored);
+        CU_ASSERT_PTR_NOT_NULL(strstr(o->why, "recompute"));
+    }
+    printf("\n  recompute: #0 %s", r->segments[0]->why);
+    hyc_free(r);
+    CU_ASSERT_EQUAL(list_total(g_c, &after, &st), 0);
+    CU_ASSERT_EQUAL(after, before);
+    CU_ASSERT_EQUAL_FATAL(prefill_reuse(&s, HYPIC__V1__PREFILL_REQUEST__REUSE__REUSE_FETCH, &r, &st),
+                          0);
+    for (size_t i = 0; i < 3; i++) {
+        CU_ASSERT_EQUAL(r->segments[i]->kind, HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_HIT);
+        CU_ASSERT_FALSE(r->segments[i]->recomputed);
+        CU_ASSERT_PTR_NOT_NULL(strstr(r->segments[i]->why, "fetched"));
+    }
+    hyc_free(r);
+    /* auto, after enough of both were measured: the estimates compared */
+    enum { MEASURED = 4 }; /* samples of each before the estimates (PL_MIN_SAMPLES) */
+    for (int k = 0; k < MEASURED; k++) {
+        CU_ASSERT_EQUAL_FATAL(prefill_reuse(&s, HYPIC__V1__PREFILL_REQUEST__REUSE__REUSE_AUTO, &r,
+                                            &st),
+                              0);
+        if (k + 1 < MEASURED) hyc_free(r);
+    }
+    const Hypic__V1__SegmentOutcome *o = r->segments[1];
+    printf("\n  auto: #1 %s", o->why);
+    CU_ASSERT(o->fetch_ms_est > 0 && o->compute_ms_est > 0);
+    CU_ASSERT_EQUAL(o->recomputed, o->compute_ms_est < o->fetch_ms_est);
+    CU_ASSERT_EQUAL(o->kind, o->recomputed ? HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_MISS
+                                           : HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_HIT);
+    hyc_free(r);
+    /* a value outside the enum is refused, naming the field */
+    CU_ASSERT_EQUAL(prefill_reuse(&s, 9, &r, &st), HYC_INVALID_ARGUMENT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(st.msg, "reuse"));
+}
+
 static void test_entries_get_put_inspect(void)
 {
     hyc_status st;
@@ -592,6 +663,7 @@ int main(void)
         {"prefill_every_mode", test_prefill_every_mode},
         {"entries_get_put_inspect", test_entries_get_put_inspect},
         {"a version-1 entry is served", test_version1_entry_served},
+        {"fetch or recompute, per hit", test_fetch_or_recompute},
         {"list_invalidate_stats_policy", test_list_invalidate_stats_policy},
         {"watch", test_watch},
         {"watch_heartbeat", test_watch_heartbeat},

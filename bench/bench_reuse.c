@@ -1,0 +1,269 @@
+/*
+ * hypic-bench reuse: fetch or recompute, per hit. hypic-cached (a child
+ * process on loopback, the tests' fixture) serves the `small` preset with a
+ * host tier too small for every entry and an NVMe tier written through, so
+ * the hits of a request lie some in memory and some on NVMe. Each request
+ * holds short and long documents (every one warmed first) and a query; it is
+ * sent three times in a row, once per policy — always fetch, always
+ * recompute, auto (the daemon's choice: recompute a hit when computing its
+ * tokens is estimated to cost less than fetching its bytes from where they
+ * lie, both fitted to what the daemon measured) — in the six orders in turn,
+ * so that the drift of a shared machine and what one request leaves behind
+ * (in the tiers, in the caches) fall on all three alike. Reports the TTFT of
+ * each (median and mean), what auto chose by source and length, and the
+ * estimates' rates: the physical limits the choice weighs (compute per
+ * token on these cores, bytes per second from each tier).
+ *
+ *   hypic-bench reuse [--requests N] [--quick] [--daemon PATH]
+ *
+ * A remote member (cluster mode) is not among the sources here.
+ */
+#include "bench.h"
+#include "hy_common.h"
+#include "hypic_client.h"
+
+#include "../tests/cached/daemon_fixture.h"
+
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum { NSHORT = 8, NLONG = 8, SHORT_TOKENS = 24, LONG_TOKENS = 400, PER_REQUEST = 4 };
+enum { FETCH = 0, RECOMPUTE = 1, AUTO = 2, NPOL = 3 };
+static const char *const k_pol[NPOL] = {"always fetch", "always recompute", "auto"};
+static const int k_reuse[NPOL] = {HYPIC__V1__PREFILL_REQUEST__REUSE__REUSE_FETCH,
+                                  HYPIC__V1__PREFILL_REQUEST__REUSE__REUSE_RECOMPUTE,
+                                  HYPIC__V1__PREFILL_REQUEST__REUSE__REUSE_AUTO};
+
+typedef struct doc {
+    uint32_t ids[LONG_TOKENS];
+    size_t n;
+    Hypic__V1__Tokens tk;
+    Hypic__V1__Segment sg;
+} doc;
+
+static doc g_docs[NSHORT + NLONG];
+
+static void docs_make(uint64_t seed)
+{
+    hy_rng r;
+    hy_rng_seed(&r, seed);
+    for (int d = 0; d < NSHORT + NLONG; d++) {
+        doc *x = &g_docs[d];
+        x->n = d < NSHORT ? SHORT_TOKENS : LONG_TOKENS;
+        for (size_t i = 0; i < x->n; i++) x->ids[i] = 3 + (uint32_t)(hy_rng_next(&r) % 250);
+        Hypic__V1__Tokens ti = HYPIC__V1__TOKENS__INIT;
+        x->tk = ti;
+        x->tk.n_ids = x->n;
+        x->tk.ids = x->ids;
+        Hypic__V1__Segment gi = HYPIC__V1__SEGMENT__INIT;
+        x->sg = gi;
+        x->sg.ref_case = HYPIC__V1__SEGMENT__REF_TOKENS;
+        x->sg.tokens = &x->tk;
+    }
+}
+
+static int on_warm(void *ctx, const Hypic__V1__WarmProgress *p)
+{
+    (void)ctx, (void)p;
+    return 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)flag, (void)ftw;
+    return remove(p);
+}
+
+/* What auto chose, by where the hit lay and how long its document is. */
+typedef struct tally {
+    int fetched[2][2], recomputed[2][2]; /* [nvme?][long?] */
+    char why_example[2][200];            /* the last line of each outcome */
+} tally;
+
+int hy_bench_reuse(int argc, char **argv)
+{
+    long nreq = 12;
+    bool quick = false;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--requests") && i + 1 < argc)
+            nreq = atol(argv[++i]);
+        else if (!strcmp(argv[i], "--quick"))
+            quick = true;
+        else if (!strcmp(argv[i], "--daemon") && i + 1 < argc)
+            setenv("HYPIC_CACHED", argv[++i], 1);
+        else {
+            fprintf(stderr, "usage: hypic-bench reuse [--requests N] [--quick] [--daemon PATH]\n");
+            return 2;
+        }
+    }
+    if (quick) nreq = 3;
+    if (nreq < 1 || nreq > 1000) {
+        fprintf(stderr, "hypic-bench reuse: --requests must be in 1..1000\n");
+        return 2;
+    }
+    char tmp[160], model_dir[192], daemon_dir[192], yaml[1024];
+    const char *tmpdir = getenv("TMPDIR") && getenv("TMPDIR")[0] ? getenv("TMPDIR") : "/tmp";
+    snprintf(tmp, sizeof tmp, "%.120s/hypic-bench-reuse-XXXXXX", tmpdir);
+    if (!mkdtemp(tmp)) {
+        perror("hypic-bench reuse: mkdtemp");
+        return 1;
+    }
+    snprintf(model_dir, sizeof model_dir, "%s/small", tmp);
+    snprintf(daemon_dir, sizeof daemon_dir, "%s/daemon", tmp);
+    /* a host tier of 8 MiB: a few of the entries (about 2 MiB each in the
+     * default representation); every one also on NVMe */
+    snprintf(yaml, sizeof yaml,
+             "listen: 127.0.0.1:0\n"
+             "http_listen: \"\"\n"
+             "models:\n"
+             "  - {name: small, path: \"%s\"}\n"
+             "tiers:\n"
+             "  host: {bytes: 8M}\n"
+             "  nvme: {path: var/nvme, bytes: 1G, extent_bytes: 64M, write_through: true}\n"
+             "log:\n"
+             "  requests: false\n",
+             model_dir);
+    hy_err e = {0};
+    hy_daemon d;
+    hyc *c = NULL;
+    double *ttft[NPOL] = {0};
+    int rc = 1;
+    bool started = false;
+    printf("generating the 'small' preset in %s ...\n", model_dir);
+    fflush(stdout);
+    if (hy_model_init("small", 1, model_dir, "F32", &e)) {
+        fprintf(stderr, "hypic-bench reuse: %s\n", e.msg);
+        goto out;
+    }
+    if (mkdir(daemon_dir, 0700) != 0 || hy_daemon_start(&d, daemon_dir, yaml) != 0) {
+        fprintf(stderr, "hypic-bench reuse: hypic-cached did not start (%s)\n",
+                hy_daemon_bin() ? hy_daemon_bin() : "no binary known");
+        goto out;
+    }
+    started = true;
+    hyc_options o = {.target = d.grpc, .deadline_ms = 600000};
+    hyc_status st;
+    if (hyc_open(&o, &c, &st)) {
+        fprintf(stderr, "hypic-bench reuse: %s\n", st.msg);
+        goto out;
+    }
+    docs_make(7);
+    {
+        Hypic__V1__Segment *sp[NSHORT + NLONG];
+        for (int i = 0; i < NSHORT + NLONG; i++) sp[i] = &g_docs[i].sg;
+        Hypic__V1__WarmRequest wr = HYPIC__V1__WARM_REQUEST__INIT;
+        wr.model = "small";
+        wr.n_segments = NSHORT + NLONG;
+        wr.segments = sp;
+        printf("warming %d documents of %d tokens and %d of %d ...\n", NSHORT, SHORT_TOKENS,
+               NLONG, LONG_TOKENS);
+        fflush(stdout);
+        if (hyc_warm(c, &wr, on_warm, NULL, &st)) {
+            fprintf(stderr, "hypic-bench reuse: warm: %s\n", st.msg);
+            goto out;
+        }
+    }
+    static uint32_t query[8] = {11, 22, 33, 44, 55, 66, 77, 88};
+    for (int k = 0; k < NPOL; k++)
+        if (!(ttft[k] = calloc((size_t)nreq, sizeof(double)))) goto out;
+    tally t = {0};
+    hy_rng r;
+    hy_rng_seed(&r, 99);
+    /* auto measures what it weighs from the requests it serves: a few first */
+    const long warm_requests = 4;
+    printf("%ld requests of %d documents (half short, half long), each under the three policies "
+           "in the six orders in turn, after %ld unmeasured ones in auto ...\n",
+           nreq, PER_REQUEST, warm_requests);
+    fflush(stdout);
+    for (long q = -warm_requests; q < nreq; q++) {
+        Hypic__V1__Segment *sp[PER_REQUEST];
+        for (int i = 0; i < PER_REQUEST; i++) {
+            const int base = i % 2 ? NSHORT : 0, count = i % 2 ? NLONG : NSHORT;
+            sp[i] = &g_docs[base + (int)(hy_rng_next(&r) % (uint64_t)count)].sg;
+        }
+        for (int j = 0; j < (q < 0 ? 1 : NPOL); j++) {
+            /* the six orders in turn: each policy runs after each other one
+             * as often (one after always-recompute's long pass finds cold
+             * caches) */
+            static const int order[6][NPOL] = {{0, 1, 2}, {1, 2, 0}, {2, 0, 1},
+                                               {0, 2, 1}, {2, 1, 0}, {1, 0, 2}};
+            const int k = q < 0 ? AUTO : order[q % 6][j];
+            Hypic__V1__PrefillRequest rq = HYPIC__V1__PREFILL_REQUEST__INIT;
+            rq.model = "small";
+            rq.n_segments = PER_REQUEST;
+            rq.segments = sp;
+            rq.n_query = 8;
+            rq.query = query;
+            rq.mode = HYPIC__V1__MODE__MODE_PIC;
+            rq.reuse = (Hypic__V1__PrefillRequest__Reuse)k_reuse[k];
+            Hypic__V1__PrefillResponse *pr = NULL;
+            if (hyc_prefill(c, &rq, &pr, &st)) {
+                fprintf(stderr, "hypic-bench reuse: prefill: %s\n", st.msg);
+                goto out;
+            }
+            if (q >= 0) ttft[k][q] = pr->timings->ttft_ms;
+            for (size_t i = 0; q >= 0 && k == AUTO && i < pr->n_segments; i++) {
+                const Hypic__V1__SegmentOutcome *oc = pr->segments[i];
+                if (!oc->why[0]) continue;
+                const bool nvme = strstr(oc->why, "from nvme") != NULL;
+                const bool lng = rq.segments[i]->tokens->n_ids == LONG_TOKENS;
+                if (oc->recomputed)
+                    t.recomputed[nvme][lng]++;
+                else
+                    t.fetched[nvme][lng]++;
+                snprintf(t.why_example[oc->recomputed], sizeof t.why_example[0], "%s", oc->why);
+            }
+            hyc_free(pr);
+        }
+        if (q >= 0 && ((q + 1) % 4 == 0 || q + 1 == nreq)) {
+            printf("  %ld/%ld requests\n", q + 1, nreq);
+            fflush(stdout);
+        }
+    }
+    double p50[NPOL], mean[NPOL];
+    printf("\n policy              TTFT ms (median, mean over %ld requests)\n", nreq);
+    for (int k = 0; k < NPOL; k++) {
+        mean[k] = 0;
+        for (long q = 0; q < nreq; q++) mean[k] += ttft[k][q] / (double)nreq;
+        qsort(ttft[k], (size_t)nreq, sizeof(double), cmp_double);
+        p50[k] = ttft[k][nreq / 2];
+        printf(" %-18s %8.1f %8.1f\n", k_pol[k], p50[k], mean[k]);
+    }
+    printf("\nauto's choices (hits): from host, short %d fetched / %d recomputed, long %d / %d; "
+           "from NVMe, short %d / %d, long %d / %d\n",
+           t.fetched[0][0], t.recomputed[0][0], t.fetched[0][1], t.recomputed[0][1],
+           t.fetched[1][0], t.recomputed[1][0], t.fetched[1][1], t.recomputed[1][1]);
+    if (t.why_example[0][0]) printf("  e.g. %s\n", t.why_example[0]);
+    if (t.why_example[1][0]) printf("  e.g. %s\n", t.why_example[1]);
+    printf("the limits it weighs: computing a token in the pass on these cores against reading "
+           "an entry's bytes (about 2 MiB of fixed state whatever the document's length) from "
+           "host memory or the NVMe device; both as the daemon measured them (the lines above)\n");
+    printf("auto over always fetch: %.2f (median), auto over always recompute: %.2f (median)\n",
+           p50[AUTO] / p50[FETCH], p50[AUTO] / p50[RECOMPUTE]);
+    printf("{\"bench\":\"reuse\",\"requests\":%ld,\"ttft_p50_ms\":{\"fetch\":%.2f,\"recompute\":%.2f,"
+           "\"auto\":%.2f},\"ttft_mean_ms\":{\"fetch\":%.2f,\"recompute\":%.2f,\"auto\":%.2f},"
+           "\"auto_over_fetch_p50\":%.3f,\"auto_over_recompute_p50\":%.3f,"
+           "\"auto_fetched\":{\"host_short\":%d,\"host_long\":%d,\"nvme_short\":%d,\"nvme_long\":%d},"
+           "\"auto_recomputed\":{\"host_short\":%d,\"host_long\":%d,\"nvme_short\":%d,"
+           "\"nvme_long\":%d}}\n",
+           nreq, p50[FETCH], p50[RECOMPUTE], p50[AUTO], mean[FETCH], mean[RECOMPUTE], mean[AUTO],
+           p50[AUTO] / p50[FETCH], p50[AUTO] / p50[RECOMPUTE], t.fetched[0][0], t.fetched[0][1],
+           t.fetched[1][0], t.fetched[1][1], t.recomputed[0][0], t.recomputed[0][1],
+           t.recomputed[1][0], t.recomputed[1][1]);
+    rc = 0;
+out:
+    for (int k = 0; k < NPOL; k++) free(ttft[k]);
+    hyc_close(c);
+    if (started) hy_daemon_stop(&d);
+    nftw(tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    return rc;
+}
