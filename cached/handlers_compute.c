@@ -742,7 +742,9 @@ static hy_rpc_code prefill_run(rq *r, prefill *p)
                            .mode = p->mode,
                            .W = p->W,
                            .repr = p->rp,
-                           .prefix = pfx ? pfx->pc : NULL};
+                           .prefix = pfx ? pfx->pc : NULL,
+                           /* compaction after the first token: prefill_store */
+                           .defer_builds = true};
     p->res = (hy_result){.built = p->built};
     h_set_threads(s);
     sc_await_ctx ac = {.job = p->job, .call = r->call, .hits = p->hs};
@@ -839,7 +841,8 @@ static void prefill_store(rq *r, prefill *p, Hypic__V1__SegmentOutcome *oc)
             oc[i].kind = HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_MISS;
             hy_tier_id placed = HY_TIER_NONE;
             hy_err se = {0};
-            if (svc_store_entry(s, p->sm, r->who.tenant, &p->keys[i], p->built[i], p->sg[i].tags,
+            if (hy_entry_finish(p->built[i], &se) ||
+                svc_store_entry(s, p->sm, r->who.tenant, &p->keys[i], p->built[i], p->sg[i].tags,
                                 p->sg[i].ntags, &placed, NULL, p->members[i], &se))
                 hy_log(HY_LOG_WARN, "storing an entry built inline: %s", se.msg);
             oc[i].stored = placed != HY_TIER_NONE;

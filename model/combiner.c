@@ -231,6 +231,11 @@ static void pic_builds_end(const hy_request *rq, hy_entry **ent, hy_capture **ca
                            hy_result *res)
 {
     for (size_t i = 0; ent && cap && i < rq->nsegs; i++) {
+        if (!rc && res->built && rq->defer_builds && ent[i]) { /* finished by the caller */
+            ent[i]->pending = cap[i];
+            res->built[i] = ent[i];
+            continue;
+        }
         const int brc = hy_entry_build_end(ent[i], cap[i]);
         if (!rc && !brc && res->built)
             res->built[i] = ent[i];

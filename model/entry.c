@@ -129,9 +129,12 @@ int hy_entry_seam(const hy_model_config *c, size_t n, int W, int *w, hy_err *err
     return HY_OK;
 }
 
+static void capture_free(hy_capture *cap, const hy_entry *e);
+
 void hy_entry_free(hy_entry *e)
 {
     if (!e) return;
+    capture_free(e->pending, e); /* first: it tells its buffers from the entry's */
     for (int i = 0; i < e->n_layers && !e->view; i++) {
         if (e->T) hy_free(e->T[i]);
         if (e->S) hy_free(e->S[i]);
@@ -340,6 +343,15 @@ int hy_entry_build_end(hy_entry *e, hy_capture *cap)
     }
     capture_free(cap, e);
     return rc;
+}
+
+int hy_entry_finish(hy_entry *e, hy_err *err)
+{
+    if (!e || !e->pending) return HY_OK;
+    hy_capture *cap = e->pending;
+    e->pending = NULL;
+    const int rc = hy_entry_build_end(e, cap);
+    return rc ? hy_err_set(err, rc, "out of memory finishing an entry of %d tokens", e->n) : HY_OK;
 }
 
 int hy_entry_build(hy_exec *ex, hy_state *st, const int32_t *tokens, size_t n, int W,

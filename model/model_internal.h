@@ -266,6 +266,7 @@ struct hy_entry {
     bool view;       /* the sections (tokens included) point into a buffer
                       * the entry does not own (hy_entry_view) */
     hy_entry_arrival *arr; /* a view whose bytes still land (hy_entry_view_open) */
+    hy_capture *pending;   /* built inline, not finished (hy_request.defer_builds) */
 };
 void hy_entry_arrival_free(hy_entry_arrival *a);
 

@@ -513,6 +513,11 @@ typedef struct hy_request {
     int W;                   /* seam of the entries used and built (pic, naive); noseam uses 0 */
     hy_entry_repr repr;      /* how entries built inline are stored */
     hy_prefix_cache *prefix; /* required by HY_MODE_PREFIX */
+    /* Entries built inline come back unfinished — their heads not yet in
+     * their forms, K/V not yet in their dtype — to be finished
+     * (hy_entry_finish) before any other use: what choosing the forms costs
+     * (an SVD per head) leaves the pass's critical path, the first token. */
+    bool defer_builds;
 } hy_request;
 
 typedef struct hy_result {
@@ -535,6 +540,10 @@ typedef struct hy_result {
      * forward_s): entries fetched while it runs */
     double arrival_s;
 } hy_result;
+
+/* Finishes an entry hy_combine built inline under defer_builds (its heads'
+ * forms chosen, its K/V rounded); a no-op for any other. HY_ENOMEM. */
+int hy_entry_finish(hy_entry *e, hy_err *err);
 
 /* Runs a request from the empty state (st is reset first). built must hold
  * nsegs pointers or be NULL (entries built inline are then freed). */

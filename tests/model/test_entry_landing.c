@@ -93,7 +93,7 @@ static void setup(fixture *x)
     }
     x->query = tokens(NQ, c->vocab, 77);
     x->want = malloc((size_t)c->vocab * sizeof *x->want);
-    const hy_request rq = {sg, NSEG, x->query, NQ, HY_MODE_PIC, 8, rp, NULL};
+    const hy_request rq = {sg, NSEG, x->query, NQ, HY_MODE_PIC, 8, rp, NULL, false};
     hy_result res = {0};
     CU_ASSERT_EQUAL_FATAL(hy_combine(x->ex, x->st, &rq, x->want, &res, &e), 0);
     CU_ASSERT_EQUAL(res.hits, NSEG);
@@ -142,7 +142,7 @@ static int run_landing(fixture *x, int bad, int layer, bool fail_read, float *go
         sg[i] = (hy_segment){x->tok[i], SEGLEN, f[i].e};
     }
     for (int i = 0; i < NSEG; i++) pthread_create(&th[i], NULL, feeder, &f[i]);
-    const hy_request rq = {sg, NSEG, x->query, NQ, HY_MODE_PIC, 8, rp, NULL};
+    const hy_request rq = {sg, NSEG, x->query, NQ, HY_MODE_PIC, 8, rp, NULL, false};
     hy_result res = {0};
     const int rc = hy_combine(x->ex, x->st, &rq, got, &res, e);
     *arrival_s = res.arrival_s;
