@@ -164,8 +164,8 @@ int hy_bench_reuse(int argc, char **argv)
         wr.model = "small";
         wr.n_segments = NSHORT + NLONG;
         wr.segments = sp;
-        printf("warming %d documents of %d tokens and %d of %d ...\n", NSHORT, SHORT_TOKENS,
-               NLONG, LONG_TOKENS);
+        printf("warming %d documents of %d tokens and %d of %d ...\n", NSHORT, SHORT_TOKENS, NLONG,
+               LONG_TOKENS);
         fflush(stdout);
         if (hyc_warm(c, &wr, on_warm, NULL, &st)) {
             fprintf(stderr, "hypic-bench reuse: warm: %s\n", st.msg);
@@ -249,16 +249,17 @@ int hy_bench_reuse(int argc, char **argv)
            "host memory or the NVMe device; both as the daemon measured them (the lines above)\n");
     printf("auto over always fetch: %.2f (median), auto over always recompute: %.2f (median)\n",
            p50[AUTO] / p50[FETCH], p50[AUTO] / p50[RECOMPUTE]);
-    printf("{\"bench\":\"reuse\",\"requests\":%ld,\"ttft_p50_ms\":{\"fetch\":%.2f,\"recompute\":%.2f,"
-           "\"auto\":%.2f},\"ttft_mean_ms\":{\"fetch\":%.2f,\"recompute\":%.2f,\"auto\":%.2f},"
-           "\"auto_over_fetch_p50\":%.3f,\"auto_over_recompute_p50\":%.3f,"
-           "\"auto_fetched\":{\"host_short\":%d,\"host_long\":%d,\"nvme_short\":%d,\"nvme_long\":%d},"
-           "\"auto_recomputed\":{\"host_short\":%d,\"host_long\":%d,\"nvme_short\":%d,"
-           "\"nvme_long\":%d}}\n",
-           nreq, p50[FETCH], p50[RECOMPUTE], p50[AUTO], mean[FETCH], mean[RECOMPUTE], mean[AUTO],
-           p50[AUTO] / p50[FETCH], p50[AUTO] / p50[RECOMPUTE], t.fetched[0][0], t.fetched[0][1],
-           t.fetched[1][0], t.fetched[1][1], t.recomputed[0][0], t.recomputed[0][1],
-           t.recomputed[1][0], t.recomputed[1][1]);
+    printf(
+        "{\"bench\":\"reuse\",\"requests\":%ld,\"ttft_p50_ms\":{\"fetch\":%.2f,\"recompute\":%.2f,"
+        "\"auto\":%.2f},\"ttft_mean_ms\":{\"fetch\":%.2f,\"recompute\":%.2f,\"auto\":%.2f},"
+        "\"auto_over_fetch_p50\":%.3f,\"auto_over_recompute_p50\":%.3f,"
+        "\"auto_fetched\":{\"host_short\":%d,\"host_long\":%d,\"nvme_short\":%d,\"nvme_long\":%d},"
+        "\"auto_recomputed\":{\"host_short\":%d,\"host_long\":%d,\"nvme_short\":%d,"
+        "\"nvme_long\":%d}}\n",
+        nreq, p50[FETCH], p50[RECOMPUTE], p50[AUTO], mean[FETCH], mean[RECOMPUTE], mean[AUTO],
+        p50[AUTO] / p50[FETCH], p50[AUTO] / p50[RECOMPUTE], t.fetched[0][0], t.fetched[0][1],
+        t.fetched[1][0], t.fetched[1][1], t.recomputed[0][0], t.recomputed[0][1],
+        t.recomputed[1][0], t.recomputed[1][1]);
     rc = 0;
 out:
     for (int k = 0; k < NPOL; k++) free(ttft[k]);

@@ -468,11 +468,11 @@ typedef struct prefill {
     h_delivery dl;
     Hypic__V1__Timings tm;
     double t_start;
-    pl_landing *land; /* hits read from NVMe while the pass runs */
-    size_t *land_seg; /* [n] the segment of each */
-    pl_policy pol;    /* fetch or recompute hits */
-    bool *recomputed; /* [n] a hit recomputed by choice (its entry left as it is) */
-    char (*why)[160]; /* [n] the choice, for the outcome */
+    pl_landing *land;    /* hits read from NVMe while the pass runs */
+    size_t *land_seg;    /* [n] the segment of each */
+    pl_policy pol;       /* fetch or recompute hits */
+    bool *recomputed;    /* [n] a hit recomputed by choice (its entry left as it is) */
+    char (*why)[160];    /* [n] the choice, for the outcome */
     double *fest, *cest; /* [n] its estimates: fetching, computing (s) */
 } prefill;
 
@@ -565,11 +565,18 @@ static hy_rpc_code prefill_parse(rq *r, prefill *p)
                  : !strcmp(s->cfg.pic_reuse, "recompute") ? PL_RECOMPUTE
                                                           : PL_AUTO;
         break;
-    case HYPIC__V1__PREFILL_REQUEST__REUSE__REUSE_AUTO: p->pol = PL_AUTO; break;
-    case HYPIC__V1__PREFILL_REQUEST__REUSE__REUSE_FETCH: p->pol = PL_FETCH; break;
-    case HYPIC__V1__PREFILL_REQUEST__REUSE__REUSE_RECOMPUTE: p->pol = PL_RECOMPUTE; break;
+    case HYPIC__V1__PREFILL_REQUEST__REUSE__REUSE_AUTO:
+        p->pol = PL_AUTO;
+        break;
+    case HYPIC__V1__PREFILL_REQUEST__REUSE__REUSE_FETCH:
+        p->pol = PL_FETCH;
+        break;
+    case HYPIC__V1__PREFILL_REQUEST__REUSE__REUSE_RECOMPUTE:
+        p->pol = PL_RECOMPUTE;
+        break;
     default:
-        return h_fail(r, HY_RPC_INVALID_ARGUMENT, "field 'reuse': %d is not a Reuse", (int)q->reuse);
+        return h_fail(r, HY_RPC_INVALID_ARGUMENT, "field 'reuse': %d is not a Reuse",
+                      (int)q->reuse);
     }
     return HY_RPC_OK;
 }
@@ -584,13 +591,13 @@ static bool prefill_choose(rq *r, prefill *p, size_t i, const hy_key *k)
     if (hy_store_peek(r->s->store, k, &m, &mask) != HY_OK || strcmp(m.tenant, r->who.tenant) != 0 ||
         memcmp(m.model, p->sm->fp, 32) != 0)
         return false;
-    const pl_source src = mask & (1u << HY_TIER_HOST | 1u << HY_TIER_HBM) ? PL_FROM_HOST
-                                                                          : PL_FROM_NVME;
+    const pl_source src =
+        mask & (1u << HY_TIER_HOST | 1u << HY_TIER_HBM) ? PL_FROM_HOST : PL_FROM_NVME;
     int w;
     hy_err ignored = {0};
     const size_t n = p->sg[i].n;
-    const uint64_t tokens = hy_entry_seam(p->sm->c, n, p->Wm, &w, &ignored) == HY_OK ? n - (size_t)w
-                                                                                     : n;
+    const uint64_t tokens =
+        hy_entry_seam(p->sm->c, n, p->Wm, &w, &ignored) == HY_OK ? n - (size_t)w : n;
     p->recomputed[i] = pl_recompute(p->sm->costs, p->pol, src, m.bytes, tokens, &p->fest[i],
                                     &p->cest[i], p->why[i], sizeof p->why[i]);
     return p->recomputed[i];
@@ -667,7 +674,7 @@ static hy_rpc_code prefill_lookup(rq *r, prefill *p)
         p->hs[i].entry = g->entry;
         /* what it cost, for the next choices */
         pl_costs_fetched(p->sm->costs,
-                         g->member[0]                  ? PL_FROM_REMOTE
+                         g->member[0]                 ? PL_FROM_REMOTE
                          : p->from[i] == HY_TIER_NVME ? PL_FROM_NVME
                                                       : PL_FROM_HOST,
                          bytes, ms / 1e3);

@@ -102,7 +102,6 @@ int h_fetch_entry(rq *r, svc_model *sm, const hy_key *k, seg *g, uint64_t *bytes
     return rc;
 }
 
-
 /* --- entries landing from NVMe while the pass runs ------------------------------- */
 
 /* One NVMe hit being read. Its fields below `mu` change under it. */
@@ -118,7 +117,7 @@ typedef struct landing_job {
     bool settled; /* opened, or known never to be (a miss) */
     bool done;    /* the read is over, *lease_out set */
     double t_done;
-    int failed;   /* after it opened: the entry will not be whole */
+    int failed; /* after it opened: the entry will not be whole */
     hy_err err;
 } landing_job;
 
@@ -217,8 +216,7 @@ static int on_landed(void *ctx, const void *data, uint64_t prefix, uint64_t land
         hy_err oe = {0};
         /* opened on bytes landed, before their chunk's checksum: the header's
          * checksum and the tokens section's check every byte the open reads */
-        const int rc =
-            hy_entry_view_open(j->L->m, data, j->bytes, (size_t)landed, &need, &e, &oe);
+        const int rc = hy_entry_view_open(j->L->m, data, j->bytes, (size_t)landed, &need, &e, &oe);
         if (rc == HY_EAGAIN) return HY_OK;
         pthread_mutex_lock(&j->mu);
         if (rc) { /* never opened: a miss, the entry dropped below */

@@ -4,8 +4,8 @@
  * to PL_LANDING_THREADS threads at once (one an entry, below that), each
  * entry in its own layer order with about 1 MiB in flight — so every entry's
  * layer l lands at about the same time, the pass starts once each one's
- * header and tokens are in, and it waits per layer (hy_entry_view_open). The service's Prefill and `hypic-bench
- * pic` use it.
+ * header and tokens are in, and it waits per layer (hy_entry_view_open). The service's Prefill and
+ * `hypic-bench pic` use it.
  */
 #ifndef HY_CACHED_PLACE_H
 #define HY_CACHED_PLACE_H

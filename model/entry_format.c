@@ -597,9 +597,9 @@ static int install(hy_entry *e, hy_entry_arrival *a, size_t i, const uint64_t *f
     } else if (sc->kind == SEC_TOKENS) {
         for (int t = 0; t < e->n && !rc; t++)
             if (e->tokens[t] < 0 || e->tokens[t] >= c->vocab)
-                rc = hy_err_set(err, HY_EFORMAT,
-                                "entry: token %d has id %d, outside the vocabulary", t,
-                                (int)e->tokens[t]);
+                rc =
+                    hy_err_set(err, HY_EFORMAT, "entry: token %d has id %d, outside the vocabulary",
+                               t, (int)e->tokens[t]);
     }
     return rc;
 }
@@ -639,8 +639,8 @@ static int decode(const hy_model *m, const void *buf, size_t len, bool view, hy_
 
 /* --- a view whose bytes are still landing ------------------------------------ */
 
-int hy_entry_view_open(const hy_model *m, const void *buf, size_t len, size_t avail,
-                       size_t *need, hy_entry **out, hy_err *err)
+int hy_entry_view_open(const hy_model *m, const void *buf, size_t len, size_t avail, size_t *need,
+                       hy_entry **out, hy_err *err)
 {
     *out = NULL;
     *need = 0;

@@ -66,7 +66,7 @@ struct hy_exec {
     size_t rowpos_cap, rowcap_cap;
     double *tcompose; /* per thread (padded): seconds composing holes */
     int tcompose_n;
-    double hole_kv_s; /* this call's seconds writing holes' K/V */
+    double hole_kv_s;      /* this call's seconds writing holes' K/V */
     double arrival_wait_s; /* this call's seconds waiting for holes' layers to land */
     /* RoPE's cos and sin per position (hy_rope_cos_sin), rotary_dim floats
      * each, for positions [0, rope_n): computed once for every head, layer

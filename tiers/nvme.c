@@ -430,9 +430,9 @@ static void drop_corrupt(hy_nvme *n, nv_entry *e, int64_t chunk, const char *pat
 typedef struct get_verify {
     const uint8_t *data;
     uint64_t bytes;
-    const uint64_t *sums;   /* immutable while the get holds the entry */
-    uint32_t nchunks, next; /* chunks verified: [0, next) */
-    int64_t bad;            /* the failing chunk, or -1 */
+    const uint64_t *sums;            /* immutable while the get holds the entry */
+    uint32_t nchunks, next;          /* chunks verified: [0, next) */
+    int64_t bad;                     /* the failing chunk, or -1 */
     hy_nvme_verified_fn on_verified; /* the caller's, told of the verified prefix */
     void *ctx;
 } get_verify;

@@ -862,8 +862,7 @@ int st_acquire(hy_store *s, const hy_key *key, bool device, hy_store_landed_fn f
     if (device && !o->in_hbm) rc = st_hbm_promote(s, o, l, err);
     l->tmp_off = o->off;
     bool kept = false;
-    if (!device && !o->in_host)
-        rc = st_fetch_host(s, o, &l->tmp_off, &l->tmp, fn, ctx, &kept, err);
+    if (!device && !o->in_host) rc = st_fetch_host(s, o, &l->tmp_off, &l->tmp, fn, ctx, &kept, err);
     if (rc && kept) { /* fn's reader may still read the bytes it was told of: a lease holds them */
         l->o = o;
         l->from = HY_TIER_NVME;

@@ -110,8 +110,10 @@ static inline int warm(hyc *c, segs *s, warm_out *w, hyc_status *st)
     return hyc_warm(c, &rq, on_warm_, w, st);
 }
 
-static inline int prefill(hyc *c, segs *s, int mode, Hypic__V1__PrefillResponse **out,
-                          hyc_status *st)
+/* A Prefill of s and an 8-token query in mode, hits used by `reuse`
+ * (PrefillRequest.Reuse; 0: the daemon's pic.reuse). */
+static inline int prefill_reuse(hyc *c, segs *s, int mode, int reuse,
+                                Hypic__V1__PrefillResponse **out, hyc_status *st)
 {
     static uint32_t query[8] = {10, 20, 30, 40, 50, 60, 70, 80};
     Hypic__V1__PrefillRequest rq = HYPIC__V1__PREFILL_REQUEST__INIT;
@@ -123,7 +125,14 @@ static inline int prefill(hyc *c, segs *s, int mode, Hypic__V1__PrefillResponse 
     rq.mode = (Hypic__V1__Mode)mode;
     rq.top_k = 5;
     rq.max_new_tokens = 4;
+    rq.reuse = (Hypic__V1__PrefillRequest__Reuse)reuse;
     return hyc_prefill(c, &rq, out, st);
+}
+
+static inline int prefill(hyc *c, segs *s, int mode, Hypic__V1__PrefillResponse **out,
+                          hyc_status *st)
+{
+    return prefill_reuse(c, s, mode, 0, out, st);
 }
 
 static inline int lookup(hyc *c, segs *s, uint32_t lease_ms, Hypic__V1__LookupResponse **out,

@@ -55,7 +55,8 @@ static void test_cheaper_wins(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(why, "fetched"));
     printf("\n    %s", why);
     /* a tier not measured: fetched, saying so */
-    CU_ASSERT_FALSE(pl_recompute(c, PL_AUTO, PL_FROM_REMOTE, 8u << 20, 40, &f, &k, why, sizeof why));
+    CU_ASSERT_FALSE(
+        pl_recompute(c, PL_AUTO, PL_FROM_REMOTE, 8u << 20, 40, &f, &k, why, sizeof why));
     CU_ASSERT_PTR_NOT_NULL(strstr(why, "not measured yet"));
     /* the request's policy over the estimates */
     CU_ASSERT_FALSE(pl_recompute(c, PL_FETCH, PL_FROM_NVME, 8u << 20, 40, &f, &k, why, sizeof why));

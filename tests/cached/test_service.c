@@ -155,21 +155,6 @@ static void test_version1_entry_served(void)
     hy_free(f);
 }
 
-/* A Prefill with its reuse policy (the fixture's prefill, one field more). */
-static int prefill_reuse(segs *s, int reuse, Hypic__V1__PrefillResponse **out, hyc_status *st)
-{
-    static uint32_t query[4] = {10, 20, 30, 40};
-    Hypic__V1__PrefillRequest rq = HYPIC__V1__PREFILL_REQUEST__INIT;
-    rq.model = (char *)g_svc_model;
-    rq.n_segments = s->n;
-    rq.segments = s->sp;
-    rq.n_query = 4;
-    rq.query = query;
-    rq.mode = HYPIC__V1__MODE__MODE_PIC;
-    rq.reuse = (Hypic__V1__PrefillRequest__Reuse)reuse;
-    return hyc_prefill(g_c, &rq, out, st);
-}
-
 /* A hit is fetched or recomputed by the request's policy; recomputed, it is
  * a miss that says so and why, its stored entry left as it was (not stored
  * again); in auto, once this daemon has measured both, each hit states the
@@ -184,7 +169,8 @@ static void test_fetch_or_recompute(void)
     uint64_t before = 0, after = 0;
     CU_ASSERT_EQUAL(list_total(g_c, &before, &st), 0);
     Hypic__V1__PrefillResponse *r = NULL;
-    CU_ASSERT_EQUAL_FATAL(prefill_reuse(&s, HYPIC__V1__PREFILL_REQUEST__REUSE__REUSE_RECOMPUTE, &r,
+    CU_ASSERT_EQUAL_FATAL(prefill_reuse(g_c, &s, HYPIC__V1__MODE__MODE_PIC,
+                                        HYPIC__V1__PREFILL_REQUEST__REUSE__REUSE_RECOMPUTE, &r,
                                         &st),
                           0);
     for (size_t i = 0; i < 3; i++) {
@@ -198,7 +184,8 @@ static void test_fetch_or_recompute(void)
     hyc_free(r);
     CU_ASSERT_EQUAL(list_total(g_c, &after, &st), 0);
     CU_ASSERT_EQUAL(after, before);
-    CU_ASSERT_EQUAL_FATAL(prefill_reuse(&s, HYPIC__V1__PREFILL_REQUEST__REUSE__REUSE_FETCH, &r, &st),
+    CU_ASSERT_EQUAL_FATAL(prefill_reuse(g_c, &s, HYPIC__V1__MODE__MODE_PIC,
+                                        HYPIC__V1__PREFILL_REQUEST__REUSE__REUSE_FETCH, &r, &st),
                           0);
     for (size_t i = 0; i < 3; i++) {
         CU_ASSERT_EQUAL(r->segments[i]->kind, HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_HIT);
@@ -209,8 +196,8 @@ static void test_fetch_or_recompute(void)
     /* auto, after enough of both were measured: the estimates compared */
     enum { MEASURED = 4 }; /* samples of each before the estimates (PL_MIN_SAMPLES) */
     for (int k = 0; k < MEASURED; k++) {
-        CU_ASSERT_EQUAL_FATAL(prefill_reuse(&s, HYPIC__V1__PREFILL_REQUEST__REUSE__REUSE_AUTO, &r,
-                                            &st),
+        CU_ASSERT_EQUAL_FATAL(prefill_reuse(g_c, &s, HYPIC__V1__MODE__MODE_PIC,
+                                            HYPIC__V1__PREFILL_REQUEST__REUSE__REUSE_AUTO, &r, &st),
                               0);
         if (k + 1 < MEASURED) hyc_free(r);
     }
@@ -222,7 +209,8 @@ static void test_fetch_or_recompute(void)
                                            : HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_HIT);
     hyc_free(r);
     /* a value outside the enum is refused, naming the field */
-    CU_ASSERT_EQUAL(prefill_reuse(&s, 9, &r, &st), HYC_INVALID_ARGUMENT);
+    CU_ASSERT_EQUAL(prefill_reuse(g_c, &s, HYPIC__V1__MODE__MODE_PIC, 9, &r, &st),
+                    HYC_INVALID_ARGUMENT);
     CU_ASSERT_PTR_NOT_NULL(strstr(st.msg, "reuse"));
 }
 

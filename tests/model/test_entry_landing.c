@@ -27,7 +27,7 @@ typedef struct feed {
     const unsigned char *src; /* the serialised entry */
     unsigned char *dst;       /* where it lands, 64-byte aligned */
     size_t len;
-    hy_entry *e; /* opened over dst */
+    hy_entry *e;       /* opened over dst */
     int corrupt_layer; /* flip a byte of this layer's span on the way (-1: none) */
     bool fail_read;    /* stop at that layer as a failed read instead */
     int rc;            /* hy_entry_view_landed's, at the end */
@@ -215,7 +215,8 @@ int main(void)
 {
     if (tiny_model_open("hy_test_entry_landing_", g_tmp, sizeof g_tmp, &g_m)) return 1;
     static const hy_test_case cases[] = {
-        {"entries landing layer by layer give the whole entries' logits", test_landing_equals_whole},
+        {"entries landing layer by layer give the whole entries' logits",
+         test_landing_equals_whole},
         {"a section failing its checksum mid-stream ends the request cleanly",
          test_checksum_fails_mid_stream},
         {"a read failing mid-stream ends the request cleanly", test_read_fails_mid_stream},

@@ -137,12 +137,13 @@ static void test_deferred_inline_build(void)
     CU_ASSERT_EQUAL_FATAL(hy_exec_new(g_m, 0, &ex, &e), 0);
     CU_ASSERT_EQUAL_FATAL(hy_state_new(g_m, &st, &e), 0);
     const hy_entry_repr rp = {HY_ENTRY_BF16, HY_ENTRY_BF16, HY_ENTRY_BF16, 0.03f};
-    int32_t *a = tokens(90, c->vocab, 31), *b = tokens(120, c->vocab, 32), *q = tokens(4, c->vocab, 33);
+    int32_t *a = tokens(90, c->vocab, 31), *b = tokens(120, c->vocab, 32),
+            *q = tokens(4, c->vocab, 33);
     hy_segment sg[2] = {{a, 90, NULL}, {b, 120, NULL}};
     float *l0 = malloc((size_t)c->vocab * sizeof *l0), *l1 = malloc((size_t)c->vocab * sizeof *l1);
     hy_entry *now[2] = {0}, *later[2] = {0};
-    hy_request rq = {.segs = sg, .nsegs = 2, .query = q, .nq = 4, .mode = HY_MODE_PIC, .W = 8,
-                     .repr = rp};
+    hy_request rq = {
+        .segs = sg, .nsegs = 2, .query = q, .nq = 4, .mode = HY_MODE_PIC, .W = 8, .repr = rp};
     hy_result res = {.built = now};
     CU_ASSERT_EQUAL_FATAL(hy_combine(ex, st, &rq, l0, &res, &e), 0);
     rq.defer_builds = true;
