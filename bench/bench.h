@@ -48,4 +48,8 @@ int hy_bench_parse_repr(const char *s, hy_entry_repr *out, char *why, size_t cap
 /* Removes dir and everything under it (no symlinks followed). */
 void hy_bench_rmtree(const char *dir);
 
+/* Makes a fresh directory $TMPDIR/hypic-bench-NAME-XXXXXX (/tmp when
+ * TMPDIR is unset or empty) into out: 0, or 1 with the reason on stderr. */
+int hy_bench_mkdtemp(const char *name, char *out, size_t cap);
+
 #endif

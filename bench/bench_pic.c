@@ -145,7 +145,8 @@ static int store_land(hy_store *s, const hy_model *m, const hy_key *const *keys,
         return hy_err_set(e, HY_ENOMEM, "out of memory");
     for (int i = 0; i < n; i++) {
         uint64_t b;
-        if (!pl_on_nvme_only(s, fp, k_tenant, keys[i], &b)) {
+        unsigned mask;
+        if (!pl_peek(s, fp, k_tenant, keys[i], &b, &mask) || mask != 1u << HY_TIER_NVME) {
             *off_tier += 1;
             return hy_err_set(e, HY_ENOTFOUND, "hit %d is not on NVMe alone", i);
         }
@@ -800,8 +801,7 @@ int hy_bench_pic(int argc, char **argv)
     printf("inline build overhead over a plain prefill: %.1f%% over %d requests of all misses "
            "(target <= 6%%); per request p50 %.1f%%, min %.1f%%, max %.1f%%; then, after the "
            "first token, choosing the built entries' forms: %.1f ms per request\n",
-           overhead, n_over, over_p50, over_pct[0], over_pct[n_over - 1],
-           finish_s / n_over * 1e3);
+           overhead, n_over, over_p50, over_pct[0], over_pct[n_over - 1], finish_s / n_over * 1e3);
     printf("entry bytes per body token: %.0f\n", bytes_per_token);
     printf("composition per hit (hy_entry_apply of a W = 0 entry, no seam): median %.0f us, "
            "fastest tenth %.0f us, mean %.0f us over %d hits\n",

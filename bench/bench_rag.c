@@ -937,12 +937,7 @@ int hy_bench_rag(int argc, char **argv)
 
     /* the model: generated here, so its vocabulary is known before the daemon starts */
     char tmp[160], model_dir[192], daemon_dir[192];
-    const char *tmpdir = getenv("TMPDIR") && getenv("TMPDIR")[0] ? getenv("TMPDIR") : "/tmp";
-    snprintf(tmp, sizeof tmp, "%.120s/hypic-bench-rag-XXXXXX", tmpdir);
-    if (!mkdtemp(tmp)) {
-        perror("hypic-bench rag: mkdtemp");
-        return 1;
-    }
+    if (hy_bench_mkdtemp("rag", tmp, sizeof tmp)) return 1;
     snprintf(model_dir, sizeof model_dir, "%s/%s", tmp, o.preset);
     snprintf(daemon_dir, sizeof daemon_dir, "%s/daemon", tmp);
     rc = 1;

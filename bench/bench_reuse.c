@@ -24,7 +24,6 @@
 
 #include "../tests/cached/daemon_fixture.h"
 
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,12 +76,6 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb, (void)flag, (void)ftw;
-    return remove(p);
-}
-
 /* What auto chose, by where the hit lay and how long its document is. */
 typedef struct tally {
     int fetched[2][2], recomputed[2][2]; /* [nvme?][long?] */
@@ -111,12 +104,7 @@ int hy_bench_reuse(int argc, char **argv)
         return 2;
     }
     char tmp[160], model_dir[192], daemon_dir[192], yaml[1024];
-    const char *tmpdir = getenv("TMPDIR") && getenv("TMPDIR")[0] ? getenv("TMPDIR") : "/tmp";
-    snprintf(tmp, sizeof tmp, "%.120s/hypic-bench-reuse-XXXXXX", tmpdir);
-    if (!mkdtemp(tmp)) {
-        perror("hypic-bench reuse: mkdtemp");
-        return 1;
-    }
+    if (hy_bench_mkdtemp("reuse", tmp, sizeof tmp)) return 1;
     snprintf(model_dir, sizeof model_dir, "%s/small", tmp);
     snprintf(daemon_dir, sizeof daemon_dir, "%s/daemon", tmp);
     /* a host tier of 8 MiB: a few of the entries (about 2 MiB each in the
@@ -265,6 +253,6 @@ out:
     for (int k = 0; k < NPOL; k++) free(ttft[k]);
     hyc_close(c);
     if (started) hy_daemon_stop(&d);
-    nftw(tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    hy_bench_rmtree(tmp);
     return rc;
 }

@@ -40,7 +40,6 @@
 #include "../tests/cached/daemon_fixture.h"
 
 #include <dirent.h>
-#include <ftw.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -543,12 +542,6 @@ static int warm(bench *b)
     return rc;
 }
 
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb, (void)flag, (void)ftw;
-    return remove(p);
-}
-
 static void usage(void)
 {
     fprintf(stderr, "usage: hypic-bench service [--quick] [--duration S] [--segments N] "
@@ -628,12 +621,7 @@ int hy_bench_service(int argc, char **argv)
 
     /* the model, the daemon's directory and its configuration */
     char tmp[160], model_dir[192], daemon_dir[192];
-    const char *tmpdir = getenv("TMPDIR") && getenv("TMPDIR")[0] ? getenv("TMPDIR") : "/tmp";
-    snprintf(tmp, sizeof tmp, "%.120s/hypic-bench-service-XXXXXX", tmpdir);
-    if (!mkdtemp(tmp)) {
-        perror("hypic-bench service: mkdtemp");
-        return 1;
-    }
+    if (hy_bench_mkdtemp("service", tmp, sizeof tmp)) return 1;
     snprintf(model_dir, sizeof model_dir, "%s/tiny", tmp);
     snprintf(daemon_dir, sizeof daemon_dir, "%s/daemon", tmp);
     int rc = 1;
@@ -780,6 +768,6 @@ out:
     }
     if (svc_opened) svc_close(&svc);
     for (int s = 0; s < nseg; s++) free(b.tok[s]);
-    nftw(tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    hy_bench_rmtree(tmp);
     return rc;
 }

@@ -53,6 +53,16 @@ void hy_bench_rmtree(const char *dir)
     nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+int hy_bench_mkdtemp(const char *name, char *out, size_t cap)
+{
+    const char *tmpdir = getenv("TMPDIR") && getenv("TMPDIR")[0] ? getenv("TMPDIR") : "/tmp";
+    snprintf(out, cap, "%.120s/hypic-bench-%s-XXXXXX", tmpdir, name);
+    if (mkdtemp(out)) return 0;
+    fprintf(stderr, "hypic-bench %s: cannot make a directory like %s: %s\n", name, out,
+            strerror(errno));
+    return 1;
+}
+
 void hy_bench_close(hy_bench_model *b)
 {
     hy_state_free(b->st);

@@ -581,16 +581,20 @@ static hy_rpc_code prefill_parse(rq *r, prefill *p)
     return HY_RPC_OK;
 }
 
-/* Whether segment i, whose entry under key k is here (visible to the
- * caller), is recomputed rather than fetched: the request's policy, or the
- * estimates (pl_recompute). The choice and why are kept for its outcome. */
-static bool prefill_choose(rq *r, prefill *p, size_t i, const hy_key *k)
+/* What becomes of segment i when its entry under key k is stored here
+ * (visible to the caller; one store look-up): recomputed rather than fetched
+ * — the request's policy, or the estimates (pl_recompute), the choice and
+ * why kept for its outcome —, or, held by the NVMe tier alone, queued to be
+ * read while the pass runs. PREFILL_FETCH: fetched now (h_fetch_entry),
+ * also when it is not here. */
+typedef enum { PREFILL_FETCH, PREFILL_RECOMPUTE, PREFILL_LAND } prefill_route;
+
+static prefill_route prefill_route_of(rq *r, prefill *p, size_t i, const hy_key *k)
 {
-    hy_meta m;
-    unsigned mask = 0;
-    if (hy_store_peek(r->s->store, k, &m, &mask) != HY_OK || strcmp(m.tenant, r->who.tenant) != 0 ||
-        memcmp(m.model, p->sm->fp, 32) != 0)
-        return false;
+    hy_store *st = r->s->store;
+    uint64_t bytes;
+    unsigned mask;
+    if (!pl_peek(st, p->sm->fp, r->who.tenant, k, &bytes, &mask)) return PREFILL_FETCH;
     const pl_source src =
         mask & (1u << HY_TIER_HOST | 1u << HY_TIER_HBM) ? PL_FROM_HOST : PL_FROM_NVME;
     int w;
@@ -598,26 +602,19 @@ static bool prefill_choose(rq *r, prefill *p, size_t i, const hy_key *k)
     const size_t n = p->sg[i].n;
     const uint64_t tokens =
         hy_entry_seam(p->sm->c, n, p->Wm, &w, &ignored) == HY_OK ? n - (size_t)w : n;
-    p->recomputed[i] = pl_recompute(p->sm->costs, p->pol, src, m.bytes, tokens, &p->fest[i],
+    p->recomputed[i] = pl_recompute(p->sm->costs, p->pol, src, bytes, tokens, &p->fest[i],
                                     &p->cest[i], p->why[i], sizeof p->why[i]);
-    return p->recomputed[i];
-}
-
-/* Segment i's entry under key k is read while the pass runs when only the
- * NVMe tier holds it: queued (true), or not (false: fetched here). */
-static bool prefill_land(rq *r, prefill *p, size_t i, const hy_key *k)
-{
-    uint64_t bytes;
-    hy_store *st = r->s->store;
-    if (!pl_on_nvme_only(st, p->sm->fp, r->who.tenant, k, &bytes)) return false;
+    if (p->recomputed[i]) return PREFILL_RECOMPUTE;
+    if (src != PL_FROM_NVME) return PREFILL_FETCH;
     if (!p->land) {
-        if (pl_landing_new(st, p->sm->m, p->sm->fp, r->who.tenant, p->n, &p->land)) return false;
-        if (!(p->land_seg = calloc(p->n, sizeof *p->land_seg))) return false;
+        if (pl_landing_new(st, p->sm->m, p->sm->fp, r->who.tenant, p->n, &p->land))
+            return PREFILL_FETCH;
+        if (!(p->land_seg = calloc(p->n, sizeof *p->land_seg))) return PREFILL_FETCH;
     }
     seg *g = &p->sg[i];
     p->land_seg[pl_landing_add(p->land, k, bytes, &g->entry, &g->lease)] = i;
     g->from = HY_TIER_NVME;
-    return true;
+    return PREFILL_LAND;
 }
 
 /* Each segment's key, and for the pic family its entry from wherever it is:
@@ -647,7 +644,7 @@ static hy_rpc_code prefill_lookup(rq *r, prefill *p)
         t0 = hy_now_s();
         hy_err e = {0};
         uint64_t bytes;
-        if (prefill_choose(r, p, i, &p->keys[i]) || prefill_land(r, p, i, &p->keys[i])) continue;
+        if (prefill_route_of(r, p, i, &p->keys[i]) != PREFILL_FETCH) continue;
         int rc = h_fetch_entry(r, p->sm, &p->keys[i], g, &bytes, &e);
         if (rc == HY_ENOTFOUND && !exact(p->rp)) {
             /* the exact entry of the segment serves too: one stored before
@@ -655,11 +652,9 @@ static hy_rpc_code prefill_lookup(rq *r, prefill *p)
             hy_key ek;
             hy_entry_key(r->who.tenant, p->sm->fp, p->Wm, hy_entry_exact(p->rp.s), g->tok, g->n,
                          ek.b);
-            if (prefill_choose(r, p, i, &ek)) continue;
-            if (prefill_land(r, p, i, &ek)) {
-                p->keys[i] = ek;
-                continue;
-            }
+            const prefill_route how = prefill_route_of(r, p, i, &ek);
+            if (how == PREFILL_LAND) p->keys[i] = ek;
+            if (how != PREFILL_FETCH) continue;
             rc = h_fetch_entry(r, p->sm, &ek, g, &bytes, &e);
             if (rc == HY_OK) p->keys[i] = ek;
         }

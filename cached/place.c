@@ -161,15 +161,14 @@ static void wait_for_the_others(pl_landing *L)
     pthread_mutex_unlock(&L->mu);
 }
 
-bool pl_on_nvme_only(hy_store *st, const uint8_t fp[32], const char *tenant, const hy_key *k,
-                     uint64_t *bytes)
+bool pl_peek(hy_store *st, const uint8_t fp[32], const char *tenant, const hy_key *k,
+             uint64_t *bytes, unsigned *mask)
 {
     hy_meta m;
-    unsigned mask = 0;
-    if (hy_store_peek(st, k, &m, &mask) != HY_OK) return false;
+    if (hy_store_peek(st, k, &m, mask) != HY_OK) return false;
     if (strcmp(m.tenant, tenant) != 0 || memcmp(m.model, fp, 32) != 0) return false;
     *bytes = m.bytes;
-    return mask == 1u << HY_TIER_NVME;
+    return true;
 }
 
 int pl_landing_new(hy_store *st, const hy_model *m, const uint8_t fp[32], const char *tenant,

@@ -19,12 +19,13 @@
 
 #define PL_LANDING_THREADS 64
 typedef struct pl_landing pl_landing;
-/* Whether k's entry, of model fp and tenant, lies on NVMe alone (*bytes its size). */
-bool pl_on_nvme_only(hy_store *st, const uint8_t fp[32], const char *tenant, const hy_key *k,
-                     uint64_t *bytes);
+/* Whether k's entry is stored and visible to tenant, of model fp: then
+ * *bytes its size and *mask its tiers (1 << hy_tier_id each). */
+bool pl_peek(hy_store *st, const uint8_t fp[32], const char *tenant, const hy_key *k,
+             uint64_t *bytes, unsigned *mask);
 int pl_landing_new(hy_store *st, const hy_model *m, const uint8_t fp[32], const char *tenant,
                    size_t cap, pl_landing **out);
-/* Adds k's entry (*bytes as pl_on_nvme_only gave): once its read is over,
+/* Adds k's entry (*bytes as pl_peek gave): once its read is over,
  * *entry and *lease are set when it opened (free the entry, then release
  * the lease). Returns its index. */
 size_t pl_landing_add(pl_landing *L, const hy_key *k, uint64_t bytes, hy_entry **entry,

@@ -414,7 +414,7 @@ struct hy_entry_arrival {
     char msg[sizeof(((hy_err *)0)->msg)];
 };
 
-static void arrival_free(hy_entry_arrival *a)
+void hy_entry_arrival_free(hy_entry_arrival *a)
 {
     if (!a) return;
     pthread_mutex_destroy(&a->mu);
@@ -504,7 +504,7 @@ static int open_entry(const hy_model *m, const void *buf, size_t len, size_t ava
         pthread_cond_init(&a->cv, NULL);
     }
     if (!a || !a->secs || !a->sums) {
-        arrival_free(a);
+        hy_entry_arrival_free(a);
         hy_entry_free(e);
         return hy_err_set(err, HY_ENOMEM, "out of memory");
     }
@@ -551,7 +551,7 @@ static int open_entry(const hy_model *m, const void *buf, size_t len, size_t ava
         }
     }
     if (rc) {
-        arrival_free(a);
+        hy_entry_arrival_free(a);
         hy_entry_free(e);
         return rc;
     }
@@ -628,7 +628,7 @@ static int decode(const hy_model *m, const void *buf, size_t len, bool view, hy_
     }
     for (size_t i = 0; i < want && !rc; i++) rc = install(e, a, i, &found[i], err);
     free(found);
-    arrival_free(a);
+    hy_entry_arrival_free(a);
     if (rc) {
         hy_entry_free(e);
         return rc;
@@ -655,12 +655,12 @@ int hy_entry_view_open(const hy_model *m, const void *buf, size_t len, size_t av
     const size_t tok_end = a->secs[0].off + a->secs[0].bytes;
     if (avail < tok_end) {
         *need = tok_end;
-        arrival_free(a);
+        hy_entry_arrival_free(a);
         hy_entry_free(e);
         return HY_EAGAIN;
     }
     if ((rc = install(e, a, 0, NULL, err))) {
-        arrival_free(a);
+        hy_entry_arrival_free(a);
         hy_entry_free(e);
         return rc;
     }
@@ -737,11 +737,6 @@ int hy_entry_layer_wait(const hy_entry *e, int layer, hy_err *err)
     if (rc) hy_err_set(err, rc, "%s", a->msg);
     pthread_mutex_unlock(&a->mu);
     return rc;
-}
-
-void hy_entry_arrival_free(hy_entry_arrival *a)
-{
-    arrival_free(a);
 }
 
 int hy_entry_deserialize(const hy_model *m, const void *buf, size_t len, hy_entry **out,
