@@ -606,7 +606,10 @@ int hy_bench_pic(int argc, char **argv)
             if (land) {
                 landing_s += res.arrival_s;
                 pl_landing_end(land);
-                nvme_read_s += pl_landing_read_s(land);
+                uint64_t rb;
+                double rs;
+                pl_landing_read(land, PL_FROM_NVME, &rb, &rs);
+                nvme_read_s += rs;
                 size_t bad;
                 hy_err le;
                 if (!rc && pl_landing_failed(land, &bad, &le))

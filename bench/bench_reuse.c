@@ -1,8 +1,10 @@
 /*
- * hypic-bench reuse: fetch or recompute, per hit. hypic-cached (a child
- * process on loopback, the tests' fixture) serves the `small` preset with a
- * host tier too small for every entry and an NVMe tier written through, so
- * the hits of a request lie some in memory and some on NVMe. Each request
+ * hypic-bench reuse: fetch or recompute, per hit. Two hypic-cached members
+ * of one cluster (child processes on loopback, the tests' fixture; a static
+ * member list) serve the `small` preset, each with a host tier too small for
+ * every entry and an NVMe tier written through; requests go to the first,
+ * so the hits of a request lie some in its memory, some on its NVMe and
+ * some on the other member (streamed from it while the pass runs). Each request
  * holds short and long documents (every one warmed first) and a query; it is
  * sent three times in a row, once per policy — always fetch, always
  * recompute, auto (the daemon's choice: recompute a hit when computing its
@@ -12,17 +14,17 @@
  * (in the tiers, in the caches) fall on all three alike. Reports the TTFT of
  * each (median and mean), what auto chose by source and length, and the
  * estimates' rates: the physical limits the choice weighs (compute per
- * token on these cores, bytes per second from each tier).
+ * token on these cores, bytes per second from each tier and from the other
+ * member over loopback).
  *
  *   hypic-bench reuse [--requests N] [--quick] [--daemon PATH]
- *
- * A remote member (cluster mode) is not among the sources here.
  */
 #include "bench.h"
 #include "hy_common.h"
 #include "hypic_client.h"
 
 #include "../tests/cached/daemon_fixture.h"
+#include "../tests/etcd_fixture.h" /* hy_test_etcd_free_port */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,9 +79,11 @@ static int cmp_double(const void *a, const void *b)
 }
 
 /* What auto chose, by where the hit lay and how long its document is. */
+enum { HOST = 0, NVME = 1, REMOTE = 2, NSRC = 3 };
+static const char *const k_src[NSRC] = {"host", "nvme", "remote"};
 typedef struct tally {
-    int fetched[2][2], recomputed[2][2]; /* [nvme?][long?] */
-    char why_example[2][200];            /* the last line of each outcome */
+    int fetched[NSRC][2], recomputed[NSRC][2]; /* [source][long?] */
+    char why_example[2][200];                  /* the last line of each outcome */
 } tally;
 
 int hy_bench_reuse(int argc, char **argv)
@@ -103,42 +107,49 @@ int hy_bench_reuse(int argc, char **argv)
         fprintf(stderr, "hypic-bench reuse: --requests must be in 1..1000\n");
         return 2;
     }
-    char tmp[160], model_dir[192], daemon_dir[192], yaml[1024];
+    char tmp[160], model_dir[192];
     if (hy_bench_mkdtemp("reuse", tmp, sizeof tmp)) return 1;
     snprintf(model_dir, sizeof model_dir, "%s/small", tmp);
-    snprintf(daemon_dir, sizeof daemon_dir, "%s/daemon", tmp);
-    /* a host tier of 8 MiB: a few of the entries (about 2 MiB each in the
-     * default representation); every one also on NVMe */
-    snprintf(yaml, sizeof yaml,
-             "listen: 127.0.0.1:0\n"
-             "http_listen: \"\"\n"
-             "models:\n"
-             "  - {name: small, path: \"%s\"}\n"
-             "tiers:\n"
-             "  host: {bytes: 8M}\n"
-             "  nvme: {path: var/nvme, bytes: 1G, extent_bytes: 64M, write_through: true}\n"
-             "log:\n"
-             "  requests: false\n",
-             model_dir);
+    int port[2] = {hy_test_etcd_free_port(), hy_test_etcd_free_port()};
+    while (port[1] == port[0]) port[1] = hy_test_etcd_free_port();
     hy_err e = {0};
-    hy_daemon d;
+    hy_daemon d[2];
     hyc *c = NULL;
     double *ttft[NPOL] = {0};
-    int rc = 1;
-    bool started = false;
+    int rc = 1, started = 0;
     printf("generating the 'small' preset in %s ...\n", model_dir);
     fflush(stdout);
     if (hy_model_init("small", 1, model_dir, "F32", &e)) {
         fprintf(stderr, "hypic-bench reuse: %s\n", e.msg);
         goto out;
     }
-    if (mkdir(daemon_dir, 0700) != 0 || hy_daemon_start(&d, daemon_dir, yaml) != 0) {
-        fprintf(stderr, "hypic-bench reuse: hypic-cached did not start (%s)\n",
-                hy_daemon_bin() ? hy_daemon_bin() : "no binary known");
-        goto out;
+    for (; started < 2; started++) {
+        /* a host tier of 8 MiB: a few of the entries (about 2 MiB each in
+         * the default representation); every one also on NVMe */
+        char dir[200], yaml[1400];
+        snprintf(dir, sizeof dir, "%s/member-%c", tmp, 'a' + started);
+        snprintf(yaml, sizeof yaml,
+                 "listen: 127.0.0.1:%d\n"
+                 "http_listen: \"\"\n"
+                 "models:\n"
+                 "  - {name: small, path: \"%s\"}\n"
+                 "tiers:\n"
+                 "  host: {bytes: 8M}\n"
+                 "  nvme: {path: var/nvme, bytes: 1G, extent_bytes: 64M, write_through: true}\n"
+                 "cluster:\n"
+                 "  id: %c\n"
+                 "  members: [{id: a, address: \"127.0.0.1:%d\"}, {id: b, address: "
+                 "\"127.0.0.1:%d\"}]\n"
+                 "log:\n"
+                 "  requests: false\n",
+                 port[started], model_dir, 'a' + started, port[0], port[1]);
+        if (mkdir(dir, 0700) != 0 || hy_daemon_start(&d[started], dir, yaml) != 0) {
+            fprintf(stderr, "hypic-bench reuse: hypic-cached did not start (%s)\n",
+                    hy_daemon_bin() ? hy_daemon_bin() : "no binary known");
+            goto out;
+        }
     }
-    started = true;
-    hyc_options o = {.target = d.grpc, .deadline_ms = 600000};
+    hyc_options o = {.target = d[0].grpc, .deadline_ms = 600000};
     hyc_status st;
     if (hyc_open(&o, &c, &st)) {
         fprintf(stderr, "hypic-bench reuse: %s\n", st.msg);
@@ -158,6 +169,29 @@ int hy_bench_reuse(int argc, char **argv)
         if (hyc_warm(c, &wr, on_warm, NULL, &st)) {
             fprintf(stderr, "hypic-bench reuse: warm: %s\n", st.msg);
             goto out;
+        }
+        /* the other member's share is put to it in the background: until
+         * a Lookup through the first finds every one */
+        Hypic__V1__LookupRequest lq = HYPIC__V1__LOOKUP_REQUEST__INIT;
+        lq.model = "small";
+        lq.n_segments = NSHORT + NLONG;
+        lq.segments = sp;
+        for (int t = 0;; t++) {
+            Hypic__V1__LookupResponse *lr = NULL;
+            const bool all = !hyc_lookup(c, &lq, &lr, &st) && lr->leading_hits == lq.n_segments;
+            int away = 0;
+            for (size_t i = 0; all && i < lr->n_segments; i++)
+                away += strcmp(lr->segments[i]->member, "b") == 0;
+            if (all)
+                printf("  %d of the %d documents' entries are held by the other member\n", away,
+                       NSHORT + NLONG);
+            hyc_free(lr);
+            if (all) break;
+            if (t == 500) {
+                fprintf(stderr, "hypic-bench reuse: the entries did not reach their owners\n");
+                goto out;
+            }
+            usleep(20000);
         }
     }
     static uint32_t query[8] = {11, 22, 33, 44, 55, 66, 77, 88};
@@ -202,12 +236,14 @@ int hy_bench_reuse(int argc, char **argv)
             for (size_t i = 0; q >= 0 && k == AUTO && i < pr->n_segments; i++) {
                 const Hypic__V1__SegmentOutcome *oc = pr->segments[i];
                 if (!oc->why[0]) continue;
-                const bool nvme = strstr(oc->why, "from nvme") != NULL;
+                const int src = strstr(oc->why, "from remote") ? REMOTE
+                                : strstr(oc->why, "from nvme") ? NVME
+                                                               : HOST;
                 const bool lng = rq.segments[i]->tokens->n_ids == LONG_TOKENS;
                 if (oc->recomputed)
-                    t.recomputed[nvme][lng]++;
+                    t.recomputed[src][lng]++;
                 else
-                    t.fetched[nvme][lng]++;
+                    t.fetched[src][lng]++;
                 snprintf(t.why_example[oc->recomputed], sizeof t.why_example[0], "%s", oc->why);
             }
             hyc_free(pr);
@@ -226,33 +262,38 @@ int hy_bench_reuse(int argc, char **argv)
         p50[k] = ttft[k][nreq / 2];
         printf(" %-18s %8.1f %8.1f\n", k_pol[k], p50[k], mean[k]);
     }
-    printf("\nauto's choices (hits): from host, short %d fetched / %d recomputed, long %d / %d; "
-           "from NVMe, short %d / %d, long %d / %d\n",
-           t.fetched[0][0], t.recomputed[0][0], t.fetched[0][1], t.recomputed[0][1],
-           t.fetched[1][0], t.recomputed[1][0], t.fetched[1][1], t.recomputed[1][1]);
+    printf("\nauto's choices (hits fetched / recomputed):\n");
+    for (int x = 0; x < NSRC; x++)
+        printf("  from %-6s  short %2d / %2d   long %2d / %2d\n", k_src[x], t.fetched[x][0],
+               t.recomputed[x][0], t.fetched[x][1], t.recomputed[x][1]);
     if (t.why_example[0][0]) printf("  e.g. %s\n", t.why_example[0]);
     if (t.why_example[1][0]) printf("  e.g. %s\n", t.why_example[1]);
-    printf("the limits it weighs: computing a token in the pass on these cores against reading "
+    printf("the limits it weighs: computing a token in the pass on these cores against bringing "
            "an entry's bytes (about 2 MiB of fixed state whatever the document's length) from "
-           "host memory or the NVMe device; both as the daemon measured them (the lines above)\n");
+           "host memory, the NVMe device or the other member over loopback; each as the daemon "
+           "measured it\n");
     printf("auto over always fetch: %.2f (median), auto over always recompute: %.2f (median)\n",
            p50[AUTO] / p50[FETCH], p50[AUTO] / p50[RECOMPUTE]);
-    printf(
-        "{\"bench\":\"reuse\",\"requests\":%ld,\"ttft_p50_ms\":{\"fetch\":%.2f,\"recompute\":%.2f,"
-        "\"auto\":%.2f},\"ttft_mean_ms\":{\"fetch\":%.2f,\"recompute\":%.2f,\"auto\":%.2f},"
-        "\"auto_over_fetch_p50\":%.3f,\"auto_over_recompute_p50\":%.3f,"
-        "\"auto_fetched\":{\"host_short\":%d,\"host_long\":%d,\"nvme_short\":%d,\"nvme_long\":%d},"
-        "\"auto_recomputed\":{\"host_short\":%d,\"host_long\":%d,\"nvme_short\":%d,"
-        "\"nvme_long\":%d}}\n",
-        nreq, p50[FETCH], p50[RECOMPUTE], p50[AUTO], mean[FETCH], mean[RECOMPUTE], mean[AUTO],
-        p50[AUTO] / p50[FETCH], p50[AUTO] / p50[RECOMPUTE], t.fetched[0][0], t.fetched[0][1],
-        t.fetched[1][0], t.fetched[1][1], t.recomputed[0][0], t.recomputed[0][1],
-        t.recomputed[1][0], t.recomputed[1][1]);
+    char counts[2][256];
+    for (int k = 0; k < 2; k++) {
+        int at = 0;
+        for (int x = 0; x < NSRC; x++)
+            at += snprintf(counts[k] + at, sizeof counts[k] - (size_t)at,
+                           "%s\"%s_short\":%d,\"%s_long\":%d", x ? "," : "", k_src[x],
+                           k ? t.recomputed[x][0] : t.fetched[x][0], k_src[x],
+                           k ? t.recomputed[x][1] : t.fetched[x][1]);
+    }
+    printf("{\"bench\":\"reuse\",\"requests\":%ld,\"ttft_p50_ms\":{\"fetch\":%.2f,"
+           "\"recompute\":%.2f,\"auto\":%.2f},\"ttft_mean_ms\":{\"fetch\":%.2f,"
+           "\"recompute\":%.2f,\"auto\":%.2f},\"auto_over_fetch_p50\":%.3f,"
+           "\"auto_over_recompute_p50\":%.3f,\"auto_fetched\":{%s},\"auto_recomputed\":{%s}}\n",
+           nreq, p50[FETCH], p50[RECOMPUTE], p50[AUTO], mean[FETCH], mean[RECOMPUTE], mean[AUTO],
+           p50[AUTO] / p50[FETCH], p50[AUTO] / p50[RECOMPUTE], counts[0], counts[1]);
     rc = 0;
 out:
     for (int k = 0; k < NPOL; k++) free(ttft[k]);
     hyc_close(c);
-    if (started) hy_daemon_stop(&d);
+    while (started > 0) hy_daemon_stop(&d[--started]);
     hy_bench_rmtree(tmp);
     return rc;
 }

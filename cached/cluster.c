@@ -438,6 +438,95 @@ int svc_cluster_fetch(hy_svc *s, svc_view *v, svc_model *sm, const char *tenant,
     return hy_err_set(err, HY_ENOTFOUND, "no owner has it");
 }
 
+/* One owner's GetEntry stream, handed on chunk by chunk (svc_cluster_stream). */
+typedef struct stream_ctx {
+    svc_stream_fn fn;
+    void *ctx;
+    uint64_t want, next, max;
+    bool started;
+    int rc; /* the receiver's, or HY_EFORMAT for a stream out of order */
+    hy_err err;
+} stream_ctx;
+
+static int on_stream_chunk(void *ctx, const ProtobufCMessage *msg)
+{
+    stream_ctx *x = ctx;
+    const Hypic__V1__EntryChunk *ch = (const void *)msg;
+    if (!x->started) {
+        if (!ch->meta)
+            x->rc = hy_err_set(&x->err, HY_EFORMAT, "the first chunk carries no metadata");
+        else if (ch->meta->bytes == 0 || ch->meta->bytes > x->max)
+            x->rc = hy_err_set(&x->err, HY_EFORMAT, "meta.bytes = %llu is outside 1..%llu",
+                               (unsigned long long)ch->meta->bytes, (unsigned long long)x->max);
+        x->want = ch->meta ? ch->meta->bytes : 0;
+        x->started = true;
+    } else if (ch->meta) {
+        x->rc = hy_err_set(&x->err, HY_EFORMAT, "a chunk after the first carries metadata");
+    }
+    if (!x->rc && ch->placement_case == HYPIC__V1__ENTRY_CHUNK__PLACEMENT_OFFSET &&
+        ch->offset != x->next)
+        x->rc = hy_err_set(&x->err, HY_EFORMAT, "a chunk at %llu where %llu was next",
+                           (unsigned long long)ch->offset, (unsigned long long)x->next);
+    if (!x->rc && ch->data.len > x->want - x->next)
+        x->rc = hy_err_set(&x->err, HY_EFORMAT, "the chunks hold more than meta.bytes = %llu",
+                           (unsigned long long)x->want);
+    if (!x->rc && (ch->data.len || x->next == 0))
+        x->rc = x->fn(x->ctx, x->want, x->next, ch->data.data, ch->data.len, &x->err);
+    x->next += ch->data.len;
+    return x->rc;
+}
+
+int svc_cluster_stream(hy_svc *s, const char *member, svc_model *sm, const char *tenant,
+                       const hy_key *k, svc_stream_fn fn, void *ctx, hy_err *err)
+{
+    svc_cluster *c = cl_of(s);
+    svc_view *v = svc_view_get(s);
+    svc_peer *p = NULL;
+    for (size_t i = 0; v && i < v->n && !p; i++)
+        if (!strcmp(v->peers[i]->id, member) && !v->peers[i]->self) p = v->peers[i];
+    if (!p) {
+        svc_view_put(v);
+        return hy_err_set(err, HY_ENOTFOUND, "member %s is not in the cluster's view", member);
+    }
+    Hypic__V1__GetEntryRequest q = HYPIC__V1__GET_ENTRY_REQUEST__INIT;
+    q.model = sm->name;
+    q.tenant = (char *)tenant;
+    q.key = (ProtobufCBinaryData){HY_KEY_BYTES, (uint8_t *)k->b};
+    q.local_only = true;
+    char tok[HY_CFG_TOKEN_MAX];
+    stream_ctx x = {.fn = fn, .ctx = ctx, .max = s->cfg.max_entry_bytes};
+    hy_rpc_status st;
+    hy_err e = {0};
+    int rc = hy_rpc_client_call(p->cl, hy_rpc_method_named("GetEntry"), &q.base,
+                                token_of(s, tenant, tok, sizeof tok),
+                                s->cfg.cluster_peer_timeout_ms, on_stream_chunk, &x, &st, &e);
+    svc_view_put(v);
+    if (x.rc) { /* the receiver refused, or the stream was not an entry's */
+        if (err) {
+            *err = x.err;
+            err->code = x.rc;
+        }
+        hy_err_prefix(err, "GetEntry from %s", member);
+        atomic_fetch_add(&c->peer_errors, 1);
+        return x.rc;
+    }
+    if (!rc && st.code == HY_RPC_OK && x.started && x.next == x.want) {
+        atomic_fetch_add(&c->remote_hits, 1);
+        return HY_OK;
+    }
+    if (!rc && st.code == HY_RPC_NOT_FOUND) {
+        atomic_fetch_add(&c->remote_misses, 1);
+        return hy_err_set(err, HY_ENOTFOUND, "GetEntry from %s: not found", member);
+    }
+    atomic_fetch_add(&c->peer_errors, 1);
+    if (rc) return hy_err_set(err, HY_EIO, "GetEntry from %s: %s", member, e.msg);
+    if (st.code != HY_RPC_OK)
+        return hy_err_set(err, HY_EIO, "GetEntry from %s: %s: %s", member,
+                          hy_rpc_code_name(st.code), st.msg);
+    return hy_err_set(err, HY_EIO, "GetEntry from %s: the stream ended after %llu of %llu bytes",
+                      member, (unsigned long long)x.next, (unsigned long long)x.want);
+}
+
 typedef struct lookup_ctx {
     Hypic__V1__SegmentStatus *st;
     size_t n;
@@ -1044,8 +1133,9 @@ int svc_cluster_start(hy_svc *s, const char *bound, hy_err *err)
            "cluster: member '%s' (%s) registered in etcd under %s%s (lease %u s; %s%s%s), %u "
            "replica(s) per entry",
            c->self, c->advertise, cfg->cluster_etcd_prefix, c->self, cfg->cluster_ttl_s,
-           cfg->cluster_etcd_tls_ca[0] ? "TLS" : "plaintext", cfg->cluster_etcd_user[0] ? ", as user " : "",
-           cfg->cluster_etcd_user, cfg->cluster_replicas);
+           cfg->cluster_etcd_tls_ca[0] ? "TLS" : "plaintext",
+           cfg->cluster_etcd_user[0] ? ", as user " : "", cfg->cluster_etcd_user,
+           cfg->cluster_replicas);
     return HY_OK;
 }
 

@@ -71,6 +71,17 @@ size_t svc_view_owners(hy_svc *s, const svc_view *v, const char *tenant, const h
 int svc_cluster_fetch(hy_svc *s, svc_view *v, svc_model *sm, const char *tenant, const hy_key *k,
                       void **buf, size_t *len, char member[HY_MEMBER_ID_MAX], hy_err *err);
 
+/* The entry under k from member (an owner other than this one), streamed:
+ * fn is called with each chunk as it arrives, in order — total the
+ * entry's size (checked against limits.max_entry_bytes), at the offset of
+ * data — and a code it returns ends the stream with that code. HY_OK once
+ * every byte came; HY_ENOTFOUND when the member does not have it (or is
+ * not in the view); HY_EIO when it failed to answer or the stream broke. */
+typedef int (*svc_stream_fn)(void *ctx, uint64_t total, uint64_t at, const void *data, size_t len,
+                             hy_err *err);
+int svc_cluster_stream(hy_svc *s, const char *member, svc_model *sm, const char *tenant,
+                       const hy_key *k, svc_stream_fn fn, void *ctx, hy_err *err);
+
 /* Looks keys[0..n) up on peer p (LookupRequest.local_only); st[i] filled
  * (hit, tier, bytes, tokens) for each. HY_EIO when p did not answer. */
 int svc_cluster_lookup(hy_svc *s, svc_peer *p, const char *model, const char *tenant,

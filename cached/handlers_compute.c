@@ -22,8 +22,8 @@
  * together), then the next owner for what is still missing (r > 1). A
  * member that does not answer leaves its segments misses. Returns the view
  * used (NULL on one node), to be put once the response is sent. */
-static svc_view *lookup_on_owners(rq *r, svc_model *sm, seg *sg, Hypic__V1__SegmentStatus *st,
-                                  size_t n)
+static svc_view *lookup_on_owners(rq *r, svc_model *sm, const seg *sg, const hy_key *key,
+                                  Hypic__V1__SegmentStatus *st, size_t n)
 {
     svc_view *v = svc_view_get(r->s);
     if (!v) return NULL;
@@ -34,8 +34,7 @@ static svc_view *lookup_on_owners(rq *r, svc_model *sm, seg *sg, Hypic__V1__Segm
     if (!own || !nown || !idx || !keys || !got) goto out;
     bool self;
     for (size_t i = 0; i < n; i++)
-        if (!st[i].hit)
-            nown[i] = svc_view_owners(r->s, v, r->who.tenant, &sg[i].key, own[i], &self);
+        if (!st[i].hit) nown[i] = svc_view_owners(r->s, v, r->who.tenant, &key[i], own[i], &self);
     for (size_t rank = 0; rank < HY_OWNERS_MAX; rank++) {
         bool any = false;
         for (size_t i = 0; i < n; i++) { /* a member with segments at this rank, then its batch */
@@ -45,7 +44,7 @@ static svc_view *lookup_on_owners(rq *r, svc_model *sm, seg *sg, Hypic__V1__Segm
             for (size_t j = i; j < n; j++)
                 if (!st[j].hit && rank < nown[j] && own[j][rank] == p) {
                     idx[k] = j;
-                    keys[k++] = sg[j].key;
+                    keys[k++] = key[j];
                     own[j][rank] = NULL; /* asked */
                 }
             for (size_t j = 0; j < k; j++) {
@@ -131,7 +130,12 @@ hy_rpc_code do_lookup(rq *r, const ProtobufCMessage *req)
         st[i].tokens = sg[i].by_key ? (hit ? m.tokens : 0) : (uint32_t)sg[i].n;
         if (hit) st[i].member = (char *)r->s->cfg.cluster_id;
     }
-    if (r->s->cluster && !q->local_only) held = lookup_on_owners(r, sm, sg, st, n);
+    if (r->s->cluster && !q->local_only) {
+        hy_key *keys = malloc(n * sizeof *keys);
+        for (size_t i = 0; keys && i < n; i++) keys[i] = sg[i].key;
+        if (keys) held = lookup_on_owners(r, sm, sg, keys, st, n);
+        free(keys);
+    }
     bool leading = true;
     for (size_t i = 0; i < n; i++) {
         leading &= st[i].hit;
@@ -468,8 +472,10 @@ typedef struct prefill {
     h_delivery dl;
     Hypic__V1__Timings tm;
     double t_start;
-    pl_landing *land;    /* hits read from NVMe while the pass runs */
+    pl_landing *land;    /* hits read from NVMe or an owner while the pass runs */
     size_t *land_seg;    /* [n] the segment of each */
+    bool *landing;       /* [n] a hit queued there */
+    double land_open_s;  /* the wait for every one of them to open, before the pass */
     pl_policy pol;       /* fetch or recompute hits */
     bool *recomputed;    /* [n] a hit recomputed by choice (its entry left as it is) */
     char (*why)[160];    /* [n] the choice, for the outcome */
@@ -551,12 +557,13 @@ static hy_rpc_code prefill_parse(rq *r, prefill *p)
     p->members = calloc(n, sizeof *p->members);
     p->recomputed = calloc(n, sizeof *p->recomputed), p->why = calloc(n, sizeof *p->why);
     p->fest = calloc(n, sizeof *p->fest), p->cest = calloc(n, sizeof *p->cest);
+    p->landing = calloc(n, sizeof *p->landing);
     p->query = malloc(q->n_query * sizeof *p->query);
     p->logits = malloc((size_t)V * sizeof *p->logits);
     p->top = calloc(nk, sizeof *p->top);
     p->gen = calloc(q->max_new_tokens ? q->max_new_tokens : 1, sizeof *p->gen);
     if (!p->from || !p->hs || !p->built || !p->keys || !p->members || !p->query || !p->logits ||
-        !p->top || !p->gen || !p->recomputed || !p->why || !p->fest || !p->cest)
+        !p->top || !p->gen || !p->recomputed || !p->why || !p->fest || !p->cest || !p->landing)
         return h_fail(r, HY_RPC_RESOURCE_EXHAUSTED, "out of memory");
     for (size_t t = 0; t < q->n_query; t++) p->query[t] = (int32_t)q->query[t];
     switch ((int)q->reuse) {
@@ -582,21 +589,24 @@ static hy_rpc_code prefill_parse(rq *r, prefill *p)
 }
 
 /* What becomes of segment i when its entry under key k is stored here
- * (visible to the caller; one store look-up): recomputed rather than fetched
- * — the request's policy, or the estimates (pl_recompute), the choice and
- * why kept for its outcome —, or, held by the NVMe tier alone, queued to be
- * read while the pass runs. PREFILL_FETCH: fetched now (h_fetch_entry),
- * also when it is not here. */
+ * (visible to the caller; one store look-up) or, remote, held by member:
+ * recomputed rather than fetched — the request's policy, or the estimates
+ * (pl_recompute), the choice and why kept for its outcome —, or, held by
+ * the NVMe tier alone or by an owner, queued to be read while the pass
+ * runs. PREFILL_FETCH: fetched now (h_fetch_here), also when it is not
+ * here. */
 typedef enum { PREFILL_FETCH, PREFILL_RECOMPUTE, PREFILL_LAND } prefill_route;
 
-static prefill_route prefill_route_of(rq *r, prefill *p, size_t i, const hy_key *k)
+static prefill_route prefill_route_of(rq *r, prefill *p, size_t i, const hy_key *k,
+                                      const char *member, uint64_t remote_bytes)
 {
     hy_store *st = r->s->store;
-    uint64_t bytes;
-    unsigned mask;
-    if (!pl_peek(st, p->sm->fp, r->who.tenant, k, &bytes, &mask)) return PREFILL_FETCH;
-    const pl_source src =
-        mask & (1u << HY_TIER_HOST | 1u << HY_TIER_HBM) ? PL_FROM_HOST : PL_FROM_NVME;
+    uint64_t bytes = remote_bytes;
+    unsigned mask = 0;
+    if (!member && !pl_peek(st, p->sm->fp, r->who.tenant, k, &bytes, &mask)) return PREFILL_FETCH;
+    const pl_source src = member                                            ? PL_FROM_REMOTE
+                          : mask & (1u << HY_TIER_HOST | 1u << HY_TIER_HBM) ? PL_FROM_HOST
+                                                                            : PL_FROM_NVME;
     int w;
     hy_err ignored = {0};
     const size_t n = p->sg[i].n;
@@ -605,20 +615,68 @@ static prefill_route prefill_route_of(rq *r, prefill *p, size_t i, const hy_key 
     p->recomputed[i] = pl_recompute(p->sm->costs, p->pol, src, bytes, tokens, &p->fest[i],
                                     &p->cest[i], p->why[i], sizeof p->why[i]);
     if (p->recomputed[i]) return PREFILL_RECOMPUTE;
-    if (src != PL_FROM_NVME) return PREFILL_FETCH;
+    if (src == PL_FROM_HOST) return PREFILL_FETCH;
     if (!p->land) {
         if (pl_landing_new(st, p->sm->m, p->sm->fp, r->who.tenant, p->n, &p->land))
             return PREFILL_FETCH;
         if (!(p->land_seg = calloc(p->n, sizeof *p->land_seg))) return PREFILL_FETCH;
     }
     seg *g = &p->sg[i];
-    p->land_seg[pl_landing_add(p->land, k, bytes, &g->entry, &g->lease)] = i;
-    g->from = HY_TIER_NVME;
+    const size_t j =
+        member ? pl_landing_add_remote(p->land, r->s, member, k, bytes, &g->entry, &g->rbuf)
+               : pl_landing_add(p->land, k, bytes, &g->entry, &g->lease);
+    p->land_seg[j] = i;
+    p->landing[i] = true;
+    if (member) snprintf(g->member, sizeof g->member, "%s", member);
+    g->from = member ? HY_TIER_NONE : HY_TIER_NVME;
     return PREFILL_LAND;
 }
 
+/* The exact key of segment i: its entry serves any representation. */
+static void exact_key(rq *r, prefill *p, size_t i, hy_key *k)
+{
+    hy_entry_key(r->who.tenant, p->sm->fp, p->Wm, hy_entry_exact(p->rp.s), p->sg[i].tok, p->sg[i].n,
+                 k->b);
+}
+
+/* Cluster mode: the segments with no entry here, asked of their owners
+ * (one Lookup per member, lookup_on_owners) under this representation's
+ * key and then the exact one; each hit there routed as one here is. */
+static void prefill_lookup_owners(rq *r, prefill *p)
+{
+    const size_t n = p->n;
+    Hypic__V1__SegmentStatus *st = calloc(n, sizeof *st);
+    hy_key *keys = calloc(n, sizeof *keys);
+    bool *found = calloc(n, sizeof *found), *asked = calloc(n, sizeof *asked);
+    for (int pass = 0; st && keys && found && asked && pass < (exact(p->rp) ? 1 : 2); pass++) {
+        bool any = false;
+        for (size_t i = 0; i < n; i++) {
+            Hypic__V1__SegmentStatus init = HYPIC__V1__SEGMENT_STATUS__INIT;
+            st[i] = init;
+            st[i].hit = p->hs[i].entry || p->recomputed[i] || p->landing[i] || found[i];
+            if (pass)
+                exact_key(r, p, i, &keys[i]);
+            else
+                keys[i] = p->keys[i];
+            any |= !st[i].hit;
+        }
+        if (!any) break;
+        for (size_t i = 0; i < n; i++) asked[i] = !st[i].hit;
+        svc_view *v = lookup_on_owners(r, p->sm, p->sg, keys, st, n);
+        for (size_t i = 0; i < n; i++) {
+            if (!asked[i] || !st[i].hit || !st[i].member) continue;
+            found[i] = true;
+            if (prefill_route_of(r, p, i, &keys[i], st[i].member, st[i].bytes) == PREFILL_LAND)
+                p->keys[i] = keys[i];
+        }
+        svc_view_put(v);
+    }
+    free(st), free(keys), free(found), free(asked);
+}
+
 /* Each segment's key, and for the pic family its entry from wherever it is:
- * one named by key already, else this representation's, else the exact one. */
+ * one named by key already, else this representation's, else the exact one
+ * — from this member's tiers, then (cluster mode) from their owners. */
 static hy_rpc_code prefill_lookup(rq *r, prefill *p)
 {
     double t0 = hy_now_s();
@@ -644,18 +702,17 @@ static hy_rpc_code prefill_lookup(rq *r, prefill *p)
         t0 = hy_now_s();
         hy_err e = {0};
         uint64_t bytes;
-        if (prefill_route_of(r, p, i, &p->keys[i]) != PREFILL_FETCH) continue;
-        int rc = h_fetch_entry(r, p->sm, &p->keys[i], g, &bytes, &e);
+        if (prefill_route_of(r, p, i, &p->keys[i], NULL, 0) != PREFILL_FETCH) continue;
+        int rc = h_fetch_here(r, p->sm, &p->keys[i], g, &bytes, &e);
         if (rc == HY_ENOTFOUND && !exact(p->rp)) {
             /* the exact entry of the segment serves too: one stored before
              * compact forms (version 1), or under tolerance 0 */
             hy_key ek;
-            hy_entry_key(r->who.tenant, p->sm->fp, p->Wm, hy_entry_exact(p->rp.s), g->tok, g->n,
-                         ek.b);
-            const prefill_route how = prefill_route_of(r, p, i, &ek);
+            exact_key(r, p, i, &ek);
+            const prefill_route how = prefill_route_of(r, p, i, &ek, NULL, 0);
             if (how == PREFILL_LAND) p->keys[i] = ek;
             if (how != PREFILL_FETCH) continue;
-            rc = h_fetch_entry(r, p->sm, &ek, g, &bytes, &e);
+            rc = h_fetch_here(r, p->sm, &ek, g, &bytes, &e);
             if (rc == HY_OK) p->keys[i] = ek;
         }
         p->from[i] = g->from;
@@ -668,31 +725,35 @@ static hy_rpc_code prefill_lookup(rq *r, prefill *p)
         if (rc) return h_from_err(r, rc, &e);
         p->hs[i].entry = g->entry;
         /* what it cost, for the next choices */
-        pl_costs_fetched(p->sm->costs,
-                         g->member[0]                 ? PL_FROM_REMOTE
-                         : p->from[i] == HY_TIER_NVME ? PL_FROM_NVME
-                                                      : PL_FROM_HOST,
+        pl_costs_fetched(p->sm->costs, p->from[i] == HY_TIER_NVME ? PL_FROM_NVME : PL_FROM_HOST,
                          bytes, ms / 1e3);
-        if (g->member[0])
-            tm->fetch_remote_ms += ms;
-        else if (p->from[i] == HY_TIER_HBM)
+        if (p->from[i] == HY_TIER_HBM)
             tm->fetch_hbm_ms += ms;
         else if (p->from[i] == HY_TIER_NVME)
             tm->fetch_nvme_ms += ms;
         else
             tm->fetch_host_ms += ms;
     }
+    if (p->reuse && r->s->cluster) {
+        t0 = hy_now_s();
+        prefill_lookup_owners(r, p);
+        tm->fetch_remote_ms += (hy_now_s() - t0) * 1e3;
+    }
     if (pl_landing_count(p->land) == 0) return HY_RPC_OK;
-    /* the NVMe hits: read at once, each in layer order; the pass starts when
-     * every one's header and tokens are in */
-    t0 = hy_now_s();
+    /* the hits on NVMe and on owners: read at once, each in layer order; the
+     * pass starts when every one's header and tokens are in */
     pl_landing_go(p->land);
+    const double t_go = hy_now_s();
     for (size_t j = 0; j < pl_landing_count(p->land); j++) {
+        t0 = hy_now_s();
         const size_t i = p->land_seg[j];
         p->hs[i].entry = pl_landing_opened(p->land, j);
-        p->from[i] = p->hs[i].entry ? HY_TIER_NVME : HY_TIER_NONE;
+        const bool remote = pl_landing_source(p->land, j) == PL_FROM_REMOTE;
+        p->from[i] = p->hs[i].entry && !remote ? HY_TIER_NVME : HY_TIER_NONE;
+        if (!p->hs[i].entry) p->sg[i].member[0] = '\0';
+        *(remote ? &tm->fetch_remote_ms : &tm->fetch_nvme_ms) += (hy_now_s() - t0) * 1e3;
     }
-    tm->fetch_nvme_ms += (hy_now_s() - t0) * 1e3;
+    p->land_open_s = hy_now_s() - t_go;
     return HY_RPC_OK;
 }
 
@@ -760,17 +821,30 @@ static hy_rpc_code prefill_run(rq *r, prefill *p)
     hy_err le;
     if (rc && pl_landing_failed(p->land, &bad, &le)) {
         svc_exec_give(s, p->sm, x);
+        char where[96];
+        const bool remote = pl_landing_source(p->land, bad) == PL_FROM_REMOTE;
         return h_fail(r, HY_RPC_UNAVAILABLE,
-                      "segments[%zu]: its entry failed while it was read from the NVMe tier, "
-                      "after the request had begun to use it; it was removed, and a retry "
-                      "computes the segment: %s",
-                      p->land_seg[bad], le.msg);
+                      "segments[%zu]: its entry failed while it was read from %s, after the "
+                      "request had begun to use it; %s: %s",
+                      p->land_seg[bad], pl_landing_where(p->land, bad, where, sizeof where),
+                      remote ? "a retry asks its owners again, or computes the segment"
+                             : "it was removed, and a retry computes the segment",
+                      le.msg);
     }
     tm->landing_wait_ms = p->res.arrival_s * 1e3;
     if (!rc) { /* what the reads and the pass cost, for the next choices */
-        if (pl_landing_count(p->land))
-            pl_costs_fetched(p->sm->costs, PL_FROM_NVME, pl_landing_bytes(p->land),
-                             pl_landing_read_s(p->land));
+        /* a read overlapped with the pass costs the request what the pass
+         * waited for it: for every entry to open, then for layers — shared
+         * by the sources in proportion to their bytes */
+        uint64_t b[PL_FROM_COUNT] = {0}, total = 0;
+        double sec;
+        for (pl_source src = PL_FROM_NVME; src <= PL_FROM_REMOTE; src++)
+            if (pl_landing_read(p->land, src, &b[src], &sec)) total += b[src];
+        const double waited = p->land_open_s + p->res.arrival_s;
+        for (pl_source src = PL_FROM_NVME; total && src <= PL_FROM_REMOTE; src++)
+            if (b[src])
+                pl_costs_fetched(p->sm->costs, src, b[src],
+                                 waited * (double)b[src] / (double)total);
         if (p->mode != HY_MODE_PREFIX)
             pl_costs_computed(p->sm->costs, (uint64_t)p->res.prefilled,
                               p->res.forward_s - p->res.compose_s - p->res.arrival_s);
@@ -920,7 +994,7 @@ static void prefill_free(rq *r, prefill *p)
     for (size_t i = 0; p->built && i < p->n; i++) hy_entry_free(p->built[i]);
     free(p->from), free(p->hs), free(p->built), free(p->keys), free(p->members);
     free(p->query), free(p->logits), free(p->top), free(p->gen);
-    free(p->recomputed), free(p->why), free(p->fest), free(p->cest);
+    free(p->recomputed), free(p->why), free(p->fest), free(p->cest), free(p->landing);
     if (p->sg) h_segs_free(r, p->sg, p->n);
 }
 

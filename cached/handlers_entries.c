@@ -19,10 +19,19 @@
 
 /* --- GetEntry / PutEntry ---------------------------------------------------------- */
 
-/* Sends bytes data[0..n) as GetEntry answers: through the client's
- * transport session (the meta in the one reply), or in chunks. */
+/* GetEntry's chunks: 256 KiB (a caller composing an entry as it arrives
+ * gets its layers at that grain), or half the largest message. */
+#define GET_CHUNK_BYTES (256u << 10)
+static size_t get_chunk(const rq *r)
+{
+    return HY_MIN((size_t)GET_CHUNK_BYTES, (size_t)r->s->cfg.max_message / 2);
+}
+
+/* Sends bytes data[from..n) as GetEntry answers (the first `from` sent
+ * already): through the client's transport session (the meta in the one
+ * reply), or in chunks, the meta in the first. */
 static hy_rpc_code send_entry(rq *r, const Hypic__V1__GetEntryRequest *q, pb_meta *pm,
-                              const uint8_t *data, uint64_t n)
+                              const uint8_t *data, uint64_t n, uint64_t from)
 {
     hy_rpc_code c = HY_RPC_OK;
     if (q->transport_session) { /* the bytes through the client's session, meta here */
@@ -33,8 +42,8 @@ static hy_rpc_code send_entry(rq *r, const Hypic__V1__GetEntryRequest *q, pb_met
         ch.delivery = &d;
         return h_send(r, &ch.base);
     }
-    const size_t chunk = HY_MIN((size_t)CHUNK_BYTES, (size_t)r->s->cfg.max_message / 2);
-    for (uint64_t off = 0; off < n && !c; off += chunk) {
+    const size_t chunk = get_chunk(r);
+    for (uint64_t off = from; off < n && !c; off += chunk) {
         Hypic__V1__EntryChunk ch = HYPIC__V1__ENTRY_CHUNK__INIT;
         if (off == 0) ch.meta = &pm->pb;
         ch.data =
@@ -42,6 +51,31 @@ static hy_rpc_code send_entry(rq *r, const Hypic__V1__GetEntryRequest *q, pb_met
         c = h_send(r, &ch.base);
     }
     return c;
+}
+
+/* A GetEntry in chunks of an entry landing from NVMe: each whole chunk
+ * sent once the tier's checksums have passed it. */
+typedef struct streamed_get {
+    rq *r;
+    pb_meta *pm; /* filled before the first chunk goes */
+    uint64_t n, sent;
+    size_t chunk;
+    hy_rpc_code c; /* a send that failed: the caller is gone */
+} streamed_get;
+
+static int on_get_landed(void *ctx, const void *data, uint64_t verified, uint64_t landed,
+                         hy_err *err)
+{
+    (void)landed;
+    streamed_get *g = ctx;
+    while (!g->c && verified - g->sent >= g->chunk) {
+        Hypic__V1__EntryChunk ch = HYPIC__V1__ENTRY_CHUNK__INIT;
+        if (g->sent == 0) ch.meta = &g->pm->pb;
+        ch.data = (ProtobufCBinaryData){g->chunk, (uint8_t *)data + g->sent};
+        g->c = h_send(g->r, &ch.base);
+        g->sent += g->chunk;
+    }
+    return g->c ? hy_err_set(err, HY_EIO, "the caller is gone") : HY_OK;
 }
 
 /* Cluster mode, the key not here: from its owners, verified (the bytes are
@@ -67,7 +101,7 @@ static hy_rpc_code get_from_owners(rq *r, const Hypic__V1__GetEntryRequest *q, s
     m.bytes = bytes;
     pb_meta pm;
     h_meta_to_pb(r->s, &m, 0, &pm);
-    hy_rpc_code c = send_entry(r, q, &pm, g.rbuf, bytes);
+    hy_rpc_code c = send_entry(r, q, &pm, g.rbuf, bytes, 0);
     h_seg_drop(r, &g);
     return c;
 }
@@ -85,19 +119,43 @@ hy_rpc_code do_get_entry(rq *r, const ProtobufCMessage *req)
         if (r->s->cluster && !q->local_only) return get_from_owners(r, q, sm, &k);
         return h_fail(r, HY_RPC_NOT_FOUND, "key is not cached");
     }
-    hy_lease *l;
+    hy_lease *l = NULL;
     hy_err e = {0};
-    int rc = hy_store_acquire(r->s->store, &k, &l, &e);
-    /* HY_EFORMAT: its only copy (NVMe) failed its checksums and was dropped */
-    if (rc == HY_ENOTFOUND || rc == HY_EFORMAT)
-        return h_fail(r, HY_RPC_NOT_FOUND, "key is not cached");
-    if (rc) return h_from_err(r, rc, &e);
-    hy_meta m = *hy_lease_meta(l);
+    hy_meta m;
     unsigned mask = 0;
-    hy_store_tiers_of(r->s->store, &k, &mask);
+    if (hy_store_peek(r->s->store, &k, &m, &mask) != HY_OK)
+        return h_fail(r, HY_RPC_NOT_FOUND, "key is not cached");
     pb_meta pm;
     h_meta_to_pb(r->s, &m, mask, &pm);
-    c = send_entry(r, q, &pm, hy_lease_data(l), m.bytes);
+    /* in chunks, an entry read from NVMe goes out as its bytes pass the
+     * tier's checksums: the caller composes its first layers meanwhile */
+    streamed_get sg = {.r = r, .pm = &pm, .n = m.bytes, .chunk = get_chunk(r)};
+    int rc = q->transport_session
+                 ? hy_store_acquire(r->s->store, &k, &l, &e)
+                 : hy_store_acquire_landing(r->s->store, &k, on_get_landed, &sg, &l, &e);
+    if (sg.sent && (rc || hy_lease_meta(l)->bytes != sg.n)) { /* part of it out already */
+        if (l) hy_store_release(r->s->store, l);
+        return sg.c ? sg.c
+                    : h_fail(r, HY_RPC_DATA_LOSS,
+                             "the entry failed while it was read from the NVMe tier, after %llu "
+                             "of its %llu bytes were sent: %s",
+                             (unsigned long long)sg.sent, (unsigned long long)sg.n,
+                             rc ? e.msg : "it was replaced meanwhile");
+    }
+    /* HY_EFORMAT: its only copy (NVMe) failed its checksums and was dropped */
+    if (rc == HY_ENOTFOUND || rc == HY_EFORMAT) {
+        if (l) hy_store_release(r->s->store, l);
+        return h_fail(r, HY_RPC_NOT_FOUND, "key is not cached");
+    }
+    if (rc) {
+        if (l) hy_store_release(r->s->store, l);
+        return sg.c ? sg.c : h_from_err(r, rc, &e);
+    }
+    if (!sg.sent) { /* what was leased (replaced since the peek?) */
+        m = *hy_lease_meta(l);
+        h_meta_to_pb(r->s, &m, mask, &pm);
+    }
+    c = send_entry(r, q, &pm, hy_lease_data(l), m.bytes, sg.sent);
     hy_store_release(r->s->store, l);
     return c;
 }

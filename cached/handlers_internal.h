@@ -95,6 +95,8 @@ hy_rpc_code h_segs_parse(rq *r, svc_model *sm, Hypic__V1__Segment **in, size_t n
  * g->member; g->from HY_TIER_NONE). Verified; HY_ENOTFOUND on a miss.
  * *bytes: its size. */
 int h_fetch_entry(rq *r, svc_model *sm, const hy_key *k, seg *g, uint64_t *bytes, hy_err *err);
+/* The same from this member's tiers only. */
+int h_fetch_here(rq *r, svc_model *sm, const hy_key *k, seg *g, uint64_t *bytes, hy_err *err);
 
 hy_rpc_code h_segs_resolve_keys(rq *r, svc_model *sm, seg *sg, size_t n);
 void h_meta_to_pb(hy_svc *s, hy_meta *m, unsigned mask, pb_meta *o);

@@ -91,31 +91,42 @@ static int fetch_remote(rq *r, svc_model *sm, const hy_key *k, seg *g, uint64_t 
     return HY_ENOTFOUND;
 }
 
-int h_fetch_entry(rq *r, svc_model *sm, const hy_key *k, seg *g, uint64_t *bytes, hy_err *err)
+int h_fetch_here(rq *r, svc_model *sm, const hy_key *k, seg *g, uint64_t *bytes, hy_err *err)
 {
     g->entry = NULL;
     g->lease = NULL;
     g->rbuf = NULL;
     g->member[0] = '\0';
-    int rc = fetch_local(r, sm, k, g, bytes, err);
+    return fetch_local(r, sm, k, g, bytes, err);
+}
+
+int h_fetch_entry(rq *r, svc_model *sm, const hy_key *k, seg *g, uint64_t *bytes, hy_err *err)
+{
+    int rc = h_fetch_here(r, sm, k, g, bytes, err);
     if (rc == HY_ENOTFOUND && r->s->cluster) rc = fetch_remote(r, sm, k, g, bytes);
     return rc;
 }
 
 /* --- entries landing from NVMe while the pass runs ------------------------------- */
 
-/* One NVMe hit being read. Its fields below `mu` change under it. */
+/* One hit being read: from the NVMe tier (into a lease) or from an owner
+ * in the cluster (GetEntry, into buf). Its fields below `mu` change under it. */
 typedef struct landing_job {
     hy_key key;
-    uint64_t bytes; /* the entry's, as the store's index gave it */
+    uint64_t bytes; /* the entry's, as the store's index (or the owner's Lookup) gave it */
+    pl_source src;  /* PL_FROM_NVME or PL_FROM_REMOTE */
+    hy_svc *svc;    /* remote: whose cluster */
+    char member[HY_MEMBER_ID_MAX];
     hy_entry **entry_out;
     hy_lease **lease_out;
+    void **buf_out;
+    uint8_t *buf; /* remote: the bytes as they come */
     pl_landing *L;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     hy_entry *e;  /* opened: its header and tokens checked */
     bool settled; /* opened, or known never to be (a miss) */
-    bool done;    /* the read is over, *lease_out set */
+    bool done;    /* the read is over, the outs set */
     double t_done;
     int failed; /* after it opened: the entry will not be whole */
     hy_err err;
@@ -189,36 +200,66 @@ int pl_landing_new(hy_store *st, const hy_model *m, const uint8_t fp[32], const 
     return HY_OK;
 }
 
-size_t pl_landing_add(pl_landing *L, const hy_key *k, uint64_t bytes, hy_entry **entry,
-                      hy_lease **lease)
+static landing_job *job_add(pl_landing *L, const hy_key *k, uint64_t bytes, pl_source src,
+                            hy_entry **entry)
 {
     assert(L->n < L->cap);
     landing_job *j = &L->jobs[L->n];
-    j->key = *k, j->bytes = bytes, j->entry_out = entry, j->lease_out = lease, j->L = L;
+    j->key = *k, j->bytes = bytes, j->src = src, j->entry_out = entry, j->L = L;
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
-    return L->n++;
+    L->n++;
+    return j;
 }
 
-/* The store's reader, as the verified prefix grows: the entry opened once
- * its header and tokens have landed, then its layers handed to the pass as
- * they pass the tier's checksums (and their own). A
- * failure is the entry's (its waiters see it), never the read's. */
-static int on_landed(void *ctx, const void *data, uint64_t prefix, uint64_t landed, hy_err *err)
+size_t pl_landing_add(pl_landing *L, const hy_key *k, uint64_t bytes, hy_entry **entry,
+                      hy_lease **lease)
 {
-    (void)err;
-    landing_job *j = ctx;
-    if (j->failed) return HY_OK;
+    job_add(L, k, bytes, PL_FROM_NVME, entry)->lease_out = lease;
+    return L->n - 1;
+}
+
+size_t pl_landing_add_remote(pl_landing *L, hy_svc *s, const char *member, const hy_key *k,
+                             uint64_t bytes, hy_entry **entry, void **buf)
+{
+    landing_job *j = job_add(L, k, bytes, PL_FROM_REMOTE, entry);
+    j->svc = s, j->buf_out = buf;
+    snprintf(j->member, sizeof j->member, "%s", member);
+    return L->n - 1;
+}
+
+/* The bytes of j's entry as they arrive: `landed` of them in data, the
+ * first `prefix` of those verified by their source (the NVMe tier's chunk
+ * checksums; an owner's stream has none of its own). The entry is opened
+ * once its header and tokens are in — an owner's must be the entry of its
+ * key —, then its layers handed to the pass as they pass their own
+ * checksums. A failure is the entry's (its waiters see it), never the
+ * read's. */
+static void landed_bytes(landing_job *j, const void *data, uint64_t prefix, uint64_t landed)
+{
+    if (j->failed) return;
     if (!j->e) {
         size_t need;
         hy_entry *e = NULL;
         hy_err oe = {0};
         /* opened on bytes landed, before their chunk's checksum: the header's
          * checksum and the tokens section's check every byte the open reads */
-        const int rc = hy_entry_view_open(j->L->m, data, j->bytes, (size_t)landed, &need, &e, &oe);
-        if (rc == HY_EAGAIN) return HY_OK;
+        int rc = hy_entry_view_open(j->L->m, data, j->bytes, (size_t)landed, &need, &e, &oe);
+        if (rc == HY_EAGAIN) return;
+        if (!rc && j->src == PL_FROM_REMOTE) { /* an owner's bytes: this key's entry? */
+            const int32_t *tok;
+            uint8_t want[32];
+            const int n = hy_entry_tokens(e, &tok);
+            hy_entry_key(j->L->tenant, j->L->fp, hy_entry_seam_setting(e), hy_entry_repr_of(e), tok,
+                         (size_t)n, want);
+            if (memcmp(want, j->key.b, 32) != 0) {
+                hy_entry_free(e);
+                e = NULL;
+                rc = hy_err_set(&oe, HY_EFORMAT, "its tokens are not the key's");
+            }
+        }
         pthread_mutex_lock(&j->mu);
-        if (rc) { /* never opened: a miss, the entry dropped below */
+        if (rc) { /* never opened: a miss */
             j->failed = rc, j->err = oe;
         } else {
             j->e = e;
@@ -227,7 +268,7 @@ static int on_landed(void *ctx, const void *data, uint64_t prefix, uint64_t land
         pthread_cond_broadcast(&j->cv);
         pthread_mutex_unlock(&j->mu);
         settle(j->L);
-        if (rc) return HY_OK;
+        if (rc) return;
         wait_for_the_others(j->L);
     }
     hy_err le = {0};
@@ -236,6 +277,35 @@ static int on_landed(void *ctx, const void *data, uint64_t prefix, uint64_t land
         j->failed = le.code ? le.code : HY_EFORMAT, j->err = le;
         pthread_mutex_unlock(&j->mu);
     }
+}
+
+static int on_landed(void *ctx, const void *data, uint64_t prefix, uint64_t landed, hy_err *err)
+{
+    (void)err;
+    landed_bytes(ctx, data, prefix, landed);
+    return HY_OK;
+}
+
+/* An owner's chunk: into the buffer, then as landed. A stream that has
+ * failed the entry ends here. */
+static int on_remote_chunk(void *ctx, uint64_t total, uint64_t at, const void *data, size_t len,
+                           hy_err *err)
+{
+    landing_job *j = ctx;
+    if (!j->buf) {
+        if (total != j->bytes)
+            return hy_err_set(err, HY_EFORMAT, "it sent %llu bytes where its Lookup said %llu",
+                              (unsigned long long)total, (unsigned long long)j->bytes);
+        void *b = NULL;
+        /* an entry is read in place (hy_entry_view): 64-byte aligned */
+        if (posix_memalign(&b, 64, (size_t)total) != 0)
+            return hy_err_set(err, HY_ENOMEM, "out of memory for %llu bytes",
+                              (unsigned long long)total);
+        j->buf = b;
+    }
+    memcpy(j->buf + at, data, len);
+    landed_bytes(j, j->buf, at + len, at + len);
+    if (j->failed) return hy_err_set(err, j->failed, "%s", j->err.msg);
     return HY_OK;
 }
 
@@ -251,6 +321,39 @@ static void drop_bad(pl_landing *L, const hy_key *k, const char *why)
     size_t gone;
     hy_err ignored = {0};
     hy_store_invalidate(L->st, &f, &gone, &ignored);
+}
+
+/* After j's read: the entry whole, or its failure told to the pass (and a
+ * stored entry that failed its own checks removed); the outs set when it
+ * opened; its waiters woken. */
+static void land_end(pl_landing *L, landing_job *j, int rc, const hy_err *e)
+{
+    if (!rc && j->e && !j->failed && !hy_entry_whole(j->e))
+        rc = hy_err_set((hy_err *)e, HY_EFORMAT, "its bytes ended before its last section");
+    pthread_mutex_lock(&j->mu);
+    if (rc && !j->failed) j->failed = rc, j->err = *e;
+    if (j->failed && j->e) /* the pass stops at its next layer */
+        hy_entry_view_fail(j->e, j->failed, j->err.msg);
+    if (j->src == PL_FROM_NVME && (j->failed == HY_EFORMAT || j->failed == HY_EINVAL))
+        drop_bad(L, &j->key, j->err.msg);
+    if (j->src == PL_FROM_REMOTE && j->failed)
+        hy_log(HY_LOG_WARN, "cluster: the entry from %s failed its checks or its stream%s: %s",
+               j->member, j->e ? " after the request had begun to use it" : " (a miss)",
+               j->err.msg);
+    if (j->src == PL_FROM_REMOTE) {
+        if (j->e)
+            *j->buf_out = j->buf; /* freed after the entry */
+        else
+            free(j->buf);
+        j->buf = NULL;
+    }
+    if (j->e) *j->entry_out = j->e;
+    const bool was = j->settled;
+    j->settled = j->done = true;
+    j->t_done = hy_now_s();
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    if (!was) settle(L);
 }
 
 static void land_one(pl_landing *L, landing_job *j)
@@ -273,31 +376,31 @@ static void land_one(pl_landing *L, landing_job *j)
             j->e = ent;
         pthread_mutex_unlock(&j->mu);
     }
-    if (!rc && j->e && !j->failed && !hy_entry_whole(j->e))
-        rc = hy_err_set(&e, HY_EFORMAT, "its bytes ended before its last section");
-    pthread_mutex_lock(&j->mu);
-    if (rc && !j->failed) j->failed = rc, j->err = e;
-    if (j->failed && j->e) /* the pass stops at its next layer */
-        hy_entry_view_fail(j->e, j->failed, j->err.msg);
-    if (j->failed == HY_EFORMAT || j->failed == HY_EINVAL) drop_bad(L, &j->key, j->err.msg);
-    if (j->e) {
-        *j->entry_out = j->e;
+    if (j->e)
         *j->lease_out = l; /* released after the entry is freed */
-    } else if (l) {
+    else if (l)
         hy_store_release(st, l);
-    }
-    const bool was = j->settled;
-    j->settled = j->done = true;
-    j->t_done = hy_now_s();
-    pthread_cond_broadcast(&j->cv);
-    pthread_mutex_unlock(&j->mu);
-    if (!was) settle(L);
+    land_end(L, j, rc, &e);
+}
+
+static void land_remote(pl_landing *L, landing_job *j)
+{
+    hy_err e = {0};
+    svc_model *sm = svc_model_by_fp(j->svc, L->fp);
+    int rc =
+        sm ? svc_cluster_stream(j->svc, j->member, sm, L->tenant, &j->key, on_remote_chunk, j, &e)
+           : hy_err_set(&e, HY_ENOTFOUND, "its model is not served here");
+    land_end(L, j, rc, &e);
 }
 
 static void *lander(void *arg)
 {
     pl_landing *L = arg;
-    for (size_t i; (i = atomic_fetch_add(&L->next, 1)) < L->n;) land_one(L, &L->jobs[i]);
+    for (size_t i; (i = atomic_fetch_add(&L->next, 1)) < L->n;)
+        if (L->jobs[i].src == PL_FROM_REMOTE)
+            land_remote(L, &L->jobs[i]);
+        else
+            land_one(L, &L->jobs[i]);
     return NULL;
 }
 
@@ -347,19 +450,32 @@ bool pl_landing_failed(const pl_landing *L, size_t *job, hy_err *err)
     return false;
 }
 
-uint64_t pl_landing_bytes(const pl_landing *L)
+const char *pl_landing_where(const pl_landing *L, size_t i, char *buf, size_t cap)
 {
-    uint64_t b = 0;
-    for (size_t i = 0; L && i < L->n; i++) b += L->jobs[i].bytes;
-    return b;
+    const landing_job *j = &L->jobs[i];
+    if (j->src == PL_FROM_REMOTE)
+        snprintf(buf, cap, "member %s", j->member);
+    else
+        snprintf(buf, cap, "the NVMe tier");
+    return buf;
 }
 
-double pl_landing_read_s(const pl_landing *L)
+pl_source pl_landing_source(const pl_landing *L, size_t i)
 {
-    double last = L && L->n ? L->t_go : 0.0;
+    return L->jobs[i].src;
+}
+
+bool pl_landing_read(const pl_landing *L, pl_source s, uint64_t *bytes, double *seconds)
+{
+    *bytes = 0;
+    double last = 0;
     for (size_t i = 0; L && i < L->n; i++)
-        if (L->jobs[i].t_done > last) last = L->jobs[i].t_done;
-    return L && L->n ? last - L->t_go : 0.0;
+        if (L->jobs[i].src == s && L->jobs[i].e) {
+            *bytes += L->jobs[i].bytes;
+            if (L->jobs[i].t_done > last) last = L->jobs[i].t_done;
+        }
+    *seconds = *bytes ? last - L->t_go : 0.0;
+    return *bytes > 0;
 }
 
 void pl_landing_free(pl_landing *L)

@@ -1,10 +1,11 @@
 /*
- * Entries only the NVMe tier holds, read while the pass that composes them
- * runs (place.c): each added with where its entry and lease go, read by up
+ * Entries read while the pass that composes them runs (place.c): those only
+ * the NVMe tier holds, and those an owner in the cluster holds (its GetEntry
+ * stream). Each is added with where its entry and its bytes go, read by up
  * to PL_LANDING_THREADS threads at once (one an entry, below that), each
- * entry in its own layer order with about 1 MiB in flight — so every entry's
- * layer l lands at about the same time, the pass starts once each one's
- * header and tokens are in, and it waits per layer (hy_entry_view_open). The service's Prefill and
+ * entry in its own layer order — so every entry's layer l lands at about the
+ * same time, the pass starts once each one's header and tokens are in, and
+ * it waits per layer (hy_entry_view_open). The service's Prefill and
  * `hypic-bench pic` use it.
  */
 #ifndef HY_CACHED_PLACE_H
@@ -19,6 +20,8 @@
 
 #define PL_LANDING_THREADS 64
 typedef struct pl_landing pl_landing;
+typedef struct hy_svc hy_svc;
+typedef enum pl_source { PL_FROM_HOST, PL_FROM_NVME, PL_FROM_REMOTE, PL_FROM_COUNT } pl_source;
 /* Whether k's entry is stored and visible to tenant, of model fp: then
  * *bytes its size and *mask its tiers (1 << hy_tier_id each). */
 bool pl_peek(hy_store *st, const uint8_t fp[32], const char *tenant, const hy_key *k,
@@ -30,6 +33,12 @@ int pl_landing_new(hy_store *st, const hy_model *m, const uint8_t fp[32], const 
  * the lease). Returns its index. */
 size_t pl_landing_add(pl_landing *L, const hy_key *k, uint64_t bytes, hy_entry **entry,
                       hy_lease **lease);
+/* Adds k's entry from member (an owner of it other than this one; bytes as
+ * its Lookup said): once its stream is over, *entry and *buf (the bytes it
+ * views: free() after the entry) are set when it opened. An entry whose
+ * tokens are not the key's is a miss. Returns its index. */
+size_t pl_landing_add_remote(pl_landing *L, hy_svc *s, const char *member, const hy_key *k,
+                             uint64_t bytes, hy_entry **entry, void **buf);
 /* Starts the reads. */
 int pl_landing_go(pl_landing *L);
 /* Entries added (0 for NULL). */
@@ -43,10 +52,12 @@ void pl_landing_end(pl_landing *L);
 /* Whether an entry that had opened failed on the way (a pass composing it
  * then failed with it): which, and why. */
 bool pl_landing_failed(const pl_landing *L, size_t *job, hy_err *err);
-/* Bytes of the entries added. */
-uint64_t pl_landing_bytes(const pl_landing *L);
-/* Seconds from the reads' start to the last one's end (after pl_landing_end). */
-double pl_landing_read_s(const pl_landing *L);
+pl_source pl_landing_source(const pl_landing *L, size_t i);
+/* Where entry i came from, in words ("the NVMe tier", "member n2"), into buf. */
+const char *pl_landing_where(const pl_landing *L, size_t i, char *buf, size_t cap);
+/* The bytes of the entries from s that opened, and the seconds from the
+ * reads' start to the last one's end (after pl_landing_end); false: none. */
+bool pl_landing_read(const pl_landing *L, pl_source s, uint64_t *bytes, double *seconds);
 void pl_landing_free(pl_landing *L);
 
 /* --- fetch or recompute ------------------------------------------------------- */
@@ -58,7 +69,6 @@ void pl_landing_free(pl_landing *L);
  * the cheaper. Thread-safe. */
 #define PL_SAMPLES     64
 #define PL_MIN_SAMPLES 4
-typedef enum pl_source { PL_FROM_HOST, PL_FROM_NVME, PL_FROM_REMOTE, PL_FROM_COUNT } pl_source;
 typedef struct pl_fit pl_fit;
 typedef struct pl_costs pl_costs;
 const char *pl_source_name(pl_source s); /* "host", "nvme", "remote" */

@@ -207,4 +207,42 @@ static inline int health(hyc *c, hyc_status *st)
     return rc;
 }
 
+/* Flips one byte of a section of entry bytes[0..n) (as GetEntry returned
+ * it) lying past its first `past` bytes, in the NVMe extent file of a
+ * stopped daemon whose tier is <dir>/var/nvme: the stored copy then fails
+ * its checksums only after its first chunks have passed. 0, or -1 (no such
+ * section, no such file, the entry not found in it). */
+static inline int nvme_flip_past(const char *dir, const void *bytes, size_t n, uint64_t past)
+{
+    const unsigned char *h = bytes;
+    const uint32_t nsec = (uint32_t)h[16] | (uint32_t)h[17] << 8;
+    uint64_t pos = 0;
+    for (uint32_t i = 0; i < nsec && !pos; i++) {
+        const unsigned char *t = h + 104 + 32 * i;
+        uint64_t off = 0, len = 0;
+        for (int b = 7; b >= 0; b--) off = off << 8 | t[8 + b], len = len << 8 | t[16 + b];
+        if (off + len > past) pos = off > past ? off + len / 2 : past;
+    }
+    if (pos == 0 || pos >= n) return -1;
+    char ext[512];
+    snprintf(ext, sizeof ext, "%s/var/nvme/extents/extent-000000.dat", dir);
+    FILE *f = fopen(ext, "r+b");
+    if (!f) return -1;
+    fseek(f, 0, SEEK_END);
+    const long fsz = ftell(f);
+    unsigned char *all = fsz > 0 ? malloc((size_t)fsz) : NULL;
+    long at = -1;
+    fseek(f, 0, SEEK_SET);
+    if (all && fread(all, 1, (size_t)fsz, f) == (size_t)fsz)
+        for (long i = 0; i + 4096 <= fsz && at < 0; i += 4096)
+            if (memcmp(all + i, bytes, 4096) == 0) at = i;
+    if (at >= 0) {
+        fseek(f, at + (long)pos, SEEK_SET);
+        fputc(all[at + (long)pos] ^ 0x5a, f);
+    }
+    fclose(f);
+    free(all);
+    return at >= 0 ? 0 : -1;
+}
+
 #endif

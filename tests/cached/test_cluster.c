@@ -13,7 +13,12 @@
  *     SIGKILLed: no request fails; the dead member leaves every view once
  *     its lease expires; its entries are misses, rebuilt onto their new
  *     owners, and then hits again;
- *   - a static member list (no etcd) routes the same way.
+ *   - a static member list (no etcd) routes the same way;
+ *   - a Prefill's hits held by the other member are streamed from it
+ *     (GetEntry, sent as they pass its NVMe checksums) while the pass
+ *     runs: the same logits as where they are local; one that fails on
+ *     the owner mid-stream ends the request UNAVAILABLE naming the
+ *     segment and the member, and the retry computes it.
  *
  * Every process started is stopped, also when a check fails (the fixtures'
  * PDEATHSIG and exit hooks).
@@ -45,23 +50,29 @@ static double now_s(void)
 }
 
 /* A member called name, listening on port (0: any), with `cluster` (its
-YAML mapping), started into *d. */
-static int member_start(hy_daemon *d, const char *name, int port, const char *cluster)
+YAML mapping) and `more` (further YAML: the tiers, pic), started into *d. */
+static int member_start_ex(hy_daemon *d, const char *name, int port, const char *cluster,
+                           const char *more)
 {
-    char dir[200], cfg[1600];
+    char dir[200], cfg[2000];
     snprintf(dir, sizeof dir, "%s/%s", g_tmp, name);
     mkdir(dir, 0700);
     snprintf(cfg, sizeof cfg,
              "listen: 127.0.0.1:%d\n"
              "http_listen: \"\"\n"
              "models: [{name: tiny, path: %s/models/tiny}]\n"
-             "tiers: {host: {bytes: 64M}}\n"
              "executor: {threads: 1}\n"
              "limits: {workers: 8, watchers: 2}\n" /* 3 members at once: not 3 x 32 RPC threads */
              "log: {requests: false}\n"
-             "cluster: %s\n",
-             port, g_tmp, cluster);
+             "cluster: %s\n"
+             "%s",
+             port, g_tmp, cluster, more);
     return hy_daemon_start(d, dir, cfg);
+}
+
+static int member_start(hy_daemon *d, const char *name, int port, const char *cluster)
+{
+    return member_start_ex(d, name, port, cluster, "tiers: {host: {bytes: 64M}}\n");
 }
 
 /* Member n<i+1>, registered in etcd. */
@@ -455,6 +466,157 @@ static void test_static_members(void)
     for (int i = 0; i < 2; i++) CU_ASSERT(hy_daemon_stop(&s[i]));
 }
 
+/* Two static members whose entries are exact fp32 (a long segment's over
+ * 1 MiB), written through to NVMe. */
+static const char *k_streamed =
+    "tiers:\n"
+    "  host: {bytes: 64M}\n"
+    "  nvme: {path: var/nvme, bytes: 256M, extent_bytes: 16M, write_through: true}\n"
+    "pic: {tolerance: 0, dtype: f32, t_dtype: f32, kv_dtype: f32}\n";
+#define LONG_TOKENS 4600
+
+static int pair_start(hy_daemon u[2], const int port[2])
+{
+    char members[300];
+    snprintf(members, sizeof members,
+             "{id: u1, address: \"127.0.0.1:%d\"}, {id: u2, address: \"127.0.0.1:%d\"}", port[0],
+             port[1]);
+    for (int i = 0; i < 2; i++) {
+        char name[8], cluster[400];
+        snprintf(name, sizeof name, "u%d", i + 1);
+        snprintf(cluster, sizeof cluster, "{id: %s, peer_timeout_ms: 5000, members: [%s]}", name,
+                 members);
+        if (member_start_ex(&u[i], name, port[i], cluster, k_streamed)) return -1;
+    }
+    return 0;
+}
+
+static void test_remote_hits_streamed(void)
+{
+    int port[2] = {hy_test_etcd_free_port(), hy_test_etcd_free_port()};
+    while (port[1] == port[0]) port[1] = hy_test_etcd_free_port();
+    hy_daemon u[2];
+    CU_ASSERT_EQUAL_FATAL(pair_start(u, port), 0);
+    char list[200];
+    snprintf(list, sizeof list, "u1=127.0.0.1:%d,u2=127.0.0.1:%d", port[0], port[1]);
+    hyc_cluster_options o = {.members = list, .client = {.deadline_ms = 60000}};
+    hyc_cluster *cl = NULL;
+    hyc_status st;
+    CU_ASSERT_EQUAL_FATAL(hyc_cluster_open(&o, &cl, &st), 0);
+    /* four short documents and a long one owned by u2 (the first of a few
+     * candidates that is) */
+    static uint32_t ids[LONG_TOKENS];
+    segs d;
+    warm_out w;
+    int owned = -1;
+    hyc *c1 = connect_as(&u[0], NULL);
+    for (int cand = 0; cand < 16 && owned < 0; cand++) {
+        memset(&d, 0, sizeof d);
+        for (int i = 0; i < 4; i++) segs_doc(&d, 300 + i, DOC_LEN);
+        segs_doc(&d, 400 + cand, 8);
+        for (int t = 0; t < LONG_TOKENS; t++) ids[t] = (uint32_t)(3 + (t * 31 + 7 * cand) % 250);
+        d.tk[4].ids = ids, d.tk[4].n_ids = LONG_TOKENS;
+        CU_ASSERT_EQUAL_FATAL(warm(c1, &d, &w, &st), 0);
+        char own[1][64];
+        hyc_cluster_owners(cl, w.keys[4], own, 1);
+        if (!strcmp(own[0], "u2")) owned = cand;
+    }
+    CU_ASSERT_FATAL(owned >= 0);
+    /* every entry on its owner (the puts to u2 are in the background) */
+    segs k = {0};
+    for (int i = 0; i < 5; i++) segs_key(&k, w.keys[i]);
+    Hypic__V1__LookupRequest lq = HYPIC__V1__LOOKUP_REQUEST__INIT;
+    lq.model = "tiny";
+    lq.n_segments = k.n;
+    lq.segments = k.sp;
+    for (int t = 0; t < 200; t++) {
+        Hypic__V1__LookupResponse *r = NULL;
+        const bool all = !hyc_cluster_lookup(cl, &lq, &r, &st) && r->leading_hits == 5;
+        hyc_free(r);
+        if (all) break;
+        CU_ASSERT_FATAL(t < 199);
+        usleep(20000);
+    }
+    hyc *c2 = connect_as(&u[1], NULL);
+    void *big = NULL;
+    size_t nbig = 0;
+    Hypic__V1__GetEntryRequest gq = HYPIC__V1__GET_ENTRY_REQUEST__INIT;
+    gq.model = "tiny";
+    gq.key = (ProtobufCBinaryData){32, w.keys[4]};
+    gq.local_only = true;
+    Hypic__V1__EntryMeta *gm = NULL;
+    CU_ASSERT_EQUAL_FATAL(hyc_get_entry(c2, &gq, &gm, &big, &nbig, &st), 0);
+    hyc_free(gm);
+    CU_ASSERT_FATAL(nbig > (1u << 20) + 4096);
+    hyc_close(c1), hyc_close(c2);
+    /* restarted: every entry on its owner's NVMe tier alone */
+    for (int i = 0; i < 2; i++) CU_ASSERT_FATAL(hy_daemon_stop(&u[i]));
+    CU_ASSERT_EQUAL_FATAL(pair_start(u, port), 0);
+    Hypic__V1__PrefillResponse *r[2] = {NULL, NULL};
+    for (int i = 0; i < 2; i++) {
+        hyc *c = connect_as(&u[i], NULL);
+        CU_ASSERT_EQUAL_FATAL(prefill_reuse(c, &d, HYPIC__V1__MODE__MODE_PIC,
+                                            HYPIC__V1__PREFILL_REQUEST__REUSE__REUSE_FETCH, &r[i],
+                                            &st),
+                              0);
+        hyc_close(c);
+        int remote = 0;
+        for (size_t s = 0; s < r[i]->n_segments; s++) {
+            const Hypic__V1__SegmentOutcome *oc = r[i]->segments[s];
+            CU_ASSERT_EQUAL(oc->kind, HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_HIT);
+            char own[1][64];
+            hyc_cluster_owners(cl, w.keys[s], own, 1);
+            CU_ASSERT_STRING_EQUAL(oc->member, own[0]);
+            remote += strcmp(own[0], i ? "u2" : "u1") != 0;
+        }
+        printf("\n  through u%d: %d of 5 hits from the other member (the long one %s): "
+               "fetch %.2f ms remote, %.2f ms NVMe; the pass waited %.2f ms for layers",
+               i + 1, remote, i ? "local" : "remote", r[i]->timings->fetch_remote_ms,
+               r[i]->timings->fetch_nvme_ms, r[i]->timings->landing_wait_ms);
+        if (i == 0) CU_ASSERT(remote >= 1 && r[i]->timings->fetch_remote_ms > 0);
+    }
+    /* the same entries composed: the same logits, wherever they came from */
+    CU_ASSERT_EQUAL_FATAL(r[0]->n_top, r[1]->n_top);
+    for (size_t t = 0; t < r[0]->n_top; t++) {
+        CU_ASSERT_EQUAL(r[0]->top[t]->token, r[1]->top[t]->token);
+        CU_ASSERT_EQUAL(r[0]->top[t]->logit, r[1]->top[t]->logit);
+    }
+    hyc_free(r[0]), hyc_free(r[1]);
+
+    /* u2's copy of the long entry goes bad past its first checksum chunk */
+    for (int i = 0; i < 2; i++) CU_ASSERT_FATAL(hy_daemon_stop(&u[i]));
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s/u2", g_tmp);
+    CU_ASSERT_EQUAL_FATAL(nvme_flip_past(dir, big, nbig, (1u << 20) + 4096), 0);
+    free(big);
+    CU_ASSERT_EQUAL_FATAL(pair_start(u, port), 0);
+    hyc *c = connect_as(&u[0], NULL);
+    Hypic__V1__PrefillResponse *bad = NULL;
+    const int rc = prefill_reuse(c, &d, HYPIC__V1__MODE__MODE_PIC,
+                                 HYPIC__V1__PREFILL_REQUEST__REUSE__REUSE_FETCH, &bad, &st);
+    printf("\n  the long entry failing on u2 mid-stream: status %d: %s", rc, st.msg);
+    CU_ASSERT_EQUAL(rc, HYC_UNAVAILABLE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(st.msg, "segments[4]"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(st.msg, "member u2"));
+    hyc_free(bad);
+    bad = NULL;
+    /* u2 dropped it: the retry computes the segment, every other one a hit */
+    CU_ASSERT_EQUAL(prefill_reuse(c, &d, HYPIC__V1__MODE__MODE_PIC,
+                                  HYPIC__V1__PREFILL_REQUEST__REUSE__REUSE_FETCH, &bad, &st),
+                    0);
+    if (bad) {
+        for (size_t s = 0; s < bad->n_segments; s++)
+            CU_ASSERT_EQUAL(bad->segments[s]->kind,
+                            s == 4 ? HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_MISS
+                                   : HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_HIT);
+    }
+    hyc_free(bad);
+    CU_ASSERT_EQUAL(health(c, &st), 0);
+    hyc_close(c);
+    hyc_cluster_close(cl);
+    for (int i = 0; i < 2; i++) CU_ASSERT(hy_daemon_stop(&u[i]));
+}
+
 int main(void)
 {
     if (hy_test_mkdtemp("hy_test_cluster_", g_tmp, sizeof g_tmp)) return 1;
@@ -474,6 +636,8 @@ int main(void)
             {"a member SIGKILLed under load: 0 failures, its keys rebuilt elsewhere",
              test_kill_a_member_under_load},
             {"a static member list routes the same way", test_static_members},
+            {"hits on the other member streamed while the pass runs; one failing mid-stream",
+             test_remote_hits_streamed},
             {NULL, NULL},
         };
         rc = hy_test_main("cluster", cases);

@@ -258,7 +258,7 @@ static int prefill_big(hyc *c, Hypic__V1__Segment *sg, Hypic__V1__PrefillRespons
 
 static void test_nvme_entry_failing_mid_stream(void)
 {
-    char dir[256], cfg[1024], ext[512];
+    char dir[256], cfg[1024];
     snprintf(dir, sizeof dir, "%s/landing", g_tmp);
     mkdir(dir, 0755);
     snprintf(cfg, sizeof cfg, "%s%s", k_config_exact, "");
@@ -298,33 +298,7 @@ static void test_nvme_entry_failing_mid_stream(void)
     CU_ASSERT(hy_daemon_stop(&d));
 
     /* a byte of a section past the first checksum chunk flipped on disk */
-    const unsigned char *h = bytes;
-    const uint32_t nsec = (uint32_t)h[16] | (uint32_t)h[17] << 8;
-    uint64_t pos = 0;
-    for (uint32_t i = 0; i < nsec && !pos; i++) {
-        const unsigned char *t = h + 104 + 32 * i;
-        uint64_t off = 0, len = 0;
-        for (int b = 7; b >= 0; b--) off = off << 8 | t[8 + b], len = len << 8 | t[16 + b];
-        const uint64_t want = (1u << 20) + 4096;
-        if (off + len > want) pos = off > want ? off + len / 2 : want;
-    }
-    CU_ASSERT_FATAL(pos > (1u << 20) && pos < n);
-    snprintf(ext, sizeof ext, "%s/var/nvme/extents/extent-000000.dat", dir);
-    FILE *f = fopen(ext, "r+b");
-    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
-    fseek(f, 0, SEEK_END);
-    const long fsz = ftell(f);
-    unsigned char *all = malloc((size_t)fsz);
-    fseek(f, 0, SEEK_SET);
-    CU_ASSERT_EQUAL_FATAL(fread(all, 1, (size_t)fsz, f), (size_t)fsz);
-    long at = -1;
-    for (long i = 0; i + 4096 <= fsz && at < 0; i += 4096)
-        if (memcmp(all + i, bytes, 4096) == 0) at = i;
-    CU_ASSERT_FATAL(at >= 0);
-    fseek(f, at + (long)pos, SEEK_SET);
-    fputc(all[at + (long)pos] ^ 0x5a, f);
-    fclose(f);
-    free(all);
+    CU_ASSERT_EQUAL_FATAL(nvme_flip_past(dir, bytes, n, (1u << 20) + 4096), 0);
 
     CU_ASSERT_EQUAL_FATAL(hy_daemon_start(&d, dir, cfg), 0);
     c = connect_as(&d, NULL);
