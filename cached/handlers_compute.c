@@ -244,7 +244,7 @@ hy_rpc_code do_warm(rq *r, const ProtobufCMessage *req)
             hy_tier_id placed = HY_TIER_NONE;
             uint64_t bytes = 0;
             if (!rc)
-                rc = svc_store_entry(r->s, sm, r->who.tenant, &sg[i].key, ent, sg[i].tags,
+                rc = pl_store_entry(r->s, sm, r->who.tenant, &sg[i].key, ent, sg[i].tags,
                                      sg[i].ntags, &placed, &bytes, member, &e);
             hy_entry_free(ent);
             r->computed += (int64_t)sg[i].n;
@@ -918,7 +918,7 @@ static void prefill_store(rq *r, prefill *p, Hypic__V1__SegmentOutcome *oc)
             hy_tier_id placed = HY_TIER_NONE;
             hy_err se = {0};
             if (hy_entry_finish(p->built[i], &se) ||
-                svc_store_entry(s, p->sm, r->who.tenant, &p->keys[i], p->built[i], p->sg[i].tags,
+                pl_store_entry(s, p->sm, r->who.tenant, &p->keys[i], p->built[i], p->sg[i].tags,
                                 p->sg[i].ntags, &placed, NULL, p->members[i], &se))
                 hy_log(HY_LOG_WARN, "storing an entry built inline: %s", se.msg);
             oc[i].stored = placed != HY_TIER_NONE;

@@ -4,6 +4,7 @@
  */
 #include "cluster_internal.h"
 #include "handlers_internal.h"
+#include "place.h"
 #include "router_internal.h"
 
 #include <ctype.h>
@@ -257,6 +258,8 @@ hy_rpc_code do_put_entry(rq *r, const ProtobufCMessage *req)
             c = h_fail(r, HY_RPC_INVALID_ARGUMENT, "the entry failed validation: %s", e.msg);
     }
     hy_key k;
+    hy_tier_id placed = HY_TIER_NONE;
+    char member[HY_MEMBER_ID_MAX] = "";
     if (!c) {
         const int32_t *tok;
         const size_t n = (size_t)hy_entry_tokens(ent, &tok);
@@ -265,43 +268,17 @@ hy_rpc_code do_put_entry(rq *r, const ProtobufCMessage *req)
         if (have_key && memcmp(k.b, given.b, HY_KEY_BYTES) != 0)
             c = h_fail(r, HY_RPC_INVALID_ARGUMENT,
                        "field 'meta.key' is not the key of the entry's tokens for your tenant");
-        m.key = k;
-        snprintf(m.tenant, sizeof m.tenant, "%s", r->who.tenant);
-        memcpy(m.model, sm->fp, 32);
-        m.tokens = (uint32_t)n;
-        m.flops = hy_config_prefill_flops(sm->c, 0, hy_entry_body_tokens(ent));
-        m.bytes = got;
     }
-    hy_tier_id placed = HY_TIER_NONE;
-    char member[HY_MEMBER_ID_MAX] = "";
-    bool here = true; /* stored on this member */
-    svc_view *v = !c && !local_only ? svc_view_get(s) : NULL;
-    if (v) { /* cluster mode: to the key's owners */
-        svc_peer *own[HY_OWNERS_MAX];
-        bool self;
-        const size_t n = svc_view_owners(s, v, r->who.tenant, &k, own, &self);
-        svc_view_put(v);
-        here = self;
-        if (n > (self ? 1u : 0u)) {
-            char *tags[HY_MAX_TAGS];
-            for (uint32_t t = 0; t < m.ntags; t++) tags[t] = m.tags[t];
-            svc_cluster_count_forward(s);
-            /* not here: one owner must take it now; here: the others later */
-            int rc = svc_cluster_put(s, sm->name, r->who.tenant, &k, tags, m.ntags, buf, got, !self,
-                                     member, &e);
-            if (rc && !self) c = h_fail(r, HY_RPC_UNAVAILABLE, "%s", e.msg);
-        }
-        if (self) snprintf(member, sizeof member, "%s", s->cfg.cluster_id);
-    }
-    if (!c && here) {
-        hy_put *p;
-        void *dst;
-        int rc = hy_store_reserve(s->store, &m, &p, &dst, &e);
-        if (!rc) {
-            memcpy(dst, buf, got);
-            rc = hy_store_commit(s->store, p, &placed, &e);
-        }
-        if (rc) c = h_from_err(r, rc, &e);
+    if (!c) { /* where it belongs: here, or with its owners (one of them now) */
+        hy_meta given_tags = m; /* pl_meta_of starts from nothing */
+        char *tags[HY_MAX_TAGS];
+        for (uint32_t t = 0; t < given_tags.ntags; t++) tags[t] = given_tags.tags[t];
+        pl_meta_of(sm, r->who.tenant, &k, ent, got, tags, given_tags.ntags, &m);
+        int rc = pl_store(s, sm, &m, buf, true, local_only, &placed, member, &e);
+        if (rc == HY_EIO && s->cluster)
+            c = h_fail(r, HY_RPC_UNAVAILABLE, "%s", e.msg);
+        else if (rc)
+            c = h_from_err(r, rc, &e);
     }
     hy_entry_free(ent);
     free(buf);

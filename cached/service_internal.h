@@ -230,22 +230,6 @@ void svc_exec_wake_all(svc_model *sm);
 int svc_prefix_get(hy_svc *s, svc_model *sm, const char *tenant, svc_prefix **out, hy_err *err);
 void svc_prefix_put(svc_prefix *p);
 
-/* Stores a built entry under key for the tenant: serialised, reserved,
- * committed. *placed as hy_store_commit says; *bytes the serialised size.
- * Cluster mode: it goes to the key's owners (in the background) and is
- * stored here only when this member is one of them (*placed HY_TIER_NONE
- * otherwise); member (NULL, or 64 bytes): this member's id when it is an
- * owner, else the first owner's ("" on one node). */
-int svc_store_entry(hy_svc *s, svc_model *sm, const char *tenant, const hy_key *key,
-                    const hy_entry *e, char *const *tags, size_t ntags, hy_tier_id *placed,
-                    uint64_t *bytes, char *member, hy_err *err);
-
-/* The same for an entry already serialised and validated (e is buf's
- * entry, read for its tokens only): a scatter worker's. */
-int svc_store_bytes(hy_svc *s, svc_model *sm, const char *tenant, const hy_key *key,
-                    const hy_entry *e, const void *buf, size_t len, char *const *tags, size_t ntags,
-                    hy_tier_id *placed, char *member, hy_err *err);
-
 /* Leases for Lookup. */
 /* Holds leases[0..n) for tenant for ms: the set's id, or 0 when they would
  * pass the tenant's limit on leased bytes (svc_lease_cap) or memory ran out,

@@ -482,7 +482,7 @@ static int pair_start(hy_daemon u[2], const int port[2])
              "{id: u1, address: \"127.0.0.1:%d\"}, {id: u2, address: \"127.0.0.1:%d\"}", port[0],
              port[1]);
     for (int i = 0; i < 2; i++) {
-        char name[8], cluster[400];
+        char name[16], cluster[400];
         snprintf(name, sizeof name, "u%d", i + 1);
         snprintf(cluster, sizeof cluster, "{id: %s, peer_timeout_ms: 5000, members: [%s]}", name,
                  members);
