@@ -132,6 +132,7 @@ typedef struct landing_job {
     double t_done;
     int failed; /* after it opened: the entry will not be whole */
     hy_err err;
+    struct landing_job *next_queued; /* in the readers' queue */
 } landing_job;
 
 struct pl_landing {
@@ -141,9 +142,7 @@ struct pl_landing {
     char tenant[HY_TENANT_MAX];
     landing_job *jobs;
     size_t n, cap;
-    atomic_size_t next;
-    pthread_t th[PL_LANDING_THREADS];
-    int nth;
+    bool going; /* its jobs handed to the readers */
     double t_go;
     pthread_mutex_t mu; /* unsettled */
     pthread_cond_t cv;
@@ -351,11 +350,16 @@ static void land_end(pl_landing *L, landing_job *j, int rc, const hy_err *e)
     }
     if (j->e) *j->entry_out = j->e;
     const bool was = j->settled;
-    j->settled = j->done = true;
-    j->t_done = hy_now_s();
+    j->settled = true;
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
     if (!was) settle(L);
+    /* last: once done, the request may free L and j */
+    pthread_mutex_lock(&j->mu);
+    j->done = true;
+    j->t_done = hy_now_s();
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
 }
 
 static void land_one(pl_landing *L, landing_job *j)
@@ -395,27 +399,82 @@ static void land_remote(pl_landing *L, landing_job *j)
     land_end(L, j, rc, &e);
 }
 
-static void *lander(void *arg)
+/* The readers: threads kept for the daemon's life, shared by every
+ * request, a job each at a time. One is started when a job is queued and
+ * none is idle (up to PL_LANDING_THREADS), so a request's reads all start
+ * at once without the cost of starting threads each time. */
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    landing_job *head, *tail;
+    int threads, idle; /* idle: waiting, not yet handed a job */
+} g_readers = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, 0, 0};
+
+static void land_job(landing_job *j)
 {
-    pl_landing *L = arg;
-    for (size_t i; (i = atomic_fetch_add(&L->next, 1)) < L->n;)
-        if (L->jobs[i].src == PL_FROM_REMOTE)
-            land_remote(L, &L->jobs[i]);
-        else
-            land_one(L, &L->jobs[i]);
+    if (j->src == PL_FROM_REMOTE)
+        land_remote(j->L, j);
+    else
+        land_one(j->L, j);
+}
+
+static void *reader_main(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&g_readers.mu);
+    for (;;) {
+        while (!g_readers.head) {
+            g_readers.idle++;
+            pthread_cond_wait(&g_readers.cv, &g_readers.mu);
+            g_readers.idle--;
+        }
+        landing_job *j = g_readers.head;
+        g_readers.head = j->next_queued;
+        if (!g_readers.head) g_readers.tail = NULL;
+        pthread_mutex_unlock(&g_readers.mu);
+        land_job(j);
+        pthread_mutex_lock(&g_readers.mu);
+    }
     return NULL;
 }
 
 int pl_landing_go(pl_landing *L)
 {
-    const int want = (int)HY_MIN(L->n, (size_t)PL_LANDING_THREADS);
     L->t_go = hy_now_s();
     L->unsettled = L->n;
-    for (int t = 0; t < want; t++) {
-        if (pthread_create(&L->th[t], NULL, lander, L) != 0) break;
-        L->nth++;
+    L->going = true;
+    pthread_mutex_lock(&g_readers.mu);
+    int queued = 0; /* beyond the idle readers */
+    for (size_t i = 0; i < L->n; i++) {
+        landing_job *j = &L->jobs[i];
+        j->next_queued = NULL;
+        if (g_readers.tail)
+            g_readers.tail->next_queued = j;
+        else
+            g_readers.head = j;
+        g_readers.tail = j;
+        queued++;
     }
-    if (L->nth == 0 && L->n > 0) lander(L); /* no thread: read them here, whole */
+    int starting = HY_MIN(queued - g_readers.idle, PL_LANDING_THREADS - g_readers.threads);
+    for (; starting > 0; starting--) {
+        pthread_t t;
+        pthread_attr_t a;
+        pthread_attr_init(&a);
+        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        const int rc = pthread_create(&t, &a, reader_main, NULL);
+        pthread_attr_destroy(&a);
+        if (rc != 0) break;
+        g_readers.threads++;
+    }
+    const bool none = g_readers.threads == 0;
+    pthread_cond_broadcast(&g_readers.cv);
+    if (none) { /* no reader could start: read them here, one after another */
+        g_readers.head = g_readers.tail = NULL;
+        pthread_mutex_unlock(&g_readers.mu);
+        for (size_t i = 0; i < L->n; i++) land_job(&L->jobs[i]);
+        return HY_OK;
+    }
+    pthread_mutex_unlock(&g_readers.mu);
     return HY_OK;
 }
 
@@ -436,9 +495,13 @@ hy_entry *pl_landing_opened(pl_landing *L, size_t i)
 
 void pl_landing_end(pl_landing *L)
 {
-    if (!L) return;
-    for (int t = 0; t < L->nth; t++) pthread_join(L->th[t], NULL);
-    L->nth = 0;
+    if (!L || !L->going) return;
+    for (size_t i = 0; i < L->n; i++) {
+        landing_job *j = &L->jobs[i];
+        pthread_mutex_lock(&j->mu);
+        while (!j->done) pthread_cond_wait(&j->cv, &j->mu);
+        pthread_mutex_unlock(&j->mu);
+    }
 }
 
 bool pl_landing_failed(const pl_landing *L, size_t *job, hy_err *err)

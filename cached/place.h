@@ -1,12 +1,12 @@
 /*
  * Entries read while the pass that composes them runs (place.c): those only
  * the NVMe tier holds, and those an owner in the cluster holds (its GetEntry
- * stream). Each is added with where its entry and its bytes go, read by up
- * to PL_LANDING_THREADS threads at once (one an entry, below that), each
- * entry in its own layer order — so every entry's layer l lands at about the
- * same time, the pass starts once each one's header and tokens are in, and
- * it waits per layer (hy_entry_view_open). The service's Prefill and
- * `hypic-bench pic` use it.
+ * stream). Each is added with where its entry and its bytes go, and read by
+ * one of the daemon's readers (threads kept for its life and shared by its
+ * requests, up to PL_LANDING_THREADS: one an entry while there are fewer
+ * entries in flight), each entry in its own layer order — so every entry's layer l lands at about
+ * the same time, the pass starts once each one's header and tokens are in, and it waits per layer
+ * (hy_entry_view_open). The service's Prefill and `hypic-bench pic` use it.
  */
 #ifndef HY_CACHED_PLACE_H
 #define HY_CACHED_PLACE_H
