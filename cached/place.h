@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PL_LANDING_THREADS 64
+#define PL_LANDING_THREADS 128
 typedef struct pl_landing pl_landing;
 typedef struct hy_svc hy_svc;
 typedef enum pl_source { PL_FROM_HOST, PL_FROM_NVME, PL_FROM_REMOTE, PL_FROM_COUNT } pl_source;
