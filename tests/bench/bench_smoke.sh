@@ -132,10 +132,10 @@ for d in "$tmp"/hypic-bench-service-*; do
     echo "  FAIL  hypic-bench service left $d behind"
 done
 
-# reuse: small, a host tier of 8 MiB and NVMe written through; three requests
-# under each policy; the daemon's files under $TMPDIR, removed
+# reuse: small on two members, each a host tier of 8 MiB and NVMe written through; three requests
+# under each policy; the daemons' files under $TMPDIR, removed
 run reuse ttft_p50_ms.fetch\>0 ttft_p50_ms.recompute\>0 ttft_p50_ms.auto\>0 \
-    auto_over_fetch_p50\>0 auto_fetched.nvme_long -- reuse --quick
+    auto_over_fetch_p50\>0 auto_fetched.nvme_long auto_fetched.remote_long -- reuse --quick
 for d in "$tmp"/hypic-bench-reuse-*; do
     [ -e "$d" ] || continue
     fail=$((fail + 1))
