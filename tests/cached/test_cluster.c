@@ -390,6 +390,33 @@ static void test_a_fourth_member_joins(void)
     CU_ASSERT(moved >= NDOCS / 8 && moved <= NDOCS / 2);
 }
 
+/* Until a Lookup by key of keys[0..n) through the cluster client finds
+ * every one, each answered by its owner (the puts to owners other than the
+ * member that built them are in the background); false after 4 s. */
+static bool on_owners(hyc_cluster *cl, uint8_t (*keys)[32], int n)
+{
+    segs k = {0};
+    for (int i = 0; i < n; i++) segs_key(&k, keys[i]);
+    Hypic__V1__LookupRequest rq = HYPIC__V1__LOOKUP_REQUEST__INIT;
+    rq.model = "tiny";
+    rq.n_segments = k.n;
+    rq.segments = k.sp;
+    for (int t = 0; t < 200; t++) {
+        Hypic__V1__LookupResponse *r = NULL;
+        hyc_status st;
+        bool all = !hyc_cluster_lookup(cl, &rq, &r, &st) && r->leading_hits == (uint32_t)n;
+        for (size_t i = 0; all && i < r->n_segments; i++) {
+            char own[1][64];
+            hyc_cluster_owners(cl, keys[i], own, 1);
+            all = !strcmp(r->segments[i]->member, own[0]);
+        }
+        hyc_free(r);
+        if (all) return true;
+        usleep(20000);
+    }
+    return false;
+}
+
 static void test_static_members(void)
 {
     /* s1, s2 on fixed free ports: a static list names addresses up front */
@@ -420,25 +447,7 @@ static void test_static_members(void)
     CU_ASSERT_EQUAL_FATAL(warm(c1, &d, &w, &st), 0);
     hyc_close(c1);
     /* Lookup by key through the cluster client: every one a hit, answered by its owner */
-    segs k = {0};
-    for (int i = 0; i < 8; i++) segs_key(&k, w.keys[i]);
-    Hypic__V1__LookupRequest rq = HYPIC__V1__LOOKUP_REQUEST__INIT;
-    rq.model = "tiny";
-    rq.n_segments = k.n;
-    rq.segments = k.sp;
-    for (int t = 0; t < 100; t++) { /* the puts to the other owner are in the background */
-        Hypic__V1__LookupResponse *r = NULL;
-        bool all = !hyc_cluster_lookup(cl, &rq, &r, &st) && r->leading_hits == 8;
-        for (size_t i = 0; all && i < r->n_segments; i++) {
-            char own[1][64];
-            hyc_cluster_owners(cl, w.keys[i], own, 1);
-            all = !strcmp(r->segments[i]->member, own[0]);
-        }
-        hyc_free(r);
-        if (all) break;
-        CU_ASSERT(t < 99);
-        usleep(20000);
-    }
+    CU_ASSERT(on_owners(cl, w.keys, 8));
     /* a put through the cluster client lands on the owner */
     void *b = NULL;
     size_t n = 0;
@@ -523,20 +532,7 @@ static void test_remote_hits_streamed(void)
     }
     CU_ASSERT_FATAL(owned >= 0);
     /* every entry on its owner (the puts to u2 are in the background) */
-    segs k = {0};
-    for (int i = 0; i < 5; i++) segs_key(&k, w.keys[i]);
-    Hypic__V1__LookupRequest lq = HYPIC__V1__LOOKUP_REQUEST__INIT;
-    lq.model = "tiny";
-    lq.n_segments = k.n;
-    lq.segments = k.sp;
-    for (int t = 0; t < 200; t++) {
-        Hypic__V1__LookupResponse *r = NULL;
-        const bool all = !hyc_cluster_lookup(cl, &lq, &r, &st) && r->leading_hits == 5;
-        hyc_free(r);
-        if (all) break;
-        CU_ASSERT_FATAL(t < 199);
-        usleep(20000);
-    }
+    CU_ASSERT_FATAL(on_owners(cl, w.keys, 5));
     hyc *c2 = connect_as(&u[1], NULL);
     void *big = NULL;
     size_t nbig = 0;
