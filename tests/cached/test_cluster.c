@@ -18,16 +18,22 @@
  *     (GetEntry, sent as they pass its NVMe checksums) while the pass
  *     runs: the same logits as where they are local; one that fails on
  *     the owner mid-stream ends the request UNAVAILABLE naming the
- *     segment and the member, and the retry computes it.
+ *     segment and the member, and the retry computes it;
+ *   - an owner that lies (a fake member: another key's entry, a size other
+ *     than its Lookup's, chunks out of order) costs a miss, never a wrong
+ *     answer; one whose stream stops short ends its request UNAVAILABLE
+ *     naming it, and the daemon goes on serving.
  *
  * Every process started is stopped, also when a check fails (the fixtures'
  * PDEATHSIG and exit hooks).
  */
 #include "etcd_fixture.h"
+#include "hy_rpc.h"
 #include "service_fixture.h"
 #include "test_util.h"
 
 #include <CUnit/Basic.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/stat.h>
@@ -613,6 +619,168 @@ static void test_remote_hits_streamed(void)
     for (int i = 0; i < 2; i++) CU_ASSERT(hy_daemon_stop(&u[i]));
 }
 
+/* --- an owner that lies ------------------------------------------------------------- */
+
+enum { LIE_NONE, LIE_OTHER_KEY, LIE_SIZE, LIE_ORDER, LIE_SHORT };
+static struct {
+    _Atomic int how;
+    const uint8_t *right, *other; /* the entry of the key asked for; another's */
+    size_t n_right, n_other;
+} g_lie;
+
+static void lie_lookup(void *app, hy_rpc_call *c, const ProtobufCMessage *req)
+{
+    (void)app;
+    const Hypic__V1__LookupRequest *q = (const void *)req;
+    Hypic__V1__SegmentStatus st[8], *sp[8];
+    Hypic__V1__LookupResponse r = HYPIC__V1__LOOKUP_RESPONSE__INIT;
+    for (size_t i = 0; i < q->n_segments && i < 8; i++) {
+        Hypic__V1__SegmentStatus init = HYPIC__V1__SEGMENT_STATUS__INIT;
+        st[i] = init;
+        st[i].key = q->segments[i]->key;
+        st[i].hit = true; /* whatever is asked */
+        st[i].tier = HYPIC__V1__TIER__TIER_HOST;
+        st[i].bytes = g_lie.n_right;
+        st[i].member = "f";
+        sp[i] = &st[i];
+        r.n_segments++;
+    }
+    r.segments = sp;
+    hy_rpc_call_send(c, &r.base, NULL);
+    hy_rpc_call_finish(c, HY_RPC_OK, NULL);
+}
+
+static void lie_get(void *app, hy_rpc_call *c, const ProtobufCMessage *req)
+{
+    (void)app, (void)req;
+    const int how = g_lie.how;
+    const uint8_t *b = how == LIE_OTHER_KEY ? g_lie.other : g_lie.right;
+    const size_t n = how == LIE_OTHER_KEY ? g_lie.n_other : g_lie.n_right;
+    const size_t end = how == LIE_SHORT ? n / 2 : n, piece = 4096;
+    Hypic__V1__EntryMeta meta = HYPIC__V1__ENTRY_META__INIT;
+    meta.model = "tiny";
+    meta.bytes = how == LIE_SIZE ? n + 4096 : n;
+    for (size_t off = 0; off < end; off += piece) {
+        Hypic__V1__EntryChunk ch = HYPIC__V1__ENTRY_CHUNK__INIT;
+        if (off == 0) ch.meta = &meta;
+        if (how == LIE_ORDER) { /* the second piece first */
+            ch.placement_case = HYPIC__V1__ENTRY_CHUNK__PLACEMENT_OFFSET;
+            ch.offset = off ^ piece;
+        }
+        const size_t from = how == LIE_ORDER ? (size_t)(off ^ piece) : off;
+        ch.data = (ProtobufCBinaryData){HY_MIN(piece, n - HY_MIN(from, n)), (uint8_t *)b + from};
+        if (hy_rpc_call_send(c, &ch.base, NULL)) break;
+    }
+    hy_rpc_call_finish(c, HY_RPC_OK, NULL);
+}
+
+static void test_a_lying_owner(void)
+{
+    hy_rpc_handler h[64] = {0};
+    for (size_t i = 0; i < hy_rpc_method_count && i < 64; i++) {
+        if (!strcmp(hy_rpc_methods[i].name, "Lookup")) h[i] = lie_lookup;
+        if (!strcmp(hy_rpc_methods[i].name, "GetEntry")) h[i] = lie_get;
+    }
+    hy_rpc_server_config sc = {.address = "127.0.0.1:0", .workers = 4, .max_message = 8 << 20};
+    hy_rpc_server *fake = NULL;
+    hy_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(hy_rpc_server_start(&sc, h, NULL, &fake, &e), 0);
+    /* a member on its own builds the entries the fake will serve */
+    char dir[200], cfg[1200];
+    snprintf(dir, sizeof dir, "%s/solo", g_tmp);
+    mkdir(dir, 0700);
+    snprintf(cfg, sizeof cfg,
+             "listen: 127.0.0.1:0\nhttp_listen: \"\"\nmodels: [{name: tiny, path: "
+             "%s/models/tiny}]\ntiers: {host: {bytes: 64M}}\nexecutor: {threads: 1}\n"
+             "log: {requests: false}\n",
+             g_tmp);
+    hy_daemon solo, v;
+    CU_ASSERT_EQUAL_FATAL(hy_daemon_start(&solo, dir, cfg), 0);
+    int pv = hy_test_etcd_free_port();
+    char members[300], cluster[400];
+    snprintf(members, sizeof members,
+             "{id: v1, address: \"127.0.0.1:%d\"}, {id: f, address: \"127.0.0.1:%d\"}", pv,
+             hy_rpc_server_port(fake));
+    snprintf(cluster, sizeof cluster, "{id: v1, peer_timeout_ms: 3000, members: [%s]}", members);
+    CU_ASSERT_EQUAL_FATAL(member_start(&v, "v1", pv, cluster), 0);
+    char list[200];
+    snprintf(list, sizeof list, "v1=127.0.0.1:%d,f=127.0.0.1:%d", pv, hy_rpc_server_port(fake));
+    hyc_cluster_options o = {.members = list};
+    hyc_cluster *cl = NULL;
+    hyc_status st;
+    CU_ASSERT_EQUAL_FATAL(hyc_cluster_open(&o, &cl, &st), 0);
+    /* two documents the fake owns, their entries built by the solo member */
+    hyc *cs = connect_as(&solo, NULL);
+    segs d[2];
+    void *bytes[2] = {NULL, NULL};
+    size_t n[2] = {0, 0};
+    int found = 0;
+    for (int cand = 0; cand < 64 && found < 2; cand++) {
+        memset(&d[found], 0, sizeof d[found]);
+        segs_doc(&d[found], 600 + cand, DOC_LEN);
+        warm_out w;
+        CU_ASSERT_EQUAL_FATAL(warm(cs, &d[found], &w, &st), 0);
+        char own[1][64];
+        hyc_cluster_owners(cl, w.keys[0], own, 1);
+        if (strcmp(own[0], "f") != 0) continue;
+        CU_ASSERT_EQUAL_FATAL(get_entry(cs, w.keys[0], &bytes[found], &n[found], &st), 0);
+        found++;
+    }
+    CU_ASSERT_FATAL(found == 2);
+    printf("\n  entries of %zu and %zu bytes", n[0], n[1]);
+    CU_ASSERT_FATAL(n[0] > 4 * 4096 && n[0] != n[1] + 4096);
+    g_lie.right = bytes[0], g_lie.n_right = n[0];
+    g_lie.other = bytes[1], g_lie.n_other = n[1];
+    hyc *c = connect_as(&v, NULL);
+    static const struct {
+        int how;
+        const char *what;
+        int kind;
+    } cases[] = {
+        {LIE_NONE, "the right entry", HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_HIT},
+        {LIE_OTHER_KEY, "another key's entry", HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_MISS},
+        {LIE_SIZE, "a size other than its Lookup's", HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_MISS},
+        {LIE_ORDER, "chunks out of order", HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_MISS},
+    };
+    float logit = 0;
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        g_lie.how = cases[k].how;
+        Hypic__V1__PrefillResponse *r = NULL;
+        const int rc = prefill_reuse(c, &d[0], HYPIC__V1__MODE__MODE_PIC,
+                                     HYPIC__V1__PREFILL_REQUEST__REUSE__REUSE_FETCH, &r, &st);
+        CU_ASSERT_EQUAL(rc, 0);
+        if (rc) {
+            printf("\n  %s: %s", cases[k].what, st.msg);
+            continue;
+        }
+        printf("\n  the owner sends %s: the segment %s", cases[k].what,
+               r->segments[0]->kind == HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_HIT ? "hit"
+                                                                                  : "missed");
+        CU_ASSERT_EQUAL(r->segments[0]->kind, cases[k].kind);
+        /* a miss computes what the hit composed: the same first token */
+        if (k == 0) logit = r->top[0]->logit;
+        if (k > 0) CU_ASSERT(fabsf(r->top[0]->logit - logit) < 0.05f * (1 + fabsf(logit)));
+        hyc_free(r);
+    }
+    /* the stream stops short after the entry opened: the request fails
+     * naming the member; the daemon goes on */
+    g_lie.how = LIE_SHORT;
+    Hypic__V1__PrefillResponse *r = NULL;
+    const int rc = prefill_reuse(c, &d[0], HYPIC__V1__MODE__MODE_PIC,
+                                 HYPIC__V1__PREFILL_REQUEST__REUSE__REUSE_FETCH, &r, &st);
+    printf("\n  the owner's stream stops short: status %d: %s", rc, st.msg);
+    CU_ASSERT_EQUAL(rc, HYC_UNAVAILABLE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(st.msg, "member f"));
+    hyc_free(r);
+    CU_ASSERT_EQUAL(health(c, &st), 0);
+    hyc_close(c), hyc_close(cs);
+    hyc_cluster_close(cl);
+    CU_ASSERT(hy_daemon_stop(&v));
+    CU_ASSERT(hy_daemon_stop(&solo));
+    hy_rpc_server_stop(fake);
+    free(bytes[0]), free(bytes[1]);
+}
+
 int main(void)
 {
     if (hy_test_mkdtemp("hy_test_cluster_", g_tmp, sizeof g_tmp)) return 1;
@@ -634,6 +802,8 @@ int main(void)
             {"a static member list routes the same way", test_static_members},
             {"hits on the other member streamed while the pass runs; one failing mid-stream",
              test_remote_hits_streamed},
+            {"an owner that lies costs a miss; one whose stream stops short, its request",
+             test_a_lying_owner},
             {NULL, NULL},
         };
         rc = hy_test_main("cluster", cases);
