@@ -18,6 +18,7 @@ from ._gen import hypic_pb2 as pb
 from . import cluster
 from .client import Client
 from .cluster import Cluster
+from .entry import EntryError, EntryParts, EntryShape, parse_entry
 from .errors import HypicError
 from .state import LayerTensor, State
 from .text import detokenize, tokenize
@@ -43,6 +44,9 @@ __all__ = [
     "Client",
     "Cluster",
     "Entry",
+    "EntryError",
+    "EntryParts",
+    "EntryShape",
     "EventKind",
     "HealthStatus",
     "HypicError",
@@ -60,6 +64,7 @@ __all__ = [
     "WarmState",
     "cluster",
     "detokenize",
+    "parse_entry",
     "pb",
     "tokenize",
 ]
