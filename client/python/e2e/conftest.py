@@ -1,6 +1,6 @@
 """The frontend's end-to-end test: a real hypic-cached serving the checkpoints it decodes
 from: one generated preset per hybrid family (--init-models writes each into the daemon's
-var/models/<name>: `tiny`, Qwen3NextForCausalLM, `tiny-olmo`, OlmoHybridForCausalLM,
+var/models/<name>: `tiny`, Qwen3NextForCausalLM, `tiny-moe`, the same with MoE blocks, `tiny-olmo`, OlmoHybridForCausalLM,
 `tiny-minimax`, MiniMaxForCausalLM, and `tiny-kimi`, KimiLinearForCausalLM, 4 layers of random
 weights each, `tiny-nemotron`, NemotronHForCausalLM, 6 blocks "M-M*ME": Mamba2, MLP,
 Mamba2, NoPE attention, Mamba2, MoE, and `tiny-ling`, Ling's BailingMoeV3ForCausalLM, 4 layers:
@@ -42,7 +42,8 @@ RECALL_DIR: Path = fixture.MODEL_DIR
 CONFIG = f"""\
 listen: 127.0.0.1:0
 http_listen: ""
-models: [{{name: tiny, path: var/models/tiny}}, {{name: tiny-olmo, path: var/models/tiny-olmo}},
+models: [{{name: tiny, path: var/models/tiny}}, {{name: tiny-moe, path: var/models/tiny-moe}},
+         {{name: tiny-olmo, path: var/models/tiny-olmo}},
          {{name: tiny-minimax, path: var/models/tiny-minimax}},
          {{name: tiny-kimi, path: var/models/tiny-kimi}},
          {{name: tiny-nemotron, path: var/models/tiny-nemotron}},

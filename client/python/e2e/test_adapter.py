@@ -1,0 +1,68 @@
+"""hypic.frontend: PIC composed inside transformers' own model from the daemon's entries,
+against the state the daemon delivers in mode pic for the same request.
+
+For each checkpoint (the trained `recall`, Qwen3.5; `tiny`, Qwen3-Next; `tiny-moe`, Qwen3-Next
+with MoE blocks) four documents of their own (so no other test's entries are hits), three
+warmed: the adapter's first request composes three hits and prefills the fourth, whose
+entry it then has the daemon build (Warm, off the request's path); its second request
+composes four hits — through a transport session this time — and its cache must equal the
+state the daemon computes in mode pic for the same request to fp32 rounding, every layer,
+and 32 greedy tokens decoded from each must be the same.
+
+Run: tests/client/test_frontend.sh build/cached/hypic-cached
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import transformers_frontend as fe
+from conftest import EXAMPLES, RECALL_DIR
+
+import hypic
+from hypic.frontend import Frontend
+
+DOCS = [EXAMPLES / f"doc{i}.txt" for i in range(1, 5)]
+QUESTION = EXAMPLES / "question.txt"
+STEPS = 32
+STATE_TOL = 1e-4  # fp32 rounding between two executors, not an approximation
+ADAPTED = ("recall", "tiny", "tiny-moe")
+
+
+@pytest.mark.parametrize("name", ADAPTED)
+def test_adapter_composes_the_daemons_state(daemon: Any, name: str) -> None:
+    model_dir = RECALL_DIR if name == "recall" else daemon.dir / "var" / "models" / name
+    model = fe.load_model(model_dir)
+    # documents no other test sends: each gets a line naming this test
+    segs = [list(hypic.tokenize(p.read_text() + f"(adapter {name})\n")) for p in DOCS]
+    query = list(hypic.tokenize(QUESTION.read_text()))
+    with hypic.Client(daemon.addr) as c:
+        list(c.warm(name, segs[:3]))
+        front = Frontend(c, model, name)
+        first = front.prefill(segs, query)
+        assert [s.kind for s in first.segments] == ["hit", "hit", "hit", "miss"]
+        assert first.position == sum(map(len, segs)) + len(query)
+        assert first.warm is not None
+        first.warm.join(timeout=120)
+        with c.session(("shm", "tcp"), 64 << 20) as sess:
+            front.session = sess
+            ours = front.prefill(segs, query)  # the miss built meanwhile: a hit now
+            assert [s.kind for s in ours.segments] == ["hit"] * 4
+            assert ours.warm is None
+            resp, state = c.prefill_state(sess, name, segs, query, mode="pic", top_k=2)
+            assert all(s.kind == hypic.OutcomeKind.HIT for s in resp.segments)
+            assert state.position == ours.position
+            theirs = fe.cache_from_state(model, state)
+        diff = fe.compare_caches(model, ours.cache, theirs)
+        top = int(resp.top[0].token)
+        print(f"\n  {name}: adapter vs daemon (pic, 4 hits): {diff}; first logit "
+              f"{float(ours.logits[top]):.6f} vs {resp.top[0].logit:.6f}; composing "
+              f"{sum(s.compose_ms for s in ours.segments):.1f} ms, fetching "
+              f"{sum(s.fetch_ms for s in ours.segments):.1f} ms for {sum(s.bytes for s in ours.segments)} bytes")
+        assert all(v < STATE_TOL for v in diff.values()), diff
+        assert abs(float(ours.logits[top]) - resp.top[0].logit) < STATE_TOL
+        assert int(ours.logits.argmax()) == top
+        a = fe.decode(model, ours.cache, top, ours.position, STEPS).tokens
+        b = fe.decode(model, theirs, top, state.position, STEPS).tokens
+        assert a == b

@@ -1,0 +1,253 @@
+"""PIC inside a frontend's own model, on its own device: the *entries* way to use HYPIC.
+
+The daemon holds each segment's entry (docs/entry-format.md); this module fetches them and
+composes them in torch inside a transformers model of a supported architecture (Qwen3-Next,
+Qwen3.5 dense and MoE), on whatever device the model is on. For a request
+[segments..., query] it
+
+- looks the segments up in one Lookup (their keys under the daemon's seam setting and
+  representation) and fetches every hit's entry — through a transport session when one is
+  given (`get_entry_into`: the daemon writes it into the session's buffer), else over
+  gRPC — and reads it with hypic.parse_entry, every byte checked;
+- runs the request through the model's own forward, segment by segment, on one cache: a
+  miss is prefilled under its true prefix (exact for this request); a hit's seam (its first
+  w tokens) is prefilled the same way and its body composed — per linear layer and value
+  head S <- T.S + S_body in the head's stored form, the conv window <- the entry's tail —
+  and, per attention layer, the body's canonical K rotated by the model's own RoPE to its
+  true positions and appended with V to the model's cache;
+- asks the daemon to build the misses' entries (Warm) on a thread of its own, off the
+  request's path, so that the next request hits;
+- answers the model's own cache, the query's last logits and what each segment was, ready
+  for generate() or a decode loop at the next position.
+
+torch and transformers are needed (the `frontend` extra); the same code runs on CPU and
+CUDA, torch operations only.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from .client import Client
+from .entry import AttentionLayer, EntryParts, EntryShape, Form, Head, LinearLayer, parse_entry
+from .transport import Session
+
+SUPPORTED = ("qwen3_next", "qwen3_5_text", "qwen3_5", "qwen3_5_moe_text", "qwen3_5_moe")
+
+
+@dataclass
+class SegmentResult:
+    kind: str  # "hit" (composed from its entry) or "miss" (prefilled here)
+    tokens: int
+    bytes: int = 0  # the entry's, for a hit
+    fetch_ms: float = 0.0
+    compose_ms: float = 0.0  # the body's composition, for a hit (its seam not counted)
+
+
+@dataclass
+class Result:
+    cache: Any  # the model's cache after [segments..., query]
+    logits: torch.Tensor  # the query's last position, [vocab]
+    position: int  # tokens consumed: the next token goes at this position
+    segments: list[SegmentResult] = field(default_factory=list)
+    lookup_ms: float = 0.0
+    forward_ms: float = 0.0  # the model's forwards (seams, misses, query)
+    total_ms: float = 0.0
+    warm: threading.Thread | None = None  # the misses' builds, running on the daemon
+
+
+def _text_config(model: Any) -> Any:
+    return model.config.get_text_config(decoder=True)
+
+
+def _inner(model: Any) -> Any:
+    """The text model under a causal-LM head: what holds rotary_emb."""
+    m = model.model
+    return getattr(m, "language_model", m)
+
+
+class Frontend:
+    """PIC for one transformers model against one daemon model name.
+
+    client: a hypic.Client; model: the transformers model (eval mode, any device); name:
+    the daemon's name for the same checkpoint; session: a transport session to fetch
+    entries through (None: gRPC); warm_misses: build the misses' entries on the daemon
+    after each request (off the request's path)."""
+
+    def __init__(
+        self,
+        client: Client,
+        model: Any,
+        name: str,
+        *,
+        session: Session | None = None,
+        warm_misses: bool = True,
+        tenant: str = "",
+    ) -> None:
+        cfg = _text_config(model)
+        if cfg.model_type not in SUPPORTED:
+            raise ValueError(f"model type {cfg.model_type!r}: the adapter composes {', '.join(SUPPORTED)}")
+        self.client, self.model, self.name = client, model, name
+        self.session, self.warm_misses, self.tenant = session, warm_misses, tenant
+        self.shape = EntryShape.from_config(cfg.to_dict())
+        self.device = next(model.parameters()).device
+        self.kernel = int(cfg.linear_conv_kernel_dim)
+        inner = _inner(model)
+        self._rotary = inner.rotary_emb
+        self._apply_rope = sys.modules[type(inner).__module__].apply_rotary_pos_emb
+        rope = getattr(cfg, "rope_parameters", None) or {}
+        self._mrope = bool(rope.get("mrope_section"))
+
+    # ---- fetching -----------------------------------------------------------------------
+
+    def _fetch(self, key: bytes) -> tuple[EntryParts, int]:
+        if self.session is not None:
+            meta, view = self.client.get_entry_into(self.session, self.name, key, tenant=self.tenant)
+            # parsed in place: fp32 parts stay views of the buffer until they are moved
+            return parse_entry(view, self.shape), int(meta.bytes)
+        e = self.client.get_entry(self.name, key, tenant=self.tenant)
+        return parse_entry(e.data, self.shape), len(e.data)
+
+    # ---- composing ----------------------------------------------------------------------
+
+    def _t(self, x: np.ndarray | None) -> torch.Tensor:
+        """A copy on the model's device (an entry's fp32 parts are views of bytes that a
+        session's next transfer overwrites)."""
+        assert x is not None
+        return torch.tensor(np.asarray(x, dtype=np.float32), device=self.device)
+
+    def _apply_t(self, h: Head, s: torch.Tensor) -> torch.Tensor:
+        """T~.s for one head's state s [dk][dv]."""
+        if h.form == Form.ZERO:
+            return torch.zeros_like(s)
+        if h.form == Form.SCALAR:
+            return h.gamma * s
+        if h.form == Form.DIAG:
+            return self._t(h.diag)[:, None] * s
+        if h.form in (Form.LOWRANK, Form.IPLR):
+            out = self._t(h.u) @ (self._t(h.vt) @ s)
+            return out + h.gamma * s if h.form == Form.IPLR else out
+        return self._t(h.dense) @ s
+
+    def _s_body(self, h: Head) -> torch.Tensor | None:
+        if h.form == Form.ZERO:
+            return None
+        if h.form == Form.LOWRANK:
+            return self._t(h.u) @ self._t(h.vt)
+        return self._t(h.dense)
+
+    def _rope_k(self, k: torch.Tensor, first: int) -> torch.Tensor:
+        """k [1][Hkv][nb][hd] (canonical) rotated to positions first.. as the model's
+        forward rotates its keys."""
+        nb = k.shape[2]
+        pos = torch.arange(first, first + nb, device=self.device).view(1, -1)
+        if self._mrope:  # text: the same position in every section
+            pos = pos[None].expand(3, 1, -1)
+        cos, sin = self._rotary(k, pos)
+        _, rotated = self._apply_rope(k, k, cos.to(k.dtype), sin.to(k.dtype))
+        return rotated
+
+    def _compose(self, cache: Any, parts: EntryParts, first: int) -> None:
+        """The body of a hit into cache: its tokens at positions first.."""
+        for i, layer in enumerate(parts.layers):
+            if isinstance(layer, LinearLayer):
+                lc = cache.layers[i]
+                dtype = self.model.dtype
+                if lc.is_recurrent_states_initialized[0]:
+                    S = lc.recurrent_states[0][0].float()
+                else:  # no prefix yet (a segment of W = 0 first): the state is zero
+                    S = torch.zeros(self.shape.v_heads, self.shape.dk, self.shape.dv, device=self.device)
+                out = torch.empty_like(S)
+                for h, (t, s) in enumerate(zip(layer.t, layer.s)):
+                    x = self._apply_t(t, S[h])
+                    sb = self._s_body(s)
+                    out[h] = x if sb is None else x + sb
+                cache.update_recurrent_state(out.unsqueeze(0).to(dtype), i)
+                # the conv window: the body's last K-1 inputs (appended, the window keeps them)
+                tail = self._t(layer.tail).T.unsqueeze(0).to(dtype)  # [1][conv_dim][K-1]
+                cache.update_conv_state(tail.contiguous(), i, conv_kernel_size=self.kernel)
+            else:
+                assert isinstance(layer, AttentionLayer)
+                k = self._t(layer.k).permute(1, 0, 2).unsqueeze(0).to(self.model.dtype)
+                v = self._t(layer.v).permute(1, 0, 2).unsqueeze(0).to(self.model.dtype)
+                cache.update(self._rope_k(k, first).contiguous(), v.contiguous(), i)
+
+    # ---- a request ----------------------------------------------------------------------
+
+    @torch.no_grad()
+    def _forward(self, cache: Any, ids: Sequence[int], first: int) -> torch.Tensor:
+        n = len(ids)
+        r = self.model(
+            input_ids=torch.tensor([list(ids)], device=self.device),
+            position_ids=torch.arange(first, first + n, device=self.device).view(1, -1),
+            past_key_values=cache,
+            use_cache=True,
+        )
+        return r.logits[0, -1]
+
+    @torch.no_grad()
+    def prefill(self, segments: Sequence[Sequence[int]], query: Sequence[int]) -> Result:
+        """The request [segments..., query] through the model, hits composed from their
+        entries: the model's cache, the query's logits and each segment's outcome."""
+        from transformers import DynamicCache
+
+        if not query:
+            raise ValueError("query: at least one token, whose logits answer")
+        t0 = time.perf_counter()
+        segs = [list(s) for s in segments]
+        look = self.client.lookup(self.name, segs, tenant=self.tenant) if segs else None
+        t1 = time.perf_counter()
+        cache = DynamicCache(config=self.model.config)
+        res = Result(cache=cache, logits=torch.empty(0), position=0, lookup_ms=(t1 - t0) * 1e3)
+        pos, misses, fwd = 0, [], 0.0
+        for i, ids in enumerate(segs):
+            st = look.segments[i] if look is not None else None
+            parts = None
+            out = SegmentResult("miss", len(ids))
+            if st is not None and st.hit:
+                f0 = time.perf_counter()
+                parts, out.bytes = self._fetch(st.key)
+                out.fetch_ms = (time.perf_counter() - f0) * 1e3
+                if parts.tokens.tolist() != ids:  # the daemon's entry must be this segment's
+                    raise ValueError(f"segments[{i}]: the entry's tokens are not the segment's")
+            if parts is None:
+                f0 = time.perf_counter()
+                self._forward(cache, ids, pos)
+                fwd += time.perf_counter() - f0
+                misses.append(ids)
+            else:
+                out.kind = "hit"
+                if parts.seam:
+                    f0 = time.perf_counter()
+                    self._forward(cache, ids[: parts.seam], pos)
+                    fwd += time.perf_counter() - f0
+                c0 = time.perf_counter()
+                self._compose(cache, parts, pos + parts.seam)
+                out.compose_ms = (time.perf_counter() - c0) * 1e3
+            pos += len(ids)
+            res.segments.append(out)
+        f0 = time.perf_counter()
+        res.logits = self._forward(cache, list(query), pos)
+        fwd += time.perf_counter() - f0
+        res.position = pos + len(query)
+        res.forward_ms = fwd * 1e3
+        res.total_ms = (time.perf_counter() - t0) * 1e3
+        if misses and self.warm_misses:
+            res.warm = threading.Thread(target=self._warm, args=(misses,), daemon=True)
+            res.warm.start()
+        return res
+
+    def _warm(self, misses: list[list[int]]) -> None:
+        try:
+            for _ in self.client.warm(self.name, misses, tenant=self.tenant):
+                pass
+        except Exception as e:  # off the request's path: the next request misses again
+            print(f"hypic.frontend: warming {len(misses)} misses failed: {e}", file=sys.stderr)
