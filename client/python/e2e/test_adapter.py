@@ -54,6 +54,7 @@ def test_adapter_composes_the_daemons_state(daemon: Any, name: str) -> None:
             assert all(s.kind == hypic.OutcomeKind.HIT for s in resp.segments)
             assert state.position == ours.position
             theirs = fe.cache_from_state(model, state)
+        front.session = None  # closed: the next fetches go over gRPC
         diff = fe.compare_caches(model, ours.cache, theirs)
         top = int(resp.top[0].token)
         print(f"\n  {name}: adapter vs daemon (pic, 4 hits): {diff}; first logit "
@@ -66,3 +67,27 @@ def test_adapter_composes_the_daemons_state(daemon: Any, name: str) -> None:
         a = fe.decode(model, ours.cache, top, ours.position, STEPS).tokens
         b = fe.decode(model, theirs, top, state.position, STEPS).tokens
         assert a == b
+        # and through transformers' generate(), from the adapter's cache
+        out = front.generate(segs, query, max_new_tokens=STEPS, do_sample=False)
+        assert out[0, ours.position :].tolist() == b
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_adapter_on_each_device(daemon: Any, device: str) -> None:
+    """The same composition with the model on each device torch has: the logits where
+    the daemon's are, 32 tokens the same."""
+    import torch
+
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("torch sees no CUDA device here (CUDA_VISIBLE_DEVICES set to a GPU runs this)")
+    name = "recall"
+    model = fe.load_model(RECALL_DIR).to(device)
+    segs = [list(hypic.tokenize(p.read_text() + f"(device {device})\n")) for p in DOCS]
+    query = list(hypic.tokenize(QUESTION.read_text()))
+    with hypic.Client(daemon.addr) as c:
+        list(c.warm(name, segs))
+        r = Frontend(c, model, name, warm_misses=False).prefill(segs, query)
+        assert r.logits.device.type == device and [s.kind for s in r.segments] == ["hit"] * 4
+        resp = c.prefill(name, segs, query, mode="pic", top_k=1)
+    assert int(r.logits.argmax()) == resp.top[0].token
+    assert abs(float(r.logits[resp.top[0].token]) - resp.top[0].logit) < STATE_TOL

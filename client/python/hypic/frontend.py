@@ -194,13 +194,25 @@ class Frontend:
         return r.logits[0, -1]
 
     @torch.no_grad()
-    def prefill(self, segments: Sequence[Sequence[int]], query: Sequence[int]) -> Result:
-        """The request [segments..., query] through the model, hits composed from their
-        entries: the model's cache, the query's logits and each segment's outcome."""
-        from transformers import DynamicCache
-
+    def generate(self, segments: Sequence[Sequence[int]], query: Sequence[int], **kwargs: Any) -> torch.Tensor:
+        """transformers' generate() after the request: everything but the query's last
+        token composed and prefilled here (prefill), that token and what follows decoded
+        by generate() from the model's cache. kwargs go to generate (max_new_tokens,
+        do_sample, ...); answers its output ids, the prompt's included."""
         if not query:
             raise ValueError("query: at least one token, whose logits answer")
+        r = self.prefill(segments, query[:-1])
+        prompt = [t for s in segments for t in s] + list(query)
+        ids = torch.tensor([prompt], device=self.device)
+        return self.model.generate(input_ids=ids, past_key_values=r.cache, **kwargs)
+
+    @torch.no_grad()
+    def prefill(self, segments: Sequence[Sequence[int]], query: Sequence[int]) -> Result:
+        """The request [segments..., query] through the model, hits composed from their
+        entries: the model's cache, the query's logits (empty for no query) and each
+        segment's outcome."""
+        from transformers import DynamicCache
+
         t0 = time.perf_counter()
         segs = [list(s) for s in segments]
         look = self.client.lookup(self.name, segs, tenant=self.tenant) if segs else None
@@ -234,9 +246,10 @@ class Frontend:
                 out.compose_ms = (time.perf_counter() - c0) * 1e3
             pos += len(ids)
             res.segments.append(out)
-        f0 = time.perf_counter()
-        res.logits = self._forward(cache, list(query), pos)
-        fwd += time.perf_counter() - f0
+        if query:
+            f0 = time.perf_counter()
+            res.logits = self._forward(cache, list(query), pos)
+            fwd += time.perf_counter() - f0
         res.position = pos + len(query)
         res.forward_ms = fwd * 1e3
         res.total_ms = (time.perf_counter() - t0) * 1e3
