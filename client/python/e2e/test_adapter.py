@@ -91,3 +91,25 @@ def test_adapter_on_each_device(daemon: Any, device: str) -> None:
         resp = c.prefill(name, segs, query, mode="pic", top_k=1)
     assert int(r.logits.argmax()) == resp.top[0].token
     assert abs(float(r.logits[resp.top[0].token]) - resp.top[0].logit) < STATE_TOL
+
+
+def test_adapter_benchmark_prints_its_json(daemon: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """client/python/bench/adapter_bench.py, briefly: its last line is its JSON."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "adapter_bench.py"
+    spec = importlib.util.spec_from_file_location("adapter_bench", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    args = ["--addr", daemon.addr, "--model", "recall", "--model-dir", str(RECALL_DIR)]
+    bench.main(args + ["--docs", "4", "--doc-tokens", "256", "--requests", "2"])
+    out = capsys.readouterr().out
+    with capsys.disabled():
+        print("\n" + out)
+    last = json.loads(out.strip().splitlines()[-1])
+    assert last["bench"] == "adapter" and last["requests"] == 2
+    assert all(last["ttft_p50_ms"][k] > 0 for k in ("full", "grpc", "shm", "tcp"))
+    assert last["compose_ms_per_hit_p50"] > 0 and last["bytes_per_hit"] > 0

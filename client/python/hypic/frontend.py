@@ -47,6 +47,7 @@ SUPPORTED = ("qwen3_next", "qwen3_5_text", "qwen3_5", "qwen3_5_moe_text", "qwen3
 class SegmentResult:
     kind: str  # "hit" (composed from its entry) or "miss" (prefilled here)
     tokens: int
+    computed: int = 0  # tokens through the model's forward: a hit's seam, a miss's all
     bytes: int = 0  # the entry's, for a hit
     fetch_ms: float = 0.0
     compose_ms: float = 0.0  # the body's composition, for a hit (its seam not counted)
@@ -231,12 +232,14 @@ class Frontend:
                 if parts.tokens.tolist() != ids:  # the daemon's entry must be this segment's
                     raise ValueError(f"segments[{i}]: the entry's tokens are not the segment's")
             if parts is None:
+                out.computed = len(ids)
                 f0 = time.perf_counter()
                 self._forward(cache, ids, pos)
                 fwd += time.perf_counter() - f0
                 misses.append(ids)
             else:
                 out.kind = "hit"
+                out.computed = parts.seam
                 if parts.seam:
                     f0 = time.perf_counter()
                     self._forward(cache, ids[: parts.seam], pos)
