@@ -7,7 +7,10 @@
 # hybrid family: `tiny`, `tiny-olmo`, `tiny-minimax`, `tiny-kimi`, `tiny-nemotron`, `tiny-ling`)
 # and always
 # kills it. Decodes 32 tokens from the daemon's delivered state with transformers' forward and
-# checks them against transformers' own prefill-and-decode.
+# checks them against transformers' own prefill-and-decode; composes the same requests inside
+# transformers' model from the daemon's entries (hypic.frontend: e2e/test_adapter.py) and
+# checks its cache against the daemon's pic state; runs the adapter's benchmark briefly
+# (bench/adapter_bench.py, its JSON printed) and docs/frontends.md's example as written.
 #
 # The first run downloads torch and its CUDA wheels from PyPI (about 3 GB; ~3 min here);
 # later runs with the same venv only check the pins (seconds). The tests take ~30 s.

@@ -113,3 +113,23 @@ def test_adapter_benchmark_prints_its_json(daemon: Any, capsys: pytest.CaptureFi
     assert last["bench"] == "adapter" and last["requests"] == 2
     assert all(last["ttft_p50_ms"][k] > 0 for k in ("full", "grpc", "shm", "tcp"))
     assert last["compose_ms_per_hit_p50"] > 0 and last["bytes_per_hit"] > 0
+
+
+def test_the_docs_example_runs_as_written(daemon: Any) -> None:
+    """docs/frontends.md's example, its Python block as written, against this daemon."""
+    import os
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[3]
+    text = (repo / "docs" / "frontends.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert len(blocks) == 1, "docs/frontends.md: one Python example"
+    env = {**os.environ, "HYPIC_ADDR": daemon.addr}
+    p = subprocess.run([sys.executable, "-c", blocks[0]], cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+    print("\n" + p.stdout)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "['hit', 'hit', 'hit', 'hit']" in p.stdout
+    assert "answer: 002" in p.stdout
