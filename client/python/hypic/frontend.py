@@ -6,9 +6,10 @@ Qwen3.5 dense and MoE), on whatever device the model is on. For a request
 [segments..., query] it
 
 - looks the segments up in one Lookup (their keys under the daemon's seam setting and
-  representation) and fetches every hit's entry — through a transport session when one is
-  given (`get_entry_into`: the daemon writes it into the session's buffer), else over
-  gRPC — and reads it with hypic.parse_entry, every byte checked;
+  representation) and fetches every hit's entry in request order on a thread of its own,
+  beside the model's forward — through a transport session when one is given
+  (`get_entry_into`: the daemon writes it into the session's buffer, parsed there in
+  place), else over gRPC — and reads it with hypic.parse_entry, every byte checked;
 - runs the request through the model's own forward, segment by segment, on one cache: a
   miss is prefilled under its true prefix (exact for this request); a hit's seam (its first
   w tokens) is prefilled the same way and its body composed — per linear layer and value
@@ -49,7 +50,8 @@ class SegmentResult:
     tokens: int
     computed: int = 0  # tokens through the model's forward: a hit's seam, a miss's all
     bytes: int = 0  # the entry's, for a hit
-    fetch_ms: float = 0.0
+    fetch_ms: float = 0.0  # fetching and checking it (beside the forward)
+    wait_ms: float = 0.0  # what the request waited for it
     compose_ms: float = 0.0  # the body's composition, for a hit (its seam not counted)
 
 
@@ -73,6 +75,71 @@ def _inner(model: Any) -> Any:
     """The text model under a causal-LM head: what holds rotary_emb."""
     m = model.model
     return getattr(m, "language_model", m)
+
+
+class _Fetcher(threading.Thread):
+    """Fetches a request's hits in request order, beside the model's forward: through
+    the session into successive offsets of its buffer (from its start again once every
+    entry before has been composed, when the next does not fit), or over gRPC; each
+    parsed (every byte checked) as it comes."""
+
+    def __init__(self, front: "Frontend", hits: list[tuple[int, bytes, int]]) -> None:
+        super().__init__(daemon=True, name="hypic-fetch")
+        self.front, self.hits = front, hits
+        self.cv = threading.Condition()
+        self.got: dict[int, tuple[EntryParts, int, float] | BaseException] = {}
+        self.composed = 0
+        self.stopping = False
+
+    def run(self) -> None:
+        f, sess, off = self.front, self.front.session, 0
+        for n, (i, key, size) in enumerate(self.hits):
+            t0 = time.perf_counter()
+            try:
+                need = (size + 4095) // 4096 * 4096
+                if sess is not None and 0 < need <= sess.capacity:
+                    if off + need > sess.capacity:  # from the start, once the ones there are composed
+                        with self.cv:
+                            while self.composed < n and not self.stopping:
+                                self.cv.wait()
+                        off = 0
+                    if self.stopping:
+                        return
+                    meta, view = f.client.get_entry_into(sess, f.name, key, off, tenant=f.tenant)
+                    got: tuple[EntryParts, int, float] | BaseException = (
+                        parse_entry(view, f.shape),
+                        int(meta.bytes),
+                        (time.perf_counter() - t0) * 1e3,
+                    )
+                    off += need
+                else:
+                    e = f.client.get_entry(f.name, key, tenant=f.tenant)
+                    got = (parse_entry(e.data, f.shape), len(e.data), (time.perf_counter() - t0) * 1e3)
+            except BaseException as x:  # the request raises it when it gets there
+                got = x
+            with self.cv:
+                self.got[i] = got
+                self.cv.notify_all()
+
+    def take(self, i: int) -> tuple[EntryParts, int, float]:
+        with self.cv:
+            while i not in self.got:
+                self.cv.wait()
+            got = self.got.pop(i)
+        if isinstance(got, BaseException):
+            raise got
+        return got
+
+    def composed_one(self) -> None:
+        with self.cv:
+            self.composed += 1
+            self.cv.notify_all()
+
+    def stop(self) -> None:
+        with self.cv:
+            self.stopping = True
+            self.cv.notify_all()
+        self.join()
 
 
 class Frontend:
@@ -106,16 +173,6 @@ class Frontend:
         self._apply_rope = sys.modules[type(inner).__module__].apply_rotary_pos_emb
         rope = getattr(cfg, "rope_parameters", None) or {}
         self._mrope = bool(rope.get("mrope_section"))
-
-    # ---- fetching -----------------------------------------------------------------------
-
-    def _fetch(self, key: bytes) -> tuple[EntryParts, int]:
-        if self.session is not None:
-            meta, view = self.client.get_entry_into(self.session, self.name, key, tenant=self.tenant)
-            # parsed in place: fp32 parts stay views of the buffer until they are moved
-            return parse_entry(view, self.shape), int(meta.bytes)
-        e = self.client.get_entry(self.name, key, tenant=self.tenant)
-        return parse_entry(e.data, self.shape), len(e.data)
 
     # ---- composing ----------------------------------------------------------------------
 
@@ -220,35 +277,41 @@ class Frontend:
         t1 = time.perf_counter()
         cache = DynamicCache(config=self.model.config)
         res = Result(cache=cache, logits=torch.empty(0), position=0, lookup_ms=(t1 - t0) * 1e3)
+        hits = [(i, st.key, int(st.bytes)) for i, st in enumerate(look.segments) if st.hit] if look else []
+        fetcher = _Fetcher(self, hits)
+        fetcher.start()
         pos, misses, fwd = 0, [], 0.0
-        for i, ids in enumerate(segs):
-            st = look.segments[i] if look is not None else None
-            parts = None
-            out = SegmentResult("miss", len(ids))
-            if st is not None and st.hit:
-                f0 = time.perf_counter()
-                parts, out.bytes = self._fetch(st.key)
-                out.fetch_ms = (time.perf_counter() - f0) * 1e3
-                if parts.tokens.tolist() != ids:  # the daemon's entry must be this segment's
-                    raise ValueError(f"segments[{i}]: the entry's tokens are not the segment's")
-            if parts is None:
-                out.computed = len(ids)
-                f0 = time.perf_counter()
-                self._forward(cache, ids, pos)
-                fwd += time.perf_counter() - f0
-                misses.append(ids)
-            else:
-                out.kind = "hit"
-                out.computed = parts.seam
-                if parts.seam:
+        try:
+            for i, ids in enumerate(segs):
+                out = SegmentResult("miss", len(ids))
+                parts = None
+                if look is not None and look.segments[i].hit:
+                    w0 = time.perf_counter()
+                    parts, out.bytes, out.fetch_ms = fetcher.take(i)
+                    out.wait_ms = (time.perf_counter() - w0) * 1e3
+                    if parts.tokens.tolist() != ids:  # the daemon's entry must be this segment's
+                        raise ValueError(f"segments[{i}]: the entry's tokens are not the segment's")
+                if parts is None:
+                    out.computed = len(ids)
                     f0 = time.perf_counter()
-                    self._forward(cache, ids[: parts.seam], pos)
+                    self._forward(cache, ids, pos)
                     fwd += time.perf_counter() - f0
-                c0 = time.perf_counter()
-                self._compose(cache, parts, pos + parts.seam)
-                out.compose_ms = (time.perf_counter() - c0) * 1e3
-            pos += len(ids)
-            res.segments.append(out)
+                    misses.append(ids)
+                else:
+                    out.kind = "hit"
+                    out.computed = parts.seam
+                    if parts.seam:
+                        f0 = time.perf_counter()
+                        self._forward(cache, ids[: parts.seam], pos)
+                        fwd += time.perf_counter() - f0
+                    c0 = time.perf_counter()
+                    self._compose(cache, parts, pos + parts.seam)
+                    out.compose_ms = (time.perf_counter() - c0) * 1e3
+                    fetcher.composed_one()
+                pos += len(ids)
+                res.segments.append(out)
+        finally:
+            fetcher.stop()
         if query:
             f0 = time.perf_counter()
             res.logits = self._forward(cache, list(query), pos)
