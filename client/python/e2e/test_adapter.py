@@ -133,3 +133,26 @@ def test_the_docs_example_runs_as_written(daemon: Any) -> None:
     assert p.returncode == 0, p.stderr[-2000:]
     assert "['hit', 'hit', 'hit', 'hit']" in p.stdout
     assert "answer: 002" in p.stdout
+
+
+def test_a_session_smaller_than_the_hits(daemon: Any) -> None:
+    """Four hits through a session whose buffer holds two: the fetcher starts again at
+    its start once the entries there are composed; the logits are the gRPC path's."""
+    model = fe.load_model(RECALL_DIR)
+    segs = [list(hypic.tokenize(p.read_text() + "(small session)\n")) for p in DOCS]
+    query = list(hypic.tokenize(QUESTION.read_text()))
+    with hypic.Client(daemon.addr) as c:
+        list(c.warm("recall", segs))
+        sizes = [int(s.bytes) for s in c.lookup("recall", segs).segments]
+        cap = (max(sizes) + 4095) // 4096 * 4096 * 2
+        assert sum(sizes) > cap
+        want = Frontend(c, model, "recall", warm_misses=False).prefill(segs, query)
+        with c.session(("shm", "tcp"), cap) as sess:
+            assert sess.capacity < sum((x + 4095) // 4096 * 4096 for x in sizes)  # it must wrap
+            got = Frontend(c, model, "recall", session=sess, warm_misses=False).prefill(segs, query)
+    assert [s.kind for s in got.segments] == ["hit"] * 4
+    assert torch_equal(got.logits, want.logits)
+
+
+def torch_equal(a: Any, b: Any) -> bool:
+    return bool((a == b).all())
