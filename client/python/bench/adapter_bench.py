@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         sessions = {k: c.session((k,), 64 << 20) for k in ("shm", "tcp")}
         try:
             fronts = {
-                "grpc": Frontend(c, model, a.model, warm_misses=False),
+                "grpc": Frontend(c, model, a.model, session=None, warm_misses=False),
                 **{k: Frontend(c, model, a.model, session=s, warm_misses=False) for k, s in sessions.items()},
             }
             for cfg in CONFIGS:  # one unmeasured round: caches, allocators, the sessions' first use

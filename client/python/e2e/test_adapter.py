@@ -39,7 +39,7 @@ def test_adapter_composes_the_daemons_state(daemon: Any, name: str) -> None:
     query = list(hypic.tokenize(QUESTION.read_text()))
     with hypic.Client(daemon.addr) as c:
         list(c.warm(name, segs[:3]))
-        front = Frontend(c, model, name)
+        front = Frontend(c, model, name, session=None)  # over gRPC first
         first = front.prefill(segs, query)
         assert [s.kind for s in first.segments] == ["hit", "hit", "hit", "miss"]
         assert first.position == sum(map(len, segs)) + len(query)
@@ -86,7 +86,9 @@ def test_adapter_on_each_device(daemon: Any, device: str) -> None:
     query = list(hypic.tokenize(QUESTION.read_text()))
     with hypic.Client(daemon.addr) as c:
         list(c.warm(name, segs))
-        r = Frontend(c, model, name, warm_misses=False).prefill(segs, query)
+        with Frontend(c, model, name, warm_misses=False) as front:  # its own session ("auto")
+            r = front.prefill(segs, query)
+            assert front.session is not None
         assert r.logits.device.type == device and [s.kind for s in r.segments] == ["hit"] * 4
         resp = c.prefill(name, segs, query, mode="pic", top_k=1)
     assert int(r.logits.argmax()) == resp.top[0].token
@@ -146,7 +148,7 @@ def test_a_session_smaller_than_the_hits(daemon: Any) -> None:
         sizes = [int(s.bytes) for s in c.lookup("recall", segs).segments]
         cap = (max(sizes) + 4095) // 4096 * 4096 * 2
         assert sum(sizes) > cap
-        want = Frontend(c, model, "recall", warm_misses=False).prefill(segs, query)
+        want = Frontend(c, model, "recall", session=None, warm_misses=False).prefill(segs, query)
         with c.session(("shm", "tcp"), cap) as sess:
             assert sess.capacity < sum((x + 4095) // 4096 * 4096 for x in sizes)  # it must wrap
             got = Frontend(c, model, "recall", session=sess, warm_misses=False).prefill(segs, query)

@@ -147,8 +147,10 @@ class Frontend:
 
     client: a hypic.Client; model: the transformers model (eval mode, any device); name:
     the daemon's name for the same checkpoint; session: a transport session to fetch
-    entries through (None: gRPC); warm_misses: build the misses' entries on the daemon
-    after each request (off the request's path)."""
+    entries through, "auto" (the default: one of its own, opened on the first request —
+    shm when the daemon is on this host, else TCP — and closed by close()), or None
+    (gRPC); warm_misses: build the misses' entries on the daemon after each request (off
+    the request's path). A context manager."""
 
     def __init__(
         self,
@@ -156,7 +158,7 @@ class Frontend:
         model: Any,
         name: str,
         *,
-        session: Session | None = None,
+        session: Session | str | None = "auto",
         warm_misses: bool = True,
         tenant: str = "",
     ) -> None:
@@ -164,7 +166,11 @@ class Frontend:
         if cfg.model_type not in SUPPORTED:
             raise ValueError(f"model type {cfg.model_type!r}: the adapter composes {', '.join(SUPPORTED)}")
         self.client, self.model, self.name = client, model, name
-        self.session, self.warm_misses, self.tenant = session, warm_misses, tenant
+        if isinstance(session, str) and session != "auto":
+            raise ValueError(f"session: {session!r} is not a Session, 'auto' or None")
+        self._auto = session == "auto"
+        self.session: Session | None = None if self._auto else session  # type: ignore[assignment]
+        self.warm_misses, self.tenant = warm_misses, tenant
         self.shape = EntryShape.from_config(cfg.to_dict())
         self.device = next(model.parameters()).device
         self.kernel = int(cfg.linear_conv_kernel_dim)
@@ -174,13 +180,35 @@ class Frontend:
         rope = getattr(cfg, "rope_parameters", None) or {}
         self._mrope = bool(rope.get("mrope_section"))
 
+    def close(self) -> None:
+        """Closes the session the adapter opened itself ("auto"); idempotent."""
+        if self._auto and self.session is not None:
+            self.session.close()
+            self.session = None
+
+    def __enter__(self) -> "Frontend":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    AUTO_CAPACITY = 64 << 20  # the buffer of the session "auto" opens
+
+    def _session(self) -> None:
+        """With "auto": the best transport the daemon offers this process, opened once."""
+        if self._auto and self.session is None:
+            self.session = self.client.session(("shm", "tcp"), self.AUTO_CAPACITY, tenant=self.tenant)
+
     # ---- composing ----------------------------------------------------------------------
 
     def _t(self, x: np.ndarray | None) -> torch.Tensor:
         """A copy on the model's device (an entry's fp32 parts are views of bytes that a
         session's next transfer overwrites)."""
         assert x is not None
-        return torch.tensor(np.asarray(x, dtype=np.float32), device=self.device)
+        t = torch.tensor(np.asarray(x, dtype=np.float32))
+        if self.device.type == "cuda":  # through pinned memory: the copy to the device is a DMA
+            return t.pin_memory().to(self.device, non_blocking=True)
+        return t.to(self.device)
 
     def _apply_t(self, h: Head, s: torch.Tensor) -> torch.Tensor:
         """T~.s for one head's state s [dk][dv]."""
@@ -278,6 +306,8 @@ class Frontend:
         cache = DynamicCache(config=self.model.config)
         res = Result(cache=cache, logits=torch.empty(0), position=0, lookup_ms=(t1 - t0) * 1e3)
         hits = [(i, st.key, int(st.bytes)) for i, st in enumerate(look.segments) if st.hit] if look else []
+        if hits:
+            self._session()
         fetcher = _Fetcher(self, hits)
         fetcher.start()
         pos, misses, fwd = 0, [], 0.0
