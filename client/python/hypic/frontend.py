@@ -2,7 +2,7 @@
 
 The daemon holds each segment's entry (docs/entry-format.md); this module fetches them and
 composes them in torch inside a transformers model of a supported architecture (Qwen3-Next,
-Qwen3.5 dense and MoE), on whatever device the model is on. For a request
+Qwen3.5 dense and MoE, OLMo hybrid), on whatever device the model is on. For a request
 [segments..., query] it
 
 - looks the segments up in one Lookup (their keys under the daemon's seam setting and
@@ -41,7 +41,7 @@ from .client import Client
 from .entry import AttentionLayer, EntryParts, EntryShape, Form, Head, LinearLayer, parse_entry
 from .transport import Session
 
-SUPPORTED = ("qwen3_next", "qwen3_5_text", "qwen3_5", "qwen3_5_moe_text", "qwen3_5_moe")
+SUPPORTED = ("qwen3_next", "qwen3_5_text", "qwen3_5", "qwen3_5_moe_text", "qwen3_5_moe", "olmo_hybrid")
 
 
 @dataclass
