@@ -2,7 +2,7 @@
 against the state the daemon delivers in mode pic for the same request.
 
 For each checkpoint (the trained `recall`, Qwen3.5; `tiny`, Qwen3-Next; `tiny-moe`, Qwen3-Next
-with MoE blocks; `tiny-olmo`, OLMo hybrid) four documents of their own (so no other test's entries are hits), three
+with MoE blocks; `tiny-olmo`, OLMo hybrid; `tiny-minimax`, MiniMax's lightning attention) four documents of their own (so no other test's entries are hits), three
 warmed: the adapter's first request composes three hits and prefills the fourth, whose
 entry it then has the daemon build (Warm, off the request's path); its second request
 composes four hits — through a transport session this time — and its cache must equal the
@@ -27,7 +27,7 @@ DOCS = [EXAMPLES / f"doc{i}.txt" for i in range(1, 5)]
 QUESTION = EXAMPLES / "question.txt"
 STEPS = 32
 STATE_TOL = 1e-4  # fp32 rounding between two executors, not an approximation
-ADAPTED = ("recall", "tiny", "tiny-moe", "tiny-olmo")
+ADAPTED = ("recall", "tiny", "tiny-moe", "tiny-olmo", "tiny-minimax")
 
 
 @pytest.mark.parametrize("name", ADAPTED)

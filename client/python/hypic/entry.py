@@ -78,9 +78,25 @@ class EntryShape:
 
     @staticmethod
     def from_config(config: dict[str, Any]) -> "EntryShape":
-        """From a Qwen3-Next or Qwen3.5 config (a vision-language one's text_config)."""
+        """From a Qwen3-Next, Qwen3.5 (a vision-language one's text_config), OLMo hybrid or
+        MiniMax config."""
         c = config.get("text_config") or config
         n = int(c["num_hidden_layers"])
+        if c.get("model_type") == "minimax":  # lightning heads: scalar decay, no conv
+            hd = int(c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"])
+            kinds = tuple("attention" if t == "full_attention" else "linear" for t in c["layer_types"])
+            return EntryShape(
+                layers=kinds,
+                dk=hd,
+                dv=hd,
+                v_heads=int(c["num_attention_heads"]),
+                conv_kernel=1,
+                conv_dim=0,
+                kv_heads=int(c["num_key_value_heads"]),
+                head_dim=hd,
+                t_family="scalar",
+                vocab=int(c.get("vocab_size", 0)),
+            )
         types = c.get("layer_types")
         if types is None:
             every = int(c.get("full_attention_interval", 4))

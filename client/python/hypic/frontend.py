@@ -2,7 +2,7 @@
 
 The daemon holds each segment's entry (docs/entry-format.md); this module fetches them and
 composes them in torch inside a transformers model of a supported architecture (Qwen3-Next,
-Qwen3.5 dense and MoE, OLMo hybrid), on whatever device the model is on. For a request
+Qwen3.5 dense and MoE, OLMo hybrid, MiniMax), on whatever device the model is on. For a request
 [segments..., query] it
 
 - looks the segments up in one Lookup (their keys under the daemon's seam setting and
@@ -41,7 +41,7 @@ from .client import Client
 from .entry import AttentionLayer, EntryParts, EntryShape, Form, Head, LinearLayer, parse_entry
 from .transport import Session
 
-SUPPORTED = ("qwen3_next", "qwen3_5_text", "qwen3_5", "qwen3_5_moe_text", "qwen3_5_moe", "olmo_hybrid")
+SUPPORTED = ("qwen3_next", "qwen3_5_text", "qwen3_5", "qwen3_5_moe_text", "qwen3_5_moe", "olmo_hybrid", "minimax")
 
 
 @dataclass
@@ -75,6 +75,29 @@ def _inner(model: Any) -> Any:
     """The text model under a causal-LM head: what holds rotary_emb."""
     m = model.model
     return getattr(m, "language_model", m)
+
+
+def _minimax_cache(first_attention: int) -> Any:
+    """transformers' MiniMaxCache counting positions in its first attention layer: the
+    stock one counts them in layer 0, a lightning layer that keeps no K, so a forward after
+    a composed body (its K in the attention layers, nothing in layer 0) would be masked as
+    if nothing came before."""
+    from transformers.models.minimax.modeling_minimax import MiniMaxCache
+
+    class Counted(MiniMaxCache):  # type: ignore[misc]
+        def _at(self, layer_idx: int) -> int:
+            return first_attention if layer_idx == 0 else layer_idx
+
+        def get_seq_length(self, layer_idx: int = 0) -> int:
+            return int(super().get_seq_length(self._at(layer_idx)))
+
+        def get_mask_sizes(self, query_length: int, layer_idx: int) -> tuple[int, int]:
+            return super().get_mask_sizes(query_length, self._at(layer_idx))  # type: ignore[no-any-return]
+
+        def get_query_offset(self, layer_idx: int) -> Any:
+            return super().get_query_offset(self._at(layer_idx))
+
+    return Counted()
 
 
 class _Fetcher(threading.Thread):
@@ -173,7 +196,9 @@ class Frontend:
         self.warm_misses, self.tenant = warm_misses, tenant
         self.shape = EntryShape.from_config(cfg.to_dict())
         self.device = next(model.parameters()).device
-        self.kernel = int(cfg.linear_conv_kernel_dim)
+        self.minimax = cfg.model_type == "minimax"  # lightning states in MiniMaxCache, no conv
+        self.kernel = 1 if self.minimax else int(cfg.linear_conv_kernel_dim)
+        self.first_attention = self.shape.layers.index("attention") if "attention" in self.shape.layers else 0
         inner = _inner(model)
         self._rotary = inner.rotary_emb
         self._apply_rope = sys.modules[type(inner).__module__].apply_rotary_pos_emb
@@ -230,6 +255,22 @@ class Frontend:
             return self._t(h.u) @ self._t(h.vt)
         return self._t(h.dense)
 
+    def _state(self, cache: Any, i: int) -> torch.Tensor | None:
+        """Linear layer i's recurrent state in cache, [1][Hv][dk][dv], or None (none yet)."""
+        if self.minimax:
+            x = cache.get_linear_cache(i)
+            return x if isinstance(x, torch.Tensor) else None
+        lc = cache.layers[i]
+        return lc.recurrent_states[0] if lc.is_recurrent_states_initialized[0] else None
+
+    def new_cache(self) -> Any:
+        """An empty cache of the class the model's forward works with."""
+        if self.minimax:
+            return _minimax_cache(self.first_attention)
+        from transformers import DynamicCache
+
+        return DynamicCache(config=self.model.config)
+
     def _rope_k(self, k: torch.Tensor, first: int) -> torch.Tensor:
         """k [1][Hkv][nb][hd] (canonical) rotated to positions first.. as the model's
         forward rotates its keys."""
@@ -245,10 +286,10 @@ class Frontend:
         """The body of a hit into cache: its tokens at positions first.."""
         for i, layer in enumerate(parts.layers):
             if isinstance(layer, LinearLayer):
-                lc = cache.layers[i]
                 dtype = self.model.dtype
-                if lc.is_recurrent_states_initialized[0]:
-                    S = lc.recurrent_states[0][0].float()
+                prev = self._state(cache, i)
+                if prev is not None:
+                    S = prev[0].float()
                 else:  # no prefix yet (a segment of W = 0 first): the state is zero
                     S = torch.zeros(self.shape.v_heads, self.shape.dk, self.shape.dv, device=self.device)
                 out = torch.empty_like(S)
@@ -256,6 +297,9 @@ class Frontend:
                     x = self._apply_t(t, S[h])
                     sb = self._s_body(s)
                     out[h] = x if sb is None else x + sb
+                if self.minimax:
+                    cache.set_linear_cache(i, out.unsqueeze(0).to(dtype))
+                    continue
                 cache.update_recurrent_state(out.unsqueeze(0).to(dtype), i)
                 # the conv window: the body's last K-1 inputs (appended, the window keeps them)
                 tail = self._t(layer.tail).T.unsqueeze(0).to(dtype)  # [1][conv_dim][K-1]
@@ -297,13 +341,11 @@ class Frontend:
         """The request [segments..., query] through the model, hits composed from their
         entries: the model's cache, the query's logits (empty for no query) and each
         segment's outcome."""
-        from transformers import DynamicCache
-
         t0 = time.perf_counter()
         segs = [list(s) for s in segments]
         look = self.client.lookup(self.name, segs, tenant=self.tenant) if segs else None
         t1 = time.perf_counter()
-        cache = DynamicCache(config=self.model.config)
+        cache = self.new_cache()
         res = Result(cache=cache, logits=torch.empty(0), position=0, lookup_ms=(t1 - t0) * 1e3)
         hits = [(i, st.key, int(st.bytes)) for i, st in enumerate(look.segments) if st.hit] if look else []
         if hits:
