@@ -265,18 +265,6 @@ static const char *token_of(hy_svc *s, const char *tenant, char *buf, size_t cap
 
 /* --- calls to peers ------------------------------------------------------------------ */
 
-typedef struct fetch_ctx {
-    hy_chunks ch;
-    int rc;
-} fetch_ctx;
-
-static int on_chunk(void *ctx, const ProtobufCMessage *msg)
-{
-    fetch_ctx *f = ctx;
-    if ((f->rc = hy_chunks_add(&f->ch, (const Hypic__V1__EntryChunk *)msg))) return f->rc;
-    return 0;
-}
-
 /* A free session to p for tenant, opened when there are fewer than
  * PEER_SESSIONS (NULL: none free, or sessions are off or failing: the
  * caller streams). Give it back with tp_release. */
@@ -383,61 +371,6 @@ static int fetch_by_session(hy_svc *s, svc_peer *p, Hypic__V1__GetEntryRequest *
     return rc == HYC_NOT_FOUND ? HY_ENOTFOUND : HY_EAGAIN;
 }
 
-int svc_cluster_fetch(hy_svc *s, svc_view *v, svc_model *sm, const char *tenant, const hy_key *k,
-                      void **buf, size_t *len, char member[HY_MEMBER_ID_MAX], hy_err *err)
-{
-    svc_cluster *c = cl_of(s);
-    svc_peer *own[HY_OWNERS_MAX];
-    bool self;
-    const size_t n = svc_view_owners(s, v, tenant, k, own, &self);
-    char tok[HY_CFG_TOKEN_MAX];
-    const char *token = token_of(s, tenant, tok, sizeof tok);
-    for (size_t i = 0; i < n; i++) {
-        if (own[i]->self) continue;
-        Hypic__V1__GetEntryRequest q = HYPIC__V1__GET_ENTRY_REQUEST__INIT;
-        q.model = sm->name;
-        q.tenant = (char *)tenant;
-        q.key = (ProtobufCBinaryData){HY_KEY_BYTES, (uint8_t *)k->b};
-        q.local_only = true;
-        const int trc = fetch_by_session(s, own[i], &q, token, buf, len);
-        if (trc == HY_OK) {
-            snprintf(member, HY_MEMBER_ID_MAX, "%s", own[i]->id);
-            atomic_fetch_add(&c->remote_hits, 1);
-            atomic_fetch_add(&c->via_transport, 1);
-            return HY_OK;
-        }
-        if (trc == HY_ENOMEM) return hy_err_set(err, HY_ENOMEM, "out of memory");
-        if (trc == HY_ENOTFOUND) {
-            atomic_fetch_add(&c->remote_misses, 1);
-            continue;
-        }
-        fetch_ctx f = {.ch = {.max = s->cfg.max_entry_bytes}};
-        hy_rpc_status st;
-        hy_err e = {0};
-        int rc = hy_rpc_client_call(own[i]->cl, hy_rpc_method_named("GetEntry"), &q.base, token,
-                                    s->cfg.cluster_peer_timeout_ms, on_chunk, &f, &st, &e);
-        if (!rc && st.code == HY_RPC_OK && hy_chunks_complete(&f.ch)) {
-            void *b = hy_chunks_take(&f.ch, len), *al = NULL;
-            /* an entry is read in place (hy_entry_view): 64-byte aligned */
-            if (b && posix_memalign(&al, 64, *len ? *len : 1) == 0) memcpy(al, b, *len);
-            free(b);
-            if (!(*buf = al)) return hy_err_set(err, HY_ENOMEM, "out of memory");
-            snprintf(member, HY_MEMBER_ID_MAX, "%s", own[i]->id);
-            atomic_fetch_add(&c->remote_hits, 1);
-            return HY_OK;
-        }
-        hy_chunks_free(&f.ch);
-        if (!rc && st.code == HY_RPC_NOT_FOUND) {
-            atomic_fetch_add(&c->remote_misses, 1);
-        } else {
-            atomic_fetch_add(&c->peer_errors, 1);
-            hy_log(HY_LOG_DEBUG, "cluster: GetEntry on %s (%s): %s %s", own[i]->id, own[i]->address,
-                   rc ? e.msg : hy_rpc_code_name(st.code), rc ? "" : st.msg);
-        }
-    }
-    return hy_err_set(err, HY_ENOTFOUND, "no owner has it");
-}
-
 /* One owner's GetEntry stream, handed on chunk by chunk (svc_cluster_stream). */
 typedef struct stream_ctx {
     svc_stream_fn fn;
@@ -476,10 +409,66 @@ static int on_stream_chunk(void *ctx, const ProtobufCMessage *msg)
     return x->rc;
 }
 
+/* q (GetEntry, local_only) from peer p, its chunks handed to fn as they
+ * come; counted in the cluster's statistics. As svc_cluster_stream. */
+static int stream_peer(hy_svc *s, svc_peer *p, const Hypic__V1__GetEntryRequest *q,
+                       const char *token, svc_stream_fn fn, void *ctx, hy_err *err)
+{
+    svc_cluster *c = cl_of(s);
+    stream_ctx x = {.fn = fn, .ctx = ctx, .max = s->cfg.max_entry_bytes};
+    hy_rpc_status st;
+    hy_err e = {0};
+    int rc = hy_rpc_client_call(p->cl, hy_rpc_method_named("GetEntry"), &q->base, token,
+                                s->cfg.cluster_peer_timeout_ms, on_stream_chunk, &x, &st, &e);
+    if (x.rc) { /* the receiver refused, or the stream was not an entry's */
+        if (err) {
+            *err = x.err;
+            err->code = x.rc;
+        }
+        hy_err_prefix(err, "GetEntry from %s", p->id);
+        atomic_fetch_add(&c->peer_errors, 1);
+        return x.rc;
+    }
+    if (!rc && st.code == HY_RPC_OK && x.started && x.next == x.want) {
+        atomic_fetch_add(&c->remote_hits, 1);
+        return HY_OK;
+    }
+    if (!rc && st.code == HY_RPC_NOT_FOUND) {
+        atomic_fetch_add(&c->remote_misses, 1);
+        return hy_err_set(err, HY_ENOTFOUND, "GetEntry from %s: not found", p->id);
+    }
+    atomic_fetch_add(&c->peer_errors, 1);
+    if (rc) return hy_err_set(err, HY_EIO, "GetEntry from %s: %s", p->id, e.msg);
+    if (st.code != HY_RPC_OK)
+        return hy_err_set(err, HY_EIO, "GetEntry from %s: %s: %s", p->id, hy_rpc_code_name(st.code),
+                          st.msg);
+    return hy_err_set(err, HY_EIO, "GetEntry from %s: the stream ended after %llu of %llu bytes",
+                      p->id, (unsigned long long)x.next, (unsigned long long)x.want);
+}
+
+/* A whole entry from a stream: into one 64-byte aligned buffer (an entry is
+ * read in place, hy_entry_view). */
+typedef struct whole_ctx {
+    uint8_t *buf;
+    size_t len;
+} whole_ctx;
+
+static int on_whole(void *ctx, uint64_t total, uint64_t at, const void *data, size_t len,
+                    hy_err *err)
+{
+    whole_ctx *w = ctx;
+    void *b = NULL;
+    if (!w->buf && posix_memalign(&b, 64, total ? (size_t)total : 1) != 0)
+        return hy_err_set(err, HY_ENOMEM, "out of memory for %llu bytes",
+                          (unsigned long long)total);
+    if (!w->buf) w->buf = b, w->len = (size_t)total;
+    memcpy(w->buf + at, data, len);
+    return HY_OK;
+}
+
 int svc_cluster_stream(hy_svc *s, const char *member, svc_model *sm, const char *tenant,
                        const hy_key *k, svc_stream_fn fn, void *ctx, hy_err *err)
 {
-    svc_cluster *c = cl_of(s);
     svc_view *v = svc_view_get(s);
     svc_peer *p = NULL;
     for (size_t i = 0; v && i < v->n && !p; i++)
@@ -494,37 +483,54 @@ int svc_cluster_stream(hy_svc *s, const char *member, svc_model *sm, const char 
     q.key = (ProtobufCBinaryData){HY_KEY_BYTES, (uint8_t *)k->b};
     q.local_only = true;
     char tok[HY_CFG_TOKEN_MAX];
-    stream_ctx x = {.fn = fn, .ctx = ctx, .max = s->cfg.max_entry_bytes};
-    hy_rpc_status st;
-    hy_err e = {0};
-    int rc = hy_rpc_client_call(p->cl, hy_rpc_method_named("GetEntry"), &q.base,
-                                token_of(s, tenant, tok, sizeof tok),
-                                s->cfg.cluster_peer_timeout_ms, on_stream_chunk, &x, &st, &e);
+    const int rc = stream_peer(s, p, &q, token_of(s, tenant, tok, sizeof tok), fn, ctx, err);
     svc_view_put(v);
-    if (x.rc) { /* the receiver refused, or the stream was not an entry's */
-        if (err) {
-            *err = x.err;
-            err->code = x.rc;
+    return rc;
+}
+
+int svc_cluster_fetch(hy_svc *s, svc_view *v, svc_model *sm, const char *tenant, const hy_key *k,
+                      void **buf, size_t *len, char member[HY_MEMBER_ID_MAX], hy_err *err)
+{
+    svc_cluster *c = cl_of(s);
+    svc_peer *own[HY_OWNERS_MAX];
+    bool self;
+    const size_t n = svc_view_owners(s, v, tenant, k, own, &self);
+    char tok[HY_CFG_TOKEN_MAX];
+    const char *token = token_of(s, tenant, tok, sizeof tok);
+    for (size_t i = 0; i < n; i++) {
+        if (own[i]->self) continue;
+        Hypic__V1__GetEntryRequest q = HYPIC__V1__GET_ENTRY_REQUEST__INIT;
+        q.model = sm->name;
+        q.tenant = (char *)tenant;
+        q.key = (ProtobufCBinaryData){HY_KEY_BYTES, (uint8_t *)k->b};
+        q.local_only = true;
+        const int trc = fetch_by_session(s, own[i], &q, token, buf, len);
+        if (trc == HY_OK) {
+            snprintf(member, HY_MEMBER_ID_MAX, "%s", own[i]->id);
+            atomic_fetch_add(&c->remote_hits, 1);
+            atomic_fetch_add(&c->via_transport, 1);
+            return HY_OK;
         }
-        hy_err_prefix(err, "GetEntry from %s", member);
-        atomic_fetch_add(&c->peer_errors, 1);
-        return x.rc;
+        if (trc == HY_ENOMEM) return hy_err_set(err, HY_ENOMEM, "out of memory");
+        if (trc == HY_ENOTFOUND) {
+            atomic_fetch_add(&c->remote_misses, 1);
+            continue;
+        }
+        whole_ctx w = {0};
+        hy_err e = {0};
+        const int rc = stream_peer(s, own[i], &q, token, on_whole, &w, &e);
+        if (rc == HY_OK) {
+            *buf = w.buf, *len = w.len;
+            snprintf(member, HY_MEMBER_ID_MAX, "%s", own[i]->id);
+            return HY_OK;
+        }
+        free(w.buf);
+        if (rc == HY_ENOMEM) return hy_err_set(err, HY_ENOMEM, "out of memory");
+        if (rc != HY_ENOTFOUND)
+            hy_log(HY_LOG_DEBUG, "cluster: GetEntry on %s (%s): %s", own[i]->id, own[i]->address,
+                   e.msg);
     }
-    if (!rc && st.code == HY_RPC_OK && x.started && x.next == x.want) {
-        atomic_fetch_add(&c->remote_hits, 1);
-        return HY_OK;
-    }
-    if (!rc && st.code == HY_RPC_NOT_FOUND) {
-        atomic_fetch_add(&c->remote_misses, 1);
-        return hy_err_set(err, HY_ENOTFOUND, "GetEntry from %s: not found", member);
-    }
-    atomic_fetch_add(&c->peer_errors, 1);
-    if (rc) return hy_err_set(err, HY_EIO, "GetEntry from %s: %s", member, e.msg);
-    if (st.code != HY_RPC_OK)
-        return hy_err_set(err, HY_EIO, "GetEntry from %s: %s: %s", member,
-                          hy_rpc_code_name(st.code), st.msg);
-    return hy_err_set(err, HY_EIO, "GetEntry from %s: the stream ended after %llu of %llu bytes",
-                      member, (unsigned long long)x.next, (unsigned long long)x.want);
+    return hy_err_set(err, HY_ENOTFOUND, "no owner has it");
 }
 
 typedef struct lookup_ctx {

@@ -349,14 +349,9 @@ static void land_end(pl_landing *L, landing_job *j, int rc, const hy_err *e)
         j->buf = NULL;
     }
     if (j->e) *j->entry_out = j->e;
-    const bool was = j->settled;
-    j->settled = true;
-    pthread_cond_broadcast(&j->cv);
-    pthread_mutex_unlock(&j->mu);
-    if (!was) settle(L);
+    if (!j->settled) settle(L);
     /* last: once done, the request may free L and j */
-    pthread_mutex_lock(&j->mu);
-    j->done = true;
+    j->settled = j->done = true;
     j->t_done = hy_now_s();
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
@@ -444,7 +439,6 @@ int pl_landing_go(pl_landing *L)
     L->unsettled = L->n;
     L->going = true;
     pthread_mutex_lock(&g_readers.mu);
-    int queued = 0; /* beyond the idle readers */
     for (size_t i = 0; i < L->n; i++) {
         landing_job *j = &L->jobs[i];
         j->next_queued = NULL;
@@ -453,9 +447,9 @@ int pl_landing_go(pl_landing *L)
         else
             g_readers.head = j;
         g_readers.tail = j;
-        queued++;
     }
-    int starting = HY_MIN(queued - g_readers.idle, PL_LANDING_THREADS - g_readers.threads);
+    /* a reader for each job no idle one takes */
+    int starting = HY_MIN((int)L->n - g_readers.idle, PL_LANDING_THREADS - g_readers.threads);
     for (; starting > 0; starting--) {
         pthread_t t;
         pthread_attr_t a;
