@@ -2,7 +2,10 @@
 against the state the daemon delivers in mode pic for the same request.
 
 For each checkpoint (the trained `recall`, Qwen3.5; `tiny`, Qwen3-Next; `tiny-moe`, Qwen3-Next
-with MoE blocks; `tiny-olmo`, OLMo hybrid; `tiny-minimax`, MiniMax's lightning attention) four documents of their own (so no other test's entries are hits), three
+with MoE blocks; `tiny-olmo`, OLMo hybrid; `tiny-minimax`, MiniMax's lightning attention;
+`tiny-kimi`, Kimi-Linear's KDA and MLA without positions; `tiny-nemotron`, Nemotron-H's
+Mamba2, attention without positions and stateless MLP/MoE blocks; `tiny-ling`, Ling's KDA
+and MLA with interleaved RoPE) four documents of their own (so no other test's entries are hits), three
 warmed: the adapter's first request composes three hits and prefills the fourth, whose
 entry it then has the daemon build (Warm, off the request's path); its second request
 composes four hits — through a transport session this time — and its cache must equal the
@@ -27,7 +30,7 @@ DOCS = [EXAMPLES / f"doc{i}.txt" for i in range(1, 5)]
 QUESTION = EXAMPLES / "question.txt"
 STEPS = 32
 STATE_TOL = 1e-4  # fp32 rounding between two executors, not an approximation
-ADAPTED = ("recall", "tiny", "tiny-moe", "tiny-olmo", "tiny-minimax")
+ADAPTED = ("recall", "tiny", "tiny-moe", "tiny-olmo", "tiny-minimax", "tiny-kimi", "tiny-nemotron", "tiny-ling")
 
 
 @pytest.mark.parametrize("name", ADAPTED)

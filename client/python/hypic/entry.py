@@ -59,11 +59,14 @@ class EntryError(ValueError):
 
 @dataclass(frozen=True)
 class EntryShape:
-    """What an entry's sections hold for one model. layers[i] is "linear" or "attention";
-    a linear layer has v_heads heads of T [dk][dk] and S [dk][dv] (T_form "dense": the
+    """What an entry's sections hold for one model. layers[i] is "linear", "attention" or
+    "none" (a block that keeps no state: Nemotron-H's MLP and MoE blocks, no sections); a
+    linear layer has v_heads heads of T [dk][dk] and S [dk][dv] (t_family "dense": the
     delta-rule families; "scalar"/"diag": Mamba2, lightning), a conv tail
-    [conv_kernel-1][conv_dim]; an attention layer K and V of [kv_heads][head_dim] per body
-    token. vocab bounds the token ids (0: unchecked)."""
+    [conv_kernel-1][conv_dim]; an attention layer K of [kv_heads][head_dim] and V of
+    [kv_heads][v_dim or head_dim] per body token (an MLA layer: one "head", K its latent
+    of kv_lora_rank, V its shared key part of qk_rope_head_dim, before RoPE). vocab bounds
+    the token ids (0: unchecked)."""
 
     layers: tuple[str, ...]
     dk: int
@@ -75,14 +78,26 @@ class EntryShape:
     head_dim: int
     t_family: str = "dense"
     vocab: int = 0
+    v_dim: int = 0  # V's row per head when it is not head_dim's (MLA)
+
+    @property
+    def v_cols(self) -> int:
+        return self.v_dim or self.head_dim
 
     @staticmethod
     def from_config(config: dict[str, Any]) -> "EntryShape":
-        """From a Qwen3-Next, Qwen3.5 (a vision-language one's text_config), OLMo hybrid or
-        MiniMax config."""
+        """From a Qwen3-Next, Qwen3.5 (a vision-language one's text_config), OLMo hybrid,
+        MiniMax, Kimi-Linear, Nemotron-H or Ling config: config.json as released, or a
+        transformers config's to_dict()."""
         c = config.get("text_config") or config
+        arch = c.get("model_type")
+        vocab = int(c.get("vocab_size", 0))
+        if arch == "nemotron_h":
+            return EntryShape._nemotron_h(c, vocab)
+        if arch in ("kimi_linear", "bailing_hybrid"):
+            return EntryShape._kda_mla(c, arch, vocab)
         n = int(c["num_hidden_layers"])
-        if c.get("model_type") == "minimax":  # lightning heads: scalar decay, no conv
+        if arch == "minimax":  # lightning heads: scalar decay, no conv
             hd = int(c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"])
             kinds = tuple("attention" if t == "full_attention" else "linear" for t in c["layer_types"])
             return EntryShape(
@@ -95,7 +110,7 @@ class EntryShape:
                 kv_heads=int(c["num_key_value_heads"]),
                 head_dim=hd,
                 t_family="scalar",
-                vocab=int(c.get("vocab_size", 0)),
+                vocab=vocab,
             )
         types = c.get("layer_types")
         if types is None:
@@ -116,7 +131,77 @@ class EntryShape:
             conv_dim=2 * hk * dk + hv * dv,
             kv_heads=int(c["num_key_value_heads"]),
             head_dim=head_dim,
-            vocab=int(c.get("vocab_size", 0)),
+            vocab=vocab,
+        )
+
+    @staticmethod
+    def _nemotron_h(c: dict[str, Any], vocab: int) -> "EntryShape":
+        """Mamba2 heads (T a scalar per head, S [ssm_state_size][mamba_head_dim]: the key
+        is B), GQA without positions, and MLP / MoE blocks that keep nothing."""
+        types = c.get("layers_block_type") or c.get("layer_types")
+        if types is None:
+            pattern = c.get("hybrid_override_pattern", "ME*-")
+            names = {"M": "linear_attention", "*": "full_attention", "-": "mlp", "E": "moe"}
+            if any(ch not in names for ch in pattern):
+                raise EntryError(f"config: hybrid_override_pattern {pattern!r}: blocks are M, *, - or E")
+            types = [names[ch] for ch in pattern]
+        kind = {"linear_attention": "linear", "full_attention": "attention", "mlp": "none", "moe": "none"}
+        if any(t not in kind for t in types):
+            raise EntryError(f"config: layers_block_type {types}: blocks are {', '.join(kind)}")
+        heads, p, n = int(c["mamba_num_heads"]), int(c["mamba_head_dim"]), int(c["ssm_state_size"])
+        return EntryShape(
+            layers=tuple(kind[t] for t in types),
+            dk=n,
+            dv=p,
+            v_heads=heads,
+            conv_kernel=int(c.get("conv_kernel", 4)),
+            conv_dim=heads * p + 2 * int(c["n_groups"]) * n,
+            kv_heads=int(c["num_key_value_heads"]),
+            head_dim=int(c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]),
+            t_family="scalar",
+            vocab=vocab,
+        )
+
+    @staticmethod
+    def _kda_mla(c: dict[str, Any], arch: str, vocab: int) -> "EntryShape":
+        """Kimi-Linear and Ling: KDA heads (T dense, a conv over q | k | v) and MLA layers
+        whose entry holds the latent and the shared key part per token. Kimi's nested
+        linear_attn_config wins over the flat keys; Ling's head_dim, as released, is the KDA
+        heads' width (its transformers config sets it to qk_rope_head_dim and keeps the
+        width as linear_head_dim)."""
+        n = int(c["num_hidden_layers"])
+        nested = c.get("linear_attn_config") or {}
+        d = int(nested.get("head_dim") or c.get("linear_head_dim") or c.get("head_dim") or 128)
+        h = int(nested.get("num_heads") or c.get("linear_num_heads") or c["num_attention_heads"])
+        k = int(
+            nested.get("short_conv_kernel_size")
+            or c.get("linear_conv_kernel_dim")
+            or c.get("short_conv_kernel_size")
+            or 4
+        )
+        types = c.get("layer_types")
+        if types is None and arch == "kimi_linear":
+            if "kda_layers" in nested and "full_attn_layers" in nested:  # 1-indexed
+                full = {int(x) - 1 for x in nested["full_attn_layers"]}
+                types = ["full_attention" if i in full else "linear_attention" for i in range(n)]
+            else:
+                types = ["full_attention" if i and i % 4 == 0 else "linear_attention" for i in range(n)]
+        elif types is None:
+            every = int(c.get("layer_group_size", 6))
+            types = ["full_attention" if (i + 1) % every == 0 else "linear_attention" for i in range(n)]
+        if len(types) != n:
+            raise EntryError(f"config: layer_types has {len(types)} entries, num_hidden_layers is {n}")
+        return EntryShape(
+            layers=tuple("attention" if t == "full_attention" else "linear" for t in types),
+            dk=d,
+            dv=d,
+            v_heads=h,
+            conv_kernel=k,
+            conv_dim=3 * h * d,
+            kv_heads=1,
+            head_dim=int(c.get("kv_lora_rank", 512)),
+            v_dim=int(c.get("qk_rope_head_dim", 64)),
+            vocab=vocab,
         )
 
 
@@ -189,14 +274,14 @@ class LinearLayer:
 
 @dataclass
 class AttentionLayer:
-    k: np.ndarray  # [nb][kv_heads][head_dim], canonical: before RoPE
-    v: np.ndarray  # [nb][kv_heads][head_dim]
+    k: np.ndarray  # [nb][kv_heads][head_dim], canonical: before RoPE (MLA: the latent)
+    v: np.ndarray  # [nb][kv_heads][v_cols] (MLA: the shared key part, before RoPE)
 
 
 @dataclass
 class EntryParts:
-    """An entry's header fields, its tokens and its layers' parts (LinearLayer or
-    AttentionLayer, in model order)."""
+    """An entry's header fields, its tokens and its layers' parts (LinearLayer,
+    AttentionLayer, or None for a block that keeps no state; in model order)."""
 
     version: int
     W: int  # the seam setting it was built under
@@ -208,7 +293,7 @@ class EntryParts:
     kv_dtype: int
     tolerance: float
     fingerprint: bytes
-    layers: list[LinearLayer | AttentionLayer] = field(default_factory=list)
+    layers: list[LinearLayer | AttentionLayer | None] = field(default_factory=list)
 
 
 def _f32(buf: memoryview, off: int, count: int, dtype: int, what: str) -> np.ndarray:
@@ -361,13 +446,16 @@ def parse_entry(data: bytes | bytearray | memoryview, shape: EntryShape) -> Entr
         raise EntryError(f"{nlayers} layers, the model has {len(shape.layers)}")
     if n == 0 or w + nb != n or (W and w != min(W, n - 1)) or (not W and w != 0):
         raise EntryError(f"seam {w}, tokens {n}, body {nb}: not the seam rule's for W = {W}")
-    per_token = 4 + sum(2 * shape.kv_heads * shape.head_dim * 2 for k in shape.layers if k == "attention")
+    per_token = 4 + sum(shape.kv_heads * (shape.head_dim + shape.v_cols) * 2 for k in shape.layers if k == "attention")
     if n * 4 > size or nb * (per_token - 4) > size:
         raise EntryError(f"{n} tokens and a body of {nb}: more than {size} bytes can hold")
     # the sections, in order: TOKENS, then per layer T, S, TAIL or K, V
     want: list[tuple[Kind, int]] = [(Kind.TOKENS, 0)]
     for i, k in enumerate(shape.layers):
-        want += [(Kind.T, i), (Kind.S, i), (Kind.TAIL, i)] if k == "linear" else [(Kind.K, i), (Kind.V, i)]
+        if k == "linear":
+            want += [(Kind.T, i), (Kind.S, i), (Kind.TAIL, i)]
+        elif k == "attention":
+            want += [(Kind.K, i), (Kind.V, i)]
     if nsec != len(want):
         raise EntryError(f"{nsec} sections, this model's entry has {len(want)}")
     end = hdr
@@ -405,16 +493,20 @@ def parse_entry(data: bytes | bytearray | memoryview, shape: EntryShape) -> Entr
             if length != rows * shape.conv_dim * 4:
                 raise EntryError(f"{where}: {length} bytes, the tail is [{rows}][{shape.conv_dim}] f32")
             tail = np.frombuffer(buf, dtype="<f4", count=rows * shape.conv_dim, offset=off)
+            entry.layers += [None] * (layer - len(entry.layers))  # the stateless blocks before it
             entry.layers.append(LinearLayer(pending_t, pending_s, tail.reshape(rows, shape.conv_dim)))
         else:
-            count = nb * shape.kv_heads * shape.head_dim
+            cols = shape.head_dim if kind == Kind.K else shape.v_cols
+            count = nb * shape.kv_heads * cols
             if length != count * kv:
-                raise EntryError(f"{where}: {length} bytes for {nb} rows of [{shape.kv_heads}][{shape.head_dim}]")
-            x = _f32(buf, off, count, kv_dtype, where).reshape(nb, shape.kv_heads, shape.head_dim)
+                raise EntryError(f"{where}: {length} bytes for {nb} rows of [{shape.kv_heads}][{cols}]")
+            x = _f32(buf, off, count, kv_dtype, where).reshape(nb, shape.kv_heads, cols)
             if kind == Kind.K:
                 pending_k = x
             else:
                 assert pending_k is not None
+                entry.layers += [None] * (layer - len(entry.layers))
                 entry.layers.append(AttentionLayer(pending_k, x))
+    entry.layers += [None] * (len(shape.layers) - len(entry.layers))  # stateless blocks at the end
     _zero(buf, end, size, "after the last section")
     return entry

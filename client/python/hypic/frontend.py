@@ -2,7 +2,8 @@
 
 The daemon holds each segment's entry (docs/entry-format.md); this module fetches them and
 composes them in torch inside a transformers model of a supported architecture (Qwen3-Next,
-Qwen3.5 dense and MoE, OLMo hybrid, MiniMax), on whatever device the model is on. For a request
+Qwen3.5 dense and MoE, OLMo hybrid, MiniMax, Kimi-Linear, Nemotron-H, Ling), on whatever
+device the model is on. For a request
 [segments..., query] it
 
 - looks the segments up in one Lookup (their keys under the daemon's seam setting and
@@ -15,7 +16,8 @@ Qwen3.5 dense and MoE, OLMo hybrid, MiniMax), on whatever device the model is on
   w tokens) is prefilled the same way and its body composed — per linear layer and value
   head S <- T.S + S_body in the head's stored form, the conv window <- the entry's tail —
   and, per attention layer, the body's canonical K rotated by the model's own RoPE to its
-  true positions and appended with V to the model's cache;
+  true positions and appended with V to the model's cache (an MLA layer's latent and
+  shared key part, the latter rotated where the model rotates it: Ling);
 - asks the daemon to build the misses' entries (Warm) on a thread of its own, off the
   request's path, so that the next request hits;
 - answers the model's own cache, the query's last logits and what each segment was, ready
@@ -41,7 +43,20 @@ from .client import Client
 from .entry import AttentionLayer, EntryParts, EntryShape, Form, Head, LinearLayer, parse_entry
 from .transport import Session
 
-SUPPORTED = ("qwen3_next", "qwen3_5_text", "qwen3_5", "qwen3_5_moe_text", "qwen3_5_moe", "olmo_hybrid", "minimax")
+SUPPORTED = (
+    "qwen3_next",
+    "qwen3_5_text",
+    "qwen3_5",
+    "qwen3_5_moe_text",
+    "qwen3_5_moe",
+    "olmo_hybrid",
+    "minimax",
+    "kimi_linear",
+    "nemotron_h",
+    "bailing_hybrid",
+)
+# families whose forward keeps the recurrent state in fp32 whatever the model's dtype
+FP32_STATE = ("kimi_linear", "bailing_hybrid", "nemotron_h")
 
 
 @dataclass
@@ -197,11 +212,18 @@ class Frontend:
         self.shape = EntryShape.from_config(cfg.to_dict())
         self.device = next(model.parameters()).device
         self.minimax = cfg.model_type == "minimax"  # lightning states in MiniMaxCache, no conv
-        self.kernel = 1 if self.minimax else int(cfg.linear_conv_kernel_dim)
+        self.mamba2 = cfg.model_type == "nemotron_h"  # S per head [P][N] in its cache, ours [N][P]
+        self.mla = self.shape.v_dim != 0  # Kimi-Linear, Ling: latents and shared key parts
+        self.state_dtype = torch.float32 if cfg.model_type in FP32_STATE else model.dtype
+        self.kernel = self.shape.conv_kernel
         self.first_attention = self.shape.layers.index("attention") if "attention" in self.shape.layers else 0
         inner = _inner(model)
-        self._rotary = inner.rotary_emb
-        self._apply_rope = sys.modules[type(inner).__module__].apply_rotary_pos_emb
+        self._rotary = getattr(inner, "rotary_emb", None)  # Kimi-Linear and Nemotron-H: no positions
+        mod = sys.modules[type(inner).__module__]
+        self._interleaved = self.mla and self._rotary is not None  # Ling: DeepSeek's pairs
+        self._apply_rope = getattr(
+            mod, "apply_rotary_pos_emb_interleave" if self._interleaved else "apply_rotary_pos_emb", None
+        )
         rope = getattr(cfg, "rope_parameters", None) or {}
         self._mrope = bool(rope.get("mrope_section"))
 
@@ -256,12 +278,27 @@ class Frontend:
         return self._t(h.dense)
 
     def _state(self, cache: Any, i: int) -> torch.Tensor | None:
-        """Linear layer i's recurrent state in cache, [1][Hv][dk][dv], or None (none yet)."""
+        """Linear layer i's recurrent state in cache, [Hv][dk][dv] in our orientation (a
+        view), or None (none yet)."""
         if self.minimax:
             x = cache.get_linear_cache(i)
-            return x if isinstance(x, torch.Tensor) else None
+            return x[0] if isinstance(x, torch.Tensor) else None
         lc = cache.layers[i]
-        return lc.recurrent_states[0] if lc.is_recurrent_states_initialized[0] else None
+        if not lc.is_recurrent_states_initialized[0]:
+            return None
+        s = lc.recurrent_states[0][0]
+        return s.transpose(-1, -2) if self.mamba2 else s
+
+    def _set_state(self, cache: Any, i: int, s: torch.Tensor) -> None:
+        """Linear layer i's recurrent state <- s [Hv][dk][dv] (ours), in the cache's dtype
+        and orientation."""
+        if self.mamba2:
+            s = s.transpose(-1, -2).contiguous()
+        s = s.unsqueeze(0).to(self.state_dtype)
+        if self.minimax:
+            cache.set_linear_cache(i, s)
+        else:
+            cache.update_recurrent_state(s, i)
 
     def new_cache(self) -> Any:
         """An empty cache of the class the model's forward works with."""
@@ -273,12 +310,20 @@ class Frontend:
 
     def _rope_k(self, k: torch.Tensor, first: int) -> torch.Tensor:
         """k [1][Hkv][nb][hd] (canonical) rotated to positions first.. as the model's
-        forward rotates its keys."""
+        forward rotates its keys; as it is for a model without positions."""
+        if self._rotary is None:
+            return k
         nb = k.shape[2]
         pos = torch.arange(first, first + nb, device=self.device).view(1, -1)
         if self._mrope:  # text: the same position in every section
             pos = pos[None].expand(3, 1, -1)
         cos, sin = self._rotary(k, pos)
+        if self._interleaved:
+            # ours is the shared key part with its pairs in halves (the daemon's loader
+            # reorders the checkpoint's interleaved rows); interleaved again, the model's
+            # own function rotates it into the halves its cache keeps
+            h = k.shape[-1] // 2
+            k = torch.stack((k[..., :h], k[..., h:]), dim=-1).flatten(-2)
         _, rotated = self._apply_rope(k, k, cos.to(k.dtype), sin.to(k.dtype))
         return rotated
 
@@ -286,10 +331,9 @@ class Frontend:
         """The body of a hit into cache: its tokens at positions first.."""
         for i, layer in enumerate(parts.layers):
             if isinstance(layer, LinearLayer):
-                dtype = self.model.dtype
                 prev = self._state(cache, i)
                 if prev is not None:
-                    S = prev[0].float()
+                    S = prev.float()
                 else:  # no prefix yet (a segment of W = 0 first): the state is zero
                     S = torch.zeros(self.shape.v_heads, self.shape.dk, self.shape.dv, device=self.device)
                 out = torch.empty_like(S)
@@ -297,18 +341,20 @@ class Frontend:
                     x = self._apply_t(t, S[h])
                     sb = self._s_body(s)
                     out[h] = x if sb is None else x + sb
-                if self.minimax:
-                    cache.set_linear_cache(i, out.unsqueeze(0).to(dtype))
+                self._set_state(cache, i, out)
+                if self.minimax:  # no conv
                     continue
-                cache.update_recurrent_state(out.unsqueeze(0).to(dtype), i)
                 # the conv window: the body's last K-1 inputs (appended, the window keeps them)
-                tail = self._t(layer.tail).T.unsqueeze(0).to(dtype)  # [1][conv_dim][K-1]
+                tail = self._t(layer.tail).T.unsqueeze(0).to(self.model.dtype)  # [1][conv_dim][K-1]
                 cache.update_conv_state(tail.contiguous(), i, conv_kernel_size=self.kernel)
-            else:
-                assert isinstance(layer, AttentionLayer)
+            elif isinstance(layer, AttentionLayer):
                 k = self._t(layer.k).permute(1, 0, 2).unsqueeze(0).to(self.model.dtype)
                 v = self._t(layer.v).permute(1, 0, 2).unsqueeze(0).to(self.model.dtype)
-                cache.update(self._rope_k(k, first).contiguous(), v.contiguous(), i)
+                if self.mla:  # the latent as it is; the shared key part is what RoPE turns
+                    cache.update(k.contiguous(), self._rope_k(v, first).contiguous(), i)
+                else:
+                    cache.update(self._rope_k(k, first).contiguous(), v.contiguous(), i)
+            # (None: a block that keeps no state, Nemotron-H's MLP and MoE)
 
     # ---- a request ----------------------------------------------------------------------
 

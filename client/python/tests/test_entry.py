@@ -107,3 +107,36 @@ def test_refused(daemon: Daemon) -> None:
     with pytest.raises(hypic.EntryError, match="layers"):
         hypic.parse_entry(good, other)
     assert Path(MODEL_DIR).exists()
+
+
+@pytest.mark.parametrize("name", ["tiny-nemotron", "tiny-kimi", "tiny-ling", "tiny-minimax", "tiny-olmo"])
+def test_every_family_parses(family_daemon: Daemon, name: str) -> None:
+    """Each hybrid family's entry read with the shape its config.json gives: a section
+    pair per attention layer (MLA: the latent as K, the shared key part as V), a triple
+    per linear layer, nothing for Nemotron-H's MLP and MoE blocks (None in their place),
+    and the tokens the segment's."""
+    cfg = json.loads((family_daemon.dir / f"var/models/{name}/config.json").read_text())
+    shape = hypic.EntryShape.from_config(cfg)
+    text = DOCS[0].read_text()
+    with hypic.Client(family_daemon.addr) as c:
+        (p,) = list(c.warm(name, [text]))
+        e = hypic.parse_entry(c.get_entry(name, p.key).data, shape)
+    assert e.tokens.tolist() == hypic.tokenize(text)
+    assert len(e.layers) == len(shape.layers)
+    for kind, layer in zip(shape.layers, e.layers, strict=True):
+        if kind == "none":
+            assert layer is None
+        elif kind == "linear":
+            assert isinstance(layer, LinearLayer) and len(layer.t) == shape.v_heads
+            assert layer.tail.shape == (shape.conv_kernel - 1, shape.conv_dim)
+            assert all(s.rows == shape.dk and s.cols == shape.dv for s in layer.s)
+        else:
+            assert isinstance(layer, AttentionLayer)
+            assert layer.k.shape == (e.body, shape.kv_heads, shape.head_dim)
+            assert layer.v.shape == (e.body, shape.kv_heads, shape.v_cols)
+    if name == "tiny-nemotron":  # "M-M*ME"
+        assert shape.layers == ("linear", "none", "linear", "attention", "linear", "none")
+        assert shape.t_family == "scalar"
+        assert all(t.form in (Form.SCALAR, Form.ZERO) for x in e.layers if isinstance(x, LinearLayer) for t in x.t)
+    if name in ("tiny-kimi", "tiny-ling"):
+        assert shape.kv_heads == 1 and shape.head_dim == cfg["kv_lora_rank"] and shape.v_cols == cfg["qk_rope_head_dim"]
