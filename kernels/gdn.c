@@ -54,18 +54,24 @@ void hy_delta_step(float *X, int dk, int w, const float *a, float b, const float
 }
 
 /* Tm = (I + Lm)^-1 for Lm strictly lower triangular (its rows in A, stride
- * ld; the diagonal and above are ignored), by forward substitution. */
+ * ld; the diagonal and above are ignored), by forward substitution:
+ * Tm_i = −Σ_{m<i} A[i][m]·Tm_m over whole rows, each a vectorised axpy (row
+ * m is zero past its diagonal, so the terms m < j add exact zeros to
+ * element j: the sums are the column-wise ones, term by term). */
 void hy_unit_lower_inverse(int L, const float *A, float *Tm, int ld)
 {
     memset(Tm, 0, (size_t)L * ld * sizeof *Tm);
     for (int i = 0; i < L; i++) {
         float *Ti = Tm + (size_t)i * ld;
         const float *Ai = A + (size_t)i * ld;
-        for (int j = 0; j < i; j++) {
-            float s = 0.0f;
-            for (int m = j; m < i; m++) s += Ai[m] * Tm[(size_t)m * ld + j];
-            Ti[j] = -s;
+        for (int m = 0; m < i; m++) {
+            const float a = Ai[m];
+            const float *Tr = Tm + (size_t)m * ld;
+#pragma omp simd
+            for (int j = 0; j <= m; j++) Ti[j] += a * Tr[j];
         }
+#pragma omp simd
+        for (int j = 0; j < i; j++) Ti[j] = -Ti[j];
         Ti[i] = 1.0f;
     }
 }
