@@ -56,8 +56,8 @@ void hy_delta_step(float *X, int dk, int w, const float *a, float b, const float
 /* Tm = (I + Lm)^-1 for Lm strictly lower triangular (its rows in A, stride
  * ld; the diagonal and above are ignored), by forward substitution:
  * Tm_i = −Σ_{m<i} A[i][m]·Tm_m over whole rows, each a vectorised axpy (row
- * m is zero past its diagonal, so the terms m < j add exact zeros to
- * element j: the sums are the column-wise ones, term by term). */
+ * m is zero past its diagonal, so element j takes the terms m ≥ j in the
+ * column-wise order). */
 void hy_unit_lower_inverse(int L, const float *A, float *Tm, int ld)
 {
     memset(Tm, 0, (size_t)L * ld * sizeof *Tm);
@@ -68,10 +68,8 @@ void hy_unit_lower_inverse(int L, const float *A, float *Tm, int ld)
             const float a = Ai[m];
             const float *Tr = Tm + (size_t)m * ld;
 #pragma omp simd
-            for (int j = 0; j <= m; j++) Ti[j] += a * Tr[j];
+            for (int j = 0; j <= m; j++) Ti[j] -= a * Tr[j];
         }
-#pragma omp simd
-        for (int j = 0; j < i; j++) Ti[j] = -Ti[j];
         Ti[i] = 1.0f;
     }
 }

@@ -57,6 +57,11 @@ class EntryError(ValueError):
     """An entry that failed a check: the message names the field and the limit."""
 
 
+def _head_dim(c: dict[str, Any]) -> int:
+    """An attention head's width: head_dim, else hidden_size over the heads."""
+    return int(c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"])
+
+
 @dataclass(frozen=True)
 class EntryShape:
     """What an entry's sections hold for one model. layers[i] is "linear", "attention" or
@@ -98,7 +103,7 @@ class EntryShape:
             return EntryShape._kda_mla(c, arch, vocab)
         n = int(c["num_hidden_layers"])
         if arch == "minimax":  # lightning heads: scalar decay, no conv
-            hd = int(c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"])
+            hd = _head_dim(c)
             kinds = tuple("attention" if t == "full_attention" else "linear" for t in c["layer_types"])
             return EntryShape(
                 layers=kinds,
@@ -121,7 +126,7 @@ class EntryShape:
         kinds = tuple("attention" if t == "full_attention" else "linear" for t in types)
         dk, dv = int(c["linear_key_head_dim"]), int(c["linear_value_head_dim"])
         hk, hv = int(c["linear_num_key_heads"]), int(c["linear_num_value_heads"])
-        head_dim = int(c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"])
+        head_dim = _head_dim(c)
         return EntryShape(
             layers=kinds,
             dk=dk,
@@ -157,7 +162,7 @@ class EntryShape:
             conv_kernel=int(c.get("conv_kernel", 4)),
             conv_dim=heads * p + 2 * int(c["n_groups"]) * n,
             kv_heads=int(c["num_key_value_heads"]),
-            head_dim=int(c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]),
+            head_dim=_head_dim(c),
             t_family="scalar",
             vocab=vocab,
         )

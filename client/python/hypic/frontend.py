@@ -215,7 +215,6 @@ class Frontend:
         self.mamba2 = cfg.model_type == "nemotron_h"  # S per head [P][N] in its cache, ours [N][P]
         self.mla = self.shape.v_dim != 0  # Kimi-Linear, Ling: latents and shared key parts
         self.state_dtype = torch.float32 if cfg.model_type in FP32_STATE else model.dtype
-        self.kernel = self.shape.conv_kernel
         self.first_attention = self.shape.layers.index("attention") if "attention" in self.shape.layers else 0
         inner = _inner(model)
         self._rotary = getattr(inner, "rotary_emb", None)  # Kimi-Linear and Nemotron-H: no positions
@@ -346,7 +345,7 @@ class Frontend:
                     continue
                 # the conv window: the body's last K-1 inputs (appended, the window keeps them)
                 tail = self._t(layer.tail).T.unsqueeze(0).to(self.model.dtype)  # [1][conv_dim][K-1]
-                cache.update_conv_state(tail.contiguous(), i, conv_kernel_size=self.kernel)
+                cache.update_conv_state(tail.contiguous(), i, conv_kernel_size=self.shape.conv_kernel)
             elif isinstance(layer, AttentionLayer):
                 k = self._t(layer.k).permute(1, 0, 2).unsqueeze(0).to(self.model.dtype)
                 v = self._t(layer.v).permute(1, 0, 2).unsqueeze(0).to(self.model.dtype)
