@@ -31,6 +31,17 @@ typedef struct hy_bench_model {
 
 /* Opens `model`, or generates the `small` preset when it is NULL; prints a
  * line about it. Returns 0, or 1 after printing the error. */
+/* What hy_bench_weight_formats measured; [0] bf16 as kept, [1] the same
+ * checkpoint widened to fp32. ran is 0 when the checkpoint is not BF16. */
+typedef struct hy_bench_weights {
+    int ran, rounds, prefill_tokens;
+    double prefill_tok_s[2], decode_tok_s[2], matrix_mb[2], decode_bw_fraction[2];
+    double stream_gb_s, logits_max_abs_diff, logits_max_abs;
+} hy_bench_weights;
+/* The BF16 checkpoint at model (or `small` generated in BF16 when NULL) in
+ * both formats, printed as it goes; 0, or 1 after printing why. */
+int hy_bench_weight_formats(const char *model, int quick, hy_bench_weights *out);
+
 int hy_bench_open(hy_bench_model *b, const char *model);
 void hy_bench_close(hy_bench_model *b);
 

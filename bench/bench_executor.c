@@ -289,6 +289,8 @@ int hy_bench_executor(int argc, char **argv)
         fprintf(stderr, "hypic-bench: %s\n", e.msg);
         return 1;
     }
+    hy_bench_weights wf;
+    if (hy_bench_weight_formats(model, quick, &wf)) return 1;
     const int ri = quick ? 0 : 1; /* the recurrent run's length: 2048 (512 with --quick) */
     double ratio = rate[ri] / rec_rate, dr_chunked = 0, dr_recurrent = 0;
     time_delta_rule(c, lens[ri], &dr_chunked, &dr_recurrent);
@@ -324,6 +326,19 @@ int hy_bench_executor(int argc, char **argv)
         printf(",\"mla_prefill_tok_s_%d\":{\"expanded\":%.1f,\"latent\":%.1f},"
                "\"mla_auto_latent\":%s",
                mn, mn / mla_s[0], mn / mla_s[1], mla_auto == HY_MLA_ABSORBED ? "true" : "false");
+    if (wf.ran)
+        printf(",\"weights\":{\"rounds\":%d,\"prefill_tokens\":%d,\"stream_gb_s\":%.2f,"
+               "\"bf16\":{\"matrix_mb\":%.2f,\"prefill_tok_s\":%.1f,\"decode_tok_s\":%.1f,"
+               "\"decode_fraction_of_stream\":%.3f},"
+               "\"f32\":{\"matrix_mb\":%.2f,\"prefill_tok_s\":%.1f,\"decode_tok_s\":%.1f,"
+               "\"decode_fraction_of_stream\":%.3f},"
+               "\"decode_bf16_over_f32\":%.3f,\"prefill_bf16_over_f32\":%.3f,"
+               "\"logits_max_abs_diff\":%.3g,\"logits_max_abs\":%.3f}",
+               wf.rounds, wf.prefill_tokens, wf.stream_gb_s, wf.matrix_mb[0], wf.prefill_tok_s[0],
+               wf.decode_tok_s[0], wf.decode_bw_fraction[0], wf.matrix_mb[1], wf.prefill_tok_s[1],
+               wf.decode_tok_s[1], wf.decode_bw_fraction[1],
+               wf.decode_tok_s[0] / wf.decode_tok_s[1], wf.prefill_tok_s[0] / wf.prefill_tok_s[1],
+               wf.logits_max_abs_diff, wf.logits_max_abs);
     printf(",\"peak_rss_mb\":%.1f,\"threads\":%d,\"quick\":%s}\n", rss, omp_get_max_threads(),
            quick ? "true" : "false");
     free(tok), free(logits);

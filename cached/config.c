@@ -130,6 +130,7 @@ static const opt k_opts[] = {
     NUMBER("executor.contexts", OPT_INT, exec_contexts, 1, 64, "1"),
     NUMBER("executor.max_batch", OPT_INT, max_batch, 1, 65536, "1024"),
     STRING("executor.mla", exec_mla, "auto"),
+    STRING("executor.weights", exec_weights, "auto"),
     NUMBER("tenants.default_quota", OPT_SIZE, default_quota, 0, UINT64_MAX, "0"),
     LIST("tenants.list", tenants, hy_cfg_tenant, 0, HY_CFG_MAX_TENANTS, ntenants),
     ITEM_STRING("tenants.list[].name", OPT_STR, hy_cfg_tenant, name, NEED_ALWAYS),
@@ -1044,6 +1045,9 @@ static int check_whole(cfg_ctx *x, hy_cached_config *c)
         strcmp(c->exec_mla, "latent"))
         rc = fail_key(x, HY_EINVAL, "executor.mla", "'%s' is not auto, expanded or latent",
                       c->exec_mla);
+    hy_weights wfmt;
+    if (!rc && hy_weights_parse(c->exec_weights, &wfmt))
+        rc = fail_key(x, HY_EINVAL, "executor.weights", "'%s' is not auto or f32", c->exec_weights);
     if (!rc && strcmp(c->tp_rdma, "auto") && strcmp(c->tp_rdma, "off") &&
         strcmp(c->tp_rdma, "required"))
         rc = fail_key(x, HY_EINVAL, "transport.rdma", "'%s' is not auto, off or required",

@@ -269,7 +269,7 @@ hy_rpc_code do_put_entry(rq *r, const ProtobufCMessage *req)
             c = h_fail(r, HY_RPC_INVALID_ARGUMENT,
                        "field 'meta.key' is not the key of the entry's tokens for your tenant");
     }
-    if (!c) { /* where it belongs: here, or with its owners (one of them now) */
+    if (!c) {                   /* where it belongs: here, or with its owners (one of them now) */
         hy_meta given_tags = m; /* pl_meta_of starts from nothing */
         char *tags[HY_MAX_TAGS];
         for (uint32_t t = 0; t < given_tags.ntags; t++) tags[t] = given_tags.tags[t];
@@ -798,13 +798,21 @@ hy_rpc_code do_health(rq *r, const ProtobufCMessage *req)
 {
     (void)req;
     hy_svc *s = r->s;
-    char *names[HY_CFG_MAX_MODELS];
-    for (int i = 0; i < s->nmodels; i++) names[i] = s->models[i].name;
+    char *names[HY_CFG_MAX_MODELS], *formats[HY_CFG_MAX_MODELS];
+    uint64_t wbytes[HY_CFG_MAX_MODELS];
+    for (int i = 0; i < s->nmodels; i++) {
+        names[i] = s->models[i].name;
+        formats[i] = (char *)hy_model_weights_name(s->models[i].m);
+        wbytes[i] = s->models[i].wbytes;
+    }
     Hypic__V1__HealthResponse resp = HYPIC__V1__HEALTH_RESPONSE__INIT;
     resp.status = s->ready && !s->draining ? HYPIC__V1__HEALTH_RESPONSE__STATUS__STATUS_SERVING
                                            : HYPIC__V1__HEALTH_RESPONSE__STATUS__STATUS_NOT_SERVING;
     resp.version = HY_CACHED_VERSION;
     resp.n_models = (size_t)s->nmodels;
     resp.models = names;
+    resp.n_model_weights = resp.n_model_weight_bytes = (size_t)s->nmodels;
+    resp.model_weights = formats;
+    resp.model_weight_bytes = wbytes;
     return h_send(r, &resp.base);
 }

@@ -252,12 +252,15 @@ static int model_open(svc_model *sm, const hy_cfg_model *cm, const hy_cached_con
 {
     snprintf(sm->name, sizeof sm->name, "%s", cm->name);
     pthread_mutex_init(&sm->mu, NULL);
-    int rc = hy_model_open(&sm->m, cm->dir, err);
+    hy_weights wfmt = HY_WEIGHTS_AUTO;
+    hy_weights_parse(cfg->exec_weights, &wfmt); /* checked with the config */
+    int rc = hy_model_open_with(&sm->m, cm->dir, wfmt, err);
     if (rc) {
         hy_err_prefix(err, "model '%s' (%s)", cm->name, cm->dir);
         return rc;
     }
     sm->c = hy_model_cfg(sm->m);
+    sm->wbytes = hy_model_matrix_bytes(sm->m);
     hy_model_fingerprint(sm->m, sm->fp);
     if (pl_costs_new(&sm->costs)) return hy_err_set(err, HY_ENOMEM, "out of memory");
     sm->ctx = calloc((size_t)cfg->exec_contexts, sizeof *sm->ctx);
@@ -580,9 +583,12 @@ int svc_open(hy_svc *s, const hy_cached_config *cfg, hy_err *err)
     for (int i = 0; i < cfg->nmodels; i++) {
         s->nmodels++;
         if ((rc = model_open(&s->models[i], &cfg->models[i], cfg, err))) return rc;
-        hy_log(HY_LOG_INFO, "model '%s' from %s: %d layers, vocab %d, %d executor context(s)",
+        hy_log(HY_LOG_INFO,
+               "model '%s' from %s: %d layers, vocab %d, weight matrices in %s (%.1f MB), %d "
+               "executor context(s)",
                cfg->models[i].name, cfg->models[i].dir, s->models[i].c->n_layers,
-               s->models[i].c->vocab, s->models[i].nctx);
+               s->models[i].c->vocab, hy_model_weights_name(s->models[i].m),
+               (double)s->models[i].wbytes / 1e6, s->models[i].nctx);
     }
     hy_store_config sc;
     hy_store_config_default(&sc, cfg->host_bytes, cfg->nvme_dir[0] ? cfg->nvme_dir : NULL);

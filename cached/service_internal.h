@@ -58,6 +58,7 @@ typedef struct svc_model {
     hy_model *m;
     const hy_model_config *c;
     uint8_t fp[32];
+    size_t wbytes; /* hy_model_matrix_bytes, counted once at open */
     svc_exec *ctx;
     int nctx;
     pthread_mutex_t mu;

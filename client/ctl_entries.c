@@ -56,7 +56,18 @@ static void print_status(const Hypic__V1__HealthResponse *h, const Hypic__V1__St
     char state[32], models[512], b1[32], b2[32];
     ctl_enum(&hypic__v1__health_response__status__descriptor, h->status, "STATUS_", state,
              sizeof state);
-    join_strings(h->models, h->n_models, models, sizeof models);
+    size_t ml = 0;
+    models[0] = '\0';
+    for (size_t i = 0; i < h->n_models && ml < sizeof models; i++) {
+        ml +=
+            (size_t)snprintf(models + ml, sizeof models - ml, "%s%s", i ? ", " : "", h->models[i]);
+        if (i < h->n_model_weights && i < h->n_model_weight_bytes && ml < sizeof models) {
+            ctl_bytes(h->model_weight_bytes[i], b1, sizeof b1);
+            ml += (size_t)snprintf(models + ml, sizeof models - ml, " (%s weights, %s)",
+                                   h->model_weights[i], b1);
+        }
+    }
+    if (!h->n_models) snprintf(models, sizeof models, "-");
     printf("status    %s (hypic-cached %s)\n", state, h->version);
     printf("models    %s\n", models);
     printf("entries   %llu   misses %llu   puts %llu (dropped %llu)   expired %llu   "

@@ -138,6 +138,90 @@ void hy_linear(int n, int in, int out, const float *X, size_t ldx, const float *
     hy_gemm(0, 1, n, out, in, 1.0f, X, ldx, W, (size_t)in, 0.0f, Y, ldy);
 }
 
+/* A bf16 value widened: its bits are the top half of the fp32 one. Inline
+ * and branch-free so the loops below vectorise (a shift per lane). */
+static inline float bf16_widen(uint16_t h)
+{
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* Rows of W each a thread takes in the panelled product: 256 rows of a
+ * 1024-wide matrix widen into 1 MiB, which stays in L2 while BLAS packs it. */
+#define BF16_PANEL 256
+/* Up to this many rows of X, each weight row is dotted in place (decode, the
+ * last token's logits): the product is a stream of W, and widening a panel
+ * first would read it twice. */
+#define BF16_DIRECT_ROWS 4
+
+/* Y[r][o] = X[r] · W[o] for n <= BF16_DIRECT_ROWS rows, outputs [o0, o1). */
+static void linear_bf16_direct(int n, int in, int o0, int o1, const float *X, size_t ldx,
+                               const uint16_t *W, float *Y, size_t ldy)
+{
+    for (int o = o0; o < o1; o++) {
+        const uint16_t *w = W + (size_t)o * in;
+        for (int r = 0; r < n; r++) {
+            const float *x = X + (size_t)r * ldx;
+            float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+            for (int i = 0; i < in; i++) s += x[i] * bf16_widen(w[i]);
+            Y[(size_t)r * ldy + o] = s;
+        }
+    }
+}
+
+/* Outputs [o0, o1) of Y = X · Wᵀ: each panel of W widened into panel (room
+ * for BF16_PANEL rows of in floats), then one sgemm on this thread. */
+static void linear_bf16_panels(int n, int in, int o0, int o1, const float *X, size_t ldx,
+                               const uint16_t *W, float *Y, size_t ldy, float *panel)
+{
+    for (int p = o0; p < o1; p += BF16_PANEL) {
+        const int rows = HY_MIN_INT(BF16_PANEL, o1 - p);
+        const uint16_t *w = W + (size_t)p * in;
+        const size_t cnt = (size_t)rows * in;
+#pragma omp simd
+        for (size_t i = 0; i < cnt; i++) panel[i] = bf16_widen(w[i]);
+        gemm1(0, 1, n, rows, in, 1.0f, X, ldx, panel, (size_t)in, 0.0f, Y + p, ldy);
+    }
+}
+
+void hy_linear_bf16(int n, int in, int out, const float *X, size_t ldx, const uint16_t *W, float *Y,
+                    size_t ldy)
+{
+    if (n <= 0 || out <= 0) return;
+    pthread_once(&g_blas_once, blas_on_caller_thread);
+    const int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+    /* Split over the threads when there is enough of W to stream or enough
+     * arithmetic, as hy_gemm does; by output rows, so each thread widens
+     * only its own share of W. */
+    const int split = nt > 1 && ((double)out * in >= 262144.0 || 2.0 * n * out * (double)in >= 4e6);
+    if (n <= BF16_DIRECT_ROWS) {
+#pragma omp parallel for schedule(static) if (split)
+        for (int b = 0; b < 2 * nt; b++) { /* two blocks a thread: uneven cores even out */
+            const int s = (int)((int64_t)out * b / (2 * nt)),
+                      e = (int)((int64_t)out * (b + 1) / (2 * nt));
+            linear_bf16_direct(n, in, s, e, X, ldx, W, Y, ldy);
+        }
+        return;
+    }
+    const int nb = (out + BF16_PANEL - 1) / BF16_PANEL;
+#pragma omp parallel if (split)
+    {
+        float *panel = hy_alloc((size_t)BF16_PANEL * in * sizeof *panel);
+#pragma omp for schedule(dynamic, 1)
+        for (int b = 0; b < nb; b++) {
+            const int o0 = b * BF16_PANEL, o1 = HY_MIN_INT(out, o0 + BF16_PANEL);
+            if (panel)
+                linear_bf16_panels(n, in, o0, o1, X, ldx, W, Y, ldy, panel);
+            else /* no scratch to widen into: slower, the same sums */
+                linear_bf16_direct(n, in, o0, o1, X, ldx, W, Y, ldy);
+        }
+        free(panel);
+    }
+}
+
 void hy_rmsnorm(int n, int d, const float *x, size_t ldx, const float *w, float eps, float *out,
                 size_t ldo)
 {

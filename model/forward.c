@@ -135,14 +135,33 @@ void hy_exec_profile_reset(hy_exec *ex)
     memset(&ex->stats.prof, 0, sizeof ex->stats.prof);
 }
 
-/* y [n][N] = x [n][K] · wᵀ, w [N][K]: hy_linear, timed as a GEMM. */
+/* y [n][N] = x [n][K] · wᵀ, w [N][K] in bf16 in place of fp32 when bf16,
+ * timed as a GEMM. */
+static void product(hy_exec *ex, int n, int K, int N, const float *x, size_t ldx, const float *w,
+                    bool bf16, float *y, size_t ldy)
+{
+    prof_begin(ex);
+    if (bf16)
+        hy_linear_bf16(n, K, N, x, ldx, (const uint16_t *)(const void *)w, y, ldy);
+    else
+        hy_linear(n, K, N, x, ldx, w, y, ldy);
+    if (ex->stats.on) ex->stats.prof.gemm_flops += 2.0 * n * (double)K * N;
+    prof_end(ex, HY_EXEC_OP_GEMM);
+}
+
+/* product() with w one of the model's weight matrices (hy_model_matrices),
+ * in the format the model keeps them in. */
 static void linear(hy_exec *ex, int n, int K, int N, const float *x, size_t ldx, const float *w,
                    float *y, size_t ldy)
 {
-    prof_begin(ex);
-    hy_linear(n, K, N, x, ldx, w, y, ldy);
-    if (ex->stats.on) ex->stats.prof.gemm_flops += 2.0 * n * (double)K * N;
-    prof_end(ex, HY_EXEC_OP_GEMM);
+    product(ex, n, K, N, x, ldx, w, ex->m->w_bf16, y, ldy);
+}
+
+/* product() with an fp32 w that is not one of the matrices (MLA's kv_b_proj). */
+static void linear_f32(hy_exec *ex, int n, int K, int N, const float *x, size_t ldx, const float *w,
+                       float *y, size_t ldy)
+{
+    product(ex, n, K, N, x, ldx, w, false, y, ldy);
 }
 
 /* --- workspace planning -------------------------------------------------- */
@@ -1199,7 +1218,7 @@ static void mla_expand(hy_exec *ex, hy_state *st, int li, const float *lat, size
     const int chunk = (int)HY_MAX(ex->step_cap, (size_t)MLA_EXPAND_ROWS); /* ex->aux's rows */
     for (int r0 = 0; r0 < count; r0 += chunk) {
         const int m = HY_MIN_INT(chunk, count - r0);
-        linear(ex, m, R, KB, lat + (size_t)r0 * ldl, ldl, w->w_kvb, ex->aux, (size_t)KB);
+        linear_f32(ex, m, R, KB, lat + (size_t)r0 * ldl, ldl, w->w_kvb, ex->aux, (size_t)KB);
         prof_begin(ex);
 #pragma omp parallel for schedule(static)
         for (int r = 0; r < m; r++) {
@@ -1340,8 +1359,9 @@ static void mla_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni,
         }
         prof_end(ex, HY_EXEC_OP_ATTENTION);
         for (int h = 0; h < nh; h++)
-            linear(ex, n, R, dv, oa + (size_t)h * R, lda,
-                   w->w_kvb + ((size_t)h * (dn + dv) + dn) * R, ob + (size_t)h * dv, (size_t)Od);
+            linear_f32(ex, n, R, dv, oa + (size_t)h * R, lda,
+                       w->w_kvb + ((size_t)h * (dn + dv) + dn) * R, ob + (size_t)h * dv,
+                       (size_t)Od);
     } else {
         mla_expand(ex, st, li, lat, (size_t)R, ex->rowpos, 0, n);
         const float *X = st->x[li];

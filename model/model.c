@@ -62,12 +62,12 @@ typedef struct loader {
 
 /* Registers p (allocated with malloc-compatible allocators) to be freed with
  * the model; returns p, or NULL (after freeing p) when the table cannot grow. */
-static void *own(hy_model *m, void *p)
+static void *own(hy_model *m, void *p, size_t bytes)
 {
     if (!p) return NULL;
     if (m->n_owned == m->cap_owned) {
         size_t nc = m->cap_owned ? m->cap_owned * 2 : 256;
-        void **no = realloc(m->owned, nc * sizeof *no);
+        hy_owned *no = realloc(m->owned, nc * sizeof *no);
         if (!no) {
             free(p);
             return NULL;
@@ -75,13 +75,13 @@ static void *own(hy_model *m, void *p)
         m->owned = no;
         m->cap_owned = nc;
     }
-    m->owned[m->n_owned++] = p;
+    m->owned[m->n_owned++] = (hy_owned){p, bytes};
     return p;
 }
 
 static float *own_alloc(hy_model *m, size_t floats)
 {
-    return own(m, hy_alloc(floats * sizeof(float)));
+    return own(m, hy_alloc(floats * sizeof(float)), floats * sizeof(float));
 }
 
 /* The position of t in the checkpoint's name-ordered table. */
@@ -224,7 +224,7 @@ static int load_mlp_experts(loader *ld, int i, hy_layer_w *L)
     const int64_t H = c->hidden, E = c->n_experts, I = c->moe_intermediate;
     char n[200], full[256];
     int rc;
-    if (!(L->experts = own(ld->m, calloc((size_t)E, sizeof *L->experts))))
+    if (!(L->experts = own(ld->m, calloc((size_t)E, sizeof *L->experts), (size_t)E * sizeof *L->experts)))
         return hy_err_set(ld->err, HY_ENOMEM, "out of memory");
     snprintf(full, sizeof full, "%slayers.%d.mlp.experts.gate_up_proj", ld->prefix, i);
     if (hy_st_find(ld->st, full)) { /* fused layout */
@@ -552,7 +552,7 @@ static int load_nemotron_moe(loader *ld, int i, hy_layer_w *L)
     if ((rc = LOAD(ld, n, NULL, &L->router, E, H))) return rc;
     snprintf(n, sizeof n, "layers.%d.mixer.gate.e_score_correction_bias", i);
     if ((rc = LOAD(ld, n, NULL, &L->router_bias, E))) return rc;
-    if (!(L->experts = own(ld->m, calloc((size_t)E, sizeof *L->experts))))
+    if (!(L->experts = own(ld->m, calloc((size_t)E, sizeof *L->experts), (size_t)E * sizeof *L->experts)))
         return hy_err_set(ld->err, HY_ENOMEM, "out of memory");
     snprintf(n, sizeof n, "layers.%d.mixer.experts.up_proj", i);
     if (has(ld, n)) {
@@ -742,7 +742,7 @@ static int load_experts(loader *ld, int i, const char *base, hy_layer_w *L)
     const int64_t H = c->hidden, E = c->n_experts, I = c->moe_intermediate;
     char n[200];
     int rc;
-    if (!(L->experts = own(ld->m, calloc((size_t)E, sizeof *L->experts))))
+    if (!(L->experts = own(ld->m, calloc((size_t)E, sizeof *L->experts), (size_t)E * sizeof *L->experts)))
         return hy_err_set(ld->err, HY_ENOMEM, "out of memory");
     snprintf(n, sizeof n, "layers.%d.%s.experts.gate_up_proj", i, base);
     if (has(ld, n)) {
@@ -1151,7 +1151,31 @@ void hy_model_fingerprint(const hy_model *m, uint8_t fp[32])
     memcpy(fp, m->fingerprint, 32);
 }
 
+int hy_weights_parse(const char *s, hy_weights *out)
+{
+    if (strcmp(s, "auto") == 0)
+        *out = HY_WEIGHTS_AUTO;
+    else if (strcmp(s, "f32") == 0)
+        *out = HY_WEIGHTS_F32;
+    else
+        return HY_EINVAL;
+    return HY_OK;
+}
+
+/* Whether every tensor the model uses is stored as BF16. */
+static bool checkpoint_bf16(const loader *ld)
+{
+    for (size_t i = 0; i < hy_st_count(ld->st); i++)
+        if (ld->used[i] && hy_st_at(ld->st, i)->dtype != HY_DT_BF16) return false;
+    return true;
+}
+
 int hy_model_open(hy_model **out, const char *dir, hy_err *err)
+{
+    return hy_model_open_with(out, dir, HY_WEIGHTS_AUTO, err);
+}
+
+int hy_model_open_with(hy_model **out, const char *dir, hy_weights w, hy_err *err)
 {
     *out = NULL;
     hy_model *m = calloc(1, sizeof *m);
@@ -1161,7 +1185,8 @@ int hy_model_open(hy_model **out, const char *dir, hy_err *err)
     if (rc == HY_OK) rc = hy_st_open_dir(&ld.st, dir, err);
     if (rc == HY_OK) rc = load_all(&ld);
     if (rc == HY_OK) rc = fingerprint(m, dir, ld.st, err);
-    hy_st_close(ld.st); /* every weight now lives in owned fp32 buffers */
+    if (rc == HY_OK && w == HY_WEIGHTS_AUTO && checkpoint_bf16(&ld)) rc = hy_model_narrow(m, err);
+    hy_st_close(ld.st); /* every weight now lives in owned buffers */
     free(ld.used);
     if (rc != HY_OK) {
         hy_model_close(m);
@@ -1174,7 +1199,7 @@ int hy_model_open(hy_model **out, const char *dir, hy_err *err)
 void hy_model_close(hy_model *m)
 {
     if (!m) return;
-    for (size_t i = 0; i < m->n_owned; i++) free(m->owned[i]);
+    for (size_t i = 0; i < m->n_owned; i++) free(m->owned[i].p);
     free(m->owned);
     free(m->layers);
     free(m);

@@ -2,7 +2,8 @@
  * Private to model/: the weight layouts the executor computes with, and the
  * running state. Checkpoint tensors are widened to fp32 and rearranged at load
  * time into these layouts, so the forward pass never branches on the
- * checkpoint's flavour.
+ * checkpoint's flavour; a BF16 checkpoint's weight matrices are then narrowed
+ * back to bf16 in the same layouts (weights.c), which only the products read.
  */
 #ifndef HY_MODEL_INTERNAL_H
 #define HY_MODEL_INTERNAL_H
@@ -125,6 +126,11 @@ typedef struct hy_layer_w {
                          * fc2_latent_proj as w_down [H][L] (b_down [H]); inter = L */
 } hy_layer_w;
 
+typedef struct hy_owned {
+    void *p;
+    size_t bytes;
+} hy_owned;
+
 struct hy_model {
     hy_model_config cfg;
     uint8_t fingerprint[32]; /* hy_model_fingerprint */
@@ -133,9 +139,24 @@ struct hy_model {
     float *final_norm1;      /* [H], 1 + weight */
     hy_layer_w *layers;
     float *rope_inv_freq; /* [rotary_dim / 2] */
-    void **owned;
+    /* Whether the weight matrices (every field hy_model_matrices lists) hold
+     * bf16 values in place of fp32 ones: a BF16 checkpoint's own bytes, half
+     * of fp32's, which the forward's products widen as they read them. The
+     * fields keep their float * type; only forward.c's linear() reads them. */
+    bool w_bf16;
+    hy_owned *owned; /* every buffer the model frees, with its size */
     size_t n_owned, cap_owned;
 };
+
+/* The addresses of every weight-matrix field of m (the operands of the
+ * forward's linear(); MLA's kv_b_proj, which it also slices per head, is not
+ * one): at most cap written, the count returned. */
+size_t hy_model_matrices(hy_model *m, float ***slots, size_t cap);
+/* Keeps m's matrices in bf16 when every value is one (a BF16 checkpoint's):
+ * each buffer holding matrices is narrowed into a new one of half the size
+ * and the old freed. HY_OK with m->w_bf16 set, HY_OK unchanged when some
+ * value is not a bf16 one, or HY_ENOMEM (m unchanged). */
+int hy_model_narrow(hy_model *m, hy_err *err);
 
 struct hy_state {
     const hy_model *m;

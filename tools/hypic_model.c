@@ -5,6 +5,7 @@
  *   hypic-model info DIR
  *   hypic-model entry-size CONFIG [--tokens N]
  *   hypic-model run DIR (--tokens FILE | --text STR) [--top K] [--recurrent] [--batch N]
+ *                   [--weights auto|f32]
  *
  * `entry-size` reads only a config.json (CONFIG is the file or its folder)
  * and prints what a cached segment of N tokens (512 by default) holds for
@@ -15,7 +16,8 @@
  * `run` prefills the prompt from the empty state and prints the top-k next
  * tokens with their probabilities and the prefill time. --tokens reads
  * whitespace-separated token ids; --text uses the embedded models' byte
- * tokenizer (byte + 3).
+ * tokenizer (byte + 3). --weights f32 widens a BF16 checkpoint's matrices to
+ * fp32 rather than keeping them in bf16 (hy_weights).
  */
 #include "hy_model.h"
 
@@ -33,7 +35,7 @@ static int usage(void)
                     "  hypic-model info DIR\n"
                     "  hypic-model entry-size CONFIG [--tokens N]\n"
                     "  hypic-model run DIR (--tokens FILE | --text STR) [--top K] [--recurrent] "
-                    "[--batch N]\n"
+                    "[--batch N] [--weights auto|f32]\n"
                     "presets:");
     for (int i = 0; hy_presets[i]; i++) fprintf(stderr, " %s", hy_presets[i]);
     fputc('\n', stderr);
@@ -110,6 +112,8 @@ static int cmd_info(int argc, char **argv)
     printf("model        %s\n", argv[0]);
     printf("architecture %s (model_type %s)\n", c->arch_name, c->model_type);
     printf("parameters   %zu (%.2f M)\n", params, (double)params / 1e6);
+    printf("weights      matrices in %s: %.1f MB\n", hy_model_weights_name(m),
+           (double)hy_model_matrix_bytes(m) / 1e6);
     if (nmlp)
         printf("vocab %d, hidden %d, layers %d (%d linear, %d attention, %d MLP alone of which %d "
                "MoE), %s embeddings\n",
@@ -305,6 +309,7 @@ static int cmd_run(int argc, char **argv)
     const char *dir = argv[0], *tokfile = NULL, *text = NULL;
     long top = 5, batch = 0;
     int recurrent = 0;
+    hy_weights weights = HY_WEIGHTS_AUTO;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--tokens") == 0 && i + 1 < argc)
             tokfile = argv[++i];
@@ -316,7 +321,9 @@ static int cmd_run(int argc, char **argv)
             if (parse_long(argv[++i], 1, 1 << 20, &batch)) return usage();
         } else if (strcmp(argv[i], "--recurrent") == 0)
             recurrent = 1;
-        else
+        else if (strcmp(argv[i], "--weights") == 0 && i + 1 < argc) {
+            if (hy_weights_parse(argv[++i], &weights)) return usage();
+        } else
             return usage();
     }
     if (!tokfile == !text) return usage();
@@ -327,7 +334,7 @@ static int cmd_run(int argc, char **argv)
     int32_t *tokens = NULL;
     float *logits = NULL;
     size_t n = 0;
-    int rc = hy_model_open(&m, dir, &e);
+    int rc = hy_model_open_with(&m, dir, weights, &e);
     const hy_model_config *c = rc ? NULL : hy_model_cfg(m);
     if (!rc && tokfile) rc = read_tokens(tokfile, &tokens, &n, &e);
     if (!rc && text) {

@@ -160,8 +160,25 @@ double hy_config_prefill_flops(const hy_model_config *c, int64_t ctx0, int64_t n
 
 typedef struct hy_model hy_model;
 
-/* Opens a model directory: config, tensors, shapes. */
+/* How an opened model keeps its weight matrices (the projections, experts,
+ * router and LM head: what decode streams once per token). */
+typedef enum hy_weights {
+    HY_WEIGHTS_AUTO, /* as the checkpoint holds them: BF16 stays bf16, half the bytes of
+                      * fp32, widened by the products as they read; F32 and F16 in fp32 */
+    HY_WEIGHTS_F32,  /* every checkpoint widened to fp32 */
+} hy_weights;
+/* "auto" or "f32" into *out; HY_EINVAL otherwise. */
+int hy_weights_parse(const char *s, hy_weights *out);
+
+/* Opens a model directory: config, tensors, shapes; matrices kept as w says. */
+int hy_model_open_with(hy_model **out, const char *dir, hy_weights w, hy_err *err);
+/* hy_model_open_with(HY_WEIGHTS_AUTO). */
 int hy_model_open(hy_model **out, const char *dir, hy_err *err);
+/* "bf16" or "f32": the format the weight matrices are kept and read in. */
+const char *hy_model_weights_name(const hy_model *m);
+/* Bytes of the weight matrices as kept: what a decode step streams (less
+ * the experts its token does not route to). */
+size_t hy_model_matrix_bytes(const hy_model *m);
 void hy_model_close(hy_model *m);
 const hy_model_config *hy_model_cfg(const hy_model *m);
 

@@ -463,6 +463,12 @@ static void test_named_values(void)
     CU_ASSERT_STRING_EQUAL(g_a.exec_mla, "latent");
     fails("executor: {mla: absorbed}", HY_EINVAL,
           "key 'executor.mla': 'absorbed' is not auto, expanded or latent", NULL);
+    /* how weight matrices are kept */
+    parse_ok("executor: {weights: f32}", &g_a);
+    CU_ASSERT_STRING_EQUAL(g_a.exec_weights, "f32");
+    fails("executor: {weights: bf16}", HY_EINVAL,
+          "key 'executor.weights': 'bf16' is not auto or f32", NULL);
+    fails("executor: {weights: auto-and-then-some}", HY_EINVAL, "executor.weights", NULL);
     /* how hits are used: fetched, recomputed, or the cheaper */
     parse_ok("pic: {reuse: recompute}", &g_a);
     CU_ASSERT_STRING_EQUAL(g_a.pic_reuse, "recompute");

@@ -152,8 +152,9 @@ has "wrong token: UNAUTHENTICATED" err "^hypicctl: UNAUTHENTICATED: "
 run 0 "status" $tls status
 has "status says serving" out "serving"
 has "status has the host tier" out "^host "
+has "status: each model's weight format" out "^models    tiny (f32 weights, "
 run 0 "status --json" $tls status --json
-check "status --json" 'd["health"]["status"] == "STATUS_SERVING" and "tiny" in d["health"]["models"] and any(t["tier"] == "TIER_HOST" and t["present"] for t in d["stats"]["tiers"])'
+check "status --json" 'd["health"]["status"] == "STATUS_SERVING" and "tiny" in d["health"]["models"] and d["health"]["model_weights"] == ["f32"] * 6 and min(d["health"]["model_weight_bytes"]) > 0 and any(t["tier"] == "TIER_HOST" and t["present"] for t in d["stats"]["tiers"])'
 run 0 "global options after the command" status $tls --json
 check "status --json after the command" 'd["health"]["status"] == "STATUS_SERVING"'
 

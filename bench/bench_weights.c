@@ -1,0 +1,176 @@
+/*
+ * The weight formats of `hypic-bench executor`: one BF16 checkpoint (the
+ * `small` preset generated in BF16, or --model when it is BF16) opened twice,
+ * its matrices kept in bf16 and widened to fp32, timed in alternating rounds
+ * (medians): a 2048-token prefill (512 with --quick) and decode; the logits'
+ * difference between the two; and decode's bytes per second against the
+ * machine's streaming read bandwidth, measured here — the limit a decode
+ * step meets, since it reads every weight matrix once.
+ */
+#include "bench.h"
+#include "hy_common.h"
+#include "hy_model.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Bytes per second of the best of reps parallel sums over a buffer four
+ * times the size of any cache here (every thread reads its share). */
+static double stream_read_bytes_s(int reps)
+{
+    const size_t n = (size_t)64 << 20; /* 256 MiB of floats */
+    float *a = hy_alloc(n * sizeof *a);
+    if (!a) return 0;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) a[i] = (float)(i & 7);
+    double best = 1e30, sink = 0;
+    for (int r = 0; r < reps; r++) {
+        double s = 0, t0 = hy_now_s();
+#pragma omp parallel for schedule(static) reduction(+ : s)
+        for (size_t i = 0; i < n; i++) s += a[i];
+        best = fmin(best, hy_now_s() - t0);
+        sink += s;
+    }
+    hy_free(a);
+    return sink >= 0 ? (double)n * sizeof(float) / best : 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+typedef struct fmt_run {
+    hy_model *m;
+    hy_exec *ex;
+    hy_state *st;
+} fmt_run;
+
+static int fmt_open(fmt_run *f, const char *dir, hy_weights w, hy_err *e)
+{
+    memset(f, 0, sizeof *f);
+    int rc = hy_model_open_with(&f->m, dir, w, e);
+    if (!rc) rc = hy_exec_new(f->m, 0, &f->ex, e);
+    if (!rc) rc = hy_state_new(f->m, &f->st, e);
+    return rc;
+}
+
+static void fmt_close(fmt_run *f)
+{
+    hy_state_free(f->st);
+    hy_exec_free(f->ex);
+    hy_model_close(f->m);
+}
+
+int hy_bench_weight_formats(const char *model, int quick, hy_bench_weights *out)
+{
+    memset(out, 0, sizeof *out);
+    char tmp[200] = "";
+    hy_err e = {0};
+    if (!model) {
+        if (hy_bench_mkdtemp("bf16", tmp, sizeof tmp)) return 1;
+        printf("\nweight formats: generating the 'small' preset in BF16 in %s ...\n", tmp);
+        fflush(stdout);
+        if (hy_model_init("small", 1, tmp, "BF16", &e)) {
+            fprintf(stderr, "hypic-bench: %s\n", e.msg);
+            hy_bench_rmtree(tmp);
+            return 1;
+        }
+        model = tmp;
+    }
+    fmt_run f[2] = {{0}}; /* [0] bf16 as kept, [1] widened to fp32 */
+    int rc = fmt_open(&f[0], model, HY_WEIGHTS_AUTO, &e);
+    if (!rc) rc = fmt_open(&f[1], model, HY_WEIGHTS_F32, &e);
+    if (!rc && strcmp(hy_model_weights_name(f[0].m), "bf16") != 0) {
+        printf("\nweight formats: %s is not a BF16 checkpoint; no bf16 figures\n", model);
+        fmt_close(&f[0]), fmt_close(&f[1]);
+        if (tmp[0]) hy_bench_rmtree(tmp);
+        return 0;
+    }
+    const hy_model_config *c = rc ? NULL : hy_model_cfg(f[0].m);
+    const int np = quick ? 512 : 2048, nd = quick ? 32 : 128, rounds = quick ? 3 : 5;
+    int32_t *tok = malloc((size_t)np * sizeof *tok);
+    float *lg[2] = {NULL, NULL};
+    if (!rc) {
+        hy_rng r;
+        hy_rng_seed(&r, 42);
+        for (int i = 0; i < np; i++) tok[i] = (int32_t)(hy_rng_next(&r) % (uint64_t)c->vocab);
+        lg[0] = malloc((size_t)c->vocab * sizeof(float));
+        lg[1] = malloc((size_t)c->vocab * sizeof(float));
+    }
+    /* the logits of the same prompt, then of one decode after it */
+    double diff = 0, scale = 0;
+    for (int step = 0; step < 2 && !rc; step++)
+        for (int k = 0; k < 2 && !rc; k++) {
+            if (step == 0) {
+                hy_state_reset(f[k].st);
+                rc = hy_exec_prefill(f[k].ex, f[k].st, tok, (size_t)np, lg[k], &e);
+            } else {
+                rc = hy_exec_decode(f[k].ex, f[k].st, tok[0], lg[k], &e);
+            }
+            if (k == 1 && !rc)
+                for (int i = 0; i < c->vocab; i++) {
+                    diff = fmax(diff, fabs((double)lg[0][i] - lg[1][i]));
+                    scale = fmax(scale, fabs((double)lg[1][i]));
+                }
+        }
+    double pre[2][8], dec[2][8];
+    for (int r = 0; r < rounds && !rc; r++)
+        for (int j = 0; j < 2 && !rc; j++) {
+            const int k = (r + j) % 2; /* alternate which format goes first */
+            hy_state_reset(f[k].st);
+            double t0 = hy_now_s();
+            rc = hy_exec_prefill(f[k].ex, f[k].st, tok, (size_t)np, lg[k], &e);
+            pre[k][r] = np / (hy_now_s() - t0);
+            hy_state_reset(f[k].st);
+            t0 = hy_now_s();
+            for (int i = 0; i < nd && !rc; i++)
+                rc = hy_exec_decode(f[k].ex, f[k].st, tok[i], lg[k], &e);
+            dec[k][r] = nd / (hy_now_s() - t0);
+        }
+    if (!rc) {
+        const double bw = stream_read_bytes_s(quick ? 3 : 5);
+        out->stream_gb_s = bw / 1e9;
+        out->logits_max_abs_diff = diff;
+        out->logits_max_abs = scale;
+        out->prefill_tokens = np;
+        for (int k = 0; k < 2; k++) {
+            out->prefill_tok_s[k] = median(pre[k], rounds);
+            out->decode_tok_s[k] = median(dec[k], rounds);
+            out->matrix_mb[k] = (double)hy_model_matrix_bytes(f[k].m) / 1e6;
+            out->decode_bw_fraction[k] =
+                bw > 0 ? out->decode_tok_s[k] * out->matrix_mb[k] * 1e6 / bw : 0;
+        }
+        out->rounds = rounds;
+        out->ran = 1;
+        printf("\nweight formats, one BF16 checkpoint (%s), %d alternating rounds, medians:\n",
+               tmp[0] ? "small" : model, rounds);
+        printf("  %-6s %10s %16s %12s %22s\n", "format", "matrices", "prefill tok/s",
+               "decode tok/s", "decode / stream bw");
+        static const char *const names[2] = {"bf16", "f32"};
+        for (int k = 0; k < 2; k++)
+            printf("  %-6s %7.1f MB %10.0f (%d) %12.1f %15.2f of %.1f GB/s\n", names[k],
+                   out->matrix_mb[k], out->prefill_tok_s[k], np, out->decode_tok_s[k],
+                   out->decode_bw_fraction[k], out->stream_gb_s);
+        printf(
+            "  bf16 / f32: prefill %.2fx, decode %.2fx (target >= 1.7x); logits differ by at most "
+            "%.2e (largest |logit| %.2f)\n",
+            out->prefill_tok_s[0] / out->prefill_tok_s[1],
+            out->decode_tok_s[0] / out->decode_tok_s[1], diff, scale);
+    }
+    if (rc) fprintf(stderr, "hypic-bench: %s\n", e.msg);
+    free(tok), free(lg[0]), free(lg[1]);
+    fmt_close(&f[0]), fmt_close(&f[1]);
+    if (tmp[0]) hy_bench_rmtree(tmp);
+    return rc ? 1 : 0;
+}
