@@ -1,7 +1,8 @@
 /*
  * Causal softmax attention of one query head against its KV head, in blocks
  * of HY_ATTN_BLOCK queries: scores = q Kᵀ·scale as one GEMM per block, a
- * masked fp32 softmax per row, then o = P V as a second GEMM. The KV cache
+ * masked fp32 softmax per row left unnormalised, then o = P V as a second
+ * GEMM and each output row divided by its row's sum. The KV cache
  * holds every earlier position, so a block whose last row is at position p1
  * reads keys [0, p1]; keys after a row's own position get probability 0. The
  * rows of a block need not be at consecutive positions (hy_attention_at): a
@@ -45,6 +46,7 @@ static void block(int B, int dk, int dv, const int64_t *pos, const float *q, siz
                     p2->K + (size_t)c0 * p2->ldk, p2->ldk, 1.0f, scores + (size_t)s * ctx + c0,
                     (size_t)ctx);
     }
+    float inv[HY_ATTN_BLOCK]; /* each row's 1 / Σ exp, applied to its output row */
     for (int i = 0; i < B; i++) {
         float *row = scores + (size_t)i * ctx;
         const int valid = (int)pos[i] + 1;
@@ -57,9 +59,7 @@ static void block(int B, int dk, int dv, const int64_t *pos, const float *q, siz
             row[j] = hy_expf(row[j] - mx);
             sum += row[j];
         }
-        const float inv = 1.0f / sum;
-#pragma omp simd
-        for (int j = 0; j < valid; j++) row[j] *= inv;
+        inv[i] = 1.0f / sum;
         /* zero the computed scores past the row's position, to the end of
          * its tile: the tile's product with V reads them */
         const int end = valid <= shared
@@ -74,6 +74,12 @@ static void block(int B, int dk, int dv, const int64_t *pos, const float *q, siz
         while (pos[s] < c0) s++;
         hy_gemm(0, 0, B - s, dv, w, 1.0f, scores + (size_t)s * ctx + c0, (size_t)ctx,
                 V + (size_t)c0 * ldv, ldv, c0 ? 1.0f : 0.0f, o + (size_t)s * ldo, ldo);
+    }
+    /* normalised here, dv values a row rather than its ctx probabilities */
+    for (int i = 0; i < B; i++) {
+        float *orow = o + (size_t)i * ldo;
+#pragma omp simd
+        for (int j = 0; j < dv; j++) orow[j] *= inv[i];
     }
 }
 

@@ -230,6 +230,7 @@ void hy_rmsnorm(int n, int d, const float *x, size_t ldx, const float *w, float 
         const float *xr = x + (size_t)t * ldx;
         float *orow = out + (size_t)t * ldo;
         float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
         for (int i = 0; i < d; i++) ss += xr[i] * xr[i];
         float r = 1.0f / sqrtf(ss / (float)d + eps);
         for (int i = 0; i < d; i++) orow[i] = xr[i] * r * w[i];
@@ -239,6 +240,7 @@ void hy_rmsnorm(int n, int d, const float *x, size_t ldx, const float *w, float 
 void hy_l2norm_scale(float *x, int d, float eps, float scale)
 {
     float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
     for (int i = 0; i < d; i++) ss += x[i] * x[i];
     float r = scale / sqrtf(ss + eps);
     for (int i = 0; i < d; i++) x[i] *= r;

@@ -92,22 +92,24 @@ void hy_gdn_recurrent(const hy_gdn_in *in, float *S, float *o, size_t ldo, float
 size_t hy_gdn_chunked_scratch(int dk, int dv)
 {
     const size_t L = HY_GDN_CHUNK;
-    return 2 * L + 2 * L * L + 4 * L * (size_t)dk + L * (size_t)dv;
+    return 2 * L + 3 * L * L + 4 * L * (size_t)dk + 3 * L * (size_t)dv;
 }
 
 void hy_gdn_chunked(const hy_gdn_in *in, float *S, float *o, size_t ldo, float *T, float *work)
 {
     const int CL = HY_GDN_CHUNK, n = in->n, dk = in->dk, dv = in->dv;
     const size_t ldq = in->ldq, ldk = in->ldk, ldv = in->ldv, ldgb = in->ldgb;
-    float *G = work;                  /* [L] cumulative log-decay */
-    float *eG = G + CL;               /* [L] exp(G) */
-    float *Tm = eG + CL;              /* [L][L] (I + Lm)^-1, unit lower */
-    float *A = Tm + (size_t)CL * CL;  /* [L][L] k kᵀ, then the masked q kᵀ */
-    float *Wk = A + (size_t)CL * CL;  /* [L][dk] β k exp(G) -> W */
-    float *Qg = Wk + (size_t)CL * dk; /* [L][dk] q exp(G) */
-    float *Kd = Qg + (size_t)CL * dk; /* [L][dk] k exp(G_L - G) */
-    float *Vt = Kd + (size_t)CL * dk; /* [L][dk] −W·T */
-    float *Vn = Vt + (size_t)CL * dk; /* [L][dv] β v -> U -> V' */
+    float *G = work;                    /* [L] cumulative log-decay */
+    float *eG = G + CL;                 /* [L] exp(G) */
+    float *Tm = eG + CL;                /* [L][L] (I + Lm)^-1, unit lower */
+    float *A = Tm + (size_t)CL * CL;    /* [L][L] k kᵀ, then the masked q kᵀ */
+    float *Wk = A + (size_t)CL * CL;    /* [L][dk] β k exp(G) -> W */
+    float *Qg = Wk + (size_t)CL * dk;   /* [L][dk] q exp(G) */
+    float *Kd = Qg + (size_t)CL * dk;   /* [L][dk] k exp(G_L - G) */
+    float *Vt = Kd + (size_t)CL * dk;   /* [L][dk] −W·T */
+    float *Vn = Vt + (size_t)CL * dk;   /* [L][dv] β v -> U -> V' */
+    float *Y = Vn + (size_t)CL * dv;    /* [2L][dv] W S, then (q exp(G)) S */
+    float *D = Y + (size_t)2 * CL * dv; /* [L][L] exp(G_i − G_j), j <= i */
 
     for (int c0 = 0; c0 < n; c0 += CL) {
         const int L = HY_MIN_INT(CL, n - c0);
@@ -122,13 +124,21 @@ void hy_gdn_chunked(const hy_gdn_in *in, float *S, float *o, size_t ldo, float *
         }
         const float GL = G[L - 1], eGL = eG[L - 1];
 
+        /* The decays between the chunk's positions, which both masks use. */
+        for (int i = 0; i < L; i++) {
+            float *Di = D + (size_t)i * CL;
+#pragma omp simd
+            for (int j = 0; j <= i; j++) Di[j] = hy_expf(G[i] - G[j]);
+        }
+
         /* Lm and its inverse by forward substitution: (I + Lm) Tm = I. */
         hy_gemm(0, 1, L, L, dk, 1.0f, kc, ldk, kc, ldk, 0.0f, A, (size_t)CL);
         for (int i = 0; i < L; i++) {
             const float bi = bc[(size_t)i * ldgb];
             float *Ai = A + (size_t)i * CL;
+            const float *Di = D + (size_t)i * CL;
 #pragma omp simd
-            for (int j = 0; j < i; j++) Ai[j] *= bi * hy_expf(G[i] - G[j]);
+            for (int j = 0; j < i; j++) Ai[j] *= bi * Di[j];
         }
         hy_unit_lower_inverse(L, A, Tm, CL);
 
@@ -162,18 +172,33 @@ void hy_gdn_chunked(const hy_gdn_in *in, float *S, float *o, size_t ldo, float *
             hy_gemm(1, 0, dk, dk, L, 1.0f, Kd, (size_t)dk, Vt, (size_t)dk, 1.0f, T, (size_t)dk);
         }
 
-        /* V' = U − W S */
-        hy_gemm(0, 0, L, dv, dk, -1.0f, Wk, (size_t)dk, S, (size_t)dv, 1.0f, Vn, (size_t)dv);
-
-        /* o = (q exp(G)) S + mask(q kᵀ exp(G_i − G_j)) V' */
+        /* V' = U − W S, and o = (q exp(G)) S + mask(q kᵀ exp(G_i − G_j)) V'.
+         * In a full chunk W and q exp(G) are adjacent rows of work: one
+         * product of twice the rows for both (a 64-row product is below
+         * what BLAS runs efficiently; two cost ~1.3x one of 128). */
+        float *oc = o ? o + (size_t)c0 * ldo : NULL;
+        if (o && L == CL) {
+            hy_gemm(0, 0, 2 * L, dv, dk, 1.0f, Wk, (size_t)dk, S, (size_t)dv, 0.0f, Y, (size_t)dv);
+            for (int i = 0; i < L; i++) {
+                float *vn = Vn + (size_t)i * dv, *orow = oc + (size_t)i * ldo;
+                const float *ws = Y + (size_t)i * dv, *qs = Y + (size_t)(L + i) * dv;
+#pragma omp simd
+                for (int j = 0; j < dv; j++) {
+                    vn[j] -= ws[j];
+                    orow[j] = qs[j];
+                }
+            }
+        } else {
+            hy_gemm(0, 0, L, dv, dk, -1.0f, Wk, (size_t)dk, S, (size_t)dv, 1.0f, Vn, (size_t)dv);
+            if (o) hy_gemm(0, 0, L, dv, dk, 1.0f, Qg, (size_t)dk, S, (size_t)dv, 0.0f, oc, ldo);
+        }
         if (o) {
-            float *oc = o + (size_t)c0 * ldo;
-            hy_gemm(0, 0, L, dv, dk, 1.0f, Qg, (size_t)dk, S, (size_t)dv, 0.0f, oc, ldo);
             hy_gemm(0, 1, L, L, dk, 1.0f, qc, ldq, kc, ldk, 0.0f, A, (size_t)CL);
             for (int i = 0; i < L; i++) {
                 float *Ai = A + (size_t)i * CL;
+                const float *Di = D + (size_t)i * CL;
 #pragma omp simd
-                for (int j = 0; j <= i; j++) Ai[j] *= hy_expf(G[i] - G[j]);
+                for (int j = 0; j <= i; j++) Ai[j] *= Di[j];
                 for (int j = i + 1; j < L; j++) Ai[j] = 0.0f;
             }
             hy_gemm(0, 0, L, dv, L, 1.0f, A, (size_t)CL, Vn, (size_t)dv, 1.0f, oc, ldo);

@@ -559,6 +559,7 @@ static void moe_mlp(hy_exec *ex, const hy_layer_w *L, int n)
             float s = 1.0f; /* Kimi's and Nemotron-H's shared experts are not gated */
             if (c->shared_gated) {
                 s = 0.0f;
+#pragma omp simd reduction(+ : s)
                 for (int d = 0; d < H; d++) s += xr[d] * L->shared_gate[d];
                 s = hy_sigmoidf(s);
             }
@@ -731,6 +732,7 @@ static double gdn_logdecay(const hy_exec *ex, int h, int off, int len)
 static inline void rmsnorm_row(const float *x, const float *w, int d, float eps, float *out)
 {
     float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
     for (int i = 0; i < d; i++) ss += x[i] * x[i];
     const float r = 1.0f / sqrtf(ss / (float)d + eps);
     for (int i = 0; i < d; i++) out[i] = x[i] * r * w[i];
@@ -740,6 +742,7 @@ static inline void rmsnorm_row(const float *x, const float *w, int d, float eps,
 static inline void gated_rmsnorm(float *o, const float *z, const float *w, int d, float eps)
 {
     float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
     for (int i = 0; i < d; i++) ss += o[i] * o[i];
     const float r = 1.0f / sqrtf(ss / (float)d + eps);
 #pragma omp simd
