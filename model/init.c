@@ -51,6 +51,8 @@ static const preset k_presets[] = {
     {"tiny-linear", HY_ARCH_QWEN3_NEXT, 259, 64, 1, 2, 4, 2, 16, 2, 4, 16, 16, 128, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, NULL},
     /* benchmarks: ~33 M parameters, 6 linear + 2 attention layers, real head sizes */
     {"small", HY_ARCH_QWEN3_NEXT, 8192, 512, 8, 4, 8, 2, 128, 4, 8, 128, 128, 1024, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, NULL},
+    /* small with MoE (as tiny-moe is tiny's), ~32 M parameters: 8 experts of 64 (2 kept) and a shared one of 512 on layers 1-7; layer 0's dense MLP is as wide as the shared expert, so stock llama.cpp's qwen3next (MoE on every layer) can carry it there exactly (tools/anchor) */
+    {"small-moe", HY_ARCH_QWEN3_NEXT, 8192, 512, 8, 4, 8, 2, 128, 4, 8, 128, 128, 512, 8, 2, 64, 512, 1, 0, 0, 0, 0, 0, 0, NULL},
     /* OLMo-Hybrid: Gated DeltaNet with beta up to 2, dk != dv, post-normed GQA */
     {"tiny-olmo", HY_ARCH_OLMO_HYBRID, 259, 64, 4, 4, 4, 2, 16, 2, 4, 16, 32, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, NULL},
     /* its benchmark size: the released 7B's head shapes (dk 96, dv 192, head_dim 128) */
@@ -74,10 +76,10 @@ static const preset k_presets[] = {
 };
 // clang-format on
 
-const char *const hy_presets[] = {
-    "tiny",          "tiny-moe",       "tiny-linear",   "small",      "tiny-olmo",
-    "small-olmo",    "tiny-minimax",   "small-minimax", "tiny-kimi",  "small-kimi",
-    "tiny-nemotron", "small-nemotron", "tiny-ling",     "small-ling", NULL};
+const char *const hy_presets[] = {"tiny",           "tiny-moe",  "tiny-linear", "small",
+                                  "small-moe",      "tiny-olmo", "small-olmo",  "tiny-minimax",
+                                  "small-minimax",  "tiny-kimi", "small-kimi",  "tiny-nemotron",
+                                  "small-nemotron", "tiny-ling", "small-ling",  NULL};
 
 typedef struct writer {
     hy_st_wtensor *ts;
@@ -852,12 +854,13 @@ int hy_model_init(const char *preset_name, uint64_t seed, const char *dir, const
     const preset *p = NULL;
     for (size_t i = 0; i < sizeof k_presets / sizeof *k_presets; i++)
         if (strcmp(k_presets[i].name, preset_name) == 0) p = &k_presets[i];
-    if (!p)
-        return hy_err_set(err, HY_EINVAL,
-                          "unknown preset '%s' (tiny, tiny-moe, tiny-linear, small, tiny-olmo, "
-                          "small-olmo, tiny-minimax, small-minimax, tiny-kimi, small-kimi, "
-                          "tiny-nemotron, small-nemotron, tiny-ling, small-ling)",
-                          preset_name);
+    if (!p) {
+        char names[512] = ""; /* the list itself, so the message never falls behind it */
+        for (int i = 0; hy_presets[i]; i++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "",
+                     hy_presets[i]);
+        return hy_err_set(err, HY_EINVAL, "unknown preset '%s' (%s)", preset_name, names);
+    }
     writer w = {0};
     if (strcmp(dtype, "F32") == 0)
         w.dtype = HY_DT_F32;
