@@ -218,7 +218,7 @@ void hy_linear_bf16(int n, int in, int out, const float *X, size_t ldx, const ui
             else /* no scratch to widen into: slower, the same sums */
                 linear_bf16_direct(n, in, o0, o1, X, ldx, W, Y, ldy);
         }
-        free(panel);
+        hy_free(panel);
     }
 }
 

@@ -22,7 +22,8 @@
 #      package) and Q8_0 (llama-quantize from the F32 one);
 #   4. agreement: three prompts through both, the last position's logits compared
 #      (compare_logits.py); F32 against our F32 must have identical top-10 and a max
-#      |logit difference| <= 0.01 over our top 1000, or the run stops;
+#      |logit difference| <= 0.01 over our top 1000, or the run stops; BF16 and Q8_0
+#      against our F32, and BF16 against our BF16 checkpoint, are reported;
 #   5. timings: per round llama-bench on each format (-r 1) and `hypic-bench executor
 #      --model` on the F32 and the BF16 checkpoint (kept in bf16), alternating which side
 #      goes first; medians, a table, each side's best format against the other's, and a
@@ -180,12 +181,17 @@ EOF
 for p in text random100 random700; do
     OMP_NUM_THREADS=$THREADS "$HYPIC_MODEL" run "$MODEL" --tokens "$OUT/prompt-$p.txt" --top 1000 \
         >"$OUT/logits-ours-$p.txt"
+    OMP_NUM_THREADS=$THREADS "$HYPIC_MODEL" run "$MODEL-bf16" --tokens "$OUT/prompt-$p.txt" \
+        --top 1000 >"$OUT/logits-ours-bf16-$p.txt"
     for fmt in F32 BF16 Q8_0; do
         "$LOGITS" "$GG/$PRESET-s$SEED-$fmt.gguf" "$OUT/prompt-$p.txt" "$THREADS" \
             >"$OUT/logits-llama-$fmt-$p.txt"
         "$PY" "$HERE/compare_logits.py" "$OUT/logits-llama-$fmt-$p.txt" "$OUT/logits-ours-$p.txt" \
             >"$OUT/agreement-$fmt-$p.json"
     done
+    # llama.cpp's BF16 file against our BF16 checkpoint: the same bf16 weights
+    "$PY" "$HERE/compare_logits.py" "$OUT/logits-llama-BF16-$p.txt" "$OUT/logits-ours-bf16-$p.txt" \
+        >"$OUT/agreement-BF16-hypicBF16-$p.json"
 done
 "$PY" - "$OUT" "$TOLERANCE" <<'EOF'
 import glob, json, sys

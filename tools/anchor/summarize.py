@@ -68,9 +68,14 @@ def main():
             ratio[c] = round(w / v, 3)
 
     agreement = {}
-    for fmt in FORMATS:
+    # llama.cpp's format against our F32, and its BF16 against our BF16 checkpoint
+    pairs = [(fmt, f"agreement-{fmt}-*.json") for fmt in FORMATS]
+    pairs.append(("BF16_vs_hypic_BF16", "agreement-BF16-hypicBF16-*.json"))
+    for fmt, pattern in pairs:
         runs = []
-        for path in sorted(glob.glob(os.path.join(d, f"agreement-{fmt}-*.json"))):
+        for path in sorted(glob.glob(os.path.join(d, pattern))):
+            if fmt in FORMATS and "-hypicBF16-" in path:
+                continue
             with open(path) as f:
                 runs.append(json.load(f))
         if runs:
@@ -94,7 +99,8 @@ def main():
     print(f"{'  (llama.cpp format)':22}" + "".join(f"{best.get(c, '-'):>10}" for c in cols))
     print(f"{'  (hypic format)':22}" + "".join(f"{ours_best.get(c, '-'):>10}" for c in cols))
     for fmt, a in agreement.items():
-        print(f"agreement {fmt:5} vs hypic F32 ({a['prompts']} prompts): top-10 identical "
+        who = "BF16  vs hypic BF16" if fmt == "BF16_vs_hypic_BF16" else f"{fmt:5} vs hypic F32"
+        print(f"agreement {who} ({a['prompts']} prompts): top-10 identical "
               f"{'yes' if a['top10_identical'] else 'NO'}, top-1 "
               f"{'yes' if a['top1_identical'] else 'NO'}, max |logit diff| over our top "
               f"{a['logits_compared']}: {a['max_abs_logit_diff']:.6f}")
