@@ -31,18 +31,24 @@ typedef struct hy_bench_model {
 
 /* Opens `model`, or generates the `small` preset when it is NULL; prints a
  * line about it. Returns 0, or 1 after printing the error. */
-/* What hy_bench_weight_formats measured; [0] bf16 as kept, [1] the same
- * checkpoint widened to fp32. ran is 0 when the checkpoint is not BF16. */
+/* What hy_bench_weight_formats measured; [0] bf16 as kept (fp32 arithmetic),
+ * [1] bf16 arithmetic (HY_WEIGHTS_BF16; bf16_math says whether this CPU has
+ * it), [2] the same checkpoint widened to fp32. ran is 0 when the checkpoint
+ * is not BF16. logits_max_abs_diff[k]: [0] and [1] against [2]. */
+#define HY_BENCH_NFORMATS 3
 typedef struct hy_bench_weights {
-    int ran, rounds, prefill_tokens;
-    double prefill_tok_s[2], decode_tok_s[2], matrix_mb[2], decode_bw_fraction[2];
-    double stream_gb_s, logits_max_abs_diff, logits_max_abs;
+    int ran, rounds, prefill_tokens, bf16_math;
+    double prefill_tok_s[HY_BENCH_NFORMATS], decode_tok_s[HY_BENCH_NFORMATS];
+    double matrix_mb[HY_BENCH_NFORMATS], decode_bw_fraction[HY_BENCH_NFORMATS];
+    double stream_gb_s, logits_max_abs_diff[HY_BENCH_NFORMATS - 1], logits_max_abs;
 } hy_bench_weights;
 /* The BF16 checkpoint at model (or `small` generated in BF16 when NULL) in
  * both formats, printed as it goes; 0, or 1 after printing why. */
 int hy_bench_weight_formats(const char *model, int quick, hy_bench_weights *out);
 
 int hy_bench_open(hy_bench_model *b, const char *model);
+/* hy_bench_open with the model's matrices kept as w says (hy_weights). */
+int hy_bench_open_with(hy_bench_model *b, const char *model, hy_weights w);
 void hy_bench_close(hy_bench_model *b);
 
 /* Writes `script` to dir/script_name and runs gnuplot on it there (the

@@ -154,19 +154,25 @@ int hy_bench_executor(int argc, char **argv)
 {
     const char *model = NULL;
     int quick = 0;
+    hy_weights weights = HY_WEIGHTS_AUTO;
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--model") == 0 && i + 1 < argc)
             model = argv[++i];
         else if (strcmp(argv[i], "--quick") == 0)
             quick = 1;
+        else if (strcmp(argv[i], "--weights") == 0 && i + 1 < argc &&
+                 hy_weights_parse(argv[i + 1], &weights) == 0)
+            i++;
         else {
-            fprintf(stderr, "usage: hypic-bench executor [--model DIR] [--quick]\n");
+            fprintf(
+                stderr,
+                "usage: hypic-bench executor [--model DIR] [--weights auto|f32|bf16] [--quick]\n");
             return 2;
         }
     }
     hy_err e = {0};
     hy_bench_model bm;
-    if (hy_bench_open(&bm, model)) return 1;
+    if (hy_bench_open_with(&bm, model, weights)) return 1;
     hy_exec *ex = bm.ex;
     hy_state *st = bm.st;
     const hy_model_config *c = bm.c;
@@ -326,19 +332,25 @@ int hy_bench_executor(int argc, char **argv)
         printf(",\"mla_prefill_tok_s_%d\":{\"expanded\":%.1f,\"latent\":%.1f},"
                "\"mla_auto_latent\":%s",
                mn, mn / mla_s[0], mn / mla_s[1], mla_auto == HY_MLA_ABSORBED ? "true" : "false");
-    if (wf.ran)
+    if (wf.ran) {
+        static const char *const keys[HY_BENCH_NFORMATS] = {"bf16", "bf16_math", "f32"};
         printf(",\"weights\":{\"rounds\":%d,\"prefill_tokens\":%d,\"stream_gb_s\":%.2f,"
-               "\"bf16\":{\"matrix_mb\":%.2f,\"prefill_tok_s\":%.1f,\"decode_tok_s\":%.1f,"
-               "\"decode_fraction_of_stream\":%.3f},"
-               "\"f32\":{\"matrix_mb\":%.2f,\"prefill_tok_s\":%.1f,\"decode_tok_s\":%.1f,"
-               "\"decode_fraction_of_stream\":%.3f},"
-               "\"decode_bf16_over_f32\":%.3f,\"prefill_bf16_over_f32\":%.3f,"
-               "\"logits_max_abs_diff\":%.3g,\"logits_max_abs\":%.3f}",
-               wf.rounds, wf.prefill_tokens, wf.stream_gb_s, wf.matrix_mb[0], wf.prefill_tok_s[0],
-               wf.decode_tok_s[0], wf.decode_bw_fraction[0], wf.matrix_mb[1], wf.prefill_tok_s[1],
-               wf.decode_tok_s[1], wf.decode_bw_fraction[1],
-               wf.decode_tok_s[0] / wf.decode_tok_s[1], wf.prefill_tok_s[0] / wf.prefill_tok_s[1],
-               wf.logits_max_abs_diff, wf.logits_max_abs);
+               "\"bf16_math_available\":%s",
+               wf.rounds, wf.prefill_tokens, wf.stream_gb_s, wf.bf16_math ? "true" : "false");
+        for (int k = 0; k < HY_BENCH_NFORMATS; k++) {
+            printf(",\"%s\":{\"matrix_mb\":%.2f,\"prefill_tok_s\":%.1f,\"decode_tok_s\":%.1f,"
+                   "\"decode_fraction_of_stream\":%.3f",
+                   keys[k], wf.matrix_mb[k], wf.prefill_tok_s[k], wf.decode_tok_s[k],
+                   wf.decode_bw_fraction[k]);
+            if (k < HY_BENCH_NFORMATS - 1)
+                printf(",\"logits_max_abs_diff\":%.3g", wf.logits_max_abs_diff[k]);
+            printf("}");
+        }
+        printf(",\"decode_bf16_over_f32\":%.3f,\"prefill_bf16_over_f32\":%.3f,"
+               "\"prefill_bf16_math_over_f32\":%.3f,\"logits_max_abs\":%.3f}",
+               wf.decode_tok_s[0] / wf.decode_tok_s[2], wf.prefill_tok_s[0] / wf.prefill_tok_s[2],
+               wf.prefill_tok_s[1] / wf.prefill_tok_s[2], wf.logits_max_abs);
+    }
     printf(",\"peak_rss_mb\":%.1f,\"threads\":%d,\"quick\":%s}\n", rss, omp_get_max_threads(),
            quick ? "true" : "false");
     free(tok), free(logits);

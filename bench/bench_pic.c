@@ -484,7 +484,7 @@ int hy_bench_pic(int argc, char **argv)
     enum { PIC_NVME = HY_MODE_COUNT, PIC_MEM, NRUN };
     double ttft[NRUN] = {0}, kl[NRUN] = {0}, fetch_s[NRUN] = {0};
     double landing_s = 0, nvme_read_s = 0; /* NVMe hits: the pass's waits, the reads' own time */
-    double nvme_alone_s = 0; /* the same reads again with no pass beside them */
+    double nvme_alone_s = 0;               /* the same reads again with no pass beside them */
     /* per request too: on a shared machine a stalled parallel region
      * inflates a mean, which the median resists */
     double *per[NRUN];

@@ -413,8 +413,8 @@ int hy_bench_scatter(int argc, char **argv)
         rc = prefill(x.c, &cold, &ttft[2], &tm2);
         if (!rc) {
             makespan[2] = tm2.scatter_makespan_ms / 1e3;
-            printf("  m = 2: TTFT %.2f s (makespan %.2f s, the combiner waited %.2f s)\n",
-                   ttft[2], makespan[2], tm2.scatter_wait_ms / 1e3);
+            printf("  m = 2: TTFT %.2f s (makespan %.2f s, the combiner waited %.2f s)\n", ttft[2],
+                   makespan[2], tm2.scatter_wait_ms / 1e3);
         }
         daemon_down(&x);
     }
@@ -487,8 +487,7 @@ int hy_bench_scatter(int argc, char **argv)
            ms.rtt_s * 1e3);
     printf("\n%-22s %10s %10s\n", "", "measured", "simulated");
     printf("%-22s %9.2fs %9.2fs  (error %.1f%%)\n", "TTFT, 1 worker", ttft[1], sim[0], err1 * 100);
-    printf("%-22s %9.2fs %9.2fs  (error %.1f%%)\n", "TTFT, 2 workers", ttft[2], sim[1],
-           err2 * 100);
+    printf("%-22s %9.2fs %9.2fs  (error %.1f%%)\n", "TTFT, 2 workers", ttft[2], sim[1], err2 * 100);
     for (size_t k = 2; k < NSIM; k++)
         printf("%-22s %10s %9.2fs  speedup %.2fx\n", "", "", sim[k], sim[0] / sim[k]);
     printf("\nparallel efficiency at m = 2: %.3f (limit 1: two workers on this machine's two "
@@ -511,10 +510,10 @@ int hy_bench_scatter(int argc, char **argv)
            "\"cost_model\":{\"fixed_s\":%.6f,\"per_token_s\":%.4e,\"per_token2_s\":%.4e},"
            "\"entry_bytes\":{\"fixed\":%.0f,\"per_token\":%.1f},\"link_gbs\":%.3f,"
            "\"compose_ms\":%.3f,\"query_ms\":%.3f,\"pieces\":%d}\n",
-           given ? "given" : "small", NSEG, (unsigned long long)sum, ttft[1], ttft[2], makespan[1], makespan[2], eff, lpt_rr,
-           mk[0], mk[1], sim[0], sim[1], sim[2], sim[3], sim[4], sim[0] / sim[1], sim[0] / sim[2],
-           sim[0] / sim[3], sim[0] / sim[4], err1, err2, ms.cost.fixed_s, ms.cost.per_token_s,
-           ms.cost.per_token2_s, ms.bytes_fixed, ms.bytes_per_token, ms.link_bytes_s / 1e9,
-           ms.compose_s * 1e3, ms.query_s * 1e3, layers);
+           given ? "given" : "small", NSEG, (unsigned long long)sum, ttft[1], ttft[2], makespan[1],
+           makespan[2], eff, lpt_rr, mk[0], mk[1], sim[0], sim[1], sim[2], sim[3], sim[4],
+           sim[0] / sim[1], sim[0] / sim[2], sim[0] / sim[3], sim[0] / sim[4], err1, err2,
+           ms.cost.fixed_s, ms.cost.per_token_s, ms.cost.per_token2_s, ms.bytes_fixed,
+           ms.bytes_per_token, ms.link_bytes_s / 1e9, ms.compose_s * 1e3, ms.query_s * 1e3, layers);
     return 0;
 }

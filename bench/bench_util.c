@@ -19,6 +19,11 @@ static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *
 
 int hy_bench_open(hy_bench_model *b, const char *model)
 {
+    return hy_bench_open_with(b, model, HY_WEIGHTS_AUTO);
+}
+
+int hy_bench_open_with(hy_bench_model *b, const char *model, hy_weights w)
+{
     hy_err e = {0};
     memset(b, 0, sizeof *b);
     if (!model) {
@@ -36,15 +41,16 @@ int hy_bench_open(hy_bench_model *b, const char *model)
         }
         model = b->tmp;
     }
-    if (hy_model_open(&b->m, model, &e) || hy_exec_new(b->m, 0, &b->ex, &e) ||
+    if (hy_model_open_with(&b->m, model, w, &e) || hy_exec_new(b->m, 0, &b->ex, &e) ||
         hy_state_new(b->m, &b->st, &e)) {
         fprintf(stderr, "hypic-bench: %s\n", e.msg);
         hy_bench_close(b);
         return 1;
     }
     b->c = hy_model_cfg(b->m);
-    printf("model %s: %.1f M parameters, hidden %d, %d layers\n", model,
-           (double)hy_config_param_count(b->c) / 1e6, b->c->hidden, b->c->n_layers);
+    printf("model %s: %.1f M parameters, hidden %d, %d layers, weight matrices in %s%s\n", model,
+           (double)hy_config_param_count(b->c) / 1e6, b->c->hidden, b->c->n_layers,
+           hy_model_weights_name(b->m), hy_model_bf16_math(b->m) ? " (bf16 arithmetic)" : "");
     return 0;
 }
 

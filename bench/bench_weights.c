@@ -89,46 +89,45 @@ int hy_bench_weight_formats(const char *model, int quick, hy_bench_weights *out)
         }
         model = tmp;
     }
-    fmt_run f[2] = {{0}}; /* [0] bf16 as kept, [1] widened to fp32 */
-    int rc = fmt_open(&f[0], model, HY_WEIGHTS_AUTO, &e);
-    if (!rc) rc = fmt_open(&f[1], model, HY_WEIGHTS_F32, &e);
+    /* [0] bf16 kept, fp32 arithmetic; [1] bf16 arithmetic; [2] widened to fp32 */
+    enum { NF = HY_BENCH_NFORMATS };
+    static const hy_weights modes[NF] = {HY_WEIGHTS_AUTO, HY_WEIGHTS_BF16, HY_WEIGHTS_F32};
+    fmt_run f[NF] = {{0}};
+    int rc = 0;
+    for (int k = 0; k < NF && !rc; k++) rc = fmt_open(&f[k], model, modes[k], &e);
     if (!rc && strcmp(hy_model_weights_name(f[0].m), "bf16") != 0) {
         printf("\nweight formats: %s is not a BF16 checkpoint; no bf16 figures\n", model);
-        fmt_close(&f[0]), fmt_close(&f[1]);
+        for (int k = 0; k < NF; k++) fmt_close(&f[k]);
         if (tmp[0]) hy_bench_rmtree(tmp);
         return 0;
     }
     const hy_model_config *c = rc ? NULL : hy_model_cfg(f[0].m);
     const int np = quick ? 512 : 2048, nd = quick ? 32 : 128, rounds = quick ? 3 : 5;
     int32_t *tok = malloc((size_t)np * sizeof *tok);
-    float *lg[2] = {NULL, NULL};
+    float *lg[NF] = {NULL};
     if (!rc) {
         hy_rng r;
         hy_rng_seed(&r, 42);
         for (int i = 0; i < np; i++) tok[i] = (int32_t)(hy_rng_next(&r) % (uint64_t)c->vocab);
-        lg[0] = malloc((size_t)c->vocab * sizeof(float));
-        lg[1] = malloc((size_t)c->vocab * sizeof(float));
+        for (int k = 0; k < NF; k++) lg[k] = malloc((size_t)c->vocab * sizeof(float));
     }
-    /* the logits of the same prompt, then of one decode after it */
-    double diff = 0, scale = 0;
-    for (int step = 0; step < 2 && !rc; step++)
-        for (int k = 0; k < 2 && !rc; k++) {
-            if (step == 0) {
-                hy_state_reset(f[k].st);
-                rc = hy_exec_prefill(f[k].ex, f[k].st, tok, (size_t)np, lg[k], &e);
-            } else {
-                rc = hy_exec_decode(f[k].ex, f[k].st, tok[0], lg[k], &e);
+    /* the logits of the same prompt, then of one decode after it, against fp32's */
+    for (int step = 0; step < 2 && !rc; step++) {
+        for (int k = 0; k < NF && !rc; k++)
+            rc = step == 0 ? (hy_state_reset(f[k].st),
+                              hy_exec_prefill(f[k].ex, f[k].st, tok, (size_t)np, lg[k], &e))
+                           : hy_exec_decode(f[k].ex, f[k].st, tok[0], lg[k], &e);
+        for (int k = 0; k < NF - 1 && !rc; k++)
+            for (int i = 0; i < c->vocab; i++) {
+                out->logits_max_abs_diff[k] =
+                    fmax(out->logits_max_abs_diff[k], fabs((double)lg[k][i] - lg[NF - 1][i]));
+                out->logits_max_abs = fmax(out->logits_max_abs, fabs((double)lg[NF - 1][i]));
             }
-            if (k == 1 && !rc)
-                for (int i = 0; i < c->vocab; i++) {
-                    diff = fmax(diff, fabs((double)lg[0][i] - lg[1][i]));
-                    scale = fmax(scale, fabs((double)lg[1][i]));
-                }
-        }
-    double pre[2][8], dec[2][8];
+    }
+    double pre[NF][8], dec[NF][8];
     for (int r = 0; r < rounds && !rc; r++)
-        for (int j = 0; j < 2 && !rc; j++) {
-            const int k = (r + j) % 2; /* alternate which format goes first */
+        for (int j = 0; j < NF && !rc; j++) {
+            const int k = (r + j) % NF; /* rotate which format goes first */
             hy_state_reset(f[k].st);
             double t0 = hy_now_s();
             rc = hy_exec_prefill(f[k].ex, f[k].st, tok, (size_t)np, lg[k], &e);
@@ -142,10 +141,9 @@ int hy_bench_weight_formats(const char *model, int quick, hy_bench_weights *out)
     if (!rc) {
         const double bw = stream_read_bytes_s(quick ? 3 : 5);
         out->stream_gb_s = bw / 1e9;
-        out->logits_max_abs_diff = diff;
-        out->logits_max_abs = scale;
         out->prefill_tokens = np;
-        for (int k = 0; k < 2; k++) {
+        out->bf16_math = hy_model_bf16_math(f[1].m);
+        for (int k = 0; k < NF; k++) {
             out->prefill_tok_s[k] = median(pre[k], rounds);
             out->decode_tok_s[k] = median(dec[k], rounds);
             out->matrix_mb[k] = (double)hy_model_matrix_bytes(f[k].m) / 1e6;
@@ -154,24 +152,28 @@ int hy_bench_weight_formats(const char *model, int quick, hy_bench_weights *out)
         }
         out->rounds = rounds;
         out->ran = 1;
-        printf("\nweight formats, one BF16 checkpoint (%s), %d alternating rounds, medians:\n",
+        printf("\nweight formats, one BF16 checkpoint (%s), %d rotating rounds, medians:\n",
                tmp[0] ? "small" : model, rounds);
-        printf("  %-6s %10s %16s %12s %22s\n", "format", "matrices", "prefill tok/s",
-               "decode tok/s", "decode / stream bw");
-        static const char *const names[2] = {"bf16", "f32"};
-        for (int k = 0; k < 2; k++)
-            printf("  %-6s %7.1f MB %10.0f (%d) %12.1f %15.2f of %.1f GB/s\n", names[k],
+        printf("  %-10s %10s %16s %12s %22s %12s\n", "format", "matrices", "prefill tok/s",
+               "decode tok/s", "decode / stream bw", "max |dlogit|");
+        static const char *const names[NF] = {"bf16", "bf16 math", "f32"};
+        for (int k = 0; k < NF; k++)
+            printf("  %-10s %7.1f MB %10.0f (%d) %12.1f %15.2f of %.1f GB/s %12.2e\n", names[k],
                    out->matrix_mb[k], out->prefill_tok_s[k], np, out->decode_tok_s[k],
-                   out->decode_bw_fraction[k], out->stream_gb_s);
-        printf(
-            "  bf16 / f32: prefill %.2fx, decode %.2fx (target >= 1.7x); logits differ by at most "
-            "%.2e (largest |logit| %.2f)\n",
-            out->prefill_tok_s[0] / out->prefill_tok_s[1],
-            out->decode_tok_s[0] / out->decode_tok_s[1], diff, scale);
+                   out->decode_bw_fraction[k], out->stream_gb_s,
+                   k < NF - 1 ? out->logits_max_abs_diff[k] : 0.0);
+        if (!out->bf16_math)
+            printf("  (this build's CPU has no AVX512-BF16: 'bf16 math' is bf16 with fp32 "
+                   "arithmetic)\n");
+        printf("  bf16 / f32: prefill %.2fx, decode %.2fx (target >= 1.7x); bf16 math / f32: "
+               "prefill %.2fx; largest |logit| %.2f\n",
+               out->prefill_tok_s[0] / out->prefill_tok_s[2],
+               out->decode_tok_s[0] / out->decode_tok_s[2],
+               out->prefill_tok_s[1] / out->prefill_tok_s[2], out->logits_max_abs);
     }
     if (rc) fprintf(stderr, "hypic-bench: %s\n", e.msg);
-    free(tok), free(lg[0]), free(lg[1]);
-    fmt_close(&f[0]), fmt_close(&f[1]);
+    free(tok);
+    for (int k = 0; k < NF; k++) free(lg[k]), fmt_close(&f[k]);
     if (tmp[0]) hy_bench_rmtree(tmp);
     return rc ? 1 : 0;
 }

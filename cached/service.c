@@ -584,11 +584,12 @@ int svc_open(hy_svc *s, const hy_cached_config *cfg, hy_err *err)
         s->nmodels++;
         if ((rc = model_open(&s->models[i], &cfg->models[i], cfg, err))) return rc;
         hy_log(HY_LOG_INFO,
-               "model '%s' from %s: %d layers, vocab %d, weight matrices in %s (%.1f MB), %d "
+               "model '%s' from %s: %d layers, vocab %d, weight matrices in %s (%.1f MB%s), %d "
                "executor context(s)",
                cfg->models[i].name, cfg->models[i].dir, s->models[i].c->n_layers,
                s->models[i].c->vocab, hy_model_weights_name(s->models[i].m),
-               (double)s->models[i].wbytes / 1e6, s->models[i].nctx);
+               (double)s->models[i].wbytes / 1e6,
+               hy_model_bf16_math(s->models[i].m) ? ", bf16 arithmetic" : "", s->models[i].nctx);
     }
     hy_store_config sc;
     hy_store_config_default(&sc, cfg->host_bytes, cfg->nvme_dir[0] ? cfg->nvme_dir : NULL);

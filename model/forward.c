@@ -142,7 +142,8 @@ static void product(hy_exec *ex, int n, int K, int N, const float *x, size_t ldx
 {
     prof_begin(ex);
     if (bf16)
-        hy_linear_bf16(n, K, N, x, ldx, (const uint16_t *)(const void *)w, y, ldy);
+        hy_linear_bf16(n, K, N, x, ldx, (const uint16_t *)(const void *)w, y, ldy,
+                       ex->m->bf16_math);
     else
         hy_linear(n, K, N, x, ldx, w, y, ldy);
     if (ex->stats.on) ex->stats.prof.gemm_flops += 2.0 * n * (double)K * N;

@@ -224,7 +224,8 @@ static int load_mlp_experts(loader *ld, int i, hy_layer_w *L)
     const int64_t H = c->hidden, E = c->n_experts, I = c->moe_intermediate;
     char n[200], full[256];
     int rc;
-    if (!(L->experts = own(ld->m, calloc((size_t)E, sizeof *L->experts), (size_t)E * sizeof *L->experts)))
+    if (!(L->experts =
+              own(ld->m, calloc((size_t)E, sizeof *L->experts), (size_t)E * sizeof *L->experts)))
         return hy_err_set(ld->err, HY_ENOMEM, "out of memory");
     snprintf(full, sizeof full, "%slayers.%d.mlp.experts.gate_up_proj", ld->prefix, i);
     if (hy_st_find(ld->st, full)) { /* fused layout */
@@ -552,7 +553,8 @@ static int load_nemotron_moe(loader *ld, int i, hy_layer_w *L)
     if ((rc = LOAD(ld, n, NULL, &L->router, E, H))) return rc;
     snprintf(n, sizeof n, "layers.%d.mixer.gate.e_score_correction_bias", i);
     if ((rc = LOAD(ld, n, NULL, &L->router_bias, E))) return rc;
-    if (!(L->experts = own(ld->m, calloc((size_t)E, sizeof *L->experts), (size_t)E * sizeof *L->experts)))
+    if (!(L->experts =
+              own(ld->m, calloc((size_t)E, sizeof *L->experts), (size_t)E * sizeof *L->experts)))
         return hy_err_set(ld->err, HY_ENOMEM, "out of memory");
     snprintf(n, sizeof n, "layers.%d.mixer.experts.up_proj", i);
     if (has(ld, n)) {
@@ -742,7 +744,8 @@ static int load_experts(loader *ld, int i, const char *base, hy_layer_w *L)
     const int64_t H = c->hidden, E = c->n_experts, I = c->moe_intermediate;
     char n[200];
     int rc;
-    if (!(L->experts = own(ld->m, calloc((size_t)E, sizeof *L->experts), (size_t)E * sizeof *L->experts)))
+    if (!(L->experts =
+              own(ld->m, calloc((size_t)E, sizeof *L->experts), (size_t)E * sizeof *L->experts)))
         return hy_err_set(ld->err, HY_ENOMEM, "out of memory");
     snprintf(n, sizeof n, "layers.%d.%s.experts.gate_up_proj", i, base);
     if (has(ld, n)) {
@@ -1157,6 +1160,8 @@ int hy_weights_parse(const char *s, hy_weights *out)
         *out = HY_WEIGHTS_AUTO;
     else if (strcmp(s, "f32") == 0)
         *out = HY_WEIGHTS_F32;
+    else if (strcmp(s, "bf16") == 0)
+        *out = HY_WEIGHTS_BF16;
     else
         return HY_EINVAL;
     return HY_OK;
@@ -1185,7 +1190,8 @@ int hy_model_open_with(hy_model **out, const char *dir, hy_weights w, hy_err *er
     if (rc == HY_OK) rc = hy_st_open_dir(&ld.st, dir, err);
     if (rc == HY_OK) rc = load_all(&ld);
     if (rc == HY_OK) rc = fingerprint(m, dir, ld.st, err);
-    if (rc == HY_OK && w == HY_WEIGHTS_AUTO && checkpoint_bf16(&ld)) rc = hy_model_narrow(m, err);
+    if (rc == HY_OK && w != HY_WEIGHTS_F32 && checkpoint_bf16(&ld)) rc = hy_model_narrow(m, err);
+    m->bf16_math = m->w_bf16 && w == HY_WEIGHTS_BF16 && hy_linear_bf16_rounds_x(1 << 30, true);
     hy_st_close(ld.st); /* every weight now lives in owned buffers */
     free(ld.used);
     if (rc != HY_OK) {

@@ -144,6 +144,7 @@ struct hy_model {
      * of fp32's, which the forward's products widen as they read them. The
      * fields keep their float * type; only forward.c's linear() reads them. */
     bool w_bf16;
+    bool bf16_math; /* w_bf16 and hy_linear_bf16's bf16 arithmetic (HY_WEIGHTS_BF16) */
     hy_owned *owned; /* every buffer the model frees, with its size */
     size_t n_owned, cap_owned;
 };

@@ -10,7 +10,9 @@
  * half the size, element for element, so every field's offset into its
  * buffer is unchanged in elements, and frees the fp32 one. The products
  * (hy_linear_bf16) widen the values as they read them and accumulate in
- * fp32, so the sums are the fp32 path's up to the order of additions.
+ * fp32, so the sums are the fp32 path's up to the order of additions —
+ * unless the model was opened for bf16 arithmetic (HY_WEIGHTS_BF16), where
+ * large products round the activations to bf16 too.
  *
  * Vectors (norms, biases, decays), the conv taps, the embedding rows and
  * MLA's kv_b_proj (sliced per head by the absorbed attention) stay fp32:
@@ -157,6 +159,11 @@ out:
 const char *hy_model_weights_name(const hy_model *m)
 {
     return m->w_bf16 ? "bf16" : "f32";
+}
+
+bool hy_model_bf16_math(const hy_model *m)
+{
+    return m->bf16_math;
 }
 
 size_t hy_model_matrix_bytes(const hy_model *m)

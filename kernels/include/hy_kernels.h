@@ -22,12 +22,16 @@
 /* Y[n][out] = X[n][in] · W[out][in]ᵀ (a bias-free nn.Linear), through BLAS. */
 void hy_linear(int n, int in, int out, const float *X, size_t ldx, const float *W, float *Y,
                size_t ldy);
-/* hy_linear with W[out][in] in bf16 (a checkpoint's own bytes, half of fp32's),
- * accumulated in fp32: a few rows (decode) dot each weight row as it streams;
- * more widen W a panel at a time into fp32 for sgemm (OpenBLAS as Debian
- * builds it has no bf16 GEMM), so X is never rounded to bf16. */
-void hy_linear_bf16(int n, int in, int out, const float *X, size_t ldx, const uint16_t *W,
-                    float *Y, size_t ldy);
+/* hy_linear with W[out][in] in bf16 (a checkpoint's own bytes, half of
+ * fp32's), accumulated in fp32. Up to 4 rows (decode) each weight row is
+ * widened as it streams, X staying fp32. More rows: with bf16_math on a CPU
+ * with AVX512-BF16, X is rounded to bf16 and multiplied pairwise in hardware
+ * (vdpbf16ps, about twice sgemm's rate); otherwise W is widened a panel at a
+ * time for sgemm and X stays fp32 (the fp32 path's sums, reordered). */
+void hy_linear_bf16(int n, int in, int out, const float *X, size_t ldx, const uint16_t *W, float *Y,
+                    size_t ldy, bool bf16_math);
+/* Whether hy_linear_bf16 of n rows rounds X to bf16 (bf16_math on this build's CPU). */
+bool hy_linear_bf16_rounds_x(int n, bool bf16_math);
 /* C[m][n] = alpha · op(A) · op(B) + beta · C, row-major. op(A) is [m][k]: A is
  * stored [m][k], or [k][m] when ta. op(B) is [k][n]: B is [k][n], or [n][k]
  * when tb. Runs on BLAS threads unless called inside a parallel region. */

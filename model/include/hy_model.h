@@ -164,10 +164,14 @@ typedef struct hy_model hy_model;
  * router and LM head: what decode streams once per token). */
 typedef enum hy_weights {
     HY_WEIGHTS_AUTO, /* as the checkpoint holds them: BF16 stays bf16, half the bytes of
-                      * fp32, widened by the products as they read; F32 and F16 in fp32 */
+                      * fp32, widened by the products as they read (fp32 arithmetic, the
+                      * F32 path's sums reordered); F32 and F16 in fp32 */
     HY_WEIGHTS_F32,  /* every checkpoint widened to fp32 */
+    HY_WEIGHTS_BF16, /* as AUTO, and products of more than 4 rows multiply in bf16 where
+                      * the CPU can (AVX512-BF16): activations rounded to bf16 as bf16
+                      * inference rounds them, about twice sgemm's rate */
 } hy_weights;
-/* "auto" or "f32" into *out; HY_EINVAL otherwise. */
+/* "auto", "f32" or "bf16" into *out; HY_EINVAL otherwise. */
 int hy_weights_parse(const char *s, hy_weights *out);
 
 /* Opens a model directory: config, tensors, shapes; matrices kept as w says. */
@@ -176,6 +180,9 @@ int hy_model_open_with(hy_model **out, const char *dir, hy_weights w, hy_err *er
 int hy_model_open(hy_model **out, const char *dir, hy_err *err);
 /* "bf16" or "f32": the format the weight matrices are kept and read in. */
 const char *hy_model_weights_name(const hy_model *m);
+/* Whether the model's large products multiply in bf16 (HY_WEIGHTS_BF16 on a
+ * BF16 checkpoint and a CPU with AVX512-BF16). */
+bool hy_model_bf16_math(const hy_model *m);
 /* Bytes of the weight matrices as kept: what a decode step streams (less
  * the experts its token does not route to). */
 size_t hy_model_matrix_bytes(const hy_model *m);
@@ -460,8 +467,8 @@ int hy_entry_view(const hy_model *m, const void *buf, size_t len, hy_entry **out
  * (hy_entry_layer_wait). The one who fills buf calls hy_entry_view_landed
  * (or hy_entry_view_fail) until the entry is whole or failed, and only then
  * may it be freed. */
-int hy_entry_view_open(const hy_model *m, const void *buf, size_t len, size_t avail,
-                       size_t *need, hy_entry **out, hy_err *err);
+int hy_entry_view_open(const hy_model *m, const void *buf, size_t len, size_t avail, size_t *need,
+                       hy_entry **out, hy_err *err);
 /* The bytes [*lo, *hi) of buf that layer `layer`'s sections take (empty for
  * a layer without any, and for an entry not opened so). */
 void hy_entry_layer_span(const hy_entry *e, int layer, size_t *lo, size_t *hi);

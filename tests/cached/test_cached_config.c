@@ -466,8 +466,10 @@ static void test_named_values(void)
     /* how weight matrices are kept */
     parse_ok("executor: {weights: f32}", &g_a);
     CU_ASSERT_STRING_EQUAL(g_a.exec_weights, "f32");
-    fails("executor: {weights: bf16}", HY_EINVAL,
-          "key 'executor.weights': 'bf16' is not auto or f32", NULL);
+    parse_ok("executor: {weights: bf16}", &g_a);
+    CU_ASSERT_STRING_EQUAL(g_a.exec_weights, "bf16");
+    fails("executor: {weights: fp8}", HY_EINVAL,
+          "key 'executor.weights': 'fp8' is not auto, f32 or bf16", NULL);
     fails("executor: {weights: auto-and-then-some}", HY_EINVAL, "executor.weights", NULL);
     /* how hits are used: fetched, recomputed, or the cheaper */
     parse_ok("pic: {reuse: recompute}", &g_a);

@@ -25,7 +25,8 @@
 #      |logit difference| <= 0.01 over our top 1000, or the run stops; BF16 and Q8_0
 #      against our F32, and BF16 against our BF16 checkpoint, are reported;
 #   5. timings: per round llama-bench on each format (-r 1) and `hypic-bench executor
-#      --model` on the F32 and the BF16 checkpoint (kept in bf16), alternating which side
+#      --model` on the F32 and the BF16 checkpoint (--weights bf16: kept in bf16, bf16
+#      arithmetic where the CPU has it), alternating which side
 #      goes first; medians, a table, each side's best format against the other's, and a
 #      last line of JSON (summarize.py). Raw outputs stay in WORK/results/DATE/.
 # Not part of CI: nothing here is built by CMake or run by ctest.
@@ -182,7 +183,7 @@ for p in text random100 random700; do
     OMP_NUM_THREADS=$THREADS "$HYPIC_MODEL" run "$MODEL" --tokens "$OUT/prompt-$p.txt" --top 1000 \
         >"$OUT/logits-ours-$p.txt"
     OMP_NUM_THREADS=$THREADS "$HYPIC_MODEL" run "$MODEL-bf16" --tokens "$OUT/prompt-$p.txt" \
-        --top 1000 >"$OUT/logits-ours-bf16-$p.txt"
+        --weights bf16 --top 1000 >"$OUT/logits-ours-bf16-$p.txt"
     for fmt in F32 BF16 Q8_0; do
         "$LOGITS" "$GG/$PRESET-s$SEED-$fmt.gguf" "$OUT/prompt-$p.txt" "$THREADS" \
             >"$OUT/logits-llama-$fmt-$p.txt"
@@ -225,7 +226,8 @@ while [ "$r" -le "$ROUNDS" ]; do
             for fmt in f32 bf16; do
                 tag=$([ "$fmt" = f32 ] && echo "" || echo "-bf16")
                 dir=$([ "$fmt" = f32 ] && echo "$MODEL" || echo "$MODEL-bf16")
-                OMP_NUM_THREADS=$THREADS "$HYPIC_BENCH" executor --model "$dir" $QUICK_FLAG \
+                OMP_NUM_THREADS=$THREADS "$HYPIC_BENCH" executor --model "$dir" --weights "$fmt" \
+                    $QUICK_FLAG \
                     >"$OUT/ours$tag-r$r.log" 2>"$OUT/ours$tag-r$r.err" ||
                     die "hypic-bench executor failed: see $OUT/ours$tag-r$r.err"
                 echo "  round $r: hypic $fmt done"
