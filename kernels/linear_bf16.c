@@ -78,25 +78,22 @@ static void linear_widened(int n, int in, int o0, int o1, const float *X, size_t
 #define MR 8  /* rows of X a tile computes */
 #define NR 32 /* outputs a tile computes: two vectors of 16 */
 
-/* X [n][in] rounded to bf16 (nearest even) into Xb [n][2·kp], the odd
- * column past in zero: row r's pairs are the uint32s Xb32[r·kp + p]. */
-static void round_rows(int n, int in, int kp, const float *X, size_t ldx, uint16_t *Xb)
+/* Row r of X [n][in] rounded to bf16 (nearest even) into Xb [n][2·kp], the
+ * odd column past in zero: row r's pairs are the uint32s Xb32[r·kp + p]. */
+static void round_row(int r, int in, int kp, const float *X, size_t ldx, uint16_t *Xb)
 {
-#pragma omp parallel for schedule(static) if (n >= 64 && !omp_in_parallel())
-    for (int r = 0; r < n; r++) {
-        const float *x = X + (size_t)r * ldx;
-        uint16_t *o = Xb + (size_t)r * 2 * kp;
-        int i = 0;
-        for (; i + 16 <= in; i += 16)
-            _mm256_storeu_si256((__m256i *)(o + i),
-                                (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + i)));
-        if (i < in) { /* the last in − i < 16 columns, read and written under a mask */
-            const __mmask16 m = (__mmask16)((1u << (in - i)) - 1);
-            _mm256_mask_storeu_epi16(o + i, m,
-                                     (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, x + i)));
-        }
-        for (int j = in; j < 2 * kp; j++) o[j] = 0;
+    const float *x = X + (size_t)r * ldx;
+    uint16_t *o = Xb + (size_t)r * 2 * kp;
+    int i = 0;
+    for (; i + 16 <= in; i += 16)
+        _mm256_storeu_si256((__m256i *)(o + i),
+                            (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + i)));
+    if (i < in) { /* the last in − i < 16 columns, read and written under a mask */
+        const __mmask16 m = (__mmask16)((1u << (in - i)) - 1);
+        _mm256_mask_storeu_epi16(o + i, m,
+                                 (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, x + i)));
     }
+    for (int j = in; j < 2 * kp; j++) o[j] = 0;
 }
 
 /* Outputs [o0, o0 + cnt), cnt <= NR, of W packed as pairs: Wp[p][j] holds
@@ -142,31 +139,54 @@ static void tile(int kp, const uint32_t *Xb32, int r0, int rows, const uint32_t 
     }
 }
 
-/* Y = X · Wᵀ by tiles, X already rounded (Xb). Panels of NR outputs over
- * the threads; each packed once, then every row tile against it. */
-static int linear_dot(int n, int in, int out, const uint16_t *Xb, const uint16_t *W, float *Y,
-                      size_t ldy, int split)
+/* Panels [b0, b1) of NR outputs of Y = X · Wᵀ, X rounded (Xb): each packed
+ * into Wp once, then every row tile against it. */
+static void dot_panels(int n, int in, int out, int b0, int b1, const uint16_t *Xb,
+                       const uint16_t *W, float *Y, size_t ldy, uint32_t *Wp)
+{
+    const int kp = (in + 1) / 2;
+    for (int b = b0; b < b1; b++) {
+        const int o0 = b * NR, cnt = HY_MIN_INT(NR, out - o0);
+        pack_panel(W, in, kp, o0, cnt, Wp);
+        for (int r0 = 0; r0 < n; r0 += MR)
+            tile(kp, (const uint32_t *)(const void *)Xb, r0, HY_MIN_INT(MR, n - r0), Wp, Y, ldy, o0,
+                 cnt);
+    }
+}
+
+/* Y = X · Wᵀ in bf16 arithmetic: X rounded once, panels over the threads
+ * when split (never a parallel region otherwise: this runs inside the
+ * executor's). 0 when out of memory (Y then incomplete). */
+static int linear_dot(int n, int in, int out, const float *X, size_t ldx, const uint16_t *W,
+                      float *Y, size_t ldy, int split)
 {
     const int kp = (in + 1) / 2, np = (out + NR - 1) / NR;
+    uint16_t *Xb = hy_alloc((size_t)n * 2 * kp * sizeof *Xb);
+    if (!Xb) return 0;
     int ok = 1;
-#pragma omp parallel if (split)
-    {
+    if (!split) {
+        for (int r = 0; r < n; r++) round_row(r, in, kp, X, ldx, Xb);
         uint32_t *Wp = hy_alloc((size_t)kp * NR * sizeof *Wp);
-        if (!Wp) {
-#pragma omp atomic write
-            ok = 0;
-        }
-#pragma omp for schedule(dynamic, 1)
-        for (int b = 0; b < np; b++) {
-            if (!Wp) continue;
-            const int o0 = b * NR, cnt = HY_MIN_INT(NR, out - o0);
-            pack_panel(W, in, kp, o0, cnt, Wp);
-            for (int r0 = 0; r0 < n; r0 += MR)
-                tile(kp, (const uint32_t *)(const void *)Xb, r0, HY_MIN_INT(MR, n - r0), Wp, Y, ldy,
-                     o0, cnt);
-        }
+        if (Wp) dot_panels(n, in, out, 0, np, Xb, W, Y, ldy, Wp);
+        ok = Wp != NULL;
         hy_free(Wp);
+    } else {
+#pragma omp parallel
+        {
+#pragma omp for schedule(static)
+            for (int r = 0; r < n; r++) round_row(r, in, kp, X, ldx, Xb);
+            uint32_t *Wp = hy_alloc((size_t)kp * NR * sizeof *Wp);
+            if (!Wp) {
+#pragma omp atomic write
+                ok = 0;
+            }
+#pragma omp for schedule(dynamic, 1)
+            for (int b = 0; b < np; b++)
+                if (Wp) dot_panels(n, in, out, b, b + 1, Xb, W, Y, ldy, Wp);
+            hy_free(Wp);
+        }
     }
+    hy_free(Xb);
     return ok;
 }
 #endif
@@ -191,7 +211,11 @@ void hy_linear_bf16(int n, int in, int out, const float *X, size_t ldx, const ui
      * packs or widens) only its own share of W. */
     const int split = nt > 1 && ((double)out * in >= 262144.0 || 2.0 * n * out * (double)in >= 4e6);
     if (n <= BF16_DIRECT_ROWS) {
-#pragma omp parallel for schedule(static) if (split)
+        if (!split) { /* no parallel region, not even an inactive one */
+            linear_direct(n, in, 0, out, X, ldx, W, Y, ldy);
+            return;
+        }
+#pragma omp parallel for schedule(static)
         for (int b = 0; b < 2 * nt; b++) { /* two blocks a thread: uneven cores even out */
             const int s = (int)((int64_t)out * b / (2 * nt)),
                       e = (int)((int64_t)out * (b + 1) / (2 * nt));
@@ -200,19 +224,21 @@ void hy_linear_bf16(int n, int in, int out, const float *X, size_t ldx, const ui
         return;
     }
 #if defined(__AVX512BF16__)
-    const int kp = (in + 1) / 2;
-    uint16_t *Xb = bf16_math ? hy_alloc((size_t)n * 2 * kp * sizeof *Xb) : NULL;
-    if (Xb) {
-        round_rows(n, in, kp, X, ldx, Xb);
-        const int ok = linear_dot(n, in, out, Xb, W, Y, ldy, split);
-        hy_free(Xb);
-        if (ok) return;
-    }
-    /* fp32 arithmetic asked for, or no memory for the rounded rows or a
-     * packed panel: the widening path */
+    if (bf16_math && linear_dot(n, in, out, X, ldx, W, Y, ldy, split)) return;
+        /* fp32 arithmetic asked for, or no memory for the rounded rows or a
+         * packed panel: the widening path */
 #endif
     const int nb = (out + BF16_PANEL - 1) / BF16_PANEL;
-#pragma omp parallel if (split)
+    if (!split) {
+        float *panel = hy_alloc((size_t)BF16_PANEL * in * sizeof *panel);
+        if (panel)
+            linear_widened(n, in, 0, out, X, ldx, W, Y, ldy, panel);
+        else /* no scratch to widen into: slower, the same sums */
+            linear_direct(n, in, 0, out, X, ldx, W, Y, ldy);
+        hy_free(panel);
+        return;
+    }
+#pragma omp parallel
     {
         float *panel = hy_alloc((size_t)BF16_PANEL * in * sizeof *panel);
 #pragma omp for schedule(dynamic, 1)
@@ -220,7 +246,7 @@ void hy_linear_bf16(int n, int in, int out, const float *X, size_t ldx, const ui
             const int o0 = b * BF16_PANEL, o1 = HY_MIN_INT(out, o0 + BF16_PANEL);
             if (panel)
                 linear_widened(n, in, o0, o1, X, ldx, W, Y, ldy, panel);
-            else /* no scratch to widen into: slower, the same sums */
+            else
                 linear_direct(n, in, o0, o1, X, ldx, W, Y, ldy);
         }
         hy_free(panel);
