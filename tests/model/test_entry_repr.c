@@ -329,66 +329,47 @@ static void compose_logits(hy_exec *ex, hy_state *st, const hy_entry *e, float *
     free(pre), free(q);
 }
 
-/* Whether a's and b's heads are stored alike: forms, payloads and (unless
- * any_bound: a version-1 entry states the worst case of bf16 rounding, a
- * build its measured error) bounds. */
-static bool same_heads_(const hy_entry *a, const hy_entry *b, bool any_bound)
+/* How two entries' heads must agree: stored alike (forms, payloads, bounds),
+ * or up to the rounding of the build that made them (the same forms, ranks
+ * and sizes, each stored value within fp32 rounding — one bf16 step where a
+ * sum's last bit moved a bf16 rounding — of the other's; bounds aside: a
+ * version-1 entry states the worst case of bf16 rounding, a build its
+ * measured error). */
+typedef enum { SAME, CLOSE } heads_agree;
+
+static bool head_pair(const hy_head_rep *x, const hy_head_rep *y, heads_agree how)
 {
-    const hy_model_config *c = &a->cfg;
-    for (int li = 0; li < c->n_layers; li++) {
-        if (c->layer_kind[li] != HY_LAYER_LINEAR) continue;
-        for (int h = 0; h < c->lin_v_heads; h++)
-            for (int part = 0; part < 2; part++) {
-                const size_t at = (size_t)li * c->lin_v_heads + h;
-                const hy_head_rep *x = part ? &a->sh[at] : &a->th[at];
-                const hy_head_rep *y = part ? &b->sh[at] : &b->th[at];
-                if (x->form != y->form || x->dtype != y->dtype || x->rank != y->rank ||
-                    x->gamma != y->gamma || (!any_bound && x->bound != y->bound) ||
-                    (any_bound && x->bound < y->bound) || x->bytes != y->bytes ||
-                    (x->bytes && memcmp(x->p, y->p, x->bytes)))
-                    return false;
-            }
+    if (x->form != y->form || x->dtype != y->dtype || x->rank != y->rank || x->bytes != y->bytes)
+        return false;
+    if (how != CLOSE)
+        return x->gamma == y->gamma && x->bound == y->bound &&
+               (!x->bytes || memcmp(x->p, y->p, x->bytes) == 0);
+    const bool bf = x->dtype == HY_ENTRY_BF16;
+    for (size_t i = 0; i < x->bytes / (bf ? 2 : 4); i++) {
+        const float u = bf ? hy_bf16_to_f32(((const uint16_t *)x->p)[i]) : ((const float *)x->p)[i];
+        const float v = bf ? hy_bf16_to_f32(((const uint16_t *)y->p)[i]) : ((const float *)y->p)[i];
+        if (fabsf(u - v) > (bf ? 0x1p-7f : 1e-5f) * fmaxf(1.0f, fabsf(v))) return false;
     }
     return true;
 }
 
-/* same_heads_ up to the rounding of the build that made them: the same
- * forms, ranks and sizes, each stored value within fp32 rounding (one bf16
- * step where a sum's last bit moved a bf16 rounding) of the other's. */
-static bool close_heads(const hy_entry *a, const hy_entry *b)
+static bool heads_match(const hy_entry *a, const hy_entry *b, heads_agree how)
 {
     const hy_model_config *c = &a->cfg;
     for (int li = 0; li < c->n_layers; li++) {
         if (c->layer_kind[li] != HY_LAYER_LINEAR) continue;
-        for (int h = 0; h < c->lin_v_heads; h++)
-            for (int part = 0; part < 2; part++) {
-                const size_t at = (size_t)li * c->lin_v_heads + h;
-                const hy_head_rep *x = part ? &a->sh[at] : &a->th[at];
-                const hy_head_rep *y = part ? &b->sh[at] : &b->th[at];
-                if (x->form != y->form || x->dtype != y->dtype || x->rank != y->rank ||
-                    x->bytes != y->bytes)
-                    return false;
-                const bool bf = x->dtype == HY_ENTRY_BF16;
-                const size_t n = x->bytes / (bf ? 2 : 4);
-                for (size_t i = 0; i < n; i++) {
-                    float u, v;
-                    if (bf) {
-                        u = hy_bf16_to_f32(((const uint16_t *)x->p)[i]);
-                        v = hy_bf16_to_f32(((const uint16_t *)y->p)[i]);
-                    } else {
-                        u = ((const float *)x->p)[i];
-                        v = ((const float *)y->p)[i];
-                    }
-                    if (fabsf(u - v) > (bf ? 0x1p-7f : 1e-5f) * fmaxf(1.0f, fabsf(v))) return false;
-                }
-            }
+        for (int h = 0; h < c->lin_v_heads; h++) {
+            const size_t at = (size_t)li * c->lin_v_heads + h;
+            if (!head_pair(&a->th[at], &b->th[at], how) || !head_pair(&a->sh[at], &b->sh[at], how))
+                return false;
+        }
     }
     return true;
 }
 
 static bool same_heads(const hy_entry *a, const hy_entry *b)
 {
-    return same_heads_(a, b, false);
+    return heads_match(a, b, SAME);
 }
 
 static void test_round_trip(void)
@@ -489,8 +470,8 @@ static void test_version1_still_read(void)
                               0);
         /* the fixtures' writer was an earlier build: its sums may round
          * differently from this one's (vectorised reductions), never more */
-        CU_ASSERT(same_heads_(v1, v1view, false));
-        CU_ASSERT(close_heads(v1, v2));
+        CU_ASSERT(heads_match(v1, v1view, SAME));
+        CU_ASSERT(heads_match(v1, v2, CLOSE));
         compose_logits(ex, st, v1view, la);
         compose_logits(ex, st, v2, lb);
         double worst = 0;
@@ -502,7 +483,7 @@ static void test_version1_still_read(void)
         hy_entry *back;
         CU_ASSERT_EQUAL_FATAL(hy_entry_serialize(v1, &buf, &n2, &e), 0);
         CU_ASSERT_EQUAL_FATAL(hy_entry_deserialize(g_tiny, buf, n2, &back, &e), 0);
-        CU_ASSERT(hy_entry_version(back) == 2 && same_heads_(back, v1, false));
+        CU_ASSERT(hy_entry_version(back) == 2 && heads_match(back, v1, SAME));
         printf("\n    version 1 (%s, %zu bytes) read, key kept, composes as version 2",
                d ? "bf16" : "f32", len - 32);
         free(buf);
