@@ -242,6 +242,6 @@ CPU=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -
     llama_cpp_commit="$COMMIT" llama_cpp_commit_date="$COMMIT_DATE" ggml_version="$GGML_VERSION" \
     llama_cpp_python="$LLAMA_CPP_PYTHON" threads="$THREADS" cpu="${CPU:-unknown}" \
     rounds="$ROUNDS" quick="$([ "$QUICK" = 1 ] && echo true || echo false)" \
-    model="$PRESET seed $SEED F32" seconds="$(($(date +%s) - START))" >"$OUT/summary.txt" ||
+    model="$PRESET seed $SEED, F32 and BF16 checkpoints" seconds="$(($(date +%s) - START))" >"$OUT/summary.txt" ||
     die "summarize.py failed on $OUT"
 cat "$OUT/summary.txt"
