@@ -224,9 +224,11 @@ void hy_linear_bf16(int n, int in, int out, const float *X, size_t ldx, const ui
         return;
     }
 #if defined(__AVX512BF16__)
+    /* past it: fp32 arithmetic asked for, or no memory for the rounded rows
+     * or a packed panel, and the widening path */
     if (bf16_math && linear_dot(n, in, out, X, ldx, W, Y, ldy, split)) return;
-        /* fp32 arithmetic asked for, or no memory for the rounded rows or a
-         * packed panel: the widening path */
+#else
+    (void)bf16_math; /* no bf16 arithmetic on this CPU: always the widening path */
 #endif
     const int nb = (out + BF16_PANEL - 1) / BF16_PANEL;
     if (!split) {
