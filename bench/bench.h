@@ -46,6 +46,11 @@ typedef struct hy_bench_weights {
  * both formats, printed as it goes; 0, or 1 after printing why. */
 int hy_bench_weight_formats(const char *model, int quick, hy_bench_weights *out);
 
+/* qsort's comparator of doubles, ascending. */
+int hy_bench_cmp_double(const void *a, const void *b);
+/* The median of v[0..n), sorting v; 0 when empty. */
+double hy_bench_median(double *v, size_t n);
+
 int hy_bench_open(hy_bench_model *b, const char *model);
 /* hy_bench_open with the model's matrices kept as w says (hy_weights). */
 int hy_bench_open_with(hy_bench_model *b, const char *model, hy_weights w);

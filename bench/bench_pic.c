@@ -68,12 +68,6 @@ static int32_t *random_tokens(hy_rng *r, int n, int vocab)
     return t;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 typedef struct segset {
     int32_t *tok[POOL + 1]; /* [0..POOL) documents, [POOL] the system segment */
     int len[POOL + 1];
@@ -714,8 +708,7 @@ int hy_bench_pic(int argc, char **argv)
      * T·S products at the machine's sgemm rate plus reading its bytes */
     double plain_p50 = 0;
     for (long q = 0; q < nreq; q++) plain_sum += plain[q];
-    qsort(plain, (size_t)nreq, sizeof *plain, cmp_double);
-    plain_p50 = (nreq % 2 ? plain[nreq / 2] : (plain[nreq / 2 - 1] + plain[nreq / 2]) / 2) * 1e3;
+    plain_p50 = hy_bench_median(plain, (size_t)nreq) * 1e3;
     free(plain);
     hy_state_free(pst);
     double e0_bytes = 0, e0_body = 0;
@@ -741,14 +734,12 @@ int hy_bench_pic(int argc, char **argv)
     const double compose_limit_us =
         ((hit_flops + expand_flops) / sgemm + e0_bytes / memcpy_rate((size_t)e0_bytes)) * 1e6;
     const double pass_compose_us = pass_hits ? pass_compose_s / (double)pass_hits * 1e6 : 0;
-    qsort(compose_s, (size_t)n_compose, sizeof *compose_s, cmp_double);
+    qsort(compose_s, (size_t)n_compose, sizeof *compose_s, hy_bench_cmp_double);
     const double compose_us = compose_s[n_compose / 2] * 1e6;
     const double compose_p10_us = compose_s[n_compose / 10] * 1e6;
     double compose_mean_us = 0;
     for (int i = 0; i < n_compose; i++) compose_mean_us += compose_s[i] * 1e6 / n_compose;
-    qsort(over_pct, (size_t)n_over, sizeof *over_pct, cmp_double);
-    const double over_p50 =
-        n_over % 2 ? over_pct[n_over / 2] : (over_pct[n_over / 2 - 1] + over_pct[n_over / 2]) / 2;
+    const double over_p50 = hy_bench_median(over_pct, (size_t)n_over);
 
     static const char *const run_name[NRUN] = {"full",
                                                "prefix",
@@ -759,14 +750,14 @@ int hy_bench_pic(int argc, char **argv)
                                                "pic, entries in memory"};
     double mla_p50[2] = {0};
     for (int m = 0; m < 2; m++) {
-        qsort(mla_ms[m], (size_t)nreq, sizeof *mla_ms[m], cmp_double);
+        qsort(mla_ms[m], (size_t)nreq, sizeof *mla_ms[m], hy_bench_cmp_double);
         mla_p50[m] =
             nreq % 2 ? mla_ms[m][nreq / 2] : (mla_ms[m][nreq / 2 - 1] + mla_ms[m][nreq / 2]) / 2;
         free(mla_ms[m]);
     }
     double p50[NRUN];
     for (int run = 0; run < NRUN; run++) {
-        qsort(per[run], (size_t)nreq, sizeof *per[run], cmp_double);
+        qsort(per[run], (size_t)nreq, sizeof *per[run], hy_bench_cmp_double);
         p50[run] =
             (nreq % 2 ? per[run][nreq / 2] : (per[run][nreq / 2 - 1] + per[run][nreq / 2]) / 2) *
             1e3;

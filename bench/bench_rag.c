@@ -409,12 +409,6 @@ typedef struct result {
     long hits, segs;
 } result;
 
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Nearest-rank percentile q of sorted v[0..n). */
 static double percentile(const double *v, size_t n, double q)
 {
@@ -553,8 +547,8 @@ static int run_one(const trace *t, wire *w, size_t first, size_t n, const char *
             }
             if (m == 2 || m == 1) out->hits += s->hits, out->segs += s->segs;
         }
-        qsort(v, r.n, sizeof *v, cmp_double);
-        qsort(sv, nsv, sizeof *sv, cmp_double);
+        qsort(v, r.n, sizeof *v, hy_bench_cmp_double);
+        qsort(sv, nsv, sizeof *sv, hy_bench_cmp_double);
         out->ran = true;
         out->requests = r.n;
         out->p50 = percentile(v, r.n, 0.50);

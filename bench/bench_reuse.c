@@ -72,12 +72,6 @@ static int on_warm(void *ctx, const Hypic__V1__WarmProgress *p)
     return 0;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* What auto chose, by where the hit lay and how long its document is. */
 enum { HOST = 0, NVME = 1, REMOTE = 2, NSRC = 3 };
 static const char *const k_src[NSRC] = {"host", "nvme", "remote"};
@@ -258,7 +252,7 @@ int hy_bench_reuse(int argc, char **argv)
     for (int k = 0; k < NPOL; k++) {
         mean[k] = 0;
         for (long q = 0; q < nreq; q++) mean[k] += ttft[k][q] / (double)nreq;
-        qsort(ttft[k], (size_t)nreq, sizeof(double), cmp_double);
+        qsort(ttft[k], (size_t)nreq, sizeof(double), hy_bench_cmp_double);
         p50[k] = ttft[k][nreq / 2];
         printf(" %-18s %8.1f %8.1f\n", k_pol[k], p50[k], mean[k]);
     }

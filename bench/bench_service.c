@@ -101,17 +101,11 @@ static void samples_free(samples *s)
     memset(s, 0, sizeof *s);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* The q-quantile (nearest rank) of v[0..n), sorting v; 0 when empty. */
 static double quantile(double *v, size_t n, double q)
 {
     if (!n) return 0;
-    qsort(v, n, sizeof *v, cmp_double);
+    qsort(v, n, sizeof *v, hy_bench_cmp_double);
     size_t i = (size_t)(q * (double)n);
     return v[i < n ? i : n - 1];
 }

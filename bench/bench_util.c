@@ -54,6 +54,19 @@ int hy_bench_open_with(hy_bench_model *b, const char *model, hy_weights w)
     return 0;
 }
 
+int hy_bench_cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double hy_bench_median(double *v, size_t n)
+{
+    if (!n) return 0;
+    qsort(v, n, sizeof *v, hy_bench_cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 void hy_bench_rmtree(const char *dir)
 {
     nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);

@@ -1,9 +1,10 @@
 /*
  * The weight formats of `hypic-bench executor`: one BF16 checkpoint (the
- * `small` preset generated in BF16, or --model when it is BF16) opened twice,
- * its matrices kept in bf16 and widened to fp32, timed in alternating rounds
- * (medians): a 2048-token prefill (512 with --quick) and decode; the logits'
- * difference between the two; and decode's bytes per second against the
+ * `small` preset generated in BF16, or --model when it is BF16) opened three
+ * ways — matrices kept in bf16 with fp32 arithmetic, with bf16 arithmetic,
+ * and widened to fp32 — timed in rotating rounds (medians): a 2048-token
+ * prefill (512 with --quick) and decode; each bf16 way's logits against
+ * fp32's; and decode's bytes per second against the
  * machine's streaming read bandwidth, measured here — the limit a decode
  * step meets, since it reads every weight matrix once.
  */
@@ -37,18 +38,6 @@ static double stream_read_bytes_s(int reps)
     }
     hy_free(a);
     return sink >= 0 ? (double)n * sizeof(float) / best : 0;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 typedef struct fmt_run {
@@ -144,8 +133,8 @@ int hy_bench_weight_formats(const char *model, int quick, hy_bench_weights *out)
         out->prefill_tokens = np;
         out->bf16_math = hy_model_bf16_math(f[1].m);
         for (int k = 0; k < NF; k++) {
-            out->prefill_tok_s[k] = median(pre[k], rounds);
-            out->decode_tok_s[k] = median(dec[k], rounds);
+            out->prefill_tok_s[k] = hy_bench_median(pre[k], (size_t)rounds);
+            out->decode_tok_s[k] = hy_bench_median(dec[k], (size_t)rounds);
             out->matrix_mb[k] = (double)hy_model_matrix_bytes(f[k].m) / 1e6;
             out->decode_bw_fraction[k] =
                 bw > 0 ? out->decode_tok_s[k] * out->matrix_mb[k] * 1e6 / bw : 0;
