@@ -33,9 +33,10 @@ typedef struct hy_bench_model {
  * line about it. Returns 0, or 1 after printing the error. */
 /* What hy_bench_weight_formats measured; [0] bf16 as kept (fp32 arithmetic),
  * [1] bf16 arithmetic (HY_WEIGHTS_BF16; bf16_math says whether this CPU has
- * it), [2] the same checkpoint widened to fp32. ran is 0 when the checkpoint
- * is not BF16. logits_max_abs_diff[k]: [0] and [1] against [2]. */
-#define HY_BENCH_NFORMATS 3
+ * it), [2] quantised to q8, [3] the same checkpoint widened to fp32. ran is
+ * 0 when the checkpoint is not BF16. logits_max_abs_diff[k]: [0..2] against
+ * [3]. */
+#define HY_BENCH_NFORMATS 4
 typedef struct hy_bench_weights {
     int ran, rounds, prefill_tokens, bf16_math;
     double prefill_tok_s[HY_BENCH_NFORMATS], decode_tok_s[HY_BENCH_NFORMATS];
@@ -43,7 +44,7 @@ typedef struct hy_bench_weights {
     double stream_gb_s, logits_max_abs_diff[HY_BENCH_NFORMATS - 1], logits_max_abs;
 } hy_bench_weights;
 /* The BF16 checkpoint at model (or `small` generated in BF16 when NULL) in
- * both formats, printed as it goes; 0, or 1 after printing why. */
+ * each format, printed as it goes; 0, or 1 after printing why. */
 int hy_bench_weight_formats(const char *model, int quick, hy_bench_weights *out);
 
 /* qsort's comparator of doubles, ascending. */

@@ -166,7 +166,7 @@ int hy_bench_executor(int argc, char **argv)
         else {
             fprintf(
                 stderr,
-                "usage: hypic-bench executor [--model DIR] [--weights auto|f32|bf16] [--quick]\n");
+                "usage: hypic-bench executor [--model DIR] [--weights auto|f32|bf16|q8] [--quick]\n");
             return 2;
         }
     }
@@ -333,7 +333,8 @@ int hy_bench_executor(int argc, char **argv)
                "\"mla_auto_latent\":%s",
                mn, mn / mla_s[0], mn / mla_s[1], mla_auto == HY_MLA_ABSORBED ? "true" : "false");
     if (wf.ran) {
-        static const char *const keys[HY_BENCH_NFORMATS] = {"bf16", "bf16_math", "f32"};
+        static const char *const keys[HY_BENCH_NFORMATS] = {"bf16", "bf16_math", "q8",
+                                                                    "f32"};
         printf(",\"weights\":{\"rounds\":%d,\"prefill_tokens\":%d,\"stream_gb_s\":%.2f,"
                "\"bf16_math_available\":%s",
                wf.rounds, wf.prefill_tokens, wf.stream_gb_s, wf.bf16_math ? "true" : "false");
@@ -347,9 +348,13 @@ int hy_bench_executor(int argc, char **argv)
             printf("}");
         }
         printf(",\"decode_bf16_over_f32\":%.3f,\"prefill_bf16_over_f32\":%.3f,"
-               "\"prefill_bf16_math_over_f32\":%.3f,\"logits_max_abs\":%.3f}",
-               wf.decode_tok_s[0] / wf.decode_tok_s[2], wf.prefill_tok_s[0] / wf.prefill_tok_s[2],
-               wf.prefill_tok_s[1] / wf.prefill_tok_s[2], wf.logits_max_abs);
+               "\"prefill_bf16_math_over_f32\":%.3f,\"decode_q8_over_f32\":%.3f,"
+               "\"decode_q8_over_bf16\":%.3f,\"prefill_q8_over_f32\":%.3f,"
+               "\"logits_max_abs\":%.3f}",
+               wf.decode_tok_s[0] / wf.decode_tok_s[3], wf.prefill_tok_s[0] / wf.prefill_tok_s[3],
+               wf.prefill_tok_s[1] / wf.prefill_tok_s[3], wf.decode_tok_s[2] / wf.decode_tok_s[3],
+               wf.decode_tok_s[2] / wf.decode_tok_s[0], wf.prefill_tok_s[2] / wf.prefill_tok_s[3],
+               wf.logits_max_abs);
     }
     printf(",\"peak_rss_mb\":%.1f,\"threads\":%d,\"quick\":%s}\n", rss, omp_get_max_threads(),
            quick ? "true" : "false");

@@ -1,10 +1,10 @@
 /*
  * The weight formats of `hypic-bench executor`: one BF16 checkpoint (the
- * `small` preset generated in BF16, or --model when it is BF16) opened three
+ * `small` preset generated in BF16, or --model when it is BF16) opened four
  * ways — matrices kept in bf16 with fp32 arithmetic, with bf16 arithmetic,
- * and widened to fp32 — timed in rotating rounds (medians): a 2048-token
- * prefill (512 with --quick) and decode; each bf16 way's logits against
- * fp32's; and decode's bytes per second against the
+ * quantised to q8, and widened to fp32 — timed in rotating rounds (medians):
+ * a 2048-token prefill (512 with --quick) and decode; each narrow way's
+ * logits against fp32's; and decode's bytes per second against the
  * machine's streaming read bandwidth, measured here — the limit a decode
  * step meets, since it reads every weight matrix once.
  */
@@ -78,9 +78,10 @@ int hy_bench_weight_formats(const char *model, int quick, hy_bench_weights *out)
         }
         model = tmp;
     }
-    /* [0] bf16 kept, fp32 arithmetic; [1] bf16 arithmetic; [2] widened to fp32 */
+    /* [0] bf16 kept, fp32 arithmetic; [1] bf16 arithmetic; [2] q8; [3] widened to fp32 */
     enum { NF = HY_BENCH_NFORMATS };
-    static const hy_weights modes[NF] = {HY_WEIGHTS_AUTO, HY_WEIGHTS_BF16, HY_WEIGHTS_F32};
+    static const hy_weights modes[NF] = {HY_WEIGHTS_AUTO, HY_WEIGHTS_BF16, HY_WEIGHTS_Q8,
+                                         HY_WEIGHTS_F32};
     fmt_run f[NF] = {{0}};
     int rc = 0;
     for (int k = 0; k < NF && !rc; k++) rc = fmt_open(&f[k], model, modes[k], &e);
@@ -145,7 +146,7 @@ int hy_bench_weight_formats(const char *model, int quick, hy_bench_weights *out)
                tmp[0] ? "small" : model, rounds);
         printf("  %-10s %10s %16s %12s %22s %12s\n", "format", "matrices", "prefill tok/s",
                "decode tok/s", "decode / stream bw", "max |dlogit|");
-        static const char *const names[NF] = {"bf16", "bf16 math", "f32"};
+        static const char *const names[NF] = {"bf16", "bf16 math", "q8", "f32"};
         for (int k = 0; k < NF; k++)
             printf("  %-10s %7.1f MB %10.0f (%d) %12.1f %15.2f of %.1f GB/s %12.2e\n", names[k],
                    out->matrix_mb[k], out->prefill_tok_s[k], np, out->decode_tok_s[k],
@@ -155,10 +156,12 @@ int hy_bench_weight_formats(const char *model, int quick, hy_bench_weights *out)
             printf("  (this build's CPU has no AVX512-BF16: 'bf16 math' is bf16 with fp32 "
                    "arithmetic)\n");
         printf("  bf16 / f32: prefill %.2fx, decode %.2fx (target >= 1.7x); bf16 math / f32: "
-               "prefill %.2fx; largest |logit| %.2f\n",
-               out->prefill_tok_s[0] / out->prefill_tok_s[2],
-               out->decode_tok_s[0] / out->decode_tok_s[2],
-               out->prefill_tok_s[1] / out->prefill_tok_s[2], out->logits_max_abs);
+               "prefill %.2fx; q8 / f32: prefill %.2fx, decode %.2fx; largest |logit| %.2f\n",
+               out->prefill_tok_s[0] / out->prefill_tok_s[3],
+               out->decode_tok_s[0] / out->decode_tok_s[3],
+               out->prefill_tok_s[1] / out->prefill_tok_s[3],
+               out->prefill_tok_s[2] / out->prefill_tok_s[3],
+               out->decode_tok_s[2] / out->decode_tok_s[3], out->logits_max_abs);
     }
     if (rc) fprintf(stderr, "hypic-bench: %s\n", e.msg);
     free(tok);

@@ -1047,7 +1047,7 @@ static int check_whole(cfg_ctx *x, hy_cached_config *c)
                       c->exec_mla);
     hy_weights wfmt;
     if (!rc && hy_weights_parse(c->exec_weights, &wfmt))
-        rc = fail_key(x, HY_EINVAL, "executor.weights", "'%s' is not auto, f32 or bf16", c->exec_weights);
+        rc = fail_key(x, HY_EINVAL, "executor.weights", "'%s' is not auto, f32, bf16 or q8", c->exec_weights);
     if (!rc && strcmp(c->tp_rdma, "auto") && strcmp(c->tp_rdma, "off") &&
         strcmp(c->tp_rdma, "required"))
         rc = fail_key(x, HY_EINVAL, "transport.rdma", "'%s' is not auto, off or required",

@@ -125,7 +125,7 @@ typedef struct hy_cached_config {
                         * online CPUs (at most 256) */
     int exec_contexts; /* executor.contexts 1..64: forward passes at once per model, default 1 */
     char exec_mla[16]; /* executor.mla auto|expanded|latent, default auto */
-    char exec_weights[8]; /* executor.weights auto|f32|bf16, default auto: a BF16 checkpoint's
+    char exec_weights[8]; /* executor.weights auto|f32|bf16|q8, default auto: a BF16 checkpoint's
                            * matrices kept in bf16 (hy_weights) */
     char pic_reuse[16]; /* pic.reuse auto|fetch|recompute, default auto: how a hit is
                          * used — fetched, or recomputed when that costs less (auto) */

@@ -155,7 +155,16 @@ static void product(hy_exec *ex, int n, int K, int N, const float *x, size_t ldx
 static void linear(hy_exec *ex, int n, int K, int N, const float *x, size_t ldx, const float *w,
                    float *y, size_t ldy)
 {
-    product(ex, n, K, N, x, ldx, w, ex->m->w_bf16, y, ldy);
+    if (!ex->m->w_q8) {
+        product(ex, n, K, N, x, ldx, w, ex->m->w_bf16, y, ldy);
+        return;
+    }
+    hy_q8w q;
+    hy_model_q8_matrix(ex->m, w, &q);
+    prof_begin(ex);
+    hy_linear_q8(n, K, N, x, ldx, &q, y, ldy);
+    if (ex->stats.on) ex->stats.prof.gemm_flops += 2.0 * n * (double)K * N;
+    prof_end(ex, HY_EXEC_OP_GEMM);
 }
 
 /* product() with an fp32 w that is not one of the matrices (MLA's kv_b_proj). */

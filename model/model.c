@@ -1129,7 +1129,7 @@ static int load_all(loader *ld)
 /* The model's identity for cache keys: config.json's bytes, each
  * safetensors file's name, size and header, and samples of every tensor's
  * bytes (hy_st_fingerprint). A changed checkpoint never reuses old entries. */
-static int fingerprint(hy_model *m, const char *dir, const hy_st *st, hy_err *err)
+static int fingerprint(hy_model *m, const char *dir, const hy_st *st, bool q8, hy_err *err)
 {
     char path[512], *text = NULL;
     size_t len = 0;
@@ -1143,6 +1143,9 @@ static int fingerprint(hy_model *m, const char *dir, const hy_st *st, hy_err *er
     }
     hy_sha256_add(h, text, len);
     rc = hy_st_fingerprint(st, h);
+    /* q8 weights compute other states than the checkpoint's own values: a
+     * model of its own, whose entries and cluster peers are not the others' */
+    if (q8) hy_sha256_add(h, "weights=q8", 10);
     hy_sha256_end(h, m->fingerprint);
     hy_free(text);
     if (rc) return hy_err_set(err, rc, "out of memory computing the model's fingerprint");
@@ -1162,6 +1165,8 @@ int hy_weights_parse(const char *s, hy_weights *out)
         *out = HY_WEIGHTS_F32;
     else if (strcmp(s, "bf16") == 0)
         *out = HY_WEIGHTS_BF16;
+    else if (strcmp(s, "q8") == 0)
+        *out = HY_WEIGHTS_Q8;
     else
         return HY_EINVAL;
     return HY_OK;
@@ -1189,8 +1194,11 @@ int hy_model_open_with(hy_model **out, const char *dir, hy_weights w, hy_err *er
     int rc = hy_config_load(dir, &m->cfg, err);
     if (rc == HY_OK) rc = hy_st_open_dir(&ld.st, dir, err);
     if (rc == HY_OK) rc = load_all(&ld);
-    if (rc == HY_OK) rc = fingerprint(m, dir, ld.st, err);
-    if (rc == HY_OK && w != HY_WEIGHTS_F32 && checkpoint_bf16(&ld)) rc = hy_model_narrow(m, err);
+    if (rc == HY_OK) rc = fingerprint(m, dir, ld.st, w == HY_WEIGHTS_Q8, err);
+    if (rc == HY_OK && w == HY_WEIGHTS_Q8)
+        rc = hy_model_quantize_q8(m, err);
+    else if (rc == HY_OK && w != HY_WEIGHTS_F32 && checkpoint_bf16(&ld))
+        rc = hy_model_narrow(m, err);
     m->bf16_math = m->w_bf16 && w == HY_WEIGHTS_BF16 && hy_linear_bf16_rounds_x(1 << 30, true);
     hy_st_close(ld.st); /* every weight now lives in owned buffers */
     free(ld.used);
@@ -1207,6 +1215,7 @@ void hy_model_close(hy_model *m)
     if (!m) return;
     for (size_t i = 0; i < m->n_owned; i++) free(m->owned[i].p);
     free(m->owned);
+    free(m->q8);
     free(m->layers);
     free(m);
 }

@@ -131,6 +131,13 @@ typedef struct hy_owned {
     size_t bytes;
 } hy_owned;
 
+/* A buffer of matrices kept in q8 (weights.c): n values, their scales. */
+typedef struct hy_q8buf {
+    const int8_t *q;
+    size_t n;
+    const float *scale;
+} hy_q8buf;
+
 struct hy_model {
     hy_model_config cfg;
     uint8_t fingerprint[32]; /* hy_model_fingerprint */
@@ -145,6 +152,12 @@ struct hy_model {
      * fields keep their float * type; only forward.c's linear() reads them. */
     bool w_bf16;
     bool bf16_math; /* w_bf16 and hy_linear_bf16's bf16 arithmetic (HY_WEIGHTS_BF16) */
+    /* Whether they hold q8 values (HY_WEIGHTS_Q8): the fields point at each
+     * matrix's first 8-bit value; q8 [n_q8] lists the buffers by address,
+     * for hy_model_q8_matrix to find a matrix's scales. */
+    bool w_q8;
+    hy_q8buf *q8;
+    size_t n_q8;
     hy_owned *owned; /* every buffer the model frees, with its size */
     size_t n_owned, cap_owned;
 };
@@ -158,6 +171,13 @@ size_t hy_model_matrices(hy_model *m, float ***slots, size_t cap);
  * and the old freed. HY_OK with m->w_bf16 set, HY_OK unchanged when some
  * value is not a bf16 one, or HY_ENOMEM (m unchanged). */
 int hy_model_narrow(hy_model *m, hy_err *err);
+/* Quantises m's matrices (whatever the checkpoint held) to q8: each buffer
+ * holding matrices rewritten as 8-bit values and one fp32 scale per 32 of
+ * them (HY_Q8_BLOCK), the old freed. HY_OK with m->w_q8 set, or HY_ENOMEM
+ * (m unchanged). */
+int hy_model_quantize_q8(hy_model *m, hy_err *err);
+/* Matrix w (a field hy_model_matrices lists) of a q8 model, for hy_linear_q8. */
+void hy_model_q8_matrix(const hy_model *m, const float *w, hy_q8w *out);
 
 struct hy_state {
     const hy_model *m;

@@ -1,5 +1,5 @@
 /*
- * Weight matrices kept as a BF16 checkpoint stores them.
+ * Weight matrices kept as a BF16 checkpoint stores them, or in 8 bits.
  *
  * Decode streams every weight matrix once per token, so its speed is the
  * matrices' bytes over the memory bandwidth; a BF16 checkpoint widened to
@@ -13,6 +13,12 @@
  * fp32, so the sums are the fp32 path's up to the order of additions —
  * unless the model was opened for bf16 arithmetic (HY_WEIGHTS_BF16), where
  * large products round the activations to bf16 too.
+ *
+ * Asked for (HY_WEIGHTS_Q8), hy_model_quantize_q8 rewrites the same buffers
+ * from any checkpoint into 8-bit values with one fp32 scale per 32 of them
+ * (the buffer's values, then its scales): 1.125 bytes a weight, read by
+ * hy_linear_q8, which finds a matrix's scales through the table of buffers
+ * (m->q8, by address). Lossy: the fingerprint says so (model.c).
  *
  * Vectors (norms, biases, decays), the conv taps, the embedding rows and
  * MLA's kv_b_proj (sliced per head by the absorbed attention) stay fp32:
@@ -73,47 +79,76 @@ static bool all_bf16(const float *x, size_t n)
     return true;
 }
 
-static void narrow_into(uint16_t *dst, const float *src, size_t n)
+/* The two narrow formats: a buffer of n fp32 values becomes one of
+ * fmt_bytes(n) bytes, value k at byte k · fmt_width. */
+typedef enum { FMT_BF16, FMT_Q8 } fmt;
+
+/* q8's scales follow the values, 64-byte aligned. */
+static size_t q8_scale_at(size_t n)
 {
-    for (size_t i = 0; i < n; i++) dst[i] = hy_f32_to_bf16(src[i]);
+    return (n + 63) & ~(size_t)63;
 }
 
-int hy_model_narrow(hy_model *m, hy_err *err)
+static size_t fmt_bytes(fmt f, size_t n)
 {
-    if (m->w_bf16) return HY_OK;
+    return f == FMT_BF16 ? n * 2
+                         : q8_scale_at(n) + (n + HY_Q8_BLOCK - 1) / HY_Q8_BLOCK * sizeof(float);
+}
+
+static void fmt_convert(fmt f, void *dst, const float *src, size_t n)
+{
+    if (f == FMT_Q8) {
+        hy_q8_quantize(src, n, dst, (float *)((char *)dst + q8_scale_at(n)));
+        return;
+    }
+    uint16_t *d = dst;
+    for (size_t i = 0; i < n; i++) d[i] = hy_f32_to_bf16(src[i]);
+}
+
+static int by_address(const void *a, const void *b)
+{
+    const uintptr_t x = (uintptr_t)((const hy_q8buf *)a)->q, y = (uintptr_t)((const hy_q8buf *)b)->q;
+    return x < y ? -1 : x > y;
+}
+
+/* Rewrites every buffer holding matrices (and a tied LM head, into a copy of
+ * its own) in format f; with check, only when every value is a bf16 one. */
+static int reformat(hy_model *m, fmt f, bool check, hy_err *err)
+{
     const size_t ns = hy_model_matrices(m, NULL, 0);
     float ***slots = malloc((ns + 1) * sizeof *slots);
     ptrdiff_t *own = malloc((ns + 1) * sizeof *own);
     uint8_t *narrow = calloc(m->n_owned + 1, 1);
-    uint16_t *head = NULL;
+    void *head = NULL;
+    hy_q8buf *table = NULL;
     int rc = HY_OK;
     if (!slots || !own || !narrow) {
         rc = hy_err_set(err, HY_ENOMEM, "out of memory narrowing the weights");
         goto out;
     }
     hy_model_matrices(m, slots, ns);
-    const bool tied = m->lm_head == m->embed; /* the head gets its own bf16 copy */
+    const bool tied = m->lm_head == m->embed; /* the head gets its own copy */
     for (size_t s = 0; s < ns; s++) {
         own[s] = tied && slots[s] == &m->lm_head ? -1 : owner_of(m, *slots[s]);
         /* every matrix lives in a buffer the loader made for matrices */
         assert(own[s] >= 0 || (tied && slots[s] == &m->lm_head));
         if (own[s] >= 0) narrow[own[s]] = 1;
     }
-    /* all or nothing: a single fp32 value keeps the model fp32 */
-    for (size_t j = 0; j < m->n_owned; j++)
-        if (narrow[j] && !all_bf16(m->owned[j].p, m->owned[j].bytes / sizeof(float))) goto out;
+    size_t nbuf = 0;
+    for (size_t j = 0; j < m->n_owned; j++) nbuf += narrow[j];
     const size_t head_n = (size_t)m->cfg.vocab * m->cfg.hidden;
-    if (tied && !all_bf16(m->lm_head, head_n)) goto out;
+    /* all or nothing: a single fp32 value keeps the model fp32 */
+    for (size_t j = 0; check && j < m->n_owned; j++)
+        if (narrow[j] && !all_bf16(m->owned[j].p, m->owned[j].bytes / sizeof(float))) goto out;
+    if (check && tied && !all_bf16(m->lm_head, head_n)) goto out;
     /* the new buffers first, so that running out of memory changes nothing */
     void **nb = calloc(m->n_owned + 1, sizeof *nb);
-    if (!nb) {
+    if (!nb || (f == FMT_Q8 && !(table = calloc(nbuf + 1, sizeof *table))))
         rc = hy_err_set(err, HY_ENOMEM, "out of memory narrowing the weights");
-        goto out;
-    }
     for (size_t j = 0; j < m->n_owned && rc == HY_OK; j++)
-        if (narrow[j] && !(nb[j] = hy_alloc(m->owned[j].bytes / 2)))
+        if (narrow[j] && !(nb[j] = hy_alloc(fmt_bytes(f, m->owned[j].bytes / sizeof(float)))))
             rc = hy_err_set(err, HY_ENOMEM, "out of memory narrowing the weights");
-    if (rc == HY_OK && tied && !(head = hy_alloc(head_n * sizeof *head)))
+    if (rc == HY_OK && tied && !(head = hy_alloc(fmt_bytes(f, head_n))))
         rc = hy_err_set(err, HY_ENOMEM, "out of memory narrowing the LM head");
     if (rc == HY_OK && tied && m->n_owned == m->cap_owned) {
         hy_owned *no = realloc(m->owned, (m->cap_owned + 1) * sizeof *no);
@@ -123,32 +158,42 @@ int hy_model_narrow(hy_model *m, hy_err *err)
             m->owned = no, m->cap_owned++;
     }
     if (rc != HY_OK) {
-        for (size_t j = 0; j < m->n_owned; j++) free(nb[j]);
+        for (size_t j = 0; nb && j < m->n_owned; j++) free(nb[j]);
         free(nb);
-        free(head);
-        head = NULL;
         goto out;
     }
-    for (size_t s = 0; s < ns; s++) { /* the same element offset in the narrowed buffer */
+    const size_t width = f == FMT_BF16 ? 2 : 1;
+    for (size_t s = 0; s < ns; s++) { /* the same value offset in the narrowed buffer */
         if (own[s] < 0) continue;
         const size_t off = (size_t)(*slots[s] - (float *)m->owned[own[s]].p);
-        *slots[s] = (float *)((uint16_t *)nb[own[s]] + off);
+        *slots[s] = (float *)(void *)((char *)nb[own[s]] + off * width);
     }
+    size_t nt = 0;
     for (size_t j = 0; j < m->n_owned; j++) {
         if (!nb[j]) continue;
-        narrow_into(nb[j], m->owned[j].p, m->owned[j].bytes / sizeof(float));
+        const size_t n = m->owned[j].bytes / sizeof(float);
+        fmt_convert(f, nb[j], m->owned[j].p, n);
         free(m->owned[j].p);
-        m->owned[j] = (hy_owned){nb[j], m->owned[j].bytes / 2};
+        m->owned[j] = (hy_owned){nb[j], fmt_bytes(f, n)};
+        if (table) table[nt++] = (hy_q8buf){nb[j], n, (float *)((char *)nb[j] + q8_scale_at(n))};
     }
     free(nb);
     if (tied) {
-        narrow_into(head, m->embed, head_n);
-        m->owned[m->n_owned++] = (hy_owned){head, head_n * sizeof *head};
-        m->lm_head = (float *)head;
+        fmt_convert(f, head, m->embed, head_n);
+        m->owned[m->n_owned++] = (hy_owned){head, fmt_bytes(f, head_n)};
+        if (table) table[nt++] = (hy_q8buf){head, head_n, (float *)((char *)head + q8_scale_at(head_n))};
+        m->lm_head = head;
         head = NULL;
     }
-    m->w_bf16 = true;
+    if (f == FMT_BF16) {
+        m->w_bf16 = true;
+    } else {
+        qsort(table, nt, sizeof *table, by_address);
+        m->q8 = table, m->n_q8 = nt, m->w_q8 = true;
+        table = NULL;
+    }
 out:
+    free(table);
     free(head);
     free(narrow);
     free(own);
@@ -156,9 +201,37 @@ out:
     return rc;
 }
 
+int hy_model_narrow(hy_model *m, hy_err *err)
+{
+    if (m->w_bf16 || m->w_q8) return HY_OK;
+    return reformat(m, FMT_BF16, true, err);
+}
+
+int hy_model_quantize_q8(hy_model *m, hy_err *err)
+{
+    if (m->w_bf16 || m->w_q8) return HY_OK;
+    return reformat(m, FMT_Q8, false, err);
+}
+
+void hy_model_q8_matrix(const hy_model *m, const float *w, hy_q8w *out)
+{
+    /* the last buffer starting at or before w */
+    size_t lo = 0, hi = m->n_q8;
+    while (hi - lo > 1) {
+        const size_t mid = (lo + hi) / 2;
+        if ((uintptr_t)m->q8[mid].q <= (uintptr_t)w)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    const hy_q8buf *b = &m->q8[lo];
+    assert((uintptr_t)w >= (uintptr_t)b->q && (uintptr_t)w < (uintptr_t)b->q + b->n);
+    *out = (hy_q8w){b->q, b->scale, (size_t)((const int8_t *)(const void *)w - b->q)};
+}
+
 const char *hy_model_weights_name(const hy_model *m)
 {
-    return m->w_bf16 ? "bf16" : "f32";
+    return m->w_q8 ? "q8" : m->w_bf16 ? "bf16" : "f32";
 }
 
 bool hy_model_bf16_math(const hy_model *m)

@@ -5,7 +5,7 @@
  *   hypic-model info DIR
  *   hypic-model entry-size CONFIG [--tokens N]
  *   hypic-model run DIR (--tokens FILE | --text STR) [--top K] [--recurrent] [--batch N]
- *                   [--weights auto|f32|bf16]
+ *                   [--weights auto|f32|bf16|q8]
  *
  * `entry-size` reads only a config.json (CONFIG is the file or its folder)
  * and prints what a cached segment of N tokens (512 by default) holds for
@@ -18,7 +18,7 @@
  * whitespace-separated token ids; --text uses the embedded models' byte
  * tokenizer (byte + 3). --weights f32 widens a BF16 checkpoint's matrices to
  * fp32 rather than keeping them in bf16; bf16 multiplies in bf16 where the
- * CPU can (hy_weights).
+ * CPU can; q8 quantises any checkpoint's matrices to 8 bits (hy_weights).
  */
 #include "hy_model.h"
 
@@ -36,7 +36,7 @@ static int usage(void)
                     "  hypic-model info DIR\n"
                     "  hypic-model entry-size CONFIG [--tokens N]\n"
                     "  hypic-model run DIR (--tokens FILE | --text STR) [--top K] [--recurrent] "
-                    "[--batch N] [--weights auto|f32|bf16]\n"
+                    "[--batch N] [--weights auto|f32|bf16|q8]\n"
                     "presets:");
     for (int i = 0; hy_presets[i]; i++) fprintf(stderr, " %s", hy_presets[i]);
     fputc('\n', stderr);

@@ -32,6 +32,31 @@ void hy_linear_bf16(int n, int in, int out, const float *X, size_t ldx, const ui
                     size_t ldy, bool bf16_math);
 /* Whether hy_linear_bf16 of n rows rounds X to bf16 (bf16_math on this build's CPU). */
 bool hy_linear_bf16_rounds_x(int n, bool bf16_math);
+/* A weight matrix [out][in] kept in 8 bits: value (o, i) is
+ * q[k] · scale[k / HY_Q8_BLOCK] with k = off + o·in + i — blocks of 32
+ * consecutive values of the buffer holding the matrix, one fp32 scale each
+ * (1.125 bytes a weight). */
+#define HY_Q8_BLOCK 32
+typedef struct hy_q8w {
+    const int8_t *q;     /* the buffer's values */
+    const float *scale;  /* [ceil(values / HY_Q8_BLOCK)] */
+    size_t off;          /* the matrix's first value in the buffer */
+} hy_q8w;
+/* n values into q and their blocks' scales (symmetric: the block's largest
+ * magnitude is ±127), blocks counted from x[0]. */
+void hy_q8_quantize(const float *x, size_t n, int8_t *q, float *scale);
+/* hy_linear with W in q8, accumulated in fp32. Up to 4 rows (decode) W
+ * streams once: on a CPU with AVX512-BW and rows of whole blocks, each row of
+ * X is rounded to int16 steps of its largest value / 32767 and a block's
+ * products summed in integers (vpdpwssd), then scaled; otherwise each weight
+ * row is widened to fp32. More rows: W widened a panel at a time for sgemm,
+ * X staying fp32 (the products of the dequantised values). */
+void hy_linear_q8(int n, int in, int out, const float *X, size_t ldx, const hy_q8w *W, float *Y,
+                  size_t ldy);
+/* Whether hy_linear_q8 of n rows of width in rounds X to int16 (with the
+ * matrix starting on a block), and that rounding of row x [in] into out. */
+bool hy_linear_q8_rounds_x(int n, int in);
+void hy_q8_round_x(const float *x, int in, float *out);
 /* C[m][n] = alpha · op(A) · op(B) + beta · C, row-major. op(A) is [m][k]: A is
  * stored [m][k], or [k][m] when ta. op(B) is [k][n]: B is [k][n], or [n][k]
  * when tb. Runs on BLAS threads unless called inside a parallel region. */

@@ -170,15 +170,19 @@ typedef enum hy_weights {
     HY_WEIGHTS_BF16, /* as AUTO, and products of more than 4 rows multiply in bf16 where
                       * the CPU can (AVX512-BF16): activations rounded to bf16 as bf16
                       * inference rounds them, about twice sgemm's rate */
+    HY_WEIGHTS_Q8,   /* quantised at load to 8 bits with an fp32 scale per 32 values
+                      * (1.125 bytes a weight: decode streams 0.56 of bf16's bytes);
+                      * lossy, so the model's fingerprint differs from the
+                      * checkpoint's and its entries are its own */
 } hy_weights;
-/* "auto", "f32" or "bf16" into *out; HY_EINVAL otherwise. */
+/* "auto", "f32", "bf16" or "q8" into *out; HY_EINVAL otherwise. */
 int hy_weights_parse(const char *s, hy_weights *out);
 
 /* Opens a model directory: config, tensors, shapes; matrices kept as w says. */
 int hy_model_open_with(hy_model **out, const char *dir, hy_weights w, hy_err *err);
 /* hy_model_open_with(HY_WEIGHTS_AUTO). */
 int hy_model_open(hy_model **out, const char *dir, hy_err *err);
-/* "bf16" or "f32": the format the weight matrices are kept and read in. */
+/* "q8", "bf16" or "f32": the format the weight matrices are kept and read in. */
 const char *hy_model_weights_name(const hy_model *m);
 /* Whether the model's large products multiply in bf16 (HY_WEIGHTS_BF16 on a
  * BF16 checkpoint and a CPU with AVX512-BF16). */

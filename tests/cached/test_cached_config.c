@@ -469,7 +469,7 @@ static void test_named_values(void)
     parse_ok("executor: {weights: bf16}", &g_a);
     CU_ASSERT_STRING_EQUAL(g_a.exec_weights, "bf16");
     fails("executor: {weights: fp8}", HY_EINVAL,
-          "key 'executor.weights': 'fp8' is not auto, f32 or bf16", NULL);
+          "key 'executor.weights': 'fp8' is not auto, f32, bf16 or q8", NULL);
     fails("executor: {weights: auto-and-then-some}", HY_EINVAL, "executor.weights", NULL);
     /* how hits are used: fetched, recomputed, or the cheaper */
     parse_ok("pic: {reuse: recompute}", &g_a);

@@ -23,10 +23,12 @@
 #   4. agreement: three prompts through both, the last position's logits compared
 #      (compare_logits.py); F32 against our F32 must have identical top-10 and a max
 #      |logit difference| <= 0.01 over our top 1000, or the run stops; BF16 and Q8_0
-#      against our F32, and BF16 against our BF16 checkpoint, are reported;
+#      against our F32, BF16 against our BF16 checkpoint, and Q8_0 and F32 against our
+#      q8 (--weights q8 on the F32 checkpoint) are reported;
 #   5. timings: per round llama-bench on each format (-r 1) and `hypic-bench executor
 #      --model` on the F32 and the BF16 checkpoint (--weights bf16: kept in bf16, bf16
-#      arithmetic where the CPU has it), alternating which side
+#      arithmetic where the CPU has it) and on the F32 one quantised (--weights q8:
+#      8-bit weights, a scale per 32, as Q8_0 holds them), alternating which side
 #      goes first; medians, a table, each side's best format against the other's, and a
 #      last line of JSON (summarize.py). Raw outputs stay in WORK/results/DATE/.
 # Not part of CI: nothing here is built by CMake or run by ctest.
@@ -184,6 +186,8 @@ for p in text random100 random700; do
         >"$OUT/logits-ours-$p.txt"
     OMP_NUM_THREADS=$THREADS "$HYPIC_MODEL" run "$MODEL-bf16" --tokens "$OUT/prompt-$p.txt" \
         --weights bf16 --top 1000 >"$OUT/logits-ours-bf16-$p.txt"
+    OMP_NUM_THREADS=$THREADS "$HYPIC_MODEL" run "$MODEL" --tokens "$OUT/prompt-$p.txt" \
+        --weights q8 --top 1000 >"$OUT/logits-ours-q8-$p.txt"
     for fmt in F32 BF16 Q8_0; do
         "$LOGITS" "$GG/$PRESET-s$SEED-$fmt.gguf" "$OUT/prompt-$p.txt" "$THREADS" \
             >"$OUT/logits-llama-$fmt-$p.txt"
@@ -193,6 +197,11 @@ for p in text random100 random700; do
     # llama.cpp's BF16 file against our BF16 checkpoint: the same bf16 weights
     "$PY" "$HERE/compare_logits.py" "$OUT/logits-llama-BF16-$p.txt" "$OUT/logits-ours-bf16-$p.txt" \
         >"$OUT/agreement-BF16-hypicBF16-$p.json"
+    # both 8-bit forms, and ours against llama.cpp's F32 (what quantising costs)
+    "$PY" "$HERE/compare_logits.py" "$OUT/logits-llama-Q8_0-$p.txt" "$OUT/logits-ours-q8-$p.txt" \
+        >"$OUT/agreement-Q8_0-hypicQ8-$p.json"
+    "$PY" "$HERE/compare_logits.py" "$OUT/logits-llama-F32-$p.txt" "$OUT/logits-ours-q8-$p.txt" \
+        >"$OUT/agreement-hypicQ8-F32-$p.json"
 done
 "$PY" - "$OUT" "$TOLERANCE" <<'EOF'
 import glob, json, sys
@@ -223,9 +232,9 @@ while [ "$r" -le "$ROUNDS" ]; do
                 echo "  round $r: llama.cpp $fmt done"
             done
         else
-            for fmt in f32 bf16; do
-                tag=$([ "$fmt" = f32 ] && echo "" || echo "-bf16")
-                dir=$([ "$fmt" = f32 ] && echo "$MODEL" || echo "$MODEL-bf16")
+            for fmt in f32 bf16 q8; do
+                tag=$([ "$fmt" = f32 ] && echo "" || echo "-$fmt")
+                dir=$([ "$fmt" = bf16 ] && echo "$MODEL-bf16" || echo "$MODEL")
                 OMP_NUM_THREADS=$THREADS "$HYPIC_BENCH" executor --model "$dir" --weights "$fmt" \
                     $QUICK_FLAG \
                     >"$OUT/ours$tag-r$r.log" 2>"$OUT/ours$tag-r$r.err" ||
@@ -242,6 +251,6 @@ CPU=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -
     llama_cpp_commit="$COMMIT" llama_cpp_commit_date="$COMMIT_DATE" ggml_version="$GGML_VERSION" \
     llama_cpp_python="$LLAMA_CPP_PYTHON" threads="$THREADS" cpu="${CPU:-unknown}" \
     rounds="$ROUNDS" quick="$([ "$QUICK" = 1 ] && echo true || echo false)" \
-    model="$PRESET seed $SEED, F32 and BF16 checkpoints" seconds="$(($(date +%s) - START))" >"$OUT/summary.txt" ||
+    model="$PRESET seed $SEED, F32 and BF16 checkpoints, q8 from the F32" seconds="$(($(date +%s) - START))" >"$OUT/summary.txt" ||
     die "summarize.py failed on $OUT"
 cat "$OUT/summary.txt"

@@ -3,13 +3,15 @@
     python summarize.py RESULTS_DIR KEY=VALUE...
 
 RESULTS_DIR holds, per round R, llama-FORMAT-rR.jsonl (llama-bench -o jsonl)
-and ours-rR.log / ours-bf16-rR.log (hypic-bench executor's stdout on the F32
-and the BF16 checkpoint, whose last line is its JSON object), and agreement-FORMAT-PROMPT.json (compare_logits.py). The KEY=VALUE
+and ours-rR.log / ours-bf16-rR.log / ours-q8-rR.log (hypic-bench executor's
+stdout on the F32 checkpoint, the BF16 one, and the F32 one quantised to q8,
+whose last line is its JSON object), and agreement-FORMAT-PROMPT.json (compare_logits.py). The KEY=VALUE
 pairs (version, commit, threads, cpu, ...) are copied into the JSON; `tg` is
 the number of tokens decoded, `lengths` the prefill lengths (comma-separated).
 
 Figures are tokens per second, the median over the rounds. The ratios are our
-best format over llama.cpp's best format at each figure (> 1: we are faster).
+best format over llama.cpp's best format at each figure (> 1: we are faster),
+and each of our formats over llama.cpp's nearest (F32/F32, BF16/BF16, Q8/Q8_0).
 """
 
 import glob
@@ -45,7 +47,8 @@ def main():
         if any(samples.values()):
             llama[fmt] = {c: round(statistics.median(v), 1) for c, v in samples.items() if v}
     ours = {}
-    for fmt, pattern in (("F32", "ours-r*.log"), ("BF16", "ours-bf16-r*.log")):
+    for fmt, pattern in (("F32", "ours-r*.log"), ("BF16", "ours-bf16-r*.log"),
+                         ("Q8", "ours-q8-r*.log")):
         ours_s = {c: [] for c in cols}
         for path in sorted(glob.glob(os.path.join(d, pattern))):
             with open(path) as f:
@@ -66,15 +69,22 @@ def main():
             w, g = max(mine)
             best[c], ours_best[c] = f, g
             ratio[c] = round(w / v, 3)
+    nearest = {"F32": "F32", "BF16": "BF16", "Q8": "Q8_0"}
+    same = {f"{f}_over_{g}": {("decode" if c.startswith("tg") else "prefill_" + c[2:]):
+                              round(ours[f][c] / llama[g][c], 3)
+                              for c in cols if c in ours[f] and c in llama[g]}
+            for f, g in nearest.items() if f in ours and g in llama}
 
     agreement = {}
     # llama.cpp's format against our F32, and its BF16 against our BF16 checkpoint
     pairs = [(fmt, f"agreement-{fmt}-*.json") for fmt in FORMATS]
     pairs.append(("BF16_vs_hypic_BF16", "agreement-BF16-hypicBF16-*.json"))
+    pairs.append(("Q8_0_vs_hypic_Q8", "agreement-Q8_0-hypicQ8-*.json"))
+    pairs.append(("F32_vs_hypic_Q8", "agreement-hypicQ8-F32-*.json"))
     for fmt, pattern in pairs:
         runs = []
         for path in sorted(glob.glob(os.path.join(d, pattern))):
-            if fmt in FORMATS and "-hypicBF16-" in path:
+            if fmt in FORMATS and "-hypic" in path:
                 continue
             with open(path) as f:
                 runs.append(json.load(f))
@@ -98,8 +108,13 @@ def main():
         f"{ratio[c]:9.2f}x" if c in ratio else f"{'-':>10}" for c in cols))
     print(f"{'  (llama.cpp format)':22}" + "".join(f"{best.get(c, '-'):>10}" for c in cols))
     print(f"{'  (hypic format)':22}" + "".join(f"{ours_best.get(c, '-'):>10}" for c in cols))
+    for k, row in same.items():
+        print(f"{k.replace('_over_', ' / llama '):22}" + "".join(
+            f"{row[key]:9.2f}x" if key in row else f"{'-':>10}"
+            for key in (("decode" if c.startswith("tg") else "prefill_" + c[2:]) for c in cols)))
     for fmt, a in agreement.items():
-        who = "BF16  vs hypic BF16" if fmt == "BF16_vs_hypic_BF16" else f"{fmt:5} vs hypic F32"
+        who = fmt.replace("_vs_hypic_", " vs hypic ") if "_vs_" in fmt \
+            else f"{fmt:5} vs hypic F32"
         print(f"agreement {who} ({a['prompts']} prompts): top-10 identical "
               f"{'yes' if a['top10_identical'] else 'NO'}, top-1 "
               f"{'yes' if a['top1_identical'] else 'NO'}, max |logit diff| over our top "
@@ -112,6 +127,7 @@ def main():
                 "best_llamacpp_format": best, "best_hypic_format": ours_best,
                 "ratio_ours_over_best": {("decode" if c.startswith("tg") else "prefill_" + c[2:]): r
                                          for c, r in ratio.items()},
+                "ratio_same_format": same,
                 "agreement": agreement})
     print(json.dumps(out, separators=(",", ":")))
 
