@@ -8,6 +8,12 @@
  * rows of a block need not be at consecutive positions (hy_attention_at): a
  * request's seams and query, separated by composed holes, share blocks, so
  * the cache is streamed once per 64 of them rather than once per run.
+ *
+ * The query heads that read one KV head (grouped-query attention) can go
+ * together (hy_attention_heads): each block's rows of every head of the
+ * group stacked, row by row, into one operand, so that each product packs
+ * the keys or values once for all of them and runs G times the rows (64-row
+ * products run at ~0.85 of 256-row ones on this machine's OpenBLAS).
  */
 #include "hy_kernels.h"
 
@@ -46,7 +52,7 @@ static void block(int B, int dk, int dv, const int64_t *pos, const float *q, siz
                     p2->K + (size_t)c0 * p2->ldk, p2->ldk, 1.0f, scores + (size_t)s * ctx + c0,
                     (size_t)ctx);
     }
-    float inv[HY_ATTN_BLOCK]; /* each row's 1 / Σ exp, applied to its output row */
+    float inv[B]; /* each row's 1 / Σ exp, applied to its output row */
     for (int i = 0; i < B; i++) {
         float *row = scores + (size_t)i * ctx;
         const int valid = (int)pos[i] + 1;
@@ -114,5 +120,38 @@ void hy_attention_at2(int n, int dk1, int dk2, int dv, const int64_t *pos, const
         const part2 p2 = {dk2, q2 ? q2 + (size_t)b0 * ldq2 : NULL, K2, ldq2, ldk2};
         block(HY_MIN_INT(HY_ATTN_BLOCK, n - b0), dk1, dv, pos + b0, q1 + (size_t)b0 * ldq1, ldq1,
               K1, ldk1, &p2, V, ldv, scale, o + (size_t)b0 * ldo, ldo, scores);
+    }
+}
+
+size_t hy_attention_heads_scratch(int G, int dk, int dv, int64_t ctx)
+{
+    return (size_t)G * HY_ATTN_BLOCK * ((size_t)dk + (size_t)dv + (size_t)ctx);
+}
+
+void hy_attention_heads(int n, int G, int dk, int dv, const int64_t *pos, const float *q,
+                        size_t ldq, size_t qhs, const float *K, size_t ldk, const float *V,
+                        size_t ldv, float scale, float *o, size_t ldo, size_t ohs, float *work)
+{
+    const part2 none = {0};
+    for (int b0 = 0; b0 < n; b0 += HY_ATTN_BLOCK) {
+        const int B = HY_MIN_INT(HY_ATTN_BLOCK, n - b0), R = G * B;
+        const int64_t ctx = pos[b0 + B - 1] + 1;
+        float *qb = work, *obuf = qb + (size_t)R * dk, *scores = obuf + (size_t)R * dv;
+        (void)ctx; /* scores: R × ctx floats, within hy_attention_heads_scratch(ctx) */
+        int64_t ps[R];
+        /* stacked row i·G + h: row b0 + i of head h (positions stay
+         * non-decreasing, so each tile's rows are still a suffix) */
+        for (int i = 0; i < B; i++)
+            for (int h = 0; h < G; h++) {
+                memcpy(qb + (size_t)(i * G + h) * dk, q + (size_t)(b0 + i) * ldq + (size_t)h * qhs,
+                       (size_t)dk * sizeof *qb);
+                ps[i * G + h] = pos[b0 + i];
+            }
+        block(R, dk, dv, ps, qb, (size_t)dk, K, ldk, &none, V, ldv, scale, obuf, (size_t)dv,
+              scores);
+        for (int i = 0; i < B; i++)
+            for (int h = 0; h < G; h++)
+                memcpy(o + (size_t)(b0 + i) * ldo + (size_t)h * ohs,
+                       obuf + (size_t)(i * G + h) * dv, (size_t)dv * sizeof *obuf);
     }
 }

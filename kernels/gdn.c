@@ -95,7 +95,31 @@ size_t hy_gdn_chunked_scratch(int dk, int dv)
     return 2 * L + 3 * L * L + 4 * L * (size_t)dk + 3 * L * (size_t)dv;
 }
 
+size_t hy_gdn_share_slots(size_t rows)
+{
+    return rows / HY_GDN_CHUNK + 2;
+}
+
+/* The slot of sh holding the chunk at row r (of the step) of length L, and
+ * whether it already holds its products (else it is now tagged for them,
+ * the caller computing them). */
+static float *share_slot(const hy_gdn_share *sh, int64_t r, int L, bool with_q, bool *have)
+{
+    const size_t CL = HY_GDN_CHUNK, slot = (size_t)(r / (int64_t)CL) % sh->nslots;
+    int64_t *tag = sh->tags + 2 * slot;
+    const int64_t t1 = r * 256 + (int64_t)L * 2 + (with_q ? 1 : 0);
+    *have = tag[0] == sh->id && tag[1] == t1;
+    tag[0] = sh->id, tag[1] = t1;
+    return sh->prods + slot * 2 * CL * CL;
+}
+
 void hy_gdn_chunked(const hy_gdn_in *in, float *S, float *o, size_t ldo, float *T, float *work)
+{
+    hy_gdn_chunked_shared(in, S, o, ldo, T, work, NULL);
+}
+
+void hy_gdn_chunked_shared(const hy_gdn_in *in, float *S, float *o, size_t ldo, float *T,
+                           float *work, const hy_gdn_share *sh)
 {
     const int CL = HY_GDN_CHUNK, n = in->n, dk = in->dk, dv = in->dv;
     const size_t ldq = in->ldq, ldk = in->ldk, ldv = in->ldv, ldgb = in->ldgb;
@@ -131,14 +155,24 @@ void hy_gdn_chunked(const hy_gdn_in *in, float *S, float *o, size_t ldo, float *
             for (int j = 0; j <= i; j++) Di[j] = hy_expf(G[i] - G[j]);
         }
 
-        /* Lm and its inverse by forward substitution: (I + Lm) Tm = I. */
-        hy_gemm(0, 1, L, L, dk, 1.0f, kc, ldk, kc, ldk, 0.0f, A, (size_t)CL);
+        /* k·kᵀ and q·kᵀ: from the slot another value head of this key head
+         * filled, or computed (into it, when sharing) */
+        bool have = false;
+        float *KK = sh ? share_slot(sh, sh->row0 + c0, L, o != NULL, &have) : A;
+        float *QK = sh ? KK + (size_t)CL * CL : A;
+        if (!have) {
+            hy_gemm(0, 1, L, L, dk, 1.0f, kc, ldk, kc, ldk, 0.0f, KK, (size_t)CL);
+            if (o && sh) hy_gemm(0, 1, L, L, dk, 1.0f, qc, ldq, kc, ldk, 0.0f, QK, (size_t)CL);
+        }
+
+        /* Lm and its inverse by forward substitution: (I + Lm) Tm = I (which
+         * reads Lm's strictly lower part only). */
         for (int i = 0; i < L; i++) {
             const float bi = bc[(size_t)i * ldgb];
             float *Ai = A + (size_t)i * CL;
-            const float *Di = D + (size_t)i * CL;
+            const float *Ki = KK + (size_t)i * CL, *Di = D + (size_t)i * CL;
 #pragma omp simd
-            for (int j = 0; j < i; j++) Ai[j] *= bi * Di[j];
+            for (int j = 0; j < i; j++) Ai[j] = Ki[j] * (bi * Di[j]);
         }
         hy_unit_lower_inverse(L, A, Tm, CL);
 
@@ -193,12 +227,12 @@ void hy_gdn_chunked(const hy_gdn_in *in, float *S, float *o, size_t ldo, float *
             if (o) hy_gemm(0, 0, L, dv, dk, 1.0f, Qg, (size_t)dk, S, (size_t)dv, 0.0f, oc, ldo);
         }
         if (o) {
-            hy_gemm(0, 1, L, L, dk, 1.0f, qc, ldq, kc, ldk, 0.0f, A, (size_t)CL);
+            if (!sh) hy_gemm(0, 1, L, L, dk, 1.0f, qc, ldq, kc, ldk, 0.0f, QK, (size_t)CL);
             for (int i = 0; i < L; i++) {
                 float *Ai = A + (size_t)i * CL;
-                const float *Di = D + (size_t)i * CL;
+                const float *Qi = QK + (size_t)i * CL, *Di = D + (size_t)i * CL;
 #pragma omp simd
-                for (int j = 0; j <= i; j++) Ai[j] *= Di[j];
+                for (int j = 0; j <= i; j++) Ai[j] = Qi[j] * Di[j];
                 for (int j = i + 1; j < L; j++) Ai[j] = 0.0f;
             }
             hy_gemm(0, 0, L, dv, L, 1.0f, A, (size_t)CL, Vn, (size_t)dv, 1.0f, oc, ldo);

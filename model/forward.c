@@ -64,6 +64,12 @@ struct hy_exec {
     int64_t *rowpos;
     hy_capture **rowcap;
     size_t rowpos_cap, rowcap_cap;
+    /* GDN's value heads of one key head share their chunks' k·kᵀ and q·kᵀ
+     * (hy_gdn_share): per thread share_slots slots after the delta rule's
+     * scratch and their tags; share_gen counts the layer calls that share */
+    size_t share_slots, share_tags_n;
+    int64_t *share_tags;
+    int64_t share_gen;
     double *tcompose; /* per thread (padded): seconds composing holes */
     int tcompose_n;
     double hole_kv_s;      /* this call's seconds writing holes' K/V */
@@ -269,6 +275,21 @@ static size_t compose_floats(const hy_model_config *c)
     return hy_rep_apply_scratch(hy_lin_tkind(c), c->lin_dk, c->lin_dv);
 }
 
+/* A thread's scratch for the query heads of one KV head attending together
+ * (hy_attention_heads): 16 MiB, a context of 16k tokens for 4 heads. */
+#define ATTN_HEADS_MAX_FLOATS ((size_t)4 << 20)
+
+/* Whether GDN's value heads share their key heads' products: a GDN model
+ * whose key heads serve several value heads each, with at least a key head
+ * for every thread (the heads of one key head run on one thread). */
+static bool gdn_shares(const hy_exec *ex)
+{
+    const hy_model_config *c = &ex->m->cfg;
+    return hy_lin_family(c) == HY_LA_GDN && ex->mode == HY_GDN_CHUNKED && c->lin_k_heads > 0 &&
+           c->lin_v_heads > c->lin_k_heads && c->lin_v_heads % c->lin_k_heads == 0 &&
+           c->lin_k_heads >= ex->nthreads;
+}
+
 static int ensure_workspace(hy_exec *ex, size_t B, int64_t ctx, hy_err *err)
 {
     const hy_model_config *c = &ex->m->cfg;
@@ -287,7 +308,28 @@ static int ensure_workspace(hy_exec *ex, size_t B, int64_t ctx, hy_err *err)
     plan(ex, B, ex->ws);
     ex->step_cap = 0; /* until the scratch is in place too */
     size_t per = hy_la_chunked_scratch(hy_lin_family(c), c->lin_dk, c->lin_dv);
+    const size_t slots = gdn_shares(ex) ? hy_gdn_share_slots(B) : 0;
+    if (slots) { /* the shared products after the delta rule's own scratch */
+        per = hy_gdn_chunked_scratch(c->lin_dk, c->lin_dv) +
+              slots * 2 * (size_t)HY_GDN_CHUNK * HY_GDN_CHUNK;
+        const size_t nt = slots * 2 * (size_t)ex->nthreads;
+        if (nt > ex->share_tags_n) {
+            int64_t *t = malloc(nt * sizeof *t);
+            if (!t) return hy_err_set(err, HY_ENOMEM, "out of memory for a %zu-token step", B);
+            free(ex->share_tags);
+            ex->share_tags = t;
+            ex->share_tags_n = nt;
+        }
+        for (size_t i = 0; i < nt; i++) ex->share_tags[i] = -1;
+    }
+    ex->share_slots = 0; /* until the scratch is in place too */
+    per = HY_MAX(per, hy_la_chunked_scratch(hy_lin_family(c), c->lin_dk, c->lin_dv));
     per = HY_MAX(per, (size_t)HY_ATTN_BLOCK * (size_t)ctx);
+    /* a KV head's query heads attend together while their scores stay small
+     * (attn_layer falls back to a head at a time past it) */
+    const int grp = c->n_kv_heads > 0 ? c->n_heads / c->n_kv_heads : 1;
+    const size_t heads = hy_attention_heads_scratch(grp, c->head_dim, c->head_dim, ctx);
+    if (grp > 1 && heads <= ATTN_HEADS_MAX_FLOATS) per = HY_MAX(per, heads);
     per = HY_MAX(per, compose_floats(c)); /* a hole's or a capture's composition */
     size_t total = per * (size_t)ex->nthreads;
     if (total > ex->scratch_floats) {
@@ -300,6 +342,7 @@ static int ensure_workspace(hy_exec *ex, size_t B, int64_t ctx, hy_err *err)
         ex->scratch_floats = total;
     }
     ex->scratch_per_thread = per;
+    ex->share_slots = slots;
     ex->step_cap = B;
     ex->ctx_cap = ctx;
     return HY_OK;
@@ -353,6 +396,7 @@ void hy_exec_free(hy_exec *ex)
     free(ex->rowpos);
     free(ex->rowcap);
     free(ex->tcompose);
+    free(ex->share_tags);
     hy_free(ex->rope);
     free(ex);
 }
@@ -649,17 +693,20 @@ static double head_items(hy_exec *ex, hy_state *st, int li, int h, const item *i
 /* Every head of a linear layer over the step's items (head_items with the
  * family's kernel), in parallel; each thread's composing time is added to
  * its compose timer. */
-static void heads_over_items(hy_exec *ex, hy_state *st, int li, int nheads, const item *it, int ni,
-                             head_run_fn run, head_logdecay_fn logdecay, const float *ctx)
+static void heads_over_items(hy_exec *ex, hy_state *st, int li, int nheads, int group,
+                             const item *it, int ni, head_run_fn run, head_logdecay_fn logdecay,
+                             const float *ctx)
 {
     prof_begin(ex);
+    /* heads [g·group, (g+1)·group) on one thread, one after another */
 #pragma omp parallel for schedule(dynamic, 1)
-    for (int h = 0; h < nheads; h++) {
+    for (int g = 0; g < nheads / group; g++) {
         const int tid = omp_get_thread_num();
         assert(tid < ex->nthreads && tid < ex->tcompose_n);
         float *work = ex->scratch + (size_t)tid * ex->scratch_per_thread;
-        ex->tcompose[(size_t)tid * TC_PAD] +=
-            head_items(ex, st, li, h, it, ni, work, run, logdecay, ctx);
+        for (int h = g * group; h < (g + 1) * group; h++)
+            ex->tcompose[(size_t)tid * TC_PAD] +=
+                head_items(ex, st, li, h, it, ni, work, run, logdecay, ctx);
     }
     prof_end(ex, HY_EXEC_OP_DELTA_RULE);
 }
@@ -721,7 +768,16 @@ static void gdn_run(hy_exec *ex, int li, int h, int off, int len, float *S, floa
                           .beta = ex->beta + (size_t)off * Hv + h,
                           .ldgb = (size_t)Hv};
     float *o = ex->o + (size_t)off * Vd + (size_t)h * dv;
-    if (ex->mode == HY_GDN_CHUNKED && len > 1)
+    if (ex->mode == HY_GDN_CHUNKED && len > 1 && ex->share_slots) {
+        const size_t tid = (size_t)omp_get_thread_num();
+        const hy_gdn_share sh = {
+            .prods = work + hy_gdn_chunked_scratch(dk, dv),
+            .tags = ex->share_tags + tid * 2 * ex->share_slots,
+            .nslots = ex->share_slots,
+            .id = ex->share_gen * Hk + hk,
+            .row0 = off};
+        hy_gdn_chunked_shared(&in, S, o, (size_t)Vd, T, work, &sh);
+    } else if (ex->mode == HY_GDN_CHUNKED && len > 1)
         hy_gdn_chunked(&in, S, o, (size_t)Vd, T, work);
     else
         hy_gdn_recurrent(&in, S, o, (size_t)Vd, T);
@@ -793,7 +849,10 @@ static void gdn_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni,
     }
     prof_end(ex, HY_EXEC_OP_NORM_GATE);
 
-    heads_over_items(ex, st, li, Hv, it, ni, gdn_run, gdn_logdecay, cv);
+    /* a key head's value heads on one thread, sharing its products */
+    const bool share = ex->share_slots > 0;
+    if (share) ex->share_gen++;
+    heads_over_items(ex, st, li, Hv, share ? Hv / Hk : 1, it, ni, gdn_run, gdn_logdecay, cv);
     if (n == 0) return;
 
     /* Gated RMSNorm per value head: w · norm(o) · silu(z). */
@@ -899,7 +958,7 @@ static void kda_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni,
     }
     prof_end(ex, HY_EXEC_OP_NORM_GATE);
 
-    heads_over_items(ex, st, li, H, it, ni, kda_run, NULL, cv);
+    heads_over_items(ex, st, li, H, 1, it, ni, kda_run, NULL, cv);
     if (n == 0) return;
 
     prof_begin(ex);
@@ -984,7 +1043,7 @@ static void mamba_layer(hy_exec *ex, hy_state *st, int li, const item *it, int n
     }
     prof_end(ex, HY_EXEC_OP_NORM_GATE);
 
-    heads_over_items(ex, st, li, nh, it, ni, mamba_run, NULL, cv);
+    heads_over_items(ex, st, li, nh, 1, it, ni, mamba_run, NULL, cv);
     if (n == 0) return;
 
     prof_begin(ex);
@@ -1056,7 +1115,7 @@ static void light_layer(hy_exec *ex, hy_state *st, int li, const item *it, int n
         }
         prof_end(ex, HY_EXEC_OP_NORM_GATE);
     }
-    heads_over_items(ex, st, li, nh, it, ni, light_run, NULL, proj);
+    heads_over_items(ex, st, li, nh, 1, it, ni, light_run, NULL, proj);
     if (n == 0) return;
     prof_begin(ex);
 #pragma omp parallel for schedule(static)
@@ -1182,17 +1241,40 @@ static void attn_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni
 
     const float scale = 1.0f / sqrtf((float)hd);
     prof_begin(ex);
+    /* the query heads of a KV head together, when the scratch holds their
+     * scores: a block's context is its last row's position + 1 */
+    int64_t ctx = 0;
+    for (int b = 0; b < nblk; b++)
+        ctx = HY_MAX(ctx, ex->rowpos[HY_MIN_INT(n, (b + 1) * HY_ATTN_BLOCK) - 1] + 1);
+    const bool together =
+        grp > 1 && ex->scratch_per_thread >= hy_attention_heads_scratch(grp, hd, hd, ctx);
+    if (together) {
 #pragma omp parallel for schedule(dynamic, 1)
-    for (int job = 0; job < Hq * nblk; job++) {
-        const int h = job % Hq, g = h / grp;
-        /* blocks of the step's rows, whatever runs they belong to; the
-         * last (the longest context) first */
-        const int r0 = (nblk - 1 - job / Hq) * HY_ATTN_BLOCK, B = HY_MIN_INT(HY_ATTN_BLOCK, n - r0);
-        assert(omp_get_thread_num() < ex->nthreads);
-        float *scores = ex->scratch + (size_t)omp_get_thread_num() * ex->scratch_per_thread;
-        hy_attention_at(B, hd, hd, ex->rowpos + r0, proj + (size_t)r0 * P + (size_t)h * qs,
-                        (size_t)P, Kc + (size_t)g * hd, (size_t)KV, Vc + (size_t)g * hd, (size_t)KV,
-                        scale, ob + (size_t)r0 * Qd + (size_t)h * hd, (size_t)Qd, scores);
+        for (int job = 0; job < Hkv * nblk; job++) {
+            const int g = job % Hkv;
+            const int r0 = (nblk - 1 - job / Hkv) * HY_ATTN_BLOCK,
+                      B = HY_MIN_INT(HY_ATTN_BLOCK, n - r0);
+            assert(omp_get_thread_num() < ex->nthreads);
+            float *work = ex->scratch + (size_t)omp_get_thread_num() * ex->scratch_per_thread;
+            hy_attention_heads(B, grp, hd, hd, ex->rowpos + r0,
+                               proj + (size_t)r0 * P + (size_t)g * grp * qs, (size_t)P,
+                               (size_t)qs, Kc + (size_t)g * hd, (size_t)KV, Vc + (size_t)g * hd,
+                               (size_t)KV, scale, ob + (size_t)r0 * Qd + (size_t)g * grp * hd,
+                               (size_t)Qd, (size_t)hd, work);
+        }
+    } else {
+#pragma omp parallel for schedule(dynamic, 1)
+        for (int job = 0; job < Hq * nblk; job++) {
+            const int h = job % Hq, g = h / grp;
+            /* blocks of the step's rows, whatever runs they belong to; the
+             * last (the longest context) first */
+            const int r0 = (nblk - 1 - job / Hq) * HY_ATTN_BLOCK, B = HY_MIN_INT(HY_ATTN_BLOCK, n - r0);
+            assert(omp_get_thread_num() < ex->nthreads);
+            float *scores = ex->scratch + (size_t)omp_get_thread_num() * ex->scratch_per_thread;
+            hy_attention_at(B, hd, hd, ex->rowpos + r0, proj + (size_t)r0 * P + (size_t)h * qs,
+                            (size_t)P, Kc + (size_t)g * hd, (size_t)KV, Vc + (size_t)g * hd, (size_t)KV,
+                            scale, ob + (size_t)r0 * Qd + (size_t)h * hd, (size_t)Qd, scores);
+        }
     }
     prof_end(ex, HY_EXEC_OP_ATTENTION);
     if (c->attn_gate) {

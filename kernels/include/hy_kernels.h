@@ -182,6 +182,25 @@ size_t hy_gdn_chunked_scratch(int dk, int dv);
  * counted from the first token of this call. work: hy_gdn_chunked_scratch()
  * floats. */
 void hy_gdn_chunked(const hy_gdn_in *in, float *S, float *o, size_t ldo, float *T, float *work);
+/* What the value heads of one key head can share: a chunk's k·kᵀ and q·kᵀ
+ * depend only on its keys and queries, which those heads have in common.
+ * Slots of both products, each tagged with whose they are: a chunk whose
+ * slot carries its tag reads them, any other computes them into the slot
+ * and tags it. One table per thread; the heads that share run on it one
+ * after another. */
+typedef struct hy_gdn_share {
+    float *prods;   /* [nslots][2][HY_GDN_CHUNK][HY_GDN_CHUNK] */
+    int64_t *tags;  /* [nslots][2]: {id, position and length}; start at -1 */
+    size_t nslots;  /* hy_gdn_share_slots(rows of the step) */
+    int64_t id;     /* whose keys (the layer's call and key head; never reused) */
+    int64_t row0;   /* the first row of this call within the step */
+} hy_gdn_share;
+/* Slots for a step of rows rows: two chunks of different calls share one
+ * only when a short chunk ends within a chunk of the next (recomputed). */
+size_t hy_gdn_share_slots(size_t rows);
+/* hy_gdn_chunked reading or filling sh (NULL: hy_gdn_chunked); the same sums. */
+void hy_gdn_chunked_shared(const hy_gdn_in *in, float *S, float *o, size_t ldo, float *T,
+                           float *work, const hy_gdn_share *sh);
 
 /* Causal softmax attention of one query head over a KV cache.
  * q: [n] rows of hd (ldq), already rotated, for positions pos0 .. pos0+n-1;
@@ -196,6 +215,15 @@ void hy_attention(int n, int hd, int64_t pos0, const float *q, size_t ldq, const
  * consecutive): row i attends to keys [0, pos[i]]; queries and keys of dk,
  * values and outputs of dv (MLA's differ). scores: HY_ATTN_BLOCK ×
  * (pos[n−1]+1) floats. */
+/* hy_attention_at for the G query heads that read one KV head, together:
+ * head h's row i is q + i·ldq + h·qhs and its output o + i·ldo + h·ohs.
+ * work: hy_attention_heads_scratch(G, dk, dv, pos[n−1] + 1) floats. The
+ * same sums as a head at a time (up to BLAS's order of additions), in products
+ * of G times the rows. */
+size_t hy_attention_heads_scratch(int G, int dk, int dv, int64_t ctx);
+void hy_attention_heads(int n, int G, int dk, int dv, const int64_t *pos, const float *q,
+                        size_t ldq, size_t qhs, const float *K, size_t ldk, const float *V,
+                        size_t ldv, float scale, float *o, size_t ldo, size_t ohs, float *work);
 void hy_attention_at(int n, int dk, int dv, const int64_t *pos, const float *q, size_t ldq,
                      const float *K, size_t ldk, const float *V, size_t ldv, float scale, float *o,
                      size_t ldo, float *scores);

@@ -332,6 +332,43 @@ static void test_kl_logits(void)
     CU_ASSERT(isfinite(kl) && fabs(kl - log(2.0)) < 1e-6);
 }
 
+/* The query heads of one KV head together (hy_attention_heads): each
+ * head's rows — seams far apart, then a run, so tiles are skipped — equal
+ * hy_attention_at of that head alone; rows of a head are qhs apart in a
+ * row of q and written ohs apart in o (the executor's fused rows). */
+static void test_attention_heads_match_one_at_a_time(void)
+{
+    hy_rng r;
+    hy_rng_seed(&r, 6);
+    enum { N = 9 * 8 + 70, G = 4, D = 16, QHS = 2 * D, LDQ = G * QHS + 3, LDO = G * D + 5 };
+    int64_t pos[N];
+    int64_t at = 0;
+    int t = 0;
+    for (int s = 0; s < 9; s++) {
+        for (int i = 0; i < 8; i++) pos[t++] = at + i;
+        at += 150 + (int64_t)(hy_rng_next(&r) % 400);
+    }
+    for (int i = 0; i < 70; i++) pos[t++] = at + i;
+    const int ctx = (int)pos[N - 1] + 1;
+    float *q = randn(&r, (size_t)N * LDQ), *K = randn(&r, (size_t)ctx * D),
+          *V = randn(&r, (size_t)ctx * D);
+    float *o1 = calloc((size_t)N * LDO, 4), *o2 = calloc((size_t)N * LDO, 4);
+    float *sc = malloc((size_t)HY_ATTN_BLOCK * ctx * 4);
+    const size_t nw = hy_attention_heads_scratch(G, D, D, ctx);
+    float *work = malloc(nw * 4);
+    for (size_t i = 0; i < nw; i++) work[i] = NAN; /* a score nobody wrote fails */
+    for (int h = 0; h < G; h++)
+        hy_attention_at(N, D, D, pos, q + h * QHS, LDQ, K, D, V, D, 0.25f, o1 + h * D, LDO, sc);
+    hy_attention_heads(N, G, D, D, pos, q, LDQ, QHS, K, D, V, D, 0.25f, o2, LDO, D, work);
+    const double worst = hy_max_abs_diff(o2, o1, (size_t)N * LDO);
+    printf("\n    %d rows of %d heads over %d positions: against a head at a time %.1e", N, G, ctx,
+           worst);
+    CU_ASSERT(worst < 1e-6);
+    for (int i = 0; i < N; i++) /* the gaps between heads' outputs are untouched */
+        for (int j = G * D; j < LDO; j++) CU_ASSERT_EQUAL(o2[(size_t)i * LDO + j], 0.0f);
+    free(q), free(K), free(V), free(o1), free(o2), free(sc), free(work);
+}
+
 int main(void)
 {
     static const hy_test_case cases[] = {
@@ -339,6 +376,7 @@ int main(void)
         {"attention_at_scattered_positions", test_attention_at_scattered_positions},
         {"attention_at_seams_far_apart", test_attention_at_seams_far_apart},
         {"attention_at2_two_key_parts", test_attention_at2_two_key_parts},
+        {"attention_heads_match_one_at_a_time", test_attention_heads_match_one_at_a_time},
         {"conv_carries_state", test_conv_carries_state},
         {"rope_rotate_half_and_composition", test_rope},
         {"rms_and_l2_norms", test_norms},

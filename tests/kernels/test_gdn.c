@@ -233,6 +233,61 @@ static void test_transition_operator(void)
     }
 }
 
+/* Two value heads of one key head (the same q and k, their own v, g, β),
+ * run as the executor runs them — the first over every piece of a step, then
+ * the second — sharing k·kᵀ and q·kᵀ: each head's outputs, states and T are
+ * those of the unshared kernel bit for bit, pieces that share a slot (a
+ * one-row piece then the next) included. */
+static void test_value_heads_share_products(void)
+{
+    const gdn_case c = {300, 32, 24, -1, 0, 1};
+    gdn_data d[2] = {make(&c, 11), make(&c, 12)};
+    for (int t = 0; t < c.n; t++) /* head 1 reads head 0's queries and keys */
+        memcpy(d[1].q + (size_t)t * d[1].ld, d[0].q + (size_t)t * d[0].ld, 2 * c.dk * sizeof(float));
+    const size_t SS = (size_t)c.dk * c.dv, OS = (size_t)c.n * c.dv, TT = (size_t)c.dk * c.dk;
+    const size_t nslots = hy_gdn_share_slots((size_t)c.n), CL = HY_GDN_CHUNK;
+    float *prods = malloc(nslots * 2 * CL * CL * sizeof *prods);
+    int64_t *tags = malloc(nslots * 2 * sizeof *tags);
+    for (size_t i = 0; i < 2 * nslots; i++) tags[i] = -1;
+    float *work = malloc(hy_gdn_chunked_scratch(c.dk, c.dv) * sizeof(float));
+    const int cuts[] = {0, 37, 38, 101, 230, 300}; /* the piece [101, 230) also advances T */
+    for (int h = 0; h < 2; h++) {
+        float *S1 = malloc(SS * 4), *S2 = malloc(SS * 4), *o1 = calloc(OS, 4), *o2 = calloc(OS, 4);
+        float *T1 = calloc(TT, 4), *T2 = calloc(TT, 4);
+        for (int i = 0; i < c.dk; i++) T1[i * c.dk + i] = T2[i * c.dk + i] = 1.0f;
+        memcpy(S1, d[h].S0, SS * 4);
+        memcpy(S2, d[h].S0, SS * 4);
+        for (int i = 0; i + 1 < 6; i++) {
+            const int a = cuts[i], n = cuts[i + 1] - cuts[i];
+            const hy_gdn_in part = in_of(&d[h], a, n);
+            const hy_gdn_share sh = {prods, tags, nslots, 5, a};
+            hy_gdn_chunked(&part, S1, o1 + (size_t)a * c.dv, c.dv, a == 101 ? T1 : NULL, work);
+            hy_gdn_chunked_shared(&part, S2, o2 + (size_t)a * c.dv, c.dv, a == 101 ? T2 : NULL,
+                                  work, &sh);
+        }
+        CU_ASSERT(memcmp(S1, S2, SS * 4) == 0);
+        CU_ASSERT(memcmp(o1, o2, OS * 4) == 0);
+        CU_ASSERT(memcmp(T1, T2, TT * 4) == 0);
+        free(S1), free(S2), free(o1), free(o2), free(T1), free(T2);
+    }
+    /* the last piece's chunks are tagged with whose they are, and a tagged
+     * slot is read, not recomputed: cleared, the piece's output changes */
+    CU_ASSERT_EQUAL(tags[2 * ((230 / CL) % nslots)], 5);
+    float *S = malloc(SS * 4), *o = calloc(OS, 4), *oz = calloc(OS, 4);
+    const hy_gdn_in last = in_of(&d[1], 230, 70);
+    const hy_gdn_share sh = {prods, tags, nslots, 5, 230};
+    memcpy(S, d[1].S0, SS * 4);
+    hy_gdn_chunked_shared(&last, S, o, c.dv, NULL, work, &sh);
+    memset(prods + ((230 / CL) % nslots) * 2 * CL * CL, 0, 2 * CL * CL * sizeof *prods);
+    memcpy(S, d[1].S0, SS * 4);
+    hy_gdn_chunked_shared(&last, S, oz, c.dv, NULL, work, &sh);
+    CU_ASSERT(memcmp(o, oz, (size_t)64 * c.dv * 4) != 0);
+    free(S), free(o), free(oz);
+    free(prods), free(tags), free(work);
+    drop(&d[0]);
+    drop(&d[1]);
+}
+
 int main(void)
 {
     static const hy_test_case cases[] = {
@@ -240,6 +295,7 @@ int main(void)
         {"chunked_matches_recurrent", test_chunked_matches_recurrent},
         {"state_carries_across_calls", test_state_carries_across_calls},
         {"transition_operator_is_affine_map", test_transition_operator},
+        {"value_heads_share_products_exactly", test_value_heads_share_products},
         {NULL, NULL},
     };
     return hy_test_main("gated_delta_rule", cases);
