@@ -135,9 +135,8 @@ void hy_attention_heads(int n, int G, int dk, int dv, const int64_t *pos, const 
     const part2 none = {0};
     for (int b0 = 0; b0 < n; b0 += HY_ATTN_BLOCK) {
         const int B = HY_MIN_INT(HY_ATTN_BLOCK, n - b0), R = G * B;
-        const int64_t ctx = pos[b0 + B - 1] + 1;
         float *qb = work, *obuf = qb + (size_t)R * dk, *scores = obuf + (size_t)R * dv;
-        (void)ctx; /* scores: R × ctx floats, within hy_attention_heads_scratch(ctx) */
+        /* scores: R × (pos[b0 + B − 1] + 1) floats, within the scratch */
         int64_t ps[R];
         /* stacked row i·G + h: row b0 + i of head h (positions stay
          * non-decreasing, so each tile's rows are still a suffix) */
