@@ -468,6 +468,8 @@ static void test_named_values(void)
     CU_ASSERT_STRING_EQUAL(g_a.exec_weights, "f32");
     parse_ok("executor: {weights: bf16}", &g_a);
     CU_ASSERT_STRING_EQUAL(g_a.exec_weights, "bf16");
+    parse_ok("executor: {weights: q8}", &g_a);
+    CU_ASSERT_STRING_EQUAL(g_a.exec_weights, "q8");
     fails("executor: {weights: fp8}", HY_EINVAL,
           "key 'executor.weights': 'fp8' is not auto, f32, bf16 or q8", NULL);
     fails("executor: {weights: auto-and-then-some}", HY_EINVAL, "executor.weights", NULL);

@@ -130,6 +130,29 @@ rc=$?
 if [ $rc -eq 1 ]; then ok "a second daemon on $addr exits 1"; else bad "a second daemon on $addr: exit $rc"; fi
 has "it names the address" second.err "cannot listen on $addr"
 has "it names the flag to move it" second.err "another address: --listen HOST:PORT"
+# ---- a daemon keeping its weights in q8: status says so ---------------------
+cat > q8.yaml <<EOF
+listen: 127.0.0.1:0
+http_listen: 127.0.0.1:0
+models: [{name: tiny, path: var/models/tiny}]
+tiers: {host: {bytes: 16M}}
+executor: {threads: 2, weights: q8}
+EOF
+"$cached" --config q8.yaml --ready-file q8.ready 2>q8.log &
+q8pid=$!
+q8addr=
+i=0
+while [ $i -lt 300 ] && kill -0 "$q8pid" 2>/dev/null; do
+    q8addr=$(sed -n 's/^grpc=//p' q8.ready 2>/dev/null)
+    [ -n "$q8addr" ] && break
+    sleep 0.1
+    i=$((i + 1))
+done
+run 0 "status of a q8 daemon" --addr "$q8addr" status
+has "q8: the weight format" out "^models    tiny (q8 weights, "
+kill -INT "$q8pid" 2>/dev/null
+wait "$q8pid" 2>/dev/null
+
 HYPIC_ADDR=$addr HYPIC_TOKEN=alice-secret-token-1 HYPIC_MODEL=tiny
 export HYPIC_ADDR HYPIC_TOKEN HYPIC_MODEL
 tls="--tls-ca $fixtures/ca.pem"
