@@ -171,6 +171,22 @@ static int run(hy_model *m, const int32_t *tok, int n, float *out)
     return rc;
 }
 
+/* The same 40-token prompt and three decodes through a and b (the same
+ * checkpoint opened two ways): their logits, [4][V] each, malloc'd. */
+static void run_both(hy_model *a, hy_model *b, float **la, float **lb)
+{
+    const hy_model_config *c = hy_model_cfg(b);
+    int32_t tok[40];
+    hy_rng r;
+    hy_rng_seed(&r, 9);
+    for (int i = 0; i < 40; i++) tok[i] = (int32_t)(hy_rng_next(&r) % (uint64_t)c->vocab);
+    *la = malloc((size_t)4 * c->vocab * sizeof **la);
+    *lb = malloc((size_t)4 * c->vocab * sizeof **lb);
+    CU_ASSERT_FATAL(*la && *lb);
+    CU_ASSERT_EQUAL_FATAL(run(a, tok, 40, *la), 0);
+    CU_ASSERT_EQUAL_FATAL(run(b, tok, 40, *lb), 0);
+}
+
 static void check_family(const char *preset, hy_weights mode)
 {
     char dir[128];
@@ -187,14 +203,8 @@ static void check_family(const char *preset, hy_weights mode)
     CU_ASSERT(hy_model_matrix_bytes(mf) > 0);
     CU_ASSERT_EQUAL(2 * hy_model_matrix_bytes(mb), hy_model_matrix_bytes(mf));
     const hy_model_config *c = hy_model_cfg(mf);
-    const int n = 40;
-    int32_t tok[40];
-    hy_rng r;
-    hy_rng_seed(&r, 9);
-    for (int i = 0; i < n; i++) tok[i] = (int32_t)(hy_rng_next(&r) % (uint64_t)c->vocab);
-    float *lb = malloc((size_t)4 * c->vocab * sizeof *lb), *lf = malloc((size_t)4 * c->vocab * 4);
-    CU_ASSERT_EQUAL_FATAL(run(mb, tok, n, lb), 0);
-    CU_ASSERT_EQUAL_FATAL(run(mf, tok, n, lf), 0);
+    float *lb, *lf;
+    run_both(mb, mf, &lb, &lf);
     /* Without bf16 arithmetic, the same values summed in another order:
      * fp32 rounding, well under the 1e-3 the golden tests allow against
      * transformers. With it, the prompt's activations are rounded to bf16
@@ -256,14 +266,8 @@ static void check_q8_family(const char *preset, double *worst_rel)
     hy_model_fingerprint(mf, ff);
     CU_ASSERT(memcmp(fq, ff, 32) != 0);
     const hy_model_config *c = hy_model_cfg(mf);
-    const int n = 40;
-    int32_t tok[40];
-    hy_rng r;
-    hy_rng_seed(&r, 9);
-    for (int i = 0; i < n; i++) tok[i] = (int32_t)(hy_rng_next(&r) % (uint64_t)c->vocab);
-    float *lq = malloc((size_t)4 * c->vocab * sizeof *lq), *lf = malloc((size_t)4 * c->vocab * 4);
-    CU_ASSERT_EQUAL_FATAL(run(mq, tok, n, lq), 0);
-    CU_ASSERT_EQUAL_FATAL(run(mf, tok, n, lf), 0);
+    float *lq, *lf;
+    run_both(mq, mf, &lq, &lf);
     for (int k = 0; k < 4; k++) {
         double scale;
         const float *a = lq + (size_t)k * c->vocab, *f = lf + (size_t)k * c->vocab;
