@@ -35,15 +35,6 @@ typedef struct nvme_busy {
     struct nvme_busy *next;
 } nvme_busy;
 
-typedef struct quota {
-    char tenant[HY_TENANT_MAX];
-    uint64_t bytes;    /* of its stored entries */
-    uint64_t reserved; /* of its puts reserved and not yet committed or aborted */
-    bool has_limit;    /* hy_store_set_quota: limit replaces cfg.tenant_quota */
-    uint64_t limit;
-    struct quota *next;
-} quota;
-
 enum { MOVE_MAKE_ROOM = 1 };
 
 struct hy_put {
@@ -145,7 +136,7 @@ obj *st_obj_new(hy_store *s)
 
 /* --- quotas -------------------------------------------------------------------- */
 
-static quota *quota_of(hy_store *s, const char *tenant, bool create)
+quota *st_quota_of(hy_store *s, const char *tenant, bool create)
 {
     for (quota *q = s->quotas; q; q = q->next)
         if (strcmp(q->tenant, tenant) == 0) return q;
@@ -158,10 +149,18 @@ static quota *quota_of(hy_store *s, const char *tenant, bool create)
     return q;
 }
 
+/* An entry enters (+1) or leaves (-1) its tenant's bytes, and its pinned
+ * bytes while its pin is set (lapsed or not: hy_store_pin's sweep clears
+ * lapsed pins and their bytes together). */
 static void quota_add(hy_store *s, const hy_meta *m, int64_t sign)
 {
-    quota *q = quota_of(s, m->tenant, true);
+    quota *q = st_quota_of(s, m->tenant, true);
     if (q) q->bytes += (uint64_t)(sign * (int64_t)m->bytes);
+    if (m->pinned_until_ns) {
+        if (q) q->pinned += (uint64_t)(sign * (int64_t)m->bytes);
+        s->pinned_bytes += (uint64_t)(sign * (int64_t)m->bytes);
+        s->pinned_count += (uint64_t)sign;
+    }
 }
 
 /* HY_ERANGE (saying so) when `bytes` more for tenant would pass its quota,
@@ -170,7 +169,7 @@ static void quota_add(hy_store *s, const hy_meta *m, int64_t sign)
 static int quota_check(hy_store *s, const char *tenant, uint64_t bytes, uint64_t *limit,
                        hy_err *err)
 {
-    const quota *q = quota_of(s, tenant, false);
+    const quota *q = st_quota_of(s, tenant, false);
     const uint64_t used = q ? q->bytes + q->reserved : 0;
     *limit = q && q->has_limit ? q->limit : s->cfg.tenant_quota;
     if (*limit && used + bytes > *limit)
@@ -186,7 +185,7 @@ static int quota_check(hy_store *s, const char *tenant, uint64_t bytes, uint64_t
  * entry is counted in bytes instead) or aborted (the lock is held). */
 static void quota_unreserve(hy_store *s, hy_put *p)
 {
-    quota *q = p->charged ? quota_of(s, p->meta.tenant, false) : NULL;
+    quota *q = p->charged ? st_quota_of(s, p->meta.tenant, false) : NULL;
     if (q) q->reserved -= HY_MIN(q->reserved, p->charged);
     p->charged = 0;
 }
@@ -301,7 +300,7 @@ uint64_t st_freq_id(hy_store *s, uint64_t oid)
 bool st_pinned_cb(void *ctx, uint64_t id)
 {
     obj *o = st_find_by_id(ctx, id);
-    return o && o->pins > 0;
+    return o && (o->pins > 0 || st_held(o, hy_wall_ns()));
 }
 
 /* Writes an entry to NVMe, evicting unpinned NVMe copies while it is full
@@ -480,8 +479,9 @@ static int load_nvme_entry(void *ctx, const hy_meta *m)
     obj *o = st_obj_new(s);
     if (!o) return HY_ENOMEM;
     o->meta = *m;
+    o->meta.pinned_until_ns = 0; /* pins come from their own file (st_pins_load) */
     idx_insert(s, o);
-    quota_add(s, m, +1);
+    quota_add(s, &o->meta, +1);
     st_copy_add(s, o, HY_TIER_NVME, 0);
     return 0;
 }
@@ -538,6 +538,7 @@ static int store_open(const hy_store_config *cfg, const hy_devtier_ops *ops, voi
         if (!rc) rc = hy_admitter_new(np, &s->ad[HY_TIER_NVME], err);
         if (!rc) rc = hy_nvme_open(cfg->nvme_dir, &cfg->nvme, &s->nvme, err);
         if (!rc) rc = hy_nvme_foreach(s->nvme, load_nvme_entry, s, err);
+        if (!rc) rc = st_pins_open(s, cfg->nvme_dir, err);
     }
     s->st.host_capacity = cfg->host_bytes;
     if (!s->cfg.high_watermark) s->cfg.high_watermark = 0.9;
@@ -606,6 +607,8 @@ void hy_store_close(hy_store *s)
     free(s->buckets);
     free(s->obuckets);
     for (quota *q = s->quotas, *nx; q; q = nx) nx = q->next, free(q);
+    free(s->pin_ids);
+    free(s->pins_path);
     for (int t = 0; t < HY_TIER_COUNT; t++) hy_evictor_free(s->ev[t]), hy_admitter_free(s->ad[t]);
     hy_nvme_close(s->nvme);
     st_hbm_detach(s); /* unpins the arena: before it is unmapped */
@@ -634,7 +637,7 @@ int hy_store_reserve(hy_store *s, const hy_meta *meta, hy_put **out, void **buf,
     if (!rc && limit) {
         quota *q = NULL;
         rc = quota_check(s, meta->tenant, meta->bytes, &limit, err);
-        if (!rc && !(q = quota_of(s, meta->tenant, true)))
+        if (!rc && !(q = st_quota_of(s, meta->tenant, true)))
             rc = hy_err_set(err, HY_ENOMEM, "out of memory");
         if (rc)
             hy_arena_release(s->arena, p->off);
@@ -697,6 +700,7 @@ int hy_store_commit(hy_store *s, hy_put *p, hy_tier_id *placed, hy_err *err)
     bool wrote;
     int rc = to_nvme ? nvme_put_evicting(s, NULL, m, data, &wrote, err) : HY_OK;
     obj *old = rc ? NULL : idx_find(s, &m->key); /* a failed replace keeps the old entry */
+    const uint64_t pin = old ? old->meta.pinned_until_ns : 0; /* a replace keeps the pin */
     if (old) {
         if (old->in_nvme && to_nvme && !rc) { /* the record on disk is the new one already */
             hy_evictor_remove(s->ev[HY_TIER_NVME], old->oid);
@@ -712,12 +716,14 @@ int hy_store_commit(hy_store *s, hy_put *p, hy_tier_id *placed, hy_err *err)
     hy_tier_id where = HY_TIER_NONE;
     if (o) {
         o->meta = *m;
+        o->meta.pinned_until_ns = pin;
+        if (pin) st_pin_track(s, o);
         if (to_nvme) st_copy_add(s, o, HY_TIER_NVME, 0), where = HY_TIER_NVME;
         if (to_host) st_copy_add(s, o, HY_TIER_HOST, p->off), where = HY_TIER_HOST;
         if (to_hbm) st_copy_add(s, o, HY_TIER_HBM, doff), where = HY_TIER_HBM;
         if (to_hbm) s->st.hbm_placed++;
         idx_insert(s, o);
-        quota_add(s, m, +1);
+        quota_add(s, &o->meta, +1);
         if (s->cfg.on_event) s->cfg.on_event(s->cfg.event_ctx, HY_STORE_STORED, &o->meta, "stored");
     } else if (!rc) {
         s->st.puts_dropped++;
@@ -735,7 +741,7 @@ int hy_store_commit(hy_store *s, hy_put *p, hy_tier_id *placed, hy_err *err)
 
 static bool expired(const obj *o, uint64_t now)
 {
-    return o->meta.expires_ns && now >= o->meta.expires_ns;
+    return o->meta.expires_ns && now >= o->meta.expires_ns && !st_held(o, now);
 }
 
 obj *st_lookup(hy_store *s, const hy_key *key, uint64_t now)
@@ -997,7 +1003,7 @@ int hy_store_set_quota(hy_store *s, const char *tenant, uint64_t bytes, hy_err *
         return hy_err_set(err, HY_EINVAL, "set_quota: tenant name empty or over %d bytes",
                           HY_TENANT_MAX - 1);
     pthread_mutex_lock(&s->mu);
-    quota *q = quota_of(s, tenant, true);
+    quota *q = st_quota_of(s, tenant, true);
     if (q) q->has_limit = true, q->limit = bytes;
     pthread_mutex_unlock(&s->mu);
     return q ? HY_OK : hy_err_set(err, HY_ENOMEM, "out of memory");
@@ -1006,7 +1012,7 @@ int hy_store_set_quota(hy_store *s, const char *tenant, uint64_t bytes, hy_err *
 uint64_t hy_store_tenant_bytes(hy_store *s, const char *tenant)
 {
     pthread_mutex_lock(&s->mu);
-    const quota *q = quota_of(s, tenant, false);
+    const quota *q = st_quota_of(s, tenant, false);
     const uint64_t b = q ? q->bytes : 0;
     pthread_mutex_unlock(&s->mu);
     return b;
@@ -1039,7 +1045,7 @@ int hy_store_get_policy(hy_store *s, hy_tier_id tier, hy_policy_config *p, hy_er
 
 /* --- invalidation, listing, policies, stats ------------------------------------------ */
 
-static bool matches(const hy_meta *m, const hy_store_filter *f)
+bool st_matches(const hy_meta *m, const hy_store_filter *f)
 {
     if (!f) return true;
     if (f->key && memcmp(f->key->b, m->key.b, HY_KEY_BYTES) != 0) return false;
@@ -1060,12 +1066,12 @@ int hy_store_invalidate(hy_store *s, const hy_store_filter *f, size_t *removed, 
     pthread_mutex_lock(&s->mu);
     if (f && f->key) {
         obj *o = idx_find(s, f->key);
-        if (o && matches(&o->meta, f)) st_obj_remove(s, o, "invalidated"), n++;
+        if (o && st_matches(&o->meta, f)) st_obj_remove(s, o, "invalidated"), n++;
     } else {
         for (size_t i = 0; i < s->nbuckets; i++)
             for (obj *o = s->buckets[i], *nx; o; o = nx) {
                 nx = o->next;
-                if (matches(&o->meta, f)) st_obj_remove(s, o, "invalidated"), n++;
+                if (st_matches(&o->meta, f)) st_obj_remove(s, o, "invalidated"), n++;
             }
     }
     s->st.invalidated += n;
@@ -1087,7 +1093,7 @@ int hy_store_list(hy_store *s, const hy_store_filter *f, size_t offset, hy_meta 
     size_t k = 0;
     for (size_t i = 0; all && i < s->nbuckets; i++)
         for (obj *o = s->buckets[i]; o; o = o->next)
-            if (matches(&o->meta, f)) all[k++] = o->meta;
+            if (st_matches(&o->meta, f)) all[k++] = o->meta;
     pthread_mutex_unlock(&s->mu);
     if (!all) return hy_err_set(err, HY_ENOMEM, "out of memory listing %zu entries", s->count);
     qsort(all, k, sizeof *all, cmp_meta_key);

@@ -59,7 +59,15 @@ typedef struct obj {
     struct obj *id_next; /* in the oid index's chain */
 } obj;
 
-struct quota;
+typedef struct quota {
+    char tenant[HY_TENANT_MAX];
+    uint64_t bytes;    /* of its stored entries */
+    uint64_t reserved; /* of its puts reserved and not yet committed or aborted */
+    uint64_t pinned;   /* of its entries with a pin set (pins.c) */
+    bool has_limit;    /* hy_store_set_quota: limit replaces cfg.tenant_quota */
+    uint64_t limit;
+    struct quota *next;
+} quota;
 struct nvme_busy;
 
 struct hy_store {
@@ -88,6 +96,12 @@ struct hy_store {
     uint64_t seed; /* of the key index's bucket hash: random per open */
     uint64_t next_oid;
     struct quota *quotas;
+    /* user pins (pins.c): the ids of entries whose pin is set (a superset:
+     * swept), their bytes and count, and the file that keeps them */
+    uint64_t *pin_ids;
+    size_t npin_ids, cap_pin_ids;
+    uint64_t pinned_bytes, pinned_count;
+    char *pins_path; /* NULL without an NVMe tier */
     uint64_t tick;
     hy_store_stats st;
     /* Tests only, NULL otherwise: runs before every NVMe put, without s->mu,
@@ -134,6 +148,16 @@ obj *st_find_by_id(hy_store *s, uint64_t id);
 uint64_t st_freq_id(hy_store *s, uint64_t oid);
 /* Whether the entry of id is pinned (an evictor's `pinned` callback). */
 bool st_pinned_cb(void *ctx, uint64_t id);
+quota *st_quota_of(hy_store *s, const char *tenant, bool create);
+bool st_matches(const hy_meta *m, const hy_store_filter *f);
+/* Whether o's user pin holds at now (CLOCK_REALTIME ns). */
+static inline bool st_held(const obj *o, uint64_t now)
+{
+    return o->meta.pinned_until_ns == HY_PIN_FOREVER || o->meta.pinned_until_ns > now;
+}
+/* pins.c: remembers o among the pinned (lock held); reads DIR/pins at open. */
+void st_pin_track(hy_store *s, obj *o);
+int st_pins_open(hy_store *s, const char *dir, hy_err *err);
 /* Records a new copy of o in tier t at block off (ignored for NVMe): sets the
  * flag, counts it and registers it with t's evictor. */
 void st_copy_add(hy_store *s, obj *o, hy_tier_id t, size_t off);

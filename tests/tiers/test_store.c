@@ -831,6 +831,147 @@ static void test_scan_cursor(void)
     hy_store_close(s);
 }
 
+/* Pins: entries pinned by tag stay through an eviction storm that takes
+ * everything else; the tenant's cap and half the host tier bound them, all
+ * or nothing; a soft pin lapses and its entry goes the next storm; a pin
+ * outlives the entry's TTL; unpinned or invalidated, the bytes are free. */
+static void storm(hy_store *s, uint64_t from, int n)
+{
+    hy_err e = {0};
+    for (uint64_t k = from; k < from + (uint64_t)n; k++)
+        CU_ASSERT_EQUAL(put(s, k, MB, "t", NULL, NULL, &e), 0);
+}
+
+static int pin_key(hy_store *s, uint64_t n, uint64_t until, uint64_t cap, hy_err *e)
+{
+    hy_key k = key_of(n);
+    const hy_store_filter f = {.key = &k, .tenant = "t"};
+    return hy_store_pin(s, &f, until, cap, NULL, NULL, e);
+}
+
+static void test_pins_survive_eviction_storm(void)
+{
+    hy_store_config c = config(8, NULL);
+    hy_store *s;
+    hy_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(hy_store_open(&c, &s, &e), 0);
+    CU_ASSERT_EQUAL(put(s, 1, MB, "t", "sys", NULL, &e), 0);
+    CU_ASSERT_EQUAL(put(s, 2, MB, "t", "sys", NULL, &e), 0);
+    CU_ASSERT_EQUAL(put(s, 3, MB, "t", NULL, NULL, &e), 0);
+    const hy_store_filter sys = {.tag = "sys", .tenant = "t"};
+    size_t n = 0;
+    uint64_t b = 0;
+    CU_ASSERT_EQUAL(hy_store_pin(s, &sys, HY_PIN_FOREVER, 0, &n, &b, &e), 0);
+    CU_ASSERT_EQUAL(n, 2);
+    CU_ASSERT_EQUAL(b, 2 * MB);
+    size_t cnt = 0;
+    CU_ASSERT_EQUAL(hy_store_pinned_bytes(s, "t", &cnt), 2 * MB);
+    CU_ASSERT_EQUAL(cnt, 2);
+    storm(s, 100, 60); /* 60 MB through an 8 MB tier */
+    CU_ASSERT_EQUAL(get_check(s, 1, MB), 0);
+    CU_ASSERT_EQUAL(get_check(s, 2, MB), 0);
+    CU_ASSERT_EQUAL(get_check(s, 3, MB), HY_ENOTFOUND);
+    hy_store_stats st;
+    hy_store_stats_get(s, &st);
+    CU_ASSERT(st.evictions >= 50);
+    /* the caps: a tenant's, then half the host tier (4 MB), all or nothing */
+    CU_ASSERT_EQUAL(pin_key(s, 159, HY_PIN_FOREVER, 2 * MB + MB / 2, &e), HY_ERANGE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "pin cap"));
+    CU_ASSERT_EQUAL(pin_key(s, 159, HY_PIN_FOREVER, 0, &e), 0);
+    CU_ASSERT_EQUAL(pin_key(s, 158, HY_PIN_FOREVER, 0, &e), 0);
+    CU_ASSERT_EQUAL(pin_key(s, 157, HY_PIN_FOREVER, 0, &e), HY_ERANGE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "half the host tier"));
+    CU_ASSERT_EQUAL(pin_key(s, 159, HY_PIN_FOREVER, 0, &e), 0); /* again: adds nothing */
+    CU_ASSERT_EQUAL(hy_store_pinned_bytes(s, NULL, NULL), 4 * MB);
+    /* what a pin cannot name */
+    CU_ASSERT_EQUAL(pin_key(s, 3, HY_PIN_FOREVER, 0, &e), HY_ENOTFOUND);
+    const hy_store_filter anyone = {.tag = "sys"};
+    CU_ASSERT_EQUAL(hy_store_pin(s, &anyone, HY_PIN_FOREVER, 0, NULL, NULL, &e), HY_EINVAL);
+    CU_ASSERT_EQUAL(pin_key(s, 159, hy_wall_ns() - 1, 0, &e), HY_EINVAL);
+    /* unpinned by key; a soft pin lapses */
+    hy_key k158 = key_of(158), k159 = key_of(159);
+    const hy_store_filter f158 = {.key = &k158}, f159 = {.key = &k159};
+    CU_ASSERT_EQUAL(hy_store_unpin(s, &f158, &n, &b, &e), 0);
+    CU_ASSERT_EQUAL(n, 1);
+    CU_ASSERT_EQUAL(pin_key(s, 157, hy_wall_ns() + 200000000ull, 0, &e), 0);
+    storm(s, 200, 20);
+    CU_ASSERT_EQUAL(get_check(s, 157, MB), 0);
+    CU_ASSERT_EQUAL(get_check(s, 158, MB), HY_ENOTFOUND);
+    usleep(300000);
+    storm(s, 300, 20);
+    CU_ASSERT_EQUAL(get_check(s, 157, MB), HY_ENOTFOUND);
+    CU_ASSERT_EQUAL(hy_store_pinned_bytes(s, NULL, &cnt), 3 * MB); /* 1, 2, 159 */
+    CU_ASSERT_EQUAL(cnt, 3);
+    /* a pin outlives the TTL; invalidation does not spare a pinned entry */
+    hy_meta m = meta_of(400, MB, "t", NULL);
+    m.expires_ns = hy_wall_ns() + 100000000ull;
+    hy_put *p;
+    void *buf;
+    CU_ASSERT_EQUAL_FATAL(hy_store_reserve(s, &m, &p, &buf, &e), 0);
+    fill(buf, 400, MB);
+    CU_ASSERT_EQUAL_FATAL(hy_store_commit(s, p, NULL, &e), 0);
+    CU_ASSERT_EQUAL(hy_store_unpin(s, &f159, NULL, NULL, &e), 0);
+    CU_ASSERT_EQUAL(pin_key(s, 400, HY_PIN_FOREVER, 0, &e), 0);
+    usleep(150000);
+    CU_ASSERT_EQUAL(get_check(s, 400, MB), 0);
+    hy_key k400 = key_of(400);
+    const hy_store_filter f400 = {.key = &k400};
+    size_t removed = 0;
+    CU_ASSERT_EQUAL(hy_store_invalidate(s, &f400, &removed, &e), 0);
+    CU_ASSERT_EQUAL(removed, 1);
+    CU_ASSERT_EQUAL(hy_store_pinned_bytes(s, "t", NULL), 2 * MB);
+    /* the tag unpinned: the next storm takes them */
+    CU_ASSERT_EQUAL(hy_store_unpin(s, &sys, &n, NULL, &e), 0);
+    CU_ASSERT_EQUAL(n, 2);
+    CU_ASSERT_EQUAL(hy_store_pinned_bytes(s, NULL, &cnt), 0);
+    CU_ASSERT_EQUAL(cnt, 0);
+    storm(s, 500, 20);
+    CU_ASSERT_EQUAL(get_check(s, 1, MB), HY_ENOTFOUND);
+    hy_store_close(s);
+}
+
+/* With an NVMe tier the pins come back after a restart with their entries
+ * (lapsed ones do not), and a damaged pins file costs only its bad lines. */
+static void test_pins_survive_restart(void)
+{
+    hy_store_config c = config(8, "nvme-pins");
+    hy_store *s;
+    hy_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(hy_store_open(&c, &s, &e), 0);
+    for (uint64_t n = 1; n <= 3; n++) CU_ASSERT_EQUAL(put(s, n, MB, "t", NULL, NULL, &e), 0);
+    const uint64_t hour = hy_wall_ns() + 3600ull * 1000000000ull;
+    CU_ASSERT_EQUAL(pin_key(s, 1, HY_PIN_FOREVER, 0, &e), 0);
+    CU_ASSERT_EQUAL(pin_key(s, 2, hour, 0, &e), 0);
+    CU_ASSERT_EQUAL(pin_key(s, 3, hy_wall_ns() + 100000000ull, 0, &e), 0);
+    size_t written = 0;
+    CU_ASSERT_EQUAL(hy_store_flush(s, &written, &e), 0);
+    hy_store_close(s);
+    usleep(150000);
+    char path[256];
+    snprintf(path, sizeof path, "%s/nvme-pins/pins", g_tmp);
+    FILE *f = fopen(path, "a");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fprintf(f, "zz not a pin\n%064d 12\n", 0); /* garbage, and a key of nothing */
+    fclose(f);
+    CU_ASSERT_EQUAL_FATAL(hy_store_open(&c, &s, &e), 0);
+    hy_meta m;
+    unsigned mask;
+    hy_key k;
+    k = key_of(1);
+    CU_ASSERT_EQUAL(hy_store_peek(s, &k, &m, &mask), 0);
+    CU_ASSERT_EQUAL(m.pinned_until_ns, HY_PIN_FOREVER);
+    k = key_of(2);
+    CU_ASSERT_EQUAL(hy_store_peek(s, &k, &m, &mask), 0);
+    CU_ASSERT_EQUAL(m.pinned_until_ns, hour);
+    k = key_of(3);
+    CU_ASSERT_EQUAL(hy_store_peek(s, &k, &m, &mask), 0);
+    CU_ASSERT_EQUAL(m.pinned_until_ns, 0);
+    size_t cnt = 0;
+    CU_ASSERT_EQUAL(hy_store_pinned_bytes(s, "t", &cnt), 2 * MB);
+    CU_ASSERT_EQUAL(cnt, 2);
+    hy_store_close(s);
+}
+
 int main(void)
 {
     if (hy_test_mkdtemp("hy_test_store_", g_tmp, sizeof g_tmp)) return 1;
@@ -850,6 +991,8 @@ int main(void)
         {"key_id_collisions", test_key_id_collisions},
         {"quota_concurrent_puts", test_quota_concurrent_puts},
         {"scan_cursor", test_scan_cursor},
+        {"pins_survive_an_eviction_storm", test_pins_survive_eviction_storm},
+        {"pins_survive_a_restart", test_pins_survive_restart},
         {NULL, NULL},
     };
     int rc = hy_test_main("store", cases);

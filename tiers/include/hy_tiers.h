@@ -50,7 +50,12 @@ typedef struct hy_meta {
     uint64_t created_ns, last_access_ns; /* CLOCK_REALTIME, so they survive restarts */
     uint64_t expires_ns;                 /* 0: no TTL */
     uint64_t hits;
+    /* A user's pin (hy_store_pin): 0 none, HY_PIN_FOREVER until unpinned,
+     * else CLOCK_REALTIME ns when it lapses. Not in the NVMe record: the
+     * store keeps its pins in a file of their own beside it. */
+    uint64_t pinned_until_ns;
 } hy_meta;
+#define HY_PIN_FOREVER UINT64_MAX
 
 /* 64-bit id of a key for hash tables and policies (its first 8 bytes: keys
  * are uniformly distributed). */
@@ -410,6 +415,24 @@ int hy_store_get_policy(hy_store *s, hy_tier_id tier, hy_policy_config *p, hy_er
 
 /* Removes every entry matching f (leased ones vanish from lookups now and
  * free their bytes on last release); *removed counts them. */
+/* Pins (what users ask a cache for system prompts and hot documents): the
+ * entries f matches — f->tenant must name their tenant — are not evicted
+ * from any tier, nor expired by their TTL, until until_ns (CLOCK_REALTIME;
+ * HY_PIN_FOREVER: until unpinned; a pin again sets the new time). All or
+ * nothing: HY_ERANGE, naming the limit, when the tenant's pinned bytes would
+ * pass tenant_cap (0: no cap of its own) or the store's would pass half the
+ * host tier (eviction must keep room); HY_ENOENT when nothing matches.
+ * Invalidation still removes a pinned entry. With an NVMe tier the pins
+ * are kept in DIR/pins and come back with their entries on open. */
+int hy_store_pin(hy_store *s, const hy_store_filter *f, uint64_t until_ns, uint64_t tenant_cap,
+                 size_t *pinned, uint64_t *bytes, hy_err *err);
+/* The pins of the entries f matches lifted: how many and their bytes. */
+int hy_store_unpin(hy_store *s, const hy_store_filter *f, size_t *unpinned, uint64_t *bytes,
+                   hy_err *err);
+/* Bytes of the entries pinned now (lapsed pins cleared first), of tenant or
+ * (NULL) of all, and how many entries (count may be NULL). */
+uint64_t hy_store_pinned_bytes(hy_store *s, const char *tenant, size_t *count);
+
 int hy_store_invalidate(hy_store *s, const hy_store_filter *f, size_t *removed, hy_err *err);
 /* Up to cap metas of entries matching f, skipping the first `offset`, in key
  * order; *total (optional) is the number matching. */
