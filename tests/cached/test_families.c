@@ -91,6 +91,8 @@ static void request(segs *s, Hypic__V1__PrefillRequest *rq, int mode)
     rq->mode = (Hypic__V1__Mode)mode;
     rq->top_k = 5;
     rq->max_new_tokens = 1;
+    /* hits fetched: REUSE_AUTO may recompute one once both costs are measured */
+    rq->reuse = HYPIC__V1__PREFILL_REQUEST__REUSE__REUSE_FETCH;
 }
 
 /* The reply's top-5 against softmax(logits): the same tokens, probabilities

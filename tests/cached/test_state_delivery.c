@@ -44,6 +44,8 @@ static void request(segs *s, Hypic__V1__PrefillRequest *rq, int mode)
     rq->mode = (Hypic__V1__Mode)mode;
     rq->top_k = 3;
     rq->max_new_tokens = 2; /* the state is the one before the continuation */
+    /* hits fetched: REUSE_AUTO may recompute one once both costs are measured */
+    rq->reuse = HYPIC__V1__PREFILL_REQUEST__REUSE__REUSE_FETCH;
 }
 
 /* The state after the same tokens, computed here from the daemon's
