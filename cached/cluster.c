@@ -596,36 +596,39 @@ static int on_invalidated(void *ctx, const ProtobufCMessage *msg)
     return 0;
 }
 
-void svc_cluster_invalidate(hy_svc *s, const char *tenant, const Hypic__V1__InvalidateRequest *q,
-                            uint64_t *removed, char (*unreachable)[HY_MEMBER_ID_MAX], size_t cap,
-                            size_t *nun)
+void svc_cluster_fanout(hy_svc *s, const char *tenant, const char *method,
+                        const ProtobufCMessage *q, hy_rpc_code benign,
+                        int (*on_reply)(void *ctx, const ProtobufCMessage *msg), void *ctx,
+                        char (*unreachable)[HY_MEMBER_ID_MAX], size_t cap, size_t *nun)
 {
     *nun = 0;
     svc_view *v = svc_view_get(s);
     if (!v) return;
     svc_cluster_count_forward(s);
-    Hypic__V1__InvalidateRequest fq = *q;
-    fq.local_only = true;
-    fq.tenant = (char *)tenant;
     char tok[HY_CFG_TOKEN_MAX];
     const char *token = token_of(s, tenant, tok, sizeof tok);
     for (size_t i = 0; i < v->n; i++) {
         if (v->peers[i]->self) continue;
-        uint64_t got = 0;
         hy_rpc_status st;
         hy_err e = {0};
-        int rc =
-            hy_rpc_client_call(v->peers[i]->cl, hy_rpc_method_named("Invalidate"), &fq.base, token,
-                               s->cfg.cluster_peer_timeout_ms, on_invalidated, &got, &st, &e);
-        if (!rc && st.code == HY_RPC_OK) {
-            *removed += got;
-        } else {
-            atomic_fetch_add(&cl_of(s)->peer_errors, 1);
-            if (*nun < cap)
-                snprintf(unreachable[(*nun)++], HY_MEMBER_ID_MAX, "%s", v->peers[i]->id);
-        }
+        int rc = hy_rpc_client_call(v->peers[i]->cl, hy_rpc_method_named(method), q, token,
+                                    s->cfg.cluster_peer_timeout_ms, on_reply, ctx, &st, &e);
+        if (!rc && (st.code == HY_RPC_OK || (benign != HY_RPC_OK && st.code == (int)benign))) continue;
+        atomic_fetch_add(&cl_of(s)->peer_errors, 1);
+        if (*nun < cap) snprintf(unreachable[(*nun)++], HY_MEMBER_ID_MAX, "%s", v->peers[i]->id);
     }
     svc_view_put(v);
+}
+
+void svc_cluster_invalidate(hy_svc *s, const char *tenant, const Hypic__V1__InvalidateRequest *q,
+                            uint64_t *removed, char (*unreachable)[HY_MEMBER_ID_MAX], size_t cap,
+                            size_t *nun)
+{
+    Hypic__V1__InvalidateRequest fq = *q;
+    fq.local_only = true;
+    fq.tenant = (char *)tenant;
+    svc_cluster_fanout(s, tenant, "Invalidate", &fq.base, HY_RPC_OK, on_invalidated, removed,
+                       unreachable, cap, nun);
 }
 
 /* PutEntry's stream: the meta with the first piece, local_only set. */

@@ -95,6 +95,14 @@ int svc_cluster_put(hy_svc *s, const char *model, const char *tenant, const hy_k
                     char *const *tags, size_t ntags, const void *buf, size_t len, bool wait_one,
                     char member[HY_MEMBER_ID_MAX], hy_err *err);
 
+/* Sends q (local_only and tenant already set) as `method` to every member
+ * but this one, each reply to on_reply; a member whose call fails, or
+ * answers other than OK or benign (HY_RPC_OK: none), is named in
+ * unreachable (up to cap, *nun of them). */
+void svc_cluster_fanout(hy_svc *s, const char *tenant, const char *method,
+                        const ProtobufCMessage *q, hy_rpc_code benign,
+                        int (*on_reply)(void *ctx, const ProtobufCMessage *msg), void *ctx,
+                        char (*unreachable)[HY_MEMBER_ID_MAX], size_t cap, size_t *nun);
 /* Invalidate q (local_only set) on every member but this one: the sum of
  * what they removed into *removed; the ids of those that did not answer
  * into unreachable (up to cap, *nun of them). */

@@ -151,6 +151,7 @@ static const opt k_opts[] = {
     NUMBER("limits.queue", OPT_U32, queue, 0, 65536, "64"),
     NUMBER("limits.max_lease_ms", OPT_U32, max_lease_ms, 1, 3600000, "10000"),
     NUMBER("limits.lease_bytes_per_tenant", OPT_SIZE, lease_bytes_per_tenant, 0, UINT64_MAX, "0"),
+    NUMBER("limits.pinned_bytes_per_tenant", OPT_SIZE, pinned_bytes_per_tenant, 0, UINT64_MAX, "0"),
     NUMBER("limits.watchers", OPT_U32, watchers, 0, 1024, "16"),
     NUMBER("limits.workers", OPT_U32, workers, 2, 1024, "32"),
     NUMBER("limits.page_size", OPT_U32, page_size, 1, 100000, "1000"),

@@ -148,6 +148,8 @@ typedef struct hy_cached_config {
     uint32_t queue;                  /* limits.queue 0..65536: requests waiting for an executor,
                                       * default 64 (0: none wait) */
     uint32_t max_lease_ms;           /* limits.max_lease_ms 1..3600000, default 10000 */
+    uint64_t pinned_bytes_per_tenant; /* limits.pinned_bytes_per_tenant: bytes of one tenant's
+                                       * entries Pin may hold (0: a quarter of the host tier) */
     uint64_t lease_bytes_per_tenant; /* limits.lease_bytes_per_tenant: bytes one tenant's
                                       * Lookup leases may hold; 0 (default): a quarter of
                                       * tiers.host.bytes */

@@ -326,6 +326,7 @@ void h_meta_to_pb(hy_svc *s, hy_meta *m, unsigned mask, pb_meta *o)
     o->pb.last_access_unix_ns = m->last_access_ns;
     o->pb.expires_unix_ns = m->expires_ns;
     o->pb.hits = m->hits;
+    o->pb.pinned_until_unix_ns = m->pinned_until_ns;
     size_t nt = 0;
     static const hy_tier_id order[3] = {HY_TIER_HBM, HY_TIER_HOST, HY_TIER_NVME};
     for (int i = 0; i < 3; i++)
@@ -400,6 +401,8 @@ static const door k_doors[] = {
     {"OpenTransport", do_open_transport, WHO_TENANT, false, false, LIMIT_SMALL},
     {"CloseTransport", do_close_transport, WHO_TENANT, false, false, LIMIT_SMALL},
     {"Build", do_build, WHO_TENANT, true, false, LIMIT_REQUEST},
+    {"Pin", do_pin, WHO_TENANT, false, false, LIMIT_SMALL},
+    {"Unpin", do_unpin, WHO_TENANT, false, false, LIMIT_SMALL},
 };
 
 int svc_doors_check(hy_err *err)
@@ -521,4 +524,5 @@ static void front_door(void *app, hy_rpc_call *call, const ProtobufCMessage *req
 /* In hy_rpc_methods' order (hypic.proto's): the same door for each. */
 const hy_rpc_handler svc_handlers[] = {
     front_door, front_door, front_door, front_door, front_door, front_door, front_door, front_door,
-    front_door, front_door, front_door, front_door, front_door, front_door, front_door, front_door};
+    front_door, front_door, front_door, front_door, front_door, front_door, front_door, front_door,
+    front_door, front_door};

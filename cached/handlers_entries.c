@@ -340,6 +340,132 @@ hy_rpc_code do_invalidate(rq *r, const ProtobufCMessage *req)
     return h_send(r, &resp.base);
 }
 
+/* --- Pin, Unpin ---------------------------------------------------------------------- */
+
+static int on_pinned(void *ctx, const ProtobufCMessage *msg)
+{
+    const Hypic__V1__PinResponse *p = (const void *)msg;
+    uint64_t *sum = ctx;
+    sum[0] += p->pinned, sum[1] += p->bytes;
+    return 0;
+}
+
+static int on_unpinned(void *ctx, const ProtobufCMessage *msg)
+{
+    const Hypic__V1__UnpinResponse *p = (const void *)msg;
+    uint64_t *sum = ctx;
+    sum[0] += p->unpinned, sum[1] += p->bytes;
+    return 0;
+}
+
+/* A pin's longest time: a hundred years, far from the clock's end. */
+#define PIN_TTL_MAX_MS (100ull * 366 * 86400 * 1000)
+
+hy_rpc_code do_pin(rq *r, const ProtobufCMessage *req)
+{
+    const Hypic__V1__PinRequest *q = (const void *)req;
+    hy_rpc_code c;
+    if ((c = h_check_tenant(r, q->tenant)) || (c = h_need_member(r, q->local_only))) return c;
+    hy_store_filter f = {.tenant = r->who.tenant};
+    hy_key k;
+    switch (q->target_case) {
+    case HYPIC__V1__PIN_REQUEST__TARGET_KEY:
+        if ((c = h_key_of(r, "key", q->key, &k))) return c;
+        f.key = &k;
+        break;
+    case HYPIC__V1__PIN_REQUEST__TARGET_TAG:
+        if (!q->tag[0]) return h_fail(r, HY_RPC_INVALID_ARGUMENT, "field 'tag' is empty");
+        f.tag = q->tag;
+        break;
+    default:
+        return h_fail(r, HY_RPC_INVALID_ARGUMENT, "no target: set one of 'key', 'tag'");
+    }
+    if (q->ttl_ms > PIN_TTL_MAX_MS)
+        return h_fail(r, HY_RPC_INVALID_ARGUMENT,
+                      "field 'ttl_ms': %llu is more than a hundred years (0 pins until unpinned)",
+                      (unsigned long long)q->ttl_ms);
+    const uint64_t until = q->ttl_ms ? hy_wall_ns() + q->ttl_ms * 1000000ull : HY_PIN_FOREVER;
+    const uint64_t cap = svc_pin_cap(r->s);
+    size_t n = 0;
+    uint64_t bytes = 0;
+    hy_err e = {0};
+    int rc = hy_store_pin(r->s->store, &f, until, cap, &n, &bytes, &e);
+    const bool fan = r->s->cluster && !q->local_only; /* the entries are spread over the members */
+    if (rc && !(rc == HY_ENOTFOUND && fan)) return h_from_err(r, rc, &e);
+    uint64_t sum[2] = {n, bytes};
+    char unreach[HY_CFG_MAX_MEMBERS][HY_MEMBER_ID_MAX];
+    char *up[HY_CFG_MAX_MEMBERS];
+    size_t nun = 0;
+    if (fan) {
+        Hypic__V1__PinRequest fq = *q;
+        fq.local_only = true;
+        fq.tenant = r->who.tenant;
+        fq.ttl_ms = q->ttl_ms;
+        svc_cluster_fanout(r->s, r->who.tenant, "Pin", &fq.base, HY_RPC_NOT_FOUND, on_pinned, sum,
+                           unreach, HY_CFG_MAX_MEMBERS, &nun);
+        if (sum[0] == 0 && nun == 0) return h_from_err(r, rc, &e);
+    }
+    for (size_t i = 0; i < nun; i++) up[i] = unreach[i];
+    Hypic__V1__PinResponse resp = HYPIC__V1__PIN_RESPONSE__INIT;
+    resp.pinned = sum[0];
+    resp.bytes = sum[1];
+    resp.until_unix_ns = until;
+    resp.tenant_pinned_bytes = hy_store_pinned_bytes(r->s->store, r->who.tenant, NULL);
+    resp.tenant_pin_cap = cap;
+    resp.n_unreachable = nun;
+    resp.unreachable = up;
+    return h_send(r, &resp.base);
+}
+
+hy_rpc_code do_unpin(rq *r, const ProtobufCMessage *req)
+{
+    const Hypic__V1__UnpinRequest *q = (const void *)req;
+    hy_rpc_code c;
+    if ((c = h_check_tenant(r, q->tenant)) || (c = h_need_member(r, q->local_only))) return c;
+    hy_store_filter f = {.tenant = r->who.tenant};
+    hy_key k;
+    switch (q->target_case) {
+    case HYPIC__V1__UNPIN_REQUEST__TARGET_KEY:
+        if ((c = h_key_of(r, "key", q->key, &k))) return c;
+        f.key = &k;
+        break;
+    case HYPIC__V1__UNPIN_REQUEST__TARGET_TAG:
+        if (!q->tag[0]) return h_fail(r, HY_RPC_INVALID_ARGUMENT, "field 'tag' is empty");
+        f.tag = q->tag;
+        break;
+    case HYPIC__V1__UNPIN_REQUEST__TARGET_ALL_OF_TENANT:
+        if (!q->all_of_tenant)
+            return h_fail(r, HY_RPC_INVALID_ARGUMENT, "field 'all_of_tenant' is false");
+        break;
+    default:
+        return h_fail(r, HY_RPC_INVALID_ARGUMENT,
+                      "no target: set one of 'key', 'tag', 'all_of_tenant'");
+    }
+    size_t n = 0;
+    uint64_t bytes = 0;
+    hy_err e = {0};
+    int rc = hy_store_unpin(r->s->store, &f, &n, &bytes, &e);
+    if (rc) return h_from_err(r, rc, &e);
+    uint64_t sum[2] = {n, bytes};
+    char unreach[HY_CFG_MAX_MEMBERS][HY_MEMBER_ID_MAX];
+    char *up[HY_CFG_MAX_MEMBERS];
+    size_t nun = 0;
+    if (r->s->cluster && !q->local_only) {
+        Hypic__V1__UnpinRequest fq = *q;
+        fq.local_only = true;
+        fq.tenant = r->who.tenant;
+        svc_cluster_fanout(r->s, r->who.tenant, "Unpin", &fq.base, HY_RPC_OK, on_unpinned, sum,
+                           unreach, HY_CFG_MAX_MEMBERS, &nun);
+    }
+    for (size_t i = 0; i < nun; i++) up[i] = unreach[i];
+    Hypic__V1__UnpinResponse resp = HYPIC__V1__UNPIN_RESPONSE__INIT;
+    resp.unpinned = sum[0];
+    resp.bytes = sum[1];
+    resp.n_unreachable = nun;
+    resp.unreachable = up;
+    return h_send(r, &resp.base);
+}
+
 static hy_tier_id tier_from_pb(Hypic__V1__Tier t)
 {
     return t == HYPIC__V1__TIER__TIER_HBM    ? HY_TIER_HBM

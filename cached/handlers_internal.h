@@ -137,6 +137,8 @@ hy_rpc_code do_prefill(rq *r, const ProtobufCMessage *req);
 hy_rpc_code do_get_entry(rq *r, const ProtobufCMessage *req);
 hy_rpc_code do_put_entry(rq *r, const ProtobufCMessage *req);
 hy_rpc_code do_invalidate(rq *r, const ProtobufCMessage *req);
+hy_rpc_code do_pin(rq *r, const ProtobufCMessage *req);
+hy_rpc_code do_unpin(rq *r, const ProtobufCMessage *req);
 hy_rpc_code do_list(rq *r, const ProtobufCMessage *req);
 hy_rpc_code do_inspect(rq *r, const ProtobufCMessage *req);
 hy_rpc_code do_watch(rq *r, const ProtobufCMessage *req);

@@ -448,6 +448,11 @@ void svc_reprs_count(svc_reprs *r, const hy_entry *e, size_t bytes)
 
 /* --- leases ---------------------------------------------------------------------- */
 
+uint64_t svc_pin_cap(const hy_svc *s)
+{
+    return s->cfg.pinned_bytes_per_tenant ? s->cfg.pinned_bytes_per_tenant : s->cfg.host_bytes / 4;
+}
+
 uint64_t svc_lease_cap(const hy_svc *s)
 {
     return s->cfg.lease_bytes_per_tenant ? s->cfg.lease_bytes_per_tenant : s->cfg.host_bytes / 4;

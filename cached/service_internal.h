@@ -111,7 +111,7 @@ typedef struct svc_hub {
 
 /* Per-mode TTFT histograms and per-method, per-status counts. */
 #define SVC_CODES   17
-#define SVC_METHODS 16 /* hy_rpc_method_count (svc_open checks) */
+#define SVC_METHODS 18 /* hy_rpc_method_count (svc_open checks) */
 typedef struct svc_metrics {
     hy_hist ttft[HY_MODE_COUNT];
     hy_hist latency[SVC_METHODS + 1]; /* per method (and unknown ones), seconds */
@@ -241,6 +241,9 @@ uint64_t svc_lease_add(hy_svc *s, const char *tenant, hy_lease **leases, size_t 
 /* One tenant's limit on the bytes its leases hold: limits.lease_bytes_per_tenant,
  * or a quarter of the host tier when that is 0. */
 uint64_t svc_lease_cap(const hy_svc *s);
+/* One tenant's cap on pinned bytes: limits.pinned_bytes_per_tenant, or a
+ * quarter of the host tier when that is 0. */
+uint64_t svc_pin_cap(const hy_svc *s);
 /* Releases the leases past their time (all of them with all = true). */
 void svc_lease_reap(hy_svc *s, bool all);
 

@@ -232,6 +232,18 @@ int hyc_invalidate(hyc *c, const Hypic__V1__InvalidateRequest *rq,
     return unary(c, "Invalidate", rq ? &rq->base : NULL, (void **)out, st);
 }
 
+int hyc_pin(hyc *c, const Hypic__V1__PinRequest *rq, Hypic__V1__PinResponse **out,
+            hyc_status *st)
+{
+    return unary(c, "Pin", rq ? &rq->base : NULL, (void **)out, st);
+}
+
+int hyc_unpin(hyc *c, const Hypic__V1__UnpinRequest *rq, Hypic__V1__UnpinResponse **out,
+              hyc_status *st)
+{
+    return unary(c, "Unpin", rq ? &rq->base : NULL, (void **)out, st);
+}
+
 int hyc_list(hyc *c, const Hypic__V1__ListRequest *rq, Hypic__V1__ListResponse **out,
              hyc_status *st)
 {

@@ -243,11 +243,11 @@ int ctl_status(ctl *x, int argc, char **argv)
 
 /* ---- ls ---- */
 
-/* One entry as a row of KEY TIERS TOKENS BYTES HITS AGE IDLE TAGS MODEL (a
- * table of 8 columns leaves the model out). */
+/* One entry as a row of KEY TIERS TOKENS BYTES HITS AGE IDLE PIN TAGS MODEL
+ * (a table of 9 columns leaves the model out). */
 static void entry_row(ctl_table *t, const Hypic__V1__EntryMeta *m)
 {
-    char key[65], tiers[64], tok[16], bytes[32], hits[24], age[16], last[16], tags[256];
+    char key[65], tiers[64], tok[16], bytes[32], hits[24], age[16], last[16], pin[24], tags[256];
     ctl_hex(&m->key, key, sizeof key);
     join_tiers(m, tiers, sizeof tiers);
     snprintf(tok, sizeof tok, "%u", m->tokens);
@@ -255,8 +255,9 @@ static void entry_row(ctl_table *t, const Hypic__V1__EntryMeta *m)
     snprintf(hits, sizeof hits, "%llu", (unsigned long long)m->hits);
     ctl_age(m->created_unix_ns, age, sizeof age);
     ctl_age(m->last_access_unix_ns, last, sizeof last);
+    ctl_pin_text(m->pinned_until_unix_ns, pin, sizeof pin);
     join_strings(m->tags, m->n_tags, tags, sizeof tags);
-    const char *row[] = {key, tiers, tok, bytes, hits, age, last, tags, m->model};
+    const char *row[] = {key, tiers, tok, bytes, hits, age, last, pin, tags, m->model};
     ctl_table_row(t, row);
 }
 
@@ -304,8 +305,8 @@ int ctl_ls(ctl *x, int argc, char **argv)
     int rc = ctl_connect(x, CTL_DEADLINE_DEFAULT_MS, &c);
     if (rc) return rc;
     static const char *const hdr[] = {"KEY", "TIERS", "TOKENS", "BYTES", "HITS",
-                                      "AGE", "IDLE",  "TAGS",   "MODEL"};
-    ctl_table *t = x->json ? NULL : ctl_table_new(all_models ? 9 : 8, hdr);
+                                      "AGE", "IDLE",  "PIN",    "TAGS",  "MODEL"};
+    ctl_table *t = x->json ? NULL : ctl_table_new(all_models ? 10 : 9, hdr);
     cJSON *o = x->json ? cJSON_CreateObject() : NULL;
     cJSON *arr = o ? cJSON_AddArrayToObject(o, "entries") : NULL;
     uint64_t shown = 0, total = 0;
@@ -374,6 +375,15 @@ static void print_meta(const Hypic__V1__EntryMeta *m)
     printf("tiers        %s   hits %llu   age %s   idle %s   expires %s\n", tiers,
            (unsigned long long)m->hits, age, idle, exp);
     printf("tags         %s\n", tags);
+    if (m->pinned_until_unix_ns == UINT64_MAX)
+        printf("pinned       until unpinned\n");
+    else if (m->pinned_until_unix_ns) {
+        char left[24];
+        ctl_pin_text(m->pinned_until_unix_ns, left, sizeof left);
+        printf("pinned       until %llu (unix ns; %s)\n",
+               (unsigned long long)m->pinned_until_unix_ns,
+               strcmp(left, "-") ? left : "lapsed");
+    }
 }
 
 int ctl_inspect(ctl *x, int argc, char **argv)
@@ -508,6 +518,119 @@ int ctl_invalidate(ctl *x, int argc, char **argv)
     if (targets != 1)
         return ctl_usage(x, "exactly one of --tag T, --model M, --tenant (got %d)", targets);
     return invalidate(x, &rq);
+}
+
+/* ---- pin, unpin ---- */
+
+/* Reads KEY | --tag T | --all (when all_ok) and --ttl (when ttl_ms); the
+ * rest are global options. *target: 1 key, 2 tag, 3 all. */
+static int pin_args(ctl *x, int argc, char **argv, bool all_ok, uint64_t *ttl_ms, uint8_t key[32],
+                    const char **tag, int *target)
+{
+    const char *keyarg = NULL;
+    int targets = 0;
+    *target = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        int r;
+        if ((r = ctl_arg(x, argc, argv, &i, "--tag", &v))) {
+            if (r < 0) return CTL_USAGE;
+            *tag = v, *target = 2, targets++;
+        } else if (ttl_ms && (r = ctl_arg(x, argc, argv, &i, "--ttl", &v))) {
+            /* at most a hundred years, as the daemon allows */
+            if (r < 0 || ctl_duration_ms(x, "--ttl", v, 100ull * 366 * 86400 * 1000, ttl_ms))
+                return CTL_USAGE;
+        } else if (all_ok && ctl_flag(argv[i], "--all")) {
+            *target = 3, targets++;
+        } else if (ctl_rest(x, argc, argv, &i, (const char **const[]){&keyarg}, 1)) {
+            return CTL_USAGE;
+        }
+    }
+    if (keyarg) {
+        if (ctl_key(x, keyarg, key)) return CTL_USAGE;
+        *target = 1, targets++;
+    }
+    if (targets != 1)
+        return ctl_usage(x, "exactly one of KEY, --tag T%s (got %d)", all_ok ? ", --all" : "",
+                         targets);
+    return CTL_OK;
+}
+
+int ctl_pin(ctl *x, int argc, char **argv)
+{
+    Hypic__V1__PinRequest rq = HYPIC__V1__PIN_REQUEST__INIT;
+    uint8_t key[32];
+    const char *tag = NULL;
+    int target;
+    int rc = pin_args(x, argc, argv, false, &rq.ttl_ms, key, &tag, &target);
+    if (rc) return rc;
+    if (target == 1) {
+        rq.target_case = HYPIC__V1__PIN_REQUEST__TARGET_KEY;
+        rq.key = (ProtobufCBinaryData){sizeof key, key};
+    } else {
+        rq.target_case = HYPIC__V1__PIN_REQUEST__TARGET_TAG;
+        rq.tag = (char *)tag;
+    }
+    hyc *c;
+    if ((rc = ctl_connect(x, CTL_DEADLINE_DEFAULT_MS, &c))) return rc;
+    Hypic__V1__PinResponse *r = NULL;
+    hyc_status st;
+    if (hyc_pin(c, &rq, &r, &st)) {
+        rc = ctl_fail(&st);
+    } else if (x->json) {
+        ctl_json_print(ctl_json_msg(&r->base));
+    } else {
+        char b[32], mine[32], cap[32], until[24];
+        ctl_bytes(r->bytes, b, sizeof b);
+        ctl_bytes(r->tenant_pinned_bytes, mine, sizeof mine);
+        ctl_bytes(r->tenant_pin_cap, cap, sizeof cap);
+        ctl_pin_text(r->until_unix_ns, until, sizeof until);
+        printf("pinned %llu (%s), %s; your pins here: %s of %s\n", (unsigned long long)r->pinned,
+               b, r->until_unix_ns == UINT64_MAX ? "until unpinned" : until, mine, cap);
+        for (size_t i = 0; i < r->n_unreachable; i++) /* cluster mode */
+            printf("member %s did not answer: its entries are not pinned\n", r->unreachable[i]);
+    }
+    hyc_free(r);
+    hyc_close(c);
+    return rc;
+}
+
+int ctl_unpin(ctl *x, int argc, char **argv)
+{
+    Hypic__V1__UnpinRequest rq = HYPIC__V1__UNPIN_REQUEST__INIT;
+    uint8_t key[32];
+    const char *tag = NULL;
+    int target;
+    int rc = pin_args(x, argc, argv, true, NULL, key, &tag, &target);
+    if (rc) return rc;
+    if (target == 1) {
+        rq.target_case = HYPIC__V1__UNPIN_REQUEST__TARGET_KEY;
+        rq.key = (ProtobufCBinaryData){sizeof key, key};
+    } else if (target == 2) {
+        rq.target_case = HYPIC__V1__UNPIN_REQUEST__TARGET_TAG;
+        rq.tag = (char *)tag;
+    } else {
+        rq.target_case = HYPIC__V1__UNPIN_REQUEST__TARGET_ALL_OF_TENANT;
+        rq.all_of_tenant = true;
+    }
+    hyc *c;
+    if ((rc = ctl_connect(x, CTL_DEADLINE_DEFAULT_MS, &c))) return rc;
+    Hypic__V1__UnpinResponse *r = NULL;
+    hyc_status st;
+    if (hyc_unpin(c, &rq, &r, &st)) {
+        rc = ctl_fail(&st);
+    } else if (x->json) {
+        ctl_json_print(ctl_json_msg(&r->base));
+    } else {
+        char b[32];
+        ctl_bytes(r->bytes, b, sizeof b);
+        printf("unpinned %llu (%s)\n", (unsigned long long)r->unpinned, b);
+        for (size_t i = 0; i < r->n_unreachable; i++) /* cluster mode */
+            printf("member %s did not answer: its pins stay\n", r->unreachable[i]);
+    }
+    hyc_free(r);
+    hyc_close(c);
+    return rc;
 }
 
 /* ---- policy ---- */

@@ -47,6 +47,8 @@ int ctl_ls(ctl *x, int argc, char **argv);
 int ctl_inspect(ctl *x, int argc, char **argv);
 int ctl_evict(ctl *x, int argc, char **argv);
 int ctl_invalidate(ctl *x, int argc, char **argv);
+int ctl_pin(ctl *x, int argc, char **argv);
+int ctl_unpin(ctl *x, int argc, char **argv);
 int ctl_policy(ctl *x, int argc, char **argv);
 int ctl_get(ctl *x, int argc, char **argv);
 int ctl_build(ctl *x, int argc, char **argv);
@@ -88,6 +90,9 @@ int ctl_u64(const ctl *x, const char *name, const char *v, uint64_t min, uint64_
             uint64_t *out);
 /* A number (e.g. seconds, a rate) within [min, max]. */
 int ctl_double(const ctl *x, const char *name, const char *v, double min, double max, double *out);
+/* A duration (a number and ms, s, m, h or d; seconds without a unit) of at
+ * least 1 ms and at most max_ms, in milliseconds. */
+int ctl_duration_ms(const ctl *x, const char *name, const char *v, uint64_t max_ms, uint64_t *out);
 /* A tier by name (hbm, host, nvme; "any" for TIER_NONE when any_ok). */
 int ctl_tier(const ctl *x, const char *name, const char *v, bool any_ok, Hypic__V1__Tier *out);
 /* A key: 64 hex digits into out[32]. */
@@ -160,6 +165,8 @@ void ctl_table_free(ctl_table *t);
 void ctl_bytes(uint64_t b, char *out, size_t cap);
 /* "3s", "5m", "2h", "4d" since a unix-ns time (now: wall clock); "-" for 0. */
 void ctl_age(uint64_t unix_ns, char *out, size_t cap);
+/* A pin as `ls` shows it: pinned (until unpinned), "17m left", or - (none or lapsed). */
+void ctl_pin_text(uint64_t until_unix_ns, char *out, size_t cap);
 /* Tier's short name: "hbm", "host", "nvme", "-". */
 const char *ctl_tier_name(int tier);
 /* Lower-case hex of a key (65 bytes with the NUL), or "-" when empty. */

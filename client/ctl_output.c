@@ -230,16 +230,9 @@ void ctl_bytes(uint64_t b, char *out, size_t cap)
         snprintf(out, cap, "%.1f %s", v, units[u]);
 }
 
-void ctl_age(uint64_t unix_ns, char *out, size_t cap)
+/* s seconds as 42s, 17m, 5h or 3d. */
+static void short_span(uint64_t s, char *out, size_t cap)
 {
-    if (!unix_ns) {
-        snprintf(out, cap, "-");
-        return;
-    }
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-    uint64_t s = now > unix_ns ? (now - unix_ns) / 1000000000ull : 0;
     if (s < 120)
         snprintf(out, cap, "%llus", (unsigned long long)s);
     else if (s < 7200)
@@ -248,6 +241,39 @@ void ctl_age(uint64_t unix_ns, char *out, size_t cap)
         snprintf(out, cap, "%lluh", (unsigned long long)(s / 3600));
     else
         snprintf(out, cap, "%llud", (unsigned long long)(s / 86400));
+}
+
+static uint64_t wall_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void ctl_pin_text(uint64_t until_unix_ns, char *out, size_t cap)
+{
+    const uint64_t now = wall_ns();
+    if (until_unix_ns == UINT64_MAX) {
+        snprintf(out, cap, "pinned");
+        return;
+    }
+    if (until_unix_ns <= now) { /* none, or lapsed */
+        snprintf(out, cap, "-");
+        return;
+    }
+    char left[16];
+    short_span((until_unix_ns - now + 999999999ull) / 1000000000ull, left, sizeof left);
+    snprintf(out, cap, "%s left", left);
+}
+
+void ctl_age(uint64_t unix_ns, char *out, size_t cap)
+{
+    if (!unix_ns) {
+        snprintf(out, cap, "-");
+        return;
+    }
+    const uint64_t now = wall_ns();
+    short_span(now > unix_ns ? (now - unix_ns) / 1000000000ull : 0, out, cap);
 }
 
 const char *ctl_tier_name(int tier)

@@ -39,6 +39,8 @@ static const char *const usage_text =
     "  inspect KEY          an entry's metadata and sections (--verify: checksums)\n"
     "  evict KEY            remove one entry\n"
     "  invalidate           remove entries by --tag T, --model M, or --tenant (all yours)\n"
+    "  pin KEY | --tag T    keep entries from eviction and expiry (--ttl: for a while)\n"
+    "  unpin KEY | --tag T  lift pins (--all: every pin of yours)\n"
     "  policy get|set TIER  a tier's eviction and admission policy\n"
     "  get KEY --out FILE   fetch an entry's bytes (and FILE.meta.json)\n"
     "  put FILE             store an entry fetched with get\n"
@@ -78,6 +80,18 @@ static const command commands[] = {
     {"invalidate", ctl_invalidate,
      "usage: hypicctl invalidate --tag T | --model M | --tenant\n"
      "Removes your tenant's entries with tag T, of model M, or all of them (--tenant).\n"},
+    {"pin", ctl_pin,
+     "usage: hypicctl pin (KEY | --tag T) [--ttl DURATION]\n"
+     "Pins your tenant's entry KEY, or every entry tagged T: no tier evicts it and its TTL does\n"
+     "not expire it until it is unpinned, or for DURATION (e.g. 90s, 30m, 12h, 7d; a soft pin\n"
+     "that lapses). Pinned bytes count in your quota; at most limits.pinned_bytes_per_tenant of\n"
+     "them (default a quarter of the host tier) may be pinned, and half the host tier in all:\n"
+     "beyond, exit 1 (RESOURCE_EXHAUSTED) and nothing is pinned. Prints what was pinned and\n"
+     "your pinned bytes against the cap. `ls` and `inspect` show pins.\n"},
+    {"unpin", ctl_unpin,
+     "usage: hypicctl unpin (KEY | --tag T | --all)\n"
+     "Lifts the pins of entry KEY, of the entries tagged T, or all of your tenant's (--all);\n"
+     "the entries stay, evictable again.\n"},
     {"policy", ctl_policy,
      "usage: hypicctl policy get TIER\n"
      "       hypicctl policy set TIER --evict lru|lfu|s3fifo|gdsf|hybrid\n"
@@ -232,6 +246,28 @@ int ctl_double(const ctl *x, const char *name, const char *v, double min, double
         return ctl_usage(x, "%s: '%s' is not a number in [%g, %g]", name, v, min, max);
     *out = d;
     return CTL_OK;
+}
+
+int ctl_duration_ms(const ctl *x, const char *name, const char *v, uint64_t max_ms, uint64_t *out)
+{
+    static const struct {
+        const char *unit;
+        double ms;
+    } units[] = {{"ms", 1}, {"s", 1e3}, {"m", 60e3}, {"h", 3600e3}, {"d", 86400e3}, {"", 1e3}};
+    char *end;
+    errno = 0;
+    const double d = strtod(v, &end);
+    for (size_t i = 0; v[0] && end != v && !errno && i < sizeof units / sizeof units[0]; i++) {
+        if (strcmp(end, units[i].unit) != 0) continue;
+        const double ms = d * units[i].ms;
+        if (!(ms >= 1 && ms <= (double)max_ms)) break;
+        *out = (uint64_t)ms;
+        return CTL_OK;
+    }
+    return ctl_usage(x,
+                     "%s: '%s' is not a duration from 1 ms to %llu s (a number with ms, s, m, h "
+                     "or d; seconds without one)",
+                     name, v, (unsigned long long)(max_ms / 1000));
 }
 
 int ctl_tier(const ctl *x, const char *name, const char *v, bool any_ok, Hypic__V1__Tier *out)

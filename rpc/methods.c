@@ -36,6 +36,8 @@ const hy_rpc_method hy_rpc_methods[] = {
     M(OpenTransport, HY_RPC_UNARY, open_transport_request, open_transport_response),
     M(CloseTransport, HY_RPC_UNARY, close_transport_request, close_transport_response),
     M(Build, HY_RPC_SERVER_STREAM, build_request, entry_chunk),
+    M(Pin, HY_RPC_UNARY, pin_request, pin_response),
+    M(Unpin, HY_RPC_UNARY, unpin_request, unpin_response),
 };
 const size_t hy_rpc_method_count = sizeof hy_rpc_methods / sizeof hy_rpc_methods[0];
 

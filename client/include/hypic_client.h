@@ -106,6 +106,13 @@ int hyc_prefill(hyc *c, const Hypic__V1__PrefillRequest *rq, Hypic__V1__PrefillR
 /* Removes entries by key, tag, model or all of the caller's tenant. */
 int hyc_invalidate(hyc *c, const Hypic__V1__InvalidateRequest *rq,
                    Hypic__V1__InvalidateResponse **out, hyc_status *st);
+/* Pin: the entries named by key or tag kept from eviction and TTL expiry,
+ * until unpinned or for ttl_ms; RESOURCE_EXHAUSTED past the tenant's pin cap. */
+int hyc_pin(hyc *c, const Hypic__V1__PinRequest *rq, Hypic__V1__PinResponse **out,
+            hyc_status *st);
+/* Unpin: by key, tag or all of the tenant's pins. */
+int hyc_unpin(hyc *c, const Hypic__V1__UnpinRequest *rq, Hypic__V1__UnpinResponse **out,
+              hyc_status *st);
 /* One page of the tenant's entries; pass out->next_page_token back in
  * rq->page_token for the next (empty on the last page). */
 int hyc_list(hyc *c, const Hypic__V1__ListRequest *rq, Hypic__V1__ListResponse **out,

@@ -597,8 +597,9 @@ static void test_unknown_keys(void)
         {"models: [{name: a, path: b}, {name: b, dir: c}]\n", "'models[1].dir'", "name, path"},
         {"limits: {max_msg: 1}\n", "'limits.max_msg'",
          "max_message, max_segments, max_tokens, max_top_k, max_new_tokens, "
-         "in_flight_per_tenant, queue, max_lease_ms, lease_bytes_per_tenant, watchers, workers, "
-         "page_size, max_entry_bytes, drain_ms, idle_ms, watchers_per_tenant"},
+         "in_flight_per_tenant, queue, max_lease_ms, lease_bytes_per_tenant, "
+         "pinned_bytes_per_tenant, watchers, workers, page_size, max_entry_bytes, drain_ms, "
+         "idle_ms, watchers_per_tenant"},
         {"log: {lvl: info}\n", "'log.lvl'", "level, requests"},
         {"Listen: x\n", "'Listen'", "listen, http_listen"}, /* keys are lower case */
         {"tiers: {host.bytes: 1G}\n", "'tiers.host.bytes'", "host, nvme, hbm, ttl_s"},

@@ -477,6 +477,35 @@ static void test_static_members(void)
     if (pr) CU_ASSERT_STRING_EQUAL(pr->member, own[0]);
     hyc_free(pr);
     free(b);
+    /* Pin and Unpin through one member reach the entries the other holds */
+    c1 = connect_as(&s[0], NULL);
+    for (int k = 0; k < 8; k++) {
+        Hypic__V1__PinRequest pq = HYPIC__V1__PIN_REQUEST__INIT;
+        pq.target_case = HYPIC__V1__PIN_REQUEST__TARGET_KEY;
+        pq.key = (ProtobufCBinaryData){32, w.keys[k]};
+        Hypic__V1__PinResponse *pin = NULL;
+        CU_ASSERT_EQUAL(hyc_pin(c1, &pq, &pin, &st), 0);
+        if (pin) CU_ASSERT(pin->pinned >= 1 && pin->n_unreachable == 0);
+        hyc_free(pin);
+        hyc_cluster_owners(cl, w.keys[k], own, 1);
+        Hypic__V1__InspectResponse *ir = NULL;
+        CU_ASSERT_EQUAL(inspect(hyc_cluster_member(cl, own[0]), w.keys[k], false, &ir, &st), 0);
+        if (ir) CU_ASSERT_EQUAL(ir->meta->pinned_until_unix_ns, UINT64_MAX);
+        hyc_free(ir);
+    }
+    Hypic__V1__UnpinRequest uq = HYPIC__V1__UNPIN_REQUEST__INIT;
+    uq.target_case = HYPIC__V1__UNPIN_REQUEST__TARGET_ALL_OF_TENANT;
+    uq.all_of_tenant = true;
+    Hypic__V1__UnpinResponse *ur = NULL;
+    CU_ASSERT_EQUAL(hyc_unpin(c1, &uq, &ur, &st), 0);
+    if (ur) CU_ASSERT(ur->unpinned >= 8 && ur->n_unreachable == 0);
+    hyc_free(ur);
+    hyc_close(c1);
+    hyc_cluster_owners(cl, w.keys[1], own, 1);
+    Hypic__V1__InspectResponse *ir = NULL;
+    CU_ASSERT_EQUAL(inspect(hyc_cluster_member(cl, own[0]), w.keys[1], false, &ir, &st), 0);
+    if (ir) CU_ASSERT_EQUAL(ir->meta->pinned_until_unix_ns, 0);
+    hyc_free(ir);
     hyc_cluster_close(cl);
     for (int i = 0; i < 2; i++) CU_ASSERT(hy_daemon_stop(&s[i]));
 }

@@ -130,13 +130,14 @@ rc=$?
 if [ $rc -eq 1 ]; then ok "a second daemon on $addr exits 1"; else bad "a second daemon on $addr: exit $rc"; fi
 has "it names the address" second.err "cannot listen on $addr"
 has "it names the flag to move it" second.err "another address: --listen HOST:PORT"
-# ---- a daemon keeping its weights in q8: status says so ---------------------
+# ---- a daemon keeping its weights in q8 (status says so), pins capped at 1 byte --
 cat > q8.yaml <<EOF
 listen: 127.0.0.1:0
 http_listen: 127.0.0.1:0
 models: [{name: tiny, path: var/models/tiny}]
 tiers: {host: {bytes: 16M}}
 executor: {threads: 2, weights: q8}
+limits: {pinned_bytes_per_tenant: 1}
 EOF
 "$cached" --config q8.yaml --ready-file q8.ready 2>q8.log &
 q8pid=$!
@@ -150,6 +151,12 @@ while [ $i -lt 300 ] && kill -0 "$q8pid" 2>/dev/null; do
 done
 run 0 "status of a q8 daemon" --addr "$q8addr" status
 has "q8: the weight format" out "^models    tiny (q8 weights, "
+python3 -c "print('a document to pin, longer than the seam. ' * 6)" > pincap.txt
+run 0 "q8: warm a document" --addr "$q8addr" --model tiny warm --tag capped pincap.txt
+run 1 "pin past the tenant's pin cap" --addr "$q8addr" pin --tag capped
+has "pin cap: RESOURCE_EXHAUSTED naming the limit" err "^hypicctl: RESOURCE_EXHAUSTED: .*limits.pinned_bytes_per_tenant"
+run 0 "nothing was pinned" --addr "$q8addr" --model tiny ls --json
+check "no pin after a refused one" 'd["total"] == 1 and int(d["entries"][0].get("pinned_until_unix_ns", 0)) == 0'
 kill -INT "$q8pid" 2>/dev/null
 wait "$q8pid" 2>/dev/null
 
@@ -347,6 +354,32 @@ has "bench prints p99" out "p99"
 # ---- a deadline ------------------------------------------------------------
 run 1 "a call past its deadline" $tls --deadline-ms 1 prefill --segment doc0.txt doc1.txt doc2.txt new.txt --text "?" --mode full
 has "deadline: DEADLINE_EXCEEDED" err "^hypicctl: DEADLINE_EXCEEDED: "
+
+# ---- pin, unpin --------------------------------------------------------------
+run 0 "pin --tag" $tls pin --tag set1
+has "pin: what and the cap" out "^pinned 3 (.*), until unpinned; your pins here: .* of 16.0 MiB"
+run 0 "ls shows pins" $tls ls
+has "ls: the PIN column" out "PIN"
+has "ls: pinned rows" out " pinned "
+run 0 "pin KEY --ttl" $tls pin "$key" --ttl 10m --json
+check "a soft pin: 1 entry, lapsing in 10 minutes" 'int(d["pinned"]) == 1 and 590e9 < int(d["until_unix_ns"]) - __import__("time").time_ns() <= 600e9'
+run 0 "inspect shows the pin" $tls inspect "$key"
+has "inspect: pinned until" out "^pinned       until .* left)"
+run 0 "ls --json: pin times" $tls ls --json
+check "three pinned, one of them soft" 'sum(1 for e in d["entries"] if int(e.get("pinned_until_unix_ns", 0)) > 0) == 3 and sum(1 for e in d["entries"] if int(e.get("pinned_until_unix_ns", 0)) == 2**64 - 1) == 2'
+run 2 "pin without a target" $tls pin
+has "pin: which target" err "exactly one of KEY, --tag T"
+run 2 "pin: a bad --ttl" $tls pin --tag set1 --ttl 5x
+has "pin: the bad duration named" err "--ttl: '5x' is not a duration"
+run 2 "pin --all is unpin's" $tls pin --all
+run 1 "pin: no entry with the tag" $tls pin --tag nosuch
+has "pin: NOT_FOUND" err "^hypicctl: NOT_FOUND: "
+run 1 "bob cannot pin alice's entry" $tls --token bob-secret-token-22 pin "$key"
+has "bob: NOT_FOUND" err "^hypicctl: NOT_FOUND: "
+run 0 "unpin KEY" $tls unpin "$key"
+has "unpin KEY" out "^unpinned 1 "
+run 0 "unpin --all" $tls unpin --all --json
+check "unpin --all lifts the other two" 'int(d["unpinned"]) == 2'
 
 # ---- invalidate ------------------------------------------------------------
 run 0 "invalidate --tag" $tls invalidate --tag set1 --json

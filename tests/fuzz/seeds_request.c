@@ -125,6 +125,17 @@ int main(int argc, char **argv)
     inv.target_case = HYPIC__V1__INVALIDATE_REQUEST__TARGET_MODEL, inv.model = "tiny";
     seed("Invalidate", "model", &inv.base);
 
+    Hypic__V1__PinRequest pin = HYPIC__V1__PIN_REQUEST__INIT;
+    pin.tenant = "acme", pin.ttl_ms = 600000;
+    pin.target_case = HYPIC__V1__PIN_REQUEST__TARGET_TAG, pin.tag = "doc-17";
+    seed("Pin", "tag", &pin.base);
+    pin.target_case = HYPIC__V1__PIN_REQUEST__TARGET_KEY, pin.ttl_ms = 0;
+    pin.key = (ProtobufCBinaryData){32, key};
+    seed("Pin", "key", &pin.base);
+    Hypic__V1__UnpinRequest unpin = HYPIC__V1__UNPIN_REQUEST__INIT;
+    unpin.target_case = HYPIC__V1__UNPIN_REQUEST__TARGET_ALL_OF_TENANT, unpin.all_of_tenant = 1;
+    seed("Unpin", "tenant", &unpin.base);
+
     Hypic__V1__ListRequest list = HYPIC__V1__LIST_REQUEST__INIT;
     list.tier = HYPIC__V1__TIER__TIER_NVME, list.tag = "doc-17", list.model = "tiny";
     list.sort = HYPIC__V1__LIST_REQUEST__SORT__SORT_HITS, list.descending = 1;

@@ -75,6 +75,8 @@ METHODS: dict[str, str] = {
     "OpenTransport": "open_transport",
     "CloseTransport": "close_transport",
     "Build": "build",
+    "Pin": "pin",
+    "Unpin": "unpin",
 }
 _DEFAULT: Any = object()  # "the client's timeout" (None means no deadline)
 
@@ -447,6 +449,48 @@ class Client:
         elif all_of_tenant:
             rq.all_of_tenant = True
         return int(self.call("Invalidate", rq).removed)
+
+    def pin(
+        self,
+        *,
+        key: bytes | None = None,
+        tag: str | None = None,
+        ttl_ms: int = 0,
+        tenant: str = "",
+    ) -> pb.PinResponse:
+        """Pins the caller's entry key, or every entry tagged tag: not evicted nor
+        expired until unpinned (ttl_ms 0) or for ttl_ms. RESOURCE_EXHAUSTED past the
+        tenant's pin cap (the response's tenant_pin_cap), with nothing pinned."""
+        if (key is None) == (tag is None):
+            raise client_error("pin: one of key, tag")
+        rq = pb.PinRequest(ttl_ms=ttl_ms, tenant=tenant)
+        if key is not None:
+            rq.key = to_key(key, "key")
+        else:
+            rq.tag = tag
+        return self.call("Pin", rq)
+
+    def unpin(
+        self,
+        *,
+        key: bytes | None = None,
+        tag: str | None = None,
+        all_of_tenant: bool = False,
+        tenant: str = "",
+    ) -> int:
+        """Lifts the pins of key, of the entries tagged tag, or all of the tenant's;
+        answers how many were unpinned."""
+        targets = [t for t in (key, tag) if t is not None] + ([True] if all_of_tenant else [])
+        if len(targets) != 1:
+            raise client_error("unpin: one of key, tag, all_of_tenant")
+        rq = pb.UnpinRequest(tenant=tenant)
+        if key is not None:
+            rq.key = to_key(key, "key")
+        elif tag is not None:
+            rq.tag = tag
+        else:
+            rq.all_of_tenant = True
+        return int(self.call("Unpin", rq).unpinned)
 
     def list(
         self,

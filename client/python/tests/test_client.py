@@ -326,6 +326,28 @@ def test_invalidate(client: hypic.Client) -> None:
     assert code_of(e) == "INVALID_ARGUMENT" and "no target" in e.value.message
 
 
+def test_pin(client: hypic.Client) -> None:
+    warm_docs(client)
+    r = client.pin(tag="doc0")
+    assert r.pinned == 1 and r.bytes > 0 and r.until_unix_ns == 2**64 - 1
+    assert r.tenant_pinned_bytes == r.bytes and r.tenant_pin_cap > r.bytes
+    (m,) = client.list(tag="doc0").entries
+    assert m.pinned_until_unix_ns == 2**64 - 1
+    # a later pin sets the time of every entry it names, doc0's too
+    soft = client.pin(tag="set", ttl_ms=60_000)
+    assert soft.pinned == len(DOCS) and soft.until_unix_ns < 2**64 - 1
+    (m,) = client.list(tag="doc0").entries
+    assert m.pinned_until_unix_ns == soft.until_unix_ns
+    assert client.unpin(tag="doc0") == 1
+    assert client.unpin(all_of_tenant=True) == len(DOCS) - 1
+    assert all(e.pinned_until_unix_ns == 0 for e in client.list().entries)
+    with pytest.raises(hypic.HypicError) as e:
+        client.pin(tag="no-such-tag")
+    assert code_of(e) == "NOT_FOUND"
+    with pytest.raises(hypic.HypicError):
+        client.pin()
+
+
 def test_stats(client: hypic.Client) -> None:
     warm_docs(client)
     s = client.stats()
