@@ -126,6 +126,8 @@ static const opt k_opts[] = {
     STRING("pic.reuse", pic_reuse, "auto"),
     NUMBER("pic.top_k", OPT_U32, top_k, 1, 1024, "5"),
     NUMBER("pic.prefix_cache_bytes", OPT_SIZE, prefix_cache_bytes, 0, TIB, "256M"),
+    NAMED("pic.shadow_rate", OPT_TOL, shadow_rate, "0"),
+    NAMED("pic.shadow_kl_warn", OPT_TOL, shadow_kl_warn, "0.01"),
     NUMBER("executor.threads", OPT_INT, exec_threads, 1, 256, NULL), /* the online CPUs */
     NUMBER("executor.contexts", OPT_INT, exec_contexts, 1, 64, "1"),
     NUMBER("executor.max_batch", OPT_INT, max_batch, 1, 65536, "1024"),
@@ -1048,7 +1050,8 @@ static int check_whole(cfg_ctx *x, hy_cached_config *c)
                       c->exec_mla);
     hy_weights wfmt;
     if (!rc && hy_weights_parse(c->exec_weights, &wfmt))
-        rc = fail_key(x, HY_EINVAL, "executor.weights", "'%s' is not auto, f32, bf16 or q8", c->exec_weights);
+        rc = fail_key(x, HY_EINVAL, "executor.weights", "'%s' is not auto, f32, bf16 or q8",
+                      c->exec_weights);
     if (!rc && strcmp(c->tp_rdma, "auto") && strcmp(c->tp_rdma, "off") &&
         strcmp(c->tp_rdma, "required"))
         rc = fail_key(x, HY_EINVAL, "transport.rdma", "'%s' is not auto, off or required",

@@ -119,17 +119,22 @@ typedef struct hy_cached_config {
     uint32_t top_k;              /* pic.top_k 1..limits.max_top_k, default 5 */
     uint64_t prefix_cache_bytes; /* pic.prefix_cache_bytes 0..1T (mode prefix checkpoints, per
                                   * tenant and model), default 256M */
+    float shadow_rate;           /* pic.shadow_rate 0..1, default 0: the fraction of requests
+                                  * reusing entries recomputed in full off their path and
+                                  * compared (shadow.c) */
+    float shadow_kl_warn;        /* pic.shadow_kl_warn 0..1, default 0.01: a comparison's KL
+                                  * (nats) past it is logged */
 
     /* executor */
-    int exec_threads;  /* executor.threads 1..256: OpenMP threads per forward pass, default: the
-                        * online CPUs (at most 256) */
-    int exec_contexts; /* executor.contexts 1..64: forward passes at once per model, default 1 */
-    char exec_mla[16]; /* executor.mla auto|expanded|latent, default auto */
+    int exec_threads;     /* executor.threads 1..256: OpenMP threads per forward pass, default: the
+                           * online CPUs (at most 256) */
+    int exec_contexts;    /* executor.contexts 1..64: forward passes at once per model, default 1 */
+    char exec_mla[16];    /* executor.mla auto|expanded|latent, default auto */
     char exec_weights[8]; /* executor.weights auto|f32|bf16|q8, default auto: a BF16 checkpoint's
                            * matrices kept in bf16 (hy_weights) */
-    char pic_reuse[16]; /* pic.reuse auto|fetch|recompute, default auto: how a hit is
-                         * used — fetched, or recomputed when that costs less (auto) */
-    int max_batch;     /* executor.max_batch 1..65536: tokens per forward step, default 1024 */
+    char pic_reuse[16];   /* pic.reuse auto|fetch|recompute, default auto: how a hit is
+                           * used — fetched, or recomputed when that costs less (auto) */
+    int max_batch;        /* executor.max_batch 1..65536: tokens per forward step, default 1024 */
 
     /* tenants */
     hy_cfg_tenant tenants[HY_CFG_MAX_TENANTS];
@@ -137,25 +142,25 @@ typedef struct hy_cached_config {
     uint64_t default_quota; /* tenants.default_quota bytes, any size, 0 (default): unlimited */
 
     /* limits */
-    uint64_t max_message;            /* limits.max_message 4K..1G bytes, default 64M (entries
-                                      * stream in chunks) */
-    uint32_t max_segments;           /* limits.max_segments 1..65536 per request, default 256 */
-    uint64_t max_tokens;             /* limits.max_tokens 1..16777216 per request (segments +
-                                      * query), default 262144 */
-    uint32_t max_top_k;              /* limits.max_top_k 1..1024, default 100 */
-    uint32_t max_new_tokens;         /* limits.max_new_tokens 0..65536, default 256 */
-    uint32_t in_flight_per_tenant;   /* limits.in_flight_per_tenant 1..65536, default 64 */
-    uint32_t queue;                  /* limits.queue 0..65536: requests waiting for an executor,
-                                      * default 64 (0: none wait) */
-    uint32_t max_lease_ms;           /* limits.max_lease_ms 1..3600000, default 10000 */
+    uint64_t max_message;             /* limits.max_message 4K..1G bytes, default 64M (entries
+                                       * stream in chunks) */
+    uint32_t max_segments;            /* limits.max_segments 1..65536 per request, default 256 */
+    uint64_t max_tokens;              /* limits.max_tokens 1..16777216 per request (segments +
+                                       * query), default 262144 */
+    uint32_t max_top_k;               /* limits.max_top_k 1..1024, default 100 */
+    uint32_t max_new_tokens;          /* limits.max_new_tokens 0..65536, default 256 */
+    uint32_t in_flight_per_tenant;    /* limits.in_flight_per_tenant 1..65536, default 64 */
+    uint32_t queue;                   /* limits.queue 0..65536: requests waiting for an executor,
+                                       * default 64 (0: none wait) */
+    uint32_t max_lease_ms;            /* limits.max_lease_ms 1..3600000, default 10000 */
     uint64_t pinned_bytes_per_tenant; /* limits.pinned_bytes_per_tenant: bytes of one tenant's
                                        * entries Pin may hold (0: a quarter of the host tier) */
-    uint64_t lease_bytes_per_tenant; /* limits.lease_bytes_per_tenant: bytes one tenant's
-                                      * Lookup leases may hold; 0 (default): a quarter of
-                                      * tiers.host.bytes */
-    uint32_t watchers;               /* limits.watchers 0..1024: Watch streams at once, default 16
-                                      * (0: Watch is refused) */
-    uint32_t workers;                /* limits.workers 2..1024: calls served at once, default 32 */
+    uint64_t lease_bytes_per_tenant;  /* limits.lease_bytes_per_tenant: bytes one tenant's
+                                       * Lookup leases may hold; 0 (default): a quarter of
+                                       * tiers.host.bytes */
+    uint32_t watchers;                /* limits.watchers 0..1024: Watch streams at once, default 16
+                                       * (0: Watch is refused) */
+    uint32_t workers;                 /* limits.workers 2..1024: calls served at once, default 32 */
     uint32_t page_size;       /* limits.page_size 1..100000: List's maximum page, default 1000 */
     uint64_t max_entry_bytes; /* limits.max_entry_bytes 4K..1T a PutEntry may send, default 1G */
     uint32_t drain_ms;        /* limits.drain_ms 0..600000: SIGTERM's wait for in-flight

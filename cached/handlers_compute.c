@@ -245,7 +245,7 @@ hy_rpc_code do_warm(rq *r, const ProtobufCMessage *req)
             uint64_t bytes = 0;
             if (!rc)
                 rc = pl_store_entry(r->s, sm, r->who.tenant, &sg[i].key, ent, sg[i].tags,
-                                     sg[i].ntags, &placed, &bytes, member, &e);
+                                    sg[i].ntags, &placed, &bytes, member, &e);
             hy_entry_free(ent);
             r->computed += (int64_t)sg[i].n;
             r->misses++;
@@ -864,6 +864,8 @@ static hy_rpc_code prefill_run(rq *r, prefill *p)
     tm->prefix_restore_ms = p->res.restore_s * 1e3;
     tm->forward_ms = p->res.forward_s * 1e3;
     tm->compose_ms = p->res.compose_s * 1e3;
+    /* the quality watch, drawn and copied before the decode reuses the logits */
+    if (!rc) svc_shadow_offer(s, p->sm, &hr, p->res.hits, p->logits);
     /* the state after the query, before any continuation, to the client */
     if (!rc && q->return_state &&
         (c = h_deliver_state(r, p->sm, x->st, q->transport_session, q->state_offset, &p->dl))) {
@@ -919,7 +921,7 @@ static void prefill_store(rq *r, prefill *p, Hypic__V1__SegmentOutcome *oc)
             hy_err se = {0};
             if (hy_entry_finish(p->built[i], &se) ||
                 pl_store_entry(s, p->sm, r->who.tenant, &p->keys[i], p->built[i], p->sg[i].tags,
-                                p->sg[i].ntags, &placed, NULL, p->members[i], &se))
+                               p->sg[i].ntags, &placed, NULL, p->members[i], &se))
                 hy_log(HY_LOG_WARN, "storing an entry built inline: %s", se.msg);
             oc[i].stored = placed != HY_TIER_NONE;
             oc[i].tier = h_pb_tier(placed);

@@ -852,6 +852,29 @@ hy_rpc_code do_stats(rq *r, const ProtobufCMessage *req)
     }
     resp.n_reprs = (size_t)nrows;
     resp.reprs = rsp;
+    /* the quality watch (admins) */
+    svc_shadow_row sh[HY_CFG_MAX_MODELS * HY_MODE_COUNT];
+    const size_t nsh = r->who.admin ? svc_shadow_rows(s, sh, sizeof sh / sizeof sh[0]) : 0;
+    Hypic__V1__ShadowStats shs[HY_CFG_MAX_MODELS * HY_MODE_COUNT],
+        *shp[HY_CFG_MAX_MODELS * HY_MODE_COUNT];
+    for (size_t i = 0; i < nsh; i++) {
+        Hypic__V1__ShadowStats init = HYPIC__V1__SHADOW_STATS__INIT;
+        shs[i] = init;
+        shp[i] = &shs[i];
+        shs[i].model = s->models[sh[i].model].name;
+        shs[i].mode = (Hypic__V1__Mode)(sh[i].mode + 1);
+        shs[i].compared = sh[i].compared;
+        shs[i].kl_mean = sh[i].compared ? sh[i].kl_sum / (double)sh[i].compared : 0;
+        shs[i].kl_max = sh[i].kl_max;
+        shs[i].top1_agreement =
+            sh[i].compared ? (double)sh[i].top1_agree / (double)sh[i].compared : 0;
+        shs[i].over_threshold = sh[i].over_threshold;
+        shs[i].dropped = sh[i].dropped;
+        shs[i].failed = sh[i].failed;
+        shs[i].seconds = sh[i].seconds;
+    }
+    resp.n_shadow = nsh;
+    resp.shadow = shp;
     Hypic__V1__WorkerStats **ws = NULL;
     size_t nws = 0;
     if (r->who.admin) svc_router_stats(s, &ws, &nws); /* the scatter workers */

@@ -136,6 +136,39 @@ void svc_metrics_render(void *app, hy_strbuf *b)
                 failed);
     }
 
+    svc_shadow_row sh[HY_CFG_MAX_MODELS * HY_MODE_COUNT]; /* the quality watch */
+    const size_t nsh = svc_shadow_rows(s, sh, sizeof sh / sizeof sh[0]);
+    static const struct {
+        const char *name, *type, *help;
+    } k_sh[] = {
+        {"hypic_shadow_compared_total", "counter",
+         "Requests reusing entries computed again in full and compared (pic.shadow_rate)"},
+        {"hypic_shadow_kl_sum", "counter", "Sum of KL(full || served), nats, over those compared"},
+        {"hypic_shadow_kl_max", "gauge", "Largest KL(full || served) seen, nats"},
+        {"hypic_shadow_top1_agree_total", "counter",
+         "Compared requests whose served first token was the exact one"},
+        {"hypic_shadow_over_threshold_total", "counter",
+         "Comparisons with KL past pic.shadow_kl_warn"},
+        {"hypic_shadow_dropped_total", "counter",
+         "Requests drawn for comparison and dropped (the queue full, or draining)"},
+    };
+    for (size_t f = 0; nsh && f < sizeof k_sh / sizeof k_sh[0]; f++) {
+        hy_prom_family(b, k_sh[f].name, k_sh[f].type, k_sh[f].help);
+        for (size_t i = 0; i < nsh; i++) {
+            char esc[2 * HY_CFG_NAME_MAX];
+            hy_prom_escape(s->models[sh[i].model].name, esc, sizeof esc);
+            char slab[sizeof esc + 48];
+            snprintf(slab, sizeof slab, "model=\"%s\",mode=\"%s\"", esc, hy_mode_name(sh[i].mode));
+            const double v[] = {(double)sh[i].compared,
+                                sh[i].kl_sum,
+                                sh[i].kl_max,
+                                (double)sh[i].top1_agree,
+                                (double)sh[i].over_threshold,
+                                (double)sh[i].dropped};
+            hy_prom_sample(b, k_sh[f].name, slab, v[f]);
+        }
+    }
+
     svc_cluster_metrics(s, b); /* cluster mode only */
 
     hy_store_stats st;

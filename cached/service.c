@@ -368,6 +368,20 @@ hy_rpc_code svc_exec_take(hy_svc *s, svc_model *sm, hy_rpc_call *call, svc_exec 
     return *out ? HY_RPC_OK : code;
 }
 
+svc_exec *svc_exec_take_idle(svc_model *sm)
+{
+    svc_exec *x = NULL;
+    pthread_mutex_lock(&sm->mu);
+    bool idle = !sm->head;
+    for (int i = 0; idle && i < sm->nctx; i++) idle = !sm->ctx[i].busy;
+    if (idle && sm->nctx > 0) {
+        x = &sm->ctx[0];
+        x->busy = true;
+    }
+    pthread_mutex_unlock(&sm->mu);
+    return x;
+}
+
 void svc_exec_give(hy_svc *s, svc_model *sm, svc_exec *x)
 {
     (void)s;
@@ -623,7 +637,8 @@ int svc_open(hy_svc *s, const hy_cached_config *cfg, hy_err *err)
            (unsigned long long)(cfg->host_bytes >> 20), hy_evict_name(cfg->host_policy.evict),
            hy_admit_name(cfg->host_policy.admit), cfg->nvme_dir[0] ? ", NVMe at " : "",
            cfg->nvme_dir, (unsigned long long)st.entries);
-    return apply_quotas(s, cfg, err);
+    if ((rc = apply_quotas(s, cfg, err))) return rc;
+    return svc_shadow_start(s, err);
 }
 
 int svc_reload(hy_svc *s, const hy_cached_config *cfg, hy_err *err)
@@ -766,6 +781,7 @@ int svc_close(hy_svc *s)
 {
     /* what main started (transports, router, cluster) it has stopped */
     assert(!s->tp && !s->router && !s->cluster);
+    svc_shadow_stop(s); /* before the models it runs */
     const int rc = svc_flush(s);
     if (s->store) hy_store_close(s->store);
     for (int i = 0; i < s->nmodels; i++) model_close(&s->models[i]);

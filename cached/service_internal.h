@@ -138,6 +138,19 @@ typedef struct svc_reprs {
 /* Counts entry e of `bytes` serialised bytes in its representation's row. */
 void svc_reprs_count(svc_reprs *r, const hy_entry *e, size_t bytes);
 
+/* The quality watch's figures for one model and mode (shadow.c). */
+typedef struct svc_shadow_row {
+    int model; /* index in hy_svc.models */
+    hy_mode mode;
+    uint64_t compared;       /* requests computed again in full and compared */
+    uint64_t top1_agree;     /* of them, the served argmax was the exact one */
+    uint64_t over_threshold; /* KL past pic.shadow_kl_warn (each one logged) */
+    uint64_t dropped;        /* drawn but not compared: the queue was full, or draining */
+    uint64_t failed;         /* the full pass failed (logged) */
+    double kl_sum, kl_max;   /* KL(full || served), nats */
+    double seconds;          /* the full passes' time */
+} svc_shadow_row;
+
 typedef struct hy_svc {
     hy_cached_config cfg; /* fields other than tenants and policies never change */
     pthread_mutex_t mu;
@@ -155,6 +168,7 @@ typedef struct hy_svc {
     _Atomic bool draining, ready;
     svc_metrics met;
     svc_reprs reprs;
+    struct svc_shadow *shadow; /* pic.shadow_rate > 0 (shadow.c); NULL: off */
     uint64_t started_ns;
     hy_tp_hub *tp;               /* bulk transports; NULL until svc_transport_start */
     bool flushed;                /* svc_flush ran: the write-back entries are on NVMe */
@@ -225,6 +239,9 @@ void svc_watch_leave(hy_svc *s, const svc_caller *who);
 hy_rpc_code svc_exec_take(hy_svc *s, svc_model *sm, hy_rpc_call *call, svc_exec **out, char *msg,
                           size_t cap);
 void svc_exec_give(hy_svc *s, svc_model *sm, svc_exec *x);
+/* A context of sm when sm runs and queues nothing (every context free, no
+ * waiter), marked busy; NULL otherwise. Given back with svc_exec_give. */
+svc_exec *svc_exec_take_idle(svc_model *sm);
 /* Wakes the requests waiting for sm's contexts (for draining). */
 void svc_exec_wake_all(svc_model *sm);
 /* The prefix cache of (model, tenant), locked; unlock with svc_prefix_put. */
@@ -279,5 +296,20 @@ size_t svc_method_limit(const hy_svc *s, size_t idx);
  * limits.max_tokens token ids at 5 bytes, limits.max_segments segments with
  * all their tags, 64 KiB for the rest; at most limits.max_message. */
 size_t svc_request_limit(const hy_cached_config *cfg);
+
+/* --- shadow.c: the quality watch (pic.shadow_rate) ---------------------------- */
+
+/* Starts the watch's thread when pic.shadow_rate > 0 (else nothing). */
+int svc_shadow_start(hy_svc *s, hy_err *err);
+/* Stops it: the comparison running ends first, those waiting are dropped. */
+void svc_shadow_stop(hy_svc *s);
+/* After a pass of rq that reused `hits` entries and served logits: drawn at
+ * pic.shadow_rate, copied and queued for the watch (modes pic, noseam,
+ * naive; never blocks). */
+void svc_shadow_offer(hy_svc *s, svc_model *sm, const hy_request *rq, int hits,
+                      const float *logits);
+/* The figures so far, a row per (model, mode) with any, into out (up to
+ * cap); how many. */
+size_t svc_shadow_rows(hy_svc *s, svc_shadow_row *out, size_t cap);
 
 #endif

@@ -142,6 +142,30 @@ static void print_status(const Hypic__V1__HealthResponse *h, const Hypic__V1__St
         printf("\nentries built since the start (docs/entry-format.md#head-forms)\n");
         ctl_table_print(rt);
     }
+    if (s->n_shadow) { /* the quality watch (pic.shadow_rate, docs/quality.md#in-service) */
+        static const char *const mode_names[] = {"-", "full", "prefix", "pic", "noseam", "naive"};
+        static const char *const qhdr[] = {"MODEL", "MODE", "COMPARED", "KL MEAN", "KL MAX",
+                                           "TOP-1", "OVER", "DROPPED",  "FAILED",  "SECONDS"};
+        ctl_table *qt = ctl_table_new(10, qhdr);
+        for (size_t i = 0; i < s->n_shadow; i++) {
+            const Hypic__V1__ShadowStats *q = s->shadow[i];
+            const unsigned m = (unsigned)q->mode;
+            char n[24], km[24], kx[24], t1[24], ov[24], dr[24], fa[24], sec[24];
+            snprintf(n, sizeof n, "%llu", (unsigned long long)q->compared);
+            snprintf(km, sizeof km, q->compared ? "%.3g" : "-", q->kl_mean);
+            snprintf(kx, sizeof kx, q->compared ? "%.3g" : "-", q->kl_max);
+            snprintf(t1, sizeof t1, q->compared ? "%.1f%%" : "-", 100.0 * q->top1_agreement);
+            snprintf(ov, sizeof ov, "%llu", (unsigned long long)q->over_threshold);
+            snprintf(dr, sizeof dr, "%llu", (unsigned long long)q->dropped);
+            snprintf(fa, sizeof fa, "%llu", (unsigned long long)q->failed);
+            snprintf(sec, sizeof sec, "%.2f", q->seconds);
+            const char *row[] = {q->model, m < 6 ? mode_names[m] : "?", n, km, kx, t1, ov, dr, fa,
+                                 sec};
+            ctl_table_row(qt, row);
+        }
+        printf("\nrequests reusing entries compared with a full pass (pic.shadow_rate)\n");
+        ctl_table_print(qt);
+    }
     if (s->n_workers) { /* the scatter workers (docs/scheduler.md) */
         static const char *const whdr[] = {"WORKER", "SOURCE", "STATE", "IN FLIGHT", "LOAD S",
                                            "BUILT",  "FAILED", "TOK/S", "SPEED",     "LAST ERROR"};
@@ -381,8 +405,7 @@ static void print_meta(const Hypic__V1__EntryMeta *m)
         char left[24];
         ctl_pin_text(m->pinned_until_unix_ns, left, sizeof left);
         printf("pinned       until %llu (unix ns; %s)\n",
-               (unsigned long long)m->pinned_until_unix_ns,
-               strcmp(left, "-") ? left : "lapsed");
+               (unsigned long long)m->pinned_until_unix_ns, strcmp(left, "-") ? left : "lapsed");
     }
 }
 
@@ -585,8 +608,8 @@ int ctl_pin(ctl *x, int argc, char **argv)
         ctl_bytes(r->tenant_pinned_bytes, mine, sizeof mine);
         ctl_bytes(r->tenant_pin_cap, cap, sizeof cap);
         ctl_pin_text(r->until_unix_ns, until, sizeof until);
-        printf("pinned %llu (%s), %s; your pins here: %s of %s\n", (unsigned long long)r->pinned,
-               b, r->until_unix_ns == UINT64_MAX ? "until unpinned" : until, mine, cap);
+        printf("pinned %llu (%s), %s; your pins here: %s of %s\n", (unsigned long long)r->pinned, b,
+               r->until_unix_ns == UINT64_MAX ? "until unpinned" : until, mine, cap);
         for (size_t i = 0; i < r->n_unreachable; i++) /* cluster mode */
             printf("member %s did not answer: its entries are not pinned\n", r->unreachable[i]);
     }

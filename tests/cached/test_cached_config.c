@@ -589,7 +589,8 @@ static void test_unknown_keys(void)
          "path, bytes, extent_bytes, evict, admit, min_tokens, write_through"},
         {"tiers: {hbm: {gpu: 0}}\n", "'tiers.hbm.gpu'", "bytes, device, evict, admit, min_tokens"},
         {"pic: {W: 8}\n", "'pic.W'",
-         "seam, tolerance, dtype, t_dtype, kv_dtype, reuse, top_k, prefix_cache_bytes"},
+         "seam, tolerance, dtype, t_dtype, kv_dtype, reuse, top_k, prefix_cache_bytes, "
+         "shadow_rate, shadow_kl_warn"},
         {"executor: {omp: 2}\n", "'executor.omp'", "threads, contexts, max_batch, mla"},
         {"tenants: {quota: 1}\n", "'tenants.quota'", "default_quota, list"},
         {"tenants: {list: [{name: a, token: aaaaaaaaaaaaaaaaaaaa, tok: x}]}\n",

@@ -130,7 +130,8 @@ rc=$?
 if [ $rc -eq 1 ]; then ok "a second daemon on $addr exits 1"; else bad "a second daemon on $addr: exit $rc"; fi
 has "it names the address" second.err "cannot listen on $addr"
 has "it names the flag to move it" second.err "another address: --listen HOST:PORT"
-# ---- a daemon keeping its weights in q8 (status says so), pins capped at 1 byte --
+# ---- a daemon keeping its weights in q8 (status says so), pins capped at 1 byte,
+# every request that reuses entries compared with a full pass (the quality watch) --
 cat > q8.yaml <<EOF
 listen: 127.0.0.1:0
 http_listen: 127.0.0.1:0
@@ -138,6 +139,7 @@ models: [{name: tiny, path: var/models/tiny}]
 tiers: {host: {bytes: 16M}}
 executor: {threads: 2, weights: q8}
 limits: {pinned_bytes_per_tenant: 1}
+pic: {shadow_rate: 1, shadow_kl_warn: 0.5}
 EOF
 "$cached" --config q8.yaml --ready-file q8.ready 2>q8.log &
 q8pid=$!
@@ -157,6 +159,31 @@ run 1 "pin past the tenant's pin cap" --addr "$q8addr" pin --tag capped
 has "pin cap: RESOURCE_EXHAUSTED naming the limit" err "^hypicctl: RESOURCE_EXHAUSTED: .*limits.pinned_bytes_per_tenant"
 run 0 "nothing was pinned" --addr "$q8addr" --model tiny ls --json
 check "no pin after a refused one" 'd["total"] == 1 and int(d["entries"][0].get("pinned_until_unix_ns", 0)) == 0'
+# the quality watch: pic composes (KL small, the same first token), naive adds
+# states without T (far off on this model: past the 0.5 warning, logged); a
+# request in mode full has nothing to compare
+python3 -c "print('a second document for the quality watch to compose. ' * 6)" > watch.txt
+run 0 "q8: warm a second document" --addr "$q8addr" --model tiny warm watch.txt
+for m in pic naive full; do
+    run 0 "q8: prefill $m" --addr "$q8addr" --model tiny prefill --segment watch.txt \
+        --segment pincap.txt --text "which one?" --mode $m --reuse fetch --max-new 2
+done
+i=0
+while [ $i -lt 100 ]; do # the comparisons run when the executor is idle
+    "$ctl" --addr "$q8addr" status --json >out 2>err
+    python3 -c "import json; d=json.load(open('out')); sys_ok=len([r for r in d['stats'].get('shadow', []) if r['compared']]) >= 2; raise SystemExit(0 if sys_ok else 1)" 2>/dev/null && break
+    sleep 0.1
+    i=$((i + 1))
+done
+check "shadow: pic compared, close to full" 'any(r["mode"] == "MODE_PIC" and int(r["compared"]) == 1 and r["kl_mean"] < 0.01 and r["top1_agreement"] == 1 and int(r.get("over_threshold", 0)) == 0 for r in d["stats"]["shadow"])'
+check "shadow: naive compared, past the warning" 'any(r["mode"] == "MODE_NAIVE" and int(r["compared"]) == 1 and r["kl_max"] > 0.5 and int(r["over_threshold"]) == 1 for r in d["stats"]["shadow"])'
+check "shadow: nothing in mode full" 'not any(r["mode"] == "MODE_FULL" for r in d["stats"]["shadow"])'
+has "shadow: the naive comparison logged" q8.log "shadow: model 'tiny', mode naive, .*past pic.shadow_kl_warn 0.5"
+run 0 "status shows the watch" --addr "$q8addr" status
+has "shadow: a pic row in status" out "^tiny  *pic  *1  "
+q8http=$(sed -n 's/^http=//p' q8.ready)
+python3 -c "import urllib.request,sys; sys.stdout.write(urllib.request.urlopen('http://$q8http/metrics').read().decode())" >metrics.txt
+has "shadow: /metrics" metrics.txt '^hypic_shadow_compared_total{model="tiny",mode="naive"} 1$'
 kill -INT "$q8pid" 2>/dev/null
 wait "$q8pid" 2>/dev/null
 
@@ -214,7 +241,7 @@ run 0 "status after warm" $tls status
 has "status: entries per GiB and what the capacity holds" out "PER GiB *HOLDS"
 has "status: the default representation's row" out "^tol 0.03, S bf16, T bf16, K/V bf16 *4 "
 run 0 "status --json after warm" $tls status --json
-check "status --json: capacity and representations" '(h := [t for t in d["stats"]["tiers"] if t["tier"] == "TIER_HOST"][0]) and (r := d["stats"]["reprs"][0]) and h["entries_per_gib"] > 0 and int(h["capacity_entries"]) > 0 and int(r["entries"]) == 4 and abs(r["repr"]["tolerance"] - 0.03) < 1e-6 and any(f["form"] == "zero" for f in r["t_heads"])'
+check "status --json: capacity and representations" '(h := [t for t in d["stats"]["tiers"] if t["tier"] == "TIER_HOST"][0]) and (r := d["stats"]["reprs"][0]) and h["entries_per_gib"] > 0 and int(h["capacity_entries"]) > 0 and int(r["entries"]) == 4 and abs(r["repr"]["tolerance"] - 0.03) < 1e-6 and any(f["form"] == "zero" for f in r["t_heads"]) and not d["stats"].get("shadow")'
 run 1 "warm: a file of bad ids" $tls warm --ids badids.txt
 has "warm: bad ids named" err "badids.txt: 'x7'"
 run 1 "warm: a missing file" $tls warm nosuch.txt
