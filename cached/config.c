@@ -133,6 +133,7 @@ static const opt k_opts[] = {
     NUMBER("executor.max_batch", OPT_INT, max_batch, 1, 65536, "1024"),
     STRING("executor.mla", exec_mla, "auto"),
     STRING("executor.weights", exec_weights, "auto"),
+    NUMBER("executor.keep_context_tokens", OPT_U64, keep_context_tokens, 0, 16777216, "32768"),
     NUMBER("tenants.default_quota", OPT_SIZE, default_quota, 0, UINT64_MAX, "0"),
     LIST("tenants.list", tenants, hy_cfg_tenant, 0, HY_CFG_MAX_TENANTS, ntenants),
     ITEM_STRING("tenants.list[].name", OPT_STR, hy_cfg_tenant, name, NEED_ALWAYS),

@@ -135,6 +135,9 @@ typedef struct hy_cached_config {
     char pic_reuse[16];   /* pic.reuse auto|fetch|recompute, default auto: how a hit is
                            * used — fetched, or recomputed when that costs less (auto) */
     int max_batch;        /* executor.max_batch 1..65536: tokens per forward step, default 1024 */
+    uint64_t keep_context_tokens; /* executor.keep_context_tokens 0..16777216, default 32768:
+                                   * positions of attention K/V a context keeps between
+                                   * requests; a longer request's are given back after it */
 
     /* tenants */
     hy_cfg_tenant tenants[HY_CFG_MAX_TENANTS];

@@ -150,7 +150,8 @@ void svc_metrics_render(void *app, hy_strbuf *b)
         {"hypic_shadow_over_threshold_total", "counter",
          "Comparisons with KL past pic.shadow_kl_warn"},
         {"hypic_shadow_dropped_total", "counter",
-         "Requests drawn for comparison and dropped (the queue full, or draining)"},
+         "Requests drawn for comparison and dropped (the queue full, given way to a request, or "
+         "draining)"},
     };
     for (size_t f = 0; nsh && f < sizeof k_sh / sizeof k_sh[0]; f++) {
         hy_prom_family(b, k_sh[f].name, k_sh[f].type, k_sh[f].help);

@@ -299,6 +299,13 @@ static void model_close(svc_model *sm)
 /* Contexts go to waiting requests in arrival order: a freed context is handed
  * to the head of the queue (svc_exec_give), and a new request only takes a
  * free context when nobody is waiting. */
+/* The executor's check before each step of a pass (hy_exec_set_cancel): the
+ * call it serves cancelled, gone or past its deadline. */
+static bool call_gone(void *ctx)
+{
+    return hy_rpc_call_cancelled(ctx);
+}
+
 hy_rpc_code svc_exec_take(hy_svc *s, svc_model *sm, hy_rpc_call *call, svc_exec **out, char *msg,
                           size_t cap)
 {
@@ -324,6 +331,7 @@ hy_rpc_code svc_exec_take(hy_svc *s, svc_model *sm, hy_rpc_call *call, svc_exec 
     if (*out) {
         (*out)->busy = true;
         pthread_mutex_unlock(&sm->mu);
+        hy_exec_set_cancel((*out)->ex, call_gone, call);
         return HY_RPC_OK;
     }
     if ((uint32_t)atomic_load(&s->queued) >= s->cfg.queue) {
@@ -365,6 +373,7 @@ hy_rpc_code svc_exec_take(hy_svc *s, svc_model *sm, hy_rpc_call *call, svc_exec 
     *out = w.granted;
     pthread_mutex_unlock(&sm->mu);
     pthread_cond_destroy(&w.cv);
+    if (*out) hy_exec_set_cancel((*out)->ex, call_gone, call);
     return *out ? HY_RPC_OK : code;
 }
 
@@ -384,7 +393,15 @@ svc_exec *svc_exec_take_idle(svc_model *sm)
 
 void svc_exec_give(hy_svc *s, svc_model *sm, svc_exec *x)
 {
-    (void)s;
+    /* a long context's K/V is not kept for the next request (its state is
+     * reset before use anyway): the memory one long request took goes back */
+    hy_exec_set_cancel(x->ex, NULL, NULL); /* the call it served is over */
+    const int64_t keep = (int64_t)s->cfg.keep_context_tokens;
+    if (hy_state_capacity(x->st) > keep) {
+        hy_state_reset(x->st);
+        hy_state_trim(x->st, keep);
+    }
+    hy_exec_trim(x->ex, keep); /* the scratch and RoPE table sized for it */
     pthread_mutex_lock(&sm->mu);
     svc_waiter *w = sm->head;
     if (w) { /* handed over, still busy: the head of the queue runs next */

@@ -8,13 +8,14 @@
  * the tokens and the served logits are copied, the draw made there); one
  * thread per daemon takes the offers in order, waits until the model has
  * no request running or queued, takes an executor context as a request
- * would (so a request arriving meanwhile waits for one full pass at most,
- * and gets the context next), runs mode full over the same tokens and
- * gives the context back. KL(full ‖ served) and whether the two argmaxes
- * agree are summed per model and mode: Stats (admins), /metrics, and a
- * warning in the log for each comparison past pic.shadow_kl_warn. Offers
- * beyond SHADOW_QUEUE waiting are dropped and counted: the watch never
- * holds memory or time the service needs.
+ * would, runs mode full over the same tokens and gives the context back —
+ * or gives way before the pass's next step (executor.max_batch tokens) as
+ * soon as a request waits for the context, the offer then dropped. KL(full
+ * ‖ served) and whether the two argmaxes agree are summed per model and
+ * mode: Stats (admins), /metrics, and a warning in the log for each
+ * comparison past pic.shadow_kl_warn. Offers beyond SHADOW_QUEUE waiting are
+ * dropped and counted: the watch never holds memory or time the service
+ * needs.
  */
 #include "service_internal.h"
 
@@ -151,6 +152,17 @@ static int argmax(const float *v, size_t n)
     return (int)best;
 }
 
+/* The watch's pass gives way (hy_exec_set_cancel) as soon as a request
+ * waits for the model's executor: it delays none by more than a step. */
+static bool someone_waits(void *ctx)
+{
+    svc_model *sm = ctx;
+    pthread_mutex_lock(&sm->mu);
+    const bool waits = sm->head != NULL;
+    pthread_mutex_unlock(&sm->mu);
+    return waits;
+}
+
 /* The exact pass over j's tokens, compared with what was served. */
 static void shadow_run(svc_shadow *w, shadow_job *j)
 {
@@ -178,9 +190,17 @@ static void shadow_run(svc_shadow *w, shadow_job *j)
     hy_err e = {0};
     const double t0 = hy_now_s();
     omp_set_num_threads(s->cfg.exec_threads);
+    hy_exec_set_cancel(x->ex, someone_waits, sm);
     const int rc = hy_combine(x->ex, x->st, &rq, exact, &res, &e);
     const double dt = hy_now_s() - t0;
     svc_exec_give(s, sm, x);
+    if (rc == HY_ECANCELED) { /* gave way to a request */
+        pthread_mutex_lock(&w->mu);
+        row_of(w, j->model, j->mode)->dropped++;
+        pthread_mutex_unlock(&w->mu);
+        free(exact), free(segs);
+        return;
+    }
     if (rc) {
         hy_log(HY_LOG_WARN, "shadow: the full pass of a %s request to model '%s' failed: %s",
                hy_mode_name(j->mode), sm->name, e.msg);

@@ -37,6 +37,8 @@ struct hy_exec {
     const hy_model *m;
     int max_batch;
     hy_layer_hook_fn layer_hook; /* hy_exec_set_layer_hook */
+    hy_cancel_fn cancel;         /* hy_exec_set_cancel */
+    void *cancel_ctx;
     void *layer_ctx;
     hy_gdn_mode mode;
     /* this call is one token after a prefix — transformers' decode step,
@@ -770,12 +772,11 @@ static void gdn_run(hy_exec *ex, int li, int h, int off, int len, float *S, floa
     float *o = ex->o + (size_t)off * Vd + (size_t)h * dv;
     if (ex->mode == HY_GDN_CHUNKED && len > 1 && ex->share_slots) {
         const size_t tid = (size_t)omp_get_thread_num();
-        const hy_gdn_share sh = {
-            .prods = work + hy_gdn_chunked_scratch(dk, dv),
-            .tags = ex->share_tags + tid * 2 * ex->share_slots,
-            .nslots = ex->share_slots,
-            .id = ex->share_gen * Hk + hk,
-            .row0 = off};
+        const hy_gdn_share sh = {.prods = work + hy_gdn_chunked_scratch(dk, dv),
+                                 .tags = ex->share_tags + tid * 2 * ex->share_slots,
+                                 .nslots = ex->share_slots,
+                                 .id = ex->share_gen * Hk + hk,
+                                 .row0 = off};
         hy_gdn_chunked_shared(&in, S, o, (size_t)Vd, T, work, &sh);
     } else if (ex->mode == HY_GDN_CHUNKED && len > 1)
         hy_gdn_chunked(&in, S, o, (size_t)Vd, T, work);
@@ -1257,10 +1258,10 @@ static void attn_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni
             assert(omp_get_thread_num() < ex->nthreads);
             float *work = ex->scratch + (size_t)omp_get_thread_num() * ex->scratch_per_thread;
             hy_attention_heads(B, grp, hd, hd, ex->rowpos + r0,
-                               proj + (size_t)r0 * P + (size_t)g * grp * qs, (size_t)P,
-                               (size_t)qs, Kc + (size_t)g * hd, (size_t)KV, Vc + (size_t)g * hd,
-                               (size_t)KV, scale, ob + (size_t)r0 * Qd + (size_t)g * grp * hd,
-                               (size_t)Qd, (size_t)hd, work);
+                               proj + (size_t)r0 * P + (size_t)g * grp * qs, (size_t)P, (size_t)qs,
+                               Kc + (size_t)g * hd, (size_t)KV, Vc + (size_t)g * hd, (size_t)KV,
+                               scale, ob + (size_t)r0 * Qd + (size_t)g * grp * hd, (size_t)Qd,
+                               (size_t)hd, work);
         }
     } else {
 #pragma omp parallel for schedule(dynamic, 1)
@@ -1268,12 +1269,14 @@ static void attn_layer(hy_exec *ex, hy_state *st, int li, const item *it, int ni
             const int h = job % Hq, g = h / grp;
             /* blocks of the step's rows, whatever runs they belong to; the
              * last (the longest context) first */
-            const int r0 = (nblk - 1 - job / Hq) * HY_ATTN_BLOCK, B = HY_MIN_INT(HY_ATTN_BLOCK, n - r0);
+            const int r0 = (nblk - 1 - job / Hq) * HY_ATTN_BLOCK,
+                      B = HY_MIN_INT(HY_ATTN_BLOCK, n - r0);
             assert(omp_get_thread_num() < ex->nthreads);
             float *scores = ex->scratch + (size_t)omp_get_thread_num() * ex->scratch_per_thread;
             hy_attention_at(B, hd, hd, ex->rowpos + r0, proj + (size_t)r0 * P + (size_t)h * qs,
-                            (size_t)P, Kc + (size_t)g * hd, (size_t)KV, Vc + (size_t)g * hd, (size_t)KV,
-                            scale, ob + (size_t)r0 * Qd + (size_t)h * hd, (size_t)Qd, scores);
+                            (size_t)P, Kc + (size_t)g * hd, (size_t)KV, Vc + (size_t)g * hd,
+                            (size_t)KV, scale, ob + (size_t)r0 * Qd + (size_t)h * hd, (size_t)Qd,
+                            scores);
         }
     }
     prof_end(ex, HY_EXEC_OP_ATTENTION);
@@ -1789,6 +1792,14 @@ int hy_exec_run(hy_exec *ex, hy_state *st, const hy_piece *pc, size_t np, float 
     int64_t pos = st->pos;
     size_t i = 0, off = 0;
     while (i < np) {
+        if (ex->cancel && ex->cancel(ex->cancel_ctx)) { /* the caller is gone */
+            const int64_t done = pos - (ctx - total);
+            hy_fp_restore(fp_mode);
+            hy_state_reset(st);
+            return hy_err_set(err, HY_ECANCELED,
+                              "the pass was called off after %lld of its %lld positions",
+                              (long long)done, (long long)total);
+        }
         int ni = 0, rows = 0;
         while (i < np && (size_t)rows < B) {
             const hy_piece *p = &pc[i];
@@ -1838,6 +1849,32 @@ int hy_exec_run(hy_exec *ex, hy_state *st, const hy_piece *pc, size_t np, float 
 double hy_exec_arrival_wait_s(const hy_exec *ex)
 {
     return ex->arrival_wait_s;
+}
+
+void hy_exec_trim(hy_exec *ex, int64_t keep)
+{
+    if (ex->ctx_cap > keep) { /* every pass sizes it again for its context */
+        hy_free(ex->scratch);
+        ex->scratch = NULL;
+        ex->scratch_floats = 0;
+        ex->step_cap = 0;
+        ex->ctx_cap = 0;
+    }
+    if (ex->rope_n > keep) { /* the first keep positions' rows stay where they are */
+        const int rd = ex->m->cfg.rotary_dim;
+        float *t = keep > 0 ? hy_alloc((size_t)keep * (size_t)rd * sizeof(float)) : NULL;
+        if (keep > 0 && !t) return; /* keeps the larger table */
+        if (t) memcpy(t, ex->rope, (size_t)keep * (size_t)rd * sizeof(float));
+        hy_free(ex->rope);
+        ex->rope = t;
+        ex->rope_n = keep;
+    }
+}
+
+void hy_exec_set_cancel(hy_exec *ex, hy_cancel_fn fn, void *ctx)
+{
+    ex->cancel = fn;
+    ex->cancel_ctx = ctx;
 }
 
 void hy_exec_set_layer_hook(hy_exec *ex, hy_layer_hook_fn fn, void *ctx)

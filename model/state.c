@@ -132,6 +132,35 @@ int hy_state_reserve(hy_state *s, int64_t need, hy_err *err)
     return HY_OK;
 }
 
+void hy_state_trim(hy_state *s, int64_t keep)
+{
+    const hy_model_config *c = &s->m->cfg;
+    if (keep < s->pos) keep = s->pos;
+    if (s->kv_cap <= keep) return;
+    for (int i = 0; i < c->n_layers; i++) {
+        if (c->layer_kind[i] != HY_LAYER_ATTENTION) continue;
+        float **bufs[] = {&s->k[i], &s->v[i], &s->x[i]};
+        const size_t rows[] = {k_row(c), v_row(c), hy_state_x_row(c)};
+        for (int b = 0; b < 3; b++) {
+            if (!*bufs[b]) continue;
+            if (keep == 0 || rows[b] == 0) {
+                free(*bufs[b]);
+                *bufs[b] = NULL;
+                continue;
+            }
+            /* a shrink that fails leaves the larger block: still keep rows */
+            float *n = realloc(*bufs[b], (size_t)keep * rows[b] * sizeof(float));
+            if (n) *bufs[b] = n;
+        }
+    }
+    s->kv_cap = keep;
+}
+
+int64_t hy_state_capacity(const hy_state *s)
+{
+    return s->kv_cap;
+}
+
 int hy_state_copy(hy_state *dst, const hy_state *src, hy_err *err)
 {
     const hy_model_config *c = &src->m->cfg;

@@ -200,6 +200,12 @@ void hy_state_free(hy_state *s);
 void hy_state_reset(hy_state *s); /* back to the empty prefix */
 int hy_state_copy(hy_state *dst, const hy_state *src, hy_err *err);
 int64_t hy_state_pos(const hy_state *s); /* tokens consumed */
+/* Gives back the attention layers' K/V rows past max(pos, keep) positions
+ * (they grow geometrically with the longest context served, and stay): a
+ * state that served one long context need not hold its memory after. */
+void hy_state_trim(hy_state *s, int64_t keep);
+/* Positions the attention layers' K/V buffers hold now. */
+int64_t hy_state_capacity(const hy_state *s);
 /* Views into the state of layer i (NULL when the layer has no such part). */
 float *hy_state_S(hy_state *s, int layer);    /* [Hv][dk][dv] */
 float *hy_state_conv(hy_state *s, int layer); /* [K-1][conv_dim], oldest first */
@@ -229,6 +235,20 @@ void hy_exec_set_mla_mode(hy_exec *ex, hy_mla_mode mode);
 /* The mode the executor's last pass ran its MLA layers in (EXPANDED or
  * ABSORBED; AUTO before any pass or without MLA). */
 hy_mla_mode hy_exec_mla_mode_used(const hy_exec *ex);
+
+/* Gives back the scratch and the RoPE table an executor sized for a context
+ * longer than keep positions (they grow with the longest pass and stay);
+ * the next pass sizes them again for its own. */
+void hy_exec_trim(hy_exec *ex, int64_t keep);
+
+/* A check the executor runs before each step of a pass (up to max_batch
+ * tokens, every layer), in the caller's thread: true calls the pass off —
+ * HY_ECANCELED, the state reset, as a pass that fails. What a service sets
+ * for the call a context serves, so a caller gone (or its deadline passed)
+ * frees the executor within a step instead of at the end of a long pass.
+ * NULL: none (the default). */
+typedef bool (*hy_cancel_fn)(void *ctx);
+void hy_exec_set_cancel(hy_exec *ex, hy_cancel_fn fn, void *ctx);
 
 /* Advances st by n tokens; when logits is not NULL writes the last token's
  * next-token logits [vocab]. Token ids outside [0, vocab) are refused before

@@ -370,6 +370,7 @@ static void test_counts(void)
         {"executor", "threads", "1", "256", "0", "257"},
         {"executor", "contexts", "1", "64", "0", "65"},
         {"executor", "max_batch", "1", "65536", "0", "65537"},
+        {"executor", "keep_context_tokens", "0", "16777216", NULL, "16777217"},
         {"limits", "workers", "2", "1024", "1", "1025"},
         {"limits", "page_size", "1", "100000", "0", "100001"},
         {"limits", "max_segments", "1", "65536", "0", "65537"},

@@ -47,6 +47,7 @@ static void write_config(const char *extra)
 typedef struct long_call {
     const char *token;
     int seed;
+    int64_t deadline_ms; /* 0: the fixture's 60 s */
     int code;
     double seconds;
 } long_call;
@@ -57,7 +58,12 @@ typedef struct long_call {
 static void *long_prefill(void *arg)
 {
     long_call *lc = arg;
-    hyc *c = connect_as(&g_d, lc->token);
+    hyc_options o = {.target = g_d.grpc,
+                     .token = lc->token,
+                     .deadline_ms = lc->deadline_ms ? lc->deadline_ms : 60000};
+    hyc *c = NULL;
+    hyc_status ost;
+    if (hyc_open(&o, &c, &ost)) fprintf(stderr, "hyc_open: %s\n", ost.msg);
     uint32_t *ids = malloc(LONG_SEGS * LONG_TOKENS * sizeof *ids);
     Hypic__V1__Tokens tk[LONG_SEGS];
     Hypic__V1__Segment sg[LONG_SEGS], *sp[LONG_SEGS];
@@ -132,6 +138,31 @@ static void test_queue_and_deadline(void)
     CU_ASSERT_EQUAL(short_prefill(ALICE, 150, &st), HYC_DEADLINE_EXCEEDED);
     pthread_join(t, NULL);
     CU_ASSERT_EQUAL(short_prefill(ALICE, 10000, &st), HYC_OK); /* and then it serves */
+}
+
+/* A call whose deadline passes while its pass runs frees the executor
+ * before the pass's next step (hy_exec_set_cancel): the request behind it
+ * is not held for the rest of a pass nobody will read. */
+static void test_deadline_calls_the_pass_off(void)
+{
+    long_call whole = {.token = BOB, .seed = 5000};
+    long_prefill(&whole); /* how long the pass takes uncut */
+    CU_ASSERT_EQUAL_FATAL(whole.code, HYC_OK);
+    long_call cut = {.token = BOB, .seed = 6000, .deadline_ms = 200};
+    pthread_t t;
+    pthread_create(&t, NULL, long_prefill, &cut);
+    usleep(100000); /* its pass holds the context */
+    hyc_status st;
+    const double t0 = hy_now_s();
+    CU_ASSERT_EQUAL(short_prefill(ALICE, 60000, &st), HYC_OK);
+    const double waited = hy_now_s() - t0;
+    pthread_join(t, NULL);
+    CU_ASSERT_EQUAL(cut.code, HYC_DEADLINE_EXCEEDED);
+    printf("\n  the pass takes %.2f s uncut; the request behind one cut at 0.2 s waited %.2f s\n",
+           whole.seconds, waited);
+    /* held to the end of the pass, it would wait about whole - 0.1 s */
+    CU_ASSERT(waited < 0.5 * whole.seconds);
+    CU_ASSERT(hy_daemon_log_has(&g_d, "the pass was called off after"));
 }
 
 static void test_in_flight_per_tenant(void)
@@ -220,6 +251,7 @@ int main(void)
     }
     static const hy_test_case cases[] = {
         {"queue_full_and_deadline", test_queue_and_deadline},
+        {"deadline_calls_the_pass_off", test_deadline_calls_the_pass_off},
         {"in_flight_per_tenant", test_in_flight_per_tenant},
         {"sighup_reloads_tenants", test_sighup_reloads_tenants},
         {"sigterm_drains", test_sigterm_drains},

@@ -139,6 +139,59 @@ static void test_copy_continues_identically(void)
     close_pair(&p);
 }
 
+/* A state that served a long context gives its K/V back to `keep` rows
+ * (never below its position), an executor its scratch and RoPE table, and
+ * both still compute the same (MLA layers' per-head expansion too:
+ * tiny-kimi). */
+static void trim_continues(const char *preset)
+{
+    pair p;
+    char name[32];
+    snprintf(name, sizeof name, "trim-%s", preset);
+    const hy_model_config *c = open_pair(&p, preset, 4, name);
+    hy_err e = {0};
+    int32_t *tok = random_tokens(1200, c->vocab, 9);
+    CU_ASSERT_EQUAL_FATAL(hy_exec_prefill(p.ex, p.a, tok, 1100, p.la, &e), 0);
+    CU_ASSERT(hy_state_capacity(p.a) >= 1100);
+    hy_state_trim(p.a, 64); /* not below its 1100 positions */
+    CU_ASSERT(hy_state_capacity(p.a) >= 1100);
+    hy_state_reset(p.a);
+    hy_state_trim(p.a, 64);
+    CU_ASSERT_EQUAL(hy_state_capacity(p.a), 64);
+    hy_state_trim(p.a, 0);
+    CU_ASSERT_EQUAL(hy_state_capacity(p.a), 0);
+    hy_exec_trim(p.ex, 0); /* its scratch and RoPE table too */
+    /* grown again from nothing: the same logits as a state never trimmed */
+    CU_ASSERT_EQUAL_FATAL(hy_exec_prefill(p.ex, p.a, tok, 1000, NULL, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_exec_prefill(p.ex, p.a, tok + 1000, 200, p.la, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_exec_prefill(p.ex, p.b, tok, 1000, NULL, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_exec_prefill(p.ex, p.b, tok + 1000, 200, p.lb, &e), 0);
+    CU_ASSERT(memcmp(p.la, p.lb, (size_t)c->vocab * 4) == 0);
+    /* trimmed to a size between, with its rows kept: continues the same */
+    hy_state_reset(p.a);
+    CU_ASSERT_EQUAL_FATAL(hy_exec_prefill(p.ex, p.a, tok, 300, NULL, &e), 0);
+    hy_state_trim(p.a, 0); /* keeps its 300 positions */
+    CU_ASSERT_EQUAL(hy_state_capacity(p.a), 300);
+    hy_exec_trim(p.ex, 100); /* RoPE's table cut below the state's positions */
+    CU_ASSERT_EQUAL_FATAL(hy_exec_prefill(p.ex, p.a, tok + 300, 900, p.la, &e), 0);
+    hy_state_reset(p.b);
+    CU_ASSERT_EQUAL_FATAL(hy_exec_prefill(p.ex, p.b, tok, 300, NULL, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_exec_prefill(p.ex, p.b, tok + 300, 900, p.lb, &e), 0);
+    CU_ASSERT(memcmp(p.la, p.lb, (size_t)c->vocab * 4) == 0);
+    free(tok);
+    close_pair(&p);
+}
+
+static void test_trim_tiny(void)
+{
+    trim_continues("tiny");
+}
+
+static void test_trim_kimi(void)
+{
+    trim_continues("tiny-kimi");
+}
+
 static void test_bad_input_leaves_state(void)
 {
     char dir[128], dir2[128];
@@ -368,6 +421,8 @@ int main(void)
         {"pieces_and_decodes_equal_one_prefill", test_split_tiny},
         {"pieces_equal_one_prefill_moe", test_split_moe},
         {"copied_state_continues_identically", test_copy_continues_identically},
+        {"trimmed_state_gives_back_and_continues", test_trim_tiny},
+        {"trimmed_state_gives_back_and_continues_mla", test_trim_kimi},
         {"bad_input_leaves_state_untouched", test_bad_input_leaves_state},
         {"more_threads_than_at_creation", test_more_threads_than_at_creation},
         {"profile_adds_up", test_profile_tiny},
