@@ -57,6 +57,8 @@ typedef struct obj {
     int pins;            /* leases and in-flight copies: no copy of a pinned entry is evicted */
     struct obj *next;    /* in the key index's chain */
     struct obj *id_next; /* in the oid index's chain */
+    struct obj *kl, *kr; /* in the key-ordered treap (hy_store_list_after) */
+    uint64_t kp;         /* its heap priority there: the key's seeded hash */
 } obj;
 
 typedef struct quota {
@@ -92,6 +94,7 @@ struct hy_store {
     hy_admitter *ad[HY_TIER_COUNT];
     obj **buckets;  /* by key */
     obj **obuckets; /* by oid, as many buckets */
+    obj *kroot;     /* the same entries in key order: a treap on (key, kp) */
     size_t nbuckets, count;
     uint64_t seed; /* of the key index's bucket hash: random per open */
     uint64_t next_oid;

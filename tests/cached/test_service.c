@@ -284,6 +284,35 @@ static void test_list_invalidate_stats_policy(void)
         CU_ASSERT_EQUAL(hyc_list(g_c, &rq, &r, &st), HYC_INVALID_ARGUMENT);
         CU_ASSERT(strstr(st.msg, "page_token") != NULL);
     }
+    /* the default order pages on from the last key (each page O(log n + page), any count):
+     * every entry once, ascending, the first page's total on every page */
+    Hypic__V1__ListRequest kq = HYPIC__V1__LIST_REQUEST__INIT;
+    kq.page_size = 1;
+    uint8_t prev[32] = {0};
+    char ktoken[160] = "";
+    seen = 0;
+    do {
+        kq.page_token = ktoken;
+        Hypic__V1__ListResponse *r = NULL;
+        CU_ASSERT_EQUAL_FATAL(hyc_list(g_c, &kq, &r, &st), 0);
+        CU_ASSERT_EQUAL_FATAL(r->n_entries, 1);
+        CU_ASSERT_EQUAL(r->total, total);
+        CU_ASSERT(!seen || memcmp(prev, r->entries[0]->key.data, 32) < 0);
+        memcpy(prev, r->entries[0]->key.data, 32);
+        snprintf(ktoken, sizeof ktoken, "%s", r->next_page_token);
+        seen++;
+        hyc_free(r);
+    } while (ktoken[0] && seen < 100);
+    CU_ASSERT_EQUAL(seen, total);
+    const char *bad_keys[] = {
+        "7", "kzz.1", "k0000000000000000000000000000000000000000000000000000000000000000.",
+        "k0000000000000000000000000000000000000000000000000000000000000000.1x"};
+    for (int i = 0; i < 4; i++) {
+        kq.page_token = (char *)bad_keys[i];
+        Hypic__V1__ListResponse *r = NULL;
+        CU_ASSERT_EQUAL(hyc_list(g_c, &kq, &r, &st), HYC_INVALID_ARGUMENT);
+        CU_ASSERT(strstr(st.msg, "page_token") != NULL);
+    }
     /* by tag */
     Hypic__V1__InvalidateRequest iv = HYPIC__V1__INVALIDATE_REQUEST__INIT;
     iv.target_case = HYPIC__V1__INVALIDATE_REQUEST__TARGET_TAG;

@@ -379,6 +379,62 @@ static void test_ttl_quota_invalidate_list(void)
 }
 
 /* The recommended configuration opens and serves (gdsf + tinylfu on host). */
+/* Pages in key order from the last key of the page before
+ * (hy_store_list_after): every matching entry exactly once, ascending,
+ * through puts, replacements and removals — the same entries hy_store_list
+ * sorts, without sorting every entry for every page. */
+static size_t page_all(hy_store *s, const hy_store_filter *f, size_t page, hy_meta *all)
+{
+    hy_meta buf[16];
+    size_t got = 0, n;
+    const hy_key *after = NULL;
+    do {
+        CU_ASSERT_EQUAL(hy_store_list_after(s, f, after, buf, page, &n), 0);
+        for (size_t i = 0; i < n; i++) all[got++] = buf[i];
+        after = got ? &all[got - 1].key : NULL;
+    } while (n == page);
+    return got;
+}
+
+static void test_list_after_pages_in_key_order(void)
+{
+    enum { N = 3000 };
+    hy_store_config c = config(32, NULL);
+    hy_store *s;
+    hy_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(hy_store_open(&c, &s, &e), 0);
+    for (uint64_t n = 0; n < N; n++)
+        CU_ASSERT_EQUAL(put(s, n, 4096, n % 2 ? "bob" : "alice", n % 3 ? "keep" : "drop", NULL, &e),
+                        0);
+    for (uint64_t n = 0; n < N; n += 5) /* replaced: out of the order and back in */
+        CU_ASSERT_EQUAL(put(s, n, 4096, n % 2 ? "bob" : "alice", n % 3 ? "keep" : "drop", NULL, &e),
+                        0);
+    static hy_meta paged[N], sorted[N];
+    for (int round = 0; round < 2; round++) {
+        const hy_store_filter fa = {.tenant = "alice"};
+        size_t n, total;
+        CU_ASSERT_EQUAL(hy_store_list(s, &fa, 0, sorted, N, &n, &total, &e), 0);
+        const size_t got = page_all(s, &fa, 7, paged);
+        CU_ASSERT_EQUAL(got, n);
+        CU_ASSERT_EQUAL(got, round ? N / 2 - N / 6 : N / 2);
+        for (size_t i = 0; i < got && i < n; i++) {
+            CU_ASSERT_EQUAL(memcmp(paged[i].key.b, sorted[i].key.b, HY_KEY_BYTES), 0);
+            CU_ASSERT_STRING_EQUAL(paged[i].tenant, "alice");
+        }
+        CU_ASSERT_EQUAL(page_all(s, NULL, 16, paged), round ? N - N / 3 : N);
+        for (size_t i = 1; i < (round ? N - N / 3 : N); i++)
+            CU_ASSERT(memcmp(paged[i - 1].key.b, paged[i].key.b, HY_KEY_BYTES) < 0);
+        /* a count alone copies nothing */
+        CU_ASSERT_EQUAL(hy_store_list(s, NULL, 0, NULL, 0, &n, &total, &e), 0);
+        CU_ASSERT_EQUAL(n, 0);
+        CU_ASSERT_EQUAL(total, round ? N - N / 3 : N);
+        const hy_store_filter fd = {.tag = "drop"}; /* removals, for the second round */
+        size_t removed;
+        if (!round) CU_ASSERT_EQUAL(hy_store_invalidate(s, &fd, &removed, &e), 0);
+    }
+    hy_store_close(s);
+}
+
 static void test_default_config(void)
 {
     char dir[160];
@@ -991,6 +1047,7 @@ int main(void)
         {"key_id_collisions", test_key_id_collisions},
         {"quota_concurrent_puts", test_quota_concurrent_puts},
         {"scan_cursor", test_scan_cursor},
+        {"list_after_pages_in_key_order", test_list_after_pages_in_key_order},
         {"pins_survive_an_eviction_storm", test_pins_survive_eviction_storm},
         {"pins_survive_a_restart", test_pins_survive_restart},
         {NULL, NULL},

@@ -438,6 +438,14 @@ int hy_store_invalidate(hy_store *s, const hy_store_filter *f, size_t *removed, 
  * order; *total (optional) is the number matching. */
 int hy_store_list(hy_store *s, const hy_store_filter *f, size_t offset, hy_meta *out, size_t cap,
                   size_t *n, size_t *total, hy_err *err);
+/* Up to cap metas of entries matching f whose key is above *after (NULL:
+ * from the first), in key order: a page of a listing that goes on from the
+ * last key of the previous one. O(log n + cap) with n entries, plus the
+ * entries f rejects on the way (the store keeps its entries in key order),
+ * so paging through every entry is O(n log n) in all; entries added or
+ * removed between pages show or not by their keys. */
+int hy_store_list_after(hy_store *s, const hy_store_filter *f, const hy_key *after, hy_meta *out,
+                        size_t cap, size_t *n);
 /* Every entry once, a few at a time: each call passes the entries of up to
  * `buckets` buckets of the index to fn (under the store's lock: fn copies
  * what it needs and returns, calling nothing of the store's), from *cursor
