@@ -4,6 +4,7 @@
 #define HY_BENCH_H
 
 #include "hy_model.h"
+#include "hy_tiers.h"
 
 int hy_bench_executor(int argc, char **argv);
 int hy_bench_pic(int argc, char **argv);
@@ -16,10 +17,16 @@ int hy_bench_rag(int argc, char **argv);
 int hy_bench_transfer(int argc, char **argv);
 int hy_bench_scatter(int argc, char **argv);
 int hy_bench_cluster(int argc, char **argv);
+int hy_bench_million(int argc, char **argv);
+int hy_bench_scale(int argc, char **argv);
+int hy_bench_soak(int argc, char **argv);
 
 /* Best-of-reps sgemm rate (FLOP/s) on an m×k·k×n product using every core:
  * the machine's limit for GEMM-bound work. */
 double hy_bench_sgemm_flops(int m, int n, int k, int reps);
+/* Best-of-reps rate (bytes/s) of reading 256 MiB with every core: the
+ * machine's memory bandwidth for a read. */
+double hy_bench_stream_read_bytes_s(int reps);
 
 typedef struct hy_bench_model {
     hy_model *m;
@@ -67,6 +74,32 @@ void hy_bench_gnuplot(const char *dir, const char *script_name, const char *scri
  * tolerance "0.01" (compact head forms, bf16 allowed in every part) or
  * "0.01/f32" (compact forms, fp32 only). HY_EINVAL with the reason in why. */
 int hy_bench_parse_repr(const char *s, hy_entry_repr *out, char *why, size_t cap);
+
+/* One segment lookup of a trace for the policy simulator. obj: a dense
+ * index of the segment (< the trace's nobj); cost: the recompute FLOPs a hit
+ * saves; starts_request: the first lookup of a request (the segments of one
+ * request are pinned together while it is served). */
+typedef struct hy_bench_lookup {
+    uint32_t obj, tokens;
+    uint64_t bytes;
+    double cost;
+    bool starts_request;
+} hy_bench_lookup;
+
+/* What a replay measured: hits / lookups, bytes of hits / bytes looked up,
+ * cost of hits / cost of all lookups. */
+typedef struct hy_bench_sim {
+    double hit_rate, byte_hit_rate, flops_saved;
+} hy_bench_sim;
+
+/* Replays lk[0..n) (n > 0) through one simulated tier of cfg (its policies
+ * and capacity, bytes), as `hypic-bench policies` does (docs/policies.md): a
+ * lookup hits when resident; a miss is offered to the admitter and, when
+ * admitted, evicts until it fits. The segments of the last in_flight
+ * requests (at least 1: the one being served) are pinned, as the leases of
+ * requests in flight pin them in the store. 0, or 1 after printing why. */
+int hy_bench_policy_replay(const hy_bench_lookup *lk, size_t n, uint32_t nobj,
+                           const hy_policy_config *cfg, uint32_t in_flight, hy_bench_sim *out);
 
 /* Removes dir and everything under it (no symlinks followed). */
 void hy_bench_rmtree(const char *dir);

@@ -26,6 +26,7 @@
  *   SIGTERM, which revokes its lease: gone at once.
  */
 #include "bench.h"
+#include "bench_trace.h"
 #include "hy_cluster.h"
 #include "hy_common.h"
 #include "hypic_client.h"
@@ -196,14 +197,7 @@ static void wait_puts(cluster_run *c)
 static void doc_segment(bench *b, int d, Hypic__V1__Tokens *tk, Hypic__V1__Segment *sg,
                         Hypic__V1__Segment **sp)
 {
-    Hypic__V1__Tokens ti = HYPIC__V1__TOKENS__INIT;
-    *tk = ti;
-    tk->n_ids = DOC_LEN;
-    tk->ids = b->doc[d];
-    Hypic__V1__Segment si = HYPIC__V1__SEGMENT__INIT;
-    *sg = si;
-    sg->ref_case = HYPIC__V1__SEGMENT__REF_TOKENS;
-    sg->tokens = tk;
+    hy_bench_token_segment(tk, sg, b->doc[d], DOC_LEN);
     *sp = sg;
 }
 

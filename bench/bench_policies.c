@@ -41,17 +41,9 @@
 static const double k_fracs[] = {0.05, 0.10, 0.25, 0.50};
 enum { NFRAC = sizeof k_fracs / sizeof *k_fracs };
 
-/* One lookup. obj: a dense index of the segment key (0..nobj). */
-typedef struct lookup {
-    uint32_t obj, tokens;
-    uint64_t bytes;
-    double cost;
-    bool starts_request; /* the first lookup of a request (a new timestamp) */
-} lookup;
-
 typedef struct trace {
     char name[256];
-    lookup *l;
+    hy_bench_lookup *l;
     size_t n, cap;
     uint32_t nobj;   /* object indices are below this */
     uint32_t unique; /* objects looked up */
@@ -59,11 +51,11 @@ typedef struct trace {
     double unique_bytes; /* Σ over keys of the bytes at their first lookup */
 } trace;
 
-static int trace_push(trace *t, lookup l)
+static int trace_push(trace *t, hy_bench_lookup l)
 {
     if (t->n == t->cap) {
         size_t cap = t->cap ? 2 * t->cap : 4096;
-        lookup *p = realloc(t->l, cap * sizeof *p);
+        hy_bench_lookup *p = realloc(t->l, cap * sizeof *p);
         if (!p) return HY_ENOMEM;
         t->l = p, t->cap = cap;
     }
@@ -155,11 +147,11 @@ static int trace_zipf(trace *t, const zipf_opts *o, double params)
         }
         for (long i = -1; !rc && i < o->k; i++) {
             uint32_t obj = (uint32_t)(i < 0 ? sys : pick[i]);
-            lookup l = {.obj = obj,
-                        .tokens = tokens[obj],
-                        .bytes = entry_bytes(tokens[obj]),
-                        .cost = 2.0 * tokens[obj] * params,
-                        .starts_request = i < 0};
+            hy_bench_lookup l = {.obj = obj,
+                                 .tokens = tokens[obj],
+                                 .bytes = entry_bytes(tokens[obj]),
+                                 .cost = 2.0 * tokens[obj] * params,
+                                 .starts_request = i < 0};
             rc = trace_push(t, l);
         }
     }
@@ -183,7 +175,7 @@ static int trace_dump(const trace *t, const char *path)
             t->name, t->requests, t->n);
     size_t req = 0;
     for (size_t i = 0; i < t->n; i++) {
-        const lookup *l = &t->l[i];
+        const hy_bench_lookup *l = &t->l[i];
         req += l->starts_request;
         if (l->obj < 4)
             fprintf(f, "%zu sys%u %u %llu %.10g\n", req, l->obj, l->tokens,
@@ -303,7 +295,7 @@ static int trace_load(trace *t, const char *path, double params, hy_err *err)
             keys = k;
         }
         keys[nkeys++] = (keyref){hy_xxh3(tok[1], tl[1]), t->n};
-        lookup l = {
+        hy_bench_lookup l = {
             .tokens = (uint32_t)tk, .bytes = by, .cost = fl, .starts_request = !(ts == prev_ts)};
         prev_ts = ts;
         if (trace_push(t, l))
@@ -328,31 +320,28 @@ static int trace_load(trace *t, const char *path, double params, hy_err *err)
 
 /* --- the simulator ------------------------------------------------------------ */
 
-typedef struct sim_result {
-    double hit_rate, byte_hit_rate, flops_saved;
-} sim_result;
-
 typedef struct sim_pins {
     const uint32_t *stamp; /* per object: the request it was last used by */
     uint32_t request;
+    uint32_t window; /* requests in flight: the last `window` requests' objects are pinned */
 } sim_pins;
 
 static bool sim_pinned(void *ctx, uint64_t id)
 {
     const sim_pins *p = ctx;
-    return p->stamp[id - 1] == p->request;
+    return p->request - p->stamp[id - 1] < p->window;
 }
 
-/* Replays t through one tier of `capacity` bytes. Evictor ids are object
- * indices + 1 (0 means "no victim" to the admitter). */
-static int simulate(const trace *t, const hy_policy_config *cfg, sim_result *out)
+/* Evictor ids are object indices + 1 (0 means "no victim" to the admitter). */
+int hy_bench_policy_replay(const hy_bench_lookup *lk, size_t n, uint32_t nobj,
+                           const hy_policy_config *cfg, uint32_t in_flight, hy_bench_sim *out)
 {
     hy_err e = {0};
     hy_evictor *ev = NULL;
     hy_admitter *ad = NULL;
-    bool *resident = calloc(t->nobj, sizeof *resident);
-    uint64_t *res_bytes = calloc(t->nobj, sizeof *res_bytes);
-    uint32_t *stamp = calloc(t->nobj, sizeof *stamp);
+    bool *resident = calloc(nobj ? nobj : 1, sizeof *resident);
+    uint64_t *res_bytes = calloc(nobj ? nobj : 1, sizeof *res_bytes);
+    uint32_t *stamp = calloc(nobj ? nobj : 1, sizeof *stamp);
     if (!resident || !res_bytes || !stamp || hy_evictor_new(cfg, &ev, &e) ||
         hy_admitter_new(cfg, &ad, &e)) {
         fprintf(stderr, "hypic-bench policies: %s\n", e.msg[0] ? e.msg : "out of memory");
@@ -360,11 +349,11 @@ static int simulate(const trace *t, const hy_policy_config *cfg, sim_result *out
         hy_evictor_free(ev);
         return 1;
     }
-    sim_pins pins = {stamp, 0};
+    sim_pins pins = {stamp, 0, in_flight ? in_flight : 1};
     uint64_t used = 0, hits = 0;
     double hit_bytes = 0, all_bytes = 0, hit_cost = 0, all_cost = 0;
-    for (size_t i = 0; i < t->n; i++) {
-        const lookup *l = &t->l[i];
+    for (size_t i = 0; i < n; i++) {
+        const hy_bench_lookup *l = &lk[i];
         const uint64_t id = (uint64_t)l->obj + 1;
         pins.request += l->starts_request;
         stamp[l->obj] = pins.request;
@@ -391,13 +380,19 @@ static int simulate(const trace *t, const hy_policy_config *cfg, sim_result *out
         hy_evictor_insert(ev, id, l->bytes, l->cost, l->tokens, i);
         resident[l->obj] = true, res_bytes[l->obj] = l->bytes, used += l->bytes;
     }
-    out->hit_rate = (double)hits / (double)t->n;
+    out->hit_rate = (double)hits / (double)n;
     out->byte_hit_rate = hit_bytes / all_bytes;
     out->flops_saved = all_cost > 0 ? hit_cost / all_cost : 0;
     free(resident), free(res_bytes), free(stamp);
     hy_evictor_free(ev);
     hy_admitter_free(ad);
     return 0;
+}
+
+/* Replays t through one tier of `capacity` bytes. */
+static int simulate(const trace *t, const hy_policy_config *cfg, hy_bench_sim *out)
+{
+    return hy_bench_policy_replay(t->l, t->n, t->nobj, cfg, 1, out);
 }
 
 /* --- reporting ------------------------------------------------------------------ */
@@ -428,7 +423,7 @@ static const char *admit_label(int a, uint32_t min_tokens, char *buf, size_t n)
 
 enum { NPAIR = HY_EVICT_COUNT * HY_ADMIT_COUNT };
 
-static void print_table(const char *title, const sim_result (*r)[NFRAC], int metric,
+static void print_table(const char *title, const hy_bench_sim (*r)[NFRAC], int metric,
                         uint32_t min_tokens)
 {
     printf("\n%-26s", title);
@@ -439,7 +434,7 @@ static void print_table(const char *title, const sim_result (*r)[NFRAC], int met
         printf("  %-7s %-16s", hy_evict_name((hy_evict_kind)(p / HY_ADMIT_COUNT)),
                admit_label(p % HY_ADMIT_COUNT, min_tokens, a, sizeof a));
         for (int f = 0; f < NFRAC; f++) {
-            const sim_result *x = &r[p][f];
+            const hy_bench_sim *x = &r[p][f];
             double v = metric == 0 ? x->flops_saved : metric == 1 ? x->hit_rate : x->byte_hit_rate;
             printf(" %7.1f", 100 * v);
         }
@@ -523,7 +518,7 @@ int hy_bench_policies(int argc, char **argv)
     for (int f = 0; f < NFRAC; f++)
         printf(" %.0f%% = %.2f GiB%s", k_fracs[f] * 100, k_fracs[f] * t.unique_bytes / GIB,
                f + 1 < NFRAC ? "," : "\n");
-    static sim_result r[NPAIR][NFRAC];
+    static hy_bench_sim r[NPAIR][NFRAC];
     for (int p = 0; p < NPAIR && !rc; p++)
         for (int f = 0; f < NFRAC && !rc; f++) {
             hy_policy_config cfg = {.evict = (hy_evict_kind)(p / HY_ADMIT_COUNT),

@@ -33,6 +33,7 @@
  * matter, content does not.
  */
 #include "bench.h"
+#include "bench_trace.h"
 #include "hy_common.h"
 #include "hypic_client.h"
 
@@ -48,7 +49,7 @@
 #include <string.h>
 #include <time.h>
 
-enum { VOCAB_FIRST = 3, MAX_K = 64, MAX_RATES = 16, MODES = 3, MAX_SENDERS = 256 };
+enum { MAX_RATES = 16, MODES = 3, MAX_SENDERS = 256 };
 
 /* The defaults of the SLO on p99 TTFT and of the offered rates (docs/rag.md
  * says why these values). */
@@ -59,98 +60,11 @@ static const char *const k_mode[MODES] = {"full", "prefix", "pic"};
 static const Hypic__V1__Mode k_mode_rpc[MODES] = {
     HYPIC__V1__MODE__MODE_FULL, HYPIC__V1__MODE__MODE_PREFIX, HYPIC__V1__MODE__MODE_PIC};
 
-/* --- the trace ---------------------------------------------------------------------- */
-
-typedef struct rag_request {
-    double arrival; /* seconds, at the trace's own rate */
-    int nq, k;
-    uint32_t doc[MAX_K];
-    int len[MAX_K];
-} rag_request;
-
-typedef struct trace {
-    rag_request *r;
-    size_t n, cap;
-    double rate; /* requests/s the arrivals were written at */
-} trace;
-
-static int trace_add(trace *t, const rag_request *r)
-{
-    if (t->n == t->cap) {
-        size_t cap = t->cap ? 2 * t->cap : 256;
-        rag_request *nr = realloc(t->r, cap * sizeof *nr);
-        if (!nr) return HY_ENOMEM;
-        t->r = nr;
-        t->cap = cap;
-    }
-    t->r[t->n++] = *r;
-    return HY_OK;
-}
-
-typedef struct gen_opts {
-    int docs, k, query, lmin, lmax;
-    double zipf, median, sigma;
-    int seed_int; /* --seed */
-    uint64_t seed;
-} gen_opts;
-
-/* Document d's length: log-normal around the median, clamped, seeded by d. */
-static int doc_len(const gen_opts *g, uint32_t d)
-{
-    hy_rng r;
-    hy_rng_seed(&r, 0x6c656e00ull ^ ((uint64_t)d * 0x9e3779b97f4a7c15ull));
-    const double l = g->median * exp(g->sigma * hy_rng_normal(&r));
-    return (int)HY_MIN(HY_MAX(lround(l), g->lmin), g->lmax);
-}
-
-/* n requests at 1 request/s (Poisson), documents by Zipf rank (doc 0 the most
- * popular), k distinct per request in the order drawn. */
-static int trace_generate(trace *t, const gen_opts *g, size_t n)
-{
-    double *cdf = malloc((size_t)g->docs * sizeof *cdf);
-    if (!cdf) return HY_ENOMEM;
-    double z = 0;
-    for (int d = 0; d < g->docs; d++) cdf[d] = z += pow(d + 1.0, -g->zipf);
-    hy_rng rng;
-    hy_rng_seed(&rng, g->seed);
-    double at = 0;
-    t->rate = 1;
-    for (size_t i = 0; i < n; i++) {
-        rag_request r = {.nq = g->query, .k = g->k};
-        at += -log(1 - hy_rng_uniform(&rng));
-        r.arrival = at;
-        for (int j = 0; j < g->k; j++) {
-            uint32_t d;
-            bool dup;
-            do { /* rejection: k <= docs, checked by the caller */
-                const double u = hy_rng_uniform(&rng) * z;
-                int lo = 0, hi = g->docs - 1;
-                while (lo < hi) {
-                    const int mid = (lo + hi) / 2;
-                    if (cdf[mid] > u)
-                        hi = mid;
-                    else
-                        lo = mid + 1;
-                }
-                d = (uint32_t)lo;
-                dup = false;
-                for (int q = 0; q < j; q++) dup |= r.doc[q] == d;
-            } while (dup);
-            r.doc[j] = d;
-            r.len[j] = doc_len(g, d);
-        }
-        if (trace_add(t, &r)) {
-            free(cdf);
-            return HY_ENOMEM;
-        }
-    }
-    free(cdf);
-    return HY_OK;
-}
+/* --- trace files (the generator and the requests' messages: bench_trace.c) ------------ */
 
 #define TRACE_MAGIC "# hypic-rag-trace v1"
 
-static int trace_write(const trace *t, const char *path)
+static int trace_write(const hy_rag_trace *t, const char *path)
 {
     FILE *f = fopen(path, "w");
     if (!f) return HY_EIO;
@@ -176,7 +90,7 @@ static bool parse_long(const char *s, long lo, long hi, long *out)
 
 /* Reads a trace file; on a bad line prints "FILE:LINE: field N ('text'): why"
  * and returns HY_EINVAL. Its rate: requests over the last arrival. */
-static int trace_read(trace *t, const char *path, int max_tokens)
+static int trace_read(hy_rag_trace *t, const char *path, int max_tokens)
 {
     FILE *f = fopen(path, "r");
     if (!f) {
@@ -206,7 +120,7 @@ static int trace_read(trace *t, const char *path, int max_tokens)
         }
         char *save = NULL, *tok = strtok_r(line, " \t", &save);
         if (!tok || tok[0] == '#') continue; /* blank or comment */
-        rag_request r = {0};
+        hy_rag_request r = {0};
         char *end;
         r.arrival = strtod(tok, &end);
         if (end == tok || *end || !isfinite(r.arrival) || r.arrival < 0)
@@ -218,7 +132,7 @@ static int trace_read(trace *t, const char *path, int max_tokens)
         if (!parse_long(tok, 1, max_tokens, &v)) BAD(2, tok, "query tokens: 1..%d", max_tokens);
         r.nq = (int)v;
         for (int field = 3; (tok = strtok_r(NULL, " \t", &save)); field++) {
-            if (r.k == MAX_K) BAD(field, tok, "more than %d documents", MAX_K);
+            if (r.k == HY_RAG_MAX_K) BAD(field, tok, "more than %d documents", HY_RAG_MAX_K);
             char *colon = strchr(tok, ':');
             if (!colon) BAD(field, tok, "a document: <doc id>:<doc tokens>");
             *colon = '\0';
@@ -235,7 +149,7 @@ static int trace_read(trace *t, const char *path, int max_tokens)
             r.len[r.k++] = (int)v;
         }
         if (!r.k) BAD(3, "", "missing: at least one <doc id>:<doc tokens>");
-        if (trace_add(t, &r)) {
+        if (hy_rag_trace_add(t, &r)) {
             rc = HY_ENOMEM;
             goto out;
         }
@@ -256,54 +170,6 @@ out:
     return rc;
 }
 
-/* Document d's first len tokens, into out[len]. */
-static void doc_tokens(uint32_t d, int len, int vocab, uint32_t *out)
-{
-    hy_rng r;
-    hy_rng_seed(&r, 0x646f6300ull + d);
-    for (int i = 0; i < len; i++)
-        out[i] = VOCAB_FIRST + (uint32_t)(hy_rng_next(&r) % (uint64_t)(vocab - VOCAB_FIRST));
-}
-
-/* --- a request's protobuf, built once per trace request --------------------------- */
-
-typedef struct wire {
-    Hypic__V1__Tokens tok[MAX_K];
-    Hypic__V1__Segment seg[MAX_K], *ps[MAX_K];
-    uint32_t *ids; /* every document's tokens, then the query's */
-    Hypic__V1__PrefillRequest rq;
-} wire;
-
-static int wire_make(wire *w, const rag_request *r, size_t index, int vocab, const char *model)
-{
-    size_t total = (size_t)r->nq;
-    for (int j = 0; j < r->k; j++) total += (size_t)r->len[j];
-    if (!(w->ids = malloc(total * sizeof *w->ids))) return HY_ENOMEM;
-    uint32_t *p = w->ids;
-    for (int j = 0; j < r->k; j++) {
-        doc_tokens(r->doc[j], r->len[j], vocab, p);
-        hypic__v1__tokens__init(&w->tok[j]);
-        w->tok[j].n_ids = (size_t)r->len[j];
-        w->tok[j].ids = p;
-        hypic__v1__segment__init(&w->seg[j]);
-        w->seg[j].ref_case = HYPIC__V1__SEGMENT__REF_TOKENS;
-        w->seg[j].tokens = &w->tok[j];
-        w->ps[j] = &w->seg[j];
-        p += r->len[j];
-    }
-    hy_rng q;
-    hy_rng_seed(&q, 0x71000000ull + index);
-    for (int i = 0; i < r->nq; i++)
-        p[i] = VOCAB_FIRST + (uint32_t)(hy_rng_next(&q) % (uint64_t)(vocab - VOCAB_FIRST));
-    hypic__v1__prefill_request__init(&w->rq);
-    w->rq.model = (char *)model;
-    w->rq.n_segments = (size_t)r->k;
-    w->rq.segments = w->ps;
-    w->rq.n_query = (size_t)r->nq;
-    w->rq.query = p;
-    return HY_OK;
-}
-
 /* --- one run: a mode at an offered rate --------------------------------------------- */
 
 typedef struct sample {
@@ -314,12 +180,12 @@ typedef struct sample {
 } sample;
 
 typedef struct run {
-    const rag_request *q; /* the window's requests, [n] */
-    wire *w;              /* their messages, [n] */
-    double base;          /* the trace time the window starts at */
-    size_t n;             /* requests due inside the window */
-    double scale;         /* due = t0 + arrival · scale */
-    double t0, t_stop;    /* t_stop: a request not sent by then is abandoned */
+    const hy_rag_request *q; /* the window's requests, [n] */
+    hy_rag_wire *w;          /* their messages, [n] */
+    double base;             /* the trace time the window starts at */
+    size_t n;                /* requests due inside the window */
+    double scale;            /* due = t0 + arrival · scale */
+    double t0, t_stop;       /* t_stop: a request not sent by then is abandoned */
     Hypic__V1__Mode mode;
     const char *target;
     int64_t deadline_ms;
@@ -421,8 +287,8 @@ static double percentile(const double *v, size_t n, double q)
  * to `rate`, fall in [0, duration) after the request before `first`, and more
  * until there are min_n (as the trace allows). Their count; *window: its
  * length in seconds (duration, or up to the last request's due time). */
-static size_t window_size(const trace *t, size_t first, double rate, double duration, size_t min_n,
-                          double *window)
+static size_t window_size(const hy_rag_trace *t, size_t first, double rate, double duration,
+                          size_t min_n, double *window)
 {
     const double base = first ? t->r[first - 1].arrival : 0, scale = t->rate / rate;
     size_t n = 0;
@@ -435,7 +301,7 @@ static size_t window_size(const trace *t, size_t first, double rate, double dura
 /* Sends requests [0, n) of the trace one after another, unmeasured, in mode m:
  * the warm-up that fills the cache (pic) or the checkpoints (prefix) before
  * the rates are measured. Prints its reuse. 0, or 1 after printing why. */
-static int warmup(const trace *t, wire *w, size_t n, const char *target, int m)
+static int warmup(const hy_rag_trace *t, hy_rag_wire *w, size_t n, const char *target, int m)
 {
     hyc_options o = {.target = target, .deadline_ms = 600000};
     hyc *c = NULL;
@@ -474,8 +340,9 @@ static int warmup(const trace *t, wire *w, size_t n, const char *target, int m)
  * request's deadline is `drain` after it was sent; one not sent `drain`
  * after the window is abandoned. 0, or 1 after printing why nothing could be
  * measured. */
-static int run_one(const trace *t, wire *w, size_t first, size_t n, const char *target, int m,
-                   double rate, double window, double drain, int nsenders, result *out)
+static int run_one(const hy_rag_trace *t, hy_rag_wire *w, size_t first, size_t n,
+                   const char *target, int m, double rate, double window, double drain,
+                   int nsenders, result *out)
 {
     run r = {.q = t->r + first,
              .w = w + first,
@@ -668,72 +535,14 @@ static void print_store(const char *target, long long out[4])
     hyc_close(c);
 }
 
-/* Builds the entry of every distinct document of the trace with Warm (--warm),
- * in batches. 0, or 1 after printing why. */
-static int warm_docs(const trace *t, int vocab, const char *model, const char *target)
+/* Builds the entry of every distinct document of the trace with Warm (--warm).
+ * 0, or 1 after printing why. */
+static int warm_docs(const hy_rag_trace *t, int vocab, const char *model, const char *target)
 {
-    enum { BATCH = 16 };
-    size_t nd = 0, cap = 0;
-    struct {
-        uint32_t doc;
-        int len;
-    } *d = NULL;
-    for (size_t i = 0; i < t->n; i++) /* distinct (doc, tokens), in order of first use */
-        for (int j = 0; j < t->r[i].k; j++) {
-            bool seen = false;
-            for (size_t a = 0; a < nd && !seen; a++)
-                seen = d[a].doc == t->r[i].doc[j] && d[a].len == t->r[i].len[j];
-            if (seen) continue;
-            if (nd == cap) {
-                cap = cap ? 2 * cap : 256;
-                void *nd2 = realloc(d, cap * sizeof *d);
-                if (!nd2) {
-                    free(d);
-                    return 1;
-                }
-                d = nd2;
-            }
-            d[nd].doc = t->r[i].doc[j];
-            d[nd++].len = t->r[i].len[j];
-        }
-    hyc_options o = {.target = target, .deadline_ms = 3600000};
-    hyc *c = NULL;
-    hyc_status st;
-    int rc = 0;
-    if (hyc_open(&o, &c, &st)) {
-        fprintf(stderr, "hypic-bench rag: Warm: %s\n", st.msg);
-        rc = 1;
-    }
-    for (size_t a = 0; a < nd && !rc; a += BATCH) {
-        Hypic__V1__Tokens tok[BATCH];
-        Hypic__V1__Segment seg[BATCH], *ps[BATCH];
-        uint32_t *ids[BATCH] = {0};
-        const int nb = (int)HY_MIN((size_t)BATCH, nd - a);
-        for (int b = 0; b < nb && !rc; b++) {
-            if (!(ids[b] = malloc((size_t)d[a + b].len * sizeof *ids[b]))) {
-                rc = 1;
-                break;
-            }
-            doc_tokens(d[a + b].doc, d[a + b].len, vocab, ids[b]);
-            hypic__v1__tokens__init(&tok[b]);
-            tok[b].n_ids = (size_t)d[a + b].len;
-            tok[b].ids = ids[b];
-            hypic__v1__segment__init(&seg[b]);
-            seg[b].ref_case = HYPIC__V1__SEGMENT__REF_TOKENS;
-            seg[b].tokens = &tok[b];
-            ps[b] = &seg[b];
-        }
-        Hypic__V1__WarmRequest w = HYPIC__V1__WARM_REQUEST__INIT;
-        w.model = (char *)model;
-        w.n_segments = (size_t)nb;
-        w.segments = ps;
-        if (!rc && hyc_warm(c, &w, NULL, NULL, &st)) {
-            fprintf(stderr, "hypic-bench rag: Warm: %s\n", st.msg);
-            rc = 1;
-        }
-        for (int b = 0; b < nb; b++) free(ids[b]);
-    }
-    hyc_close(c);
+    hy_rag_doc *d = NULL;
+    size_t nd = 0;
+    if (hy_rag_docs(t, &d, &nd)) return 1;
+    const int rc = hy_rag_warm(d, nd, vocab, model, target, "hypic-bench rag");
     free(d);
     if (!rc) printf("warmed %zu documents with Warm\n", nd);
     return rc;
@@ -786,7 +595,7 @@ static int parse_rates(const char *s, double *r, int *n)
 
 /* The option table's values. */
 typedef struct opts {
-    gen_opts g;
+    hy_rag_gen g;
     double rates[MAX_RATES], duration, slo_ms, drain;
     int nrates, senders, min_requests, warmup;
     const char *trace_in, *trace_out, *outdir, *preset, *rates_text, *daemon;
@@ -816,7 +625,7 @@ static const opt k_opts[] = {
     OPT("--daemon", O_STR, daemon, 0, 0),
     OPT("--preset", O_STR, preset, 0, 0),
     OPT("--docs", O_INT, g.docs, 1, 1000000),
-    OPT("--k", O_INT, g.k, 1, MAX_K),
+    OPT("--k", O_INT, g.k, 1, HY_RAG_MAX_K),
     OPT("--query-tokens", O_INT, g.query, 1, 65536),
     OPT("--doc-min", O_INT, g.lmin, 1, 1 << 20),
     OPT("--doc-max", O_INT, g.lmax, 1, 1 << 20),
@@ -935,8 +744,8 @@ int hy_bench_rag(int argc, char **argv)
     snprintf(model_dir, sizeof model_dir, "%s/%s", tmp, o.preset);
     snprintf(daemon_dir, sizeof daemon_dir, "%s/daemon", tmp);
     rc = 1;
-    trace t = {0};
-    wire *w = NULL;
+    hy_rag_trace t = {0};
+    hy_rag_wire *w = NULL;
     hy_daemon d = {0};
     hy_err e = {0};
     hy_model_config mc;
@@ -948,7 +757,7 @@ int hy_bench_rag(int argc, char **argv)
     for (int k = 0; k < o.nrates; k++) need += 1.2 * o.rates[k] * o.duration + o.min_requests + 10;
     if (o.trace_in) {
         if (trace_read(&t, o.trace_in, 1 << 20)) goto out;
-    } else if (trace_generate(&t, &o.g, (size_t)ceil(need))) {
+    } else if (hy_rag_trace_generate(&t, &o.g, (size_t)ceil(need))) {
         goto out;
     }
     const size_t nwarm = HY_MIN((size_t)o.warmup, t.n);
@@ -984,7 +793,7 @@ int hy_bench_rag(int argc, char **argv)
             tokens += t.r[i].len[j];
             if (t.r[i].len[j] + t.r[i].nq > (1 << 20)) goto out;
         }
-        if (wire_make(&w[i], &t.r[i], i, mc.vocab, o.preset)) goto out;
+        if (hy_rag_wire_make(&w[i], &t.r[i], i, mc.vocab, o.preset)) goto out;
     }
     const long tier_mib = (long)ceil(tier / (1 << 20));
     printf("trace: %zu requests (%s), %ld distinct documents, %.0f document tokens per request "

@@ -20,6 +20,7 @@
  *   hypic-bench reuse [--requests N] [--quick] [--daemon PATH]
  */
 #include "bench.h"
+#include "bench_trace.h"
 #include "hy_common.h"
 #include "hypic_client.h"
 
@@ -55,14 +56,7 @@ static void docs_make(uint64_t seed)
         doc *x = &g_docs[d];
         x->n = d < NSHORT ? SHORT_TOKENS : LONG_TOKENS;
         for (size_t i = 0; i < x->n; i++) x->ids[i] = 3 + (uint32_t)(hy_rng_next(&r) % 250);
-        Hypic__V1__Tokens ti = HYPIC__V1__TOKENS__INIT;
-        x->tk = ti;
-        x->tk.n_ids = x->n;
-        x->tk.ids = x->ids;
-        Hypic__V1__Segment gi = HYPIC__V1__SEGMENT__INIT;
-        x->sg = gi;
-        x->sg.ref_case = HYPIC__V1__SEGMENT__REF_TOKENS;
-        x->sg.tokens = &x->tk;
+        hy_bench_token_segment(&x->tk, &x->sg, x->ids, x->n);
     }
 }
 

@@ -29,6 +29,7 @@
  * step and its layers finish one at a time.
  */
 #include "bench.h"
+#include "bench_trace.h"
 #include "hy_common.h"
 #include "hy_scheduler.h"
 #include "hypic_client.h"
@@ -70,14 +71,7 @@ static int request_make(request *r, const uint64_t *len, size_t n, uint64_t seed
         if (!(r->ids[i] = malloc(len[i] * sizeof(uint32_t)))) return HY_ENOMEM;
         for (uint64_t t = 0; t < len[i]; t++)
             r->ids[i][t] = VOCAB_FIRST + (uint32_t)(hy_rng_uniform(&g) * (vocab - VOCAB_FIRST));
-        Hypic__V1__Tokens ti = HYPIC__V1__TOKENS__INIT;
-        r->tk[i] = ti;
-        r->tk[i].n_ids = len[i];
-        r->tk[i].ids = r->ids[i];
-        Hypic__V1__Segment si = HYPIC__V1__SEGMENT__INIT;
-        r->sg[i] = si;
-        r->sg[i].ref_case = HYPIC__V1__SEGMENT__REF_TOKENS;
-        r->sg[i].tokens = &r->tk[i];
+        hy_bench_token_segment(&r->tk[i], &r->sg[i], r->ids[i], len[i]);
         r->sp[i] = &r->sg[i];
     }
     r->n = n;

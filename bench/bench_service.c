@@ -32,6 +32,7 @@
  * the figures are the RPC path's, not stderr's.
  */
 #include "bench.h"
+#include "bench_trace.h"
 #include "hy_common.h"
 #include "hy_rpc.h"
 #include "hypic_client.h"
@@ -134,12 +135,7 @@ static void request_make(request *r, const bench *b, hy_rng *rng, uint64_t i)
 {
     for (int s = 0; s < b->nseg; s++) {
         const int d = (int)((i + (uint64_t)s) % (uint64_t)b->nseg);
-        hypic__v1__tokens__init(&r->tok[s]);
-        r->tok[s].n_ids = SEG_TOKENS;
-        r->tok[s].ids = b->tok[d];
-        hypic__v1__segment__init(&r->seg[s]);
-        r->seg[s].ref_case = HYPIC__V1__SEGMENT__REF_TOKENS;
-        r->seg[s].tokens = &r->tok[s];
+        hy_bench_token_segment(&r->tok[s], &r->seg[s], b->tok[d], SEG_TOKENS);
         r->ps[s] = &r->seg[s];
     }
     for (int q = 0; q < QUERY; q++)

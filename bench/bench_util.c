@@ -4,9 +4,11 @@
  * directory that is removed afterwards) with its executor and state.
  */
 #include "bench.h"
+#include "hy_common.h"
 
 #include <errno.h>
 #include <ftw.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,4 +139,26 @@ int hy_bench_parse_repr(const char *s, hy_entry_repr *out, char *why, size_t cap
     }
     *out = (hy_entry_repr){d, d, d, (float)tol};
     return HY_OK;
+}
+
+/* Bytes per second of the best of reps parallel sums over a buffer four
+ * times the size of any cache here (every thread reads its share). */
+double hy_bench_stream_read_bytes_s(int reps)
+{
+    const size_t n = (size_t)64 << 20; /* 256 MiB of floats */
+    float *a = hy_alloc(n * sizeof *a);
+    if (!a) return 0;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) a[i] = (float)(i & 7);
+    double best = 1e30, sink = 0;
+    for (int r = 0; r < reps; r++) {
+        float s = 0; /* vector lanes of partial sums: a read limited by memory, not adds */
+        double t0 = hy_now_s();
+#pragma omp parallel for simd schedule(static) reduction(+ : s)
+        for (size_t i = 0; i < n; i++) s += a[i];
+        best = fmin(best, hy_now_s() - t0);
+        sink += s;
+    }
+    hy_free(a);
+    return sink >= 0 ? (double)n * sizeof(float) / best : 0;
 }

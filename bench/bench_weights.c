@@ -18,28 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Bytes per second of the best of reps parallel sums over a buffer four
- * times the size of any cache here (every thread reads its share). */
-static double stream_read_bytes_s(int reps)
-{
-    const size_t n = (size_t)64 << 20; /* 256 MiB of floats */
-    float *a = hy_alloc(n * sizeof *a);
-    if (!a) return 0;
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) a[i] = (float)(i & 7);
-    double best = 1e30, sink = 0;
-    for (int r = 0; r < reps; r++) {
-        float s = 0; /* vector lanes of partial sums: a read limited by memory, not adds */
-        double t0 = hy_now_s();
-#pragma omp parallel for simd schedule(static) reduction(+ : s)
-        for (size_t i = 0; i < n; i++) s += a[i];
-        best = fmin(best, hy_now_s() - t0);
-        sink += s;
-    }
-    hy_free(a);
-    return sink >= 0 ? (double)n * sizeof(float) / best : 0;
-}
-
 typedef struct fmt_run {
     hy_model *m;
     hy_exec *ex;
@@ -129,7 +107,7 @@ int hy_bench_weight_formats(const char *model, int quick, hy_bench_weights *out)
             dec[k][r] = nd / (hy_now_s() - t0);
         }
     if (!rc) {
-        const double bw = stream_read_bytes_s(quick ? 3 : 5);
+        const double bw = hy_bench_stream_read_bytes_s(quick ? 3 : 5);
         out->stream_gb_s = bw / 1e9;
         out->prefill_tokens = np;
         out->bf16_math = hy_model_bf16_math(f[1].m);

@@ -13,6 +13,8 @@
  *   hypic-bench transfer [--quick] [--reps N]
  *   hypic-bench scatter [--quick] [--tokens N] [--seed N]
  *   hypic-bench cluster [--model DIR] [--quick]
+ *   hypic-bench million [--max N] [--quick] [--out DIR] [--daemon PATH]
+ *   hypic-bench soak [--quick] [--minutes M] [--clients N] [--docs N ...] [--daemon PATH]
  */
 #include "bench.h"
 
@@ -48,6 +50,15 @@ static const struct {
      "a cold request on 1 and 2 scatter workers, LPT vs round-robin, the simulator to 16"},
     {"cluster", hy_bench_cluster,
      "cluster on etcd: QPS on 1-3 members, keys moved on join and leave, a kill's convergence"},
+    {"scale", hy_bench_scale,
+     "TTFT, memory, tokens computed and bytes fetched of every mode at 8..128 segments (~100k "
+     "tokens)"},
+    {"million", hy_bench_million,
+     "10^3..10^6 small entries on host and NVMe: index bytes per entry, Lookup p50/p99, List "
+     "paging, eviction rate, open after a clean stop and after SIGKILL, each against its growth"},
+    {"soak", hy_bench_soak,
+     "the rag trace for 30 minutes against a daemon evicting to NVMe, 16 clients: memory, fds, "
+     "sessions and errors flat, hit rate per tier against the policy simulator"},
 };
 
 int main(int argc, char **argv)

@@ -142,6 +142,39 @@ for d in "$tmp"/hypic-bench-reuse-*; do
     echo "  FAIL  hypic-bench reuse left $d behind"
 done
 
+# million: 10^3 and 10^4 tiny entries through a daemon (host 8 MiB, NVMe written through), every
+# figure at each; the daemon's files under $TMPDIR, removed
+run million rss_bytes_per_entry\>0 lookup_p50_us.n1000\>0 lookup_p50_us.n10000\>0 \
+    lookup_p99_us.n10000\>0 list_page_ms_first\>0 list_page_ms_last\>0 list_total_s.n10000\>0 \
+    evictions_per_s\>0 sync_writes_per_s\>0 open_s_clean\>0 open_s_kill\>0 max_entries\>0 \
+    -- million --quick
+for d in "$tmp"/hypic-bench-million-*; do
+    [ -e "$d" ] || continue
+    fail=$((fail + 1))
+    echo "  FAIL  hypic-bench million left $d behind"
+done
+
+# scale: small, k = 2, 4, 8 documents of 128..256 tokens, every mode once; the
+# daemon's files under $TMPDIR, removed
+run scale ttft_ms.full.2\>0 ttft_ms.pic.2\>0 ttft_ms.naive.2\>0 limit_ms.full.2\>0 \
+    peak_rss_mb.pic.2\>0 fetched_mb.pic.2\>0 tokens_computed.full.2\>0 slope.full \
+    pic_speedup_at_kmax\>0 -- scale --quick --out "$tmp/scale"
+for d in "$tmp"/hypic-bench-scale-*; do
+    [ -e "$d" ] || continue
+    fail=$((fail + 1))
+    echo "  FAIL  hypic-bench scale left $d behind"
+done
+
+# soak: about a minute of the rag trace against a daemon evicting host to NVMe, 16 clients;
+# judges only errors and that it ran; the daemons' files under $TMPDIR, removed
+run soak requests\>0 requests_after_warmup\>0 rss_growth fd_growth session_growth \
+    hit_rate.host predicted_hit_rate.host series.rps.0\>0 -- soak --quick
+for d in "$tmp"/hypic-bench-soak-*; do
+    [ -e "$d" ] || continue
+    fail=$((fail + 1))
+    echo "  FAIL  hypic-bench soak left $d behind"
+done
+
 # transfer: one timed pass; the ratios exist (it exits non-zero when the
 # delivered bytes differ from the source)
 run transfer shm_over_memcpy_64m\>0 tcp_over_raw_socket_64m\>0 -- transfer --reps 1
