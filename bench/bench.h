@@ -27,6 +27,9 @@ double hy_bench_sgemm_flops(int m, int n, int k, int reps);
 /* Best-of-reps rate (bytes/s) of reading 256 MiB with every core: the
  * machine's memory bandwidth for a read. */
 double hy_bench_stream_read_bytes_s(int reps);
+/* A field of /proc/PID/status in kB ("VmRSS", "VmHWM", "RssAnon"); -1 when
+ * it cannot be read. */
+long hy_bench_proc_status_kb(int pid, const char *field);
 
 typedef struct hy_bench_model {
     hy_model *m;

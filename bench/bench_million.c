@@ -93,18 +93,6 @@ static double now_s(void)
     return hy_now_s();
 }
 
-static long rss_kb(pid_t pid)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "r");
-    long kb = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (strncmp(line, "VmRSS:", 6) == 0) kb = atol(line + 6);
-    if (f) fclose(f);
-    return kb;
-}
-
 static double pct(double *v, size_t n, double p)
 {
     if (!n) return NAN;
@@ -596,7 +584,7 @@ static int run_stage(bench *b, long n, long rss0_kb, stage *s, hy_rng *rng)
     printf("stage %ld: putting %ld entries ...\n", n, n - b->stored);
     fflush(stdout);
     if (fill(b, n, s)) return 1;
-    const long kb = rss_kb(b->d.pid);
+    const long kb = hy_bench_proc_status_kb(b->d.pid, "VmRSS");
     if (kb > 0 && rss0_kb > 0) s->rss_per_entry = (double)(kb - rss0_kb) * 1024.0 / (double)n;
     printf("  %.0f puts/s; RSS %ld KiB (%+ld KiB); Lookups ...\n", s->put_per_s, kb, kb - rss0_kb);
     fflush(stdout);
@@ -704,7 +692,7 @@ int hy_bench_million(int argc, char **argv)
             if (isnan(v[k] = lookup_once(&b, (uint64_t)k, true, &hit))) goto out;
         b.empty_lookup_us = pct(v, MISSES, 0.5);
     }
-    const long rss0 = rss_kb(b.d.pid);
+    const long rss0 = hy_bench_proc_status_kb(b.d.pid, "VmRSS");
     printf("hypic-cached ready in %.2f s with an empty store (times to ready are polled every "
            "0.1 s by the fixture), RSS %ld KiB, a Lookup %.0f us; the device: %.0f 4 KiB "
            "writes + fdatasync per second\n",

@@ -49,6 +49,7 @@
 #include <unistd.h>
 
 enum { MAXK = 16, NMODES = 5, QUERY = 16, SEAM = 8 };
+enum { FULL, PREFIX, PIC, NOSEAM, NAIVE }; /* indices of k_mode, k_mode_name */
 #define SLOW_MS 60e3
 static const char *const k_mode_name[NMODES] = {"full", "prefix", "pic", "noseam", "naive"};
 static const Hypic__V1__Mode k_mode[NMODES] = {
@@ -93,23 +94,6 @@ static int parse_list(const char *s, int *out, int cap, int lo, int hi)
         if (*end && *end != ',') return -1;
     }
     return n;
-}
-
-static long proc_status_kb(pid_t pid, const char *field)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    long v = -1;
-    const size_t fl = strlen(field);
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, field, fl) && line[fl] == ':') {
-            v = atol(line + fl + 1);
-            break;
-        }
-    fclose(f);
-    return v;
 }
 
 /* Resets the peak resident set of pid (VmHWM) to its resident set now. */
@@ -206,12 +190,12 @@ static double mode_flops(const scale *x, int m, const int *pick, int k)
 {
     int64_t pos = 0;
     double f = 0;
-    const int W = m == 3 ? 0 : SEAM;
+    const int W = m == NOSEAM ? 0 : SEAM;
     for (int i = 0; i < k; i++) {
-        if (m >= 2 && W) f += hy_config_prefill_flops(&x->cfg, pos, W);
+        if (m >= PIC && W) f += hy_config_prefill_flops(&x->cfg, pos, W);
         pos += (int64_t)x->docs[pick[i]].n;
     }
-    if (m <= 1) return hy_config_prefill_flops(&x->cfg, 0, pos + QUERY);
+    if (m <= PREFIX) return hy_config_prefill_flops(&x->cfg, 0, pos + QUERY);
     return f + hy_config_prefill_flops(&x->cfg, pos, QUERY);
 }
 
@@ -308,19 +292,19 @@ static int run_request(scale *x, hyc *c, pid_t pid, int ki, int m, const int *pi
     rq.n_query = QUERY;
     rq.query = query;
     rq.mode = k_mode[m];
-    if (m == 3) {
+    if (m == NOSEAM) {
         rq.seam_opt_case = HYPIC__V1__PREFILL_REQUEST__SEAM_OPT_SEAM;
         rq.seam = 0;
     }
-    if (m >= 2) rq.reuse = HYPIC__V1__PREFILL_REQUEST__REUSE__REUSE_FETCH;
-    const long rss0 = proc_status_kb(pid, "VmRSS");
+    if (m >= PIC) rq.reuse = HYPIC__V1__PREFILL_REQUEST__REUSE__REUSE_FETCH;
+    const long rss0 = hy_bench_proc_status_kb(pid, "VmRSS");
     const bool peak = reset_peak(pid);
     const int rep = cl->n;
     Hypic__V1__PrefillResponse *pr = NULL;
     hyc_status st;
     const int rc = hyc_prefill(c, &rq, &pr, &st);
-    const long hwm = proc_status_kb(pid, "VmHWM");
-    const long rss1 = proc_status_kb(pid, "VmRSS"); /* what the request left held */
+    const long hwm = hy_bench_proc_status_kb(pid, "VmHWM");
+    const long rss1 = hy_bench_proc_status_kb(pid, "VmRSS"); /* what the request left held */
     free(sp);
     if (rc) {
         fprintf(stderr, "hypic-bench scale: k %d, %s: %s\n", k, k_mode_name[m], st.msg);
@@ -330,7 +314,7 @@ static int run_request(scale *x, hyc *c, pid_t pid, int ki, int m, const int *pi
     int hits = 0;
     for (size_t i = 0; i < pr->n_segments; i++)
         if (pr->segments[i]->kind == HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_HIT) {
-            fetched += x->docs[pick[i]].bytes[m == 3];
+            fetched += x->docs[pick[i]].bytes[m == NOSEAM];
             hits++;
         }
     cl->ttft_ms[rep] = pr->timings->ttft_ms;
@@ -546,9 +530,9 @@ int hy_bench_scale(int argc, char **argv)
            (int)d.pid, d.grpc, host_mb, x.sgemm / 1e9, x.read_bw / 1e9, x.ndocs, x.min_tok,
            x.max_tok, total_tok, SEAM);
     fflush(stdout);
-    if ((x.on[2] || x.on[4]) && warm_all(&x, c, SEAM, 0)) goto out;
-    if (x.on[3] && warm_all(&x, c, 0, 1)) goto out;
-    const long rss_warm = proc_status_kb(d.pid, "VmRSS");
+    if ((x.on[PIC] || x.on[NAIVE]) && warm_all(&x, c, SEAM, 0)) goto out;
+    if (x.on[NOSEAM] && warm_all(&x, c, 0, 1)) goto out;
+    const long rss_warm = hy_bench_proc_status_kb(d.pid, "VmRSS");
     printf("the daemon's resident set after warming: %.1f MiB\n\n", (double)rss_warm / 1024);
     hy_rng r;
     hy_rng_seed(&r, 77);
@@ -634,16 +618,16 @@ int hy_bench_scale(int argc, char **argv)
                k_mode_name[m], slope_all[m], slope_top[m], coef[m][0], coef[m][1],
                100 * quad_share[m]);
     }
-    if (x.on[0] && x.on[2] && coef[0][1] > 0)
+    if (x.on[FULL] && x.on[PIC] && coef[FULL][1] > 0)
         printf("  pic's quadratic term over full's: %.4f (its seams attend over the context: "
                "W / L of full's at most)\n",
-               coef[2][1] / coef[0][1]);
+               coef[PIC][1] / coef[FULL][1]);
     int kmi = 0;
     for (int i = 0; i < x.nk; i++)
         if (x.ks[i] == kmax) kmi = i;
-    if (x.on[0] && x.on[2])
+    if (x.on[FULL] && x.on[PIC])
         printf("\nat k = %d: pic's TTFT %.1f ms against full's %.1f ms: %.1fx faster\n", kmax,
-               med[kmi][2], med[kmi][0], med[kmi][0] / med[kmi][2]);
+               med[kmi][PIC], med[kmi][FULL], med[kmi][FULL] / med[kmi][PIC]);
     plot(&x, med);
 
     /* the JSON line */
@@ -686,7 +670,8 @@ int hy_bench_scale(int argc, char **argv)
         }
         printf("}");
     }
-    if (x.on[0] && x.on[2]) printf(",\"pic_speedup_at_kmax\":%.3f", med[kmi][0] / med[kmi][2]);
+    if (x.on[FULL] && x.on[PIC])
+        printf(",\"pic_speedup_at_kmax\":%.3f", med[kmi][FULL] / med[kmi][PIC]);
     printf(",\"quick\":%s}\n", x.quick ? "true" : "false");
     rc = 0;
 out:

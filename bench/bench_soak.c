@@ -196,18 +196,11 @@ typedef struct client {
 
 /* --- the daemon from outside: /proc and /metrics ------------------------------------ */
 
-/* A field of /proc/PID/status in kB ("VmRSS:", "RssAnon:"), in MiB; NAN when absent. */
+/* A field of /proc/PID/status ("VmRSS", "RssAnon") in MiB; NAN when absent. */
 static double status_mb(pid_t pid, const char *field)
 {
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "r");
-    double mb = NAN;
-    const size_t n = strlen(field);
-    while (f && fgets(line, sizeof line, f))
-        if (strncmp(line, field, n) == 0) mb = atof(line + n) / 1024.0;
-    if (f) fclose(f);
-    return mb;
+    const long kb = hy_bench_proc_status_kb(pid, field);
+    return kb < 0 ? NAN : (double)kb / 1024.0;
 }
 
 /* Open descriptors of pid; *tier: of them, the ones on files under tier_dir
@@ -532,7 +525,7 @@ static void measure_idle(const hy_daemon *d, const char *tier_dir, idle *out)
     }
     char real[PATH_MAX]; /* as /proc shows the files: symbolic links resolved */
     out->fds = count_fds(d->pid, realpath(tier_dir, real) ? real : tier_dir, &out->tier_fds);
-    out->rss_mb = status_mb(d->pid, "VmRSS:");
+    out->rss_mb = status_mb(d->pid, "VmRSS");
     if (!scrape(d, &out->sessions, &not_ok)) out->sessions = NAN;
 }
 
@@ -746,8 +739,8 @@ static int sample(shared *s, const hy_daemon *d, double t, bool warm, counters *
     p->p50_ms = percentile(lat, nlat, 0.50);
     p->p99_ms = percentile(lat, nlat, 0.99);
     free(lat);
-    p->rss_mb = status_mb(d->pid, "VmRSS:");
-    p->anon_mb = status_mb(d->pid, "RssAnon:");
+    p->rss_mb = status_mb(d->pid, "VmRSS");
+    p->anon_mb = status_mb(d->pid, "RssAnon");
     p->fds = count_fds(d->pid, NULL, NULL);
     if (!scrape(d, &p->sessions, &not_ok)) p->sessions = NAN;
     if (!rc) {

@@ -162,3 +162,20 @@ double hy_bench_stream_read_bytes_s(int reps)
     hy_free(a);
     return sink >= 0 ? (double)n * sizeof(float) / best : 0;
 }
+
+long hy_bench_proc_status_kb(int pid, const char *field)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    long v = -1;
+    const size_t fl = strlen(field);
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, field, fl) && line[fl] == ':') {
+            v = atol(line + fl + 1);
+            break;
+        }
+    fclose(f);
+    return v;
+}
