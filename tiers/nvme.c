@@ -236,6 +236,17 @@ static int space_alloc(hy_nvme *n, uint64_t stored, nv_loc *loc, int *fd, hy_err
     return HY_OK;
 }
 
+bool hy_nvme_has_room(hy_nvme *n, uint64_t bytes)
+{
+    const uint64_t stored = nv_stored_bytes(bytes);
+    pthread_mutex_lock(&n->mu);
+    bool room = n->nextents < n->max_extents && stored <= n->extent_bytes;
+    for (uint32_t id = 0; id < n->ncap && !room; id++)
+        room = n->ext[id].present && nv_space_largest(&n->ext[id].space) >= stored;
+    pthread_mutex_unlock(&n->mu);
+    return room;
+}
+
 /* --- catalog writes ------------------------------------------------------------------ */
 
 /* The lazy rewrite of a record (hit counts): unsynced, no floor. */

@@ -77,6 +77,9 @@ int hy_nvme_remove(hy_nvme *n, const hy_key *key, hy_err *err);
  * value, or 0 when every entry was listed, or HY_ENOMEM.) */
 int hy_nvme_foreach(hy_nvme *n, int (*fn)(void *ctx, const hy_meta *m), void *ctx, hy_err *err);
 void hy_nvme_stats_get(hy_nvme *n, hy_nvme_stats *st);
+/* Whether a put of an entry of `bytes` would find space now (a free run in
+ * an extent, or room for a new extent) without evicting. */
+bool hy_nvme_has_room(hy_nvme *n, uint64_t bytes);
 
 /* Where an entry's payload lies: extents/extent-NNNNNN.dat (NNNNNN = extent,
  * six digits), bytes [offset, offset + stored). For tools and tests (e.g. to

@@ -362,6 +362,17 @@ bool st_pinned_cb(void *ctx, uint64_t id)
     return o && (o->pins > 0 || st_held(o, hy_wall_ns()));
 }
 
+/* The entry a new NVMe copy of `bytes` would push out, as the admitter
+ * names it (hy_key_id), or 0 while the tier has room for it. */
+static uint64_t nvme_would_displace(hy_store *s, uint64_t bytes)
+{
+    uint64_t vid = 0;
+    if (!hy_nvme_has_room(s->nvme, bytes) &&
+        hy_evictor_victim(s->ev[HY_TIER_NVME], &vid, st_pinned_cb, s) != HY_OK)
+        vid = 0;
+    return st_freq_id(s, vid);
+}
+
 /* Writes an entry to NVMe, evicting unpinned NVMe copies while it is full
  * (an entry with a copy in another tier keeps it). o is the entry whose bytes
  * these are (pinned by the caller, so `data` stays), or NULL for a commit's
@@ -436,7 +447,8 @@ static int evict_one_host(hy_store *s, hy_err *err)
     s->st.evictions++;
     hy_evictor_remove(s->ev[HY_TIER_HOST], vid); /* not a candidate while it moves */
     if (s->nvme && !v->in_nvme &&
-        hy_admitter_admit(s->ad[HY_TIER_NVME], hy_key_id(&v->meta.key), v->meta.tokens, 0)) {
+        hy_admitter_admit(s->ad[HY_TIER_NVME], hy_key_id(&v->meta.key), v->meta.tokens,
+                          nvme_would_displace(s, v->meta.bytes))) {
         hy_err e2 = {0};
         bool wrote;
         v->pins++;
@@ -755,7 +767,8 @@ int hy_store_commit(hy_store *s, hy_put *p, hy_tier_id *placed, hy_err *err)
         vid = 0;
     const bool to_host = hy_admitter_admit(s->ad[HY_TIER_HOST], id, m->tokens, st_freq_id(s, vid));
     const bool to_nvme = s->nvme && (s->cfg.write_through || !to_host) &&
-                         hy_admitter_admit(s->ad[HY_TIER_NVME], id, m->tokens, 0);
+                         hy_admitter_admit(s->ad[HY_TIER_NVME], id, m->tokens,
+                                           nvme_would_displace(s, m->bytes));
     bool wrote;
     int rc = to_nvme ? nvme_put_evicting(s, NULL, m, data, &wrote, err) : HY_OK;
     obj *old = rc ? NULL : idx_find(s, &m->key); /* a failed replace keeps the old entry */
@@ -806,8 +819,8 @@ static bool expired(const obj *o, uint64_t now)
 obj *st_lookup(hy_store *s, const hy_key *key, uint64_t now)
 {
     const uint64_t id = hy_key_id(key);
-    hy_admitter_record(s->ad[HY_TIER_HOST], id);
-    if (s->ad[HY_TIER_HBM]) hy_admitter_record(s->ad[HY_TIER_HBM], id);
+    for (int t = 0; t < HY_TIER_COUNT; t++) /* NVMe's too: its admitter weighs what it keeps */
+        if (s->ad[t]) hy_admitter_record(s->ad[t], id);
     obj *o = idx_find(s, key);
     if (o && expired(o, now)) {
         st_obj_remove(s, o, "expired");
@@ -849,13 +862,32 @@ static int landing_tell(void *ctx, uint64_t verified, uint64_t landed, hy_err *e
     return g->fn(g->ctx, g->data, verified, landed, err);
 }
 
+/* The entry a new host copy of `bytes` would push out, as the admitter
+ * names it (hy_key_id), or 0 while there is room: past the low watermark the
+ * demoter is moving the eviction candidate out, so a newcomer competes with
+ * it, as it does when no free block is large enough. */
+static uint64_t host_would_displace(hy_store *s, uint64_t bytes)
+{
+    hy_arena_stats as;
+    hy_arena_stats_get(s->arena, &as);
+    const size_t need = st_round_page(bytes);
+    uint64_t vid = 0;
+    const bool full = as.largest_free < need || (double)(as.used + need) >
+                                                    s->cfg.low_watermark * (double)s->cfg.host_bytes;
+    if (full && hy_evictor_victim(s->ev[HY_TIER_HOST], &vid, st_pinned_cb, s) != HY_OK) vid = 0;
+    return st_freq_id(s, vid);
+}
+
 int st_fetch_host(hy_store *s, obj *o, size_t *off, bool *tmp, hy_store_landed_fn fn, void *ctx,
                   bool *kept, hy_err *err)
 {
     *kept = false;
     assert(o->pins > 0 && !o->in_host && (o->in_hbm || o->in_nvme));
     const uint64_t id = hy_key_id(&o->meta.key);
-    const bool keep = hy_admitter_admit(s->ad[HY_TIER_HOST], id, o->meta.tokens, 0);
+    /* a copy brought up from NVMe (or HBM) is a newcomer to the host tier:
+     * the admitter weighs it against what it would push out */
+    const bool keep = hy_admitter_admit(s->ad[HY_TIER_HOST], id, o->meta.tokens,
+                                        host_would_displace(s, o->meta.bytes));
     size_t blk;
     *tmp = false;
     int rc = st_host_alloc(s, o->meta.bytes, &blk, err); /* may drop the lock */

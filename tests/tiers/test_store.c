@@ -503,6 +503,85 @@ static void test_background_mover(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "watermarks"));
 }
 
+/* An entry brought up from NVMe is a newcomer to a full host tier: with
+ * tinylfu it is kept there only once it is asked for more often than what it
+ * would push out (it used to be admitted unasked, as if the tier had room). */
+static void test_promotion_asks_the_admitter(void)
+{
+    hy_store_config c = config(16, "nvme-admit");
+    c.host_policy.admit = HY_ADMIT_TINYLFU;
+    hy_store *s;
+    hy_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(hy_store_open(&c, &s, &e), 0);
+    /* 100 first, then 14 more: past the high watermark the mover demotes the
+     * least recent (100 among them) down to the low one */
+    CU_ASSERT_EQUAL(put(s, 100, MB, "t", NULL, NULL, &e), 0);
+    for (uint64_t n = 0; n < 14; n++) CU_ASSERT_EQUAL(put(s, n, MB, "t", NULL, NULL, &e), 0);
+    hy_store_stats st;
+    for (int i = 0; i < 200; i++) {
+        hy_store_stats_get(s, &st);
+        if (st.demotions >= 3 && st.arena.used <= 12 * MB) break;
+        usleep(10000);
+    }
+    CU_ASSERT_FATAL(st.arena.used <= 12 * MB);
+    CU_ASSERT_FATAL(st.host_entries <= 12);
+    /* the residents are asked for often */
+    for (int r = 0; r < 8; r++)
+        for (uint64_t n = 0; n < 14; n++) (void)get_check(s, n, MB);
+    hy_store_stats_get(s, &st);
+    const uint64_t p0 = st.promotions, nv0 = st.hits_nvme;
+    /* asked once: served from NVMe, not kept in the host tier */
+    CU_ASSERT_EQUAL(get_check(s, 100, MB), 0);
+    hy_store_stats_get(s, &st);
+    CU_ASSERT_EQUAL(st.promotions, p0);
+    CU_ASSERT_EQUAL(st.hits_nvme, nv0 + 1);
+    CU_ASSERT_EQUAL(get_check(s, 100, MB), 0);
+    hy_store_stats_get(s, &st);
+    CU_ASSERT_EQUAL(st.hits_nvme, nv0 + 2); /* still from NVMe */
+    /* asked for as often as the residents: it earns its place */
+    int asks = 2;
+    for (; asks < 30 && st.promotions == p0; asks++) {
+        CU_ASSERT_EQUAL(get_check(s, 100, MB), 0);
+        hy_store_stats_get(s, &st);
+    }
+    printf("\n    promoted after %d asks (the residents: 8 each)", asks);
+    CU_ASSERT(st.promotions == p0 + 1);
+    CU_ASSERT(asks >= 8);
+    const uint64_t host0 = st.hits_host;
+    CU_ASSERT_EQUAL(get_check(s, 100, MB), 0);
+    hy_store_stats_get(s, &st);
+    CU_ASSERT_EQUAL(st.hits_host, host0 + 1);
+    hy_store_close(s);
+}
+
+/* The same for NVMe's admitter: with tinylfu, once the tier is full, an entry
+ * never asked for does not push out the ones asked for often (it used to be
+ * admitted unasked, evicting them). */
+static void test_nvme_admission_weighs_the_victim(void)
+{
+    hy_store_config c = config(4, "nvme-admit2");
+    c.nvme.max_extents = 2; /* 32 MiB */
+    c.nvme_policy.admit = HY_ADMIT_TINYLFU;
+    c.write_through = true;
+    hy_store *s;
+    hy_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(hy_store_open(&c, &s, &e), 0);
+    for (uint64_t n = 0; n < 20; n++) CU_ASSERT_EQUAL(put(s, n, MB, "t", NULL, NULL, &e), 0);
+    for (int r = 0; r < 8; r++)
+        for (uint64_t n = 0; n < 20; n++) CU_ASSERT_EQUAL(get_check(s, n, MB), 0);
+    /* 30 MiB never asked for, through a 4 MiB host tier into the rest of NVMe */
+    for (uint64_t n = 100; n < 130; n++) (void)put(s, n, MB, "t", NULL, NULL, &e);
+    int kept = 0;
+    for (uint64_t n = 0; n < 20; n++) kept += get_check(s, n, MB) == 0;
+    hy_store_stats st;
+    hy_store_stats_get(s, &st);
+    printf("\n    %d of 20 hot entries kept; NVMe %llu entries, %llu puts dropped", kept,
+           (unsigned long long)st.nvme_entries, (unsigned long long)st.puts_dropped);
+    CU_ASSERT_EQUAL(kept, 20);
+    CU_ASSERT(st.nvme_entries >= 20);
+    hy_store_close(s);
+}
+
 /* --- stress: threads putting, getting, leasing and invalidating ---------------- */
 
 typedef struct stress {
@@ -1041,6 +1120,8 @@ int main(void)
         {"failed_replace_keeps_old_entry", test_failed_replace_keeps_old},
         {"recommended_config_serves", test_default_config},
         {"background_mover_keeps_headroom", test_background_mover},
+        {"promotion_asks_the_admitter", test_promotion_asks_the_admitter},
+        {"nvme_admission_weighs_the_victim", test_nvme_admission_weighs_the_victim},
         {"threads_stress", test_threads_stress},
         {"events_quotas_peek", test_events_quotas_peek},
         {"flush_then_restart", test_flush_then_restart},
