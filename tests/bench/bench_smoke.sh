@@ -7,9 +7,19 @@
 # measurement. Everything runs in one temporary directory, removed at the end
 # whatever happens.
 #
-# Usage: bench_smoke.sh PATH/TO/hypic-bench PATH/TO/hypic-model PATH/TO/check_bench_json
+# Usage: bench_smoke.sh PATH/TO/hypic-bench PATH/TO/hypic-model PATH/TO/check_bench_json [PART]
+# PART: "load" runs only the long daemon load benchmarks (reuse, million,
+# scale, soak), "rest" all the others, none every one: ctest runs the two
+# parts as two tests, side by side, each within its own time limit.
 set -u
-bench=$1 model_tool=$2 check=$3
+bench=$1 model_tool=$2 check=$3 part=${4:-}
+case "$part" in
+"" | load | rest) ;;
+*)
+    echo "bench_smoke.sh: PART must be load or rest, not '$part'" >&2
+    exit 2
+    ;;
+esac
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/hypic-bench-smoke.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT
 trap 'exit 1' INT TERM HUP
@@ -21,6 +31,13 @@ fail=0
 run() {
     name=$1
     shift
+    case "$name" in
+    reuse | million | scale | soak) in=load ;;
+    *) in=rest ;;
+    esac
+    if [ -n "$part" ] && [ "$part" != "$in" ]; then
+        return 0
+    fi
     keys=""
     while [ "$1" != "--" ]; do
         keys="$keys $1"
@@ -187,7 +204,7 @@ run scatter cold_ttft_s.m1\>0 cold_ttft_s.m2\>0 efficiency_m2\>0 lpt_over_rr_mak
 run cluster lookup_qps.n1\>0 prefill_qps.n3\>0 keys_moved_on_join\>0 ideal_moved_on_join\>0 \
     keys_moved_on_join_random\>0 failed_requests_on_kill view_convergence_ms\>0 \
     -- cluster --model "$tmp/tiny" --quick
-for d in "$tmp"/hypic-bench-cluster-*; do
+for d in "$tmp"/hypic-bench-cluster-*; do # nothing there unless cluster ran
     [ -e "$d" ] || continue
     fail=$((fail + 1))
     echo "  FAIL  hypic-bench cluster left $d behind"
