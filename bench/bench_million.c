@@ -16,7 +16,16 @@
  *     flush: docs/store-format.md#durability-order);
  *   - open: SIGKILL, then the time to ready (RocksDB recovery, the journal's
  *     replay, the catalog scan), then a clean stop and the time to ready
- *     again, each against the same start with an empty store.
+ *     again, each against the same start with an empty store;
+ *   - hand-over: the daemon restarted as the only member of a cluster (etcd,
+ *     Debian's etcd-server, on loopback), a second, empty member joins, and
+ *     the first hands the newcomer its share (rendezvous hashing: about
+ *     half) through the members' put queue: the time from the newcomer's
+ *     start until it holds every entry handed to it, entries per second, the
+ *     share moved. The newcomer is then killed and removed, the daemon
+ *     stopped once the view has shrunk back (nothing left to hand over) and
+ *     started alone again for the next stage. Without etcd it is skipped,
+ *     saying so.
  * and fits each figure's growth between stages as a log-log slope:
  * constant (< 0.1), log (< 0.5), linear (< 1.2), superlinear.
  *
@@ -45,6 +54,7 @@
 #include "model_internal.h" /* hy_entry's tokens, re-keyed per segment */
 
 #include "../tests/cached/daemon_fixture.h"
+#include "../tests/etcd_fixture.h"
 
 #include <fcntl.h>
 #include <math.h>
@@ -56,7 +66,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-enum { SEG = 8, PUTTERS = 2, LOOKUPS = 2000, MISSES = 500, MAX_STAGES = 8, PAGE = 1000 };
+enum { SEG = 8, PUTTERS = 2, LOOKUPS = 2000, MISSES = 500, MAX_STAGES = 8, PAGE = 1000, TTL_S = 2 };
 
 /* The tokens of segment i: its number in base 250 in the first four (ids
  * 3..252 of tiny's 259), then a tail that says stored (miss false) or never
@@ -74,11 +84,14 @@ typedef struct stage {
     double list_total_s, list_first_ms, list_last_ms, list_p50_ms, list_p99_ms;
     long list_pages;
     double put_per_s, evict_per_s, open_kill_s, open_clean_s, stop_clean_s;
+    double handover_s, handover_per_s, handover_share; /* NAN: not measured */
 } stage;
 
 typedef struct bench {
     char tmp[160], model_dir[192], dir[200], yaml[1200];
-    hy_daemon d;
+    char dir2[200], yaml2[1400]; /* the joining member's */
+    hy_test_etcd etcd;           /* pid 0: no hand-over measured */
+    hy_daemon d, d2;
     hyc *c;
     hy_bench_model bm;
     void *proto;            /* the entry's serialised bytes as built */
@@ -100,11 +113,12 @@ static double pct(double *v, size_t n, double p)
     return v[(size_t)(p * (double)(n - 1))];
 }
 
-/* (Re)starts the daemon on b->dir and connects; *secs: fork to ready. */
-static int daemon_up(bench *b, double *secs)
+/* (Re)starts the daemon on b->dir with configuration yaml and connects;
+ * *secs: fork to ready. */
+static int daemon_up(bench *b, const char *yaml, double *secs)
 {
     const double t0 = now_s();
-    if (hy_daemon_start(&b->d, b->dir, b->yaml) != 0) {
+    if (hy_daemon_start(&b->d, b->dir, yaml) != 0) {
         fprintf(stderr, "hypic-bench million: hypic-cached did not start (%s)\n",
                 hy_daemon_bin() ? hy_daemon_bin() : "no binary known");
         return 1;
@@ -402,6 +416,110 @@ static double sync_writes_per_s(const char *dir)
     return r;
 }
 
+/* --- hand-over ------------------------------------------------------------------------- */
+
+/* The Stats of the daemon at target: its entries, and its cluster section
+ * (members in its view, puts queued, entries handed over); false when it
+ * does not answer or is not a member. */
+static bool member_stats(const char *target, uint64_t *entries, int *members, uint64_t *queued,
+                         uint64_t *handed)
+{
+    hyc_options o = {.target = target, .deadline_ms = 5000};
+    hyc *h;
+    hyc_status st;
+    if (hyc_open(&o, &h, &st)) return false;
+    Hypic__V1__StatsRequest q = HYPIC__V1__STATS_REQUEST__INIT;
+    Hypic__V1__StatsResponse *r = NULL;
+    const bool ok = !hyc_stats(h, &q, &r, &st) && r->cluster;
+    if (ok) {
+        *entries = r->entries;
+        *members = (int)r->cluster->n_members;
+        *queued = r->cluster->puts_queued;
+        *handed = r->cluster->handed_over;
+    }
+    hyc_free(r);
+    hyc_close(h);
+    return ok;
+}
+
+/* The configuration of cluster member id: the daemon's, in a cluster under
+ * /million/ in b's etcd. */
+static void member_yaml(const bench *b, const char *id, char *out, size_t cap)
+{
+    snprintf(out, cap, "%scluster: {id: %s, etcd: {endpoints: \"%s\", prefix: /million/, ttl_s: %d}}\n",
+             b->yaml, id, b->etcd.endpoint, TTL_S);
+}
+
+/* The hand-over of a joining member's share (see the top of the file); the
+ * daemon is up alone again after it. 0, or 1 after saying why. */
+static int handover(bench *b, long n, stage *s)
+{
+    if (b->etcd.pid <= 0) return 0;
+    char y1[sizeof b->yaml + 200];
+    member_yaml(b, "m1", y1, sizeof y1);
+    member_yaml(b, "m2", b->yaml2, sizeof b->yaml2);
+    if (daemon_down(b, NULL) || daemon_up(b, y1, NULL)) return 1;
+    uint64_t e1 = 0, q1 = 0, h1 = 0, e2 = 0, q2, h2;
+    int m1 = 0, m2;
+    for (int i = 0; i < 100 && !(member_stats(b->d.grpc, &e1, &m1, &q1, &h1) && m1 == 1); i++)
+        usleep(50000);
+    if (m1 != 1 || e1 != (uint64_t)n) {
+        fprintf(stderr, "hypic-bench million: as a cluster member the daemon sees %d members and "
+                        "%llu entries (expected 1 and %ld)\n",
+                m1, (unsigned long long)e1, n);
+        return 1;
+    }
+    const uint64_t h0 = h1;
+    if (mkdir(b->dir2, 0700) != 0) {
+        fprintf(stderr, "hypic-bench million: cannot make %s: %s\n", b->dir2, strerror(errno));
+        return 1;
+    }
+    const double t0 = now_s();
+    if (hy_daemon_start(&b->d2, b->dir2, b->yaml2) != 0) {
+        fprintf(stderr, "hypic-bench million: the joining member did not start\n");
+        return 1;
+    }
+    /* done once the first member's count of entries handed over and the
+     * newcomer's entries have both held still for 2 s, the queue empty */
+    const double limit = 120 + (double)n / 500;
+    double changed = now_s();
+    uint64_t last_h = UINT64_MAX, last_e2 = UINT64_MAX;
+    bool done = false;
+    while (!done && now_s() - t0 < limit) {
+        usleep(100000);
+        if (!member_stats(b->d.grpc, &e1, &m1, &q1, &h1) ||
+            !member_stats(b->d2.grpc, &e2, &m2, &q2, &h2))
+            continue;
+        if (h1 != last_h || e2 != last_e2) last_h = h1, last_e2 = e2, changed = now_s();
+        done = m1 == 2 && q1 == 0 && h1 > h0 && now_s() - changed >= 2;
+    }
+    const uint64_t handed = h1 - h0;
+    if (!done || e2 != handed) {
+        fprintf(stderr, "hypic-bench million: hand-over %s after %.0f s: %llu entries handed over, "
+                        "the newcomer holds %llu, %llu still queued\n",
+                done ? "incomplete" : "still going", now_s() - t0, (unsigned long long)handed,
+                (unsigned long long)e2, (unsigned long long)q1);
+        return 1;
+    }
+    s->handover_s = changed - t0;
+    s->handover_per_s = (double)handed / s->handover_s;
+    s->handover_share = (double)handed / (double)n;
+    /* the newcomer killed and removed; the daemon alone again once its view
+     * has shrunk back (so that its stop has nothing to hand over) */
+    hy_daemon_stop_with(&b->d2, SIGKILL, 10);
+    hy_bench_rmtree(b->dir2);
+    for (int i = 0; i < 40 * TTL_S; i++) {
+        if (member_stats(b->d.grpc, &e1, &m1, &q1, &h1) && m1 == 1) break;
+        usleep(100000);
+    }
+    if (daemon_down(b, NULL) || daemon_up(b, b->yaml, NULL)) return 1;
+    printf("  hand-over: a member joining takes %llu entries (%.3f of them) in %.2f s, %.0f a "
+           "second\n",
+           (unsigned long long)handed, s->handover_share, s->handover_s, s->handover_per_s);
+    fflush(stdout);
+    return 0;
+}
+
 /* --- growth ---------------------------------------------------------------------------- */
 
 static double slope(const stage *a, const stage *b, size_t off)
@@ -439,6 +557,8 @@ static const figure k_figs[] = {
     {"open after SIGKILL", "s", "linear", "open_kill", offsetof(stage, open_kill_s)},
     {"open after clean stop", "s", "linear", "open_clean", offsetof(stage, open_clean_s)},
     {"clean stop", "s", "constant", "stop_clean", offsetof(stage, stop_clean_s)},
+    {"hand-over to a joining member", "s", "linear", "handover", offsetof(stage, handover_s)},
+    {"hand-over rate", "entries/s", "constant", "handover_rate", offsetof(stage, handover_per_s)},
 };
 enum { NFIGS = sizeof k_figs / sizeof *k_figs };
 
@@ -516,7 +636,9 @@ static void print_json(const stage *st, int ns, long max_n, double sync_rate, do
                   {"list_page_p50_ms", offsetof(stage, list_p50_ms)},
                   {"list_total_s", offsetof(stage, list_total_s)},
                   {"open_s_kill_at", offsetof(stage, open_kill_s)},
-                  {"open_s_clean_at", offsetof(stage, open_clean_s)}};
+                  {"open_s_clean_at", offsetof(stage, open_clean_s)},
+                  {"handover_s_at", offsetof(stage, handover_s)},
+                  {"handover_entries_per_s_at", offsetof(stage, handover_per_s)}};
     for (size_t g = 0; g < sizeof groups / sizeof *groups; g++) {
         char part[512] = "";
         int pl = 0;
@@ -541,6 +663,9 @@ static void print_json(const stage *st, int ns, long max_n, double sync_rate, do
     at += jnum(j + at, sizeof j - (size_t)at, "open_s_clean", last->open_clean_s);
     at += jnum(j + at, sizeof j - (size_t)at, "open_s_kill", last->open_kill_s);
     at += jnum(j + at, sizeof j - (size_t)at, "stop_s_clean", last->stop_clean_s);
+    at += jnum(j + at, sizeof j - (size_t)at, "handover_s", last->handover_s);
+    at += jnum(j + at, sizeof j - (size_t)at, "handover_entries_per_s", last->handover_per_s);
+    at += jnum(j + at, sizeof j - (size_t)at, "handover_share", last->handover_share);
     snprintf(j + at, sizeof j - (size_t)at, "}");
     printf("%s\n", j);
 }
@@ -579,7 +704,7 @@ static int run_stage(bench *b, long n, long rss0_kb, stage *s, hy_rng *rng)
 {
     memset(s, 0, sizeof *s);
     for (size_t f = 0; f < NFIGS; f++) *(double *)((char *)s + k_figs[f].off) = NAN;
-    s->list_p50_ms = s->put_per_s = NAN;
+    s->list_p50_ms = s->put_per_s = s->handover_share = NAN;
     s->n = n;
     printf("stage %ld: putting %ld entries ...\n", n, n - b->stored);
     fflush(stdout);
@@ -594,7 +719,7 @@ static int run_stage(bench *b, long n, long rss0_kb, stage *s, hy_rng *rng)
     fflush(stdout);
     if (list_all(b, s)) return 1;
     daemon_down_kill(b);
-    if (daemon_up(b, &s->open_kill_s)) return 1;
+    if (daemon_up(b, b->yaml, &s->open_kill_s)) return 1;
     uint64_t entries, host, ev;
     if (stats_of(b, &entries, &host, &ev)) return 1;
     if (entries != (uint64_t)n) {
@@ -602,7 +727,7 @@ static int run_stage(bench *b, long n, long rss0_kb, stage *s, hy_rng *rng)
                 (unsigned long long)entries, n);
         return 1;
     }
-    if (daemon_down(b, &s->stop_clean_s) || daemon_up(b, &s->open_clean_s)) return 1;
+    if (daemon_down(b, &s->stop_clean_s) || daemon_up(b, b->yaml, &s->open_clean_s)) return 1;
     if (stats_of(b, &entries, &host, &ev)) return 1;
     if (entries != (uint64_t)n) {
         fprintf(stderr, "hypic-bench million: %llu entries after a clean stop and open, of %ld\n",
@@ -613,7 +738,7 @@ static int run_stage(bench *b, long n, long rss0_kb, stage *s, hy_rng *rng)
         "  List %ld pages in %.2f s; open after SIGKILL %.2f s, clean stop %.2f s, open %.2f s\n",
         s->list_pages, s->list_total_s, s->open_kill_s, s->stop_clean_s, s->open_clean_s);
     fflush(stdout);
-    return 0;
+    return handover(b, n, s);
 }
 
 int hy_bench_million(int argc, char **argv)
@@ -643,6 +768,7 @@ int hy_bench_million(int argc, char **argv)
     if (hy_bench_mkdtemp("million", b.tmp, sizeof b.tmp)) return 1;
     snprintf(b.model_dir, sizeof b.model_dir, "%s/tiny", b.tmp);
     snprintf(b.dir, sizeof b.dir, "%s/daemon", b.tmp);
+    snprintf(b.dir2, sizeof b.dir2, "%s/joining", b.tmp);
     stage st[MAX_STAGES];
     int ns = 0, rc = 1;
     double sync_rate = NAN;
@@ -681,7 +807,7 @@ int hy_bench_million(int argc, char **argv)
         fprintf(stderr, "hypic-bench million: cannot make %s: %s\n", b.dir, strerror(errno));
         goto out;
     }
-    if (daemon_up(&b, &b.open_empty)) goto out;
+    if (daemon_up(&b, b.yaml, &b.open_empty)) goto out;
     sync_rate = sync_writes_per_s(b.dir);
     uint64_t en, hn, ev;
     if (stats_of(&b, &en, &hn, &ev)) goto out; /* the first call's allocations before RSS */
@@ -693,6 +819,11 @@ int hy_bench_million(int argc, char **argv)
         b.empty_lookup_us = pct(v, MISSES, 0.5);
     }
     const long rss0 = hy_bench_proc_status_kb(b.d.pid, "VmRSS");
+    if (access(HY_TEST_ETCD_BIN, X_OK) != 0)
+        printf("hand-over: not measured, %s is not installed (Debian's etcd-server; make deps)\n",
+               HY_TEST_ETCD_BIN);
+    else if (hy_test_etcd_start(&b.etcd) != 0)
+        printf("hand-over: not measured, etcd did not start\n");
     printf("hypic-cached ready in %.2f s with an empty store (times to ready are polled every "
            "0.1 s by the fixture), RSS %ld KiB, a Lookup %.0f us; the device: %.0f 4 KiB "
            "writes + fdatasync per second\n",
@@ -717,7 +848,9 @@ int hy_bench_million(int argc, char **argv)
     rc = 0;
 out:
     if (b.c) hyc_close(b.c);
+    if (b.d2.pid > 0) hy_daemon_stop_with(&b.d2, SIGKILL, 10);
     if (b.d.pid > 0) hy_daemon_stop_with(&b.d, SIGTERM, 60);
+    if (b.etcd.pid > 0) hy_test_etcd_stop(&b.etcd);
     hy_bench_close(&b.bm);
     free(b.proto);
     hy_bench_rmtree(b.tmp);
