@@ -113,31 +113,14 @@ static bool wait_members(cluster_run *c, size_t n, double timeout_s, double *too
     return false;
 }
 
-/* Member i's cluster section (its Stats): the members in its view and the
- * entries in its put queue; false when it does not answer. */
-static bool member_stats_ex(cluster_run *c, int i, int *members, uint64_t *queued, uint64_t *handed)
-{
-    hyc_options o = {.target = c->node[i].grpc, .deadline_ms = 2000};
-    hyc *h;
-    hyc_status st;
-    if (hyc_open(&o, &h, &st)) return false;
-    Hypic__V1__StatsRequest q = HYPIC__V1__STATS_REQUEST__INIT;
-    Hypic__V1__StatsResponse *r = NULL;
-    const bool ok = !hyc_stats(h, &q, &r, &st) && r->cluster;
-    if (ok) {
-        *members = (int)r->cluster->n_members;
-        *queued = r->cluster->puts_queued;
-        *handed = r->cluster->handed_over;
-    }
-    hyc_free(r);
-    hyc_close(h);
-    return ok;
-}
-
+/* Member i's cluster section: the members in its view and the entries in
+ * its put queue; false when it does not answer. */
 static bool member_stats(cluster_run *c, int i, int *members, uint64_t *queued)
 {
-    uint64_t handed;
-    return member_stats_ex(c, i, members, queued, &handed);
+    hy_bench_member m;
+    if (!hy_bench_member_stats(c->node[i].grpc, &m)) return false;
+    *members = m.members, *queued = m.queued;
+    return true;
 }
 
 /* Entries the live members of c have handed over so far, once that number
@@ -150,9 +133,9 @@ static uint64_t handed_settled(cluster_run *c)
     while (now_s() - t0 < 30) {
         uint64_t sum = 0, queued = 0;
         for (int i = 0; i < MEMBERS; i++) {
-            int n;
-            uint64_t q = 0, h = 0;
-            if (c->node[i].pid > 0 && member_stats_ex(c, i, &n, &q, &h)) sum += h, queued += q;
+            hy_bench_member m;
+            if (c->node[i].pid > 0 && hy_bench_member_stats(c->node[i].grpc, &m))
+                sum += m.handed, queued += m.queued;
         }
         if (sum != last || queued) last = sum, since = now_s();
         if (now_s() - since >= 1.0) break;

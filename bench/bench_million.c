@@ -418,35 +418,12 @@ static double sync_writes_per_s(const char *dir)
 
 /* --- hand-over ------------------------------------------------------------------------- */
 
-/* The Stats of the daemon at target: its entries, and its cluster section
- * (members in its view, puts queued, entries handed over); false when it
- * does not answer or is not a member. */
-static bool member_stats(const char *target, uint64_t *entries, int *members, uint64_t *queued,
-                         uint64_t *handed)
-{
-    hyc_options o = {.target = target, .deadline_ms = 5000};
-    hyc *h;
-    hyc_status st;
-    if (hyc_open(&o, &h, &st)) return false;
-    Hypic__V1__StatsRequest q = HYPIC__V1__STATS_REQUEST__INIT;
-    Hypic__V1__StatsResponse *r = NULL;
-    const bool ok = !hyc_stats(h, &q, &r, &st) && r->cluster;
-    if (ok) {
-        *entries = r->entries;
-        *members = (int)r->cluster->n_members;
-        *queued = r->cluster->puts_queued;
-        *handed = r->cluster->handed_over;
-    }
-    hyc_free(r);
-    hyc_close(h);
-    return ok;
-}
-
 /* The configuration of cluster member id: the daemon's, in a cluster under
  * /million/ in b's etcd. */
 static void member_yaml(const bench *b, const char *id, char *out, size_t cap)
 {
-    snprintf(out, cap, "%scluster: {id: %s, etcd: {endpoints: \"%s\", prefix: /million/, ttl_s: %d}}\n",
+    snprintf(out, cap,
+             "%scluster: {id: %s, etcd: {endpoints: \"%s\", prefix: /million/, ttl_s: %d}}\n",
              b->yaml, id, b->etcd.endpoint, TTL_S);
 }
 
@@ -459,17 +436,17 @@ static int handover(bench *b, long n, stage *s)
     member_yaml(b, "m1", y1, sizeof y1);
     member_yaml(b, "m2", b->yaml2, sizeof b->yaml2);
     if (daemon_down(b, NULL) || daemon_up(b, y1, NULL)) return 1;
-    uint64_t e1 = 0, q1 = 0, h1 = 0, e2 = 0, q2, h2;
-    int m1 = 0, m2;
-    for (int i = 0; i < 100 && !(member_stats(b->d.grpc, &e1, &m1, &q1, &h1) && m1 == 1); i++)
+    hy_bench_member a = {0}, z = {0}; /* the daemon's, the newcomer's */
+    for (int i = 0; i < 100 && !(hy_bench_member_stats(b->d.grpc, &a) && a.members == 1); i++)
         usleep(50000);
-    if (m1 != 1 || e1 != (uint64_t)n) {
-        fprintf(stderr, "hypic-bench million: as a cluster member the daemon sees %d members and "
-                        "%llu entries (expected 1 and %ld)\n",
-                m1, (unsigned long long)e1, n);
+    if (a.members != 1 || a.entries != (uint64_t)n) {
+        fprintf(stderr,
+                "hypic-bench million: as a cluster member the daemon sees %d members and "
+                "%llu entries (expected 1 and %ld)\n",
+                a.members, (unsigned long long)a.entries, n);
         return 1;
     }
-    const uint64_t h0 = h1;
+    const uint64_t h0 = a.handed;
     if (mkdir(b->dir2, 0700) != 0) {
         fprintf(stderr, "hypic-bench million: cannot make %s: %s\n", b->dir2, strerror(errno));
         return 1;
@@ -487,18 +464,19 @@ static int handover(bench *b, long n, stage *s)
     bool done = false;
     while (!done && now_s() - t0 < limit) {
         usleep(100000);
-        if (!member_stats(b->d.grpc, &e1, &m1, &q1, &h1) ||
-            !member_stats(b->d2.grpc, &e2, &m2, &q2, &h2))
+        if (!hy_bench_member_stats(b->d.grpc, &a) || !hy_bench_member_stats(b->d2.grpc, &z))
             continue;
-        if (h1 != last_h || e2 != last_e2) last_h = h1, last_e2 = e2, changed = now_s();
-        done = m1 == 2 && q1 == 0 && h1 > h0 && now_s() - changed >= 2;
+        if (a.handed != last_h || z.entries != last_e2)
+            last_h = a.handed, last_e2 = z.entries, changed = now_s();
+        done = a.members == 2 && a.queued == 0 && a.handed > h0 && now_s() - changed >= 2;
     }
-    const uint64_t handed = h1 - h0;
-    if (!done || e2 != handed) {
-        fprintf(stderr, "hypic-bench million: hand-over %s after %.0f s: %llu entries handed over, "
-                        "the newcomer holds %llu, %llu still queued\n",
+    const uint64_t handed = a.handed - h0;
+    if (!done || z.entries != handed) {
+        fprintf(stderr,
+                "hypic-bench million: hand-over %s after %.0f s: %llu entries handed over, "
+                "the newcomer holds %llu, %llu still queued\n",
                 done ? "incomplete" : "still going", now_s() - t0, (unsigned long long)handed,
-                (unsigned long long)e2, (unsigned long long)q1);
+                (unsigned long long)z.entries, (unsigned long long)a.queued);
         return 1;
     }
     s->handover_s = changed - t0;
@@ -509,7 +487,7 @@ static int handover(bench *b, long n, stage *s)
     hy_daemon_stop_with(&b->d2, SIGKILL, 10);
     hy_bench_rmtree(b->dir2);
     for (int i = 0; i < 40 * TTL_S; i++) {
-        if (member_stats(b->d.grpc, &e1, &m1, &q1, &h1) && m1 == 1) break;
+        if (hy_bench_member_stats(b->d.grpc, &a) && a.members == 1) break;
         usleep(100000);
     }
     if (daemon_down(b, NULL) || daemon_up(b, b->yaml, NULL)) return 1;

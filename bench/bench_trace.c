@@ -205,3 +205,22 @@ void hy_bench_token_segment(Hypic__V1__Tokens *tk, Hypic__V1__Segment *sg, uint3
     sg->ref_case = HYPIC__V1__SEGMENT__REF_TOKENS;
     sg->tokens = tk;
 }
+
+bool hy_bench_member_stats(const char *target, hy_bench_member *out)
+{
+    hyc_options o = {.target = target, .deadline_ms = 5000};
+    hyc *h;
+    hyc_status st;
+    if (hyc_open(&o, &h, &st)) return false;
+    Hypic__V1__StatsRequest q = HYPIC__V1__STATS_REQUEST__INIT;
+    Hypic__V1__StatsResponse *r = NULL;
+    const bool ok = !hyc_stats(h, &q, &r, &st) && r->cluster;
+    if (ok)
+        *out = (hy_bench_member){.entries = r->entries,
+                                 .members = (int)r->cluster->n_members,
+                                 .queued = r->cluster->puts_queued,
+                                 .handed = r->cluster->handed_over};
+    hyc_free(r);
+    hyc_close(h);
+    return ok;
+}

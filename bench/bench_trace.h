@@ -12,6 +12,7 @@
 
 #include "hypic_client.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -20,6 +21,18 @@ enum { HY_RAG_VOCAB_FIRST = 3, HY_RAG_MAX_K = 64 };
 /* *sg as a Segment given by its tokens, ids[0..n), held by *tk (the three
  * the caller's, to outlive the messages that point at them). */
 void hy_bench_token_segment(Hypic__V1__Tokens *tk, Hypic__V1__Segment *sg, uint32_t *ids, size_t n);
+
+/* A cluster member's Stats (`cluster`, `million`): its entries and, from its
+ * cluster section, the members in its view, the puts queued for their
+ * owners, the entries handed over. */
+typedef struct hy_bench_member {
+    uint64_t entries, queued, handed;
+    int members;
+} hy_bench_member;
+
+/* The Stats of the daemon at target (deadline 5 s); false when it does not
+ * answer or is not a cluster member. */
+bool hy_bench_member_stats(const char *target, hy_bench_member *out);
 
 typedef struct hy_rag_request {
     double arrival; /* seconds, at the trace's own rate */
