@@ -167,8 +167,7 @@ typedef struct point {
 
 /* Kinds of descriptor, as /proc/PID/fd's links name them. */
 enum { FD_TIER, FD_SOCKET, FD_PIPE, FD_ANON, FD_FILE, FD_KINDS };
-static const char *const fd_kind_name[FD_KINDS] = {"tier", "socket", "pipe", "anon_inode",
-                                                   "file"};
+static const char *const fd_kind_name[FD_KINDS] = {"tier", "socket", "pipe", "anon_inode", "file"};
 
 /* The daemon idle: descriptors by kind, sessions, RSS. */
 typedef struct idle {
@@ -825,7 +824,7 @@ typedef struct verdicts {
     double meas[3], rss0, rss1, rss_growth, sess_growth, lease_growth;
     double rss_first, rss_last; /* the single intervals' figures, for the record */
     int rss_window;             /* intervals in each median */
-    long fd_growth; /* LONG_MIN: unmeasured */
+    long fd_growth;             /* LONG_MIN: unmeasured */
     uint64_t seen, errors;
     int rss, fd, sess, lease, hit, err, ran;
 } verdicts;
@@ -1170,7 +1169,8 @@ int hy_bench_soak(int argc, char **argv)
     snprintf(k.model_dir, sizeof k.model_dir, "%s/%s", k.tmp, k.o.preset);
     snprintf(k.daemon_dir, sizeof k.daemon_dir, "%s/daemon", k.tmp);
     snprintf(k.tier_dir, sizeof k.tier_dir, "%s/var/nvme", k.daemon_dir);
-    k.idle0 = k.idle1 = (idle){.fds = -1, .tier_fds = -1, .sessions = NAN, .leases = NAN, .rss_mb = NAN};
+    k.idle0 = k.idle1 =
+        (idle){.fds = -1, .tier_fds = -1, .sessions = NAN, .leases = NAN, .rss_mb = NAN};
     pthread_mutex_init(&k.s.mu, NULL);
     pthread_cond_init(&k.s.cv, NULL);
     if (prepare(&k) || load(&k) || prediction(&k)) return finish(&k, 1);

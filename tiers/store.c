@@ -766,9 +766,9 @@ int hy_store_commit(hy_store *s, hy_put *p, hy_tier_id *placed, hy_err *err)
         hy_evictor_victim(s->ev[HY_TIER_HOST], &vid, st_pinned_cb, s) != HY_OK)
         vid = 0;
     const bool to_host = hy_admitter_admit(s->ad[HY_TIER_HOST], id, m->tokens, st_freq_id(s, vid));
-    const bool to_nvme = s->nvme && (s->cfg.write_through || !to_host) &&
-                         hy_admitter_admit(s->ad[HY_TIER_NVME], id, m->tokens,
-                                           nvme_would_displace(s, m->bytes));
+    const bool to_nvme =
+        s->nvme && (s->cfg.write_through || !to_host) &&
+        hy_admitter_admit(s->ad[HY_TIER_NVME], id, m->tokens, nvme_would_displace(s, m->bytes));
     bool wrote;
     int rc = to_nvme ? nvme_put_evicting(s, NULL, m, data, &wrote, err) : HY_OK;
     obj *old = rc ? NULL : idx_find(s, &m->key); /* a failed replace keeps the old entry */
@@ -872,8 +872,8 @@ static uint64_t host_would_displace(hy_store *s, uint64_t bytes)
     hy_arena_stats_get(s->arena, &as);
     const size_t need = st_round_page(bytes);
     uint64_t vid = 0;
-    const bool full = as.largest_free < need || (double)(as.used + need) >
-                                                    s->cfg.low_watermark * (double)s->cfg.host_bytes;
+    const bool full = as.largest_free < need ||
+                      (double)(as.used + need) > s->cfg.low_watermark * (double)s->cfg.host_bytes;
     if (full && hy_evictor_victim(s->ev[HY_TIER_HOST], &vid, st_pinned_cb, s) != HY_OK) vid = 0;
     return st_freq_id(s, vid);
 }
