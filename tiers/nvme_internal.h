@@ -119,6 +119,7 @@ void hy_nvme_inject_io_error(hy_nvme *n, int direction, int count);
 #define NV_FLOOR_KEY      "hypic-nvme-floor" /* the catalog's replay floor (journal) */
 #define NV_FLOOR_BYTES    16u
 #define NV_IO_PIECE       (2u << 20) /* bytes per io_uring request */
+#define NV_IO_RINGS       32         /* io_uring instances per tier: transfers at once */
 #define NV_READ_AHEAD     (8u << 20) /* a verified read's bytes in flight past its completed prefix */
 #define NV_LANDING_PIECE  (256u << 10) /* hy_nvme_get_progress with a reader: bytes per request */
 #define NV_LANDING_AHEAD  (1u << 20)   /* and its bytes in flight past the prefix */

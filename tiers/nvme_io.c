@@ -4,11 +4,14 @@
  * in flight, so a multi-MB payload keeps the device busy without one huge
  * request the kernel would split anyway.
  *
- * Rings: a pool. A transfer takes an idle ring (creating one when every ring
- * is busy) and gives it back when it ends, so each ring has one user at a
- * time without a lock around the I/O itself and without per-thread rings
- * that outlive the tier; the pool grows to the number of threads transferring
- * at once and the rings are freed with the tier.
+ * Rings: a pool of NV_IO_RINGS, made when the tier opens. A transfer takes
+ * an idle ring (waiting for one when every ring is busy) and gives it back
+ * when it ends, so each ring has one user at a time without a lock around
+ * the I/O itself. The pool is fixed so that the process's descriptors do not
+ * follow the most threads that ever transferred at once (the daemon lands
+ * entries with up to 128 threads: a pool grown on demand ended a 30-minute
+ * hypic-bench soak with six rings more than after its warm-up); NV_IO_RINGS
+ * transfers of up to queue_depth requests each keep a device busy.
  *
  * A transfer returns only once every request it submitted has completed,
  * errors included: the caller's buffer is never left under the kernel.
@@ -46,6 +49,7 @@ typedef struct nv_ring {
 
 struct nv_io {
     pthread_mutex_t mu; /* guards idle */
+    pthread_cond_t cv;  /* a ring went back */
     nv_ring *idle;
     uint32_t depth;
     atomic_int inject[2]; /* completions still to fail, per direction */
@@ -70,20 +74,17 @@ static void ring_put(nv_io *io, nv_ring *r)
     pthread_mutex_lock(&io->mu);
     r->next = io->idle;
     io->idle = r;
+    pthread_cond_signal(&io->cv);
     pthread_mutex_unlock(&io->mu);
 }
 
-static int ring_get(nv_io *io, nv_ring **out, hy_err *err)
+static void ring_get(nv_io *io, nv_ring **out)
 {
     pthread_mutex_lock(&io->mu);
-    nv_ring *r = io->idle;
-    if (r) io->idle = r->next;
+    while (!io->idle) pthread_cond_wait(&io->cv, &io->mu);
+    *out = io->idle;
+    io->idle = io->idle->next;
     pthread_mutex_unlock(&io->mu);
-    if (r) {
-        *out = r;
-        return HY_OK;
-    }
-    return ring_new(io, out, err);
 }
 
 int nv_io_new(uint32_t queue_depth, nv_io **out, hy_err *err)
@@ -91,14 +92,17 @@ int nv_io_new(uint32_t queue_depth, nv_io **out, hy_err *err)
     nv_io *io = calloc(1, sizeof *io);
     if (!io) return hy_err_set(err, HY_ENOMEM, "out of memory for the io_uring pool");
     pthread_mutex_init(&io->mu, NULL);
+    pthread_cond_init(&io->cv, NULL);
     io->depth = queue_depth;
-    nv_ring *r = NULL;
-    int rc = ring_new(io, &r, err);
-    if (rc) {
-        nv_io_free(io);
-        return rc;
+    for (int i = 0; i < NV_IO_RINGS; i++) {
+        nv_ring *r = NULL;
+        int rc = ring_new(io, &r, err);
+        if (rc) {
+            nv_io_free(io);
+            return rc;
+        }
+        ring_put(io, r);
     }
-    ring_put(io, r);
     *out = io;
     return HY_OK;
 }
@@ -113,6 +117,7 @@ void nv_io_free(nv_io *io)
         free(r);
     }
     pthread_mutex_destroy(&io->mu);
+    pthread_cond_destroy(&io->cv);
     free(io);
 }
 
@@ -190,8 +195,7 @@ static int transfer(nv_io *io, int dir, int fd, const nv_seg *segs, uint32_t nse
                (uintptr_t)segs[i].buf % HY_PAGE == 0);
     dir = dir == NV_WRITE ? NV_WRITE : NV_READ;
     nv_ring *r = NULL;
-    int rc = ring_get(io, &r, err);
-    if (rc) return rc;
+    ring_get(io, &r);
     slot *slots = calloc(io->depth, sizeof *slots);
     uint32_t *idle = calloc(io->depth, sizeof *idle); /* a stack of free slot ids */
     if (!slots || !idle) {

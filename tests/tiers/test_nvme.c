@@ -8,6 +8,7 @@
 #include "nvme_fixture.h"
 #include "nvme_internal.h" /* the journal's size */
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <rocksdb/c.h>
@@ -744,6 +745,63 @@ static void test_four_threads(void)
     hy_nvme_close(n);
 }
 
+/* io_uring instances of this process (its anon_inode:[io_uring] descriptors). */
+static int count_rings(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        char target[64];
+        const ssize_t k = readlinkat(dirfd(d), e->d_name, target, sizeof target - 1);
+        if (k > 0) target[k] = '\0', n += strcmp(target, "anon_inode:[io_uring]") == 0;
+    }
+    closedir(d);
+    return n;
+}
+
+typedef struct reader {
+    hy_nvme *n;
+    int id, bad;
+} reader;
+
+static void *read_loop(void *arg)
+{
+    reader *r = arg;
+    for (int i = 0; i < 20; i++) r->bad += check(r->n, (uint64_t)(r->id % 8), 256 << 10) != 0;
+    return NULL;
+}
+
+/* The tier's rings are a fixed pool: 48 threads reading at once (more than
+ * the pool) all read right, and the process holds no more rings after than
+ * before (a pool grown on demand kept one per thread that ever read at once). */
+static void test_rings_fixed(void)
+{
+    char dir[128];
+    case_dir(dir, sizeof dir);
+    const int before = count_rings();
+    hy_nvme *n = open_tier(dir, 32 * MiB, 4);
+    for (uint64_t k = 0; k < 8; k++) CU_ASSERT_EQUAL(put(n, k, 256 << 10), 0);
+    const int opened = count_rings();
+    enum { T = 48 };
+    reader r[T];
+    pthread_t th[T];
+    for (int t = 0; t < T; t++) {
+        r[t] = (reader){.n = n, .id = t};
+        pthread_create(&th[t], NULL, read_loop, &r[t]);
+    }
+    int bad = 0;
+    for (int t = 0; t < T; t++) pthread_join(th[t], NULL), bad += r[t].bad;
+    const int after = count_rings();
+    printf("\n    io_uring descriptors: %d before the tier, %d open, %d after %d threads read",
+           before, opened, after, T);
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT(opened >= 0 && opened - before <= NV_IO_RINGS);
+    CU_ASSERT_EQUAL(after, opened);
+    hy_nvme_close(n);
+    CU_ASSERT_EQUAL(count_rings(), before);
+}
+
 int main(void)
 {
     if (hy_test_mkdtemp("hy_nvme_", g_tmp, sizeof g_tmp)) return 1;
@@ -765,6 +823,7 @@ int main(void)
         {"missing parent directories are created", test_missing_parents_created},
         {"foreach lists every entry in key order", test_foreach},
         {"four threads: every read byte-identical", test_four_threads},
+        {"48 threads reading: the rings stay a fixed pool", test_rings_fixed},
         {NULL, NULL},
     };
     int rc = hy_test_main("nvme", cases);
