@@ -67,6 +67,16 @@ run() {
     fi
 }
 
+# left_behind NAME: a FAIL for each temporary directory hypic-bench NAME left in $tmp
+# (none when NAME did not run in this part)
+left_behind() {
+    for d in "$tmp"/hypic-bench-"$1"-*; do
+        [ -e "$d" ] || continue
+        fail=$((fail + 1))
+        echo "  FAIL  hypic-bench $1 left $d behind"
+    done
+}
+
 "$model_tool" init --preset tiny --seed 1 --out "$tmp/tiny" >/dev/null || exit 1
 
 # --quick: prefills of 512 and 2048 tokens, chunked against recurrent at 512.
@@ -106,11 +116,7 @@ fi
 run rag slo_ms\>0 qps_at_slo.full qps_at_slo.prefix qps_at_slo.pic qps_ratio hit_rate \
     ttft_p50_ms.pic.4\>0 ttft_p99_ms.prefix.4\>0 errors -- rag --quick --out "$tmp/rag"
 # pic puts its NVMe tier in a directory of its own under --dir and must remove it.
-for d in "$tmp"/hypic-bench-pic-*; do
-    [ -e "$d" ] || continue
-    fail=$((fail + 1))
-    echo "  FAIL  hypic-bench pic left $d behind"
-done
+left_behind pic
 
 # The generated trace, written out with --dump and replayed with --trace, so
 # both the generator and the trace reader run.
@@ -129,11 +135,7 @@ done
 # shellcheck disable=SC2086
 run tiers $tier_keys -- tiers --dir "$tmp" --smoke
 # tiers works in a directory of its own under --dir and must remove it.
-for d in "$tmp"/hypic-bench-tiers-*; do
-    [ -e "$d" ] || continue
-    fail=$((fail + 1))
-    echo "  FAIL  hypic-bench tiers left $d behind"
-done
+left_behind tiers
 
 # --quick: 0.5 s per phase, 2 segments per request; hypic-cached (the path
 # built into hypic-bench) runs as its child and must stop cleanly. Its model
@@ -144,21 +146,13 @@ run service lookup_qps_1\>0 lookup_qps_16\>0 lookup_p50_us\>0 prefill_p50_ms\>0 
     prefill_p99_ms\>0 rpc_overhead_p50_ms inproc_lookup_p50_us\>0 inproc_prefill_p50_ms\>0 \
     lookup_cpu_us_per_call.client\>0 lookup_cpu_bound_qps\>0 \
     -- service --quick
-for d in "$tmp"/hypic-bench-service-*; do
-    [ -e "$d" ] || continue
-    fail=$((fail + 1))
-    echo "  FAIL  hypic-bench service left $d behind"
-done
+left_behind service
 
 # reuse: small on two members, each a host tier of 8 MiB and NVMe written through; three requests
 # under each policy; the daemons' files under $TMPDIR, removed
 run reuse ttft_p50_ms.fetch\>0 ttft_p50_ms.recompute\>0 ttft_p50_ms.auto\>0 \
     auto_over_fetch_p50\>0 auto_fetched.nvme_long auto_fetched.remote_long -- reuse --quick
-for d in "$tmp"/hypic-bench-reuse-*; do
-    [ -e "$d" ] || continue
-    fail=$((fail + 1))
-    echo "  FAIL  hypic-bench reuse left $d behind"
-done
+left_behind reuse
 
 # million: 10^3 and 10^4 tiny entries through a daemon (host 8 MiB, NVMe written through), every
 # figure at each, the hand-over to a joining member through etcd (make deps installs it); the
@@ -167,32 +161,20 @@ run million handover_share\>0 handover_entries_per_s\>0 rss_bytes_per_entry\>0 l
     lookup_p99_us.n10000\>0 list_page_ms_first\>0 list_page_ms_last\>0 list_total_s.n10000\>0 \
     evictions_per_s\>0 sync_writes_per_s\>0 open_s_clean\>0 open_s_kill\>0 max_entries\>0 \
     -- million --quick
-for d in "$tmp"/hypic-bench-million-*; do
-    [ -e "$d" ] || continue
-    fail=$((fail + 1))
-    echo "  FAIL  hypic-bench million left $d behind"
-done
+left_behind million
 
 # scale: small, k = 2, 4, 8 documents of 128..256 tokens, every mode once; the
 # daemon's files under $TMPDIR, removed
 run scale ttft_ms.full.2\>0 ttft_ms.pic.2\>0 ttft_ms.naive.2\>0 limit_ms.full.2\>0 \
     peak_rss_mb.pic.2\>0 fetched_mb.pic.2\>0 tokens_computed.full.2\>0 slope.full \
     pic_speedup_at_kmax\>0 -- scale --quick --out "$tmp/scale"
-for d in "$tmp"/hypic-bench-scale-*; do
-    [ -e "$d" ] || continue
-    fail=$((fail + 1))
-    echo "  FAIL  hypic-bench scale left $d behind"
-done
+left_behind scale
 
 # soak: about a minute of the rag trace against a daemon evicting host to NVMe, 16 clients;
 # judges only errors and that it ran; the daemons' files under $TMPDIR, removed
 run soak requests\>0 requests_after_warmup\>0 rss_growth fd_growth session_growth \
     hit_rate.host predicted_hit_rate.host series.rps.0\>0 -- soak --quick
-for d in "$tmp"/hypic-bench-soak-*; do
-    [ -e "$d" ] || continue
-    fail=$((fail + 1))
-    echo "  FAIL  hypic-bench soak left $d behind"
-done
+left_behind soak
 
 # transfer: one timed pass; the ratios exist (it exits non-zero when the
 # delivered bytes differ from the source)
@@ -206,11 +188,7 @@ run scatter cold_ttft_s.m1\>0 cold_ttft_s.m2\>0 efficiency_m2\>0 lpt_over_rr_mak
 run cluster lookup_qps.n1\>0 prefill_qps.n3\>0 keys_moved_on_join\>0 ideal_moved_on_join\>0 \
     keys_moved_on_join_random\>0 failed_requests_on_kill view_convergence_ms\>0 \
     -- cluster --model "$tmp/tiny" --quick
-for d in "$tmp"/hypic-bench-cluster-*; do # nothing there unless cluster ran
-    [ -e "$d" ] || continue
-    fail=$((fail + 1))
-    echo "  FAIL  hypic-bench cluster left $d behind"
-done
+left_behind cluster
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
