@@ -129,6 +129,7 @@ int hyc_open(const hyc_options *o, hyc **out, hyc_status *st)
                                 .tls_cert_pem = pem[1],
                                 .tls_key_pem = pem[2],
                                 .wait_for_ready = o->wait_for_ready,
+                                .connect_timeout_ms = o->connect_timeout_ms,
                                 /* each hyc a connection: a frontend's threads,
                                  * each with its handle, are read in parallel */
                                 .own_connection = true};
@@ -232,8 +233,7 @@ int hyc_invalidate(hyc *c, const Hypic__V1__InvalidateRequest *rq,
     return unary(c, "Invalidate", rq ? &rq->base : NULL, (void **)out, st);
 }
 
-int hyc_pin(hyc *c, const Hypic__V1__PinRequest *rq, Hypic__V1__PinResponse **out,
-            hyc_status *st)
+int hyc_pin(hyc *c, const Hypic__V1__PinRequest *rq, Hypic__V1__PinResponse **out, hyc_status *st)
 {
     return unary(c, "Pin", rq ? &rq->base : NULL, (void **)out, st);
 }

@@ -43,9 +43,25 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+/* A gRPC channel and the calls that use it: the client's reference and one
+ * per call in flight (under the client's mu); the last one destroys it. */
+typedef struct chan {
+    grpc_channel *ch;
+    int refs;
+} chan;
 
 struct hy_rpc_client {
-    grpc_channel *ch;
+    pthread_mutex_t mu;
+    chan *cur; /* the channel new calls use (under mu) */
+    /* what a fresh channel is made of (redial) */
+    char *target;
+    grpc_channel_credentials *creds;
+    grpc_arg args[HY_RPC_ARGS + 6];
+    grpc_channel_args cargs;
+    char *server_name; /* the TLS name override's copy, or NULL */
+    bool redial;       /* a channel whose connection failed is replaced */
     size_t max_message;
     bool wait_for_ready;
     char token_key[32]; /* "" : authorization: Bearer */
@@ -110,6 +126,75 @@ static void cancel_unregister(hy_rpc_cancel *h)
     pthread_mutex_unlock(&h->mu);
 }
 
+static chan *chan_new(hy_rpc_client *cl)
+{
+    chan *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->ch = grpc_channel_create(cl->target, cl->creds, &cl->cargs);
+    if (!c->ch) {
+        free(c);
+        return NULL;
+    }
+    c->refs = 1;
+    return c;
+}
+
+/* Drops one reference to c (the client's mu held): the channel goes with
+ * the last one. */
+static void chan_unref_locked(chan *c)
+{
+    assert(c->refs > 0);
+    if (--c->refs > 0) return;
+    grpc_channel_destroy(c->ch);
+    free(c);
+}
+
+/* The channel a new call uses, referenced for it. gRPC's pick_first keeps
+ * a channel whose connection failed in TRANSIENT_FAILURE until a later
+ * attempt succeeds, and fails every call at once meanwhile with the old
+ * failure's message: for the backoff (up to 2 s here) and, when the next
+ * attempt hangs, for the whole connect timeout. A client with a
+ * connection of its own (redial) replaces such a channel with a fresh
+ * one, so each call after a failure makes an attempt of its own and
+ * fails only when that attempt fails. In-flight calls keep their channel
+ * until they end. */
+static chan *chan_acquire(hy_rpc_client *cl, bool *ready)
+{
+    pthread_mutex_lock(&cl->mu);
+    grpc_connectivity_state s = grpc_channel_check_connectivity_state(cl->cur->ch, 0);
+    if (cl->redial && s == GRPC_CHANNEL_TRANSIENT_FAILURE) {
+        chan *n = chan_new(cl);
+        if (n) { /* else: out of memory, the old channel serves */
+            chan_unref_locked(cl->cur);
+            cl->cur = n;
+            s = GRPC_CHANNEL_IDLE;
+        }
+    }
+    chan *c = cl->cur;
+    c->refs++;
+    pthread_mutex_unlock(&cl->mu);
+    *ready = s == GRPC_CHANNEL_READY;
+    return c;
+}
+
+static void chan_release(hy_rpc_client *cl, chan *c)
+{
+    pthread_mutex_lock(&cl->mu);
+    chan_unref_locked(c);
+    pthread_mutex_unlock(&cl->mu);
+}
+
+static void client_free(hy_rpc_client *cl)
+{
+    if (cl->cur) chan_unref_locked(cl->cur); /* no call is in flight */
+    if (cl->creds) grpc_channel_credentials_release(cl->creds);
+    free(cl->target);
+    free(cl->server_name);
+    pthread_mutex_destroy(&cl->mu);
+    free(cl);
+    hy_rpc_grpc_release();
+}
+
 int hy_rpc_client_open_ex(const hy_rpc_client_options *o, hy_rpc_client **out, hy_err *err)
 {
     *out = NULL;
@@ -119,19 +204,24 @@ int hy_rpc_client_open_ex(const hy_rpc_client_options *o, hy_rpc_client **out, h
                           "%s: a client certificate needs its key and a TLS channel (root "
                           "certificates)",
                           o->target);
+    if (o->token_key && strlen(o->token_key) >= sizeof((hy_rpc_client *)0)->token_key)
+        return hy_err_set(err, HY_EINVAL, "%s: token_key '%.40s' is longer than %zu characters",
+                          o->target, o->token_key, sizeof((hy_rpc_client *)0)->token_key - 1);
     hy_rpc_client *cl = calloc(1, sizeof *cl);
     if (!cl) return hy_err_set(err, HY_ENOMEM, "out of memory");
+    pthread_mutex_init(&cl->mu, NULL);
     hy_rpc_grpc_acquire();
     cl->max_message = o->max_message ? o->max_message : HY_RPC_MAX_MESSAGE_DEFAULT;
     cl->wait_for_ready = o->wait_for_ready;
-    if (o->token_key && strlen(o->token_key) >= sizeof cl->token_key) {
-        free(cl);
-        hy_rpc_grpc_release();
-        return hy_err_set(err, HY_EINVAL, "%s: token_key '%.40s' is longer than %zu characters",
-                          o->target, o->token_key, sizeof cl->token_key - 1);
-    }
+    cl->redial = o->own_connection;
     snprintf(cl->token_key, sizeof cl->token_key, "%s", o->token_key ? o->token_key : "");
-    grpc_arg args[HY_RPC_ARGS + 4];
+    cl->target = strdup(o->target);
+    if (o->tls_server_name) cl->server_name = strdup(o->tls_server_name);
+    if (!cl->target || (o->tls_server_name && !cl->server_name)) {
+        client_free(cl);
+        return hy_err_set(err, HY_ENOMEM, "out of memory");
+    }
+    grpc_arg *args = cl->args;
     grpc_channel_args cargs = hy_rpc_args(args, cl->max_message, false);
     /* No transparent retries: we configure no retry policy, and gRPC's retry
      * layer (on by default) keeps a copy of every message sent for replays
@@ -147,35 +237,44 @@ int hy_rpc_client_open_ex(const hy_rpc_client_options *o, hy_rpc_client **out, h
      * (UNAVAILABLE) without trying. */
     args[cargs.num_args++] = (grpc_arg){
         .type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, .value.integer = 2000};
+    /* One connection attempt (TCP, TLS, the HTTP/2 handshake) may take this
+     * long before it counts as failed; gRPC reads its "min reconnect
+     * backoff" argument as that bound, 20 s by default. A peer that takes
+     * the TCP connection and never answers (a listener that does not
+     * accept: an overloaded or stopped process) held every call of a
+     * channel for those 20 s. */
+    args[cargs.num_args++] =
+        (grpc_arg){.type = GRPC_ARG_INTEGER,
+                   .key = GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
+                   .value.integer = o->connect_timeout_ms > 0 ? o->connect_timeout_ms
+                                                              : HY_RPC_CONNECT_TIMEOUT_MS};
     if (o->own_connection)
         args[cargs.num_args++] = (grpc_arg){.type = GRPC_ARG_INTEGER,
                                             .key = GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL,
                                             .value.integer = 1};
-    grpc_channel_credentials *creds;
     if (o->tls_root_pem) {
-        /* gRPC copies the PEM text and the override: o need not outlive us. */
+        /* gRPC copies the PEM text: o need not outlive us. */
         grpc_ssl_pem_key_cert_pair pair = {o->tls_key_pem, o->tls_cert_pem};
         const bool mine = o->tls_cert_pem && o->tls_key_pem;
-        creds = grpc_ssl_credentials_create(o->tls_root_pem, mine ? &pair : NULL, NULL, NULL);
-        if (o->tls_server_name) {
+        cl->creds = grpc_ssl_credentials_create(o->tls_root_pem, mine ? &pair : NULL, NULL, NULL);
+        if (cl->server_name) {
             args[cargs.num_args++] = (grpc_arg){.type = GRPC_ARG_STRING,
                                                 .key = GRPC_SSL_TARGET_NAME_OVERRIDE_ARG,
-                                                .value.string = (char *)o->tls_server_name};
+                                                .value.string = cl->server_name};
         }
     } else {
-        creds = grpc_insecure_credentials_create();
+        cl->creds = grpc_insecure_credentials_create();
     }
-    if (!creds) {
-        free(cl);
-        hy_rpc_grpc_release();
+    assert(cargs.num_args <= sizeof cl->args / sizeof cl->args[0]);
+    cl->cargs = cargs;
+    if (!cl->creds) {
+        client_free(cl);
         return hy_err_set(err, HY_EINVAL, "gRPC refused the TLS root certificates for %s",
                           o->target);
     }
-    cl->ch = grpc_channel_create(o->target, creds, &cargs);
-    grpc_channel_credentials_release(creds);
-    if (!cl->ch) {
-        free(cl);
-        hy_rpc_grpc_release();
+    cl->cur = chan_new(cl);
+    if (!cl->cur) {
+        client_free(cl);
         return hy_err_set(err, HY_EINVAL, "cannot make a channel to %s", o->target);
     }
     *out = cl;
@@ -191,15 +290,16 @@ int hy_rpc_client_open(const char *target, size_t max_message, hy_rpc_client **o
 void hy_rpc_client_close(hy_rpc_client *cl)
 {
     if (!cl) return;
-    grpc_channel_destroy(cl->ch);
-    free(cl);
-    hy_rpc_grpc_release();
+    client_free(cl);
 }
 
 /* One call in progress: its queue, its gRPC call, the metadata it sends
  * and receives, and where its status is received. */
 typedef struct call {
     hy_rpc_client *cl;
+    chan *chan;       /* the channel it runs on, referenced until call_end */
+    bool was_ready;   /* its channel was connected when it began */
+    bool dial_failed; /* it ended UNAVAILABLE because its channel's dial failed */
     const char *path;
     grpc_completion_queue *cq;
     grpc_call *call;
@@ -225,8 +325,9 @@ static void call_begin(call *c, hy_rpc_client *cl, const char *path, const char 
                                 : gpr_inf_future(GPR_CLOCK_REALTIME);
     c->cq = grpc_completion_queue_create_for_next(NULL);
     grpc_slice method = grpc_slice_from_copied_string(path);
-    c->call = grpc_channel_create_call(cl->ch, NULL, GRPC_PROPAGATE_DEFAULTS, c->cq, method, NULL,
-                                       deadline, NULL);
+    c->chan = chan_acquire(cl, &c->was_ready);
+    c->call = grpc_channel_create_call(c->chan->ch, NULL, GRPC_PROPAGATE_DEFAULTS, c->cq, method,
+                                       NULL, deadline, NULL);
     grpc_slice_unref(method);
     if (token && cl->token_key[0]) {
         snprintf(c->auth, sizeof c->auth, "%s", token);
@@ -328,6 +429,13 @@ static int call_end(call *c, bool have_status, hy_rpc_status *st, hy_err *err)
     grpc_metadata_array_destroy(&c->initial);
     if (c->has_md) grpc_slice_unref(c->md.value);
     grpc_call_unref(c->call);
+    /* Not connected when it began, UNAVAILABLE, and the channel's dial has
+     * failed: the call never left this process (a connection that breaks
+     * after it was made leaves pick_first IDLE, not in TRANSIENT_FAILURE). */
+    c->dial_failed =
+        rc == HY_OK && c->cl->redial && !c->was_ready && c->code == GRPC_STATUS_UNAVAILABLE &&
+        grpc_channel_check_connectivity_state(c->chan->ch, 0) == GRPC_CHANNEL_TRANSIENT_FAILURE;
+    chan_release(c->cl, c->chan);
     grpc_completion_queue_shutdown(c->cq);
     while (grpc_completion_queue_next(c->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
            GRPC_QUEUE_SHUTDOWN) {
@@ -368,11 +476,11 @@ static int call_unary(call *c, grpc_byte_buffer *out,
     return rc;
 }
 
-/* hy_rpc_client_call_raw under handle cancel (NULL: none). */
-static int call_raw(hy_rpc_client *cl, const char *path, const void *req, size_t n,
-                    const char *token, int64_t deadline_ms, hy_rpc_cancel *cancel,
-                    int (*on_bytes)(void *ctx, const void *b, size_t n), void *ctx,
-                    hy_rpc_status *st, hy_err *err)
+/* One try of call_raw; *dial_failed: it never left this process. */
+static int call_raw_once(hy_rpc_client *cl, const char *path, const void *req, size_t n,
+                         const char *token, int64_t deadline_ms, hy_rpc_cancel *cancel,
+                         int (*on_bytes)(void *ctx, const void *b, size_t n), void *ctx,
+                         hy_rpc_status *st, hy_err *err, bool *dial_failed)
 {
     st->code = HY_RPC_UNKNOWN;
     st->msg[0] = '\0';
@@ -383,6 +491,7 @@ static int call_raw(hy_rpc_client *cl, const char *path, const void *req, size_t
     if (m && m->shape == HY_RPC_UNARY) {
         int rc = call_unary(&c, out, on_bytes, ctx, st, err);
         grpc_byte_buffer_destroy(out);
+        *dial_failed = c.dial_failed;
         return rc;
     }
     grpc_op ops[4] = {op_send_metadata(&c),
@@ -396,8 +505,37 @@ static int call_raw(hy_rpc_client *cl, const char *path, const void *req, size_t
     grpc_byte_buffer_destroy(out);
     int cb_rc = alive ? call_read(&c, on_bytes, ctx) : 0;
     int rc = call_end(&c, false, st, err);
+    *dial_failed = c.dial_failed && !cb_rc;
     if (cb_rc && !rc) rc = hy_err_set(err, cb_rc, "%s: a response was refused", path);
     return rc;
+}
+
+/* hy_rpc_client_call_raw under handle cancel (NULL: none). A call whose
+ * connection could not be made never reached the server: it is made again
+ * on a fresh channel, after 50, 100, 200, 400 ms, while that is within
+ * HY_RPC_DIAL_RETRY_MS of its start and within its deadline; so one failed
+ * dial (a connection refused or reset while the server starts or is under
+ * load) costs the call a pause rather than an UNAVAILABLE, and a server that
+ * is not there is still reported within that time. */
+static int call_raw(hy_rpc_client *cl, const char *path, const void *req, size_t n,
+                    const char *token, int64_t deadline_ms, hy_rpc_cancel *cancel,
+                    int (*on_bytes)(void *ctx, const void *b, size_t n), void *ctx,
+                    hy_rpc_status *st, hy_err *err)
+{
+    const uint64_t t0 = hy_now_ns();
+    for (int64_t pause = 50;; pause *= 2) {
+        const int64_t spent = (int64_t)((hy_now_ns() - t0) / 1000000);
+        bool dial_failed = false;
+        const int rc =
+            call_raw_once(cl, path, req, n, token, deadline_ms > 0 ? deadline_ms - spent : 0,
+                          cancel, on_bytes, ctx, st, err, &dial_failed);
+        const int64_t next = (int64_t)((hy_now_ns() - t0) / 1000000) + pause;
+        if (!dial_failed || (cancel && hy_rpc_cancel_fired(cancel)) ||
+            next > HY_RPC_DIAL_RETRY_MS || (deadline_ms > 0 && next >= deadline_ms))
+            return rc;
+        const struct timespec ts = {0, (long)pause * 1000000L};
+        nanosleep(&ts, NULL);
+    }
 }
 
 int hy_rpc_client_call_raw(hy_rpc_client *cl, const char *path, const void *req, size_t n,

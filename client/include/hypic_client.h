@@ -56,6 +56,10 @@ typedef struct hyc_options {
      * instead of failing UNAVAILABLE at once while the daemon cannot be
      * reached (gRPC's wait_for_ready); false: fail fast. */
     bool wait_for_ready;
+    /* How long one attempt to connect (TCP, TLS, the HTTP/2 handshake) may
+     * take before the calls waiting on it fail UNAVAILABLE; 0: 5000 ms. A
+     * call made after a failed attempt dials again at once. */
+    int connect_timeout_ms;
 } hyc_options;
 
 typedef struct hyc_status {
@@ -108,8 +112,7 @@ int hyc_invalidate(hyc *c, const Hypic__V1__InvalidateRequest *rq,
                    Hypic__V1__InvalidateResponse **out, hyc_status *st);
 /* Pin: the entries named by key or tag kept from eviction and TTL expiry,
  * until unpinned or for ttl_ms; RESOURCE_EXHAUSTED past the tenant's pin cap. */
-int hyc_pin(hyc *c, const Hypic__V1__PinRequest *rq, Hypic__V1__PinResponse **out,
-            hyc_status *st);
+int hyc_pin(hyc *c, const Hypic__V1__PinRequest *rq, Hypic__V1__PinResponse **out, hyc_status *st);
 /* Unpin: by key, tag or all of the tenant's pins. */
 int hyc_unpin(hyc *c, const Hypic__V1__UnpinRequest *rq, Hypic__V1__UnpinResponse **out,
               hyc_status *st);

@@ -298,13 +298,26 @@ typedef struct hy_rpc_client_options {
     /* A TCP connection of this client's own. Without it gRPC shares one
      * among the channels of a process to the same target and arguments, so
      * that many clients of one process are one HTTP/2 connection, read by one
-     * server thread at a time. */
+     * server thread at a time. A client with a connection of its own also
+     * replaces a channel whose connection failed with a fresh one at the
+     * next call, so that call dials at once and fails only if its own
+     * attempt does (gRPC would fail every call at once with the old error
+     * until its backoff ran out). */
     bool own_connection;
     /* The metadata key a call's token is sent under, its value the token as
      * it is (etcd's "token"); NULL: "authorization: Bearer <token>". At
      * most 31 characters. */
     const char *token_key;
+    /* How long one connection attempt (TCP, TLS, the HTTP/2 handshake) may
+     * take before it counts as failed; 0: HY_RPC_CONNECT_TIMEOUT_MS. */
+    int connect_timeout_ms;
 } hy_rpc_client_options;
+
+#define HY_RPC_CONNECT_TIMEOUT_MS 5000
+/* A unary or server-streaming call of an own_connection client whose dial
+ * failed is made again on a fresh channel for up to this long (within its
+ * deadline) before it reports UNAVAILABLE. */
+#define HY_RPC_DIAL_RETRY_MS 1000
 
 /* A channel to o->target; nothing is sent until the first call, so a server
  * that is not there, or a certificate that does not verify, shows as

@@ -19,6 +19,9 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 static hy_rpc_server *g_srv;
 static hyc *g_c;
@@ -332,6 +335,147 @@ static void test_deadline_and_no_server(void)
     hyc_close(c);
 }
 
+/* A loopback port nothing listens on (bound, then closed). */
+static int free_port(void)
+{
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t l = sizeof a;
+    if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof a) ||
+        getsockname(s, (struct sockaddr *)&a, &l))
+        return -1;
+    close(s);
+    return ntohs(a.sin_port);
+}
+
+/* The scripted server on a given port. */
+static hy_rpc_server *server_on(int port)
+{
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    hy_rpc_server_config cfg = {.address = addr, .workers = 1};
+    hy_rpc_server *s = NULL;
+    hy_err e = {0};
+    if (hy_rpc_server_start(&cfg, g_handlers, NULL, &s, &e)) fprintf(stderr, "%s\n", e.msg);
+    return s;
+}
+
+typedef struct late_server {
+    int port;
+    long delay_ms;
+    hy_rpc_server *srv;
+} late_server;
+
+static void *start_late(void *arg)
+{
+    late_server *l = arg;
+    hy_test_sleep_ms(l->delay_ms);
+    l->srv = server_on(l->port);
+    return NULL;
+}
+
+/* A server that is not listening yet when a call dials, one that starts
+ * listening after a call's dial was refused, one that goes and comes back:
+ * each call is served within its deadline once the server listens. Before,
+ * a refused dial failed the call, and the handle then failed every call at
+ * once with that first failure's message until gRPC's reconnection backoff
+ * ran out (1-2 s here; for 20 s in test_load once, when the next attempt
+ * hung: see connect_hangs). */
+static void test_server_late(void)
+{
+    const int port = free_port();
+    CU_ASSERT_FATAL(port > 0);
+    char target[64];
+    snprintf(target, sizeof target, "127.0.0.1:%d", port);
+    hyc_options o = {.target = target, .deadline_ms = 5000};
+    hyc *c;
+    hyc_status st;
+    CU_ASSERT_EQUAL_FATAL(hyc_open(&o, &c, &st), HYC_OK);
+    Hypic__V1__HealthRequest hr = HYPIC__V1__HEALTH_REQUEST__INIT;
+    Hypic__V1__HealthResponse *h = NULL;
+    /* nobody there: UNAVAILABLE with the dial's reason, well before the deadline */
+    long long t0 = hy_test_now_ms();
+    CU_ASSERT_EQUAL(hyc_health(c, &hr, &h, &st), HYC_UNAVAILABLE);
+    CU_ASSERT(hy_test_now_ms() - t0 < 2500);
+    CU_ASSERT(strstr(st.msg, "refused") != NULL);
+    /* the server starts listening 300 ms into the call */
+    late_server l = {.port = port, .delay_ms = 300};
+    pthread_t th;
+    CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, start_late, &l), 0);
+    t0 = hy_test_now_ms();
+    int code = hyc_health(c, &hr, &h, &st);
+    pthread_join(th, NULL);
+    if (code != HYC_OK) printf("\n  late server: %s: %s", hyc_code_name(code), st.msg);
+    CU_ASSERT_EQUAL(code, HYC_OK);
+    CU_ASSERT(hy_test_now_ms() - t0 < 2500);
+    hyc_free(h);
+    h = NULL;
+    hy_rpc_server *srv = l.srv;
+    CU_ASSERT_FATAL(srv != NULL);
+    for (int round = 0; round < 3; round++) { /* it goes, then comes back */
+        hy_rpc_server_stop(srv);
+        CU_ASSERT_NOT_EQUAL(hyc_health(c, &hr, &h, &st), HYC_OK);
+        CU_ASSERT(h == NULL);
+        srv = server_on(port);
+        CU_ASSERT_FATAL(srv != NULL);
+        t0 = hy_test_now_ms();
+        code = hyc_health(c, &hr, &h, &st);
+        if (code != HYC_OK) printf("\n  round %d: %s: %s", round, hyc_code_name(code), st.msg);
+        CU_ASSERT_EQUAL(code, HYC_OK);
+        CU_ASSERT(hy_test_now_ms() - t0 < 2500);
+        hyc_free(h);
+        h = NULL;
+    }
+    hy_rpc_server_stop(srv);
+    hyc_close(c);
+}
+
+/* A connection attempt that hangs — the peer's kernel took the TCP
+ * connection and nobody answers the HTTP/2 handshake — holds the handle
+ * for at most the connect timeout (5 s), not gRPC's 20 s: once the real
+ * server listens on the port, the handle is served again within it. */
+static void test_connect_hangs(void)
+{
+    const int port = free_port();
+    CU_ASSERT_FATAL(port > 0);
+    int ls = socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+                            .sin_port = htons((uint16_t)port)};
+    CU_ASSERT_FATAL(bind(ls, (struct sockaddr *)&a, sizeof a) == 0 && listen(ls, 8) == 0);
+    char target[64];
+    snprintf(target, sizeof target, "127.0.0.1:%d", port);
+    hyc_options o = {.target = target, .deadline_ms = 300};
+    hyc *c;
+    hyc_status st;
+    CU_ASSERT_EQUAL_FATAL(hyc_open(&o, &c, &st), HYC_OK);
+    Hypic__V1__HealthRequest hr = HYPIC__V1__HEALTH_REQUEST__INIT;
+    Hypic__V1__HealthResponse *h = NULL;
+    CU_ASSERT_EQUAL(hyc_health(c, &hr, &h, &st), HYC_DEADLINE_EXCEEDED); /* no handshake */
+    int held = accept(ls, NULL, NULL); /* kept open and silent; the port is free again */
+    CU_ASSERT(held >= 0);
+    close(ls);
+    hy_rpc_server *srv = server_on(port);
+    CU_ASSERT_FATAL(srv != NULL);
+    const long long t0 = hy_test_now_ms();
+    int code = -1, calls = 0;
+    while (code != HYC_OK && hy_test_now_ms() - t0 < 25000) {
+        code = hyc_health(c, &hr, &h, &st);
+        calls++;
+        if (code != HYC_OK) hy_test_sleep_ms(50);
+    }
+    const long long waited = hy_test_now_ms() - t0;
+    printf("\n  served %lld ms after the server started (%d calls)", waited, calls);
+    CU_ASSERT_EQUAL(code, HYC_OK);
+    CU_ASSERT(waited < 9000);
+    hyc_free(h);
+    hyc_close(c);
+    if (held >= 0) close(held);
+    hy_rpc_server_stop(srv);
+}
+
 static uint8_t *get_key(uint8_t key[32], int script, uint32_t n)
 {
     memset(key, 0, 32);
@@ -615,6 +759,8 @@ int main(void)
         {"unary_and_statuses", test_unary_and_statuses},
         {"undecodable_response", test_undecodable_response},
         {"deadline_and_no_server", test_deadline_and_no_server},
+        {"server_late", test_server_late},
+        {"connect_hangs", test_connect_hangs},
         {"get_entry", test_get_entry},
         {"put_entry", test_put_entry},
         {"streams_stop", test_streams_stop},
