@@ -36,6 +36,22 @@ static void test_authentication(void)
     uint64_t total;
     CU_ASSERT_EQUAL(list_total(none, &total, &st), HYC_UNAUTHENTICATED);
     CU_ASSERT_EQUAL(list_total(wrong, &total, &st), HYC_UNAUTHENTICATED);
+    char wrong_msg[sizeof st.msg];
+    snprintf(wrong_msg, sizeof wrong_msg, "%s", st.msg);
+    /* every wrong token gets the same answer: a long one's tells no bound */
+    static const size_t lens[] = {200, 254, 255, 256, 281, 1000};
+    for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+        char tok[1001];
+        memset(tok, 'x', lens[i]);
+        tok[lens[i]] = '\0';
+        hyc *longer = connect_as(&g_d, tok);
+        CU_ASSERT_EQUAL(list_total(longer, &total, &st), HYC_UNAUTHENTICATED);
+        if (strcmp(st.msg, wrong_msg) != 0)
+            printf("\n  a %zu-character token: '%s', a short wrong one: '%s'", lens[i], st.msg,
+                   wrong_msg);
+        CU_ASSERT_STRING_EQUAL(st.msg, wrong_msg);
+        hyc_close(longer);
+    }
     /* Health answers anyone: it names no entry */
     CU_ASSERT_EQUAL(health(none, &st), 0);
     hyc_close(none);
