@@ -9,7 +9,7 @@ JOBS    ?= $(shell nproc)
 MAKEFLAGS += --no-print-directory
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build test e2e run demo sanitize tsan cross-aarch64 format clean
+.PHONY: all deps configure build test e2e run demo install sanitize tsan cross-aarch64 format clean
 
 all: build
 
@@ -60,6 +60,18 @@ run: build
 # prints TTFT per mode and the cache's statistics, and stops the daemon.
 demo: build
 	@sh tools/demo.sh $(BUILD)
+
+# The C client for programs outside the tree, into PREFIX (make install
+# PREFIX=$HOME/.local): lib/libhypic-client.so (versioned) and .a, each
+# holding the modules it uses, include/hypic/hypic_client.h with the
+# hypic.pb-c.h it includes, lib/pkgconfig/hypic-client.pc and
+# hypic-client-static.pc (docs/api.md#building-against-the-installed-client).
+# Builds those two libraries only; `cmake --install $(BUILD) --prefix DIR`
+# does the same after a build.
+PREFIX ?= /usr/local
+install: configure
+	@cmake --build $(BUILD) -j$(JOBS) --target hypic_client_shared hypic_client_static
+	@cmake --install $(BUILD) --prefix $(PREFIX)
 
 # AddressSanitizer + UndefinedBehaviorSanitizer build running the same tests.
 sanitize: deps
