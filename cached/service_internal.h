@@ -28,7 +28,9 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
-#define HY_CACHED_VERSION "0.9.0"
+#ifndef HY_CACHED_VERSION /* project()'s VERSION, from cached/CMakeLists.txt */
+#error "HY_CACHED_VERSION is set by the build"
+#endif
 
 /* One executor context: a forward pass at a time. */
 typedef struct svc_exec {
