@@ -7,7 +7,10 @@
  * finds each key there (or reports it unknown, listing the keys the table
  * allows at that place), and the printer writes the table back out. Sections
  * ("tiers.host") are not entries: they are the prefixes of entries' names.
- * List items (models, tenants.list) have their fields under "<list>[].".
+ * List items (models, tenants.list) have their fields under "<list>[].";
+ * an item with one field (scatter.workers) may be that field's value alone.
+ * A key of addresses (cluster.etcd.endpoints) is one comma-separated string
+ * or a YAML sequence of them, joined with commas.
  *
  * A value is checked where it is read, against its own limits, with the line
  * it came from; what involves several keys (top_k against max_top_k, tokens
@@ -46,6 +49,7 @@
 
 typedef enum opt_kind {
     OPT_STR,        /* char[cap], verbatim */
+    OPT_ADDRS,      /* char[cap]: addresses joined by commas, given so or as a YAML sequence */
     OPT_TOKEN,      /* char[cap], verbatim; never echoed or printed */
     OPT_TOKEN_FILE, /* the first line of the named file into the OPT_TOKEN at off */
     OPT_SIZE,       /* uint64_t bytes, with an optional K/M/G/T suffix */
@@ -81,6 +85,7 @@ typedef struct opt {
 #define M_(m)  offsetof(hy_cached_config, m)
 #define MS_(m) sizeof(((hy_cached_config *)0)->m)
 #define STRING(name, m, def)               {name, OPT_STR, M_(m), MS_(m), 0, 0, def, 0, NEED_ANY}
+#define ADDRS(name, m, def)                {name, OPT_ADDRS, M_(m), MS_(m), 0, 0, def, 0, NEED_ANY}
 #define NUMBER(name, kind, m, lo, hi, def) {name, kind, M_(m), 0, lo, hi, def, 0, NEED_ANY}
 #define NAMED(name, kind, m, def)          {name, kind, M_(m), 0, 0, 0, def, 0, NEED_ANY}
 #define TOKEN(name, kind, m)               {name, kind, M_(m), MS_(m), 0, 0, NULL, 0, NEED_ANY}
@@ -189,7 +194,7 @@ static const opt k_opts[] = {
          ncluster_members),
     ITEM_STRING("cluster.members[].id", OPT_STR, hy_cfg_member, id, NEED_ALWAYS),
     ITEM_STRING("cluster.members[].address", OPT_STR, hy_cfg_member, address, NEED_ALWAYS),
-    STRING("cluster.etcd.endpoints", cluster_etcd, ""),
+    ADDRS("cluster.etcd.endpoints", cluster_etcd, ""),
     STRING("cluster.etcd.prefix", cluster_etcd_prefix, "/hypic/members/"),
     NUMBER("cluster.etcd.ttl_s", OPT_U32, cluster_ttl_s, 1, 3600, "10"),
     STRING("cluster.etcd.tls_ca", cluster_etcd_tls_ca, ""),
@@ -320,6 +325,7 @@ static int set_value(const opt *o, void *base, const char *v, size_t len, char *
     hy_err e = {0};
     switch (o->kind) {
     case OPT_STR:
+    case OPT_ADDRS:
     case OPT_TOKEN:
         if (len >= o->cap) {
             if (o->kind == OPT_TOKEN)
@@ -612,7 +618,22 @@ static int check_needed(cfg_ctx *x, const char *section, const char *ipath, int 
     return 0;
 }
 
-/* A list's items: each a mapping of the fields "<list>[].<field>". */
+/* The one field of a list's items when they have exactly one
+ * (scatter.workers[].address), or NULL: an item may then be its value alone. */
+static const opt *sole_field(const char *section)
+{
+    size_t sn = strlen(section);
+    const opt *f = NULL;
+    for (size_t k = 0; k < NOPTS; k++) {
+        if (strncmp(k_opts[k].name, section, sn) || k_opts[k].name[sn] != '.') continue;
+        if (f) return NULL;
+        f = &k_opts[k];
+    }
+    return f;
+}
+
+/* A list's items: each a mapping of the fields "<list>[].<field>", or the
+ * value of the items' one field alone. */
 static int walk_list(cfg_ctx *x, const opt *o, yaml_node_t *seq, const char *path, void *base)
 {
     int *count = (int *)((char *)base + o->count);
@@ -629,20 +650,66 @@ static int walk_list(cfg_ctx *x, const opt *o, yaml_node_t *seq, const char *pat
                     (unsigned long long)o->min, (unsigned long long)o->max);
     char section[CFG_KEY_MAX];
     snprintf(section, sizeof section, "%s[]", o->name);
+    const opt *one = sole_field(section);
     for (int i = 0; i < n; i++) {
         yaml_node_t *item = yaml_document_get_node(x->doc, seq->data.sequence.items.start[i]);
         char ipath[CFG_KEY_MAX];
         snprintf(ipath, sizeof ipath, "%.40s[%d]", path, i);
         see(x, ipath, line_of(item));
-        if (item->type != YAML_MAPPING_NODE)
-            return fail(x, HY_EINVAL, line_of(item), ipath, "%s where a mapping is expected",
-                        kind_name(item));
         void *it = items + (size_t)i * o->cap;
         default_item(o, it);
-        int rc = walk_mapping(x, item, section, ipath, it);
-        if (!rc) rc = check_needed(x, section, ipath, line_of(item));
+        int rc;
+        if (one && item->type == YAML_SCALAR_NODE) {
+            char fpath[CFG_KEY_MAX], why[400];
+            snprintf(fpath, sizeof fpath, "%.48s.%.14s", ipath, one->name + strlen(section) + 1);
+            see(x, fpath, line_of(item));
+            rc = set_value(one, it, (const char *)item->data.scalar.value, item->data.scalar.length,
+                           why, sizeof why);
+            if (rc) rc = fail(x, rc, line_of(item), fpath, "%s", why);
+        } else if (item->type != YAML_MAPPING_NODE) {
+            return fail(x, HY_EINVAL, line_of(item), ipath, "%s where a mapping is expected",
+                        kind_name(item));
+        } else {
+            rc = walk_mapping(x, item, section, ipath, it);
+            if (!rc) rc = check_needed(x, section, ipath, line_of(item));
+        }
         if (rc) return rc;
         *count = i + 1;
+    }
+    return 0;
+}
+
+/* An OPT_ADDRS key given as a sequence: each item one address (a value, not
+ * empty, without a comma), joined with commas as the string form holds them. */
+static int walk_addrs(cfg_ctx *x, const opt *o, yaml_node_t *seq, const char *path, void *base)
+{
+    char *field = (char *)base + o->off;
+    size_t used = 0;
+    memset(field, 0, o->cap);
+    for (yaml_node_item_t *p = seq->data.sequence.items.start; p < seq->data.sequence.items.top;
+         p++) {
+        yaml_node_t *item = yaml_document_get_node(x->doc, *p);
+        char ipath[CFG_KEY_MAX];
+        snprintf(ipath, sizeof ipath, "%.40s[%d]", path, (int)(p - seq->data.sequence.items.start));
+        if (item->type != YAML_SCALAR_NODE)
+            return fail(x, HY_EINVAL, line_of(item), ipath, "%s where a value is expected",
+                        kind_name(item));
+        const char *v = (const char *)item->data.scalar.value;
+        const size_t len = item->data.scalar.length;
+        if (len == 0)
+            return fail(x, HY_EINVAL, line_of(item), ipath, "an empty item (an address is needed)");
+        if (memchr(v, '\0', len))
+            return fail(x, HY_EINVAL, line_of(item), ipath, "the value holds a NUL byte");
+        if (memchr(v, ',', len))
+            return fail(x, HY_EINVAL, line_of(item), ipath,
+                        "'%.60s': one address per item (a sequence or one comma-separated "
+                        "string, not both)",
+                        v);
+        if (used + (used > 0) + len >= o->cap)
+            return fail(x, HY_EINVAL, line_of(seq), path,
+                        "the addresses are longer than %zu bytes together", o->cap - 1);
+        if (used) field[used++] = ',';
+        memcpy(field + used, v, len), used += len;
     }
     return 0;
 }
@@ -690,6 +757,8 @@ static int walk_mapping(cfg_ctx *x, yaml_node_t *map, const char *section, const
             rc = walk_mapping(x, v, name, kpath, base);
         } else if (o->kind == OPT_LIST) {
             rc = walk_list(x, o, v, kpath, base);
+        } else if (o->kind == OPT_ADDRS && v->type == YAML_SEQUENCE_NODE) {
+            rc = walk_addrs(x, o, v, kpath, base);
         } else {
             if (v->type != YAML_SCALAR_NODE)
                 return fail(x, HY_EINVAL, line_of(v), kpath, "%s where a value is expected",
@@ -1224,6 +1293,7 @@ static void format_value(const opt *o, const void *base, char *out, size_t cap)
     const char *field = (const char *)base + o->off;
     switch (o->kind) {
     case OPT_STR:
+    case OPT_ADDRS:
         snprintf(out, cap, "%s", field);
         break;
     case OPT_TOKEN:

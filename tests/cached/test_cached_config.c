@@ -640,6 +640,58 @@ static void test_node_kinds(void)
           CFG ":2: key 'tiers.host.bytes' appears twice", NULL);
 }
 
+/* Keys that hold several addresses take them as a YAML sequence too:
+ * cluster.etcd.endpoints besides its comma-separated string, scatter.workers
+ * items as the address alone besides {address: ...}. Either form gives the
+ * same configuration, and an item is named by its index when it is wrong. */
+static void test_address_sequences(void)
+{
+    parse_ok("cluster: {id: n1, etcd: {endpoints: \"e0:2379,10.0.0.9:2379\"}}", &g_a);
+    parse_ok("cluster: {id: n1, etcd: {endpoints: [\"e0:2379\", \"10.0.0.9:2379\"]}}", &g_b);
+    CU_ASSERT_STRING_EQUAL(g_b.cluster_etcd, "e0:2379,10.0.0.9:2379");
+    CU_ASSERT(same_config(&g_a, &g_b));
+    /* block style, as docs/deploy.md writes it */
+    parse_ok("cluster:\n  id: n1\n  etcd:\n    endpoints:\n      - e0:2379\n"
+             "      - 10.0.0.9:2379\n",
+             &g_b);
+    CU_ASSERT(same_config(&g_a, &g_b));
+    parse_ok("cluster: {etcd: {endpoints: [e0:2379]}}", &g_b);
+    CU_ASSERT_STRING_EQUAL(g_b.cluster_etcd, "e0:2379");
+    parse_ok("cluster: {etcd: {endpoints: []}}", &g_b); /* no etcd, as "" */
+    CU_ASSERT_STRING_EQUAL(g_b.cluster_etcd, "");
+    fails("cluster: {id: a, etcd: {endpoints: [\"e:1\", nope]}}", HY_EINVAL,
+          "cluster.etcd.endpoints (endpoint 2)", "'nope' is not host:port", NULL);
+    fails("cluster:\n  etcd:\n    endpoints:\n      - e:1\n      - {host: e}\n", HY_EINVAL,
+          CFG ":5: key 'cluster.etcd.endpoints[1]': a mapping where a value is expected", NULL);
+    fails("cluster: {etcd: {endpoints: [\"a:1,b:2\"]}}", HY_EINVAL,
+          "key 'cluster.etcd.endpoints[0]'", "one address per item", NULL);
+    fails("cluster: {etcd: {endpoints: [\"\"]}}", HY_EINVAL, "key 'cluster.etcd.endpoints[0]'",
+          "empty", NULL);
+    {
+        char t[2400];
+        size_t n = (size_t)snprintf(t, sizeof t, "cluster: {etcd: {endpoints: [");
+        for (int i = 0; i < 80; i++)
+            n += (size_t)snprintf(t + n, sizeof t - n, "%s\"etcd-%02d.example:2379\"",
+                                  i ? ", " : "", i);
+        snprintf(t + n, sizeof t - n, "]}}");
+        fails(t, HY_EINVAL, "key 'cluster.etcd.endpoints'", "longer than 1023 bytes", NULL);
+    }
+    /* scatter.workers: an item's one field, the address, alone */
+    parse_ok("scatter: {workers: [{address: \"10.0.0.7:7878\"}, {address: \"w2:7878\"}]}", &g_a);
+    parse_ok("scatter: {workers: [\"10.0.0.7:7878\", \"w2:7878\"]}", &g_b);
+    CU_ASSERT_EQUAL(g_b.nscatter_workers, 2);
+    CU_ASSERT(same_config(&g_a, &g_b));
+    parse_ok("scatter: {workers: [\"10.0.0.7:7878\", {address: \"w2:7878\"}]}", &g_b);
+    CU_ASSERT(same_config(&g_a, &g_b));
+    fails("scatter: {workers: [nowhere]}", HY_EINVAL, "key 'scatter.workers[0].address'",
+          "is not host:port", NULL);
+    fails("scatter: {workers: [[a]]}", HY_EINVAL,
+          "key 'scatter.workers[0]': a sequence where a mapping is expected", NULL);
+    /* lists whose items have several fields still need a mapping */
+    fails("cluster: {members: [\"h:1\"]}", HY_EINVAL,
+          "key 'cluster.members[0]': a value where a mapping is expected", NULL);
+}
+
 static void test_syntax_errors(void)
 {
     fails("listen: [\n", HY_EINVAL,
@@ -1050,6 +1102,7 @@ int main(void)
         {"booleans, policies, dtype, log level", test_named_values},
         {"unknown keys at every level", test_unknown_keys},
         {"wrong node kinds, duplicate keys", test_node_kinds},
+        {"address lists as YAML sequences", test_address_sequences},
         {"YAML syntax errors", test_syntax_errors},
         {"models", test_models},
         {"tiers", test_tiers},
