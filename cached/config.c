@@ -1421,6 +1421,23 @@ void hy_cached_config_print(const hy_cached_config *c, FILE *out)
     yaml_emitter_delete(&em);
 }
 
+void hy_cached_config_print_keys(FILE *out)
+{
+    hy_cached_config *c = malloc(sizeof *c);
+    if (!c) return;
+    hy_cached_config_default(c);
+    for (size_t i = 0; i < NOPTS; i++) {
+        const opt *o = &k_opts[i];
+        const char *def = o->def;
+        if (o->kind == OPT_LIST) /* empty by default, or the embedded model (models) */
+            def = *(const int *)((const char *)c + o->count) == 0 ? "[]" : NULL;
+        else if (!def && !strchr(o->name, '[') && o->kind == OPT_TOKEN)
+            def = ""; /* a secret not set (its _file form has no default: a file is read) */
+        fprintf(out, "%s\t%s\n", o->name, !def ? "-" : *def ? def : "\"\"");
+    }
+    free(c);
+}
+
 bool hy_cached_config_is_loopback(const char *addr)
 {
     bool lo = false;

@@ -250,8 +250,9 @@ typedef struct hy_cached_config {
     bool log_requests; /* log.requests: one line per request, default true */
 } hy_cached_config;
 
-/* The defaults above, with one model "tiny" at "var/models/tiny" (made if
- * missing by the daemon's --init-models), no NVMe tier, no tenants. Zeroes the
+/* The defaults above, with one model "recall" at "models/hypic-recall" (the
+ * trained model committed in the repository, relative to the working
+ * directory), no NVMe tier, no tenants. Zeroes the
  * whole struct first (padding and the bytes after each string's NUL too). */
 void hy_cached_config_default(hy_cached_config *c);
 /* Parses a YAML document (text[0..len); path is used in messages and kept in
@@ -282,5 +283,13 @@ const hy_cfg_tenant *hy_cached_config_tenant_by_token(const hy_cached_config *c,
  * that it parses back to the same configuration once the tokens are put
  * back. */
 void hy_cached_config_print(const hy_cached_config *c, FILE *out);
+/* Writes every key of the table, one a line: its dotted name (list items'
+ * fields as "models[].name"), a tab and its default as the file would write
+ * it — "" for an empty string, [] for a list empty by default, - when the
+ * default is computed at start (executor.threads, the embedded model) or the
+ * key has none (a list item's required field, a token_file). Each default
+ * shown, written in a file, gives the default configuration. For hypic-cached
+ * --print-config-keys: the docs' key tables are checked against it. */
+void hy_cached_config_print_keys(FILE *out);
 
 #endif

@@ -95,6 +95,7 @@ static void usage(FILE *f)
                "                    [--listen HOST:PORT] [--http-listen HOST:PORT] [--threads N]\n"
                "                    [--cluster-id ID] [--advertise HOST:PORT]\n"
                "       " PROG " --check-config FILE [--print]\n"
+               "       " PROG " --print-config-keys   (every key and its default)\n"
 #ifdef HY_CACHED_WORKER
                "A scatter worker: serves Build, Health and Stats of hypic.v1 (gRPC) and\n"
                "/metrics, /healthz, /readyz (HTTP).\n"
@@ -181,6 +182,9 @@ int main(int argc, char **argv)
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             usage(stdout);
+            return 0;
+        } else if (strcmp(a, "--print-config-keys") == 0) {
+            hy_cached_config_print_keys(stdout);
             return 0;
         } else if (strcmp(a, "--print") == 0) {
             print = true;

@@ -1039,6 +1039,60 @@ static void test_print_round_trip(void)
     round_trip(&g_a);
 }
 
+/* hypic-cached --print-config-keys: every key once, "name<TAB>default", and
+ * each default it shows, written alone in a file, gives the defaults. */
+static void test_print_keys(void)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    hy_cached_config_print_keys(f);
+    fclose(f);
+    hy_cached_config_default(&g_a);
+    int keys = 0, shown = 0;
+    for (char *save = NULL, *line = strtok_r(text, "\n", &save); line;
+         line = strtok_r(NULL, "\n", &save), keys++) {
+        char *tab = strchr(line, '\t');
+        CU_ASSERT_PTR_NOT_NULL_FATAL(tab);
+        *tab = '\0';
+        const char *key = line, *def = tab + 1;
+        CU_ASSERT(*key && *def && !strchr(def, '\t'));
+        if (!strcmp(def, "-") || strchr(key, '[')) continue;
+        /* "a.b.c" -> "a: {b: {c: DEF}}" */
+        char yaml[256];
+        size_t n = 0;
+        int depth = 0;
+        for (const char *p = key;; depth++) {
+            size_t w = strcspn(p, ".");
+            n += (size_t)snprintf(yaml + n, sizeof yaml - n, "%.*s: %s", (int)w, p,
+                                  p[w] ? "{" : def);
+            if (!p[w]) break;
+            p += w + 1;
+        }
+        for (; depth > 0; depth--) n += (size_t)snprintf(yaml + n, sizeof yaml - n, "}");
+        parse_ok(yaml, &g_b);
+        bool same = same_config(&g_a, &g_b);
+        if (!same) fprintf(stderr, "\n  %s: not the default configuration\n", yaml);
+        CU_ASSERT(same);
+        shown++;
+    }
+    CU_ASSERT(keys > 100 && shown > 80);
+    /* the defaults that are computed, or that a file cannot write */
+    const char *none[] = {"executor.threads\t-", "models\t-", "models[].name\t-",
+                          "cluster.secret_file\t-", "tenants.list\t[]"};
+    free(text);
+    f = open_memstream(&text, &len);
+    hy_cached_config_print_keys(f);
+    fclose(f);
+    for (size_t i = 0; i < sizeof none / sizeof none[0]; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "\n%s\n", none[i]);
+        if (!strstr(text, want)) fprintf(stderr, "\n  no line '%s'\n", none[i]);
+        CU_ASSERT_PTR_NOT_NULL(strstr(text, want));
+    }
+    free(text);
+}
+
 /* Overrides after parsing (the daemon's --listen) are validated as a file's
  * values are. */
 static void test_validate(void)
@@ -1112,6 +1166,7 @@ int main(void)
         {"tls", test_tls},
         {"tenant by token", test_tenant_by_token},
         {"print parses back to the same configuration", test_print_round_trip},
+        {"every key with its default (--print-config-keys)", test_print_keys},
         {"validate after overrides", test_validate},
         {"load", test_load},
         {NULL, NULL},
