@@ -2,10 +2,14 @@
  * hypic-model: make, describe and run checkpoints.
  *
  *   hypic-model init --preset NAME --seed N --out DIR [--dtype F32|BF16]
+ *   hypic-model presets
  *   hypic-model info DIR
  *   hypic-model entry-size CONFIG [--tokens N]
  *   hypic-model run DIR (--tokens FILE | --text STR) [--top K] [--recurrent] [--batch N]
  *                   [--weights auto|f32|bf16|q8]
+ *
+ * `presets` prints the names `init --preset` (and hypic-cached's
+ * --init-models) take, one a line.
  *
  * `entry-size` reads only a config.json (CONFIG is the file or its folder)
  * and prints what a cached segment of N tokens (512 by default) holds for
@@ -33,6 +37,7 @@ static int usage(void)
 {
     fprintf(stderr, "usage:\n"
                     "  hypic-model init --preset NAME --seed N --out DIR [--dtype F32|BF16]\n"
+                    "  hypic-model presets\n"
                     "  hypic-model info DIR\n"
                     "  hypic-model entry-size CONFIG [--tokens N]\n"
                     "  hypic-model run DIR (--tokens FILE | --text STR) [--top K] [--recurrent] "
@@ -83,6 +88,14 @@ static int cmd_init(int argc, char **argv)
     hy_err e = {0};
     if (hy_model_init(preset, (uint64_t)seed, out, dtype, &e)) return fail(&e);
     printf("wrote preset '%s' (seed %ld, %s) to %s\n", preset, seed, dtype, out);
+    return 0;
+}
+
+static int cmd_presets(int argc, char **argv)
+{
+    (void)argv;
+    if (argc != 0) return usage();
+    for (int i = 0; hy_presets[i]; i++) printf("%s\n", hy_presets[i]);
     return 0;
 }
 
@@ -390,6 +403,7 @@ int main(int argc, char **argv)
 {
     if (argc < 2) return usage();
     if (strcmp(argv[1], "init") == 0) return cmd_init(argc - 2, argv + 2);
+    if (strcmp(argv[1], "presets") == 0) return cmd_presets(argc - 2, argv + 2);
     if (strcmp(argv[1], "info") == 0) return cmd_info(argc - 2, argv + 2);
     if (strcmp(argv[1], "entry-size") == 0) return cmd_entry_size(argc - 2, argv + 2);
     if (strcmp(argv[1], "run") == 0) return cmd_run(argc - 2, argv + 2);

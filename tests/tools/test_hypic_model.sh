@@ -33,6 +33,9 @@ expect "run text" 0 "prefilled 5 tokens" -- "$bin" run "$tmp/a/b" --text hello -
 printf '1 2 3\n4 5\n' > "$tmp/tok.txt"
 expect "run tokens recurrent" 0 "recurrent delta rule" -- "$bin" run "$tmp/moe" --tokens "$tmp/tok.txt" --recurrent
 expect "no arguments" 2 "usage" -- "$bin"
+expect "presets: the first" 0 "^tiny$" -- "$bin" presets
+expect "presets: the last family's" 0 "^small-ling$" -- "$bin" presets
+expect "presets takes no argument" 2 "usage" -- "$bin" presets tiny
 expect "unknown preset" 1 "unknown preset 'big'" -- "$bin" init --preset big --seed 1 --out "$tmp/x"
 expect "bad seed" 2 "not a non-negative integer" -- "$bin" init --preset tiny --seed -4 --out "$tmp/x"
 expect "missing dir" 1 "config.json" -- "$bin" info "$tmp/nope"
