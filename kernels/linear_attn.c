@@ -1,5 +1,5 @@
 /*
- * The linear-attention families of linear_attn.h: their table, the kernels
+ * The linear-attention families of hy_kernels.h (hy_la_*): their table, the kernels
  * of the gated families without a delta rule (RetNet, Lightning, Mamba2,
  * simple GLA, GLA), and the dispatch of the delta-rule families (DeltaNet and
  * Gated DeltaNet to gdn.c, KDA to kda.c).

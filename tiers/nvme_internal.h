@@ -160,7 +160,7 @@ typedef struct nv_loc {
 /* One catalog entry, decoded. meta.key is the catalog key. */
 typedef struct nv_record {
     hy_meta meta;
-    uint64_t seq; /* the put's operation number (journal.c): newest wins on replay */
+    uint64_t seq; /* the put's operation number (nvme_journal.c): newest wins on replay */
     nv_loc loc;
     uint32_t nchunks; /* nv_chunk_count(meta.bytes) */
     uint64_t *sums;   /* [nchunks] XXH3-64 of each chunk; malloc'd, owned */
@@ -186,7 +186,7 @@ int nv_format_decode(const void *val, size_t len, uint64_t *extent_bytes, uint32
                      hy_err *err);
 
 /* The floor record (key NV_FLOOR_KEY): every operation numbered <= floor is
- * reflected in the catalog (journal.c). */
+ * reflected in the catalog (nvme_journal.c). */
 void nv_floor_encode(uint64_t floor, uint8_t out[NV_FLOOR_BYTES]);
 int nv_floor_decode(const void *val, size_t len, uint64_t *floor, hy_err *err);
 
@@ -337,7 +337,7 @@ typedef struct nv_op {
 } nv_op;
 
 /* A removal not yet covered by the durable floor: a put numbered below it
- * that lands later is superseded (journal.c). */
+ * that lands later is superseded (nvme_journal.c). */
 typedef struct nv_tomb {
     hy_key key;
     uint64_t seq;
@@ -366,7 +366,7 @@ struct hy_nvme {
     uint64_t live_bytes, used_bytes;
     uint64_t reads, writes, checksum_failures, dropped_on_open;
 
-    /* The journal (journal.c); all under mu except where said. */
+    /* The journal (nvme_journal.c); all under mu except where said. */
     uint32_t jslots;        /* slots per extent */
     pthread_cond_t jcv;     /* an operation finished: a pending slot freed */
     uint64_t seq_next;      /* the next operation number */

@@ -48,7 +48,7 @@ size_t hy_rendezvous_owners(const uint8_t key[32], const char *const *ids, size_
  * as a user of etcd's own (its auth API), when asked. Enough for the cluster
  * membership (below) and nothing more: no transactions, no user admin.
  *
- * The messages are protoc-c's, generated from cluster/etcd.proto (our own
+ * The messages are protoc-c's, generated from rpc/etcd.proto (our own
  * declaration of the part of etcd's API we use, with etcd's field numbers).
  *
  * Errors name the endpoint, the etcd method and etcd's status message. A

@@ -18,7 +18,7 @@ the daemon is on this host (the target is a loopback address or this host's name
 the C client decides.
 
 Frames are 32 bytes, little-endian: magic "HYTP", type, transfer id, offset, length
-(rpc/include/hy_transport.h). HELLO carries the session id in the id field and the
+(transport/include/hy_transport.h). HELLO carries the session id in the id field and the
 16-byte secret OpenTransport answered in offset and length; the ACK's length is 0, or
 the daemon's refusal (minus an hy error code).
 

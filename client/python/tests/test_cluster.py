@@ -1,5 +1,5 @@
 """hypic.cluster against the C rule (cluster/include/hy_cluster.h): the same score for the
-vector tests/rpc/test_rendezvous.c checks, and the promises of rendezvous hashing. Then
+vector tests/cluster/test_rendezvous.c checks, and the promises of rendezvous hashing. Then
 hypic.Cluster against real clusters of three hypic-cached (conftest.py's way of starting
 one): static members, where each entry must be where owners() says and every routed call
 must find it; and members registered in etcd (when `etcd` is on PATH), where a member
@@ -42,7 +42,7 @@ def key_of(i: int) -> bytes:
 
 
 def test_the_vector_the_c_test_checks() -> None:
-    # tests/rpc/test_rendezvous.c, test_score_is_the_documented_hash
+    # tests/cluster/test_rendezvous.c, test_score_is_the_documented_hash
     assert cluster.score(key_of(7), "node-a") == 5752632589512009862
 
 
