@@ -1,6 +1,7 @@
 #!/bin/sh
 # The llama.cpp anchor: stock llama.cpp and our executor on the same checkpoint,
-# the same prompts and the same threads, in one run (issue 29, deliverable 4).
+# the same prompts and the same threads, in one run (docs/executor.md, "The llama.cpp
+# anchor").
 #
 # From a fresh clone (needs cmake, a C/C++ compiler, Python >= 3.10 and PyPI):
 #   make build
