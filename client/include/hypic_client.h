@@ -12,7 +12,12 @@
  * Statuses: every call returns st->code, gRPC's status code (0: OK;
  * hyc_code_name names them) and fills st->msg with the server's message
  * ("" on OK). A call that could not reach the server is UNAVAILABLE (14), one
- * past its deadline DEADLINE_EXCEEDED (4). What goes wrong on the client's
+ * past its deadline DEADLINE_EXCEEDED (4). Connections: a call whose
+ * connection could not be made (refused, reset, a handshake that failed)
+ * never reached the server and is made again on a fresh connection for up
+ * to 1 s within its deadline before it is UNAVAILABLE; a call made after a
+ * failed connection dials at once (the handle is never left failing with
+ * an earlier failure). What goes wrong on the client's
  * side (a response that does not decode, entry chunks that do not add up,
  * out of memory) is INTERNAL (13) with a message starting "client: "; an
  * argument the client refuses before sending anything (a NULL request, a

@@ -24,7 +24,10 @@ thread-safe); close it (or use `with`) when done.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable, Iterator, Sequence
+import itertools
+import threading
+import time
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from typing import Any, cast
 
 import grpc
@@ -92,7 +95,9 @@ class Client:
     host. timeout: seconds per call (None: no deadline). tls_cert_pem, tls_key_pem: this
     client's certificate chain and private key (PEM, both or neither), for a daemon with
     tls.client_ca (mutual TLS). Nothing is sent until the first call, so a server that is
-    not there shows as UNAVAILABLE on that call.
+    not there shows as UNAVAILABLE on that call, after it was tried again for up to 1 s
+    (a call whose connection could not be made never reached the server, and is made again
+    on a fresh connection: one failed dial costs a pause, not an error).
     """
 
     def __init__(
@@ -120,6 +125,12 @@ class Client:
         options: list[tuple[str, Any]] = [
             ("grpc.max_receive_message_length", max_message),
             ("grpc.max_send_message_length", max_message),
+            # A connection of this client's own (gRPC would share one among a process's
+            # channels to the target), so that a channel made anew after a failed dial
+            # dials anew (_redial); one connection attempt may take 5 s, not gRPC's 20.
+            ("grpc.use_local_subchannel_pool", 1),
+            ("grpc.min_reconnect_backoff_ms", _CONNECT_TIMEOUT_MS),
+            ("grpc.max_reconnect_backoff_ms", 2000),
         ]
         if tls_root_pem is not None or tls_server_name:
             roots = None
@@ -136,10 +147,47 @@ class Client:
             creds = grpc.ssl_channel_credentials(
                 root_certificates=roots, private_key=mine[0], certificate_chain=mine[1]
             )
-            self._channel = grpc.secure_channel(target, creds, options)
+            self._new_channel = lambda: grpc.secure_channel(target, creds, options)
         else:
-            self._channel = grpc.insecure_channel(target, options)
+            self._new_channel = lambda: grpc.insecure_channel(target, options)
+        self._lock = threading.Lock()
+        self._channel = self._new_channel()
         self._stub = pb_grpc.CacheStub(self._channel)
+
+    def _redial(self, stub: Any) -> None:
+        """Replaces the channel whose dial failed (stub its) with a fresh one. gRPC keeps a
+        channel whose connection failed in TRANSIENT_FAILURE until a later attempt succeeds,
+        failing every call at once with the old failure meanwhile (its backoff, 1-2 s; the
+        whole connect timeout when the next attempt hangs); a fresh channel dials at once.
+        The old one has no live connection, so nothing in flight on it is lost."""
+        with self._lock:
+            if self._stub is not stub:  # another thread did it
+                return
+            old = self._channel
+            self._channel = self._new_channel()
+            self._stub = pb_grpc.CacheStub(self._channel)
+        old.close()
+
+    def _retrying(self, attempt: Callable[[Any, float | None], Any], t: float | None) -> Any:
+        """attempt(stub, timeout) again on a fresh channel while it fails because its
+        connection could not be made (the call never left this process): after 50, 100,
+        200, 400 ms, within _DIAL_RETRY_S of the start and within the timeout t. One
+        failed dial (refused while the server starts, reset under load) costs a pause,
+        not an error; a server that is not there is reported within that time."""
+        t0 = time.monotonic()
+        pause = 0.05
+        while True:
+            stub = self._stub
+            left = None if t is None else t - (time.monotonic() - t0)
+            try:
+                return attempt(stub, left)
+            except HypicError as e:
+                after = time.monotonic() - t0 + pause
+                if not _dial_failed(e) or after > _DIAL_RETRY_S or (t is not None and after >= t):
+                    raise
+            self._redial(stub)
+            time.sleep(pause)
+            pause *= 2
 
     def close(self) -> None:
         """Closes the channel; calls in flight end CANCELLED."""
@@ -161,14 +209,52 @@ class Client:
         m = _SERVICE.methods_by_name.get(method)
         if m is None:
             raise client_error(f"no method '{method}' in hypic.v1.Cache")
-        fn = getattr(self._stub, method)
         t = self.timeout if timeout is _DEFAULT else timeout
+        if m.client_streaming:  # the requests are an iterator: one try
+            fn = getattr(self._stub, method)
+            if m.server_streaming:
+                return _iterate(fn(request, timeout=t, metadata=self._metadata))
+            try:
+                return fn(request, timeout=t, metadata=self._metadata)
+            except grpc.RpcError as e:
+                raise HypicError.from_rpc(e) from None
         if m.server_streaming:
-            return _iterate(fn(request, timeout=t, metadata=self._metadata))
-        try:
-            return fn(request, timeout=t, metadata=self._metadata)
-        except grpc.RpcError as e:
-            raise HypicError.from_rpc(e) from None
+            return self._stream(method, request, t)
+
+        def unary(stub: Any, left: float | None) -> Any:
+            try:
+                return getattr(stub, method)(request, timeout=left, metadata=self._metadata)
+            except grpc.RpcError as e:
+                raise HypicError.from_rpc(e) from None
+
+        return self._retrying(unary, t)
+
+    def _stream(self, method: str, request: Any, t: float | None) -> Iterator[Any]:
+        """A server stream, started now (a Watch sees what happens from here on); when it
+        ends before its first message because its dial failed, it is made again under
+        _retrying for what is left of t."""
+        t0 = time.monotonic()
+        stub = self._stub
+        call = getattr(stub, method)(request, timeout=t, metadata=self._metadata)
+
+        def first(stub: Any, left: float | None) -> tuple[Iterator[Any], list[Any]]:
+            it = _iterate(getattr(stub, method)(request, timeout=left, metadata=self._metadata))
+            return it, list(itertools.islice(it, 1))
+
+        def messages() -> Iterator[Any]:
+            it = _iterate(call)
+            try:
+                head = list(itertools.islice(it, 1))
+            except HypicError as e:
+                if not _dial_failed(e):
+                    raise
+                self._redial(stub)
+                left = None if t is None else t - (time.monotonic() - t0)
+                it, head = self._retrying(first, left)
+            yield from head
+            yield from it
+
+        return messages()
 
     # ---- Lookup, Warm, Prefill --------------------------------------------------------
 
@@ -600,6 +686,16 @@ def _prefill_request(
     if seam is not None:
         rq.seam = seam
     return rq
+
+
+_CONNECT_TIMEOUT_MS = 5000  # one connection attempt, at most (libhypic-client's too)
+_DIAL_RETRY_S = 1.0  # how long a call whose dial failed is tried again (as libhypic-client)
+
+
+def _dial_failed(e: HypicError) -> bool:
+    """Whether a call failed because its channel could not connect: gRPC's pick failure,
+    raised before anything was sent."""
+    return e.code == "UNAVAILABLE" and e.message.startswith("failed to connect to all addresses")
 
 
 def _iterate(call: Any) -> Iterator[Any]:

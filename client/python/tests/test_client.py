@@ -10,8 +10,10 @@ this), or in a venv with the package installed: HYPIC_CACHED=... pytest -q clien
 from __future__ import annotations
 
 import random
+import socket
 import threading
 import time
+from concurrent import futures
 
 import grpc
 import numpy as np
@@ -408,6 +410,55 @@ def test_deadline(daemon: Daemon) -> None:
         with pytest.raises(hypic.HypicError) as e:
             c.prefill(MODEL, DOCS * 8, QUESTION, mode="full")
         assert code_of(e) == "DEADLINE_EXCEEDED"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _health_server(port: int) -> grpc.Server:
+    """A server of Health alone (an empty HealthResponse) on the port."""
+    srv = grpc.server(futures.ThreadPoolExecutor(2))
+    h = grpc.method_handlers_generic_handler(
+        "hypic.v1.Cache", {"Health": grpc.unary_unary_rpc_method_handler(lambda rq, ctx: b"")}
+    )
+    srv.add_generic_rpc_handlers((h,))
+    srv.add_insecure_port(f"127.0.0.1:{port}")
+    srv.start()
+    return srv
+
+
+def test_server_late() -> None:
+    """Nothing listening: UNAVAILABLE with the dial's reason, well within the deadline; a
+    server that starts listening 300 ms into a call, or comes back after it went: served
+    within the call's deadline. Before, a refused dial failed the call and every call after
+    it for gRPC's backoff (1-2 s), with the first failure's message."""
+    port = _free_port()
+    with hypic.Client(f"127.0.0.1:{port}", timeout=5) as c:
+        t0 = time.monotonic()
+        with pytest.raises(hypic.HypicError) as e:
+            c.health()
+        assert code_of(e) == "UNAVAILABLE" and "refused" in e.value.message
+        assert time.monotonic() - t0 < 2.5
+        holder: list[grpc.Server] = []
+        starter = threading.Timer(0.3, lambda: holder.append(_health_server(port)))
+        starter.start()
+        t0 = time.monotonic()
+        c.health()
+        assert time.monotonic() - t0 < 2.5
+        starter.join()
+        srv = holder[0]
+        for _ in range(3):
+            srv.stop(None).wait()
+            with pytest.raises(hypic.HypicError):
+                c.health()
+            srv = _health_server(port)
+            t0 = time.monotonic()
+            c.health()
+            assert time.monotonic() - t0 < 2.5
+        srv.stop(None)
 
 
 def test_generic_call_and_threads(client: hypic.Client) -> None:
