@@ -6,7 +6,7 @@
  *     loopback (tests/cached/daemon_fixture.h, the tests' fixture), called
  *     through libhypic-client, each client thread with a channel (and a connection) of its own;
  *   - in-process: svc_open on the same configuration in this process and
- *     hy_rpc_call_local into svc_handlers[]: the same handler code and the
+ *     hy_rpc_call_local into svc_front_door: the same handler code and the
  *     same (de)serialisation of request and response, without gRPC and the
  *     network.
  * With one client (closed loop) the two paths alternate call by call on the
@@ -518,8 +518,8 @@ static int warm(bench *b)
         if (strcmp(hy_rpc_methods[i].name, "Warm") == 0) mw = &hy_rpc_methods[i];
     if (hyc_open(&o, &cl, &st) || hyc_warm(cl, &w, on_warm, &bad, &st)) {
         fprintf(stderr, "hypic-bench service: Warm: %s\n", st.msg);
-    } else if (hy_rpc_call_local(mw, &w.base, svc_handlers[mw - hy_rpc_methods], b->svc,
-                                 on_warm_local, &bad, NULL, &rs) ||
+    } else if (hy_rpc_call_local(mw, &w.base, svc_front_door, b->svc, on_warm_local, &bad, NULL,
+                                 &rs) ||
                rs.code != HY_RPC_OK) {
         fprintf(stderr, "hypic-bench service: in-process Warm: %s\n", rs.msg);
     } else if (bad) {
@@ -605,7 +605,7 @@ int hy_bench_service(int argc, char **argv)
         for (size_t i = 0; i < hy_rpc_method_count; i++)
             if (strcmp(hy_rpc_methods[i].name, name) == 0) {
                 b.m[k] = &hy_rpc_methods[i];
-                b.h[k] = svc_handlers[i];
+                b.h[k] = svc_front_door;
             }
     }
 

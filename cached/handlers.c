@@ -375,41 +375,50 @@ typedef enum door_limit {
     LIMIT_MESSAGE,   /* PutEntry's chunks: limits.max_message */
 } door_limit;
 
+enum {
+    ON_WORKER = 1 << 0,      /* served by hypic-worker too (svc_handlers gives it these only) */
+    WHILE_DRAINING = 1 << 1, /* answered while the daemon drains */
+    DEDICATED = 1 << 2,      /* a gRPC worker of its own, so that it never waits behind the
+                              * others (svc_dedicated_methods: the probes) */
+};
+
 typedef struct door {
     const char *name; /* the method's, in hy_rpc_methods' order (svc_doors_check) */
     method_fn fn;
     door_who who;
-    bool on_worker;      /* served by hypic-worker too (main.c gives it these handlers only) */
-    bool while_draining; /* answered while the daemon drains */
     door_limit limit;
+    unsigned flags; /* ON_WORKER, WHILE_DRAINING, DEDICATED */
 } door;
 
+/* The method table: a method of hypic.v1 is one row here. */
 static const door k_doors[] = {
-    {"Lookup", do_lookup, WHO_TENANT, false, false, LIMIT_REQUEST},
-    {"Warm", do_warm, WHO_TENANT, false, false, LIMIT_REQUEST},
-    {"Prefill", do_prefill, WHO_TENANT, false, false, LIMIT_REQUEST},
-    {"GetEntry", do_get_entry, WHO_TENANT, false, false, LIMIT_SMALL},
-    {"PutEntry", do_put_entry, WHO_TENANT, false, false, LIMIT_MESSAGE},
-    {"Invalidate", do_invalidate, WHO_TENANT, false, false, LIMIT_SMALL},
-    {"List", do_list, WHO_TENANT, false, false, LIMIT_SMALL},
-    {"Inspect", do_inspect, WHO_TENANT, false, false, LIMIT_SMALL},
-    {"Watch", do_watch, WHO_TENANT, false, false, LIMIT_SMALL},
-    {"Stats", do_stats, WHO_TENANT, true, false, LIMIT_SMALL},
-    {"GetPolicy", do_get_policy, WHO_TENANT, false, false, LIMIT_SMALL},
-    {"SetPolicy", do_set_policy, WHO_ADMIN, false, false, LIMIT_SMALL},
-    {"Health", do_health, WHO_ANYONE, true, true, LIMIT_SMALL},
-    {"OpenTransport", do_open_transport, WHO_TENANT, false, false, LIMIT_SMALL},
-    {"CloseTransport", do_close_transport, WHO_TENANT, false, false, LIMIT_SMALL},
-    {"Build", do_build, WHO_TENANT, true, false, LIMIT_REQUEST},
-    {"Pin", do_pin, WHO_TENANT, false, false, LIMIT_SMALL},
-    {"Unpin", do_unpin, WHO_TENANT, false, false, LIMIT_SMALL},
+    {"Lookup", do_lookup, WHO_TENANT, LIMIT_REQUEST, 0},
+    {"Warm", do_warm, WHO_TENANT, LIMIT_REQUEST, 0},
+    {"Prefill", do_prefill, WHO_TENANT, LIMIT_REQUEST, 0},
+    {"GetEntry", do_get_entry, WHO_TENANT, LIMIT_SMALL, 0},
+    {"PutEntry", do_put_entry, WHO_TENANT, LIMIT_MESSAGE, 0},
+    {"Invalidate", do_invalidate, WHO_TENANT, LIMIT_SMALL, 0},
+    {"List", do_list, WHO_TENANT, LIMIT_SMALL, 0},
+    {"Inspect", do_inspect, WHO_TENANT, LIMIT_SMALL, 0},
+    {"Watch", do_watch, WHO_TENANT, LIMIT_SMALL, 0},
+    {"Stats", do_stats, WHO_TENANT, LIMIT_SMALL, ON_WORKER},
+    {"GetPolicy", do_get_policy, WHO_TENANT, LIMIT_SMALL, 0},
+    {"SetPolicy", do_set_policy, WHO_ADMIN, LIMIT_SMALL, 0},
+    {"Health", do_health, WHO_ANYONE, LIMIT_SMALL, ON_WORKER | WHILE_DRAINING | DEDICATED},
+    {"OpenTransport", do_open_transport, WHO_TENANT, LIMIT_SMALL, 0},
+    {"CloseTransport", do_close_transport, WHO_TENANT, LIMIT_SMALL, 0},
+    {"Build", do_build, WHO_TENANT, LIMIT_REQUEST, ON_WORKER},
+    {"Pin", do_pin, WHO_TENANT, LIMIT_SMALL, 0},
+    {"Unpin", do_unpin, WHO_TENANT, LIMIT_SMALL, 0},
 };
+#define NDOORS (sizeof k_doors / sizeof k_doors[0])
+_Static_assert(NDOORS == SVC_METHODS, "SVC_METHODS counts the rows of k_doors");
 
 int svc_doors_check(hy_err *err)
 {
-    if (sizeof k_doors / sizeof k_doors[0] != hy_rpc_method_count)
-        return hy_err_set(err, HY_EINVAL, "internal: %zu doors for %zu methods",
-                          sizeof k_doors / sizeof k_doors[0], hy_rpc_method_count);
+    if (NDOORS != hy_rpc_method_count)
+        return hy_err_set(err, HY_EINVAL, "internal: %zu doors for %zu methods", NDOORS,
+                          hy_rpc_method_count);
     for (size_t i = 0; i < hy_rpc_method_count; i++)
         if (strcmp(k_doors[i].name, hy_rpc_methods[i].name) != 0)
             return hy_err_set(err, HY_EINVAL, "internal: door %zu is %s, the method %s", i,
@@ -417,9 +426,18 @@ int svc_doors_check(hy_err *err)
     return HY_OK;
 }
 
-bool svc_method_on_worker(size_t idx)
+void svc_handlers(hy_rpc_handler out[SVC_METHODS], bool worker)
 {
-    return idx < hy_rpc_method_count && k_doors[idx].on_worker;
+    for (size_t i = 0; i < NDOORS; i++)
+        out[i] = !worker || (k_doors[i].flags & ON_WORKER) ? svc_front_door : NULL;
+}
+
+void svc_dedicated_methods(const char *out[SVC_METHODS + 1])
+{
+    size_t n = 0;
+    for (size_t i = 0; i < NDOORS; i++)
+        if (k_doors[i].flags & DEDICATED) out[n++] = k_doors[i].name;
+    out[n] = NULL;
 }
 
 size_t svc_request_limit(const hy_cached_config *cfg)
@@ -456,7 +474,7 @@ static hy_rpc_code admit(rq *r, const door *d, size_t idx, bool *entered,
 {
     hy_svc *s = r->s;
     *entered = false;
-    if (s->draining && !d->while_draining)
+    if (s->draining && !(d->flags & WHILE_DRAINING))
         return h_fail(r, HY_RPC_UNAVAILABLE, "the server is shutting down");
     if (d->who != WHO_ANYONE) {
         hy_rpc_code c = svc_enter(s, r->call, &r->who, r->msg, sizeof r->msg);
@@ -509,8 +527,7 @@ static void run(void *app, hy_rpc_call *call, size_t idx)
                c ? r.msg : "", c ? "\"" : "");
 }
 
-/* Every method's handler: the call says which method it is. */
-static void front_door(void *app, hy_rpc_call *call, const ProtobufCMessage *req)
+void svc_front_door(void *app, hy_rpc_call *call, const ProtobufCMessage *req)
 {
     (void)req; /* received in admit, within the method's limit */
     const hy_rpc_method *m = hy_rpc_call_method(call);
@@ -520,9 +537,3 @@ static void front_door(void *app, hy_rpc_call *call, const ProtobufCMessage *req
     }
     run(app, call, (size_t)(m - hy_rpc_methods));
 }
-
-/* In hy_rpc_methods' order (hypic.proto's): the same door for each. */
-const hy_rpc_handler svc_handlers[] = {
-    front_door, front_door, front_door, front_door, front_door, front_door, front_door, front_door,
-    front_door, front_door, front_door, front_door, front_door, front_door, front_door, front_door,
-    front_door, front_door};

@@ -306,7 +306,8 @@ int main(int argc, char **argv)
         stop_service(&svc);
         return 1;
     }
-    static const char *const dedicated[] = {"Health", NULL}; /* probes never wait */
+    const char *dedicated[SVC_METHODS + 1]; /* probes never wait */
+    svc_dedicated_methods(dedicated);
     hy_rpc_server_config rc = {.address = cfg.listen,
                                .workers = (int)cfg.workers,
                                .max_message = cfg.max_message,
@@ -322,14 +323,13 @@ int main(int argc, char **argv)
     hy_http *web = NULL;
     char grpc_addr[HY_CFG_ADDR_MAX + 8], http_addr[HY_CFG_ADDR_MAX + 8] = "";
     hy_http_handlers hh = {.app = &svc, .metrics = svc_metrics_render, .ready = svc_ready};
+    hy_rpc_handler handlers[SVC_METHODS];
 #ifdef HY_CACHED_WORKER
-    hy_rpc_handler handlers[SVC_METHODS] = {0};
+    svc_handlers(handlers, true);
     const bool router = false;
-    for (size_t m = 0; m < hy_rpc_method_count; m++)
-        if (svc_method_on_worker(m)) handlers[m] = svc_handlers[m];
     const bool transports = false;
 #else
-    const hy_rpc_handler *handlers = svc_handlers;
+    svc_handlers(handlers, false);
     const bool transports = true;
     const bool router = true;
 #endif

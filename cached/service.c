@@ -609,9 +609,6 @@ int svc_open(hy_svc *s, const hy_cached_config *cfg, hy_err *err)
         hy_hist_init(&s->met.ttft[i], hy_hist_latency_bounds, hy_hist_latency_nb);
     int drc = svc_doors_check(err);
     if (drc) return drc;
-    if (hy_rpc_method_count != SVC_METHODS)
-        return hy_err_set(err, HY_EINVAL, "internal: %zu methods, SVC_METHODS says %d",
-                          hy_rpc_method_count, SVC_METHODS);
     for (int i = 0; i <= SVC_METHODS; i++)
         hy_hist_init(&s->met.latency[i], hy_hist_latency_bounds, hy_hist_latency_nb);
     int rc = tenants_from(cfg, &s->tenants, &s->ntenants, &s->open_access, err);

@@ -113,7 +113,7 @@ typedef struct svc_hub {
 
 /* Per-mode TTFT histograms and per-method, per-status counts. */
 #define SVC_CODES   17
-#define SVC_METHODS 18 /* hy_rpc_method_count (svc_open checks) */
+#define SVC_METHODS 18 /* the method table's rows (handlers.c), hy_rpc_method_count */
 typedef struct svc_metrics {
     hy_hist ttft[HY_MODE_COUNT];
     hy_hist latency[SVC_METHODS + 1]; /* per method (and unknown ones), seconds */
@@ -280,15 +280,20 @@ bool svc_ready(void *app, char *why, size_t cap);
 
 /* --- handlers.c ------------------------------------------------------------ */
 
-/* hy_rpc_method_count handlers in hy_rpc_methods' order: each is the front
- * door (the method's row: who may call it, where and when, its message
- * limit) and then the method. They receive their own request: serve them
- * with hy_rpc_server_config.handler_receives. */
-extern const hy_rpc_handler svc_handlers[];
-/* The rows are the methods' (names, order): HY_EINVAL otherwise. */
+/* Every method's handler: the front door (the method's row in handlers.c's
+ * table: who may call it, where and when, its message limit) and then the
+ * method. It receives its own request: serve it with
+ * hy_rpc_server_config.handler_receives. */
+void svc_front_door(void *app, hy_rpc_call *call, const ProtobufCMessage *req);
+/* The rpc server's handlers, in hy_rpc_methods' order: the front door for
+ * each method, or (worker) for those hypic-worker serves and NULL
+ * (UNIMPLEMENTED) for the rest. */
+void svc_handlers(hy_rpc_handler out[SVC_METHODS], bool worker);
+/* The methods that get a gRPC worker of their own (hy_rpc_server_config.
+ * dedicated), NULL-terminated. */
+void svc_dedicated_methods(const char *out[SVC_METHODS + 1]);
+/* The table's rows are the methods' (names, order): HY_EINVAL otherwise. */
 int svc_doors_check(hy_err *err);
-/* Whether method idx (of hy_rpc_methods) is served by hypic-worker. */
-bool svc_method_on_worker(size_t idx);
 /* The largest request method idx takes, bytes: a small one's
  * SVC_SMALL_REQUEST, one of segments svc_request_limit, PutEntry's chunks
  * limits.max_message. */

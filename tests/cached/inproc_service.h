@@ -2,7 +2,7 @@
  * The service in the test's own process, as fuzz_service and
  * test_alloc_faults run it: svc_open on a fresh `tiny` model, a small host
  * tier, one executor thread, and segments of token ids to warm and ask
- * about; calls go through hy_rpc_call_local into svc_handlers (the front
+ * about; calls go through hy_rpc_call_local into svc_front_door (the front
  * door, the handlers, the store and the codec, without gRPC).
  */
 #ifndef HY_TEST_INPROC_SERVICE_H

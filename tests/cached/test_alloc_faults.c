@@ -1,6 +1,6 @@
 /*
  * Allocation faults on the request path (SQLite's habit): the service runs
- * in this process (svc_open, hy_rpc_call_local into svc_handlers: the front
+ * in this process (svc_open, hy_rpc_call_local into svc_front_door: the front
  * door, the handlers, the store, the codec), and for each method the Nth
  * allocation the call makes from the project's own code fails, for N = 1, 2,
  * ... until the call makes fewer than N. Every call must end with a status
@@ -136,7 +136,6 @@ static void sweep_with(const char *name, const ProtobufCMessage *req,
                        bool (*check)(int code))
 {
     const hy_rpc_method *m = hy_rpc_method_named(name);
-    const size_t idx = (size_t)(m - hy_rpc_methods);
     int codes[17] = {0};
     long n;
     for (n = 0; n < 20000; n++) {
@@ -145,9 +144,9 @@ static void sweep_with(const char *name, const ProtobufCMessage *req,
         t_fired = false;
         t_countdown = n;
         const int rc =
-            reqs ? hy_rpc_call_local_stream(m, reqs, nreqs, svc_handlers[idx], &g_svc, NULL, NULL,
+            reqs ? hy_rpc_call_local_stream(m, reqs, nreqs, svc_front_door, &g_svc, NULL, NULL,
                                             NULL, &st)
-                 : hy_rpc_call_local(m, req, svc_handlers[idx], &g_svc, NULL, NULL, NULL, &st);
+                 : hy_rpc_call_local(m, req, svc_front_door, &g_svc, NULL, NULL, NULL, &st);
         t_countdown = -1;
         const bool fired = t_fired;
         CU_ASSERT_EQUAL(rc, 0);
@@ -292,7 +291,7 @@ int main(void)
     w.n_segments = NSEG;
     w.segments = g_sp;
     hy_rpc_status st;
-    if (hy_rpc_call_local(hy_rpc_method_named("Warm"), &w.base, svc_handlers[1], &g_svc, on_warm,
+    if (hy_rpc_call_local(hy_rpc_method_named("Warm"), &w.base, svc_front_door, &g_svc, on_warm,
                           NULL, NULL, &st) ||
         st.code) {
         fprintf(stderr, "warm: %s\n", st.msg);

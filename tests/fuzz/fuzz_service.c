@@ -1,7 +1,7 @@
 /*
  * fuzz_service: every request that decodes, through the daemon's own
  * handlers — the validation and every path behind it — in-process
- * (hy_rpc_call_local into svc_handlers), against a service on the tiny model
+ * (hy_rpc_call_local into svc_front_door), against a service on the tiny model
  * with a host tier holding a few warmed entries.
  *
  * Input: as fuzz_request's (byte 0 picks the method; the rest is the
@@ -50,7 +50,7 @@ static void setup(void)
     w.n_segments = 3;
     w.segments = sp;
     hy_rpc_status st;
-    FUZZ_CHECK(hy_rpc_call_local(&hy_rpc_methods[1], &w.base, svc_handlers[1], &g_svc, NULL, NULL,
+    FUZZ_CHECK(hy_rpc_call_local(&hy_rpc_methods[1], &w.base, svc_front_door, &g_svc, NULL, NULL,
                                  NULL, &st) == 0 &&
                    st.code == HY_RPC_OK,
                "warm: %s", st.msg);
@@ -68,14 +68,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     hy_err e = {0};
     if (hy_rpc_unpack(m->request, data + 1, size - 1, 4u << 20, &req, &e) != 0) return 0;
     hy_rpc_status st = {0};
-    const int rc = hy_rpc_call_local(m, req, svc_handlers[idx], &g_svc, NULL, NULL, NULL, &st);
+    const int rc = hy_rpc_call_local(m, req, svc_front_door, &g_svc, NULL, NULL, NULL, &st);
     protobuf_c_message_free_unpacked(req, NULL);
     FUZZ_CHECK(rc == 0, "%s: the local call failed (%d)", m->name, rc);
     FUZZ_CHECK(st.code >= 0 && st.code <= 16, "%s: status %d is not a gRPC code", m->name, st.code);
     FUZZ_CHECK(st.code != HY_RPC_INTERNAL && st.code != HY_RPC_UNKNOWN, "%s: %d: %s", m->name,
                st.code, st.msg);
     Hypic__V1__HealthRequest h = HYPIC__V1__HEALTH_REQUEST__INIT;
-    FUZZ_CHECK(hy_rpc_call_local(&hy_rpc_methods[12], &h.base, svc_handlers[12], &g_svc, NULL, NULL,
+    FUZZ_CHECK(hy_rpc_call_local(&hy_rpc_methods[12], &h.base, svc_front_door, &g_svc, NULL, NULL,
                                  NULL, &st) == 0 &&
                    st.code == HY_RPC_OK,
                "Health after %s: %s", m->name, st.msg);
