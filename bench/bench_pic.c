@@ -741,13 +741,9 @@ int hy_bench_pic(int argc, char **argv)
     for (int i = 0; i < n_compose; i++) compose_mean_us += compose_s[i] * 1e6 / n_compose;
     const double over_p50 = hy_bench_median(over_pct, (size_t)n_over);
 
-    static const char *const run_name[NRUN] = {"full",
-                                               "prefix",
-                                               "pic",
-                                               "noseam",
-                                               "naive",
-                                               "pic, entries from NVMe",
-                                               "pic, entries in memory"};
+    const char *run_name[NRUN] = {
+        [PIC_NVME] = "pic, entries from NVMe", [PIC_MEM] = "pic, entries in memory"};
+    for (int m = 0; m < HY_MODE_COUNT; m++) run_name[m] = hy_mode_name((hy_mode)m);
     double mla_p50[2] = {0};
     for (int m = 0; m < 2; m++) {
         qsort(mla_ms[m], (size_t)nreq, sizeof *mla_ms[m], hy_bench_cmp_double);

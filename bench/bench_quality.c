@@ -58,13 +58,13 @@ enum { NW = sizeof k_ws / sizeof *k_ws, W8 = 3 };
 
 /* The configurations each request runs in. */
 enum {
-    C_FULL,
-    C_PREFIX,
-    C_PIC,      /* W = 8 */
-    C_NOSEAM,   /* the mode: W = 0 entries */
-    C_NAIVE,    /* W = 8 */
-    C_PIC_BF16, /* W = 8, S in bf16 */
-    C_PIC_W0,   /* pic at W = k_ws[i]: C_PIC_W0 + i */
+    C_FULL = HY_MODE_FULL, /* C_FULL..C_NAIVE: the modes, in hy_mode's order */
+    C_PREFIX = HY_MODE_PREFIX,
+    C_PIC = HY_MODE_PIC,       /* W = 8 */
+    C_NOSEAM = HY_MODE_NOSEAM, /* the mode: W = 0 entries */
+    C_NAIVE = HY_MODE_NAIVE,   /* W = 8 */
+    C_PIC_BF16,                /* W = 8, S in bf16 */
+    C_PIC_W0,                  /* pic at W = k_ws[i]: C_PIC_W0 + i */
     C_NAIVE_W0 = C_PIC_W0 + NW,
     C_COUNT = C_NAIVE_W0 + NW,
     C_REPR0 = C_COUNT /* pic at W = 8 in representation i: C_REPR0 + i */
@@ -233,8 +233,8 @@ static const char *g_repr_name[MAX_REPRS];
 
 static const char *config_name(int c, char *buf, size_t cap)
 {
-    static const char *fixed[] = {"full", "prefix", "pic", "noseam", "naive", "pic_bf16"};
-    if (c < C_PIC_W0) return fixed[c];
+    if (c < C_PIC_BF16) return hy_mode_name((hy_mode)c); /* C_FULL..C_NAIVE: the modes */
+    if (c == C_PIC_BF16) return "pic_bf16";
     if (c >= C_REPR0) {
         snprintf(buf, cap, "pic_%s", g_repr_name[c - C_REPR0]);
         return buf;
@@ -475,9 +475,8 @@ int hy_bench_quality(int argc, char **argv)
         }
         static const char *kn[] = {"2", "4", "8", "16", "other"},
                           *pn[] = {"first", "middle", "last"}, *sn[] = {"in seam", "after"};
-        static const char *mn[] = {"full", "prefix", "pic", "noseam", "naive"};
         printf("\n%-8s", "by");
-        for (int m = 0; m < C_PIC_BF16; m++) printf(" %8s", mn[m]);
+        for (int m = 0; m < C_PIC_BF16; m++) printf(" %8s", hy_mode_name((hy_mode)m));
         printf("\n");
         for (int x = 0; x < NK + NPLACE + NSEAM; x++) {
             const tally *row = NULL;

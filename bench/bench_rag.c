@@ -56,7 +56,7 @@ enum { MAX_RATES = 16, MODES = 3, MAX_SENDERS = 256 };
 #define SLO_MS_DEFAULT 5000.0
 #define RATES_DEFAULT  "0.1,0.2,0.3,0.5,0.8,1.2,2,3"
 
-static const char *const k_mode[MODES] = {"full", "prefix", "pic"};
+static const hy_mode k_mode[MODES] = {HY_MODE_FULL, HY_MODE_PREFIX, HY_MODE_PIC};
 static const Hypic__V1__Mode k_mode_rpc[MODES] = {
     HYPIC__V1__MODE__MODE_FULL, HYPIC__V1__MODE__MODE_PREFIX, HYPIC__V1__MODE__MODE_PIC};
 
@@ -332,7 +332,7 @@ static int warmup(const hy_rag_trace *t, hy_rag_wire *w, size_t n, const char *t
     if (!rc)
         printf("  %-6s warm-up: %zu requests one at a time in %.1f s, reuse %ld/%ld segments "
                "(not measured)\n",
-               k_mode[m], n, hy_now_s() - t0, hits, segs);
+               hy_mode_name(k_mode[m]), n, hy_now_s() - t0, hits, segs);
     return rc;
 }
 
@@ -839,7 +839,7 @@ int hy_bench_rag(int argc, char **argv)
             if (!count[k]) {
                 printf("  %-6s the trace has no request left for %g/s: stopped (a longer trace, "
                        "or a shorter --duration)\n",
-                       k_mode[m], o.rates[k]);
+                       hy_mode_name(k_mode[m]), o.rates[k]);
                 break;
             }
             if (run_one(&t, w, first[k], count[k], d.grpc, m, o.rates[k], window[k], o.drain,
@@ -850,15 +850,15 @@ int hy_bench_rag(int argc, char **argv)
                    "p99 %9.1f ms  "
                    "server p50 %8.1f ms  %zu requests in %.0f s, %zu errors, %zu timeouts, "
                    "%zu unsent",
-                   k_mode[m], r->offered, r->realized, r->achieved, r->p50, r->p99, r->server_p50,
-                   r->requests, window[k], r->errors, r->timeouts, r->unsent);
+                   hy_mode_name(k_mode[m]), r->offered, r->realized, r->achieved, r->p50, r->p99,
+                   r->server_p50, r->requests, window[k], r->errors, r->timeouts, r->unsent);
             if (m) printf(", reuse %ld/%ld segments", r->hits, r->segs);
             printf("\n");
             fflush(stdout);
             if (!(r->p99 <= o.slo_ms) && !o.all_rates) {
                 if (k + 1 < o.nrates)
                     printf("  %-6s over the SLO: higher rates skipped (--all-rates runs them)\n",
-                           k_mode[m]);
+                           hy_mode_name(k_mode[m]));
                 break;
             }
         }
@@ -878,7 +878,8 @@ int hy_bench_rag(int argc, char **argv)
     const double ratio = qps[1] > 0 ? qps[2] / qps[1] : NAN;
     printf("\nsustainable load under the SLO (p99 TTFT <= %.0f ms):\n", o.slo_ms);
     for (int m = 0; m < MODES; m++)
-        printf("  %-6s %s%.3f requests/s\n", k_mode[m], capped[m] ? ">= " : "", qps[m]);
+        printf("  %-6s %s%.3f requests/s\n", hy_mode_name(k_mode[m]), capped[m] ? ">= " : "",
+               qps[m]);
     if (isfinite(ratio))
         printf("pic / prefix: %.2fx (target >= 2; the paper: 1.66)\n", ratio);
     else
@@ -921,10 +922,11 @@ int hy_bench_rag(int argc, char **argv)
            o.warm ? "true" : "false", nwarm, o.slo_ms);
     for (int k = 0; k < o.nrates; k++) printf("%s%g", k ? "," : "", o.rates[k]);
     printf("],\"qps_at_slo\":{");
-    for (int m = 0; m < MODES; m++) printf("%s\"%s\":%.4f", m ? "," : "", k_mode[m], qps[m]);
+    for (int m = 0; m < MODES; m++)
+        printf("%s\"%s\":%.4f", m ? "," : "", hy_mode_name(k_mode[m]), qps[m]);
     printf("},\"qps_at_slo_capped\":{");
     for (int m = 0; m < MODES; m++)
-        printf("%s\"%s\":%s", m ? "," : "", k_mode[m], capped[m] ? "true" : "false");
+        printf("%s\"%s\":%s", m ? "," : "", hy_mode_name(k_mode[m]), capped[m] ? "true" : "false");
     printf("},\"qps_ratio\":");
     if (isfinite(ratio))
         printf("%.4f", ratio);
@@ -935,7 +937,7 @@ int hy_bench_rag(int argc, char **argv)
     for (int fld = 0; fld < 5; fld++) {
         printf(",\"%s\":{", k_field[fld]);
         for (int m = 0; m < MODES; m++) {
-            printf("%s\"%s\":{", m ? "," : "", k_mode[m]);
+            printf("%s\"%s\":{", m ? "," : "", hy_mode_name(k_mode[m]));
             bool first = true;
             for (int k = 0; k < o.nrates; k++) {
                 const result *r = &res[m][k];

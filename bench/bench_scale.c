@@ -48,10 +48,9 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { MAXK = 16, NMODES = 5, QUERY = 16, SEAM = 8 };
-enum { FULL, PREFIX, PIC, NOSEAM, NAIVE }; /* indices of k_mode, k_mode_name */
+enum { MAXK = 16, NMODES = HY_MODE_COUNT, QUERY = 16, SEAM = 8 };
 #define SLOW_MS 60e3
-static const char *const k_mode_name[NMODES] = {"full", "prefix", "pic", "noseam", "naive"};
+/* the request's mode for each hy_mode */
 static const Hypic__V1__Mode k_mode[NMODES] = {
     HYPIC__V1__MODE__MODE_FULL, HYPIC__V1__MODE__MODE_PREFIX, HYPIC__V1__MODE__MODE_PIC,
     HYPIC__V1__MODE__MODE_NOSEAM, HYPIC__V1__MODE__MODE_NAIVE};
@@ -190,12 +189,12 @@ static double mode_flops(const scale *x, int m, const int *pick, int k)
 {
     int64_t pos = 0;
     double f = 0;
-    const int W = m == NOSEAM ? 0 : SEAM;
+    const int W = m == HY_MODE_NOSEAM ? 0 : SEAM;
     for (int i = 0; i < k; i++) {
-        if (m >= PIC && W) f += hy_config_prefill_flops(&x->cfg, pos, W);
+        if (m >= HY_MODE_PIC && W) f += hy_config_prefill_flops(&x->cfg, pos, W);
         pos += (int64_t)x->docs[pick[i]].n;
     }
-    if (m <= PREFIX) return hy_config_prefill_flops(&x->cfg, 0, pos + QUERY);
+    if (m <= HY_MODE_PREFIX) return hy_config_prefill_flops(&x->cfg, 0, pos + QUERY);
     return f + hy_config_prefill_flops(&x->cfg, pos, QUERY);
 }
 
@@ -292,11 +291,11 @@ static int run_request(scale *x, hyc *c, pid_t pid, int ki, int m, const int *pi
     rq.n_query = QUERY;
     rq.query = query;
     rq.mode = k_mode[m];
-    if (m == NOSEAM) {
+    if (m == HY_MODE_NOSEAM) {
         rq.seam_opt_case = HYPIC__V1__PREFILL_REQUEST__SEAM_OPT_SEAM;
         rq.seam = 0;
     }
-    if (m >= PIC) rq.reuse = HYPIC__V1__PREFILL_REQUEST__REUSE__REUSE_FETCH;
+    if (m >= HY_MODE_PIC) rq.reuse = HYPIC__V1__PREFILL_REQUEST__REUSE__REUSE_FETCH;
     const long rss0 = hy_bench_proc_status_kb(pid, "VmRSS");
     const bool peak = reset_peak(pid);
     const int rep = cl->n;
@@ -307,14 +306,14 @@ static int run_request(scale *x, hyc *c, pid_t pid, int ki, int m, const int *pi
     const long rss1 = hy_bench_proc_status_kb(pid, "VmRSS"); /* what the request left held */
     free(sp);
     if (rc) {
-        fprintf(stderr, "hypic-bench scale: k %d, %s: %s\n", k, k_mode_name[m], st.msg);
+        fprintf(stderr, "hypic-bench scale: k %d, %s: %s\n", k, hy_mode_name((hy_mode)m), st.msg);
         return 1;
     }
     uint64_t fetched = 0;
     int hits = 0;
     for (size_t i = 0; i < pr->n_segments; i++)
         if (pr->segments[i]->kind == HYPIC__V1__SEGMENT_OUTCOME__KIND__KIND_HIT) {
-            fetched += x->docs[pick[i]].bytes[m == NOSEAM];
+            fetched += x->docs[pick[i]].bytes[m == HY_MODE_NOSEAM];
             hits++;
         }
     cl->ttft_ms[rep] = pr->timings->ttft_ms;
@@ -330,7 +329,7 @@ static int run_request(scale *x, hyc *c, pid_t pid, int ki, int m, const int *pi
     cl->n = rep + 1;
     printf("  k %3d  %-6s  TTFT %9.1f ms (limit %8.1f)  peak RSS %7.1f MiB (+%.1f, held "
            "%+.1f)  computed %6llu  hits %3d  fetched %7.1f MiB\n",
-           k, k_mode_name[m], cl->ttft_ms[rep], cl->limit_ms[rep], cl->peak_mb[rep],
+           k, hy_mode_name((hy_mode)m), cl->ttft_ms[rep], cl->limit_ms[rep], cl->peak_mb[rep],
            cl->grow_mb[rep], cl->held_mb[rep], (unsigned long long)pr->tokens_computed, hits,
            cl->fetched_mb[rep]);
     fflush(stdout);
@@ -352,7 +351,7 @@ static void plot(const scale *x, double med[MAXK][NMODES])
         return;
     }
     fprintf(f, "# k");
-    for (int m = 0; m < NMODES; m++) fprintf(f, " %s_ttft_ms", k_mode_name[m]);
+    for (int m = 0; m < NMODES; m++) fprintf(f, " %s_ttft_ms", hy_mode_name((hy_mode)m));
     fprintf(f, "\n");
     for (int i = 0; i < x->nk; i++) {
         fprintf(f, "%d", x->ks[i]);
@@ -375,7 +374,7 @@ static void plot(const scale *x, double med[MAXK][NMODES])
         if (!x->on[m]) continue;
         at += snprintf(script + at, sizeof script - (size_t)at,
                        "%s'scale.dat' using 1:%d with linespoints title '%s'", first ? "" : ", ",
-                       m + 2, k_mode_name[m]);
+                       m + 2, hy_mode_name((hy_mode)m));
         first = false;
     }
     snprintf(script + at, sizeof script - (size_t)at, "\n");
@@ -412,13 +411,12 @@ int hy_bench_scale(int argc, char **argv)
             char buf[128];
             snprintf(buf, sizeof buf, "%s", v);
             for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
-                int m = 0;
-                while (m < NMODES && strcmp(t, k_mode_name[m])) m++;
-                if (m == NMODES) {
-                    fprintf(stderr,
-                            "hypic-bench scale: --modes: '%s' is not full, prefix, pic, noseam "
-                            "or naive\n",
-                            t);
+                hy_mode m;
+                if (hy_mode_parse(t, &m)) {
+                    fprintf(stderr, "hypic-bench scale: --modes: '%s' is not a mode (", t);
+                    for (int k = 0; k < NMODES; k++)
+                        fprintf(stderr, "%s%s", k ? ", " : "", hy_mode_name((hy_mode)k));
+                    fprintf(stderr, ")\n");
                     return 2;
                 }
                 x.on[m] = true;
@@ -530,8 +528,8 @@ int hy_bench_scale(int argc, char **argv)
            (int)d.pid, d.grpc, host_mb, x.sgemm / 1e9, x.read_bw / 1e9, x.ndocs, x.min_tok,
            x.max_tok, total_tok, SEAM);
     fflush(stdout);
-    if ((x.on[PIC] || x.on[NAIVE]) && warm_all(&x, c, SEAM, 0)) goto out;
-    if (x.on[NOSEAM] && warm_all(&x, c, 0, 1)) goto out;
+    if ((x.on[HY_MODE_PIC] || x.on[HY_MODE_NAIVE]) && warm_all(&x, c, SEAM, 0)) goto out;
+    if (x.on[HY_MODE_NOSEAM] && warm_all(&x, c, 0, 1)) goto out;
     const long rss_warm = hy_bench_proc_status_kb(d.pid, "VmRSS");
     printf("the daemon's resident set after warming: %.1f MiB\n\n", (double)rss_warm / 1024);
     hy_rng r;
@@ -593,7 +591,7 @@ int hy_bench_scale(int argc, char **argv)
         for (int m = 0; m < NMODES; m++) {
             if (!x.on[m]) continue;
             printf(" %3d  %-6s %2.0f %10.1f  %10.1f  %7.2f  %12.1f %6.1f %6.1f  %8.0f  %11.1f\n",
-                   x.ks[ki], k_mode_name[m], runs[ki][m], med[ki][m], lim[ki][m],
+                   x.ks[ki], hy_mode_name((hy_mode)m), runs[ki][m], med[ki][m], lim[ki][m],
                    med[ki][m] > 0 ? lim[ki][m] / med[ki][m] : 0.0, peak[ki][m], grow[ki][m],
                    held[ki][m], comp[ki][m], fetch[ki][m]);
         }
@@ -615,19 +613,20 @@ int hy_bench_scale(int argc, char **argv)
         }
         printf("  %-6s slope %.2f (%.2f)   b %.3f ms/segment  c %.5f ms/segment^2  quadratic "
                "share %.0f%%\n",
-               k_mode_name[m], slope_all[m], slope_top[m], coef[m][0], coef[m][1],
+               hy_mode_name((hy_mode)m), slope_all[m], slope_top[m], coef[m][0], coef[m][1],
                100 * quad_share[m]);
     }
-    if (x.on[FULL] && x.on[PIC] && coef[FULL][1] > 0)
+    if (x.on[HY_MODE_FULL] && x.on[HY_MODE_PIC] && coef[HY_MODE_FULL][1] > 0)
         printf("  pic's quadratic term over full's: %.4f (its seams attend over the context: "
                "W / L of full's at most)\n",
-               coef[PIC][1] / coef[FULL][1]);
+               coef[HY_MODE_PIC][1] / coef[HY_MODE_FULL][1]);
     int kmi = 0;
     for (int i = 0; i < x.nk; i++)
         if (x.ks[i] == kmax) kmi = i;
-    if (x.on[FULL] && x.on[PIC])
+    if (x.on[HY_MODE_FULL] && x.on[HY_MODE_PIC])
         printf("\nat k = %d: pic's TTFT %.1f ms against full's %.1f ms: %.1fx faster\n", kmax,
-               med[kmi][PIC], med[kmi][FULL], med[kmi][FULL] / med[kmi][PIC]);
+               med[kmi][HY_MODE_PIC], med[kmi][HY_MODE_FULL],
+               med[kmi][HY_MODE_FULL] / med[kmi][HY_MODE_PIC]);
     plot(&x, med);
 
     /* the JSON line */
@@ -647,7 +646,7 @@ int hy_bench_scale(int argc, char **argv)
         bool first = true;
         for (int m = 0; m < NMODES; m++) {
             if (!x.on[m]) continue;
-            printf("%s\"%s\":[", first ? "" : ",", k_mode_name[m]);
+            printf("%s\"%s\":[", first ? "" : ",", hy_mode_name((hy_mode)m));
             for (int i = 0; i < x.nk; i++) {
                 const double v = tabs[f][i][m];
                 printf(isfinite(v) ? "%s%.3f" : "%snull", i ? "," : "", v);
@@ -665,13 +664,13 @@ int hy_bench_scale(int argc, char **argv)
         for (int m = 0; m < NMODES; m++) {
             if (!x.on[m]) continue;
             printf(isfinite(gv[g][m]) ? "%s\"%s\":%.3f" : "%s\"%s\":null", first ? "" : ",",
-                   k_mode_name[m], gv[g][m]);
+                   hy_mode_name((hy_mode)m), gv[g][m]);
             first = false;
         }
         printf("}");
     }
-    if (x.on[FULL] && x.on[PIC])
-        printf(",\"pic_speedup_at_kmax\":%.3f", med[kmi][FULL] / med[kmi][PIC]);
+    if (x.on[HY_MODE_FULL] && x.on[HY_MODE_PIC])
+        printf(",\"pic_speedup_at_kmax\":%.3f", med[kmi][HY_MODE_FULL] / med[kmi][HY_MODE_PIC]);
     printf(",\"quick\":%s}\n", x.quick ? "true" : "false");
     rc = 0;
 out:

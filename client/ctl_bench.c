@@ -357,13 +357,7 @@ int ctl_bench(ctl *x, int argc, char **argv)
             text = v;
             in_segments = false;
         } else if ((r = ctl_arg(x, argc, argv, &i, "--mode", &v))) {
-            if (r < 0) return CTL_USAGE;
-            static const char *const modes[] = {"", "full", "prefix", "pic", "noseam", "naive"};
-            b.mode = 0;
-            for (int m = 1; m < 6; m++)
-                if (strcmp(v, modes[m]) == 0) b.mode = (Hypic__V1__Mode)m;
-            if (!b.mode)
-                return ctl_usage(x, "--mode: '%s' is not full, prefix, pic, noseam or naive", v);
+            if (r < 0 || ctl_mode(x, "--mode", v, &b.mode)) return CTL_USAGE;
             mode_set = true;
         } else if (ctl_flag(argv[i], "--no-warm")) {
             warm = false;

@@ -317,25 +317,6 @@ int ctl_warm(ctl *x, int argc, char **argv)
 
 /* ---- prefill ---- */
 
-static int parse_mode(const ctl *x, const char *v, Hypic__V1__Mode *out)
-{
-    static const struct {
-        const char *name;
-        Hypic__V1__Mode mode;
-    } modes[] = {{"full", HYPIC__V1__MODE__MODE_FULL},
-                 {"prefix", HYPIC__V1__MODE__MODE_PREFIX},
-                 {"pic", HYPIC__V1__MODE__MODE_PIC},
-                 {"noseam", HYPIC__V1__MODE__MODE_NOSEAM},
-                 {"naive", HYPIC__V1__MODE__MODE_NAIVE}};
-    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
-        if (strcmp(v, modes[i].name) == 0) {
-            *out = modes[i].mode;
-            return CTL_OK;
-        }
-    }
-    return ctl_usage(x, "--mode: '%s' is not full, prefix, pic, noseam or naive", v);
-}
-
 static void print_prefill(const Hypic__V1__PrefillResponse *r, char *const *files, size_t nfiles)
 {
     static const char *const thdr[] = {"RANK", "TOKEN", "TEXT", "LOGIT", "PROB"};
@@ -499,7 +480,7 @@ int ctl_prefill(ctl *x, int argc, char **argv)
             text = v;
             in_segments = false;
         } else if ((r = ctl_arg(x, argc, argv, &i, "--mode", &v))) {
-            if (r < 0 || parse_mode(x, v, &rq.mode)) return CTL_USAGE;
+            if (r < 0 || ctl_mode(x, "--mode", v, &rq.mode)) return CTL_USAGE;
         } else if ((r = ctl_arg(x, argc, argv, &i, "--seam", &v))) {
             if (r < 0 || ctl_parse_seam(x, v, &rq.seam)) return CTL_USAGE;
             rq.seam_opt_case = HYPIC__V1__PREFILL_REQUEST__SEAM_OPT_SEAM;

@@ -143,14 +143,14 @@ static void print_status(const Hypic__V1__HealthResponse *h, const Hypic__V1__St
         ctl_table_print(rt);
     }
     if (s->n_shadow) { /* the quality watch (pic.shadow_rate, docs/quality.md#in-service) */
-        static const char *const mode_names[] = {"-", "full", "prefix", "pic", "noseam", "naive"};
         static const char *const qhdr[] = {"MODEL", "MODE", "COMPARED", "KL MEAN", "KL MAX",
                                            "TOP-1", "OVER", "DROPPED",  "FAILED",  "SECONDS"};
         ctl_table *qt = ctl_table_new(10, qhdr);
         for (size_t i = 0; i < s->n_shadow; i++) {
             const Hypic__V1__ShadowStats *q = s->shadow[i];
-            const unsigned m = (unsigned)q->mode;
-            char n[24], km[24], kx[24], t1[24], ov[24], dr[24], fa[24], sec[24];
+            char mode[24] = "-", n[24], km[24], kx[24], t1[24], ov[24], dr[24], fa[24], sec[24];
+            if (q->mode != HYPIC__V1__MODE__MODE_UNSPECIFIED)
+                ctl_enum(&hypic__v1__mode__descriptor, q->mode, "MODE_", mode, sizeof mode);
             snprintf(n, sizeof n, "%llu", (unsigned long long)q->compared);
             snprintf(km, sizeof km, q->compared ? "%.3g" : "-", q->kl_mean);
             snprintf(kx, sizeof kx, q->compared ? "%.3g" : "-", q->kl_max);
@@ -159,8 +159,7 @@ static void print_status(const Hypic__V1__HealthResponse *h, const Hypic__V1__St
             snprintf(dr, sizeof dr, "%llu", (unsigned long long)q->dropped);
             snprintf(fa, sizeof fa, "%llu", (unsigned long long)q->failed);
             snprintf(sec, sizeof sec, "%.2f", q->seconds);
-            const char *row[] = {q->model, m < 6 ? mode_names[m] : "?", n, km, kx, t1, ov, dr, fa,
-                                 sec};
+            const char *row[] = {q->model, mode, n, km, kx, t1, ov, dr, fa, sec};
             ctl_table_row(qt, row);
         }
         printf("\nrequests reusing entries compared with a full pass (pic.shadow_rate)\n");

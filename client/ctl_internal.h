@@ -95,6 +95,9 @@ int ctl_double(const ctl *x, const char *name, const char *v, double min, double
 int ctl_duration_ms(const ctl *x, const char *name, const char *v, uint64_t max_ms, uint64_t *out);
 /* A tier by name (hbm, host, nvme; "any" for TIER_NONE when any_ok). */
 int ctl_tier(const ctl *x, const char *name, const char *v, bool any_ok, Hypic__V1__Tier *out);
+/* A mode of Prefill by name (full, prefix, pic, noseam, naive: hypic.proto's
+ * Mode values, named as ctl_enum names them). */
+int ctl_mode(const ctl *x, const char *name, const char *v, Hypic__V1__Mode *out);
 /* A key: 64 hex digits into out[32]. */
 int ctl_key(const ctl *x, const char *v, uint8_t out[32]);
 

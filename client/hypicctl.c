@@ -138,7 +138,8 @@ static const command commands[] = {
      "with probabilities, the greedy continuation, each segment's outcome (hit, miss,\n"
      "uncacheable, prefix) and the time of each phase. A segment whose entry is stored is\n"
      "fetched, or recomputed when that is estimated to cost less (--reuse, default the\n"
-     "daemon's pic.reuse): a line per such segment says which and why. --return-state also has the running\n"
+     "daemon's pic.reuse): a line per such segment says which and why. --return-state also has the "
+     "running\n"
      "state after the query delivered into this process's buffer (--state-buffer, default\n"
      "64 MiB) over the first transport of --transport the server can serve (default\n"
      "rdma,shm,tcp; rdma when this machine has a device, shm when the server is on this host);\n"
@@ -290,6 +291,26 @@ int ctl_tier(const ctl *x, const char *name, const char *v, bool any_ok, Hypic__
     }
     return ctl_usage(x, "%s: '%s' is not a tier (hbm, host, nvme%s)", name, v,
                      any_ok ? ", any" : "");
+}
+
+int ctl_mode(const ctl *x, const char *name, const char *v, Hypic__V1__Mode *out)
+{
+    /* the names are hypic.proto's Mode values' without MODE_, in lower case */
+    const ProtobufCEnumDescriptor *d = &hypic__v1__mode__descriptor;
+    char names[160] = "";
+    size_t used = 0;
+    for (unsigned i = 0; i < d->n_values; i++) {
+        const int m = d->values[i].value;
+        if (m == HYPIC__V1__MODE__MODE_UNSPECIFIED) continue;
+        char n[32];
+        ctl_enum(d, m, "MODE_", n, sizeof n);
+        if (strcmp(v, n) == 0) {
+            *out = (Hypic__V1__Mode)m;
+            return CTL_OK;
+        }
+        used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", used ? ", " : "", n);
+    }
+    return ctl_usage(x, "%s: '%s' is not a mode (%s)", name, v, names);
 }
 
 static int hex_digit(char c)
