@@ -130,30 +130,6 @@ float hy_f16_to_f32(uint16_t h)
     return f;
 }
 
-uint16_t hy_f32_to_f16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
-    uint32_t a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return sign | 0x7e00u;  /* NaN */
-    if (a >= 0x477ff000u) return sign | 0x7c00u; /* rounds past 65504: inf */
-    if (a < 0x38800000u) {                       /* below the smallest normal half */
-        /* value = a_float; half subnormal unit is 2^-24 */
-        float af;
-        memcpy(&af, &a, 4);
-        float scaled = af * 16777216.0f; /* / 2^-24 */
-        float r = nearbyintf(scaled);    /* ties to even in the default rounding mode */
-        return sign | (uint16_t)r;
-    }
-    uint32_t exp = (a >> 23) - 127 + 15;
-    uint32_t man = a & 0x7fffffu;
-    uint32_t h = (exp << 10) | (man >> 13);
-    uint32_t rest = man & 0x1fffu;
-    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) h++;
-    return sign | (uint16_t)h;
-}
-
 int hy_read_file(const char *path, size_t max_bytes, char **out, size_t *len, hy_err *err)
 {
     *out = NULL;

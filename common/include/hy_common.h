@@ -74,7 +74,6 @@ int hy_mul_size(size_t a, size_t b, size_t *out);
 float hy_bf16_to_f32(uint16_t h);
 float hy_f16_to_f32(uint16_t h);
 uint16_t hy_f32_to_bf16(float f); /* round to nearest even; NaN stays NaN */
-uint16_t hy_f32_to_f16(float f);  /* round to nearest even; overflow to inf */
 
 /* --- files ----------------------------------------------------------------- */
 /* Reads a whole file into a NUL-terminated heap buffer (free with hy_free).
