@@ -68,6 +68,11 @@ typedef enum opt_kind {
 
 enum { NEED_ANY = 0, NEED_ALWAYS = 1, NEED_ONE_OF = 2 };
 
+/* When a changed value takes effect: at the next start, or at a SIGHUP
+ * reload too (svc_reload applies it; hy_cached_config_restart_keys names
+ * the other keys a reloaded file changes). */
+enum { RESTART = 0, RELOAD = 1 };
+
 typedef struct opt {
     const char *name; /* dotted path; list item fields as "models[].name" */
     opt_kind kind;
@@ -77,141 +82,151 @@ typedef struct opt {
     const char *def;   /* the default, as it would be written in the file; NULL: none */
     size_t count;      /* lists: offset of the item count */
     int need;          /* list item fields: NEED_ALWAYS, or NEED_ONE_OF (exactly one of those) */
+    int reload;        /* RESTART or RELOAD */
 } opt;
 
 /* Entries of the table: strings, numbers within [lo, hi], named values
- * (booleans, policies, dtype, log level), lists and their items' fields. */
+ * (booleans, policies, dtype, log level), lists and their items' fields;
+ * each ends with when a change takes effect (r: RESTART or RELOAD). */
 /* clang-format off */
 #define M_(m)  offsetof(hy_cached_config, m)
 #define MS_(m) sizeof(((hy_cached_config *)0)->m)
-#define STRING(name, m, def)               {name, OPT_STR, M_(m), MS_(m), 0, 0, def, 0, NEED_ANY}
-#define ADDRS(name, m, def)                {name, OPT_ADDRS, M_(m), MS_(m), 0, 0, def, 0, NEED_ANY}
-#define NUMBER(name, kind, m, lo, hi, def) {name, kind, M_(m), 0, lo, hi, def, 0, NEED_ANY}
-#define NAMED(name, kind, m, def)          {name, kind, M_(m), 0, 0, 0, def, 0, NEED_ANY}
-#define TOKEN(name, kind, m)               {name, kind, M_(m), MS_(m), 0, 0, NULL, 0, NEED_ANY}
-#define LIST(name, m, T, lo, hi, n)        {name, OPT_LIST, M_(m), sizeof(T), lo, hi, NULL, M_(n), NEED_ANY}
-#define ITEM_STRING(name, kind, T, m, need) \
-    {name, kind, offsetof(T, m), sizeof(((T *)0)->m), 0, 0, NULL, 0, need}
-#define ITEM_NUMBER(name, kind, T, m, lo, hi, def) \
-    {name, kind, offsetof(T, m), 0, lo, hi, def, 0, NEED_ANY}
-#define POLICY(tier, evict, admit)                                       \
-    NAMED("tiers." #tier ".evict", OPT_EVICT, tier##_policy, evict),     \
-    NAMED("tiers." #tier ".admit", OPT_ADMIT, tier##_policy, admit),     \
-    NUMBER("tiers." #tier ".min_tokens", OPT_U32, tier##_policy.min_tokens, 0, UINT32_MAX, "0")
+#define STRING(name, m, def, r)               {name, OPT_STR, M_(m), MS_(m), 0, 0, def, 0, NEED_ANY, r}
+#define ADDRS(name, m, def, r)               {name, OPT_ADDRS, M_(m), MS_(m), 0, 0, def, 0, NEED_ANY, r}
+#define NUMBER(name, kind, m, lo, hi, def, r) {name, kind, M_(m), 0, lo, hi, def, 0, NEED_ANY, r}
+#define NAMED(name, kind, m, def, r)          {name, kind, M_(m), 0, 0, 0, def, 0, NEED_ANY, r}
+#define TOKEN(name, kind, m, r)               {name, kind, M_(m), MS_(m), 0, 0, NULL, 0, NEED_ANY, r}
+#define LIST(name, m, T, lo, hi, n, r) \
+    {name, OPT_LIST, M_(m), sizeof(T), lo, hi, NULL, M_(n), NEED_ANY, r}
+#define ITEM_STRING(name, kind, T, m, need, r) \
+    {name, kind, offsetof(T, m), sizeof(((T *)0)->m), 0, 0, NULL, 0, need, r}
+#define ITEM_NUMBER(name, kind, T, m, lo, hi, def, r) \
+    {name, kind, offsetof(T, m), 0, lo, hi, def, 0, NEED_ANY, r}
+#define POLICY(tier, evict, admit, r)                                              \
+    NAMED("tiers." #tier ".evict", OPT_EVICT, tier##_policy, evict, r),            \
+    NAMED("tiers." #tier ".admit", OPT_ADMIT, tier##_policy, admit, r),            \
+    NUMBER("tiers." #tier ".min_tokens", OPT_U32, tier##_policy.min_tokens, 0, UINT32_MAX, "0", r)
 /* clang-format on */
 
 /* Every key, in the order of the file (the printer keeps it; a section's keys
  * stay together). docs/operations.md and deploy/hypic-cached.yaml follow it. */
 static const opt k_opts[] = {
-    STRING("listen", listen, "127.0.0.1:7878"),
-    STRING("http_listen", http_listen, "127.0.0.1:7879"),
-    STRING("tls.cert", tls_cert, ""),
-    STRING("tls.key", tls_key, ""),
-    STRING("tls.client_ca", tls_client_ca, ""),
-    NAMED("tls.require_client_cert", OPT_BOOL, tls_require_client_cert, "false"),
-    LIST("models", models, hy_cfg_model, 1, HY_CFG_MAX_MODELS, nmodels),
-    ITEM_STRING("models[].name", OPT_STR, hy_cfg_model, name, NEED_ALWAYS),
-    ITEM_STRING("models[].path", OPT_STR, hy_cfg_model, dir, NEED_ALWAYS),
-    NUMBER("tiers.host.bytes", OPT_SIZE, host_bytes, MIB, 16 * TIB, "1G"),
-    POLICY(host, "gdsf", "tinylfu"),
-    STRING("tiers.nvme.path", nvme_dir, ""),
-    NUMBER("tiers.nvme.bytes", OPT_SIZE, nvme_bytes, MIB, PIB, "16G"),
-    NUMBER("tiers.nvme.extent_bytes", OPT_SIZE, nvme_extent_bytes, MIB, TIB, "256M"),
-    POLICY(nvme, "gdsf", "always"),
-    NAMED("tiers.nvme.write_through", OPT_BOOL, write_through, "false"),
-    NUMBER("tiers.hbm.bytes", OPT_SIZE, hbm_bytes, 0, 16 * TIB, "0"),
-    NUMBER("tiers.hbm.device", OPT_INT, hbm_device, 0, 255, "0"),
-    POLICY(hbm, "gdsf", "tinylfu"),
-    NUMBER("tiers.ttl_s", OPT_U64, ttl_s, 0, CFG_TTL_MAX, "0"),
-    NUMBER("pic.seam", OPT_INT, seam, 0, 64, STR(HY_SEAM_DEFAULT)),
-    NAMED("pic.tolerance", OPT_TOL, tolerance, "0.03"),
-    NAMED("pic.dtype", OPT_DTYPE, dtype, "bf16"),
-    NAMED("pic.t_dtype", OPT_DTYPE, t_dtype, "bf16"),
-    NAMED("pic.kv_dtype", OPT_DTYPE, kv_dtype, "bf16"),
-    STRING("pic.reuse", pic_reuse, "auto"),
-    NUMBER("pic.top_k", OPT_U32, top_k, 1, 1024, "5"),
-    NUMBER("pic.prefix_cache_bytes", OPT_SIZE, prefix_cache_bytes, 0, TIB, "256M"),
-    NAMED("pic.shadow_rate", OPT_TOL, shadow_rate, "0"),
-    NAMED("pic.shadow_kl_warn", OPT_TOL, shadow_kl_warn, "0.01"),
-    NUMBER("executor.threads", OPT_INT, exec_threads, 1, 256, NULL), /* the online CPUs */
-    NUMBER("executor.contexts", OPT_INT, exec_contexts, 1, 64, "1"),
-    NUMBER("executor.max_batch", OPT_INT, max_batch, 1, 65536, "1024"),
-    STRING("executor.mla", exec_mla, "auto"),
-    STRING("executor.weights", exec_weights, "auto"),
-    NUMBER("executor.keep_context_tokens", OPT_U64, keep_context_tokens, 0, 16777216, "32768"),
-    NUMBER("tenants.default_quota", OPT_SIZE, default_quota, 0, UINT64_MAX, "0"),
-    LIST("tenants.list", tenants, hy_cfg_tenant, 0, HY_CFG_MAX_TENANTS, ntenants),
-    ITEM_STRING("tenants.list[].name", OPT_STR, hy_cfg_tenant, name, NEED_ALWAYS),
-    ITEM_STRING("tenants.list[].token", OPT_TOKEN, hy_cfg_tenant, token, NEED_ONE_OF),
-    ITEM_STRING("tenants.list[].token_file", OPT_TOKEN_FILE, hy_cfg_tenant, token, NEED_ONE_OF),
-    ITEM_NUMBER("tenants.list[].quota", OPT_SIZE, hy_cfg_tenant, quota_bytes, 0, UINT64_MAX, "0"),
+    STRING("listen", listen, "127.0.0.1:7878", RESTART),
+    STRING("http_listen", http_listen, "127.0.0.1:7879", RESTART),
+    STRING("tls.cert", tls_cert, "", RESTART),
+    STRING("tls.key", tls_key, "", RESTART),
+    STRING("tls.client_ca", tls_client_ca, "", RESTART),
+    NAMED("tls.require_client_cert", OPT_BOOL, tls_require_client_cert, "false", RESTART),
+    LIST("models", models, hy_cfg_model, 1, HY_CFG_MAX_MODELS, nmodels, RESTART),
+    ITEM_STRING("models[].name", OPT_STR, hy_cfg_model, name, NEED_ALWAYS, RESTART),
+    ITEM_STRING("models[].path", OPT_STR, hy_cfg_model, dir, NEED_ALWAYS, RESTART),
+    NUMBER("tiers.host.bytes", OPT_SIZE, host_bytes, MIB, 16 * TIB, "1G", RESTART),
+    POLICY(host, "gdsf", "tinylfu", RELOAD),
+    STRING("tiers.nvme.path", nvme_dir, "", RESTART),
+    NUMBER("tiers.nvme.bytes", OPT_SIZE, nvme_bytes, MIB, PIB, "16G", RESTART),
+    NUMBER("tiers.nvme.extent_bytes", OPT_SIZE, nvme_extent_bytes, MIB, TIB, "256M", RESTART),
+    POLICY(nvme, "gdsf", "always", RELOAD),
+    NAMED("tiers.nvme.write_through", OPT_BOOL, write_through, "false", RESTART),
+    NUMBER("tiers.hbm.bytes", OPT_SIZE, hbm_bytes, 0, 16 * TIB, "0", RESTART),
+    NUMBER("tiers.hbm.device", OPT_INT, hbm_device, 0, 255, "0", RESTART),
+    POLICY(hbm, "gdsf", "tinylfu", RELOAD),
+    NUMBER("tiers.ttl_s", OPT_U64, ttl_s, 0, CFG_TTL_MAX, "0", RESTART),
+    NUMBER("pic.seam", OPT_INT, seam, 0, 64, STR(HY_SEAM_DEFAULT), RESTART),
+    NAMED("pic.tolerance", OPT_TOL, tolerance, "0.03", RESTART),
+    NAMED("pic.dtype", OPT_DTYPE, dtype, "bf16", RESTART),
+    NAMED("pic.t_dtype", OPT_DTYPE, t_dtype, "bf16", RESTART),
+    NAMED("pic.kv_dtype", OPT_DTYPE, kv_dtype, "bf16", RESTART),
+    STRING("pic.reuse", pic_reuse, "auto", RESTART),
+    NUMBER("pic.top_k", OPT_U32, top_k, 1, 1024, "5", RESTART),
+    NUMBER("pic.prefix_cache_bytes", OPT_SIZE, prefix_cache_bytes, 0, TIB, "256M", RESTART),
+    NAMED("pic.shadow_rate", OPT_TOL, shadow_rate, "0", RESTART),
+    NAMED("pic.shadow_kl_warn", OPT_TOL, shadow_kl_warn, "0.01", RESTART),
+    NUMBER("executor.threads", OPT_INT, exec_threads, 1, 256, NULL, RESTART), /* the online CPUs */
+    NUMBER("executor.contexts", OPT_INT, exec_contexts, 1, 64, "1", RESTART),
+    NUMBER("executor.max_batch", OPT_INT, max_batch, 1, 65536, "1024", RESTART),
+    STRING("executor.mla", exec_mla, "auto", RESTART),
+    STRING("executor.weights", exec_weights, "auto", RESTART),
+    NUMBER("executor.keep_context_tokens", OPT_U64, keep_context_tokens, 0, 16777216, "32768",
+           RESTART),
+    NUMBER("tenants.default_quota", OPT_SIZE, default_quota, 0, UINT64_MAX, "0", RELOAD),
+    LIST("tenants.list", tenants, hy_cfg_tenant, 0, HY_CFG_MAX_TENANTS, ntenants, RELOAD),
+    ITEM_STRING("tenants.list[].name", OPT_STR, hy_cfg_tenant, name, NEED_ALWAYS, RELOAD),
+    ITEM_STRING("tenants.list[].token", OPT_TOKEN, hy_cfg_tenant, token, NEED_ONE_OF, RELOAD),
+    ITEM_STRING("tenants.list[].token_file", OPT_TOKEN_FILE, hy_cfg_tenant, token, NEED_ONE_OF,
+                RELOAD),
+    ITEM_NUMBER("tenants.list[].quota", OPT_SIZE, hy_cfg_tenant, quota_bytes, 0, UINT64_MAX, "0",
+                RELOAD),
     ITEM_NUMBER("tenants.list[].max_in_flight", OPT_U32, hy_cfg_tenant, max_in_flight, 0, 65536,
-                "0"),
-    ITEM_NUMBER("tenants.list[].admin", OPT_BOOL, hy_cfg_tenant, admin, 0, 0, "false"),
+                "0", RELOAD),
+    ITEM_NUMBER("tenants.list[].admin", OPT_BOOL, hy_cfg_tenant, admin, 0, 0, "false", RELOAD),
     ITEM_NUMBER("tenants.list[].replicas", OPT_U32, hy_cfg_tenant, replicas, 0, HY_CFG_MAX_REPLICAS,
-                "0"),
-    NUMBER("limits.max_message", OPT_SIZE, max_message, 4 * KIB, GIB, "64M"),
-    NUMBER("limits.max_segments", OPT_U32, max_segments, 1, 65536, "256"),
-    NUMBER("limits.max_tokens", OPT_U64, max_tokens, 1, 16777216, "262144"),
-    NUMBER("limits.max_top_k", OPT_U32, max_top_k, 1, 1024, "100"),
-    NUMBER("limits.max_new_tokens", OPT_U32, max_new_tokens, 0, 65536, "256"),
-    NUMBER("limits.in_flight_per_tenant", OPT_U32, in_flight_per_tenant, 1, 65536, "64"),
-    NUMBER("limits.queue", OPT_U32, queue, 0, 65536, "64"),
-    NUMBER("limits.max_lease_ms", OPT_U32, max_lease_ms, 1, 3600000, "10000"),
-    NUMBER("limits.lease_bytes_per_tenant", OPT_SIZE, lease_bytes_per_tenant, 0, UINT64_MAX, "0"),
-    NUMBER("limits.pinned_bytes_per_tenant", OPT_SIZE, pinned_bytes_per_tenant, 0, UINT64_MAX, "0"),
-    NUMBER("limits.watchers", OPT_U32, watchers, 0, 1024, "16"),
-    NUMBER("limits.workers", OPT_U32, workers, 2, 1024, "32"),
-    NUMBER("limits.page_size", OPT_U32, page_size, 1, 100000, "1000"),
-    NUMBER("limits.max_entry_bytes", OPT_SIZE, max_entry_bytes, 4 * KIB, TIB, "1G"),
-    NUMBER("limits.drain_ms", OPT_U32, drain_ms, 0, 600000, "10000"),
-    NUMBER("limits.idle_ms", OPT_U32, idle_ms, 0, 3600000, "15000"),
-    NUMBER("limits.watchers_per_tenant", OPT_U32, watchers_per_tenant, 1, 1024, "4"),
-    STRING("transport.tcp_listen", tp_tcp_listen, ""),
-    STRING("transport.shm_socket", tp_shm_socket, ""),
-    STRING("transport.rdma", tp_rdma, "auto"),
-    STRING("transport.rdma_device", tp_rdma_device, ""),
-    NUMBER("transport.max_sessions", OPT_U32, tp_max_sessions, 1, 65536, "64"),
-    NUMBER("transport.max_buffer", OPT_SIZE, tp_max_buffer, 4 * KIB, 16 * TIB, "16G"),
-    NUMBER("transport.sessions_per_tenant", OPT_U32, tp_sessions_per_tenant, 1, 65536, "16"),
-    NUMBER("transport.tenant_bytes", OPT_SIZE, tp_tenant_bytes, 4 * KIB, 64 * TIB, "32G"),
-    LIST("scatter.workers", scatter_workers, hy_cfg_worker, 0, HY_CFG_MAX_WORKERS,
-         nscatter_workers),
-    ITEM_STRING("scatter.workers[].address", OPT_STR, hy_cfg_worker, address, NEED_ALWAYS),
-    NUMBER("scatter.spawn", OPT_U32, scatter_spawn, 0, HY_CFG_MAX_WORKERS, "0"),
-    NUMBER("scatter.spawn_threads", OPT_INT, scatter_spawn_threads, 1, 256, "1"),
-    STRING("scatter.worker_bin", scatter_worker_bin, ""),
-    STRING("scatter.dns", scatter_dns, ""),
-    STRING("scatter.policy", scatter_policy, "lpt"),
-    NUMBER("scatter.timeout_ms", OPT_U32, scatter_timeout_ms, 1, 3600000, "60000"),
-    NUMBER("scatter.retries", OPT_U32, scatter_retries, 0, 16, "2"),
-    NUMBER("scatter.min_tokens", OPT_U32, scatter_min_tokens, 0, 16777216, "256"),
-    NUMBER("scatter.probe_ms", OPT_U32, scatter_probe_ms, 50, 600000, "1000"),
-    STRING("cluster.id", cluster_id, ""),
-    STRING("cluster.advertise", cluster_advertise, ""),
-    NUMBER("cluster.replicas", OPT_U32, cluster_replicas, 1, HY_CFG_MAX_REPLICAS, "1"),
-    LIST("cluster.members", cluster_members, hy_cfg_member, 0, HY_CFG_MAX_MEMBERS,
-         ncluster_members),
-    ITEM_STRING("cluster.members[].id", OPT_STR, hy_cfg_member, id, NEED_ALWAYS),
-    ITEM_STRING("cluster.members[].address", OPT_STR, hy_cfg_member, address, NEED_ALWAYS),
-    ADDRS("cluster.etcd.endpoints", cluster_etcd, ""),
-    STRING("cluster.etcd.prefix", cluster_etcd_prefix, "/hypic/members/"),
-    NUMBER("cluster.etcd.ttl_s", OPT_U32, cluster_ttl_s, 1, 3600, "10"),
-    STRING("cluster.etcd.tls_ca", cluster_etcd_tls_ca, ""),
-    STRING("cluster.etcd.tls_cert", cluster_etcd_tls_cert, ""),
-    STRING("cluster.etcd.tls_key", cluster_etcd_tls_key, ""),
-    STRING("cluster.etcd.tls_server_name", cluster_etcd_tls_server_name, ""),
-    STRING("cluster.etcd.user", cluster_etcd_user, ""),
-    TOKEN("cluster.etcd.password", OPT_TOKEN, cluster_etcd_password),
-    TOKEN("cluster.etcd.password_file", OPT_TOKEN_FILE, cluster_etcd_password),
-    NUMBER("cluster.peer_timeout_ms", OPT_U32, cluster_peer_timeout_ms, 1, 600000, "2000"),
-    NUMBER("cluster.transport_bytes", OPT_SIZE, cluster_transport_bytes, 0, 16 * GIB, "64M"),
-    TOKEN("cluster.secret", OPT_TOKEN, cluster_secret),
-    TOKEN("cluster.secret_file", OPT_TOKEN_FILE, cluster_secret),
-    STRING("cluster.tls_ca", cluster_tls_ca, ""),
-    STRING("cluster.tls_server_name", cluster_tls_server_name, ""),
-    NAMED("log.level", OPT_LEVEL, log_level, "info"),
-    NAMED("log.requests", OPT_BOOL, log_requests, "true"),
+                "0", RESTART),
+    NUMBER("limits.max_message", OPT_SIZE, max_message, 4 * KIB, GIB, "64M", RESTART),
+    NUMBER("limits.max_segments", OPT_U32, max_segments, 1, 65536, "256", RESTART),
+    NUMBER("limits.max_tokens", OPT_U64, max_tokens, 1, 16777216, "262144", RESTART),
+    NUMBER("limits.max_top_k", OPT_U32, max_top_k, 1, 1024, "100", RESTART),
+    NUMBER("limits.max_new_tokens", OPT_U32, max_new_tokens, 0, 65536, "256", RESTART),
+    NUMBER("limits.in_flight_per_tenant", OPT_U32, in_flight_per_tenant, 1, 65536, "64", RELOAD),
+    NUMBER("limits.queue", OPT_U32, queue, 0, 65536, "64", RESTART),
+    NUMBER("limits.max_lease_ms", OPT_U32, max_lease_ms, 1, 3600000, "10000", RESTART),
+    NUMBER("limits.lease_bytes_per_tenant", OPT_SIZE, lease_bytes_per_tenant, 0, UINT64_MAX, "0",
+           RESTART),
+    NUMBER("limits.pinned_bytes_per_tenant", OPT_SIZE, pinned_bytes_per_tenant, 0, UINT64_MAX, "0",
+           RESTART),
+    NUMBER("limits.watchers", OPT_U32, watchers, 0, 1024, "16", RESTART),
+    NUMBER("limits.workers", OPT_U32, workers, 2, 1024, "32", RESTART),
+    NUMBER("limits.page_size", OPT_U32, page_size, 1, 100000, "1000", RESTART),
+    NUMBER("limits.max_entry_bytes", OPT_SIZE, max_entry_bytes, 4 * KIB, TIB, "1G", RESTART),
+    NUMBER("limits.drain_ms", OPT_U32, drain_ms, 0, 600000, "10000", RESTART),
+    NUMBER("limits.idle_ms", OPT_U32, idle_ms, 0, 3600000, "15000", RESTART),
+    NUMBER("limits.watchers_per_tenant", OPT_U32, watchers_per_tenant, 1, 1024, "4", RESTART),
+    STRING("transport.tcp_listen", tp_tcp_listen, "", RESTART),
+    STRING("transport.shm_socket", tp_shm_socket, "", RESTART),
+    STRING("transport.rdma", tp_rdma, "auto", RESTART),
+    STRING("transport.rdma_device", tp_rdma_device, "", RESTART),
+    NUMBER("transport.max_sessions", OPT_U32, tp_max_sessions, 1, 65536, "64", RESTART),
+    NUMBER("transport.max_buffer", OPT_SIZE, tp_max_buffer, 4 * KIB, 16 * TIB, "16G", RESTART),
+    NUMBER("transport.sessions_per_tenant", OPT_U32, tp_sessions_per_tenant, 1, 65536, "16",
+           RESTART),
+    NUMBER("transport.tenant_bytes", OPT_SIZE, tp_tenant_bytes, 4 * KIB, 64 * TIB, "32G", RESTART),
+    LIST("scatter.workers", scatter_workers, hy_cfg_worker, 0, HY_CFG_MAX_WORKERS, nscatter_workers,
+         RESTART),
+    ITEM_STRING("scatter.workers[].address", OPT_STR, hy_cfg_worker, address, NEED_ALWAYS, RESTART),
+    NUMBER("scatter.spawn", OPT_U32, scatter_spawn, 0, HY_CFG_MAX_WORKERS, "0", RESTART),
+    NUMBER("scatter.spawn_threads", OPT_INT, scatter_spawn_threads, 1, 256, "1", RESTART),
+    STRING("scatter.worker_bin", scatter_worker_bin, "", RESTART),
+    STRING("scatter.dns", scatter_dns, "", RESTART),
+    STRING("scatter.policy", scatter_policy, "lpt", RESTART),
+    NUMBER("scatter.timeout_ms", OPT_U32, scatter_timeout_ms, 1, 3600000, "60000", RESTART),
+    NUMBER("scatter.retries", OPT_U32, scatter_retries, 0, 16, "2", RESTART),
+    NUMBER("scatter.min_tokens", OPT_U32, scatter_min_tokens, 0, 16777216, "256", RESTART),
+    NUMBER("scatter.probe_ms", OPT_U32, scatter_probe_ms, 50, 600000, "1000", RESTART),
+    STRING("cluster.id", cluster_id, "", RESTART),
+    STRING("cluster.advertise", cluster_advertise, "", RESTART),
+    NUMBER("cluster.replicas", OPT_U32, cluster_replicas, 1, HY_CFG_MAX_REPLICAS, "1", RESTART),
+    LIST("cluster.members", cluster_members, hy_cfg_member, 0, HY_CFG_MAX_MEMBERS, ncluster_members,
+         RESTART),
+    ITEM_STRING("cluster.members[].id", OPT_STR, hy_cfg_member, id, NEED_ALWAYS, RESTART),
+    ITEM_STRING("cluster.members[].address", OPT_STR, hy_cfg_member, address, NEED_ALWAYS, RESTART),
+    ADDRS("cluster.etcd.endpoints", cluster_etcd, "", RESTART),
+    STRING("cluster.etcd.prefix", cluster_etcd_prefix, "/hypic/members/", RESTART),
+    NUMBER("cluster.etcd.ttl_s", OPT_U32, cluster_ttl_s, 1, 3600, "10", RESTART),
+    STRING("cluster.etcd.tls_ca", cluster_etcd_tls_ca, "", RESTART),
+    STRING("cluster.etcd.tls_cert", cluster_etcd_tls_cert, "", RESTART),
+    STRING("cluster.etcd.tls_key", cluster_etcd_tls_key, "", RESTART),
+    STRING("cluster.etcd.tls_server_name", cluster_etcd_tls_server_name, "", RESTART),
+    STRING("cluster.etcd.user", cluster_etcd_user, "", RESTART),
+    TOKEN("cluster.etcd.password", OPT_TOKEN, cluster_etcd_password, RESTART),
+    TOKEN("cluster.etcd.password_file", OPT_TOKEN_FILE, cluster_etcd_password, RESTART),
+    NUMBER("cluster.peer_timeout_ms", OPT_U32, cluster_peer_timeout_ms, 1, 600000, "2000", RESTART),
+    NUMBER("cluster.transport_bytes", OPT_SIZE, cluster_transport_bytes, 0, 16 * GIB, "64M",
+           RESTART),
+    TOKEN("cluster.secret", OPT_TOKEN, cluster_secret, RESTART),
+    TOKEN("cluster.secret_file", OPT_TOKEN_FILE, cluster_secret, RESTART),
+    STRING("cluster.tls_ca", cluster_tls_ca, "", RESTART),
+    STRING("cluster.tls_server_name", cluster_tls_server_name, "", RESTART),
+    NAMED("log.level", OPT_LEVEL, log_level, "info", RESTART),
+    NAMED("log.requests", OPT_BOOL, log_requests, "true", RESTART),
 };
 #define NOPTS (sizeof k_opts / sizeof k_opts[0])
 
@@ -550,6 +565,14 @@ static const opt *find_opt(const char *name)
 {
     for (size_t i = 0; i < NOPTS; i++)
         if (strcmp(k_opts[i].name, name) == 0) return &k_opts[i];
+    return NULL;
+}
+
+/* The entry named name[0..n). */
+static const opt *find_opt_n(const char *name, size_t n)
+{
+    for (size_t i = 0; i < NOPTS; i++)
+        if (strncmp(k_opts[i].name, name, n) == 0 && k_opts[i].name[n] == '\0') return &k_opts[i];
     return NULL;
 }
 
@@ -1436,6 +1459,90 @@ void hy_cached_config_print_keys(FILE *out)
         fprintf(out, "%s\t%s\n", o->name, !def ? "-" : *def ? def : "\"\"");
     }
     free(c);
+}
+
+/* ---- what a reload changes ---- */
+
+/* Whether the value of o (a scalar) differs between the bases a and b. */
+static bool value_differs(const opt *o, const char *a, const char *b)
+{
+    a += o->off, b += o->off;
+    switch (o->kind) {
+    case OPT_STR:
+    case OPT_ADDRS:
+    case OPT_TOKEN:
+        return strncmp(a, b, o->cap) != 0;
+    case OPT_TOKEN_FILE: /* its token is the OPT_TOKEN at the same place */
+    case OPT_LIST:
+        return false;
+    case OPT_SIZE:
+    case OPT_U64:
+        return *(const uint64_t *)a != *(const uint64_t *)b;
+    case OPT_U32:
+        return *(const uint32_t *)a != *(const uint32_t *)b;
+    case OPT_INT:
+    case OPT_LEVEL:
+        return *(const int *)a != *(const int *)b;
+    case OPT_BOOL:
+        return *(const bool *)a != *(const bool *)b;
+    case OPT_EVICT:
+        return ((const hy_policy_config *)a)->evict != ((const hy_policy_config *)b)->evict;
+    case OPT_ADMIT:
+        return ((const hy_policy_config *)a)->admit != ((const hy_policy_config *)b)->admit;
+    case OPT_DTYPE:
+        return *(const hy_entry_dtype *)a != *(const hy_entry_dtype *)b;
+    case OPT_TOL:
+        return memcmp(a, b, sizeof(float)) != 0;
+    }
+    return true;
+}
+
+/* Whether a RESTART field of list o differs between a's and b's items at
+ * the same index (a list's own count is its RESTART value). */
+static bool list_differs(const opt *o, const char *a, const char *b, const opt *field)
+{
+    const int na = *(const int *)(a + o->count), nb = *(const int *)(b + o->count);
+    for (int i = 0; i < na && i < nb; i++)
+        if (value_differs(field, a + o->off + (size_t)i * o->cap, b + o->off + (size_t)i * o->cap))
+            return true;
+    return false;
+}
+
+int hy_cached_config_restart_keys(const hy_cached_config *a, const hy_cached_config *b, char *out,
+                                  size_t cap)
+{
+    int n = 0;
+    size_t used = 0;
+    if (cap) out[0] = '\0';
+    for (size_t i = 0; i < NOPTS; i++) {
+        const opt *o = &k_opts[i];
+        if (o->reload == RELOAD) continue;
+        bool differs;
+        const char *open = strchr(o->name, '[');
+        if (open) { /* a list item's field: compared item by item */
+            const opt *list = find_opt_n(o->name, (size_t)(open - o->name));
+            assert(list && list->kind == OPT_LIST);
+            differs = list_differs(list, (const char *)a, (const char *)b, o);
+        } else if (o->kind == OPT_LIST) {
+            differs = *(const int *)((const char *)a + o->count) !=
+                      *(const int *)((const char *)b + o->count);
+        } else {
+            differs = value_differs(o, (const char *)a, (const char *)b);
+        }
+        if (!differs) continue;
+        n++;
+        if (used < cap) {
+            const int w = snprintf(out + used, cap - used, "%s%s", used ? ", " : "", o->name);
+            used += w > 0 ? (size_t)w : 0;
+        }
+    }
+    return n;
+}
+
+int hy_cached_config_key_reloads(const char *key)
+{
+    const opt *o = find_opt(key);
+    return o ? o->reload == RELOAD : -1;
 }
 
 bool hy_cached_config_is_loopback(const char *addr)

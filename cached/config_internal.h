@@ -291,5 +291,16 @@ void hy_cached_config_print(const hy_cached_config *c, FILE *out);
  * shown, written in a file, gives the default configuration. For hypic-cached
  * --print-config-keys: the docs' key tables are checked against it. */
 void hy_cached_config_print_keys(FILE *out);
+/* The keys whose values differ between a (the running configuration) and b
+ * (a file reloaded on SIGHUP) among those the option table marks as taking
+ * effect at the next start only — every key but the tenants, the quotas,
+ * limits.in_flight_per_tenant and the tiers' evict, admit and min_tokens —,
+ * comma-separated into out (cut at cap); how many. A list's items are
+ * compared index by index. */
+int hy_cached_config_restart_keys(const hy_cached_config *a, const hy_cached_config *b, char *out,
+                                  size_t cap);
+/* Whether SIGHUP applies a change of key ("tenants.list[].quota"): 1, 0 when
+ * it takes effect at the next start, -1 for no such key. */
+int hy_cached_config_key_reloads(const char *key);
 
 #endif

@@ -698,24 +698,12 @@ int svc_reload(hy_svc *s, const hy_cached_config *cfg, hy_err *err)
     s->cfg.in_flight_per_tenant = cfg->in_flight_per_tenant;
     pthread_mutex_unlock(&s->mu);
     /* everything else needs a restart: say so when it changed */
-    static hy_cached_config a, b; /* large; reloads run on the main thread only */
-    a = s->cfg, b = *cfg;
-    hy_cached_config *both[2] = {&a, &b};
-    for (int i = 0; i < 2; i++) {
-        hy_cached_config *c = both[i];
-        memset(c->tenants, 0, sizeof c->tenants);
-        c->ntenants = 0;
-        c->default_quota = 0;
-        memset(&c->host_policy, 0, sizeof c->host_policy);
-        memset(&c->nvme_policy, 0, sizeof c->nvme_policy);
-        memset(&c->hbm_policy, 0, sizeof c->hbm_policy);
-        c->in_flight_per_tenant = 0; /* applied through the tenants above */
-    }
-    if (memcmp(&a, &b, sizeof a) != 0)
+    char keys[512];
+    if (hy_cached_config_restart_keys(&s->cfg, cfg, keys, sizeof keys))
         hy_log(HY_LOG_WARN,
                "reload: %s changes keys other than tenants and the tiers' policies; "
-               "those take effect at the next restart",
-               cfg->path);
+               "those take effect at the next restart: %s",
+               cfg->path, keys);
     return HY_OK;
 }
 

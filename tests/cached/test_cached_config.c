@@ -3,8 +3,8 @@
  * every key, the committed example files, sizes and counts at and past their
  * limits, every class of error with its message (file, line, key and value
  * named; tokens never), token files, the loopback rule for the listener,
- * tls pairs, the token lookup, and the printed configuration parsing back to
- * the same one.
+ * tls pairs, the token lookup, the printed configuration parsing back to
+ * the same one, and which keys a SIGHUP reload applies.
  */
 #include "config_internal.h"
 #include "test_util.h"
@@ -1144,6 +1144,56 @@ static void test_load(void)
     CU_ASSERT_EQUAL(g_a.log_level, HY_LOG_ERROR);
 }
 
+/* Which keys a SIGHUP reload applies is the option table's column: a file
+ * changing only those reports no key needing a restart; one changing others
+ * names each of them (a list's count, an item's field, a nested key). */
+static void test_reload_keys(void)
+{
+    CU_ASSERT_EQUAL(hy_cached_config_key_reloads("tenants.list"), 1);
+    CU_ASSERT_EQUAL(hy_cached_config_key_reloads("tenants.list[].quota"), 1);
+    CU_ASSERT_EQUAL(hy_cached_config_key_reloads("tiers.nvme.admit"), 1);
+    CU_ASSERT_EQUAL(hy_cached_config_key_reloads("limits.in_flight_per_tenant"), 1);
+    CU_ASSERT_EQUAL(hy_cached_config_key_reloads("listen"), 0);
+    CU_ASSERT_EQUAL(hy_cached_config_key_reloads("tenants.list[].replicas"), 0);
+    CU_ASSERT_EQUAL(hy_cached_config_key_reloads("no.such.key"), -1);
+
+    static const char base[] = "listen: 127.0.0.1:7878\n"
+                               "tenants:\n"
+                               "  list:\n"
+                               "    - {name: alice, token: alice-token-0123456789}\n";
+    char keys[256];
+    parse_ok(base, &g_a);
+    parse_ok(
+        "listen: 127.0.0.1:7878\n"
+        "tiers: {host: {evict: lru, admit: second-hit}, nvme: {admit: min-tokens, min_tokens: 3}}\n"
+        "limits: {in_flight_per_tenant: 7}\n"
+        "tenants:\n"
+        "  default_quota: 1G\n"
+        "  list:\n"
+        "    - {name: alice, token: alice-token-9876543210, quota: 2G, admin: true}\n"
+        "    - {name: bob, token: bob-token-0123456789abc, max_in_flight: 2}\n",
+        &g_b);
+    CU_ASSERT_EQUAL(hy_cached_config_restart_keys(&g_a, &g_b, keys, sizeof keys), 0);
+    CU_ASSERT_STRING_EQUAL(keys, "");
+    CU_ASSERT_EQUAL(hy_cached_config_restart_keys(&g_a, &g_a, keys, sizeof keys), 0);
+
+    parse_ok("listen: 127.0.0.1:7878\n"
+             "pic: {seam: 3}\n"
+             "limits: {queue: 5}\n"
+             "cluster: {etcd: {ttl_s: 30}}\n"
+             "models: [{name: recall, path: models/hypic-recall}, {name: tiny, path: t}]\n"
+             "tenants:\n"
+             "  list:\n"
+             "    - {name: alice, token: alice-token-0123456789, replicas: 2}\n",
+             &g_b);
+    CU_ASSERT_EQUAL(hy_cached_config_restart_keys(&g_a, &g_b, keys, sizeof keys), 5);
+    CU_ASSERT_STRING_EQUAL(keys, "models, pic.seam, tenants.list[].replicas, limits.queue, "
+                                 "cluster.etcd.ttl_s");
+    /* cut at cap, still counted */
+    CU_ASSERT_EQUAL(hy_cached_config_restart_keys(&g_a, &g_b, keys, 12), 5);
+    CU_ASSERT_EQUAL(strlen(keys), 11u);
+}
+
 int main(void)
 {
     if (hy_test_mkdtemp("hy_cfg_", g_dir, sizeof g_dir)) return 1;
@@ -1169,6 +1219,7 @@ int main(void)
         {"every key with its default (--print-config-keys)", test_print_keys},
         {"validate after overrides", test_validate},
         {"load", test_load},
+        {"the keys a reload applies, and those it does not", test_reload_keys},
         {NULL, NULL},
     };
     int rc = hy_test_main("cached_config", cases);

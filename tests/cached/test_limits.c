@@ -247,6 +247,7 @@ static void test_sighup_reloads_tenants(void)
     }
     CU_ASSERT_EQUAL(rc, HYC_OK);
     CU_ASSERT(hy_daemon_log_has(&g_d, "SIGHUP: tenants and policies reloaded"));
+    CU_ASSERT_FALSE(hy_daemon_log_has(&g_d, "take effect at the next restart")); /* tenants only */
     hyc_close(carol);
     /* a file that does not validate: refused, the running tenants stay */
     write_config("    - {name: carol, token: short}\n");
@@ -256,6 +257,15 @@ static void test_sighup_reloads_tenants(void)
     carol = connect_as(&g_d, CAROL);
     CU_ASSERT_EQUAL(list_total(carol, &total, &st), HYC_OK);
     hyc_close(carol);
+    /* a key the reload does not apply: named, as waiting for the next restart */
+    write_config("    - {name: carol, token: " CAROL "}\npic: {seam: 3}\n");
+    kill(g_d.pid, SIGHUP);
+    bool named = false;
+    for (int i = 0; i < 50 && !named; i++) {
+        usleep(100000);
+        named = hy_daemon_log_has(&g_d, "those take effect at the next restart: pic.seam");
+    }
+    CU_ASSERT(named);
 }
 
 static void test_sigterm_drains(void)
