@@ -45,7 +45,7 @@
  * device's raw O_DIRECT read rate, which `hypic-bench tiers` measures.
  */
 #include "bench.h"
-#include "place.h"
+#include "land_internal.h"
 #include "hy_common.h"
 #include "hy_kernels.h"
 #include "hy_tiers.h"
@@ -125,31 +125,31 @@ static int store_fetch(hy_store *s, const hy_model *m, const hy_key *const *keys
 }
 
 /* The service's fetch of n hits only the NVMe tier holds (Prefill's
- * landing, cached/place.c): every read started at once, each in layer
+ * landing, cached/land.c): every read started at once, each in layer
  * order; this returns when each one's header and tokens are in, and the
  * pass that follows waits per layer for the rest (*land: end and free it
  * after the pass, before the entries). */
 static int store_land(hy_store *s, const hy_model *m, const hy_key *const *keys, int n,
                       hy_entry **out, hy_lease **leases, uint64_t *bytes, int *off_tier,
-                      pl_landing **land, hy_err *e)
+                      land_batch **land, hy_err *e)
 {
     uint8_t fp[32];
     hy_model_fingerprint(m, fp);
-    if (pl_landing_new(s, m, fp, k_tenant, (size_t)n, land))
+    if (land_new(s, m, fp, k_tenant, (size_t)n, land))
         return hy_err_set(e, HY_ENOMEM, "out of memory");
     for (int i = 0; i < n; i++) {
         uint64_t b;
         unsigned mask;
-        if (!pl_peek(s, fp, k_tenant, keys[i], &b, &mask) || mask != 1u << HY_TIER_NVME) {
+        if (!land_peek(s, fp, k_tenant, keys[i], &b, &mask) || mask != 1u << HY_TIER_NVME) {
             *off_tier += 1;
             return hy_err_set(e, HY_ENOTFOUND, "hit %d is not on NVMe alone", i);
         }
-        pl_landing_add(*land, keys[i], b, &out[i], &leases[i]);
+        land_add(*land, keys[i], b, &out[i], &leases[i]);
         *bytes += b;
     }
-    pl_landing_go(*land);
+    land_go(*land);
     for (int i = 0; i < n; i++)
-        if (!pl_landing_opened(*land, (size_t)i))
+        if (!land_opened(*land, (size_t)i))
             return hy_err_set(e, HY_ENOTFOUND, "hit %d did not open", i);
     return HY_OK;
 }
@@ -584,11 +584,11 @@ int hy_bench_pic(int argc, char **argv)
                              : mode >= HY_MODE_PIC && run != PIC_MEM ? hs
                                                                      : NULL;
             const double t0 = hy_now_s();
-            pl_landing *land = NULL;
+            land_batch *land = NULL;
             if (from == ns) {
                 rc = store_land(from, bm.m, keys, NSEG, got, lease, &fetched_bytes[run],
                                 &off_tier[run], &land, &e);
-                for (int i = 0; i < NSEG; i++) seg[i].entry = pl_landing_opened(land, (size_t)i);
+                for (int i = 0; i < NSEG; i++) seg[i].entry = land_opened(land, (size_t)i);
                 fetch_s[run] += hy_now_s() - t0;
             } else if (from) {
                 rc = store_fetch(from, bm.m, keys, NSEG, got, lease, HY_TIER_HOST,
@@ -600,16 +600,16 @@ int hy_bench_pic(int argc, char **argv)
             per[run][q] = hy_now_s() - t0;
             if (land) {
                 landing_s += res.arrival_s;
-                pl_landing_end(land);
+                land_wait(land);
                 uint64_t rb;
                 double rs;
-                pl_landing_read(land, PL_FROM_NVME, &rb, &rs);
+                land_read(land, COST_FROM_NVME, &rb, &rs);
                 nvme_read_s += rs;
                 size_t bad;
                 hy_err le;
-                if (!rc && pl_landing_failed(land, &bad, &le))
+                if (!rc && land_failed(land, &bad, &le))
                     rc = hy_err_set(&e, le.code, "hit %zu: %s", bad, le.msg);
-                pl_landing_free(land);
+                land_free(land);
             }
             ttft[run] += per[run][q];
             if (!rc && (mode == HY_MODE_PREFIX || run == HY_MODE_PIC)) /* before the free */
@@ -621,11 +621,11 @@ int hy_bench_pic(int argc, char **argv)
                 uint64_t b2 = 0, rb;
                 int o2 = 0;
                 double rs;
-                pl_landing *l_alone = NULL;
+                land_batch *l_alone = NULL;
                 rc = store_land(ns, bm.m, keys, NSEG, g2, l2, &b2, &o2, &l_alone, &e);
-                pl_landing_end(l_alone);
-                if (!rc && pl_landing_read(l_alone, PL_FROM_NVME, &rb, &rs)) nvme_alone_s += rs;
-                pl_landing_free(l_alone);
+                land_wait(l_alone);
+                if (!rc && land_read(l_alone, COST_FROM_NVME, &rb, &rs)) nvme_alone_s += rs;
+                land_free(l_alone);
                 free_entries(ns, g2, l2, NSEG);
             }
             if (!rc && run == HY_MODE_PIC) {

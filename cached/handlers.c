@@ -291,7 +291,7 @@ hy_rpc_code h_segs_resolve_keys(rq *r, svc_model *sm, seg *sg, size_t n)
         if (!sg[i].by_key) continue;
         uint64_t bytes;
         hy_err e = {0};
-        int rc = h_fetch_entry(r, sm, &sg[i].key, &sg[i], &bytes, &e);
+        int rc = fetch_entry(r, sm, &sg[i].key, &sg[i], &bytes, &e);
         if (rc == HY_ENOTFOUND)
             return h_fail(r, HY_RPC_NOT_FOUND,
                           "segments[%zu]: its key is not cached (a segment given by key must be a "

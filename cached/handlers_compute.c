@@ -4,7 +4,8 @@
  */
 #include "cluster_internal.h"
 #include "handlers_internal.h"
-#include "place.h"
+#include "land_internal.h"
+#include "put_internal.h"
 #include "router_internal.h"
 
 #include <math.h>
@@ -244,8 +245,8 @@ hy_rpc_code do_warm(rq *r, const ProtobufCMessage *req)
             hy_tier_id placed = HY_TIER_NONE;
             uint64_t bytes = 0;
             if (!rc)
-                rc = pl_store_entry(r->s, sm, r->who.tenant, &sg[i].key, ent, sg[i].tags,
-                                    sg[i].ntags, &placed, &bytes, member, &e);
+                rc = put_entry(r->s, sm, r->who.tenant, &sg[i].key, ent, sg[i].tags, sg[i].ntags,
+                               &placed, &bytes, member, &e);
             hy_entry_free(ent);
             r->computed += (int64_t)sg[i].n;
             r->misses++;
@@ -472,11 +473,11 @@ typedef struct prefill {
     h_delivery dl;
     Hypic__V1__Timings tm;
     double t_start;
-    pl_landing *land;    /* hits read from NVMe or an owner while the pass runs */
+    land_batch *land;    /* hits read from NVMe or an owner while the pass runs */
     size_t *land_seg;    /* [n] the segment of each */
     bool *landing;       /* [n] a hit queued there */
     double land_open_s;  /* the wait for every one of them to open, before the pass */
-    pl_policy pol;       /* fetch or recompute hits */
+    cost_policy pol;     /* fetch or recompute hits */
     bool *recomputed;    /* [n] a hit recomputed by choice (its entry left as it is) */
     char (*why)[160];    /* [n] the choice, for the outcome */
     double *fest, *cest; /* [n] its estimates: fetching, computing (s) */
@@ -568,18 +569,18 @@ static hy_rpc_code prefill_parse(rq *r, prefill *p)
     for (size_t t = 0; t < q->n_query; t++) p->query[t] = (int32_t)q->query[t];
     switch ((int)q->reuse) {
     case HYPIC__V1__PREFILL_REQUEST__REUSE__REUSE_DEFAULT:
-        p->pol = !strcmp(s->cfg.pic_reuse, "fetch")       ? PL_FETCH
-                 : !strcmp(s->cfg.pic_reuse, "recompute") ? PL_RECOMPUTE
-                                                          : PL_AUTO;
+        p->pol = !strcmp(s->cfg.pic_reuse, "fetch")       ? COST_FETCH
+                 : !strcmp(s->cfg.pic_reuse, "recompute") ? COST_RECOMPUTE
+                                                          : COST_AUTO;
         break;
     case HYPIC__V1__PREFILL_REQUEST__REUSE__REUSE_AUTO:
-        p->pol = PL_AUTO;
+        p->pol = COST_AUTO;
         break;
     case HYPIC__V1__PREFILL_REQUEST__REUSE__REUSE_FETCH:
-        p->pol = PL_FETCH;
+        p->pol = COST_FETCH;
         break;
     case HYPIC__V1__PREFILL_REQUEST__REUSE__REUSE_RECOMPUTE:
-        p->pol = PL_RECOMPUTE;
+        p->pol = COST_RECOMPUTE;
         break;
     default:
         return h_fail(r, HY_RPC_INVALID_ARGUMENT, "field 'reuse': %d is not a Reuse",
@@ -591,9 +592,9 @@ static hy_rpc_code prefill_parse(rq *r, prefill *p)
 /* What becomes of segment i when its entry under key k is stored here
  * (visible to the caller; one store look-up) or, remote, held by member:
  * recomputed rather than fetched — the request's policy, or the estimates
- * (pl_recompute), the choice and why kept for its outcome —, or, held by
+ * (cost_recompute), the choice and why kept for its outcome —, or, held by
  * the NVMe tier alone or by an owner, queued to be read while the pass
- * runs. PREFILL_FETCH: fetched now (h_fetch_here), also when it is not
+ * runs. PREFILL_FETCH: fetched now (fetch_here), also when it is not
  * here. */
 typedef enum { PREFILL_FETCH, PREFILL_RECOMPUTE, PREFILL_LAND } prefill_route;
 
@@ -603,28 +604,26 @@ static prefill_route prefill_route_of(rq *r, prefill *p, size_t i, const hy_key 
     hy_store *st = r->s->store;
     uint64_t bytes = remote_bytes;
     unsigned mask = 0;
-    if (!member && !pl_peek(st, p->sm->fp, r->who.tenant, k, &bytes, &mask)) return PREFILL_FETCH;
-    const pl_source src = member                                            ? PL_FROM_REMOTE
-                          : mask & (1u << HY_TIER_HOST | 1u << HY_TIER_HBM) ? PL_FROM_HOST
-                                                                            : PL_FROM_NVME;
+    if (!member && !land_peek(st, p->sm->fp, r->who.tenant, k, &bytes, &mask)) return PREFILL_FETCH;
+    const cost_source src = member                                            ? COST_FROM_REMOTE
+                            : mask & (1u << HY_TIER_HOST | 1u << HY_TIER_HBM) ? COST_FROM_HOST
+                                                                              : COST_FROM_NVME;
     int w;
     hy_err ignored = {0};
     const size_t n = p->sg[i].n;
     const uint64_t tokens =
         hy_entry_seam(p->sm->c, n, p->Wm, &w, &ignored) == HY_OK ? n - (size_t)w : n;
-    p->recomputed[i] = pl_recompute(p->sm->costs, p->pol, src, bytes, tokens, &p->fest[i],
-                                    &p->cest[i], p->why[i], sizeof p->why[i]);
+    p->recomputed[i] = cost_recompute(p->sm->costs, p->pol, src, bytes, tokens, &p->fest[i],
+                                      &p->cest[i], p->why[i], sizeof p->why[i]);
     if (p->recomputed[i]) return PREFILL_RECOMPUTE;
-    if (src == PL_FROM_HOST) return PREFILL_FETCH;
+    if (src == COST_FROM_HOST) return PREFILL_FETCH;
     if (!p->land) {
-        if (pl_landing_new(st, p->sm->m, p->sm->fp, r->who.tenant, p->n, &p->land))
-            return PREFILL_FETCH;
+        if (land_new(st, p->sm->m, p->sm->fp, r->who.tenant, p->n, &p->land)) return PREFILL_FETCH;
         if (!(p->land_seg = calloc(p->n, sizeof *p->land_seg))) return PREFILL_FETCH;
     }
     seg *g = &p->sg[i];
-    const size_t j =
-        member ? pl_landing_add_remote(p->land, r->s, member, k, bytes, &g->entry, &g->rbuf)
-               : pl_landing_add(p->land, k, bytes, &g->entry, &g->lease);
+    const size_t j = member ? land_add_remote(p->land, r->s, member, k, bytes, &g->entry, &g->rbuf)
+                            : land_add(p->land, k, bytes, &g->entry, &g->lease);
     p->land_seg[j] = i;
     p->landing[i] = true;
     if (member) snprintf(g->member, sizeof g->member, "%s", member);
@@ -703,7 +702,7 @@ static hy_rpc_code prefill_lookup(rq *r, prefill *p)
         hy_err e = {0};
         uint64_t bytes;
         if (prefill_route_of(r, p, i, &p->keys[i], NULL, 0) != PREFILL_FETCH) continue;
-        int rc = h_fetch_here(r, p->sm, &p->keys[i], g, &bytes, &e);
+        int rc = fetch_here(r, p->sm, &p->keys[i], g, &bytes, &e);
         if (rc == HY_ENOTFOUND && !exact(p->rp)) {
             /* the exact entry of the segment serves too: one stored before
              * compact forms (version 1), or under tolerance 0 */
@@ -712,7 +711,7 @@ static hy_rpc_code prefill_lookup(rq *r, prefill *p)
             const prefill_route how = prefill_route_of(r, p, i, &ek, NULL, 0);
             if (how == PREFILL_LAND) p->keys[i] = ek;
             if (how != PREFILL_FETCH) continue;
-            rc = h_fetch_here(r, p->sm, &ek, g, &bytes, &e);
+            rc = fetch_here(r, p->sm, &ek, g, &bytes, &e);
             if (rc == HY_OK) p->keys[i] = ek;
         }
         p->from[i] = g->from;
@@ -725,8 +724,8 @@ static hy_rpc_code prefill_lookup(rq *r, prefill *p)
         if (rc) return h_from_err(r, rc, &e);
         p->hs[i].entry = g->entry;
         /* what it cost, for the next choices */
-        pl_costs_fetched(p->sm->costs, p->from[i] == HY_TIER_NVME ? PL_FROM_NVME : PL_FROM_HOST,
-                         bytes, ms / 1e3);
+        cost_fetched(p->sm->costs, p->from[i] == HY_TIER_NVME ? COST_FROM_NVME : COST_FROM_HOST,
+                     bytes, ms / 1e3);
         if (p->from[i] == HY_TIER_HBM)
             tm->fetch_hbm_ms += ms;
         else if (p->from[i] == HY_TIER_NVME)
@@ -739,16 +738,16 @@ static hy_rpc_code prefill_lookup(rq *r, prefill *p)
         prefill_lookup_owners(r, p);
         tm->fetch_remote_ms += (hy_now_s() - t0) * 1e3;
     }
-    if (pl_landing_count(p->land) == 0) return HY_RPC_OK;
+    if (land_count(p->land) == 0) return HY_RPC_OK;
     /* the hits on NVMe and on owners: read at once, each in layer order; the
      * pass starts when every one's header and tokens are in */
-    pl_landing_go(p->land);
+    land_go(p->land);
     const double t_go = hy_now_s();
-    for (size_t j = 0; j < pl_landing_count(p->land); j++) {
+    for (size_t j = 0; j < land_count(p->land); j++) {
         t0 = hy_now_s();
         const size_t i = p->land_seg[j];
-        p->hs[i].entry = pl_landing_opened(p->land, j);
-        const bool remote = pl_landing_source(p->land, j) == PL_FROM_REMOTE;
+        p->hs[i].entry = land_opened(p->land, j);
+        const bool remote = land_source(p->land, j) == COST_FROM_REMOTE;
         p->from[i] = p->hs[i].entry && !remote ? HY_TIER_NVME : HY_TIER_NONE;
         if (!p->hs[i].entry) p->sg[i].member[0] = '\0';
         *(remote ? &tm->fetch_remote_ms : &tm->fetch_nvme_ms) += (hy_now_s() - t0) * 1e3;
@@ -816,17 +815,17 @@ static hy_rpc_code prefill_run(rq *r, prefill *p)
     else if (!rc)
         rc = hy_combine(x->ex, x->st, &hr, p->logits, &p->res, &e);
     svc_prefix_put(pfx);
-    pl_landing_end(p->land); /* every read over: the entries whole or failed */
+    land_wait(p->land); /* every read over: the entries whole or failed */
     size_t bad;
     hy_err le;
-    if (rc && pl_landing_failed(p->land, &bad, &le)) {
+    if (rc && land_failed(p->land, &bad, &le)) {
         svc_exec_give(s, p->sm, x);
         char where[96];
-        const bool remote = pl_landing_source(p->land, bad) == PL_FROM_REMOTE;
+        const bool remote = land_source(p->land, bad) == COST_FROM_REMOTE;
         return h_fail(r, HY_RPC_UNAVAILABLE,
                       "segments[%zu]: its entry failed while it was read from %s, after the "
                       "request had begun to use it; %s: %s",
-                      p->land_seg[bad], pl_landing_where(p->land, bad, where, sizeof where),
+                      p->land_seg[bad], land_where(p->land, bad, where, sizeof where),
                       remote ? "a retry asks its owners again, or computes the segment"
                              : "it was removed, and a retry computes the segment",
                       le.msg);
@@ -836,18 +835,17 @@ static hy_rpc_code prefill_run(rq *r, prefill *p)
         /* a read overlapped with the pass costs the request what the pass
          * waited for it: for every entry to open, then for layers — shared
          * by the sources in proportion to their bytes */
-        uint64_t b[PL_FROM_COUNT] = {0}, total = 0;
+        uint64_t b[COST_FROM_COUNT] = {0}, total = 0;
         double sec;
-        for (pl_source src = PL_FROM_NVME; src <= PL_FROM_REMOTE; src++)
-            if (pl_landing_read(p->land, src, &b[src], &sec)) total += b[src];
+        for (cost_source src = COST_FROM_NVME; src <= COST_FROM_REMOTE; src++)
+            if (land_read(p->land, src, &b[src], &sec)) total += b[src];
         const double waited = p->land_open_s + p->res.arrival_s;
-        for (pl_source src = PL_FROM_NVME; total && src <= PL_FROM_REMOTE; src++)
+        for (cost_source src = COST_FROM_NVME; total && src <= COST_FROM_REMOTE; src++)
             if (b[src])
-                pl_costs_fetched(p->sm->costs, src, b[src],
-                                 waited * (double)b[src] / (double)total);
+                cost_fetched(p->sm->costs, src, b[src], waited * (double)b[src] / (double)total);
         if (p->mode != HY_MODE_PREFIX)
-            pl_costs_computed(p->sm->costs, (uint64_t)p->res.prefilled,
-                              p->res.forward_s - p->res.compose_s - p->res.arrival_s);
+            cost_computed(p->sm->costs, (uint64_t)p->res.prefilled,
+                          p->res.forward_s - p->res.compose_s - p->res.arrival_s);
     }
     if (p->job) { /* its entries are composed (and stored): over */
         sc_summary sum;
@@ -920,8 +918,8 @@ static void prefill_store(rq *r, prefill *p, Hypic__V1__SegmentOutcome *oc)
             hy_tier_id placed = HY_TIER_NONE;
             hy_err se = {0};
             if (hy_entry_finish(p->built[i], &se) ||
-                pl_store_entry(s, p->sm, r->who.tenant, &p->keys[i], p->built[i], p->sg[i].tags,
-                               p->sg[i].ntags, &placed, NULL, p->members[i], &se))
+                put_entry(s, p->sm, r->who.tenant, &p->keys[i], p->built[i], p->sg[i].tags,
+                          p->sg[i].ntags, &placed, NULL, p->members[i], &se))
                 hy_log(HY_LOG_WARN, "storing an entry built inline: %s", se.msg);
             oc[i].stored = placed != HY_TIER_NONE;
             oc[i].tier = h_pb_tier(placed);
@@ -988,7 +986,7 @@ out:
 
 static void prefill_free(rq *r, prefill *p)
 {
-    pl_landing_free(p->land); /* first: its reads set the segments' entries and leases */
+    land_free(p->land); /* first: its reads set the segments' entries and leases */
     free(p->land_seg);
     sc_job_end(p->job, NULL, NULL); /* a request that failed before composing */
     free(p->si), free(p->so);

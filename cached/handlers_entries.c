@@ -4,7 +4,7 @@
  */
 #include "cluster_internal.h"
 #include "handlers_internal.h"
-#include "place.h"
+#include "put_internal.h"
 #include "router_internal.h"
 
 #include <ctype.h>
@@ -88,7 +88,7 @@ static hy_rpc_code get_from_owners(rq *r, const Hypic__V1__GetEntryRequest *q, s
     uint64_t bytes = 0;
     hy_err e = {0};
     svc_cluster_count_forward(r->s);
-    if (h_fetch_entry(r, sm, k, &g, &bytes, &e) != HY_OK || !g.rbuf) {
+    if (fetch_entry(r, sm, k, &g, &bytes, &e) != HY_OK || !g.rbuf) {
         h_seg_drop(r, &g);
         return h_fail(r, HY_RPC_NOT_FOUND, "key is not cached (asked its owners too)");
     }
@@ -270,11 +270,11 @@ hy_rpc_code do_put_entry(rq *r, const ProtobufCMessage *req)
                        "field 'meta.key' is not the key of the entry's tokens for your tenant");
     }
     if (!c) {                   /* where it belongs: here, or with its owners (one of them now) */
-        hy_meta given_tags = m; /* pl_meta_of starts from nothing */
+        hy_meta given_tags = m; /* put_meta starts from nothing */
         char *tags[HY_MAX_TAGS];
         for (uint32_t t = 0; t < given_tags.ntags; t++) tags[t] = given_tags.tags[t];
-        pl_meta_of(sm, r->who.tenant, &k, ent, got, tags, given_tags.ntags, &m);
-        int rc = pl_store(s, sm, &m, buf, true, local_only, &placed, member, &e);
+        put_meta(sm, r->who.tenant, &k, ent, got, tags, given_tags.ntags, &m);
+        int rc = put_bytes(s, sm, &m, buf, true, local_only, &placed, member, &e);
         if (rc == HY_EIO && s->cluster)
             c = h_fail(r, HY_RPC_UNAVAILABLE, "%s", e.msg);
         else if (rc)

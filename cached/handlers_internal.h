@@ -11,7 +11,11 @@
  *                       Invalidate, List, Inspect, Watch), Stats, policies,
  *                       Health;
  *   handlers_transport.c OpenTransport, CloseTransport, and deliveries of
- *                       states and entries through a client's session.
+ *                       states and entries through a client's session;
+ *   fetch.c             a stored entry for a request: leased here, or from
+ *                       an owner in the cluster.
+ * Storing entries is put_internal.h's; entries read while a pass runs,
+ * land_internal.h's; fetching or recomputing a hit, cost_internal.h's.
  */
 #ifndef HY_CACHED_HANDLERS_INTERNAL_H
 #define HY_CACHED_HANDLERS_INTERNAL_H
@@ -89,19 +93,21 @@ void h_segs_free(rq *r, seg *sg, size_t n);
 void h_seg_drop(rq *r, seg *sg);
 hy_rpc_code h_segs_parse(rq *r, svc_model *sm, Hypic__V1__Segment **in, size_t n,
                          size_t extra_tokens, bool keys_allowed, seg **out);
+hy_rpc_code h_segs_resolve_keys(rq *r, svc_model *sm, seg *sg, size_t n);
+void h_meta_to_pb(hy_svc *s, hy_meta *m, unsigned mask, pb_meta *o);
+hy_rpc_code h_send(rq *r, const ProtobufCMessage *m);
+void h_set_threads(hy_svc *s);
+
+/* --- fetch.c: a stored entry for a request --- */
+
 /* The entry under k (visible to the caller, of model sm) into g: a view of
  * its leased bytes (g->entry, g->lease, g->from), or in cluster mode, when
  * this member does not have it, of the bytes fetched from an owner (g->rbuf,
  * g->member; g->from HY_TIER_NONE). Verified; HY_ENOTFOUND on a miss.
  * *bytes: its size. */
-int h_fetch_entry(rq *r, svc_model *sm, const hy_key *k, seg *g, uint64_t *bytes, hy_err *err);
+int fetch_entry(rq *r, svc_model *sm, const hy_key *k, seg *g, uint64_t *bytes, hy_err *err);
 /* The same from this member's tiers only. */
-int h_fetch_here(rq *r, svc_model *sm, const hy_key *k, seg *g, uint64_t *bytes, hy_err *err);
-
-hy_rpc_code h_segs_resolve_keys(rq *r, svc_model *sm, seg *sg, size_t n);
-void h_meta_to_pb(hy_svc *s, hy_meta *m, unsigned mask, pb_meta *o);
-hy_rpc_code h_send(rq *r, const ProtobufCMessage *m);
-void h_set_threads(hy_svc *s);
+int fetch_here(rq *r, svc_model *sm, const hy_key *k, seg *g, uint64_t *bytes, hy_err *err);
 
 /* --- handlers_transport.c: deliveries through bulk transport sessions --- */
 

@@ -2,7 +2,7 @@
  * The router and its scatter workers (router_internal.h, docs/scheduler.md).
  */
 #include "router_internal.h"
-#include "place.h"
+#include "put_internal.h"
 
 #include "hy_scheduler.h"
 
@@ -609,8 +609,8 @@ static int build_on(sc_job *j, sc_runner *t, sc_seg *g, hy_rpc_client *cl, hy_ti
     }
     if (!rc) {
         hy_err se = {0};
-        if (pl_store_built(s, j->sm, j->tenant, &g->key, ent, ga.buf, (size_t)ga.got, g->tags,
-                            g->ntags, tier, NULL, &se))
+        if (put_built(s, j->sm, j->tenant, &g->key, ent, ga.buf, (size_t)ga.got, g->tags, g->ntags,
+                      tier, NULL, &se))
             hy_log(HY_LOG_WARN, "scatter: storing the entry of a worker: %s", se.msg);
         *stored = *tier != HY_TIER_NONE;
         g->entry = ent;

@@ -262,7 +262,7 @@ static int model_open(svc_model *sm, const hy_cfg_model *cm, const hy_cached_con
     sm->c = hy_model_cfg(sm->m);
     sm->wbytes = hy_model_matrix_bytes(sm->m);
     hy_model_fingerprint(sm->m, sm->fp);
-    if (pl_costs_new(&sm->costs)) return hy_err_set(err, HY_ENOMEM, "out of memory");
+    if (cost_new(&sm->costs)) return hy_err_set(err, HY_ENOMEM, "out of memory");
     sm->ctx = calloc((size_t)cfg->exec_contexts, sizeof *sm->ctx);
     if (!sm->ctx) return hy_err_set(err, HY_ENOMEM, "out of memory");
     for (int i = 0; i < cfg->exec_contexts; i++) {
@@ -285,7 +285,7 @@ static void model_close(svc_model *sm)
         hy_state_free(sm->ctx[i].st);
     }
     free(sm->ctx);
-    pl_costs_free(sm->costs);
+    cost_free(sm->costs);
     for (svc_prefix *p = sm->prefixes, *nx; p; p = nx) {
         nx = p->next;
         hy_prefix_cache_free(p->pc);

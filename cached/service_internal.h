@@ -17,12 +17,12 @@
 #define HY_CACHED_SERVICE_INTERNAL_H
 
 #include "config_internal.h"
+#include "cost_internal.h"
 #include "hy_model.h"
 #include "hy_rpc.h"
 #include "hy_tiers.h"
 #include "hy_transport.h"
 #include "metrics_internal.h"
-#include "place.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -66,7 +66,7 @@ typedef struct svc_model {
     pthread_mutex_t mu;
     svc_waiter *head, *tail; /* under mu: FIFO of requests waiting for a context */
     svc_prefix *prefixes;    /* under mu */
-    pl_costs *costs;         /* fetching its entries and computing its tokens, as measured */
+    cost_fits *costs;        /* fetching its entries and computing its tokens, as measured */
 } svc_model;
 
 /* A tenant as the service knows it: from the configuration, or the single
