@@ -84,7 +84,7 @@ sanitize: deps
 # reopens RocksDB many times, and Debian's librocksdb is not instrumented, so
 # TSan reports its background threads' own bookkeeping; the journal's
 # concurrency runs under TSan in test_nvme's four-thread case.
-TSAN_TESTS = test_store test_store_tiers3 test_nvme test_arena test_policy
+TSAN_TESTS = test_store test_tier_moves test_nvme test_arena test_policy
 tsan: deps
 	@cmake -S . -B $(TSAN) -DCMAKE_BUILD_TYPE=Debug -DHY_TSAN=ON >/dev/null
 	@cmake --build $(TSAN) -j$(JOBS) --target $(TSAN_TESTS)

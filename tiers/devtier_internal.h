@@ -9,7 +9,7 @@
  * hy_store_open_with_devtier exists for tests: it opens a store over an
  * implementation the caller supplies, so that tests on machines without a
  * GPU can drive the manager's hbm paths through a host-memory test double
- * defined in the test itself (tests/tiers/test_store_tiers3.c). Nothing else
+ * defined in the test itself (tests/tiers/test_tier_moves.c). Nothing else
  * should call it.
  *
  * Contract of an implementation (hbm_internal.h's, which the test double mirrors):

@@ -8,8 +8,8 @@
 #   HY_GPU_BUNDLE=build-gpu/hypic-gpu.tar.xz sh tools/gpu_check.sh
 #
 # which runs the same checks without configuring or building. The archive holds
-# release/ (test_hbm, test_arena, test_store_tiers3, hypic-bench), asan/ (test_hbm,
-# test_store_tiers3 under AddressSanitizer, unless HY_GPU_ASAN=0) and lib/ (every
+# release/ (test_hbm, test_arena, test_tier_moves, hypic-bench), asan/ (test_hbm,
+# test_tier_moves under AddressSanitizer, unless HY_GPU_ASAN=0) and lib/ (every
 # library they link but the C library's own parts, which the GPU machine has
 # in a version at least as new; libcuda comes from its driver). About 20 MB.
 #
@@ -20,16 +20,16 @@ out=${1:-build-gpu/hypic-gpu.tar.xz}
 jobs=$(nproc)
 
 cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DHY_WITH_CUDA=ON >/dev/null
-cmake --build build-cuda -j"$jobs" --target test_hbm test_arena test_store_tiers3 hypic-bench
-bins="build-cuda/tests/test_hbm build-cuda/tests/test_arena build-cuda/tests/test_store_tiers3
+cmake --build build-cuda -j"$jobs" --target test_hbm test_arena test_tier_moves hypic-bench
+bins="build-cuda/tests/test_hbm build-cuda/tests/test_arena build-cuda/tests/test_tier_moves
       build-cuda/bench/hypic-bench"
 ldd build-cuda/tests/test_hbm | grep -q libcudart ||
     { echo "gpu_bundle: build-cuda/tests/test_hbm was built without CUDA"; exit 1; }
 if [ "${HY_GPU_ASAN:-1}" != 0 ]; then
     cmake -S . -B build-cuda-asan -DCMAKE_BUILD_TYPE=Debug -DHY_SANITIZE=ON \
         -DHY_WITH_CUDA=ON >/dev/null
-    cmake --build build-cuda-asan -j"$jobs" --target test_hbm test_store_tiers3
-    bins="$bins build-cuda-asan/tests/test_hbm build-cuda-asan/tests/test_store_tiers3"
+    cmake --build build-cuda-asan -j"$jobs" --target test_hbm test_tier_moves
+    bins="$bins build-cuda-asan/tests/test_hbm build-cuda-asan/tests/test_tier_moves"
 fi
 
 stage=$(mktemp -d)

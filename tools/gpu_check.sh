@@ -1,7 +1,7 @@
 #!/bin/sh
 # The checks that need a CUDA device (everywhere else the CUDA code only has
 # to build, and its tests skip saying why), for a machine that has one: builds with CUDA forced on and runs the hbm tier's tests (test_hbm)
-# and the tier manager's with hbm as its top tier (test_store_tiers3, whose
+# and the tier manager's with hbm as its top tier (test_tier_moves, whose
 # real_hbm_* cases need the device), first in a Release build, then (unless
 # HY_GPU_ASAN=0) under AddressSanitizer, with the ASan/LSan settings the CUDA
 # driver needs (tests/CMakeLists.txt gives ctest the same). Builds only
@@ -36,7 +36,7 @@ if [ -n "${HY_GPU_BUNDLE:-}" ]; then
     echo "gpu_check: prebuilt binaries from $HY_GPU_BUNDLE"
 else
     cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DHY_WITH_CUDA=ON >/dev/null
-    cmake --build build-cuda -j"$jobs" --target test_hbm test_arena test_store_tiers3 hypic-bench
+    cmake --build build-cuda -j"$jobs" --target test_hbm test_arena test_tier_moves hypic-bench
     rel=build-cuda/tests
     asan=""
     bench=build-cuda/bench/hypic-bench
@@ -47,7 +47,7 @@ fi
 skipped() { grep -q "SKIPPED: " "$1"; }
 
 "$rel/test_arena" >/dev/null || { echo "gpu_check: test_arena FAILED"; exit 1; }
-for t in test_hbm test_store_tiers3; do
+for t in test_hbm test_tier_moves; do
     rc=0
     OMP_NUM_THREADS=2 "$rel/$t" >"$logs/$t.log" 2>&1 || rc=$?
     cat "$logs/$t.log"
@@ -63,9 +63,9 @@ if [ "${HY_GPU_ASAN:-1}" != 0 ]; then
     if [ -z "${HY_GPU_BUNDLE:-}" ]; then
         cmake -S . -B build-cuda-asan -DCMAKE_BUILD_TYPE=Debug -DHY_SANITIZE=ON \
             -DHY_WITH_CUDA=ON >/dev/null
-        cmake --build build-cuda-asan -j"$jobs" --target test_hbm test_store_tiers3
+        cmake --build build-cuda-asan -j"$jobs" --target test_hbm test_tier_moves
     fi
-    for t in test_hbm test_store_tiers3; do
+    for t in test_hbm test_tier_moves; do
         rc=0
         if [ -n "$asan" ]; then
             [ -x "$asan/$t" ] || { echo "gpu_check: the bundle has no ASan $t (built with HY_GPU_ASAN=0?)"; exit 1; }

@@ -2,7 +2,7 @@
  * What the store's tests share: a key per entry number, and a payload
  * pattern per (entry number, size) — so a replaced entry of another size
  * reads differently — with its check. Included by test_store.c and
- * test_store_tiers3.c.
+ * test_tier_moves.c.
  */
 #ifndef HY_TEST_STORE_FIXTURE_H
 #define HY_TEST_STORE_FIXTURE_H

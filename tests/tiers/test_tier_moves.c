@@ -1207,7 +1207,7 @@ static void test_real_hbm_moves(void)
 
 int main(void)
 {
-    if (hy_test_mkdtemp("hy_test_tiers3_", g_tmp, sizeof g_tmp)) return 1;
+    if (hy_test_mkdtemp("hy_tier_moves_", g_tmp, sizeof g_tmp)) return 1;
     const bool device = hy_hbm_available(g_why, sizeof g_why);
     printf("store with three tiers. double_* cases: a TEST DOUBLE (host memory) stands in for "
            "hbm; the product never emulates it. real_hbm_* cases: %s\n",
