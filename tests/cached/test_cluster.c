@@ -84,7 +84,7 @@ static int member_start(hy_daemon *d, const char *name, int port, const char *cl
 /* Member n<i+1>, registered in etcd. */
 static int start_member(int i)
 {
-    char name[8], cluster[300];
+    char name[16], cluster[300];
     snprintf(name, sizeof name, "n%d", i + 1);
     snprintf(cluster, sizeof cluster,
              "{id: %s, peer_timeout_ms: 2000, etcd: {endpoints: \"%s\", ttl_s: %d}}", name,
