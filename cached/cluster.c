@@ -7,6 +7,7 @@
 #include "hy_cluster.h"
 #include "hypic_client.h"
 
+#include <assert.h>
 #include <cjson/cJSON.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -79,7 +80,10 @@ typedef struct peer_tp {
 
 static void peer_put(svc_peer *p)
 {
-    if (!p || atomic_fetch_sub(&p->refs, 1) != 1) return;
+    if (!p) return;
+    const int refs = atomic_fetch_sub(&p->refs, 1);
+    assert(refs >= 1 && "a peer is put once for each view that holds it");
+    if (refs != 1) return;
     while (p->tps) {
         peer_tp *t = p->tps;
         p->tps = t->next;
@@ -94,7 +98,10 @@ static void peer_put(svc_peer *p)
 
 void svc_view_put(svc_view *v)
 {
-    if (!v || atomic_fetch_sub(&v->refs, 1) != 1) return;
+    if (!v) return;
+    const int refs = atomic_fetch_sub(&v->refs, 1);
+    assert(refs >= 1 && "a view is put once for each get");
+    if (refs != 1) return;
     for (size_t i = 0; i < v->n; i++) peer_put(v->peers[i]);
     free(v->peers);
     free(v->ids);
@@ -161,6 +168,7 @@ static void view_set(svc_cluster *c, const char *const *ids, const char *const *
     }
     qsort(v->peers, v->n, sizeof *v->peers, cmp_peer);
     for (size_t i = 0; i < v->n; i++) v->ids[i] = v->peers[i]->id;
+    for (size_t i = 1; i < v->n; i++) assert(strcmp(v->ids[i - 1], v->ids[i]) <= 0); /* by id */
     c->view = v;
     c->view_changes++;
     c->view_since_s = hy_now_s();
@@ -329,6 +337,7 @@ static void tp_release(svc_peer *p, peer_tp *t, bool broken)
                 *x = t->next;
                 break;
             }
+    assert(t->busy && "a session given back was taken");
     t->busy = false;
     pthread_mutex_unlock(&p->tp_mu);
     if (broken) {
@@ -613,7 +622,8 @@ void svc_cluster_fanout(hy_svc *s, const char *tenant, const char *method,
         hy_err e = {0};
         int rc = hy_rpc_client_call(v->peers[i]->cl, hy_rpc_method_named(method), q, token,
                                     s->cfg.cluster_peer_timeout_ms, on_reply, ctx, &st, &e);
-        if (!rc && (st.code == HY_RPC_OK || (benign != HY_RPC_OK && st.code == (int)benign))) continue;
+        if (!rc && (st.code == HY_RPC_OK || (benign != HY_RPC_OK && st.code == (int)benign)))
+            continue;
         atomic_fetch_add(&cl_of(s)->peer_errors, 1);
         if (*nun < cap) snprintf(unreachable[(*nun)++], HY_MEMBER_ID_MAX, "%s", v->peers[i]->id);
     }
@@ -769,6 +779,7 @@ static void *putter_main(void *arg)
                        "cluster: entry %.16s… not put to all its owners after %d tries%s", hex,
                        it->tries, c->stopping ? " (stopping)" : "");
             }
+            assert(c->queued > 0 && c->queued_bytes >= it->len); /* counted when queued */
             c->queued--;
             c->queued_bytes -= it->len;
             item_free(it);

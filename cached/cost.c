@@ -7,6 +7,7 @@
 #include "hy_common.h"
 #include "hy_scheduler.h"
 
+#include <assert.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,6 +56,7 @@ static void observe(fit *f, uint64_t n, double s)
     f->n[f->next] = n, f->s[f->next] = s;
     f->next = (f->next + 1) % COST_SAMPLES;
     if (f->count < COST_SAMPLES) f->count++;
+    assert(f->count <= COST_SAMPLES && f->next < COST_SAMPLES); /* a ring of the last samples */
     hy_err ignored = {0};
     if (f->count >= COST_MIN_SAMPLES)
         f->fitted = hy_cost_fit(f->n, f->s, f->count, &f->model, &ignored) == HY_OK;

@@ -18,6 +18,7 @@
 #include "cluster_internal.h"
 #include "handlers_internal.h"
 
+#include <assert.h>
 #include <math.h>
 #include <omp.h>
 #include <stdarg.h>
@@ -495,6 +496,7 @@ static hy_rpc_code admit(rq *r, const door *d, size_t idx, bool *entered,
 static void run(void *app, hy_rpc_call *call, size_t idx)
 {
     hy_svc *s = app;
+    assert(idx < NDOORS); /* svc_front_door checked the method is one of hy_rpc_methods */
     const door *d = &k_doors[idx];
     const double t0 = hy_now_s();
     rq r = {.s = s, .call = call, .mode = "", .t_door = t0};

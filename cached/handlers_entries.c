@@ -7,6 +7,7 @@
 #include "put_internal.h"
 #include "router_internal.h"
 
+#include <assert.h>
 #include <ctype.h>
 #include <errno.h>
 
@@ -749,9 +750,9 @@ hy_rpc_code do_watch(rq *r, const ProtobufCMessage *req)
                       "tenant '%s' has %u Watch streams open, its limit "
                       "(limits.watchers_per_tenant)",
                       r->who.tenant, s->cfg.watchers_per_tenant);
-    pthread_mutex_lock(&h->mu);
+    svc_lock(&h->mu);
     if ((uint32_t)h->watchers >= s->cfg.watchers) {
-        pthread_mutex_unlock(&h->mu);
+        svc_unlock(&h->mu);
         svc_watch_leave(s, &r->who);
         return h_fail(r, HY_RPC_RESOURCE_EXHAUSTED,
                       "%d Watch streams are open, the limit (limits.watchers)", h->watchers);
@@ -781,7 +782,7 @@ hy_rpc_code do_watch(rq *r, const ProtobufCMessage *req)
         }
         size_t nb = 0;
         while (seq < h->next && nb < 64) batch[nb++] = h->ring[seq++ % SVC_HUB_RING];
-        pthread_mutex_unlock(&h->mu);
+        svc_unlock(&h->mu);
         /* A heartbeat after a quiet spell: a client that went away is only
          * noticed when a send fails, and it must not hold a worker and a
          * watcher slot until its tenant's next event. */
@@ -805,10 +806,11 @@ hy_rpc_code do_watch(rq *r, const ProtobufCMessage *req)
             c = h_send(r, &we.base);
             last_sent = hy_now_s();
         }
-        pthread_mutex_lock(&h->mu);
+        svc_lock(&h->mu);
     }
+    assert(h->watchers > 0); /* this stream's, counted when it opened */
     h->watchers--;
-    pthread_mutex_unlock(&h->mu);
+    svc_unlock(&h->mu);
     svc_watch_leave(s, &r->who);
     free(batch);
     if (!batch && !c) c = h_fail(r, HY_RPC_RESOURCE_EXHAUSTED, "out of memory");

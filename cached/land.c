@@ -58,6 +58,7 @@ struct land_batch {
 static void settle(land_batch *L)
 {
     pthread_mutex_lock(&L->mu);
+    assert(L->unsettled > 0); /* each entry settles once */
     L->unsettled--;
     pthread_cond_broadcast(&L->cv);
     pthread_mutex_unlock(&L->mu);
@@ -236,6 +237,7 @@ static void job_end(land_batch *L, landing_job *j, int rc, const hy_err *e)
     if (!rc && j->e && !j->failed && !hy_entry_whole(j->e))
         rc = hy_err_set((hy_err *)e, HY_EFORMAT, "its bytes ended before its last section");
     pthread_mutex_lock(&j->mu);
+    assert(!j->done && "a read ends once");
     if (rc && !j->failed) j->failed = rc, j->err = *e;
     if (j->failed && j->e) /* the pass stops at its next layer */
         hy_entry_view_fail(j->e, j->failed, j->err.msg);
@@ -339,6 +341,7 @@ static void *reader_main(void *arg)
 
 int land_go(land_batch *L)
 {
+    assert(!L->going && "a batch is started once");
     L->t_go = hy_now_s();
     L->unsettled = L->n;
     L->going = true;
@@ -383,6 +386,7 @@ size_t land_count(const land_batch *L)
 
 hy_entry *land_opened(land_batch *L, size_t i)
 {
+    assert(L->going && i < L->n);
     landing_job *j = &L->jobs[i];
     pthread_mutex_lock(&j->mu);
     while (!j->settled) pthread_cond_wait(&j->cv, &j->mu);
@@ -415,6 +419,7 @@ bool land_failed(const land_batch *L, size_t *job, hy_err *err)
 
 const char *land_where(const land_batch *L, size_t i, char *buf, size_t cap)
 {
+    assert(i < L->n);
     const landing_job *j = &L->jobs[i];
     if (j->src == COST_FROM_REMOTE)
         snprintf(buf, cap, "member %s", j->member);
@@ -425,6 +430,7 @@ const char *land_where(const land_batch *L, size_t i, char *buf, size_t cap)
 
 cost_source land_source(const land_batch *L, size_t i)
 {
+    assert(i < L->n);
     return L->jobs[i].src;
 }
 

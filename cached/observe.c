@@ -77,16 +77,16 @@ void svc_metrics_render(void *app, hy_strbuf *b)
           (double)atomic_load(&s->queued));
     gauge(b, "hypic_requests_in_flight", "Calls inside a handler",
           (double)atomic_load(&s->in_flight));
-    pthread_mutex_lock(&s->hub.mu);
+    svc_lock(&s->hub.mu);
     const int watchers = s->hub.watchers;
-    pthread_mutex_unlock(&s->hub.mu);
+    svc_unlock(&s->hub.mu);
     gauge(b, "hypic_watchers", "Open Watch streams", (double)watchers);
     size_t leases = 0;
     uint64_t leased = 0;
-    pthread_mutex_lock(&s->mu);
+    svc_lock(&s->mu);
     for (const svc_lease_set *ls = s->leases; ls; ls = ls->next)
         leases += ls->n, leased += ls->bytes;
-    pthread_mutex_unlock(&s->mu);
+    svc_unlock(&s->mu);
     gauge(b, "hypic_leases", "Entries held by Lookup leases (lease_ms) until they expire",
           (double)leases);
     gauge(b, "hypic_leased_bytes", "Bytes of the entries Lookup leases hold", (double)leased);

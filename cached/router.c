@@ -6,6 +6,7 @@
 
 #include "hy_scheduler.h"
 
+#include <assert.h>
 #include <arpa/inet.h>
 #include <errno.h>
 #include <libgen.h>
@@ -637,6 +638,7 @@ static void *runner_main(void *arg)
             continue;
         }
         sc_seg *g = &j->u[gi];
+        assert((size_t)gi < j->nu && g->state == SC_PENDING); /* next_for gives pending ones */
         g->state = SC_RUNNING;
         g->tries++;
         g->tried |= 1ull << t->slot;
@@ -655,6 +657,7 @@ static void *runner_main(void *arg)
         const bool cancelled = hy_rpc_cancel_fired(t->cancel);
         pthread_mutex_lock(&rt->mu);
         svc_worker *w = &rt->w[t->worker];
+        assert(w->in_flight > 0); /* this call's, counted before it */
         w->in_flight--;
         w->load_s -= g->predicted_s;
         if (w->load_s < 1e-9) w->load_s = 0;
@@ -674,6 +677,7 @@ static void *runner_main(void *arg)
                    fatal ? "; the worker is down until it answers a probe" : "");
 
         pthread_mutex_lock(&j->mu);
+        assert(g->state == SC_RUNNING); /* only its runner moves it on */
         if (!rc) {
             j->last_s = hy_now_s() - j->t0_s;
             g->state = SC_READY;
@@ -687,6 +691,7 @@ static void *runner_main(void *arg)
         }
         pthread_cond_broadcast(&j->cv);
     }
+    assert(t->alive && j->alive > 0);
     t->alive = false;
     j->alive--;
     fail_orphans(j);

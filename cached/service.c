@@ -7,10 +7,30 @@
 #include "router_internal.h"
 #include "service_internal.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+/* --- locks --------------------------------------------------------------------- */
+
+/* The service's locks this thread holds (service_internal.h: one at most). */
+static _Thread_local int t_locks_held;
+
+void svc_lock(pthread_mutex_t *mu)
+{
+    assert(t_locks_held == 0 && "two of the service's locks at once");
+    pthread_mutex_lock(mu);
+    t_locks_held++;
+}
+
+void svc_unlock(pthread_mutex_t *mu)
+{
+    assert(t_locks_held == 1);
+    t_locks_held--;
+    pthread_mutex_unlock(mu);
+}
 
 /* --- tenants ------------------------------------------------------------------- */
 
@@ -150,7 +170,7 @@ hy_rpc_code svc_enter(hy_svc *s, hy_rpc_call *call, svc_caller *who, char *msg, 
      * a client certificate of the members' authority on the connection */
     const bool mtls = s->cfg.tls_client_ca[0] != '\0';
     const bool certified = mtls && hy_rpc_call_peer_certified(call);
-    pthread_mutex_lock(&s->mu);
+    svc_lock(&s->mu);
     svc_tenant *t = NULL;
     char as[HY_TENANT_MAX];
     bool member = false;
@@ -159,14 +179,14 @@ hy_rpc_code svc_enter(hy_svc *s, hy_rpc_call *call, svc_caller *who, char *msg, 
     } else if (token && (member = member_token(s, token, tn, as))) {
         t = tenant_named(s, as); /* a member on this tenant's behalf */
         if (mtls && !certified) {
-            pthread_mutex_unlock(&s->mu);
+            svc_unlock(&s->mu);
             snprintf(msg, cap,
                      "a member credential needs mutual TLS: this connection presented no client "
                      "certificate of tls.client_ca's authority");
             return HY_RPC_UNAUTHENTICATED;
         }
     } else if (!token) {
-        pthread_mutex_unlock(&s->mu);
+        svc_unlock(&s->mu);
         snprintf(msg, cap, "%s", why);
         return HY_RPC_UNAUTHENTICATED;
     } else {
@@ -174,12 +194,12 @@ hy_rpc_code svc_enter(hy_svc *s, hy_rpc_call *call, svc_caller *who, char *msg, 
             if (token_eq(token, tn, s->tenants[i].token) && !t) t = &s->tenants[i];
     }
     if (!t) {
-        pthread_mutex_unlock(&s->mu);
+        svc_unlock(&s->mu);
         snprintf(msg, cap, "the bearer token is not one of this server's");
         return HY_RPC_UNAUTHENTICATED;
     }
     if (t->max_in_flight && t->in_flight >= t->max_in_flight) {
-        pthread_mutex_unlock(&s->mu);
+        svc_unlock(&s->mu);
         snprintf(msg, cap, "tenant '%s' has %u requests in flight, its limit", t->name,
                  t->max_in_flight);
         return HY_RPC_RESOURCE_EXHAUSTED;
@@ -188,34 +208,34 @@ hy_rpc_code svc_enter(hy_svc *s, hy_rpc_call *call, svc_caller *who, char *msg, 
     snprintf(who->tenant, sizeof who->tenant, "%s", t->name);
     who->admin = t->admin && !member; /* a member acts for a tenant, never as an admin */
     who->member = member || s->open_access;
-    pthread_mutex_unlock(&s->mu);
+    svc_unlock(&s->mu);
     return HY_RPC_OK;
 }
 
 void svc_leave(hy_svc *s, const svc_caller *who)
 {
-    pthread_mutex_lock(&s->mu);
+    svc_lock(&s->mu);
     svc_tenant *t = tenant_named(s, who->tenant);
     if (t && t->in_flight) t->in_flight--;
-    pthread_mutex_unlock(&s->mu);
+    svc_unlock(&s->mu);
 }
 
 bool svc_watch_enter(hy_svc *s, const svc_caller *who)
 {
-    pthread_mutex_lock(&s->mu);
+    svc_lock(&s->mu);
     svc_tenant *t = tenant_named(s, who->tenant);
     const bool ok = t && t->watchers < s->cfg.watchers_per_tenant;
     if (ok) t->watchers++;
-    pthread_mutex_unlock(&s->mu);
+    svc_unlock(&s->mu);
     return ok;
 }
 
 void svc_watch_leave(hy_svc *s, const svc_caller *who)
 {
-    pthread_mutex_lock(&s->mu);
+    svc_lock(&s->mu);
     svc_tenant *t = tenant_named(s, who->tenant);
     if (t && t->watchers) t->watchers--;
-    pthread_mutex_unlock(&s->mu);
+    svc_unlock(&s->mu);
 }
 
 int svc_peer_open(hy_svc *s, const char *address, hy_rpc_client **out, hy_err *err)
@@ -319,9 +339,9 @@ hy_rpc_code svc_exec_take(hy_svc *s, svc_model *sm, hy_rpc_call *call, svc_exec 
         until.tv_nsec = (long)(ns % 1000000000);
     }
     hy_rpc_code code = HY_RPC_OK;
-    pthread_mutex_lock(&sm->mu);
+    svc_lock(&sm->mu);
     if (s->draining) {
-        pthread_mutex_unlock(&sm->mu);
+        svc_unlock(&sm->mu);
         snprintf(msg, cap, "the server is shutting down");
         return HY_RPC_UNAVAILABLE;
     }
@@ -330,12 +350,12 @@ hy_rpc_code svc_exec_take(hy_svc *s, svc_model *sm, hy_rpc_call *call, svc_exec 
             if (!sm->ctx[i].busy) *out = &sm->ctx[i];
     if (*out) {
         (*out)->busy = true;
-        pthread_mutex_unlock(&sm->mu);
+        svc_unlock(&sm->mu);
         hy_exec_set_cancel((*out)->ex, call_gone, call);
         return HY_RPC_OK;
     }
     if ((uint32_t)atomic_load(&s->queued) >= s->cfg.queue) {
-        pthread_mutex_unlock(&sm->mu);
+        svc_unlock(&sm->mu);
         snprintf(msg, cap,
                  "%d requests are waiting for model '%s' (limits.queue = %u); retry later",
                  atomic_load(&s->queued), sm->name, s->cfg.queue);
@@ -343,6 +363,7 @@ hy_rpc_code svc_exec_take(hy_svc *s, svc_model *sm, hy_rpc_call *call, svc_exec 
     }
     svc_waiter w = {.granted = NULL, .next = NULL};
     pthread_cond_init(&w.cv, NULL);
+    assert(!sm->head == !sm->tail); /* the queue is empty at both ends or at neither */
     if (sm->tail)
         sm->tail->next = &w;
     else
@@ -370,8 +391,9 @@ hy_rpc_code svc_exec_take(hy_svc *s, svc_model *sm, hy_rpc_call *call, svc_exec 
         }
     }
     atomic_fetch_sub(&s->queued, 1);
+    assert(!w.granted || w.granted->busy); /* handed over still busy (svc_exec_give) */
     *out = w.granted;
-    pthread_mutex_unlock(&sm->mu);
+    svc_unlock(&sm->mu);
     pthread_cond_destroy(&w.cv);
     if (*out) hy_exec_set_cancel((*out)->ex, call_gone, call);
     return *out ? HY_RPC_OK : code;
@@ -380,14 +402,14 @@ hy_rpc_code svc_exec_take(hy_svc *s, svc_model *sm, hy_rpc_call *call, svc_exec 
 svc_exec *svc_exec_take_idle(svc_model *sm)
 {
     svc_exec *x = NULL;
-    pthread_mutex_lock(&sm->mu);
+    svc_lock(&sm->mu);
     bool idle = !sm->head;
     for (int i = 0; idle && i < sm->nctx; i++) idle = !sm->ctx[i].busy;
     if (idle && sm->nctx > 0) {
         x = &sm->ctx[0];
         x->busy = true;
     }
-    pthread_mutex_unlock(&sm->mu);
+    svc_unlock(&sm->mu);
     return x;
 }
 
@@ -402,7 +424,8 @@ void svc_exec_give(hy_svc *s, svc_model *sm, svc_exec *x)
         hy_state_trim(x->st, keep);
     }
     hy_exec_trim(x->ex, keep); /* the scratch and RoPE table sized for it */
-    pthread_mutex_lock(&sm->mu);
+    svc_lock(&sm->mu);
+    assert(x->busy && "a context given back was taken");
     svc_waiter *w = sm->head;
     if (w) { /* handed over, still busy: the head of the queue runs next */
         sm->head = w->next;
@@ -412,20 +435,20 @@ void svc_exec_give(hy_svc *s, svc_model *sm, svc_exec *x)
     } else {
         x->busy = false;
     }
-    pthread_mutex_unlock(&sm->mu);
+    svc_unlock(&sm->mu);
 }
 
 /* Wakes every waiter of sm (draining: they leave the queue UNAVAILABLE). */
 void svc_exec_wake_all(svc_model *sm)
 {
-    pthread_mutex_lock(&sm->mu);
+    svc_lock(&sm->mu);
     for (svc_waiter *w = sm->head; w; w = w->next) pthread_cond_signal(&w->cv);
-    pthread_mutex_unlock(&sm->mu);
+    svc_unlock(&sm->mu);
 }
 
 int svc_prefix_get(hy_svc *s, svc_model *sm, const char *tenant, svc_prefix **out, hy_err *err)
 {
-    pthread_mutex_lock(&sm->mu);
+    svc_lock(&sm->mu);
     svc_prefix *p = sm->prefixes;
     while (p && strcmp(p->tenant, tenant) != 0) p = p->next;
     int rc = HY_OK;
@@ -443,7 +466,7 @@ int svc_prefix_get(hy_svc *s, svc_model *sm, const char *tenant, svc_prefix **ou
             sm->prefixes = p;
         }
     }
-    pthread_mutex_unlock(&sm->mu);
+    svc_unlock(&sm->mu);
     if (p) pthread_mutex_lock(&p->mu);
     *out = p;
     return rc;
@@ -470,6 +493,7 @@ void svc_reprs_count(svc_reprs *r, const hy_entry *e, size_t bytes)
         else
             i = SVC_REPRS - 1; /* the last row takes the rest */
     }
+    assert(i >= 0 && i < SVC_REPRS);
     svc_repr_row *w = &r->row[i];
     w->entries++, w->bytes += bytes, w->body_tokens += (uint64_t)hy_entry_body_tokens(e);
     for (int f = 0; f < HY_FORM_COUNT; f++)
@@ -495,7 +519,7 @@ uint64_t svc_lease_add(hy_svc *s, const char *tenant, hy_lease **leases, size_t 
     uint64_t bytes = 0;
     for (size_t i = 0; i < n; i++) bytes += hy_lease_meta(leases[i])->bytes;
     svc_lease_set *ls = calloc(1, sizeof *ls);
-    pthread_mutex_lock(&s->mu);
+    svc_lock(&s->mu);
     svc_tenant *t = tenant_named(s, tenant);
     const uint64_t held = t ? t->leased : 0, limit = svc_lease_cap(s);
     const bool over = !t || held + bytes > limit;
@@ -510,7 +534,7 @@ uint64_t svc_lease_add(hy_svc *s, const char *tenant, hy_lease **leases, size_t 
         s->leases = ls;
         t->leased += bytes;
     }
-    pthread_mutex_unlock(&s->mu);
+    svc_unlock(&s->mu);
     if (!ls || over) {
         if (!ls)
             snprintf(why, cap, "out of memory");
@@ -532,7 +556,7 @@ void svc_lease_reap(hy_svc *s, bool all)
 {
     const uint64_t now = hy_now_ns();
     svc_lease_set *done = NULL;
-    pthread_mutex_lock(&s->mu);
+    svc_lock(&s->mu);
     for (svc_lease_set **p = &s->leases; *p;) {
         if (all || (*p)->expires_ns <= now) {
             svc_lease_set *x = *p;
@@ -545,7 +569,7 @@ void svc_lease_reap(hy_svc *s, bool all)
             p = &(*p)->next;
         }
     }
-    pthread_mutex_unlock(&s->mu);
+    svc_unlock(&s->mu);
     while (done) { /* released outside svc.mu: the store takes its own lock */
         svc_lease_set *x = done;
         done = x->next;
@@ -561,7 +585,7 @@ void svc_hub_event(void *ctx, hy_store_event ev, const hy_meta *m, const char *r
 {
     hy_svc *s = ctx;
     svc_hub *h = &s->hub;
-    pthread_mutex_lock(&h->mu);
+    svc_lock(&h->mu);
     if (h->watchers > 0) { /* nobody listening: nothing to keep */
         svc_event *e = &h->ring[h->next % SVC_HUB_RING];
         e->seq = h->next++;
@@ -570,7 +594,7 @@ void svc_hub_event(void *ctx, hy_store_event ev, const hy_meta *m, const char *r
         snprintf(e->reason, sizeof e->reason, "%s", reason);
         pthread_cond_broadcast(&h->cv);
     }
-    pthread_mutex_unlock(&h->mu);
+    svc_unlock(&h->mu);
 }
 
 /* --- open, reload, close -------------------------------------------------------------- */
@@ -687,7 +711,7 @@ int svc_reload(hy_svc *s, const hy_cached_config *cfg, hy_err *err)
         free(t);
         return rc;
     }
-    pthread_mutex_lock(&s->mu);
+    svc_lock(&s->mu);
     for (int i = 0; i < n; i++) /* calls in flight keep counting against their tenant */
         for (int j = 0; j < s->ntenants; j++)
             if (strcmp(t[i].name, s->tenants[j].name) == 0)
@@ -696,7 +720,7 @@ int svc_reload(hy_svc *s, const hy_cached_config *cfg, hy_err *err)
     s->tenants = t;
     s->ntenants = n;
     s->cfg.in_flight_per_tenant = cfg->in_flight_per_tenant;
-    pthread_mutex_unlock(&s->mu);
+    svc_unlock(&s->mu);
     /* everything else needs a restart: say so when it changed */
     char keys[512];
     if (hy_cached_config_restart_keys(&s->cfg, cfg, keys, sizeof keys))

@@ -11,7 +11,8 @@
  * its executor contexts and their queue; the hub's mu its ring of events.
  * Never two of these at once, and none while calling the store (the store's
  * event callback takes the hub's lock under the store's: the hub never calls
- * the store).
+ * the store). They are taken with svc_lock and given back with svc_unlock,
+ * which count those a thread holds: a second one stops at an assertion.
  */
 #ifndef HY_CACHED_SERVICE_INTERNAL_H
 #define HY_CACHED_SERVICE_INTERNAL_H
@@ -191,6 +192,11 @@ typedef struct svc_caller {
 } svc_caller;
 
 /* --- service.c ------------------------------------------------------------ */
+
+/* Takes (gives back) svc.mu, a model's mu or the hub's mu, asserting that the
+ * thread holds no other of them (see Locking above). */
+void svc_lock(pthread_mutex_t *mu);
+void svc_unlock(pthread_mutex_t *mu);
 
 /* Opens every model, the store (replaying NVMe) and the executor contexts. */
 int svc_open(hy_svc *s, const hy_cached_config *cfg, hy_err *err);

@@ -21,6 +21,7 @@
 
 #include "hy_kernels.h"
 
+#include <assert.h>
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -64,6 +65,7 @@ static void job_free(shadow_job *j)
 
 static svc_shadow_row *row_of(svc_shadow *w, int model, hy_mode mode)
 {
+    assert(model >= 0 && model < w->s->nmodels && (unsigned)mode < HY_MODE_COUNT);
     return &w->rows[(size_t)model * HY_MODE_COUNT + (size_t)mode];
 }
 
@@ -157,9 +159,9 @@ static int argmax(const float *v, size_t n)
 static bool someone_waits(void *ctx)
 {
     svc_model *sm = ctx;
-    pthread_mutex_lock(&sm->mu);
+    svc_lock(&sm->mu);
     const bool waits = sm->head != NULL;
-    pthread_mutex_unlock(&sm->mu);
+    svc_unlock(&sm->mu);
     return waits;
 }
 

@@ -25,6 +25,7 @@
 #include "etcd.pb-c.h"
 #include "hy_rpc.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -105,8 +106,8 @@ int hy_etcd_open_ex(const hy_etcd_options *o, hy_etcd **out, hy_err *err)
     if (!e) return hy_err_set(err, HY_ENOMEM, "etcd: out of memory");
     pthread_mutex_init(&e->mu, NULL);
     e->timeout_ms = timeout_ms;
-    if (o->user && (!(e->user = strdup(o->user)) ||
-                    !(e->password = strdup(o->password ? o->password : "")))) {
+    if (o->user &&
+        (!(e->user = strdup(o->user)) || !(e->password = strdup(o->password ? o->password : "")))) {
         hy_etcd_close(e);
         return hy_err_set(err, HY_ENOMEM, "etcd: out of memory");
     }
@@ -225,6 +226,7 @@ static int etcd_call(hy_etcd *e, const hy_rpc_method *m, const ProtobufCMessage 
                      const bool *committed, hy_err *err)
 {
     char tried[400] = "";
+    assert(e->n > 0 && e->n <= MAX_ENDPOINTS); /* hy_etcd_open_ex refuses other counts */
     size_t start = atomic_load(&e->cur) % e->n;
     for (size_t i = 0; i < e->n; i++) {
         size_t k = (start + i) % e->n;
@@ -238,8 +240,8 @@ static int etcd_call(hy_etcd *e, const hy_rpc_method *m, const ProtobufCMessage 
                 if (rc == HY_EAGAIN) break; /* UNAVAILABLE: the next endpoint */
                 if (rc) return rc;
             }
-            rc = hy_rpc_client_call_ex(e->cl[k], m, req, e->user ? tok : NULL, deadline_ms,
-                                       cancel, on_msg, ctx, &st, &cerr);
+            rc = hy_rpc_client_call_ex(e->cl[k], m, req, e->user ? tok : NULL, deadline_ms, cancel,
+                                       on_msg, ctx, &st, &cerr);
             /* a token etcd no longer knows (it restarted, or the token's TTL
              * passed): one new one, unless the call delivered already */
             if (rc || !e->user || st.code != HY_RPC_UNAUTHENTICATED || (committed && *committed))
@@ -504,6 +506,8 @@ struct hy_etcd_watch {
 static void watch_set_state(hy_etcd_watch *w, int state)
 {
     pthread_mutex_lock(&w->mu);
+    /* a watch leaves W_STARTING once: running (etcd confirmed it) or failed */
+    assert(w->state == W_STARTING || w->state == state);
     w->state = state;
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);

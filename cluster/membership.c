@@ -24,6 +24,7 @@
  */
 #include "hy_cluster.h"
 
+#include <assert.h>
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -120,6 +121,7 @@ static void set_remove(hy_membership *m, const char *id)
     bool found;
     size_t i = set_find(m, id, &found);
     if (!found) return;
+    assert(i < m->n);
     free(m->set[i].info);
     memmove(&m->set[i], &m->set[i + 1], (m->n - i - 1) * sizeof *m->set);
     m->n--;
@@ -148,6 +150,9 @@ static int set_upsert(hy_membership *m, hy_member x)
     memmove(&m->set[i + 1], &m->set[i], (m->n - i) * sizeof *m->set);
     m->set[i] = x;
     m->n++;
+    /* the set stays sorted by id, each id once */
+    assert(i == 0 || strcmp(m->set[i - 1].id, x.id) < 0);
+    assert(i + 1 == m->n || strcmp(x.id, m->set[i + 1].id) < 0);
     return 0;
 }
 

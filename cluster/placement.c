@@ -5,6 +5,7 @@
 
 #include "hy_common.h"
 
+#include <assert.h>
 #include <string.h>
 
 static const char k_domain[] = "hypic-owner"; /* hashed with its NUL */
@@ -51,5 +52,9 @@ size_t hy_rendezvous_owners(const uint8_t key[32], const char *const *ids, size_
         out[at] = i;
         if (k < r) k++;
     }
+    /* r ≤ n, so the top r are filled, best first */
+    assert(k == r);
+    for (size_t j = 1; j < k; j++)
+        assert(!before(best[j], ids[out[j]], best[j - 1], ids[out[j - 1]]));
     return k;
 }

@@ -11,6 +11,7 @@
  */
 #include "hy_scheduler.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,7 @@ static bool fit_terms(const uint64_t *n, const double *s, size_t k, const bool u
     int idx[3], d = 0;
     for (int j = 0; j < 3; j++)
         if (use[j]) idx[d++] = j;
+    assert(d >= 1 && "hy_cost_fit keeps one term at least");
     double a[3][4] = {{0}};
     for (size_t i = 0; i < k; i++) {
         const double x = (double)n[i], f[3] = {1.0, x, x * x};
@@ -85,6 +87,7 @@ int hy_cost_fit(const uint64_t *n, const double *s, size_t k, hy_cost_model *c, 
         if (!use[0] && !use[1] && !use[2])
             return hy_err_set(err, HY_EINVAL, "cost fit: no non-negative model fits");
     }
+    for (int j = 0; j < 3; j++) assert(coef[j] >= 0 && "negative terms were dropped");
     *c = (hy_cost_model){coef[0], coef[1], coef[2]};
     return 0;
 }
@@ -146,6 +149,8 @@ int hy_plan_make(hy_plan_policy pol, const uint64_t *tokens, size_t n, const hy_
             while (!w[rr % m].up) rr++;
             best = rr++ % m;
         }
+        /* some worker is up (checked above): every job finds one */
+        assert(best < m && w[best].up);
         p->worker[i] = (int)best;
         p->order[k] = i;
         p->start_s[i] = free_at[best];

@@ -20,6 +20,7 @@
  */
 #include "hy_scheduler.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,6 +73,8 @@ int hy_sim_run(const hy_sim_config *c, const uint64_t *tokens, size_t n, size_t 
     for (size_t d = 0; d < n; d++) {
         const uint32_t i = order[d];
         const int j = worker[i];
+        /* the plan names one of the request's segments and one of the workers */
+        assert(i < n && j >= 0 && (size_t)j < m);
         const double handed = (double)(d + 1) * c->dispatch_s;
         const double start = free_at[j] > handed ? free_at[j] : handed;
         const double dur = hy_cost_prefill(&c->prefill, tokens[i]);
@@ -86,6 +89,7 @@ int hy_sim_run(const hy_sim_config *c, const uint64_t *tokens, size_t n, size_t 
             pc[k++] = (piece){link_at[j], 0, i};
         }
     }
+    assert(k == np); /* every segment's pieces */
     /* 3: the combiner's ingress, one piece at a time */
     qsort(pc, np, sizeof *pc, cmp_ready);
     double ingress = 0;
