@@ -311,69 +311,57 @@ static int run(bench *b)
     return rc;
 }
 
+typedef struct bench_args {
+    bool prefill; /* --method prefill */
+    uint64_t clients, nrandom, tokens, seed, per;
+    double rate, duration;
+    ctl_list files;
+    const char *query, *text;
+    Hypic__V1__Mode mode;
+    bool no_warm, ids;
+} bench_args;
+
+static int opt_method(ctl *x, const ctl_opt *o, void *args, const char *v)
+{
+    bench_args *a = args;
+    if (strcmp(v, "prefill") == 0)
+        a->prefill = true;
+    else if (strcmp(v, "lookup") == 0)
+        a->prefill = false;
+    else
+        return ctl_usage(x, "%s: '%s' is not lookup or prefill", o->name, v);
+    return CTL_OK;
+}
+
 int ctl_bench(ctl *x, int argc, char **argv)
 {
-    char *files[4096];
-    size_t nfiles = 0;
-    bool in_segments = false, ids = false, warm = true, mode_set = false;
-    const char *query_file = NULL, *text = NULL;
-    uint64_t clients = 0, nrandom = 0, tokens = 0, seed = 1, per = 0;
-    bench b = {.x = x, .duration = 10};
-    for (int i = 1; i < argc; i++) {
-        const char *v;
-        int r;
-        if ((r = ctl_arg(x, argc, argv, &i, "--method", &v))) {
-            if (r < 0) return CTL_USAGE;
-            if (strcmp(v, "prefill") == 0)
-                b.prefill = true;
-            else if (strcmp(v, "lookup") != 0)
-                return ctl_usage(x, "--method: '%s' is not lookup or prefill", v);
-        } else if ((r = ctl_arg(x, argc, argv, &i, "--clients", &v))) {
-            if (r < 0 || ctl_u64(x, "--clients", v, 1, BENCH_CLIENTS_MAX, &clients))
-                return CTL_USAGE;
-        } else if ((r = ctl_arg(x, argc, argv, &i, "--rate", &v))) {
-            if (r < 0 || ctl_double(x, "--rate", v, 0.001, 1e7, &b.rate)) return CTL_USAGE;
-        } else if ((r = ctl_arg(x, argc, argv, &i, "--duration", &v))) {
-            if (r < 0 || ctl_double(x, "--duration", v, 0.01, 86400, &b.duration)) return CTL_USAGE;
-        } else if ((r = ctl_arg(x, argc, argv, &i, "--segment", &v))) {
-            if (r < 0) return CTL_USAGE;
-            if (nfiles == sizeof files / sizeof files[0]) return ctl_usage(x, "too many segments");
-            files[nfiles++] = (char *)v;
-            in_segments = true;
-        } else if ((r = ctl_arg(x, argc, argv, &i, "--random", &v))) {
-            if (r < 0 || ctl_u64(x, "--random", v, 1, 1 << 20, &nrandom)) return CTL_USAGE;
-        } else if ((r = ctl_arg(x, argc, argv, &i, "--tokens", &v))) {
-            if (r < 0 || ctl_u64(x, "--tokens", v, 1, 1 << 24, &tokens)) return CTL_USAGE;
-        } else if ((r = ctl_arg(x, argc, argv, &i, "--per-request", &v))) {
-            if (r < 0 || ctl_u64(x, "--per-request", v, 1, 1 << 16, &per)) return CTL_USAGE;
-        } else if ((r = ctl_arg(x, argc, argv, &i, "--seed", &v))) {
-            if (r < 0 || ctl_u64(x, "--seed", v, 0, UINT64_MAX, &seed)) return CTL_USAGE;
-        } else if ((r = ctl_arg(x, argc, argv, &i, "--query", &v))) {
-            if (r < 0) return CTL_USAGE;
-            query_file = v;
-            in_segments = false;
-        } else if ((r = ctl_arg(x, argc, argv, &i, "--text", &v))) {
-            if (r < 0) return CTL_USAGE;
-            text = v;
-            in_segments = false;
-        } else if ((r = ctl_arg(x, argc, argv, &i, "--mode", &v))) {
-            if (r < 0 || ctl_mode(x, "--mode", v, &b.mode)) return CTL_USAGE;
-            mode_set = true;
-        } else if (ctl_flag(argv[i], "--no-warm")) {
-            warm = false;
-        } else if (ctl_flag(argv[i], "--ids")) {
-            ids = true;
-        } else if ((r = ctl_global(x, argc, argv, &i))) {
-            if (r < 0) return CTL_USAGE;
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            return ctl_usage(x, "unknown option %s", argv[i]);
-        } else if (in_segments) {
-            if (nfiles == sizeof files / sizeof files[0]) return ctl_usage(x, "too many segments");
-            files[nfiles++] = argv[i];
-        } else {
-            return ctl_usage(x, "unexpected argument '%s'", argv[i]);
-        }
-    }
+    static const ctl_opt opts[] = {
+        CTL_CALL("--method", bench_args, prefill, opt_method),
+        CTL_U64("--clients", bench_args, clients, 1, BENCH_CLIENTS_MAX),
+        CTL_DOUBLE("--rate", bench_args, rate, 0.001, 1e7),
+        CTL_DOUBLE("--duration", bench_args, duration, 0.01, 86400),
+        CTL_GATHER("--segment", bench_args, files),
+        CTL_U64("--random", bench_args, nrandom, 1, 1 << 20),
+        CTL_U64("--tokens", bench_args, tokens, 1, 1 << 24),
+        CTL_U64("--per-request", bench_args, per, 1, 1 << 16),
+        CTL_U64("--seed", bench_args, seed, 0, UINT64_MAX),
+        CTL_STR_ENDS("--query", bench_args, query),
+        CTL_STR_ENDS("--text", bench_args, text),
+        CTL_CALL("--mode", bench_args, mode, ctl_opt_mode),
+        CTL_FLAG("--no-warm", bench_args, no_warm),
+        CTL_FLAG("--ids", bench_args, ids),
+    };
+    static const ctl_cmdline cl = {CTL_OPTS(opts)};
+    bench_args a = {.duration = 10, .seed = 1};
+    if (ctl_parse(x, argc, argv, &cl, &a)) return CTL_USAGE;
+    char **files = a.files.v;
+    const size_t nfiles = a.files.n;
+    const bool ids = a.ids, warm = !a.no_warm, mode_set = a.mode != 0;
+    const char *query_file = a.query, *text = a.text;
+    const uint64_t clients = a.clients, nrandom = a.nrandom, tokens = a.tokens, seed = a.seed,
+                   per = a.per;
+    bench b = {
+        .x = x, .duration = a.duration, .rate = a.rate, .prefill = a.prefill, .mode = a.mode};
     if (!nfiles == !nrandom) return ctl_usage(x, "one of --segment FILE... or --random N");
     if (nrandom && !tokens) return ctl_usage(x, "--random needs --tokens L");
     if (!nrandom && tokens) return ctl_usage(x, "--tokens goes with --random");

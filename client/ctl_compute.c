@@ -16,91 +16,51 @@
 #include <string.h>
 #include <unistd.h>
 
-#define CTL_FILES_MAX 4096
-
-/* File and key lists of a command line. */
-typedef struct file_list {
-    char *v[CTL_FILES_MAX];
-    size_t n;
-} file_list;
-
-static int list_add(const ctl *x, file_list *l, const char *what, char *arg)
-{
-    if (l->n == CTL_FILES_MAX) return ctl_usage(x, "more than %d %s", CTL_FILES_MAX, what);
-    l->v[l->n++] = arg;
-    return CTL_OK;
-}
-
-int ctl_parse_dtype(const ctl *x, const char *v, Hypic__V1__StateDtype *out)
-{
-    if (strcmp(v, "f32") == 0)
-        *out = HYPIC__V1__STATE_DTYPE__STATE_DTYPE_F32;
-    else if (strcmp(v, "bf16") == 0)
-        *out = HYPIC__V1__STATE_DTYPE__STATE_DTYPE_BF16;
-    else
-        return ctl_usage(x, "--dtype: '%s' is not f32 or bf16", v);
-    return CTL_OK;
-}
-
-int ctl_parse_seam(const ctl *x, const char *v, uint32_t *out)
-{
-    uint64_t w;
-    if (ctl_u64(x, "--seam", v, 0, UINT32_MAX, &w)) return CTL_USAGE;
-    *out = (uint32_t)w;
-    return CTL_OK;
-}
-
 /* ---- lookup ---- */
+
+typedef struct lookup_args {
+    ctl_list files, keys;
+    ctl_seam seam;
+    uint64_t lease_ms;
+    bool ids;
+} lookup_args;
 
 int ctl_lookup(ctl *x, int argc, char **argv)
 {
-    file_list files = {0}, keys = {0};
-    file_list *into = NULL;
+    static const ctl_opt opts[] = {
+        CTL_GATHER("--segment", lookup_args, files),
+        CTL_GATHER("--key", lookup_args, keys),
+        CTL_CALL("--seam", lookup_args, seam, ctl_opt_seam),
+        CTL_U64("--lease-ms", lookup_args, lease_ms, 0, UINT32_MAX),
+        CTL_FLAG("--ids", lookup_args, ids),
+    };
+    static const ctl_cmdline cl = {CTL_OPTS(opts), .hint = "(--segment FILE or --key KEY?)"};
+    lookup_args a = {0};
+    if (ctl_parse(x, argc, argv, &cl, &a)) return CTL_USAGE;
     Hypic__V1__LookupRequest rq = HYPIC__V1__LOOKUP_REQUEST__INIT;
-    bool ids = false;
-    uint64_t lease = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *v;
-        int r;
-        if ((r = ctl_arg(x, argc, argv, &i, "--segment", &v))) {
-            if (r < 0 || list_add(x, &files, "segments", (char *)v)) return CTL_USAGE;
-            into = &files;
-        } else if ((r = ctl_arg(x, argc, argv, &i, "--key", &v))) {
-            if (r < 0 || list_add(x, &keys, "keys", (char *)v)) return CTL_USAGE;
-            into = &keys;
-        } else if ((r = ctl_arg(x, argc, argv, &i, "--seam", &v))) {
-            if (r < 0 || ctl_parse_seam(x, v, &rq.seam)) return CTL_USAGE;
-            rq.seam_opt_case = HYPIC__V1__LOOKUP_REQUEST__SEAM_OPT_SEAM;
-        } else if ((r = ctl_arg(x, argc, argv, &i, "--lease-ms", &v))) {
-            if (r < 0 || ctl_u64(x, "--lease-ms", v, 0, UINT32_MAX, &lease)) return CTL_USAGE;
-        } else if (ctl_flag(argv[i], "--ids")) {
-            ids = true;
-        } else if ((r = ctl_global(x, argc, argv, &i))) {
-            if (r < 0) return CTL_USAGE;
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            return ctl_usage(x, "unknown option %s", argv[i]);
-        } else if (into) {
-            if (list_add(x, into, into == &files ? "segments" : "keys", argv[i])) return CTL_USAGE;
-        } else {
-            return ctl_usage(x, "unexpected argument '%s' (--segment FILE or --key KEY?)", argv[i]);
-        }
+    if (a.seam.set) {
+        rq.seam_opt_case = HYPIC__V1__LOOKUP_REQUEST__SEAM_OPT_SEAM;
+        rq.seam = a.seam.w;
     }
-    if (files.n && keys.n) return ctl_usage(x, "--segment or --key, not both");
-    if (!files.n && !keys.n) return ctl_usage(x, "no segments (--segment FILE... or --key KEY...)");
+    const bool ids = a.ids;
+    const uint64_t lease = a.lease_ms;
+    if (a.files.n && a.keys.n) return ctl_usage(x, "--segment or --key, not both");
+    if (!a.files.n && !a.keys.n)
+        return ctl_usage(x, "no segments (--segment FILE... or --key KEY...)");
     ctl_segments segs = {0};
     uint8_t(*kb)[32] = NULL;
     hy_err e = {0};
-    if (files.n) {
-        if (ctl_segments_from_files(&segs, files.v, files.n, ids, &e))
+    if (a.files.n) {
+        if (ctl_segments_from_files(&segs, a.files.v, a.files.n, ids, &e))
             return ctl_error("%s", e.msg);
     } else {
-        kb = calloc(keys.n, sizeof *kb);
-        if (!kb || ctl_segments_new(&segs, keys.n, &e)) {
+        kb = calloc(a.keys.n, sizeof *kb);
+        if (!kb || ctl_segments_new(&segs, a.keys.n, &e)) {
             free(kb);
             return ctl_error("out of memory");
         }
-        for (size_t i = 0; i < keys.n; i++) {
-            if (ctl_key(x, keys.v[i], kb[i])) {
+        for (size_t i = 0; i < a.keys.n; i++) {
+            if (ctl_key(x, a.keys.v[i], kb[i])) {
                 free(kb);
                 ctl_segments_free(&segs);
                 return CTL_USAGE;
@@ -137,9 +97,14 @@ int ctl_lookup(ctl *x, int argc, char **argv)
             snprintf(tok, sizeof tok, "%u", s->tokens);
             ctl_bytes(s->bytes, bytes, sizeof bytes);
             ctl_hex(&s->key, key, sizeof key);
-            const char *row[] = {
-                idx, s->hit ? "hit" : "miss",        ctl_tier_name(s->tier),        tok, bytes,
-                key, i < files.n ? files.v[i] : "-", s->member[0] ? s->member : "-"};
+            const char *row[] = {idx,
+                                 s->hit ? "hit" : "miss",
+                                 ctl_tier_name(s->tier),
+                                 tok,
+                                 bytes,
+                                 key,
+                                 i < a.files.n ? a.files.v[i] : "-",
+                                 s->member[0] ? s->member : "-"};
             ctl_table_row(t, row);
         }
         ctl_table_print(t);
@@ -215,53 +180,52 @@ static int on_progress(void *arg, const Hypic__V1__WarmProgress *p)
     return 0;
 }
 
+typedef struct warm_args {
+    ctl_list files, tags;
+    ctl_seam seam;
+    Hypic__V1__StateDtype dtype;
+    bool ids, by_file;
+} warm_args;
+
 int ctl_warm(ctl *x, int argc, char **argv)
 {
-    file_list files = {0};
-    char *tags[CTL_TAGS_MAX];
-    size_t ntags = 0;
-    bool ids = false, by_file = false;
+    static const ctl_opt opts[] = {
+        CTL_LIST("--tag", warm_args, tags, CTL_TAGS_MAX),
+        CTL_CALL("--seam", warm_args, seam, ctl_opt_seam),
+        CTL_CALL("--dtype", warm_args, dtype, ctl_opt_dtype),
+        CTL_FLAG("--ids", warm_args, ids),
+        CTL_FLAG("--tag-by-file", warm_args, by_file),
+    };
+    static const ctl_opt files = CTL_LIST("FILES", warm_args, files, 0);
+    static const ctl_cmdline cl = {CTL_OPTS(opts), .rest = &files};
+    warm_args a = {0};
+    if (ctl_parse(x, argc, argv, &cl, &a)) return CTL_USAGE;
     Hypic__V1__WarmRequest rq = HYPIC__V1__WARM_REQUEST__INIT;
-    for (int i = 1; i < argc; i++) {
-        const char *v;
-        int r;
-        if ((r = ctl_arg(x, argc, argv, &i, "--tag", &v))) {
-            if (r < 0) return CTL_USAGE;
-            if (ntags == CTL_TAGS_MAX) return ctl_usage(x, "more than %d --tag", CTL_TAGS_MAX);
-            tags[ntags++] = (char *)v;
-        } else if ((r = ctl_arg(x, argc, argv, &i, "--seam", &v))) {
-            if (r < 0 || ctl_parse_seam(x, v, &rq.seam)) return CTL_USAGE;
-            rq.seam_opt_case = HYPIC__V1__WARM_REQUEST__SEAM_OPT_SEAM;
-        } else if ((r = ctl_arg(x, argc, argv, &i, "--dtype", &v))) {
-            if (r < 0 || ctl_parse_dtype(x, v, &rq.dtype)) return CTL_USAGE;
-        } else if (ctl_flag(argv[i], "--ids")) {
-            ids = true;
-        } else if (ctl_flag(argv[i], "--tag-by-file")) {
-            by_file = true;
-        } else if ((r = ctl_global(x, argc, argv, &i))) {
-            if (r < 0) return CTL_USAGE;
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            return ctl_usage(x, "unknown option %s", argv[i]);
-        } else if (list_add(x, &files, "files", argv[i])) {
-            return CTL_USAGE;
-        }
+    if (a.seam.set) {
+        rq.seam_opt_case = HYPIC__V1__WARM_REQUEST__SEAM_OPT_SEAM;
+        rq.seam = a.seam.w;
     }
-    if (!files.n) return ctl_usage(x, "no FILES to warm");
+    rq.dtype = a.dtype;
+    char **tags = a.tags.v;
+    const size_t ntags = a.tags.n;
+    const bool ids = a.ids, by_file = a.by_file;
+    if (!a.files.n) return ctl_usage(x, "no FILES to warm");
     ctl_segments segs;
     hy_err e = {0};
-    if (ctl_segments_from_files(&segs, files.v, files.n, ids, &e)) return ctl_error("%s", e.msg);
+    if (ctl_segments_from_files(&segs, a.files.v, a.files.n, ids, &e))
+        return ctl_error("%s", e.msg);
     /* tags: the common ones, then (--tag-by-file) the file's name */
-    char **seg_tags = calloc(files.n * (ntags + 1), sizeof *seg_tags);
+    char **seg_tags = calloc(a.files.n * (ntags + 1), sizeof *seg_tags);
     if (!seg_tags) {
         ctl_segments_free(&segs);
         return ctl_error("out of memory");
     }
-    for (size_t i = 0; i < files.n; i++) {
+    for (size_t i = 0; i < a.files.n; i++) {
         char **t = seg_tags + i * (ntags + 1);
         memcpy(t, tags, ntags * sizeof *t);
         if (by_file) {
-            const char *slash = strrchr(files.v[i], '/');
-            t[ntags] = slash ? (char *)slash + 1 : files.v[i];
+            const char *slash = strrchr(a.files.v[i], '/');
+            t[ntags] = slash ? (char *)slash + 1 : a.files.v[i];
         }
         segs.seg[i].tags = t;
         segs.seg[i].n_tags = ntags + by_file;
@@ -269,7 +233,7 @@ int ctl_warm(ctl *x, int argc, char **argv)
     rq.model = (char *)x->model;
     rq.segments = segs.segs;
     rq.n_segments = segs.n;
-    warm_ctx w = {.x = x, .files = files.v, .n = files.n, .bar = !x->json && isatty(2)};
+    warm_ctx w = {.x = x, .files = a.files.v, .n = a.files.n, .bar = !x->json && isatty(2)};
     if (x->json) w.items = cJSON_CreateArray();
     if (w.bar) {
         static const char *const hdr[] = {"#",  "STATE", "TIER", "BYTES",
@@ -304,8 +268,8 @@ int ctl_warm(ctl *x, int argc, char **argv)
                "failed; %s, %.1f ms\n",
                w.done, w.by_state[1], w.by_state[2], w.by_state[3], w.by_state[4], failed, b, w.ms);
     }
-    if (!rc && w.done != files.n)
-        rc = ctl_error("warm: %zu of %zu segments reported", w.done, files.n);
+    if (!rc && w.done != a.files.n)
+        rc = ctl_error("warm: %zu of %zu segments reported", w.done, a.files.n);
     if (!rc && failed) rc = ctl_error("warm: %zu segments failed", failed);
     ctl_table_free(w.table);
     cJSON_Delete(w.items);
@@ -456,81 +420,72 @@ static int write_state(const char *path, const hyc_session *ss, const Hypic__V1_
     return CTL_OK;
 }
 
+typedef struct prefill_args {
+    ctl_list files;
+    const char *query, *text, *transport, *state_out;
+    Hypic__V1__Mode mode;
+    ctl_seam seam;
+    Hypic__V1__PrefillRequest__Reuse reuse;
+    uint64_t top_k, max_new, state_buf;
+    Hypic__V1__StateDtype dtype;
+    bool ids, return_state;
+} prefill_args;
+
+static int opt_reuse(ctl *x, const ctl_opt *o, void *args, const char *v)
+{
+    Hypic__V1__PrefillRequest__Reuse *r = &((prefill_args *)args)->reuse;
+    if (!strcmp(v, "auto"))
+        *r = HYPIC__V1__PREFILL_REQUEST__REUSE__REUSE_AUTO;
+    else if (!strcmp(v, "fetch"))
+        *r = HYPIC__V1__PREFILL_REQUEST__REUSE__REUSE_FETCH;
+    else if (!strcmp(v, "recompute"))
+        *r = HYPIC__V1__PREFILL_REQUEST__REUSE__REUSE_RECOMPUTE;
+    else
+        return ctl_usage(x, "%s: '%s' is not auto, fetch or recompute", o->name, v);
+    return CTL_OK;
+}
+
 int ctl_prefill(ctl *x, int argc, char **argv)
 {
-    file_list files = {0};
-    const char *query_file = NULL, *text = NULL;
-    bool ids = false, in_segments = false;
-    uint64_t top_k = 0, max_new = 0, state_buf = 64u << 20;
-    bool want_state = false;
-    const char *transport = NULL, *state_out = NULL;
+    static const ctl_opt opts[] = {
+        CTL_GATHER("--segment", prefill_args, files),
+        CTL_STR_ENDS("--query", prefill_args, query),
+        CTL_STR_ENDS("--text", prefill_args, text),
+        CTL_CALL("--mode", prefill_args, mode, ctl_opt_mode),
+        CTL_CALL("--seam", prefill_args, seam, ctl_opt_seam),
+        CTL_CALL("--reuse", prefill_args, reuse, opt_reuse),
+        CTL_U64("--top-k", prefill_args, top_k, 0, UINT32_MAX),
+        CTL_U64("--max-new", prefill_args, max_new, 0, UINT32_MAX),
+        CTL_CALL("--dtype", prefill_args, dtype, ctl_opt_dtype),
+        CTL_FLAG("--ids", prefill_args, ids),
+        /* each of these asks for the state too */
+        CTL_FLAG("--return-state", prefill_args, return_state),
+        CTL_STR("--transport", prefill_args, transport),
+        CTL_STR("--state-out", prefill_args, state_out),
+        CTL_U64("--state-buffer", prefill_args, state_buf, 4096, 1ull << 40),
+    };
+    static const ctl_cmdline cl = {CTL_OPTS(opts)};
+    prefill_args a = {0};
+    if (ctl_parse(x, argc, argv, &cl, &a)) return CTL_USAGE;
+    const char *query_file = a.query, *text = a.text;
+    const char *transport = a.transport, *state_out = a.state_out;
+    const bool ids = a.ids;
+    const bool want_state = a.return_state || transport || state_out || a.state_buf;
+    const uint64_t top_k = a.top_k, max_new = a.max_new;
+    const uint64_t state_buf = a.state_buf ? a.state_buf : 64u << 20;
     Hypic__V1__PrefillRequest rq = HYPIC__V1__PREFILL_REQUEST__INIT;
-    for (int i = 1; i < argc; i++) {
-        const char *v;
-        int r;
-        if ((r = ctl_arg(x, argc, argv, &i, "--segment", &v))) {
-            if (r < 0 || list_add(x, &files, "segments", (char *)v)) return CTL_USAGE;
-            in_segments = true;
-        } else if ((r = ctl_arg(x, argc, argv, &i, "--query", &v))) {
-            if (r < 0) return CTL_USAGE;
-            query_file = v;
-            in_segments = false;
-        } else if ((r = ctl_arg(x, argc, argv, &i, "--text", &v))) {
-            if (r < 0) return CTL_USAGE;
-            text = v;
-            in_segments = false;
-        } else if ((r = ctl_arg(x, argc, argv, &i, "--mode", &v))) {
-            if (r < 0 || ctl_mode(x, "--mode", v, &rq.mode)) return CTL_USAGE;
-        } else if ((r = ctl_arg(x, argc, argv, &i, "--seam", &v))) {
-            if (r < 0 || ctl_parse_seam(x, v, &rq.seam)) return CTL_USAGE;
-            rq.seam_opt_case = HYPIC__V1__PREFILL_REQUEST__SEAM_OPT_SEAM;
-        } else if ((r = ctl_arg(x, argc, argv, &i, "--reuse", &v))) {
-            if (r < 0) return CTL_USAGE;
-            if (!strcmp(v, "auto"))
-                rq.reuse = HYPIC__V1__PREFILL_REQUEST__REUSE__REUSE_AUTO;
-            else if (!strcmp(v, "fetch"))
-                rq.reuse = HYPIC__V1__PREFILL_REQUEST__REUSE__REUSE_FETCH;
-            else if (!strcmp(v, "recompute"))
-                rq.reuse = HYPIC__V1__PREFILL_REQUEST__REUSE__REUSE_RECOMPUTE;
-            else
-                return ctl_usage(x, "--reuse: '%s' is not auto, fetch or recompute", v);
-        } else if ((r = ctl_arg(x, argc, argv, &i, "--top-k", &v))) {
-            if (r < 0 || ctl_u64(x, "--top-k", v, 0, UINT32_MAX, &top_k)) return CTL_USAGE;
-        } else if ((r = ctl_arg(x, argc, argv, &i, "--max-new", &v))) {
-            if (r < 0 || ctl_u64(x, "--max-new", v, 0, UINT32_MAX, &max_new)) return CTL_USAGE;
-        } else if ((r = ctl_arg(x, argc, argv, &i, "--dtype", &v))) {
-            if (r < 0 || ctl_parse_dtype(x, v, &rq.dtype)) return CTL_USAGE;
-        } else if (ctl_flag(argv[i], "--ids")) {
-            ids = true;
-        } else if (ctl_flag(argv[i], "--return-state")) {
-            want_state = true;
-        } else if ((r = ctl_arg(x, argc, argv, &i, "--transport", &v))) {
-            if (r < 0) return CTL_USAGE;
-            transport = v;
-            want_state = true;
-        } else if ((r = ctl_arg(x, argc, argv, &i, "--state-out", &v))) {
-            if (r < 0) return CTL_USAGE;
-            state_out = v;
-            want_state = true;
-        } else if ((r = ctl_arg(x, argc, argv, &i, "--state-buffer", &v))) {
-            if (r < 0 || ctl_u64(x, "--state-buffer", v, 4096, 1ull << 40, &state_buf))
-                return CTL_USAGE;
-            want_state = true;
-        } else if ((r = ctl_global(x, argc, argv, &i))) {
-            if (r < 0) return CTL_USAGE;
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            return ctl_usage(x, "unknown option %s", argv[i]);
-        } else if (in_segments) {
-            if (list_add(x, &files, "segments", argv[i])) return CTL_USAGE;
-        } else {
-            return ctl_usage(x, "unexpected argument '%s'", argv[i]);
-        }
+    rq.mode = a.mode;
+    if (a.seam.set) {
+        rq.seam_opt_case = HYPIC__V1__PREFILL_REQUEST__SEAM_OPT_SEAM;
+        rq.seam = a.seam.w;
     }
+    rq.reuse = a.reuse;
+    rq.dtype = a.dtype;
     if (!query_file == !text) return ctl_usage(x, "one of --query FILE or --text STR is needed");
     ctl_segments segs = {0};
     ctl_ids q = {0};
     hy_err e = {0};
-    if (ctl_segments_from_files(&segs, files.v, files.n, ids, &e) ||
+    if (ctl_segments_from_files(&segs, a.files.v, a.files.n, ids, &e) ||
         (query_file ? ctl_ids_from_file(query_file, ids, &q, &e)
                     : ctl_ids_from_text(text, &q, &e))) {
         ctl_segments_free(&segs);
@@ -565,7 +520,7 @@ int ctl_prefill(ctl *x, int argc, char **argv)
         } else if (x->json) {
             ctl_json_print(ctl_json_msg(&r->base));
         } else {
-            print_prefill(r, files.v, files.n);
+            print_prefill(r, a.files.v, a.files.n);
             if (ss) print_state(r->state, ss, state_out);
         }
     }

@@ -14,21 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The options every command without options of its own accepts: the global
- * ones. Positional arguments go to pos (up to npos; more is a usage error). */
-static int parse_plain(ctl *x, int argc, char **argv, const char **pos, int npos, int *got)
-{
-    *got = 0;
-    for (int i = 1; i < argc; i++) {
-        int r = ctl_global(x, argc, argv, &i);
-        if (r < 0) return CTL_USAGE;
-        if (r > 0) continue;
-        if (argv[i][0] == '-' && argv[i][1]) return ctl_usage(x, "unknown option %s", argv[i]);
-        if (*got == npos) return ctl_usage(x, "unexpected argument '%s'", argv[i]);
-        pos[(*got)++] = argv[i];
-    }
-    return CTL_OK;
-}
+/* The arguments of a command that takes one KEY and, maybe, flags. */
+typedef struct key_args {
+    const char *key;
+    bool verify; /* inspect */
+} key_args;
 
 static void join_tiers(const Hypic__V1__EntryMeta *m, char *out, size_t cap)
 {
@@ -236,7 +226,8 @@ static void print_status(const Hypic__V1__HealthResponse *h, const Hypic__V1__St
 
 int ctl_status(ctl *x, int argc, char **argv)
 {
-    int got, rc = parse_plain(x, argc, argv, NULL, 0, &got);
+    static const ctl_cmdline cl = {0}; /* the global options only */
+    int rc = ctl_parse(x, argc, argv, &cl, NULL);
     hyc *c;
     if (rc || (rc = ctl_connect(x, CTL_DEADLINE_DEFAULT_MS, &c))) return rc;
     Hypic__V1__HealthRequest hr = HYPIC__V1__HEALTH_REQUEST__INIT;
@@ -284,45 +275,53 @@ static void entry_row(ctl_table *t, const Hypic__V1__EntryMeta *m)
     ctl_table_row(t, row);
 }
 
+typedef struct ls_args {
+    Hypic__V1__Tier tier;
+    const char *tag;
+    Hypic__V1__ListRequest__Sort sort;
+    uint64_t limit, page;
+    bool desc, all_models;
+} ls_args;
+
+static int opt_sort(ctl *x, const ctl_opt *o, void *args, const char *v)
+{
+    static const struct {
+        const char *name;
+        Hypic__V1__ListRequest__Sort sort;
+    } sorts[] = {{"key", HYPIC__V1__LIST_REQUEST__SORT__SORT_KEY},
+                 {"bytes", HYPIC__V1__LIST_REQUEST__SORT__SORT_BYTES},
+                 {"hits", HYPIC__V1__LIST_REQUEST__SORT__SORT_HITS},
+                 {"age", HYPIC__V1__LIST_REQUEST__SORT__SORT_AGE}};
+    for (size_t i = 0; i < sizeof sorts / sizeof sorts[0]; i++)
+        if (strcmp(v, sorts[i].name) == 0) {
+            ((ls_args *)args)->sort = sorts[i].sort;
+            return CTL_OK;
+        }
+    return ctl_usage(x, "%s: '%s' is not key, bytes, hits or age", o->name, v);
+}
+
+static const ctl_opt k_ls_opts[] = {
+    CTL_CALL("--tier", ls_args, tier, ctl_opt_tier_any),
+    CTL_STR("--tag", ls_args, tag),
+    CTL_CALL("--sort", ls_args, sort, opt_sort),
+    CTL_U64("--limit", ls_args, limit, 1, UINT32_MAX),
+    CTL_U64("--page-size", ls_args, page, 1, UINT32_MAX),
+    CTL_FLAG("--desc", ls_args, desc),
+    CTL_FLAG("--all-models", ls_args, all_models),
+};
+
 int ctl_ls(ctl *x, int argc, char **argv)
 {
+    static const ctl_cmdline cl = {CTL_OPTS(k_ls_opts)};
+    ls_args a = {.limit = UINT64_MAX};
+    if (ctl_parse(x, argc, argv, &cl, &a)) return CTL_USAGE;
     Hypic__V1__ListRequest rq = HYPIC__V1__LIST_REQUEST__INIT;
-    uint64_t limit = UINT64_MAX, page = 0;
-    bool all_models = false;
-    for (int i = 1; i < argc; i++) {
-        const char *v;
-        int r;
-        if ((r = ctl_arg(x, argc, argv, &i, "--tier", &v))) {
-            if (r < 0 || ctl_tier(x, "--tier", v, true, &rq.tier)) return CTL_USAGE;
-        } else if ((r = ctl_arg(x, argc, argv, &i, "--tag", &v))) {
-            if (r < 0) return CTL_USAGE;
-            rq.tag = (char *)v;
-        } else if ((r = ctl_arg(x, argc, argv, &i, "--sort", &v))) {
-            if (r < 0) return CTL_USAGE;
-            if (strcmp(v, "key") == 0)
-                rq.sort = HYPIC__V1__LIST_REQUEST__SORT__SORT_KEY;
-            else if (strcmp(v, "bytes") == 0)
-                rq.sort = HYPIC__V1__LIST_REQUEST__SORT__SORT_BYTES;
-            else if (strcmp(v, "hits") == 0)
-                rq.sort = HYPIC__V1__LIST_REQUEST__SORT__SORT_HITS;
-            else if (strcmp(v, "age") == 0)
-                rq.sort = HYPIC__V1__LIST_REQUEST__SORT__SORT_AGE;
-            else
-                return ctl_usage(x, "--sort: '%s' is not key, bytes, hits or age", v);
-        } else if ((r = ctl_arg(x, argc, argv, &i, "--limit", &v))) {
-            if (r < 0 || ctl_u64(x, "--limit", v, 1, UINT32_MAX, &limit)) return CTL_USAGE;
-        } else if ((r = ctl_arg(x, argc, argv, &i, "--page-size", &v))) {
-            if (r < 0 || ctl_u64(x, "--page-size", v, 1, UINT32_MAX, &page)) return CTL_USAGE;
-        } else if (ctl_flag(argv[i], "--desc")) {
-            rq.descending = true;
-        } else if (ctl_flag(argv[i], "--all-models")) {
-            all_models = true;
-        } else if ((r = ctl_global(x, argc, argv, &i))) {
-            if (r < 0) return CTL_USAGE;
-        } else {
-            return ctl_usage(x, "unexpected argument '%s'", argv[i]);
-        }
-    }
+    rq.tier = a.tier;
+    rq.tag = (char *)a.tag;
+    rq.sort = a.sort;
+    rq.descending = a.desc;
+    const uint64_t limit = a.limit, page = a.page;
+    const bool all_models = a.all_models;
     if (!all_models) rq.model = (char *)x->model;
     hyc *c;
     int rc = ctl_connect(x, CTL_DEADLINE_DEFAULT_MS, &c);
@@ -410,18 +409,15 @@ static void print_meta(const Hypic__V1__EntryMeta *m)
 
 int ctl_inspect(ctl *x, int argc, char **argv)
 {
+    static const ctl_opt opts[] = {CTL_FLAG("--verify", key_args, verify)};
+    static const ctl_cmdline cl = {CTL_OPTS(opts), .pos = {offsetof(key_args, key)}, .npos = 1};
+    key_args a = {0};
+    if (ctl_parse(x, argc, argv, &cl, &a)) return CTL_USAGE;
     Hypic__V1__InspectRequest rq = HYPIC__V1__INSPECT_REQUEST__INIT;
-    const char *keyarg = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (ctl_flag(argv[i], "--verify")) {
-            rq.verify = true;
-        } else if (ctl_rest(x, argc, argv, &i, (const char **const[]){&keyarg}, 1)) {
-            return CTL_USAGE;
-        }
-    }
+    rq.verify = a.verify;
     uint8_t key[32];
-    if (!keyarg) return ctl_usage(x, "which KEY?");
-    if (ctl_key(x, keyarg, key)) return CTL_USAGE;
+    if (!a.key) return ctl_usage(x, "which KEY?");
+    if (ctl_key(x, a.key, key)) return CTL_USAGE;
     rq.key.data = key;
     rq.key.len = sizeof key;
     hyc *c;
@@ -496,12 +492,12 @@ static int invalidate(ctl *x, Hypic__V1__InvalidateRequest *rq)
 
 int ctl_evict(ctl *x, int argc, char **argv)
 {
-    const char *pos[1];
-    int got, rc = parse_plain(x, argc, argv, pos, 1, &got);
-    if (rc) return rc;
-    if (got != 1) return ctl_usage(x, "which KEY?");
+    static const ctl_cmdline cl = {.pos = {offsetof(key_args, key)}, .npos = 1};
+    key_args a = {0};
+    if (ctl_parse(x, argc, argv, &cl, &a)) return CTL_USAGE;
+    if (!a.key) return ctl_usage(x, "which KEY?");
     uint8_t key[32];
-    if (ctl_key(x, pos[0], key)) return CTL_USAGE;
+    if (ctl_key(x, a.key, key)) return CTL_USAGE;
     Hypic__V1__InvalidateRequest rq = HYPIC__V1__INVALIDATE_REQUEST__INIT;
     rq.target_case = HYPIC__V1__INVALIDATE_REQUEST__TARGET_KEY;
     rq.key.data = key;
@@ -509,72 +505,89 @@ int ctl_evict(ctl *x, int argc, char **argv)
     return invalidate(x, &rq);
 }
 
+/* What invalidate, pin and unpin act on: exactly one target, each given
+ * once (KEY, --tag T, --model M, --tenant, --all). */
+typedef struct target_args {
+    int targets; /* given so far: first, so that target() finds it */
+    const char *key, *tag, *model;
+    bool tenant, all;
+    uint64_t ttl_ms; /* pin --ttl */
+} target_args;
+
+/* A target option: counted, and its value (a flag: true) set. */
+static int target(ctl *x, const ctl_opt *o, void *args, const char *v)
+{
+    (void)x;
+    target_args *a = args;
+    a->targets++;
+    if (v)
+        *(const char **)((char *)args + o->off) = v;
+    else
+        *(bool *)((char *)args + o->off) = true;
+    return CTL_OK;
+}
+
+static int opt_ttl(ctl *x, const ctl_opt *o, void *args, const char *v)
+{
+    /* at most a hundred years, as the daemon allows */
+    return ctl_duration_ms(x, o->name, v, 100ull * 366 * 86400 * 1000,
+                           &((target_args *)args)->ttl_ms);
+}
+
 int ctl_invalidate(ctl *x, int argc, char **argv)
 {
+    /* here --model names what to remove, not only the model requests name */
+    static const ctl_opt opts[] = {
+        CTL_CALL("--tag", target_args, tag, target),
+        CTL_CALL_FLAG("--tenant", target_args, tenant, target),
+        CTL_CALL("--model", target_args, model, target),
+    };
+    static const ctl_cmdline cl = {CTL_OPTS(opts)};
+    target_args a = {0};
+    if (ctl_parse(x, argc, argv, &cl, &a)) return CTL_USAGE;
+    if (a.targets != 1)
+        return ctl_usage(x, "exactly one of --tag T, --model M, --tenant (got %d)", a.targets);
     Hypic__V1__InvalidateRequest rq = HYPIC__V1__INVALIDATE_REQUEST__INIT;
-    int targets = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *v;
-        int r;
-        if ((r = ctl_arg(x, argc, argv, &i, "--tag", &v))) {
-            if (r < 0) return CTL_USAGE;
-            rq.target_case = HYPIC__V1__INVALIDATE_REQUEST__TARGET_TAG;
-            rq.tag = (char *)v;
-            targets++;
-        } else if (ctl_flag(argv[i], "--tenant")) {
-            rq.target_case = HYPIC__V1__INVALIDATE_REQUEST__TARGET_ALL_OF_TENANT;
-            rq.all_of_tenant = true;
-            targets++;
-        } else if (strcmp(argv[i], "--model") == 0 || strncmp(argv[i], "--model=", 8) == 0) {
-            /* here --model names what to remove, not only the model requests name */
-            if (ctl_arg(x, argc, argv, &i, "--model", &v) < 0) return CTL_USAGE;
-            rq.target_case = HYPIC__V1__INVALIDATE_REQUEST__TARGET_MODEL;
-            rq.model = (char *)v;
-            targets++;
-        } else if ((r = ctl_global(x, argc, argv, &i))) {
-            if (r < 0) return CTL_USAGE;
-        } else {
-            return ctl_usage(x, "unexpected argument '%s'", argv[i]);
-        }
+    if (a.tag) {
+        rq.target_case = HYPIC__V1__INVALIDATE_REQUEST__TARGET_TAG;
+        rq.tag = (char *)a.tag;
+    } else if (a.tenant) {
+        rq.target_case = HYPIC__V1__INVALIDATE_REQUEST__TARGET_ALL_OF_TENANT;
+        rq.all_of_tenant = true;
+    } else {
+        rq.target_case = HYPIC__V1__INVALIDATE_REQUEST__TARGET_MODEL;
+        rq.model = (char *)a.model;
     }
-    if (targets != 1)
-        return ctl_usage(x, "exactly one of --tag T, --model M, --tenant (got %d)", targets);
     return invalidate(x, &rq);
 }
 
 /* ---- pin, unpin ---- */
 
-/* Reads KEY | --tag T | --all (when all_ok) and --ttl (when ttl_ms); the
- * rest are global options. *target: 1 key, 2 tag, 3 all. */
-static int pin_args(ctl *x, int argc, char **argv, bool all_ok, uint64_t *ttl_ms, uint8_t key[32],
-                    const char **tag, int *target)
+/* Reads the command line of pin (with --ttl) or unpin (with --all): KEY
+ * and the options into a, whose target is checked (exactly one) and, for a
+ * key, read into key. */
+static int pin_args(ctl *x, int argc, char **argv, bool unpin, target_args *a, uint8_t key[32])
 {
-    const char *keyarg = NULL;
-    int targets = 0;
-    *target = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *v;
-        int r;
-        if ((r = ctl_arg(x, argc, argv, &i, "--tag", &v))) {
-            if (r < 0) return CTL_USAGE;
-            *tag = v, *target = 2, targets++;
-        } else if (ttl_ms && (r = ctl_arg(x, argc, argv, &i, "--ttl", &v))) {
-            /* at most a hundred years, as the daemon allows */
-            if (r < 0 || ctl_duration_ms(x, "--ttl", v, 100ull * 366 * 86400 * 1000, ttl_ms))
-                return CTL_USAGE;
-        } else if (all_ok && ctl_flag(argv[i], "--all")) {
-            *target = 3, targets++;
-        } else if (ctl_rest(x, argc, argv, &i, (const char **const[]){&keyarg}, 1)) {
-            return CTL_USAGE;
-        }
+    static const ctl_opt pin_opts[] = {
+        CTL_CALL("--tag", target_args, tag, target),
+        CTL_CALL("--ttl", target_args, ttl_ms, opt_ttl),
+    };
+    static const ctl_opt unpin_opts[] = {
+        CTL_CALL("--tag", target_args, tag, target),
+        CTL_CALL_FLAG("--all", target_args, all, target),
+    };
+    static const ctl_cmdline pin_cl = {CTL_OPTS(pin_opts), .pos = {offsetof(target_args, key)},
+                                       .npos = 1};
+    static const ctl_cmdline unpin_cl = {CTL_OPTS(unpin_opts), .pos = {offsetof(target_args, key)},
+                                         .npos = 1};
+    if (ctl_parse(x, argc, argv, unpin ? &unpin_cl : &pin_cl, a)) return CTL_USAGE;
+    if (a->key) {
+        if (ctl_key(x, a->key, key)) return CTL_USAGE;
+        a->targets++;
     }
-    if (keyarg) {
-        if (ctl_key(x, keyarg, key)) return CTL_USAGE;
-        *target = 1, targets++;
-    }
-    if (targets != 1)
-        return ctl_usage(x, "exactly one of KEY, --tag T%s (got %d)", all_ok ? ", --all" : "",
-                         targets);
+    if (a->targets != 1)
+        return ctl_usage(x, "exactly one of KEY, --tag T%s (got %d)", unpin ? ", --all" : "",
+                         a->targets);
     return CTL_OK;
 }
 
@@ -582,16 +595,16 @@ int ctl_pin(ctl *x, int argc, char **argv)
 {
     Hypic__V1__PinRequest rq = HYPIC__V1__PIN_REQUEST__INIT;
     uint8_t key[32];
-    const char *tag = NULL;
-    int target;
-    int rc = pin_args(x, argc, argv, false, &rq.ttl_ms, key, &tag, &target);
+    target_args a = {0};
+    int rc = pin_args(x, argc, argv, false, &a, key);
     if (rc) return rc;
-    if (target == 1) {
+    rq.ttl_ms = a.ttl_ms;
+    if (a.key) {
         rq.target_case = HYPIC__V1__PIN_REQUEST__TARGET_KEY;
         rq.key = (ProtobufCBinaryData){sizeof key, key};
     } else {
         rq.target_case = HYPIC__V1__PIN_REQUEST__TARGET_TAG;
-        rq.tag = (char *)tag;
+        rq.tag = (char *)a.tag;
     }
     hyc *c;
     if ((rc = ctl_connect(x, CTL_DEADLINE_DEFAULT_MS, &c))) return rc;
@@ -621,16 +634,15 @@ int ctl_unpin(ctl *x, int argc, char **argv)
 {
     Hypic__V1__UnpinRequest rq = HYPIC__V1__UNPIN_REQUEST__INIT;
     uint8_t key[32];
-    const char *tag = NULL;
-    int target;
-    int rc = pin_args(x, argc, argv, true, NULL, key, &tag, &target);
+    target_args a = {0};
+    int rc = pin_args(x, argc, argv, true, &a, key);
     if (rc) return rc;
-    if (target == 1) {
+    if (a.key) {
         rq.target_case = HYPIC__V1__UNPIN_REQUEST__TARGET_KEY;
         rq.key = (ProtobufCBinaryData){sizeof key, key};
-    } else if (target == 2) {
+    } else if (a.tag) {
         rq.target_case = HYPIC__V1__UNPIN_REQUEST__TARGET_TAG;
-        rq.tag = (char *)tag;
+        rq.tag = (char *)a.tag;
     } else {
         rq.target_case = HYPIC__V1__UNPIN_REQUEST__TARGET_ALL_OF_TENANT;
         rq.all_of_tenant = true;
@@ -668,26 +680,25 @@ static void print_policy(const Hypic__V1__Policy *p)
     ctl_table_print(t);
 }
 
+typedef struct policy_args {
+    const char *verb, *tier, *evict, *admit;
+    uint64_t min_tokens;
+} policy_args;
+
 int ctl_policy(ctl *x, int argc, char **argv)
 {
-    const char *verb = NULL, *tier = NULL, *evict = NULL, *admit = NULL;
-    uint64_t min_tokens = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *v;
-        int r;
-        if ((r = ctl_arg(x, argc, argv, &i, "--evict", &v))) {
-            if (r < 0) return CTL_USAGE;
-            evict = v;
-        } else if ((r = ctl_arg(x, argc, argv, &i, "--admit", &v))) {
-            if (r < 0) return CTL_USAGE;
-            admit = v;
-        } else if ((r = ctl_arg(x, argc, argv, &i, "--min-tokens", &v))) {
-            if (r < 0 || ctl_u64(x, "--min-tokens", v, 0, UINT32_MAX, &min_tokens))
-                return CTL_USAGE;
-        } else if (ctl_rest(x, argc, argv, &i, (const char **const[]){&verb, &tier}, 2)) {
-            return CTL_USAGE;
-        }
-    }
+    static const ctl_opt opts[] = {
+        CTL_STR("--evict", policy_args, evict),
+        CTL_STR("--admit", policy_args, admit),
+        CTL_U64("--min-tokens", policy_args, min_tokens, 0, UINT32_MAX),
+    };
+    static const ctl_cmdline cl = {
+        CTL_OPTS(opts), .pos = {offsetof(policy_args, verb), offsetof(policy_args, tier)},
+        .npos = 2};
+    policy_args a = {0};
+    if (ctl_parse(x, argc, argv, &cl, &a)) return CTL_USAGE;
+    const char *verb = a.verb, *tier = a.tier, *evict = a.evict, *admit = a.admit;
+    const uint64_t min_tokens = a.min_tokens;
     if (!verb || (strcmp(verb, "get") != 0 && strcmp(verb, "set") != 0))
         return ctl_usage(x, "get or set?");
     if (!tier) return ctl_usage(x, "which TIER (hbm, host, nvme)?");
@@ -798,26 +809,23 @@ static int get_through(hyc *c, const char *kinds, Hypic__V1__GetEntryRequest *rq
     return HYC_OK;
 }
 
+typedef struct get_args {
+    const char *key, *out, *transport;
+} get_args;
+
 int ctl_get(ctl *x, int argc, char **argv)
 {
-    const char *keyarg = NULL, *out = NULL, *transport = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *v;
-        int r;
-        if ((r = ctl_arg(x, argc, argv, &i, "--out", &v)) ||
-            (r = ctl_arg(x, argc, argv, &i, "-o", &v))) {
-            if (r < 0) return CTL_USAGE;
-            out = v;
-        } else if ((r = ctl_arg(x, argc, argv, &i, "--transport", &v))) {
-            if (r < 0) return CTL_USAGE;
-            transport = v;
-        } else if (ctl_rest(x, argc, argv, &i, (const char **const[]){&keyarg}, 1)) {
-            return CTL_USAGE;
-        }
-    }
+    static const ctl_opt opts[] = {
+        CTL_STR_ALIAS("--out", "-o", get_args, out),
+        CTL_STR("--transport", get_args, transport),
+    };
+    static const ctl_cmdline cl = {CTL_OPTS(opts), .pos = {offsetof(get_args, key)}, .npos = 1};
+    get_args a = {0};
+    if (ctl_parse(x, argc, argv, &cl, &a)) return CTL_USAGE;
+    const char *out = a.out, *transport = a.transport;
     uint8_t key[32];
-    if (!keyarg) return ctl_usage(x, "which KEY?");
-    if (ctl_key(x, keyarg, key)) return CTL_USAGE;
+    if (!a.key) return ctl_usage(x, "which KEY?");
+    if (ctl_key(x, a.key, key)) return CTL_USAGE;
     if (!out) return ctl_usage(x, "--out FILE is needed");
     hyc *c;
     int rc = ctl_connect(x, CTL_DEADLINE_DEFAULT_MS, &c);
@@ -838,7 +846,7 @@ int ctl_get(ctl *x, int argc, char **argv)
         hyc_close(c);
         return rc;
     }
-    rc = save_entry(x, keyarg, out, meta, bytes, n, ss ? hyc_session_kind(ss) : NULL);
+    rc = save_entry(x, a.key, out, meta, bytes, n, ss ? hyc_session_kind(ss) : NULL);
     hyc_free(meta);
     if (!ss) free(bytes); /* else they are the session's buffer */
     hyc_session_close(ss);
@@ -901,28 +909,26 @@ static int meta_from_json(const char *path, const cJSON *j, Hypic__V1__EntryMeta
     return CTL_OK;
 }
 
+typedef struct put_args {
+    const char *file, *meta;
+    ctl_list tags;
+    uint64_t chunk;
+} put_args;
+
 int ctl_put(ctl *x, int argc, char **argv)
 {
-    const char *file = NULL, *metafile = NULL;
-    const char *tags[CTL_TAGS_MAX];
-    size_t ntags = 0;
-    uint64_t chunk = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *v;
-        int r;
-        if ((r = ctl_arg(x, argc, argv, &i, "--meta", &v))) {
-            if (r < 0) return CTL_USAGE;
-            metafile = v;
-        } else if ((r = ctl_arg(x, argc, argv, &i, "--tag", &v))) {
-            if (r < 0) return CTL_USAGE;
-            if (ntags == CTL_TAGS_MAX) return ctl_usage(x, "more than %d --tag", CTL_TAGS_MAX);
-            tags[ntags++] = v;
-        } else if ((r = ctl_arg(x, argc, argv, &i, "--chunk", &v))) {
-            if (r < 0 || ctl_u64(x, "--chunk", v, 1, (uint64_t)1 << 30, &chunk)) return CTL_USAGE;
-        } else if (ctl_rest(x, argc, argv, &i, (const char **const[]){&file}, 1)) {
-            return CTL_USAGE;
-        }
-    }
+    static const ctl_opt opts[] = {
+        CTL_STR("--meta", put_args, meta),
+        CTL_LIST("--tag", put_args, tags, CTL_TAGS_MAX),
+        CTL_U64("--chunk", put_args, chunk, 1, (uint64_t)1 << 30),
+    };
+    static const ctl_cmdline cl = {CTL_OPTS(opts), .pos = {offsetof(put_args, file)}, .npos = 1};
+    put_args a = {0};
+    if (ctl_parse(x, argc, argv, &cl, &a)) return CTL_USAGE;
+    const char *file = a.file, *metafile = a.meta;
+    char **tags = a.tags.v;
+    const size_t ntags = a.tags.n;
+    const uint64_t chunk = a.chunk;
     if (!file) return ctl_usage(x, "which FILE?");
     char mpath[4096];
     snprintf(mpath, sizeof mpath, "%s.meta.json", file);
@@ -945,7 +951,7 @@ int ctl_put(ctl *x, int argc, char **argv)
     else
         rc = meta_from_json(metafile, j, &meta, key, fp, &jtags);
     if (!rc && ntags) {
-        meta.tags = (char **)tags;
+        meta.tags = tags;
         meta.n_tags = ntags;
     }
     hyc *c = NULL;
@@ -1003,24 +1009,22 @@ static int on_event(void *arg, const Hypic__V1__WatchEvent *ev)
     return ++w->count >= w->max;
 }
 
+typedef struct watch_args {
+    uint64_t count;
+    bool all_models;
+} watch_args;
+
 int ctl_watch(ctl *x, int argc, char **argv)
 {
-    bool all_models = false;
-    watch_ctx w = {.json = x->json, .max = UINT64_MAX};
-    for (int i = 1; i < argc; i++) {
-        const char *v;
-        int r;
-        if ((r = ctl_arg(x, argc, argv, &i, "--count", &v))) {
-            if (r < 0 || ctl_u64(x, "--count", v, 1, UINT64_MAX, &w.max)) return CTL_USAGE;
-        } else if (ctl_flag(argv[i], "--all-models")) {
-            all_models = true;
-        } else if ((r = ctl_global(x, argc, argv, &i))) {
-            if (r < 0) return CTL_USAGE;
-        } else {
-            return ctl_usage(x, "unexpected argument '%s'", argv[i]);
-        }
-    }
-    w.json = x->json;
+    static const ctl_opt opts[] = {
+        CTL_U64("--count", watch_args, count, 1, UINT64_MAX),
+        CTL_FLAG("--all-models", watch_args, all_models),
+    };
+    static const ctl_cmdline cl = {CTL_OPTS(opts)};
+    watch_args a = {.count = UINT64_MAX};
+    if (ctl_parse(x, argc, argv, &cl, &a)) return CTL_USAGE;
+    const bool all_models = a.all_models;
+    watch_ctx w = {.json = x->json, .max = a.count};
     hyc *c;
     int rc = ctl_connect(x, 0, &c);
     if (rc) return rc;
@@ -1035,35 +1039,36 @@ int ctl_watch(ctl *x, int argc, char **argv)
     return rc;
 }
 
+typedef struct build_args {
+    const char *file, *out;
+    ctl_list tags;
+    ctl_seam seam;
+    Hypic__V1__StateDtype dtype;
+    bool ids;
+} build_args;
+
 int ctl_build(ctl *x, int argc, char **argv)
 {
-    const char *file = NULL, *out = NULL;
-    bool ids = false;
-    char *tags[CTL_TAGS_MAX];
-    size_t ntags = 0;
+    static const ctl_opt opts[] = {
+        CTL_STR_ALIAS("--out", "-o", build_args, out),
+        CTL_LIST("--tag", build_args, tags, CTL_TAGS_MAX),
+        CTL_CALL("--seam", build_args, seam, ctl_opt_seam),
+        CTL_CALL("--dtype", build_args, dtype, ctl_opt_dtype),
+        CTL_FLAG("--ids", build_args, ids),
+    };
+    static const ctl_cmdline cl = {CTL_OPTS(opts), .pos = {offsetof(build_args, file)}, .npos = 1};
+    build_args a = {0};
+    if (ctl_parse(x, argc, argv, &cl, &a)) return CTL_USAGE;
+    const char *file = a.file, *out = a.out;
+    const bool ids = a.ids;
+    char **tags = a.tags.v;
+    const size_t ntags = a.tags.n;
     Hypic__V1__BuildRequest rq = HYPIC__V1__BUILD_REQUEST__INIT;
-    for (int i = 1; i < argc; i++) {
-        const char *v;
-        int r;
-        if ((r = ctl_arg(x, argc, argv, &i, "--out", &v)) ||
-            (r = ctl_arg(x, argc, argv, &i, "-o", &v))) {
-            if (r < 0) return CTL_USAGE;
-            out = v;
-        } else if ((r = ctl_arg(x, argc, argv, &i, "--tag", &v))) {
-            if (r < 0) return CTL_USAGE;
-            if (ntags == CTL_TAGS_MAX) return ctl_usage(x, "more than %d --tag", CTL_TAGS_MAX);
-            tags[ntags++] = (char *)v;
-        } else if ((r = ctl_arg(x, argc, argv, &i, "--seam", &v))) {
-            if (r < 0 || ctl_parse_seam(x, v, &rq.seam)) return CTL_USAGE;
-            rq.seam_opt_case = HYPIC__V1__BUILD_REQUEST__SEAM_OPT_SEAM;
-        } else if ((r = ctl_arg(x, argc, argv, &i, "--dtype", &v))) {
-            if (r < 0 || ctl_parse_dtype(x, v, &rq.dtype)) return CTL_USAGE;
-        } else if (ctl_flag(argv[i], "--ids")) {
-            ids = true;
-        } else if (ctl_rest(x, argc, argv, &i, (const char **const[]){&file}, 1)) {
-            return CTL_USAGE;
-        }
+    if (a.seam.set) {
+        rq.seam_opt_case = HYPIC__V1__BUILD_REQUEST__SEAM_OPT_SEAM;
+        rq.seam = a.seam.w;
     }
+    rq.dtype = a.dtype;
     if (!file) return ctl_usage(x, "which FILE?");
     if (!out) return ctl_usage(x, "--out FILE is needed");
     ctl_ids t = {0};

@@ -1,6 +1,7 @@
 /*
  * Private to hypicctl: the state every command shares (how to reach the
- * server, output format), argument helpers with the exit-code convention,
+ * server, output format), the command-line tables and their parser with the
+ * exit-code convention,
  * output helpers (tables for people, one JSON object for scripts, protobuf
  * messages as JSON), and reading segments from files.
  *
@@ -16,6 +17,7 @@
 
 #include <cjson/cJSON.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 enum { CTL_OK = 0, CTL_FAILED = 1, CTL_USAGE = 2, CTL_UNAVAILABLE = 3 };
@@ -53,9 +55,6 @@ int ctl_policy(ctl *x, int argc, char **argv);
 int ctl_get(ctl *x, int argc, char **argv);
 int ctl_build(ctl *x, int argc, char **argv);
 
-/* --dtype f32|bf16 and --seam W, as every command that builds or keys entries takes them. */
-int ctl_parse_dtype(const ctl *x, const char *v, Hypic__V1__StateDtype *out);
-int ctl_parse_seam(const ctl *x, const char *v, uint32_t *out);
 int ctl_put(ctl *x, int argc, char **argv);
 int ctl_watch(ctl *x, int argc, char **argv);
 int ctl_lookup(ctl *x, int argc, char **argv);
@@ -63,27 +62,113 @@ int ctl_warm(ctl *x, int argc, char **argv);
 int ctl_prefill(ctl *x, int argc, char **argv);
 int ctl_bench(ctl *x, int argc, char **argv);
 
-/* ---- arguments (hypicctl.c) ---- */
+/* ---- errors (hypicctl.c) ---- */
 
 /* Prints "hypicctl CMD: <msg>" and a pointer to --help on stderr; returns
  * CTL_USAGE. */
 int ctl_usage(const ctl *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Whether argv[*i] is option `name`, as "--name VALUE" (then *i moves past
- * VALUE) or "--name=VALUE". 1 with *v set, 0 when it is another argument,
- * -1 (after a usage message) when the value is missing. */
-int ctl_arg(const ctl *x, int argc, char **argv, int *i, const char *name, const char **v);
-/* Whether argv[i] is the flag `name`. */
-bool ctl_flag(const char *arg, const char *name);
-/* Whether argv[i] is "--help" or "-h". */
-bool ctl_help(const char *arg);
-/* A global option (--addr, --json...) given after the command: 1 taken, 0
- * not one, -1 usage error. */
-int ctl_global(ctl *x, int argc, char **argv, int *i);
-/* What is left of argv[*i] once a command has tried its own options on it:
- * a global option, else a positional argument, which fills the first of
- * *pos[0..npos) still NULL. CTL_USAGE (after the message) for an option no
- * one knows, a positional argument too many, a global option's bad value. */
-int ctl_rest(ctl *x, int argc, char **argv, int *i, const char **const pos[], int npos);
+
+/* ---- command lines (ctl_args.c) ---- */
+
+typedef struct ctl_opt ctl_opt;
+/* Reads option o's value v (NULL for a flag) into args, the command's
+ * arguments: CTL_OK, or CTL_USAGE after a message naming the option. */
+typedef int (*ctl_opt_fn)(ctl *x, const ctl_opt *o, void *args, const char *v);
+
+typedef enum ctl_opt_kind {
+    CTL_OPT_FLAG,      /* no value: the bool at off becomes true */
+    CTL_OPT_STR,       /* the value as given, into the const char * at off */
+    CTL_OPT_U64,       /* an integer in [min, max] into the uint64_t at off */
+    CTL_OPT_DOUBLE,    /* a number in [lo, hi] into the double at off */
+    CTL_OPT_LIST,      /* appended to the ctl_list at off: max values at most (0: CTL_LIST_MAX) */
+    CTL_OPT_CALL,      /* fn reads the value */
+    CTL_OPT_CALL_FLAG, /* no value: fn is called */
+} ctl_opt_kind;
+
+/* One option of a command: a row of its table. */
+struct ctl_opt {
+    const char *name;  /* "--out" */
+    const char *alias; /* another spelling ("-o"), or NULL */
+    ctl_opt_kind kind;
+    size_t off;        /* the field of the command's arguments it sets */
+    uint64_t min, max; /* CTL_OPT_U64: the range; CTL_OPT_LIST: values at most */
+    double lo, hi;     /* CTL_OPT_DOUBLE: the range */
+    ctl_opt_fn fn;     /* CTL_OPT_CALL, CTL_OPT_CALL_FLAG */
+    bool gathers;      /* CTL_OPT_LIST: the positional arguments after it are its values too
+                        * ("--segment A B C") */
+    bool ends_list;    /* positional arguments after it no longer go to such a list */
+};
+
+/* Rows: option n sets field f of the command's arguments, a T. A list whose
+ * option gathers the positional arguments after it (CTL_GATHER); a string
+ * after which they are gathered no more (CTL_STR_ENDS); a string with a
+ * second spelling a (CTL_STR_ALIAS). */
+/* clang-format off */
+#define CTL_FLAG(n, T, f)             {.name = n, .kind = CTL_OPT_FLAG, .off = offsetof(T, f)}
+#define CTL_STR(n, T, f)              {.name = n, .kind = CTL_OPT_STR, .off = offsetof(T, f)}
+#define CTL_U64(n, T, f, lo_, hi_)    {.name = n, .kind = CTL_OPT_U64, .off = offsetof(T, f), \
+                                       .min = lo_, .max = hi_}
+#define CTL_DOUBLE(n, T, f, lo_, hi_) {.name = n, .kind = CTL_OPT_DOUBLE, .off = offsetof(T, f), \
+                                       .lo = lo_, .hi = hi_}
+#define CTL_LIST(n, T, f, most)       {.name = n, .kind = CTL_OPT_LIST, .off = offsetof(T, f), \
+                                       .max = most}
+#define CTL_CALL(n, T, f, fn_)        {.name = n, .kind = CTL_OPT_CALL, .off = offsetof(T, f), \
+                                       .fn = fn_}
+#define CTL_CALL_FLAG(n, T, f, fn_)   {.name = n, .kind = CTL_OPT_CALL_FLAG, .off = offsetof(T, f), \
+                                       .fn = fn_}
+#define CTL_GATHER(n, T, f)           {.name = n, .kind = CTL_OPT_LIST, .off = offsetof(T, f), \
+                                       .gathers = true}
+#define CTL_STR_ENDS(n, T, f)         {.name = n, .kind = CTL_OPT_STR, .off = offsetof(T, f), \
+                                       .ends_list = true}
+#define CTL_STR_ALIAS(n, a, T, f)     {.name = n, .alias = a, .kind = CTL_OPT_STR, \
+                                       .off = offsetof(T, f)}
+/* clang-format on */
+
+/* The values of a list option (or of the positional arguments beyond the
+ * named ones). */
+#define CTL_LIST_MAX 4096
+typedef struct ctl_list {
+    char *v[CTL_LIST_MAX];
+    size_t n;
+} ctl_list;
+
+/* --seam W, when given. */
+typedef struct ctl_seam {
+    bool set;
+    uint32_t w;
+} ctl_seam;
+
+/* A command's command line: its options, and where positional arguments go
+ * — the const char * fields at pos[0..npos) in order, then the list of the
+ * last option that gathers them, else the list rest (NULL: an error, with
+ * hint appended to its message). */
+typedef struct ctl_cmdline {
+    const ctl_opt *opts;
+    size_t nopts;
+    size_t pos[2];
+    int npos;
+    const ctl_opt *rest;
+    const char *hint;
+} ctl_cmdline;
+#define CTL_OPTS(table) .opts = table, .nopts = sizeof table / sizeof table[0]
+
+/* Reads argv[1..argc) (argv[0]: the command) into args by the table cl,
+ * the global options as well wherever they come. CTL_OK, or CTL_USAGE after
+ * a message (an unknown option, a missing value, a value out of range, an
+ * argument too many). */
+int ctl_parse(ctl *x, int argc, char **argv, const ctl_cmdline *cl, void *args);
+/* argv[*i] as a global option (--addr, --json...): CTL_OK with *i past its
+ * value, CTL_USAGE after a message (not one, or a bad value). */
+int ctl_global_option(ctl *x, int argc, char **argv, int *i);
+
+/* Readers of option values for the tables: a tier or "any" (a
+ * Hypic__V1__Tier), a mode (Hypic__V1__Mode), f32|bf16 (a
+ * Hypic__V1__StateDtype), a seam width (a ctl_seam). */
+int ctl_opt_tier_any(ctl *x, const ctl_opt *o, void *args, const char *v);
+int ctl_opt_mode(ctl *x, const ctl_opt *o, void *args, const char *v);
+int ctl_opt_dtype(ctl *x, const ctl_opt *o, void *args, const char *v);
+int ctl_opt_seam(ctl *x, const ctl_opt *o, void *args, const char *v);
+
 /* An unsigned integer option value within [min, max]; CTL_USAGE (after a
  * message naming the option, the value and the range) otherwise. */
 int ctl_u64(const ctl *x, const char *name, const char *v, uint64_t min, uint64_t max,
@@ -100,6 +185,8 @@ int ctl_tier(const ctl *x, const char *name, const char *v, bool any_ok, Hypic__
 int ctl_mode(const ctl *x, const char *name, const char *v, Hypic__V1__Mode *out);
 /* A key: 64 hex digits into out[32]. */
 int ctl_key(const ctl *x, const char *v, uint8_t out[32]);
+
+/* ---- connections and failed calls (hypicctl.c) ---- */
 
 /* Opens the connection with deadline_ms when --deadline-ms was not given.
  * CTL_OK, or the exit code after printing why (CTL_USAGE for options

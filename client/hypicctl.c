@@ -2,20 +2,23 @@
  * hypicctl: the operator's command line for hypic-cached, on
  * libhypic-client. `hypicctl [global options] COMMAND [options]`; global
  * options may also follow the command. This file holds the entry point,
- * the global options, the help texts and the argument helpers every command
- * uses; the commands live in ctl_entries.c (what is stored: status, ls,
- * inspect, evict, invalidate, policy, get, put, watch), ctl_compute.c (what
- * is computed: lookup, warm, prefill) and ctl_bench.c (load).
+ * the table of commands (--help's list is made from it), their help texts,
+ * the connection and the error messages; command lines are read by
+ * ctl_args.c, each command's from its own table of options. The commands
+ * live in ctl_entries.c (what is stored: status, ls, inspect, evict,
+ * invalidate, pin, unpin, policy, get, build, put, watch), ctl_compute.c
+ * (what is computed: lookup, warm, prefill) and ctl_bench.c (load).
  */
 #include "ctl_internal.h"
 
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const usage_text =
+/* --help: the global options, then the commands (from the table below),
+ * then this. */
+static const char *const usage_head =
     "usage: hypicctl [global options] COMMAND [options]\n"
     "\n"
     "Talks to hypic-cached, the HYPIC cache-tier service (gRPC, hypic.v1).\n"
@@ -33,54 +36,47 @@ static const char *const usage_text =
     "                       the daemon's embedded default)\n"
     "  --json               one JSON object per command on stdout, for scripts\n"
     "\n"
-    "Commands:\n"
-    "  status               health and cache statistics\n"
-    "  ls                   list entries (filters, sort, pages)\n"
-    "  inspect KEY          an entry's metadata and sections (--verify: checksums)\n"
-    "  evict KEY            remove one entry\n"
-    "  invalidate           remove entries by --tag T, --model M, or --tenant (all yours)\n"
-    "  pin KEY | --tag T    keep entries from eviction and expiry (--ttl: for a while)\n"
-    "  unpin KEY | --tag T  lift pins (--all: every pin of yours)\n"
-    "  policy get|set TIER  a tier's eviction and admission policy\n"
-    "  get KEY --out FILE   fetch an entry's bytes (and FILE.meta.json)\n"
-    "  put FILE             store an entry fetched with get\n"
-    "  watch                stream stored / removed events\n"
-    "  lookup               which segments are cached\n"
-    "  warm FILES...        build and store each file as a segment\n"
-    "  prefill              prefill segments + a query with cache reuse\n"
-    "  bench                load: closed loop (--clients) or open loop (--rate)\n"
+    "Commands:\n";
+static const char *const usage_tail =
     "\n"
     "`hypicctl COMMAND --help` for a command's options.\n"
     "Exit codes: 0 OK, 1 the call failed, 2 usage error, 3 cannot connect (UNAVAILABLE).\n";
 
+/* The commands: a command is a row here (its line in --help, its own
+ * --help, the function that runs it). */
 typedef struct command {
     const char *name;
     ctl_cmd_fn fn;
-    const char *help;
+    const char *synopsis; /* its line in --help: "inspect KEY" */
+    const char *summary;  /* and what it does */
+    const char *help;     /* `hypicctl COMMAND --help` */
 } command;
 
 static const command commands[] = {
-    {"status", ctl_status,
+    {"status", ctl_status, "status", "health and cache statistics",
      "usage: hypicctl status\n"
      "Health (serving or not, version, models) and Stats (entries, bytes, hits, evictions,\n"
      "promotions, demotions per tier; misses, puts, requests in flight, queue depth).\n"
      "Exit 1 when the daemon answers but is not serving (starting or draining).\n"},
-    {"ls", ctl_ls,
+    {"ls", ctl_ls, "ls", "list entries (filters, sort, pages)",
      "usage: hypicctl ls [--tier hbm|host|nvme] [--tag T] [--sort key|bytes|hits|age] [--desc]\n"
      "                   [--limit N] [--page-size N]\n"
      "Your tenant's entries of --model (all models with --all-models), one row each; pages are\n"
      "followed until --limit entries (default: all).\n"},
-    {"inspect", ctl_inspect,
+    {"inspect", ctl_inspect, "inspect KEY",
+     "an entry's metadata and sections (--verify: checksums)",
      "usage: hypicctl inspect KEY [--verify]\n"
      "An entry's metadata, its seam and body, and its sections per layer; --verify reads the\n"
      "bytes and checks every section's checksum (exit 1 when one fails).\n"},
-    {"evict", ctl_evict,
+    {"evict", ctl_evict, "evict KEY", "remove one entry",
      "usage: hypicctl evict KEY\n"
      "Removes one entry (Invalidate by key); prints how many were removed.\n"},
-    {"invalidate", ctl_invalidate,
+    {"invalidate", ctl_invalidate, "invalidate",
+     "remove entries by --tag T, --model M, or --tenant (all yours)",
      "usage: hypicctl invalidate --tag T | --model M | --tenant\n"
      "Removes your tenant's entries with tag T, of model M, or all of them (--tenant).\n"},
-    {"pin", ctl_pin,
+    {"pin", ctl_pin, "pin KEY | --tag T",
+     "keep entries from eviction and expiry (--ttl: for a while)",
      "usage: hypicctl pin (KEY | --tag T) [--ttl DURATION]\n"
      "Pins your tenant's entry KEY, or every entry tagged T: no tier evicts it and its TTL does\n"
      "not expire it until it is unpinned, or for DURATION (e.g. 90s, 30m, 12h, 7d; a soft pin\n"
@@ -88,46 +84,47 @@ static const command commands[] = {
      "them (default a quarter of the host tier) may be pinned, and half the host tier in all:\n"
      "beyond, exit 1 (RESOURCE_EXHAUSTED) and nothing is pinned. Prints what was pinned and\n"
      "your pinned bytes against the cap. `ls` and `inspect` show pins.\n"},
-    {"unpin", ctl_unpin,
+    {"unpin", ctl_unpin, "unpin KEY | --tag T", "lift pins (--all: every pin of yours)",
      "usage: hypicctl unpin (KEY | --tag T | --all)\n"
      "Lifts the pins of entry KEY, of the entries tagged T, or all of your tenant's (--all);\n"
      "the entries stay, evictable again.\n"},
-    {"policy", ctl_policy,
+    {"policy", ctl_policy, "policy get|set TIER", "a tier's eviction and admission policy",
      "usage: hypicctl policy get TIER\n"
      "       hypicctl policy set TIER --evict lru|lfu|s3fifo|gdsf|hybrid\n"
      "                               --admit always|second-hit|tinylfu|min-tokens [--min-tokens "
      "N]\n"
      "A tier's (hbm, host, nvme) eviction and admission policy, read or changed at runtime.\n"},
-    {"get", ctl_get,
+    {"get", ctl_get, "get KEY --out FILE", "fetch an entry's bytes (and FILE.meta.json)",
      "usage: hypicctl get KEY --out FILE [--transport shm,tcp,rdma]\n"
      "Fetches an entry (GetEntry): its serialised bytes into FILE, its metadata into\n"
      "FILE.meta.json (what `hypicctl put FILE` sends back). --transport: the bytes come through\n"
      "a transport session (the first of the kinds the server can serve) instead of in chunks.\n"},
-    {"build", ctl_build,
+    {"build", ctl_build, "build FILE --out OUT",
+     "build a segment's entry on the server without storing it",
      "usage: hypicctl build FILE --out OUT [--tag T]... [--ids] [--seam W] [--dtype f32|bf16]\n"
      "Builds FILE's tokens as one segment's entry on the server (Build: a scatter worker, or\n"
      "any daemon) without storing it: the bytes into OUT, the metadata into OUT.meta.json\n"
      "(`hypicctl put OUT` stores them, on this server or another).\n"},
-    {"put", ctl_put,
+    {"put", ctl_put, "put FILE", "store an entry fetched with get (or built with build)",
      "usage: hypicctl put FILE [--meta FILE.meta.json] [--tag T]... [--chunk BYTES]\n"
      "Stores a serialised entry (PutEntry) with the metadata `get` wrote; the server validates\n"
      "it whole before committing. --tag replaces the tags; --chunk: bytes per message (1 MiB).\n"},
-    {"watch", ctl_watch,
+    {"watch", ctl_watch, "watch", "stream stored / removed events",
      "usage: hypicctl watch [--all-models] [--count N]\n"
      "Prints stored / removed events of your tenant's entries (of --model, or every model) as\n"
      "they happen, until interrupted or N events; with --json one object per event and line.\n"},
-    {"lookup", ctl_lookup,
+    {"lookup", ctl_lookup, "lookup", "which segments are cached",
      "usage: hypicctl lookup (--segment FILE... | --key KEY...) [--ids] [--seam W]\n"
      "                       [--lease-ms N]\n"
      "Which segments are cached (tier, bytes, tokens) and how many leading ones hit. FILE: text,\n"
      "tokenised as bytes + 3; with --ids, whitespace-separated token ids.\n"},
-    {"warm", ctl_warm,
+    {"warm", ctl_warm, "warm FILES...", "build and store each file as a segment",
      "usage: hypicctl warm [--tag T]... [--tag-by-file] [--ids] [--seam W] [--dtype f32|bf16]\n"
      "                     FILES...\n"
      "Builds each file's tokens as one segment (from the empty state) and stores it: a progress\n"
      "bar on stderr when it is a terminal, one line per segment otherwise. --tag-by-file also\n"
      "tags each segment with its file's name. Exit 1 when a segment failed.\n"},
-    {"prefill", ctl_prefill,
+    {"prefill", ctl_prefill, "prefill", "prefill segments + a query with cache reuse",
      "usage: hypicctl prefill --segment FILE... (--query FILE | --text STR)\n"
      "                        [--mode full|prefix|pic|noseam|naive] [--seam W] [--top-k K]\n"
      "                        [--max-new N] [--ids] [--dtype f32|bf16]\n"
@@ -145,7 +142,7 @@ static const command commands[] = {
      "rdma,shm,tcp; rdma when this machine has a device, shm when the server is on this host);\n"
      "it prints the transport, the size and the time; --state-out writes the bytes to FILE\n"
      "(their layout: --json, field state.tensors; docs/transports.md).\n"},
-    {"bench", ctl_bench,
+    {"bench", ctl_bench, "bench", "load: closed loop (--clients) or open loop (--rate)",
      "usage: hypicctl bench [--method lookup|prefill] [--clients N] [--rate R] [--duration S]\n"
      "                      (--segment FILE... | --random N --tokens L) [--seed S]\n"
      "                      [--query FILE | --text STR] [--mode M] [--no-warm] [--ids]\n"
@@ -157,11 +154,26 @@ static const command commands[] = {
      "Prints QPS, p50/p90/p99/max latency (ms) and errors by status.\n"},
 };
 
+#define NCOMMANDS (sizeof commands / sizeof commands[0])
+
 static const command *find_command(const char *name)
 {
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    for (size_t i = 0; i < NCOMMANDS; i++)
         if (strcmp(commands[i].name, name) == 0) return &commands[i];
     return NULL;
+}
+
+static void usage(FILE *f)
+{
+    fputs(usage_head, f);
+    for (size_t i = 0; i < NCOMMANDS; i++)
+        fprintf(f, "  %-20s %s\n", commands[i].synopsis, commands[i].summary);
+    fputs(usage_tail, f);
+}
+
+static bool is_help(const char *arg)
+{
+    return strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0;
 }
 
 int ctl_usage(const ctl *x, const char *fmt, ...)
@@ -195,201 +207,6 @@ int ctl_fail(const hyc_status *st)
 {
     fprintf(stderr, "hypicctl: %s: %s\n", hyc_code_name(st->code), st->msg);
     return st->code == HYC_UNAVAILABLE ? CTL_UNAVAILABLE : CTL_FAILED;
-}
-
-bool ctl_flag(const char *arg, const char *name)
-{
-    return strcmp(arg, name) == 0;
-}
-
-bool ctl_help(const char *arg)
-{
-    return strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0;
-}
-
-int ctl_arg(const ctl *x, int argc, char **argv, int *i, const char *name, const char **v)
-{
-    const char *a = argv[*i];
-    size_t n = strlen(name);
-    if (strncmp(a, name, n) != 0) return 0;
-    if (a[n] == '=') {
-        *v = a + n + 1;
-        return 1;
-    }
-    if (a[n] != '\0') return 0;
-    if (*i + 1 >= argc) {
-        ctl_usage(x, "%s needs a value", name);
-        return -1;
-    }
-    *v = argv[++*i];
-    return 1;
-}
-
-int ctl_u64(const ctl *x, const char *name, const char *v, uint64_t min, uint64_t max,
-            uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long u = strtoull(v, &end, 10);
-    if (!v[0] || *end || errno || v[0] == '-' || u < min || u > max)
-        return ctl_usage(x, "%s: '%s' is not an integer in [%llu, %llu]", name, v,
-                         (unsigned long long)min, (unsigned long long)max);
-    *out = u;
-    return CTL_OK;
-}
-
-int ctl_double(const ctl *x, const char *name, const char *v, double min, double max, double *out)
-{
-    char *end;
-    errno = 0;
-    double d = strtod(v, &end);
-    if (!v[0] || *end || errno || !(d >= min && d <= max))
-        return ctl_usage(x, "%s: '%s' is not a number in [%g, %g]", name, v, min, max);
-    *out = d;
-    return CTL_OK;
-}
-
-int ctl_duration_ms(const ctl *x, const char *name, const char *v, uint64_t max_ms, uint64_t *out)
-{
-    static const struct {
-        const char *unit;
-        double ms;
-    } units[] = {{"ms", 1}, {"s", 1e3}, {"m", 60e3}, {"h", 3600e3}, {"d", 86400e3}, {"", 1e3}};
-    char *end;
-    errno = 0;
-    const double d = strtod(v, &end);
-    for (size_t i = 0; v[0] && end != v && !errno && i < sizeof units / sizeof units[0]; i++) {
-        if (strcmp(end, units[i].unit) != 0) continue;
-        const double ms = d * units[i].ms;
-        if (!(ms >= 1 && ms <= (double)max_ms)) break;
-        *out = (uint64_t)ms;
-        return CTL_OK;
-    }
-    return ctl_usage(x,
-                     "%s: '%s' is not a duration from 1 ms to %llu s (a number with ms, s, m, h "
-                     "or d; seconds without one)",
-                     name, v, (unsigned long long)(max_ms / 1000));
-}
-
-int ctl_tier(const ctl *x, const char *name, const char *v, bool any_ok, Hypic__V1__Tier *out)
-{
-    static const struct {
-        const char *name;
-        Hypic__V1__Tier tier;
-    } tiers[] = {{"hbm", HYPIC__V1__TIER__TIER_HBM},
-                 {"host", HYPIC__V1__TIER__TIER_HOST},
-                 {"nvme", HYPIC__V1__TIER__TIER_NVME}};
-    for (size_t i = 0; i < sizeof tiers / sizeof tiers[0]; i++) {
-        if (strcmp(v, tiers[i].name) == 0) {
-            *out = tiers[i].tier;
-            return CTL_OK;
-        }
-    }
-    if (any_ok && strcmp(v, "any") == 0) {
-        *out = HYPIC__V1__TIER__TIER_NONE;
-        return CTL_OK;
-    }
-    return ctl_usage(x, "%s: '%s' is not a tier (hbm, host, nvme%s)", name, v,
-                     any_ok ? ", any" : "");
-}
-
-int ctl_mode(const ctl *x, const char *name, const char *v, Hypic__V1__Mode *out)
-{
-    /* the names are hypic.proto's Mode values' without MODE_, in lower case */
-    const ProtobufCEnumDescriptor *d = &hypic__v1__mode__descriptor;
-    char names[160] = "";
-    size_t used = 0;
-    for (unsigned i = 0; i < d->n_values; i++) {
-        const int m = d->values[i].value;
-        if (m == HYPIC__V1__MODE__MODE_UNSPECIFIED) continue;
-        char n[32];
-        ctl_enum(d, m, "MODE_", n, sizeof n);
-        if (strcmp(v, n) == 0) {
-            *out = (Hypic__V1__Mode)m;
-            return CTL_OK;
-        }
-        used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", used ? ", " : "", n);
-    }
-    return ctl_usage(x, "%s: '%s' is not a mode (%s)", name, v, names);
-}
-
-static int hex_digit(char c)
-{
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
-int ctl_key(const ctl *x, const char *v, uint8_t out[32])
-{
-    bool ok = strlen(v) == 64;
-    for (int i = 0; ok && i < 32; i++) {
-        int hi = hex_digit(v[2 * i]), lo = hex_digit(v[2 * i + 1]);
-        ok = hi >= 0 && lo >= 0;
-        if (ok) out[i] = (uint8_t)(hi << 4 | lo);
-    }
-    return ok ? CTL_OK : ctl_usage(x, "KEY: '%s' is not 64 hex digits", v);
-}
-
-int ctl_global(ctl *x, int argc, char **argv, int *i)
-{
-    const char *v;
-    int r;
-    if ((r = ctl_arg(x, argc, argv, i, "--addr", &v))) {
-        if (r > 0) x->addr = v;
-        return r;
-    }
-    if ((r = ctl_arg(x, argc, argv, i, "--token", &v))) {
-        if (r > 0) x->token = v[0] ? v : NULL; /* "": none */
-        return r;
-    }
-    if ((r = ctl_arg(x, argc, argv, i, "--tls-ca", &v))) {
-        if (r > 0) x->tls_ca = v;
-        return r;
-    }
-    if ((r = ctl_arg(x, argc, argv, i, "--tls-server-name", &v))) {
-        if (r > 0) x->tls_name = v;
-        return r;
-    }
-    if ((r = ctl_arg(x, argc, argv, i, "--tls-cert", &v))) {
-        if (r > 0) x->tls_cert = v;
-        return r;
-    }
-    if ((r = ctl_arg(x, argc, argv, i, "--tls-key", &v))) {
-        if (r > 0) x->tls_key = v;
-        return r;
-    }
-    if ((r = ctl_arg(x, argc, argv, i, "--model", &v))) {
-        if (r > 0) x->model = v;
-        return r;
-    }
-    if ((r = ctl_arg(x, argc, argv, i, "--deadline-ms", &v))) {
-        if (r < 0) return r;
-        uint64_t ms = 0;
-        if (ctl_u64(x, "--deadline-ms", v, 0, INT64_MAX / 2, &ms)) return -1;
-        x->deadline_ms = (int64_t)ms;
-        return 1;
-    }
-    if (ctl_flag(argv[*i], "--json")) {
-        x->json = true;
-        return 1;
-    }
-    return 0;
-}
-
-int ctl_rest(ctl *x, int argc, char **argv, int *i, const char **const pos[], int npos)
-{
-    const int r = ctl_global(x, argc, argv, i);
-    if (r) return r < 0 ? CTL_USAGE : CTL_OK;
-    const char *a = argv[*i];
-    if (a[0] == '-' && a[1]) return ctl_usage(x, "unknown option %s", a);
-    for (int k = 0; k < npos; k++)
-        if (!*pos[k]) {
-            *pos[k] = a;
-            return CTL_OK;
-        }
-    return ctl_usage(x, "unexpected argument '%s'", a);
 }
 
 static int connect_as(const ctl *x, int64_t deadline_ms, bool wait_for_ready, hyc **out)
@@ -430,16 +247,18 @@ int main(int argc, char **argv)
     if (x.token && !x.token[0]) x.token = NULL;
     int i = 1;
     for (; i < argc && argv[i][0] == '-'; i++) {
-        if (ctl_help(argv[i])) {
-            fputs(usage_text, stdout);
+        if (is_help(argv[i])) {
+            usage(stdout);
             return CTL_OK;
         }
-        int r = ctl_global(&x, argc, argv, &i);
-        if (r < 0) return CTL_USAGE;
-        if (r == 0) return ctl_usage(&x, "unknown option %s", argv[i]);
+        if (strcmp(argv[i], "--list-commands") == 0) { /* for scripts and docs' checks */
+            for (size_t k = 0; k < NCOMMANDS; k++) puts(commands[k].name);
+            return CTL_OK;
+        }
+        if (ctl_global_option(&x, argc, argv, &i)) return CTL_USAGE;
     }
     if (i >= argc) {
-        fputs(usage_text, stderr);
+        usage(stderr);
         return CTL_USAGE;
     }
     const command *c = find_command(argv[i]);
@@ -447,7 +266,7 @@ int main(int argc, char **argv)
     x.cmd = c->name;
     for (int j = i + 1; j < argc; j++) {
         if (strcmp(argv[j], "--") == 0) break;
-        if (ctl_help(argv[j])) {
+        if (is_help(argv[j])) {
             fputs(c->help, stdout);
             return CTL_OK;
         }

@@ -1,8 +1,10 @@
 #!/bin/sh
 # hypicctl against a real hypic-cached on loopback: every command, as a table
-# and as --json (parsed with python3), with its exit code; usage errors (2);
-# a server that is not there (3); a failed call (1, "hypicctl: CODE: msg" on
-# stderr). The daemon runs with TLS (the committed test certificate) and two
+# and as --json (parsed with python3), with its exit code; --help listing
+# every command (--list-commands) and each one's own help; usage errors (2)
+# naming the option or argument at fault; a server that is not there (3); a
+# failed call (1, "hypicctl: CODE: msg" on stderr). The daemon runs with TLS
+# (the committed test certificate) and two
 # tenants, so the TLS channel, bearer tokens and tenant isolation are
 # exercised through the command line too. The daemon is always killed.
 #   test_hypicctl.sh HYPIC_CACHED HYPICCTL
@@ -65,13 +67,44 @@ has() {
 # ---- without a daemon: usage errors and a server that is not there --------
 run 0 "--help" --help
 has "--help lists the commands" out "prefill"
+cp out help.txt
+run 0 "--list-commands" --list-commands
+cp out commands.txt
+has "--list-commands names build" commands.txt "^build$"
+if [ "$(wc -l <commands.txt)" -ge 16 ]; then ok "--list-commands: $(wc -l <commands.txt) commands"; else
+    bad "--list-commands: only $(wc -l <commands.txt) lines"; fi
+while read -r c; do # --help's list is the command table: every command is in it
+    has "--help lists $c" help.txt "^  $c\( \|$\)"
+    "$ctl" "$c" --help >out 2>err && grep -q "^usage: hypicctl $c" out &&
+        ok "$c --help" || bad "$c --help: no usage line"
+done <commands.txt
 run 0 "warm --help" warm --help
 has "warm --help" out "usage: hypicctl warm"
 run 2 "no command"
 run 2 "unknown command" frobnicate
 has "unknown command named" err "unknown command 'frobnicate'"
 run 2 "unknown option" ls --colour
+has "unknown option named" err "^hypicctl ls: unknown option --colour"
 run 2 "missing value" ls --tier
+has "missing value named" err "^hypicctl ls: --tier needs a value"
+run 2 "missing value, last argument" prefill --segment x --query
+has "missing value named (prefill)" err "^hypicctl prefill: --query needs a value"
+run 2 "a flag given a value" inspect --verify=yes 0
+has "the flag named" err "^hypicctl inspect: --verify takes no value"
+run 2 "unknown global option" --colour status
+has "unknown global option named" err "^hypicctl: unknown option --colour"
+run 2 "a global option's bad value after the command" status --deadline-ms soon
+has "the global option named" err "^hypicctl status: --deadline-ms: 'soon' is not an integer"
+run 2 "an option of another command" status --desc
+has "an option of another command named" err "^hypicctl status: unknown option --desc"
+run 2 "pin takes no --all" pin --all
+run 2 "unexpected argument" ls extra
+has "the argument named" err "^hypicctl ls: unexpected argument 'extra'"
+run 2 "two targets of unpin" unpin --tag a --all
+run 2 "a value out of range" bench --random 4 --tokens 0
+has "the range named" err "^hypicctl bench: --tokens: '0' is not an integer in \[1, "
+run 2 "a bad mode" prefill --segment x --text q --mode quick
+has "the modes listed" err "'quick' is not a mode (full, prefix, pic, noseam, naive)"
 run 2 "bad tier" ls --tier floppy
 run 2 "bad sort" ls --sort size
 run 2 "bad key" inspect 1234
@@ -315,6 +348,8 @@ run 0 "get --transport shm" $tls get "$key" --out e3.bin --transport shm
 cmp -s e.bin e3.bin && ok "get through shm: the same bytes" || bad "get through shm: bytes differ"
 run 0 "get --transport tcp" $tls get "$key" --out e4.bin --transport tcp
 cmp -s e.bin e4.bin && ok "get through tcp: the same bytes" || bad "get through tcp: bytes differ"
+run 0 "get -o, --transport=VALUE" $tls get "$key" -o e5.bin --transport=tcp
+cmp -s e.bin e5.bin && ok "get -o: the same bytes" || bad "get -o: bytes differ"
 run 0 "evict" $tls evict "$key" --json
 check "evict removed it" 'int(d["removed"]) == 1'
 run 1 "inspect after evict" $tls inspect "$key"
