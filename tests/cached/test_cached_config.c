@@ -16,6 +16,7 @@
 
 #define CFG        "/etc/hypic/cfg.yaml"
 #define DEPLOY_DIR HY_FIXTURES_DIR "/../../deploy"
+#define DOCS_DIR   HY_FIXTURES_DIR "/../../docs"
 
 static char g_dir[64];            /* a temporary directory for files the configs name */
 static hy_cached_config g_a, g_b; /* large: kept off the stack */
@@ -1194,6 +1195,40 @@ static void test_reload_keys(void)
     CU_ASSERT_EQUAL(strlen(keys), 11u);
 }
 
+/* docs/operations.md's table of keys says in its last column which ones a
+ * reload applies ("yes"): it agrees with the option table's column. */
+static void test_reload_column_documented(void)
+{
+    char *text = NULL;
+    size_t len;
+    hy_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(hy_read_file(DOCS_DIR "/operations.md", 1 << 22, &text, &len, &e), HY_OK);
+    int rows = 0, yes = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        if (strncmp(line, "| `", 3) != 0) continue;
+        const char *end = strchr(line + 3, '`');
+        char key[64];
+        if (!end || end - (line + 3) >= (long)sizeof key) continue;
+        snprintf(key, sizeof key, "%.*s", (int)(end - (line + 3)), line + 3);
+        const int reloads = hy_cached_config_key_reloads(key);
+        if (reloads < 0) continue; /* another table's row (flags, metrics) */
+        const char *close = strrchr(line, '|'), *open = close;
+        while (open > line && *--open != '|') {
+        }
+        while (open < close && (*++open == ' ')) {
+        }
+        const bool says_yes = strncmp(open, "yes", 3) == 0;
+        if (says_yes != (reloads == 1))
+            fprintf(stderr, "\n  %s: operations.md says %s, the table %s", key,
+                    says_yes ? "yes" : "no", reloads ? "RELOAD" : "RESTART");
+        CU_ASSERT_EQUAL(says_yes, reloads == 1);
+        rows++, yes += says_yes;
+    }
+    CU_ASSERT(rows > 100); /* the table was found */
+    CU_ASSERT(yes > 10);
+    hy_free(text);
+}
+
 int main(void)
 {
     if (hy_test_mkdtemp("hy_cfg_", g_dir, sizeof g_dir)) return 1;
@@ -1220,6 +1255,7 @@ int main(void)
         {"validate after overrides", test_validate},
         {"load", test_load},
         {"the keys a reload applies, and those it does not", test_reload_keys},
+        {"operations.md's reload column is the table's", test_reload_column_documented},
         {NULL, NULL},
     };
     int rc = hy_test_main("cached_config", cases);
