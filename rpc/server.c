@@ -43,8 +43,11 @@
 #include "rpc_internal.h"
 
 #include <assert.h>
+#include <errno.h>
 #include <grpc/grpc_security.h>
 #include <grpc/support/time.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -52,6 +55,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 typedef enum call_kind {
     CALL_GRPC = 0, /* from a client over gRPC (serve) */
@@ -748,10 +753,60 @@ void hy_rpc_server_stop(hy_rpc_server *s)
     hy_rpc_grpc_release();
 }
 
+/* Whether address ("HOST:PORT", "[V6]:PORT", ":PORT") can be bound, tried
+ * here with the socket options gRPC uses (SO_REUSEADDR, no SO_REUSEPORT, an
+ * IPv6 socket dual-stack) before gRPC is given it: gRPC core answers an
+ * address it cannot bind with its own error lines on stderr ("E1207 ...
+ * chttp2_server.cc ... No address added ...") before its caller can say
+ * anything, so a port in use is found here and reported once, in the
+ * caller's words. Like gRPC, one bound address of those a name resolves to
+ * is enough. Returns 0, or the errno of the first address when none could
+ * be bound. Port 0, and what this does not parse or resolve, are left to
+ * gRPC (0). */
+static int probe_bind(const char *address)
+{
+    const char *colon = strrchr(address, ':');
+    if (!colon || !colon[1] || strspn(colon + 1, "0123456789") != strlen(colon + 1) ||
+        atoi(colon + 1) == 0)
+        return 0;
+    char host[256];
+    const char *h = address;
+    size_t hl = (size_t)(colon - address);
+    const bool bracketed = hl >= 2 && h[0] == '[' && h[hl - 1] == ']';
+    if (bracketed) h++, hl -= 2;
+    if (hl >= sizeof host || (!bracketed && memchr(h, ':', hl))) return 0; /* "ipv4:...", ... */
+    memcpy(host, h, hl);
+    host[hl] = '\0';
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *ai = NULL;
+    if (getaddrinfo(hl ? host : NULL, colon + 1, &hints, &ai) != 0) return 0;
+    int first = 0;
+    bool bound = false;
+    for (const struct addrinfo *a = ai; a && !bound; a = a->ai_next) {
+        const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd < 0) continue; /* a family this host lacks: gRPC skips it too */
+        const int one = 1, zero = 0;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (a->ai_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+        if (bind(fd, a->ai_addr, a->ai_addrlen) == 0)
+            bound = true;
+        else if (!first)
+            first = errno;
+        close(fd);
+    }
+    freeaddrinfo(ai);
+    return bound ? 0 : first;
+}
+
 int hy_rpc_server_start(const hy_rpc_server_config *cfg, const hy_rpc_handler *handlers, void *app,
                         hy_rpc_server **out, hy_err *err)
 {
     *out = NULL;
+    const int taken = probe_bind(cfg->address);
+    if (taken)
+        return hy_err_set(err, HY_EIO, "cannot listen on %s: %s", cfg->address, strerror(taken));
     hy_rpc_server *s = calloc(1, sizeof *s);
     if (!s) return hy_err_set(err, HY_ENOMEM, "out of memory");
     hy_rpc_grpc_acquire();

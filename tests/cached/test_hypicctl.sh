@@ -163,6 +163,14 @@ rc=$?
 if [ $rc -eq 1 ]; then ok "a second daemon on $addr exits 1"; else bad "a second daemon on $addr: exit $rc"; fi
 has "it names the address" second.err "cannot listen on $addr"
 has "it names the flag to move it" second.err "another address: --listen HOST:PORT"
+# and it is all the user sees: none of gRPC core's own log lines ("E1207 ...
+# chttp2_server.cc:1045] ... No address added ...") before it
+if grep -q -e 'chttp2_server' -e '^[EWID][0-9]\{4\} ' second.err; then
+    bad "gRPC core's log lines on a port in use"
+    sed 's/^/      /' second.err | head -5
+else
+    ok "no gRPC core log lines on a port in use"
+fi
 # ---- a daemon keeping its weights in q8 (status says so), pins capped at 1 byte,
 # every request that reuses entries compared with a full pass (the quality watch) --
 cat > q8.yaml <<EOF
