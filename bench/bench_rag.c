@@ -504,7 +504,7 @@ static int quiesce(const char *target)
         Hypic__V1__StatsRequest rq = HYPIC__V1__STATS_REQUEST__INIT;
         Hypic__V1__StatsResponse *r = NULL;
         if (hyc_stats(c, &rq, &r, &st)) break;
-        if (r->requests_in_flight <= 1 && r->queue_depth == 0) rc = 0; /* (1: this Stats) */
+        if (r->requests_in_flight == 0 && r->queue_depth == 0) rc = 0; /* besides this Stats */
         hyc_free(r);
         if (rc) usleep(100000);
     }

@@ -346,7 +346,7 @@ static int stats(const char *target, counters *c, bool *idle_now)
             c->host_bytes = t->bytes;
         }
     }
-    if (idle_now) *idle_now = r->requests_in_flight <= 1 && r->queue_depth == 0;
+    if (idle_now) *idle_now = r->requests_in_flight == 0 && r->queue_depth == 0;
     hyc_free(r);
     hyc_close(h);
     return 0;

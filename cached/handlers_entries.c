@@ -861,7 +861,10 @@ hy_rpc_code do_stats(rq *r, const ProtobufCMessage *req)
         resp.expired = st.expired;
         resp.invalidated = st.invalidated;
         resp.checksum_failures = st.checksum_failures;
-        resp.requests_in_flight = (uint64_t)atomic_load(&s->in_flight);
+        /* the calls besides this one: an idle daemon answers 0 (the gauge,
+         * hypic_requests_in_flight, counts every call inside a handler) */
+        const int others = atomic_load(&s->in_flight) - 1;
+        resp.requests_in_flight = others > 0 ? (uint64_t)others : 0;
         resp.queue_depth = (uint64_t)atomic_load(&s->queued);
     } else { /* a tenant sees its own entries and nothing of others' */
         hy_store_filter f = {.tenant = r->who.tenant};

@@ -333,6 +333,8 @@ static void test_list_invalidate_stats_policy(void)
     CU_ASSERT_EQUAL_FATAL(hyc_stats(g_c, &sq, &sr, &st), 0);
     CU_ASSERT(sr->entries >= 2 && sr->n_tiers == 3);
     CU_ASSERT(sr->invalidated >= 1);
+    /* nothing else runs: the Stats call itself is not counted in flight */
+    CU_ASSERT_EQUAL(sr->requests_in_flight, 0);
     hyc_free(sr);
     /* policies */
     Hypic__V1__Policy p = HYPIC__V1__POLICY__INIT;

@@ -357,7 +357,7 @@ def test_stats(client: hypic.Client) -> None:
     assert set(tiers) == {hypic.Tier.HBM, hypic.Tier.HOST, hypic.Tier.NVME}
     assert tiers[hypic.Tier.HOST].present and tiers[hypic.Tier.HOST].capacity == 64 << 20
     assert not tiers[hypic.Tier.NVME].present and tiers[hypic.Tier.NVME].why_absent
-    assert s.entries == 4 and s.requests_in_flight >= 1
+    assert s.entries == 4 and s.requests_in_flight == 0  # not counting this call
 
 
 def test_policy(client: hypic.Client) -> None:
