@@ -302,5 +302,12 @@ int hy_cached_config_restart_keys(const hy_cached_config *a, const hy_cached_con
 /* Whether SIGHUP applies a change of key ("tenants.list[].quota"): 1, 0 when
  * it takes effect at the next start, -1 for no such key. */
 int hy_cached_config_key_reloads(const char *key);
+/* What a start would fail on that the text does not show (config_check.c),
+ * looked at from the working directory: each model's directory, its
+ * config.json (parsed) and weights readable; tiers.nvme.path a writable
+ * directory (or one that can be made) that no other process holds. The
+ * message names the file and the key; a relative path that does not resolve
+ * says where it was looked for and what to do. */
+int hy_cached_config_check_files(const hy_cached_config *c, hy_err *err);
 
 #endif

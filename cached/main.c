@@ -2,10 +2,12 @@
  * hypic-cached: the HYPIC cache-tier daemon (docs/operations.md).
  *
  *   hypic-cached [--config FILE] [--init-models] [--ready-file FILE]
- *                [--listen ADDR] [--http-listen ADDR] [--threads N]
+ *                [--listen ADDR] [--http-listen ADDR] [--threads N] [--nvme-dir DIR]
  *   hypic-cached --check-config FILE [--print]
  *
- * Start: the configuration is read and validated as a whole, models opened
+ * Start: the configuration is read and validated as a whole, then what it
+ * names is looked at on disk (hy_cached_config_check_files: the models'
+ * files, the NVMe directory free; --check-config stops there), models opened
  * (--init-models generates a missing one whose name is a built-in preset),
  * the store opened (the NVMe tier replays its journal), then the gRPC and
  * HTTP listeners start, the scatter workers are started or found (the router,
@@ -93,7 +95,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: " PROG " [--config FILE] [--init-models] [--ready-file FILE]\n"
                "                    [--listen HOST:PORT] [--http-listen HOST:PORT] [--threads N]\n"
-               "                    [--cluster-id ID] [--advertise HOST:PORT]\n"
+               "                    [--nvme-dir DIR] [--cluster-id ID] [--advertise HOST:PORT]\n"
                "       " PROG " --check-config FILE [--print]\n"
                "       " PROG " --print-config-keys   (every key and its default)\n"
 #ifdef HY_CACHED_WORKER
@@ -103,7 +105,10 @@ static void usage(FILE *f)
                "Serves hypic.v1 (gRPC) and /metrics, /healthz, /readyz (HTTP).\n"
 #endif
                "Without --config: the defaults (docs/operations.md), model 'recall' in\n"
-               "models/hypic-recall, no NVMe tier, no tokens, 127.0.0.1 only.\n");
+               "models/hypic-recall, no NVMe tier, no tokens, 127.0.0.1 only. Relative\n"
+               "paths, in the file or not, are resolved against the working directory.\n"
+               "--check-config also looks at what the file names on disk (the models'\n"
+               "files, the NVMe directory) as a start would, without starting.\n");
 }
 
 /* Generates a missing model whose name is a preset (the embedded default). */
@@ -176,7 +181,7 @@ int main(int argc, char **argv)
     mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD); /* see trim_heap */
 #endif
     const char *config = NULL, *check = NULL, *ready_file = NULL, *listen = NULL, *http = NULL,
-               *threads = NULL, *cluster_id = NULL, *advertise = NULL;
+               *threads = NULL, *cluster_id = NULL, *advertise = NULL, *nvme_dir = NULL;
     bool print = false, init = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -200,6 +205,8 @@ int main(int argc, char **argv)
             listen = argv[++i];
         } else if (i + 1 < argc && strcmp(a, "--http-listen") == 0) {
             http = argv[++i];
+        } else if (i + 1 < argc && strcmp(a, "--nvme-dir") == 0) {
+            nvme_dir = argv[++i];
         } else if (i + 1 < argc && strcmp(a, "--threads") == 0) {
             threads = argv[++i];
         } else if (i + 1 < argc && strcmp(a, "--cluster-id") == 0) {
@@ -215,7 +222,7 @@ int main(int argc, char **argv)
     static hy_cached_config cfg; /* large: not on the stack */
     hy_err e = {0};
     if (check) {
-        if (hy_cached_config_load(check, &cfg, &e)) {
+        if (hy_cached_config_load(check, &cfg, &e) || hy_cached_config_check_files(&cfg, &e)) {
             fprintf(stderr, PROG ": %s\n", e.msg);
             return 1;
         }
@@ -233,9 +240,11 @@ int main(int argc, char **argv)
         hy_cached_config_default(&cfg);
     }
     /* command-line overrides, validated again with everything else */
-    if (listen || http || cluster_id || advertise) {
+    if (listen || http || cluster_id || advertise || nvme_dir) {
         if (listen) snprintf(cfg.listen, sizeof cfg.listen, "%s", listen);
         if (http) snprintf(cfg.http_listen, sizeof cfg.http_listen, "%s", http);
+        /* tiers.nvme.path (a second `make run` beside the first: NVME_DIR) */
+        if (nvme_dir) snprintf(cfg.nvme_dir, sizeof cfg.nvme_dir, "%s", nvme_dir);
         /* a StatefulSet's pods share one configuration: each its own id */
         if (cluster_id) snprintf(cfg.cluster_id, sizeof cfg.cluster_id, "%s", cluster_id);
         if (advertise)
@@ -268,7 +277,7 @@ int main(int argc, char **argv)
     cfg.nvme_dir[0] = '\0';
     cfg.hbm_bytes = cfg.hbm_policy.capacity = 0;
 #endif
-    if (init && init_models(&cfg, &e)) {
+    if ((init && init_models(&cfg, &e)) || hy_cached_config_check_files(&cfg, &e)) {
         fprintf(stderr, PROG ": %s\n", e.msg);
         return 1;
     }
