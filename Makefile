@@ -38,22 +38,16 @@ e2e: build
 # The main job: hypic-cached in the foreground on the embedded default, the
 # trained model models/hypic-recall (committed: no download, nothing to
 # generate); the host tier in RAM and the NVMe tier under var/nvme;
-# 127.0.0.1:7878 for gRPC, :7879 for /metrics (another pair: make run
-# PORT=N HTTP_PORT=M). Ctrl-C drains and stops it cleanly. The commands it
-# prints send one of the model's held-out requests
+# 127.0.0.1:7878 for gRPC, :7879 for /metrics. A second one beside the first
+# needs its own of all three: make run PORT=N HTTP_PORT=M NVME_DIR=DIR.
+# Ctrl-C drains and stops it cleanly. Once it is serving, tools/run.sh prints
+# the hypicctl commands that send it one of the model's held-out requests
 # (models/hypic-recall/examples: four documents and a question).
-EX = models/hypic-recall/examples
 PORT ?= 7878
 HTTP_PORT ?= 7879
-CTL = $(BUILD)/client/hypicctl$(if $(filter-out 7878,$(PORT)), --addr 127.0.0.1:$(PORT))
+NVME_DIR ?= var/nvme
 run: build
-	@echo "hypic-cached on 127.0.0.1:$(PORT) (metrics: http://127.0.0.1:$(HTTP_PORT)/metrics). In another terminal:"
-	@echo "  $(CTL) status"
-	@echo "  $(CTL) warm --tag example $(EX)/doc*.txt"
-	@echo "  $(CTL) prefill --segment $(EX)/doc3.txt --segment $(EX)/doc1.txt --segment $(EX)/doc4.txt --segment $(EX)/doc2.txt --text '$(shell cat $(EX)/question.txt 2>/dev/null)' --mode pic --max-new 3"
-	@echo "  $(CTL) prefill --segment $(EX)/doc1.txt --segment $(EX)/doc2.txt --text '$(shell cat $(EX)/question.txt 2>/dev/null)' --return-state   # the state, into this process"
-	@echo "  $(CTL) ls"
-	@$(BUILD)/cached/hypic-cached --config deploy/hypic-cached.minimal.yaml --listen 127.0.0.1:$(PORT) --http-listen 127.0.0.1:$(HTTP_PORT)
+	@sh tools/run.sh $(BUILD) $(PORT) $(HTTP_PORT) $(NVME_DIR)
 
 # The service end to end, in the background: warms a small document set,
 # prefills the documents in shuffled orders in every mode through hypicctl,
