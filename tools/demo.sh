@@ -6,8 +6,10 @@
 #   2. takes held-out requests of the model (models/hypic-recall/heldout.txt:
 #      documents and a question none of them was trained on) and warms every
 #      document as its own segment;
-#   3. sends each request's documents in a shuffled order, then its question,
-#      through `hypicctl prefill --max-new 3` in every mode;
+#   3. sends each request's documents in an order of its own (a permutation
+#      chosen by the request's number: never the warmed order, never another
+#      request's), then its question, through `hypicctl prefill --max-new 3`
+#      in every mode;
 #   4. prints per request and mode the answer read greedily, whether it is
 #      the right one, and the TTFT;
 #   5. sends one more request, cold (its documents never warmed): the daemon's
@@ -88,17 +90,49 @@ field() { # the first numeric value of "$2" in JSON file $1
     tr -d '\n ' < "$1" | sed -n "s/.*\"$2\":\([0-9.eE+-]*\).*/\1/p"
 }
 
+# order_of R FILE...: the files in the R-th request's order, the permutation
+# numbered 7R mod n! (n files; numbered in the factorial number system).
+# For R = 1 .. n!-1 with n! not a multiple of 7, these are distinct and
+# none is the identity (the order the documents were warmed in): with four
+# documents, 23 requests' orders. (An order drawn from awk's rand() seeded
+# with R repeated: mawk gave 3 of 4 requests the same one.)
+order_of() {
+    r=$1
+    shift
+    printf '%s\n' "$@" | awk -v r="$r" '
+        { f[NR - 1] = $0 }
+        END {
+            n = NR; fact = 1
+            for (i = 2; i <= n; i++) fact *= i
+            k = (7 * r) % fact
+            for (i = n; i >= 1; i--) { # take the (k mod i)-th of the i left
+                j = k % i; k = int(k / i)
+                printf "%s ", f[j]
+                for (m = j; m < i - 1; m++) f[m] = f[m + 1]
+            }
+        }'
+}
+
 right=0
 total=0
+orders=
 for r in $(seq 1 "$nreq"); do
     d="$work/req$r"
     [ -f "$d/question" ] || break
     q=$(cat "$d/question")
     a=$(cat "$d/answer")
-    order=$(ls "$d"/doc*.txt | awk -v s="$r" 'BEGIN { srand(s) } { print rand() "\t" $0 }' |
-        sort -n | cut -f2 | tr '\n' ' ')
-    printf '\n== request %s: documents %s then "%s" (the answer: %s)\n' "$r" \
-        "$(for f in $order; do basename "$f" .txt; done | tr '\n' ' ')" "$q" "$a"
+    # shellcheck disable=SC2046
+    order=$(order_of "$r" $(ls "$d"/doc*.txt))
+    names=$(for f in $order; do basename "$f" .txt; done | tr '\n' ' ')
+    names=${names% }
+    case "$orders" in
+    *"|$names|"*)
+        echo "demo: request $r would repeat an earlier request's order ($names)" >&2
+        exit 1
+        ;;
+    esac
+    orders="$orders|$names|"
+    printf '\n== request %s: documents %s then "%s" (the answer: %s)\n' "$r" "$names" "$q" "$a"
     printf '   %-8s %-8s %-6s %10s %16s\n' mode answer right "TTFT ms" "tokens computed"
     for mode in full prefix pic noseam naive; do
         args=""
