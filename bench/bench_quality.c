@@ -47,6 +47,7 @@
 #endif
 
 enum { ANSWER = 3, MAX_K = 64, MAX_DOC = 4096, MAX_REPRS = 8 };
+#define PROGRESS_S 3.0 /* seconds between progress lines, at least */
 /* The representations compared when --reprs is not given. */
 static const char k_default_reprs[] = "bf16,0.01,0.03,0.1,0.2";
 /* The seams of the ablation. W = 1 and 2 have no entries: a seam narrower
@@ -321,6 +322,7 @@ int hy_bench_quality(int argc, char **argv)
     int64_t tokens = 0, entries = 0;
     assert(k_ws[W8] == HY_SEAM_DEFAULT);
     const double t_start = hy_now_s();
+    double t_said = t_start;
     for (int i = 0; i < n && !rc; i++) {
         request *r = &rq[i];
         int32_t *tok[MAX_K] = {0};
@@ -425,13 +427,20 @@ int hy_bench_quality(int argc, char **argv)
             free(tok[d]);
             for (int w = 0; w <= NW + NR; w++) hy_entry_free(ent[d][w]);
         }
-        if ((i + 1) % 50 == 0 || i + 1 == n) {
-            printf("  %d/%d requests, %.0f s; so far full %.1f%%, pic %.1f%%, noseam %.1f%%, "
-                   "naive %.1f%%\n",
-                   i + 1, n, hy_now_s() - t_start, 100.0 * t[C_FULL].right / t[C_FULL].n,
-                   100.0 * t[C_PIC].right / t[C_PIC].n, 100.0 * t[C_NOSEAM].right / t[C_NOSEAM].n,
-                   100.0 * t[C_NAIVE].right / t[C_NAIVE].n);
-            fflush(stdout);
+        /* progress on stderr: after the first request, the last, and any
+         * other once PROGRESS_S have passed since the line before (a request
+         * takes seconds: every document's entry is built a dozen ways, the
+         * request run in two dozen configurations) */
+        const double now = hy_now_s();
+        if (!rc && (i == 0 || i + 1 == n || now - t_said >= PROGRESS_S)) {
+            const double el = now - t_start, left = el / (i + 1) * (n - i - 1);
+            fprintf(stderr,
+                    "hypic-bench quality: %d/%d requests, %.0f s, about %.0f s left; so far "
+                    "full %.1f%%, pic %.1f%%, noseam %.1f%%, naive %.1f%%\n",
+                    i + 1, n, el, left, 100.0 * t[C_FULL].right / t[C_FULL].n,
+                    100.0 * t[C_PIC].right / t[C_PIC].n, 100.0 * t[C_NOSEAM].right / t[C_NOSEAM].n,
+                    100.0 * t[C_NAIVE].right / t[C_NAIVE].n);
+            t_said = now;
         }
     }
     if (rc) {
@@ -524,21 +533,48 @@ int hy_bench_quality(int argc, char **argv)
             }
             fclose(f);
         }
-        hy_bench_gnuplot(
-            outdir, "accuracy_vs_w.gp",
-            "set terminal pngcairo size 720,420\nset output 'accuracy_vs_w.png'\n"
-            "set title 'hypic-recall: exact match vs seam W'\nset xlabel 'W (tokens)'\n"
-            "set ylabel 'exact match (%)'\nset yrange [0:100]\nset logscale x 2\n"
-            "set xrange [0.5:40]\nset key bottom right\n"
-            "plot 'accuracy_vs_w.dat' u ($1==0?0.7:$1):2 w lp t 'pic (W=0: noseam)', "
-            "'' u ($1==0?0.7:$1):3 w lp t 'naive', '' u ($1==0?0.7:$1):4 w l dt 2 t 'full'\n");
-        hy_bench_gnuplot(
-            outdir, "accuracy_vs_k.gp",
-            "set terminal pngcairo size 720,420\nset output 'accuracy_vs_k.png'\n"
-            "set title 'hypic-recall: exact match vs documents per request'\n"
-            "set xlabel 'k (documents)'\nset ylabel 'exact match (%)'\nset yrange [0:100]\n"
-            "set logscale x 2\nset key bottom left\n"
-            "plot for [c=2:6] 'accuracy_vs_k.dat' u 1:c w lp t columnhead(c)\n");
+        /* Every axis range is set, none autoscaled: a small run's values are
+         * often all equal (100 % everywhere), which gnuplot answers with an
+         * "empty range" warning. Accuracy spans -5..105 so that lines at 0
+         * or 100 % stay off the frame; the keys sit below the plots. */
+        char script[2048], model_name[128];
+        const char *slash = strrchr(model, '/');
+        snprintf(model_name, sizeof model_name, "%s", slash && slash[1] ? slash + 1 : model);
+        /* W on a categorical axis, one place per seam measured: W = 0
+         * (noseam) gets a labelled place, which a log axis has not */
+        snprintf(script, sizeof script,
+                 "set terminal pngcairo size 720,440\nset output 'accuracy_vs_w.png'\n"
+                 "set title '%s: exact match vs seam W'\n"
+                 "set xlabel 'W (tokens of seam recomputed per document)'\n"
+                 "set ylabel 'exact match (%%)'\nset yrange [-5:105]\nset ytics 0,20,100\n"
+                 "set xrange [-0.5:%d.5]\nset key below horizontal samplen 2\nset grid ytics\n"
+                 "plot 'accuracy_vs_w.dat' u 0:2:xtic($1 == 0 ? '0 (noseam)' : "
+                 "sprintf('%%d', $1)) w lp pt 7 t 'pic', '' u 0:3 w lp pt 5 t 'naive', "
+                 "'' u 0:4 w l dt 2 lw 2 t 'full'\n",
+                 model_name, NW - 1);
+        hy_bench_gnuplot(outdir, "accuracy_vs_w.gp", script);
+        snprintf(script, sizeof script,
+                 "set terminal pngcairo size 720,440\nset output 'accuracy_vs_k.png'\n"
+                 "set title '%s: exact match vs documents per request'\n"
+                 "set xlabel 'k (documents)'\nset ylabel 'exact match (%%)'\n"
+                 "set yrange [-5:105]\nset ytics 0,20,100\nset logscale x 2\n"
+                 "set xrange [1.4:23]\nset xtics (2, 4, 8, 16)\n"
+                 "set key below horizontal samplen 2\nset grid ytics\n"
+                 "plot for [c=2:6] 'accuracy_vs_k.dat' u 1:c w lp "
+                 "t word('full prefix pic noseam naive', c - 1)\n",
+                 model_name);
+        hy_bench_gnuplot(outdir, "accuracy_vs_k.gp", script);
+        /* bytes and KL on log axes, their ranges from the points (a factor
+         * of 1.5 and 3 around them) */
+        double bmin = per_entry, bmax = per_entry, kmin = 0, kmax = 0;
+        for (int x = -1; x < NR; x++) {
+            const double b = x < 0 ? per_entry : bytes_r[x] * per_entry / bytes_exact;
+            const double kl = (x < 0 ? t[C_PIC].kl : t[C_REPR0 + x].kl) / n;
+            bmin = b < bmin ? b : bmin, bmax = b > bmax ? b : bmax;
+            if (kl > 0 && (kmin == 0 || kl < kmin)) kmin = kl;
+            if (kl > kmax) kmax = kl;
+        }
+        if (kmax <= 0) kmin = 1e-12, kmax = 1e-9; /* all exact: an empty panel, no warning */
         snprintf(path, sizeof path, "%s/repr_vs_bytes.dat", outdir);
         if ((f = fopen(path, "w"))) {
             fprintf(f, "# setting bytes_per_entry accuracy kl_vs_full (first: exact fp32)\n");
@@ -550,15 +586,22 @@ int hy_bench_quality(int argc, char **argv)
                         t[C_REPR0 + x].kl / n);
             fclose(f);
         }
-        hy_bench_gnuplot(
-            outdir, "repr_vs_bytes.gp",
-            "set terminal pngcairo size 960,420\nset output 'repr_vs_bytes.png'\n"
-            "set multiplot layout 1,2 title 'pic at W = 8: entry representations'\n"
-            "set xlabel 'bytes per entry'\nset logscale x\nset ylabel 'exact match (%)'\n"
-            "set key off\nplot 'repr_vs_bytes.dat' u 2:3 w p pt 7, '' u 2:3:1 w labels offset 0,1\n"
-            "set ylabel 'KL(full || pic)'\nset logscale y\n"
-            "plot 'repr_vs_bytes.dat' u 2:4 w p pt 7, '' u 2:4:1 w labels offset 0,1\n"
-            "unset multiplot\n");
+        snprintf(script, sizeof script,
+                 "set terminal pngcairo size 960,420\nset output 'repr_vs_bytes.png'\n"
+                 "set multiplot layout 1,2 title '%s: pic at W = 8, entry representations'\n"
+                 "set xlabel 'bytes per entry'\nset logscale x\nset xrange [%g:%g]\n"
+                 "set format x '%%.0s%%cB'\n"
+                 "set ylabel 'exact match (%%)'\nset yrange [-5:105]\nset ytics 0,20,100\n"
+                 "set key off\n"
+                 "plot 'repr_vs_bytes.dat' u 2:3 w p pt 7, '' u 2:3:1 w labels rotate by 45 left "
+                 "offset 0.5,0.5\n"
+                 "set ylabel 'KL(full || pic)'\nset logscale y\nset yrange [%g:%g]\n"
+                 "set ytics auto\n"
+                 "plot 'repr_vs_bytes.dat' u 2:4 w p pt 7, '' u 2:4:1 w labels rotate by 45 left "
+                 "offset 0.5,0.5\n"
+                 "unset multiplot\n",
+                 model_name, bmin / 1.5, bmax * 1.5, kmin / 3, kmax * 3);
+        hy_bench_gnuplot(outdir, "repr_vs_bytes.gp", script);
         printf("\nplots and their data in %s/ (accuracy_vs_w.png, accuracy_vs_k.png, "
                "repr_vs_bytes.png)\n",
                outdir);
