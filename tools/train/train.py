@@ -9,7 +9,7 @@ strings, each stage until it is learnt), then --steps of the recall task. Seeded
 machine it runs in under an hour (--minutes stops it early, saying so).
 
 Writes into --out: config.json and model.safetensors (F32, save_pretrained), loss.png (the
-training curve), train.json (settings, versions, the curve's points, held-out accuracy),
+training curve, drawn by loss_plot.py from train.json's content), train.json (settings, versions, the curve's points, held-out accuracy),
 heldout.txt (the held-out requests, task.write_heldout), examples/ (one of them as files
 `make run` suggests sending) and, for the C test,
 --fixture: the first held-out requests with transformers' greedy answers.
@@ -43,6 +43,7 @@ import transformers
 from transformers.models.qwen3_5 import modeling_qwen3_5 as m35
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import loss_plot  # noqa: E402
 import task  # noqa: E402
 
 VOCAB = 259  # 3 specials + 256 bytes (hy_tokenize_bytes)
@@ -151,27 +152,6 @@ def greedy(model, prompt_ids, n):
         out.append(nxt)
         ids = torch.cat([ids, torch.tensor([[nxt]])], dim=1)
     return out
-
-
-def plot(points, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(7, 4))
-    s = [p["step"] for p in points if "loss" in p]
-    ax.plot(s, [p["loss"] for p in points if "loss" in p], lw=0.8, label="training loss")
-    ax.set_xlabel("step")
-    ax.set_ylabel("weighted cross-entropy (nats)")
-    ax.set_yscale("log")
-    ax2 = ax.twinx()
-    e = [p for p in points if "val_em" in p]
-    ax2.plot([p["step"] for p in e], [100 * p["val_em"] for p in e], "o-", color="C1",
-             label="validation exact match")
-    ax2.set_ylabel("exact match (%)")
-    ax2.set_ylim(0, 100)
-    fig.legend(loc="upper center", ncol=2, fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
 
 
 def main():
@@ -303,7 +283,6 @@ def main():
     train_s = time.time() - t0
     model.eval()
     model.save_pretrained(str(out), safe_serialization=True)
-    plot(points, out / "loss.png")
 
     # held-out requests: every k of the quality benchmark, answer position and seam cases
     task.write_heldout(str(out / "heldout.txt"), args.seed + 2000, args.heldout)
@@ -351,6 +330,7 @@ def main():
         "curve": points,
     }
     (out / "train.json").write_text(json.dumps(info, indent=1) + "\n")
+    loss_plot.plot(info, out.resolve().name, out / "loss.png")  # from what train.json holds
     print(f"wrote {out}/ (config.json, model.safetensors, loss.png, train.json, heldout.txt) "
           f"and {fx}; {train_s / 60:.1f} min of training", flush=True)
 
