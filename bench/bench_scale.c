@@ -360,21 +360,39 @@ static void plot(const scale *x, double med[MAXK][NMODES])
         fprintf(f, "\n");
     }
     fclose(f);
-    char script[2048];
+    /* The axes' ranges come from the data (gnuplot's stats over k and over
+     * each mode's column): a factor of 1.25 around the ks measured, and of 2
+     * around the TTFTs, which are in seconds so that the log axis reads
+     * 0.01 .. 1000 rather than 10 .. 1e6 ms. */
+    char script[4096];
     int at = snprintf(script, sizeof script,
                       "set terminal pngcairo size 900,600\n"
                       "set output 'scale_ttft.png'\n"
                       "set title 'TTFT against segments per request (small, median)'\n"
-                      "set xlabel 'segments k (512-1024 tokens each)'\n"
-                      "set ylabel 'TTFT, ms'\n"
-                      "set logscale xy\nset key top left\nset grid\n"
-                      "plot ");
+                      "set xlabel 'segments k (%d-%d tokens each)'\n"
+                      "set ylabel 'TTFT (s)'\n"
+                      "stats 'scale.dat' u 1 nooutput\n"
+                      "set xrange [STATS_min / 1.25 : STATS_max * 1.25]\n"
+                      "ymin = 1e30; ymax = 0\n",
+                      x->min_tok, x->max_tok);
+    for (int m = 0; m < NMODES; m++)
+        if (x->on[m])
+            at += snprintf(script + at, sizeof script - (size_t)at,
+                           "stats 'scale.dat' u ($%d / 1000) nooutput\n"
+                           "ymin = STATS_min < ymin ? STATS_min : ymin\n"
+                           "ymax = STATS_max > ymax ? STATS_max : ymax\n",
+                           m + 2);
+    at += snprintf(script + at, sizeof script - (size_t)at,
+                   "set yrange [ymin / 2 : ymax * 2]\n"
+                   "set logscale x 2\nset logscale y\nset format y '%%g'\n"
+                   "set key top left\nset grid\n"
+                   "plot ");
     bool first = true;
     for (int m = 0; m < NMODES; m++) {
         if (!x->on[m]) continue;
         at += snprintf(script + at, sizeof script - (size_t)at,
-                       "%s'scale.dat' using 1:%d with linespoints title '%s'", first ? "" : ", ",
-                       m + 2, hy_mode_name((hy_mode)m));
+                       "%s'scale.dat' using 1:($%d / 1000) with linespoints title '%s'",
+                       first ? "" : ", ", m + 2, hy_mode_name((hy_mode)m));
         first = false;
     }
     snprintf(script + at, sizeof script - (size_t)at, "\n");
