@@ -11,36 +11,14 @@ set -u
 abs() { echo "$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; }
 cached=$(abs "$1")
 model=$(cd "$(dirname "$0")/../../models/hypic-recall" && pwd) || exit 1
-dir=$(mktemp -d /tmp/hypic-cli-test.XXXXXX) || exit 1
-pids=
-cleanup() {
-    for p in $pids; do
-        kill -9 "$p" 2>/dev/null
-        wait "$p" 2>/dev/null
-    done
-    rm -rf "$dir"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-cd "$dir" || exit 1
-
-pass=0 fail=0
-ok() { echo "ok:   $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL: $1"; fail=$((fail + 1)); }
+. "$(dirname "$0")/../checks.sh"
+checks_begin hypic-cli-test
 
 # run WANT_RC NAME ARGS...: hypic-cached with ARGS, stdout in out, stderr in err.
 run() {
     want=$1 name=$2
     shift 2
-    "$cached" "$@" >out 2>err
-    rc=$?
-    if [ "$rc" -eq "$want" ]; then
-        ok "$name (exit $rc)"
-    else
-        bad "$name: exit $rc, want $want"
-        sed 's/^/      out: /' out | head -5
-        sed 's/^/      err: /' err | head -5
-    fi
+    expect_rc "$want" "$name" "$cached" "$@"
 }
 
 # has NAME FILE TEXT: FILE contains TEXT (fixed string).
@@ -139,5 +117,4 @@ else
 fi
 run 2 "--nvme-dir without its value" --nvme-dir
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

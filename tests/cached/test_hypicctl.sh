@@ -6,43 +6,21 @@
 # failed call (1, "hypicctl: CODE: msg" on stderr). The daemon runs with TLS
 # (the committed test certificate) and two
 # tenants, so the TLS channel, bearer tokens and tenant isolation are
-# exercised through the command line too. The daemon is always killed.
+# exercised through the command line too. Every process it starts is stopped on exit.
 #   test_hypicctl.sh HYPIC_CACHED HYPICCTL
 set -u
 abs() { echo "$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; }
 cached=$(abs "$1") ctl=$(abs "$2")
 fixtures=$(cd "$(dirname "$0")/../fixtures/tls" && pwd) || exit 1
-dir=$(mktemp -d /tmp/hypicctl-test.XXXXXX) || exit 1
-pid=
-cleanup() {
-    if [ -n "$pid" ]; then
-        kill -9 "$pid" 2>/dev/null
-        wait "$pid" 2>/dev/null
-    fi
-    rm -rf "$dir"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-cd "$dir" || exit 1
-
-pass=0 fail=0
-ok() { echo "ok:   $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL: $1"; fail=$((fail + 1)); }
+. "$(dirname "$0")/../checks.sh"
+checks_begin hypicctl-test
 
 # run WANT_RC NAME ARGS...: runs hypicctl with ARGS, stdout in out, stderr in
 # err; checks its exit code.
 run() {
     want=$1 name=$2
     shift 2
-    "$ctl" "$@" >out 2>err
-    rc=$?
-    if [ "$rc" -eq "$want" ]; then
-        ok "$name (exit $rc)"
-    else
-        bad "$name: exit $rc, want $want"
-        sed 's/^/      out: /' out | head -20
-        sed 's/^/      err: /' err | head -20
-    fi
+    expect_rc "$want" "$name" "$ctl" "$@"
 }
 
 # check NAME PYTHON_EXPR: the expression over d = the JSON object in out.
@@ -135,6 +113,7 @@ log: {requests: false}
 EOF
 "$cached" --config hypic-cached.yaml --init-models --ready-file ready 2>daemon.log &
 pid=$!
+pids=$pid
 addr=
 i=0
 while [ $i -lt 600 ]; do # 60 s: the model is generated first
@@ -184,6 +163,7 @@ pic: {shadow_rate: 1, shadow_kl_warn: 0.5}
 EOF
 "$cached" --config q8.yaml --ready-file q8.ready 2>q8.log &
 q8pid=$!
+pids="$pids $q8pid"
 q8addr=
 i=0
 while [ $i -lt 300 ] && kill -0 "$q8pid" 2>/dev/null; do
@@ -380,6 +360,7 @@ check "the stored entry is intact" 'd["verified"] and all(s["checksum_ok"] for s
 # ---- watch -----------------------------------------------------------------
 "$ctl" $tls watch --json --count 1 >watch.out 2>watch.err &
 wpid=$!
+pids="$pids $wpid"
 sleep 1
 "$ctl" $tls warm new.txt >/dev/null 2>&1
 i=0
@@ -493,5 +474,4 @@ if ! kill -0 "$pid" 2>/dev/null; then
     bad "hypic-cached died during the test; its log:"
     cat daemon.log
 fi
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

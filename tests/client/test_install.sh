@@ -14,39 +14,11 @@ set -u
 abs() { echo "$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; }
 cmake=$1 src=$(cd "$2" && pwd) build=$(cd "$3" && pwd) cached=$(abs "$4")
 doc=$src/docs/api.md
-dir=$(mktemp -d /tmp/hypic-install-test.XXXXXX) || exit 1
-pid=
-# The daemon is asked to stop (it removes its shm socket) and killed if it
-# has not within 10 s.
-cleanup() {
-    if [ -n "$pid" ]; then
-        kill "$pid" 2>/dev/null
-        i=0
-        while kill -0 "$pid" 2>/dev/null && [ $i -lt 100 ]; do
-            sleep 0.1
-            i=$((i + 1))
-        done
-        kill -9 "$pid" 2>/dev/null
-        wait "$pid" 2>/dev/null
-    fi
-    rm -rf "$dir"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-cd "$dir" || exit 1
+. "$(dirname "$0")/../checks.sh"
+checks_begin hypic-install-test
 
-pass=0 fail=0
-ok() { echo "ok:   $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL: $1"; fail=$((fail + 1)); }
 # show FILE: its first lines, indented, after a failure.
 show() { sed 's/^/      /' "$1" | head -40; }
-# finish: the summary and the exit code.
-finish() {
-    echo "$pass passed, $fail failed"
-    [ "$fail" -eq 0 ]
-    exit
-}
-
 # ---- install ----------------------------------------------------------------
 prefix=$dir/prefix
 if "$cmake" --install "$build" --prefix "$prefix" >install.log 2>&1; then
@@ -176,6 +148,7 @@ else
 fi
 "$cached" --config hypic-cached.yaml --http-listen 127.0.0.1:0 --ready-file ready 2>daemon.log &
 pid=$!
+pids=$pid
 addr=
 i=0
 while [ $i -lt 600 ]; do
