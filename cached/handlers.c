@@ -514,11 +514,14 @@ static void run(void *app, hy_rpc_call *call, size_t idx)
                    "the client made no progress for %u ms "
                    "(limits.idle_ms)",
                    s->cfg.idle_ms);
+    /* counted, and out of the in-flight count, before the reply leaves: a
+     * client that has its answer finds its call in hypic_requests_total and
+     * never still in flight (Stats, hypicctl status) */
+    atomic_fetch_add(&s->met.calls[idx][c < SVC_CODES ? c : HY_RPC_UNKNOWN], 1);
+    atomic_fetch_sub(&s->in_flight, 1);
     hy_rpc_call_finish(call, c, c ? r.msg : NULL);
     const double dt = hy_now_s() - t0;
-    atomic_fetch_add(&s->met.calls[idx][c < SVC_CODES ? c : HY_RPC_UNKNOWN], 1);
     hy_hist_observe(&s->met.latency[idx], dt);
-    atomic_fetch_sub(&s->in_flight, 1);
     if (s->cfg.log_requests || c != HY_RPC_OK)
         hy_log(c == HY_RPC_OK ? HY_LOG_INFO : HY_LOG_WARN,
                "rpc method=%s tenant=%s model=%s mode=%s status=%s segments=%d hits=%d misses=%d "

@@ -388,6 +388,26 @@ static void *watcher(void *arg)
     return NULL;
 }
 
+/* A call's reply reaches the client only once the daemon no longer counts it
+ * in flight: Stats right after any answered call says 0 on an idle daemon
+ * (it said 1 now and then, the finished call still counted while its reply
+ * was already out, which made hypicctl status print "load 1" on an idle one). */
+static void test_stats_after_call(void)
+{
+    hyc_status st = {0};
+    Hypic__V1__StatsRequest sq = HYPIC__V1__STATS_REQUEST__INIT;
+    int busy = 0;
+    for (int i = 0; i < 2000; i++) {
+        CU_ASSERT_EQUAL_FATAL(health(g_c, &st), 0);
+        Hypic__V1__StatsResponse *sr = NULL;
+        CU_ASSERT_EQUAL_FATAL(hyc_stats(g_c, &sq, &sr, &st), 0);
+        busy += sr->requests_in_flight != 0;
+        hyc_free(sr);
+    }
+    CU_ASSERT_EQUAL(busy, 0);
+    if (busy) fprintf(stderr, "\n  %d of 2000 Stats counted a finished call in flight\n", busy);
+}
+
 static void test_watch(void)
 {
     watch_ctx w = {0};
@@ -684,6 +704,7 @@ int main(void)
         {"a version-1 entry is served", test_version1_entry_served},
         {"fetch or recompute, per hit", test_fetch_or_recompute},
         {"list_invalidate_stats_policy", test_list_invalidate_stats_policy},
+        {"stats right after a call", test_stats_after_call},
         {"watch", test_watch},
         {"watch_heartbeat", test_watch_heartbeat},
         {"bad_garbage_and_oversize", test_garbage_and_oversize},
