@@ -31,9 +31,18 @@ test: build
 # full the 32 tokens must equal transformers' own prefill-and-decode. Its own venv with
 # the pinned torch stack (client/python/requirements-e2e.txt; the first run downloads
 # about 3 GB from PyPI), against daemons the test starts and always stops.
+#
+# Then an engine people serve with: vLLM's CPU build with hypic.vllm's HypicConnector on
+# two tiny hybrids (Qwen3.5, Qwen3-Next) that hypic-cached serves from the same files:
+# the loaded state, the first token and the greedy decode against the daemon's pic
+# answer, the fail-closed cases, prefix caching on (tests/client/test_vllm.sh). Its own
+# venv (client/python/requirements-vllm.txt, tools/vllm/venv.sh; the first run
+# downloads about 3.5 GB).
 E2E_VENV ?= $(BUILD)/e2e-venv
+VLLM_VENV ?= $(BUILD)/vllm-venv
 e2e: build
 	@sh tests/client/test_frontend.sh $(BUILD)/cached/hypic-cached $(E2E_VENV)
+	@sh tests/client/test_vllm.sh $(BUILD)/cached/hypic-cached $(VLLM_VENV)
 
 # The main job: hypic-cached in the foreground on the embedded default, the
 # trained model models/hypic-recall (committed: no download, nothing to

@@ -138,7 +138,6 @@ class _Claim:
     plan: vllm_plan.Plan
     hits: tuple[bool, ...]
     start: int
-    salt_before: str | None
 
 
 def _read(path: str, what: str) -> bytes:
@@ -319,9 +318,7 @@ class HypicConnector(KVConnectorBase_V1, SupportsHMA):
         if "hypic_segments" not in params:
             return 0, False
         if rid in self._failed:  # its load failed: vLLM computes it (asked again after the failure)
-            c = self._claims.pop(rid, None)
-            if c is not None and self.prefix_caching:
-                self._unsalt(request, c.salt_before)
+            self._claims.pop(rid, None)
             return 0, False
         c = self._claims.get(rid)
         if c is None:
@@ -348,10 +345,8 @@ class HypicConnector(KVConnectorBase_V1, SupportsHMA):
             if not any(hits):
                 self._declined[rid] = "no segment is cached (warmed after the request)"
                 return 0, False
-            c = _Claim(plan=p, hits=hits, start=num_computed_tokens, salt_before=request.cache_salt)
+            c = _Claim(plan=p, hits=hits, start=num_computed_tokens)
             self._claims[rid] = c
-            if self.prefix_caching:
-                self._salt(request, vllm_plan.cache_salt(self.model, p, None))
             log.info(
                 "request %s: claiming %d tokens (%d of %d segments hit, %d tokens from vLLM's cache)",
                 rid,
@@ -369,17 +364,25 @@ class HypicConnector(KVConnectorBase_V1, SupportsHMA):
         NaNs there made the 13th decoded token NaN)."""
         return ()
 
-    @staticmethod
-    def _salt(request: Request, salt: str) -> None:
-        """Keys the request's blocks apart from any exact prefill's: its block hashes are
-        made anew from a salt (vLLM mixes cache_salt into the first block's hash)."""
-        request.cache_salt = salt
-        request.block_hashes = []
-        request.update_block_hashes()
-
-    @staticmethod
-    def _unsalt(request: Request, salt: str | None) -> None:
-        request.cache_salt = salt
+    def on_new_request(self, request: Request) -> None:
+        """A request with segments is keyed apart in vLLM's prefix cache from the start,
+        before vLLM looks its blocks up: whatever it computes may rest on a composed state,
+        so its blocks must never answer a plain request (or one of other segments), while a
+        request of the same segments shares them. vLLM mixes cache_salt into the first
+        block's hash; the request's hashes are made anew with the salt."""
+        if not self.prefix_caching:
+            return
+        params = request.kv_transfer_params or {}
+        if "hypic_segments" not in params:
+            return
+        prompt = request.prompt_token_ids or []
+        try:
+            p = vllm_plan.plan(vllm_plan.parse_segments(params["hypic_segments"], len(prompt)), len(prompt))
+        except vllm_plan.PlanError:
+            return  # left to vLLM as it is (get_num_new_matched_tokens says why)
+        if p is None:
+            return
+        request.cache_salt = vllm_plan.cache_salt(self.model, p, None, request.cache_salt)
         request.block_hashes = []
         request.update_block_hashes()
 
@@ -495,13 +498,17 @@ class HypicConnector(KVConnectorBase_V1, SupportsHMA):
     def _group_of(self) -> dict[str, int]:
         return {n: gi for gi, g in enumerate(self.groups) for n in g.layer_names}
 
-    def _ensure_session(self, need: int) -> Any:
-        if self._session is not None and (self._session.closed or self._session.capacity < need):
+    def _drop_session(self) -> None:
+        if self._session is not None:
             try:
                 self._session.close()
             except HypicError:
                 pass
             self._session = None
+
+    def _ensure_session(self, need: int) -> Any:
+        if self._session is not None and (self._session.closed or self._session.capacity < need):
+            self._drop_session()
         if self._session is None:
             cap = max(need, 64 << 20)
             self._session = self.client.session(("shm", "tcp"), cap)
@@ -523,8 +530,16 @@ class HypicConnector(KVConnectorBase_V1, SupportsHMA):
         the session's buffer is reused by the next load) and the call's seconds."""
         t0 = time.perf_counter()
         segs, query = vllm_plan.Plan(ld.end, ld.counts).split(ld.tokens)
-        sess = self._ensure_session(self._state_bytes(ld.end))
-        r, st = self.client.prefill_state(sess, self.model, segs, query, mode="pic")
+        need = self._state_bytes(ld.end)
+        try:
+            r, st = self.client.prefill_state(self._ensure_session(need), self.model, segs, query, mode="pic")
+        except HypicError as e:
+            if "transport_session" not in str(e):
+                raise
+            # the daemon no longer has the session (it restarted, or the session's
+            # connection broke): once more on a new one
+            self._drop_session()
+            r, st = self.client.prefill_state(self._ensure_session(need), self.model, segs, query, mode="pic")
         for i, (o, hit) in enumerate(zip(r.segments, ld.hits)):
             if hit and o.kind != OutcomeKind.HIT:
                 raise RuntimeError(f"segment {i}'s entry was evicted between the claim and the load")
@@ -677,9 +692,5 @@ class HypicConnector(KVConnectorBase_V1, SupportsHMA):
     def shutdown(self) -> None:
         if self._role != KVConnectorRole.SCHEDULER:
             self._pool.shutdown(wait=False, cancel_futures=True)
-            if self._session is not None:
-                try:
-                    self._session.close()
-                except HypicError:
-                    pass
+            self._drop_session()
         self.client.close()

@@ -87,13 +87,14 @@ def plan(counts: Sequence[int], prompt_len: int) -> Plan | None:
     return Plan(end=end, counts=tuple(used))
 
 
-def cache_salt(model: str, p: Plan, seam: int | None) -> str:
-    """The cache_salt under which vLLM keeps the blocks of a request whose state was
-    composed: its chain of block hashes then differs from any exact prefill's, and from a
-    composition of other segments (equal for the same tokens, model, segments and seam, so
-    that such requests still share). vLLM limits a salt to 128 characters."""
+def cache_salt(model: str, p: Plan, seam: int | None, salt: str | None = None) -> str:
+    """The cache_salt under which vLLM keeps the blocks of a request with segments: its
+    chain of block hashes then differs from any plain request's and from one with other
+    segments, and equals that of a request with the same tokens, model, segments, seam and
+    own salt (the request's cache_salt, if it came with one), so that those share. vLLM
+    limits a salt to 128 characters."""
     h = hashlib.sha256()
-    h.update(f"{model}\0{seam}\0{p.end}\0".encode())
+    h.update(f"{model}\0{seam}\0{p.end}\0{salt or ''}\0".encode())
     h.update(",".join(map(str, p.counts)).encode())
     return "hypic-pic-" + h.hexdigest()[:40]
 

@@ -61,6 +61,7 @@ def test_salt_tells_compositions_apart() -> None:
     assert a != vp.cache_salt("m", vp.Plan(751, (300, 450)), None)
     assert a != vp.cache_salt("m2", vp.Plan(751, (300, 200, 250)), None)
     assert a != vp.cache_salt("m", vp.Plan(751, (300, 200, 250)), 8)
+    assert a != vp.cache_salt("m", vp.Plan(751, (300, 200, 250)), None, "user-salt")
     assert len(a) <= 128 and not set(a) & set("@/\\\0")
 
 
