@@ -84,6 +84,7 @@ class Daemon:
         self.runs = 0
 
     def config(self, token: str = TOKEN, names: tuple[str, ...] = MODELS) -> str:
+        """Both models under names; one admin tenant of token (none: no tokens)."""
         models = ", ".join(
             f"{{name: {n}, path: {self.checkpoints / (m + '-tiny')}}}" for n, m in zip(names, MODELS)
         )
@@ -94,8 +95,7 @@ class Daemon:
             # hits fetched, never recomputed when that looks cheaper (auto): the state a
             # test asks for is then the one the connector loaded, bit for bit
             "pic: {reuse: fetch}\n"
-            f"tenants:\n  list:\n    - {{name: e2e, token: {token}, admin: true}}\n"
-        )
+        ) + (f"tenants:\n  list:\n    - {{name: e2e, token: {token}, admin: true}}\n" if token else "")
 
     def start(self, **kw: object) -> None:
         self.stop()
