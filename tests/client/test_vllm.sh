@@ -3,8 +3,8 @@
 # against hypic-cached serving the same two tiny hybrid checkpoints (Qwen3.5 and
 # Qwen3-Next, made by tools/vllm/make_checkpoints.py). The venv is tools/vllm/venv.sh's
 # (the first run downloads about 3.5 GB; later runs check the pins). One pytest a vLLM
-# engine: each model's tests (prefix caching off), prefix caching on, then
-# docs/frontends.md's example with vLLM's OpenAI server.
+# engine: each model's tests (prefix caching off), prefix caching on, the benchmark at
+# its smallest, then docs/frontends.md's example with vLLM's OpenAI server.
 #   test_vllm.sh HYPIC_CACHED [VENV_DIR]   (VENV_DIR default: client/python/.venv-vllm)
 set -eu
 if [ $# -lt 1 ]; then
@@ -38,6 +38,8 @@ for m in qwen35 qwen3next; do
 done
 echo "== prefix caching on"
 "$venv/bin/python" -m pytest -q -s -p no:cacheprovider --rootdir "$pkg" test_prefix_caching.py || rc=1
+echo "== bench/vllm_bench.py, briefly"
+"$venv/bin/python" -m pytest -q -s -p no:cacheprovider --rootdir "$pkg" test_bench.py || rc=1
 echo "== docs/frontends.md's example: vLLM's OpenAI server"
 "$venv/bin/python" -m pytest -q -s -p no:cacheprovider --rootdir "$pkg" test_docs_example.py || rc=1
 exit $rc

@@ -46,6 +46,7 @@ kv_connector_extra_config:
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import logging
 import os
@@ -96,6 +97,10 @@ KNOWN_VLLM = ("0.32.0",)
 # Text model types whose linear layers are Gated DeltaNet with this state layout.
 KNOWN_MODELS = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+# The worker side's last loads, for a benchmark in vLLM's process
+# (VLLM_ENABLE_V1_MULTIPROCESSING=0): (request id, tokens, Prefill ms, write ms), the
+# write being the part of vLLM's step the load takes.
+LOAD_TIMES: collections.deque[tuple[str, int, float, float]] = collections.deque(maxlen=1024)
 
 
 def _layer_index(name: str) -> int:
@@ -671,12 +676,14 @@ class HypicConnector(KVConnectorBase_V1, SupportsHMA):
                 log.warning("request %s: the load failed, vLLM computes it: %s", rid, e)
                 self._failed_w.add(rid)
             else:
+                write_s = time.perf_counter() - t0
+                LOAD_TIMES.append((rid, ld.end, fetch_s * 1e3, write_s * 1e3))
                 log.info(
                     "request %s: state after %d tokens loaded (Prefill %.1f ms, written in %.1f ms)",
                     rid,
                     ld.end,
                     fetch_s * 1e3,
-                    (time.perf_counter() - t0) * 1e3,
+                    write_s * 1e3,
                 )
                 if ld.dump and self.dump_dir:
                     self._dump(ld.dump + ".loaded", ld.end, ld.block_ids, ld.start)
