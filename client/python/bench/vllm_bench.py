@@ -105,12 +105,16 @@ def main(argv: list[str] | None = None) -> int:
     ttft: dict[str, list[float]] = {"vllm": [], "connector": [], "daemon": []}
     computed: dict[str, list[float]] = {"vllm": [], "connector": []}
     loads: list[tuple[float, float]] = []
-    for i in range(a.requests):
+    def shuffled() -> tuple[list[list[int]], list[int], list[int]]:
+        """The documents in an order of their own, a question, and the whole prompt."""
         order = list(range(a.docs))
         rng.shuffle(order)
         segs = [docs[j] for j in order]
         query = [rng.randrange(2, vocab) for _ in range(a.query_tokens)]
-        prompt = sum(segs, []) + query
+        return segs, query, sum(segs, []) + query
+
+    for i in range(a.requests):
+        segs, query, prompt = shuffled()
         counts = [len(s) for s in segs]
         kinds = ["vllm", "connector", "daemon"]
         kinds = kinds[i % 3 :] + kinds[: i % 3]
@@ -137,11 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     # the executors on the whole prompt, alternating
     full: dict[str, list[float]] = {"vllm_prefill": [], "daemon_full": []}
     for i in range(a.requests):
-        order = list(range(a.docs))
-        rng.shuffle(order)
-        segs = [docs[j] for j in order]
-        query = [rng.randrange(2, vocab) for _ in range(a.query_tokens)]
-        prompt = sum(segs, []) + query
+        segs, query, prompt = shuffled()
         for k in (["vllm_prefill", "daemon_full"] if i % 2 == 0 else ["daemon_full", "vllm_prefill"]):
             if k == "vllm_prefill":
                 ms, _ = vllm_run(prompt, None, salt=f"bench-full-{i}")
