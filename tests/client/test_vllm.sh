@@ -3,7 +3,8 @@
 # against hypic-cached serving the same two tiny hybrid checkpoints (Qwen3.5 and
 # Qwen3-Next, made by tools/vllm/make_checkpoints.py). The venv is tools/vllm/venv.sh's
 # (the first run downloads about 3.5 GB; later runs check the pins). One pytest a vLLM
-# engine: each model's tests (prefix caching off), prefix caching on, the benchmark at
+# engine: each model's tests (prefix caching off), the layout guard (no engine), prefix
+# caching on, the benchmark at
 # its smallest, then docs/frontends.md's example with vLLM's OpenAI server.
 #   test_vllm.sh HYPIC_CACHED [VENV_DIR]   (VENV_DIR default: client/python/.venv-vllm)
 set -eu
@@ -36,6 +37,8 @@ for m in qwen35 qwen3next; do
     HYPIC_VLLM_MODEL=$m "$venv/bin/python" -m pytest -q -s -p no:cacheprovider --rootdir "$pkg" \
         test_connector.py || rc=1
 done
+echo "== the layout guard"
+"$venv/bin/python" -m pytest -q -p no:cacheprovider --rootdir "$pkg" test_guard.py || rc=1
 echo "== prefix caching on"
 "$venv/bin/python" -m pytest -q -s -p no:cacheprovider --rootdir "$pkg" test_prefix_caching.py || rc=1
 echo "== bench/vllm_bench.py, briefly"
