@@ -150,6 +150,7 @@ def make_llm(model_dir: Path, daemon: Daemon, name: str, dump_dir: Path, prefix_
                 "model": name,
                 "dump_dir": str(dump_dir),
                 "timeout_s": 10,
+                "retry_after_s": 3,
             },
         ),
     )

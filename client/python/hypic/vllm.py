@@ -36,7 +36,9 @@ kv_connector_extra_config:
     token         the tenant's bearer token                    optional
     tls_root, tls_cert, tls_key   PEM files (as hypic.Client)  optional
     tls_server_name                                            optional
-    timeout_s     per call (default 30)
+    timeout_s     per call (default 30); the scheduler's Lookup: lookup_timeout_s (2)
+    retry_after_s after a Lookup found no daemon, requests are left to vLLM at once
+                  for this long (default 5)
     lease_ms      how long the Lookup leases the hits (default 5000; the daemon caps it)
     warm_misses   warm a declined request's segments (default true)
     dump_dir      diagnostics: for requests whose kv_transfer_params carry
@@ -154,7 +156,7 @@ def _read(path: str, what: str) -> bytes:
         raise ValueError(f"HypicConnector: kv_connector_extra_config.{what}: {path}: {e.strerror}") from e
 
 
-def _client(extra: dict[str, Any]) -> Client:
+def _client(extra: dict[str, Any], timeout: float | None = None) -> Client:
     for k in ("address", "model"):
         if not extra.get(k):
             raise ValueError(f"HypicConnector: kv_connector_extra_config.{k} is required")
@@ -165,7 +167,7 @@ def _client(extra: dict[str, Any]) -> Client:
         tls_server_name=extra.get("tls_server_name") or None,
         tls_cert_pem=_read(extra["tls_cert"], "tls_cert") if extra.get("tls_cert") else None,
         tls_key_pem=_read(extra["tls_key"], "tls_key") if extra.get("tls_key") else None,
-        timeout=float(extra.get("timeout_s", 30.0)),
+        timeout=timeout if timeout is not None else float(extra.get("timeout_s", 30.0)),
     )
 
 
@@ -266,7 +268,10 @@ class HypicConnector(KVConnectorBase_V1, SupportsHMA):
         self.extra = dict(self._kv_transfer_config.kv_connector_extra_config or {})
         self.shapes = _guard(vllm_config, kv_cache_config)
         self.model = str(self.extra.get("model", ""))
-        self.client = _client(self.extra)
+        # the scheduler's Lookup holds up vLLM's whole scheduling step: a short deadline
+        self.client = _client(
+            self.extra, float(self.extra.get("lookup_timeout_s", 2.0)) if role == KVConnectorRole.SCHEDULER else None
+        )
         cc = vllm_config.cache_config
         self.block_size = cc.block_size
         self.align = cc.mamba_cache_mode == "align"
@@ -287,6 +292,10 @@ class HypicConnector(KVConnectorBase_V1, SupportsHMA):
             self._dumps: dict[str, tuple[str, int]] = {}  # req_id -> (dump name, prompt tokens)
             self._warm_q: queue.Queue[list[list[int]]] = queue.Queue(maxsize=64)
             self._warmer: threading.Thread | None = None
+            # after a Lookup that found no daemon, none is tried for this long: requests
+            # are left to vLLM at once instead of each waiting out a dial
+            self.retry_after_s = float(self.extra.get("retry_after_s", 5.0))
+            self._down: tuple[float, str] | None = None  # (when, why)
         else:
             self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="hypic-load")
             self._inflight: dict[str, tuple[_Load, concurrent.futures.Future[Any]]] = {}
@@ -341,9 +350,19 @@ class HypicConnector(KVConnectorBase_V1, SupportsHMA):
             if p.end <= num_computed_tokens:
                 return self._decline(request, f"vLLM's own prefix cache has {num_computed_tokens} tokens")
             segs, _ = p.split(prompt)
+            if self._down is not None:
+                ago = time.monotonic() - self._down[0]
+                if ago < self.retry_after_s:
+                    return self._decline(
+                        request, f"the daemon was unavailable {ago:.1f} s ago ({self._down[1]}); tried again after "
+                        f"{self.retry_after_s:g} s"
+                    )
+                self._down = None
             try:
                 lr = self.client.lookup(self.model, segs, lease_ms=self.lease_ms)
             except HypicError as e:
+                if e.code in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
+                    self._down = (time.monotonic(), e.code)
                 return self._decline(request, f"Lookup failed: {e}", warn=True)
             hits = tuple(bool(s.hit) for s in lr.segments)
             if len(hits) != len(segs):
@@ -477,10 +496,11 @@ class HypicConnector(KVConnectorBase_V1, SupportsHMA):
             self._warmer.start()
 
     def _warm_loop(self) -> None:
+        client = _client(self.extra)  # the warm's own deadline (timeout_s), not the Lookup's
         while True:
             segs = self._warm_q.get()
             try:
-                for _ in self.client.warm(self.model, segs):
+                for _ in client.warm(self.model, segs):
                     pass
             except HypicError as e:
                 log.warning("Warm of %d segments failed: %s", len(segs), e)
