@@ -288,6 +288,7 @@ class HypicConnector(KVConnectorBase_V1, SupportsHMA):
             self._claims: dict[str, _Claim] = {}
             self._declined: dict[str, str] = {}  # req_id -> why (returned with the request)
             self._failed: set[str] = set()
+            self._to_warm: dict[str, tuple[int, ...]] = {}  # req_id -> its segments' counts
             self._pending: list[_Load] = []
             self._dumps: dict[str, tuple[str, int]] = {}  # req_id -> (dump name, prompt tokens)
             self._warm_q: queue.Queue[list[list[int]]] = queue.Queue(maxsize=64)
@@ -369,6 +370,8 @@ class HypicConnector(KVConnectorBase_V1, SupportsHMA):
                 return self._decline(request, f"Lookup answered {len(hits)} segments for {len(segs)}", warn=True)
             if not any(hits):
                 self._declined[rid] = "no segment is cached (warmed after the request)"
+                if self.warm_misses:
+                    self._to_warm[rid] = counts
                 return 0, False
             c = _Claim(plan=p, hits=hits, start=num_computed_tokens)
             self._claims[rid] = c
@@ -461,6 +464,7 @@ class HypicConnector(KVConnectorBase_V1, SupportsHMA):
         failed = rid in self._failed
         self._failed.discard(rid)
         why = self._declined.pop(rid, None)
+        counts = self._to_warm.pop(rid, None)
         params = request.kv_transfer_params or {}
         if "hypic_segments" not in params:
             return False, None
@@ -470,22 +474,15 @@ class HypicConnector(KVConnectorBase_V1, SupportsHMA):
             out = {"claimed_tokens": 0, "declined": "the load failed: vLLM computed the request"}
         else:
             out = {"claimed_tokens": 0, "declined": why or "not claimed"}
-            if why and why.startswith("no segment is cached") and self.warm_misses:
-                self._warm_later(request)
+            if counts is not None:
+                self._warm_later(request, counts)
         return False, {"hypic": out}
 
     def request_finished(self, request: Request, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
         return self.request_finished_all_groups(request, (block_ids,))
 
-    def _warm_later(self, request: Request) -> None:
-        try:
-            counts = vllm_plan.parse_segments(request.kv_transfer_params["hypic_segments"], len(request.prompt_token_ids))
-        except vllm_plan.PlanError:
-            return
-        segs, at = [], 0
-        for n in counts:
-            segs.append(list(request.prompt_token_ids[at : at + n]))
-            at += n
+    def _warm_later(self, request: Request, counts: tuple[int, ...]) -> None:
+        segs, _ = vllm_plan.Plan(end=sum(counts), counts=counts).split(request.prompt_token_ids)
         try:
             self._warm_q.put_nowait(segs)
         except queue.Full:
