@@ -11,7 +11,7 @@
 checks_begin() {
     dir=$(mktemp -d "/tmp/$1.XXXXXX") || exit 1
     pids=
-    pass=0 fail=0
+    pass=0 fail=0 failed=
     trap checks_end EXIT
     trap 'exit 1' INT TERM
     cd "$dir" || exit 1
@@ -32,7 +32,14 @@ checks_end() {
 }
 
 ok() { echo "ok:   $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL: $1"; fail=$((fail + 1)); }
+# (each failure is named again by finish: a runner that shows only the head
+# and the tail of a long output still shows which check failed)
+bad() {
+    echo "FAIL: $1"
+    fail=$((fail + 1))
+    failed="$failed
+  $1"
+}
 
 # expect_rc WANT NAME PROGRAM [ARGS...]: runs PROGRAM with ARGS, stdout in
 # ./out, stderr in ./err; checks its exit code (shows both when it is not WANT).
@@ -52,6 +59,7 @@ expect_rc() {
 
 # finish: the summary line and the exit status (0: every check passed).
 finish() {
+    [ "$fail" -eq 0 ] || echo "failed:$failed"
     echo "$pass passed, $fail failed"
     [ "$fail" -eq 0 ]
     exit
