@@ -1247,8 +1247,7 @@ static int derive(cfg_ctx *c, hy_model_config *cfg)
 {
     *cfg = c->v.c;
     cfg->rms_eps = (float)c->v.rms_eps;
-    cfg->norm_offset = c->arch == HY_ARCH_QWEN3_NEXT || c->arch == HY_ARCH_QWEN3_5 ||
-                       c->arch == HY_ARCH_QWEN3_5_MOE;
+    cfg->norm_offset = hy_family_of(c->arch)->zero_centred_norms;
     /* Qwen's choices; OLMo-Hybrid's own replace them */
     cfg->attn_gate = true;
     cfg->qk_norm = true;

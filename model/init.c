@@ -873,16 +873,16 @@ int hy_model_init(const char *preset_name, uint64_t seed, const char *dir, const
     hy_rng_seed(&w.rng, seed);
 
     const int64_t H = p->hidden;
-    const bool nem = p->arch == HY_ARCH_NEMOTRON_H; /* under backbone., as released */
-    ADD(&w,
-        nem                                 ? "backbone.embeddings.weight"
-        : p->arch == HY_ARCH_BAILING_HYBRID ? "model.word_embeddings.weight" /* as released */
-                                            : "model.embed_tokens.weight",
-        0, 0.0, 0.25, p->vocab, H);
+    /* the names as the family releases them (model.c's table) */
+    const hy_family *f = hy_family_of(p->arch);
+    char name[128];
+    snprintf(name, sizeof name, "%s%s", f->released_prefix,
+             f->embed_released ? f->embed_released : f->embed);
+    ADD(&w, name, 0, 0.0, 0.25, p->vocab, H);
     for (int i = 0; i < p->layers; i++) add_layer(&w, p, i);
-    /* Qwen3-Next's norms are zero-centred (1 + w), the others' plain (w) */
-    ADD(&w, nem ? "backbone.norm_f.weight" : "model.norm.weight", 0,
-        p->arch == HY_ARCH_QWEN3_NEXT ? 0.0 : 1.0, 0.1, H);
+    /* zero-centred norms (Qwen's) are stored as w and applied as 1 + w */
+    snprintf(name, sizeof name, "%s%s", f->released_prefix, f->final_norm);
+    ADD(&w, name, 0, f->zero_centred_norms ? 0.0 : 1.0, 0.1, H);
     if (!p->tie) ADD(&w, "lm_head.weight", 0, 0.0, 1.0 / sqrt((double)H), p->vocab, H);
 
     int rc =

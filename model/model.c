@@ -838,8 +838,7 @@ static int load_attn(loader *ld, int i, hy_attn_w *w)
     const int64_t Q =
         (c->attn_gate ? 2 : 1) * c->n_heads * hd; /* [query|gate] per head, or query */
     const int64_t qn = c->qk_norm_flat ? c->n_heads * hd : hd, kn = c->qk_norm_flat ? KV : hd;
-    /* Nemotron-H's blocks call every mixer `mixer` */
-    const char *sa = c->arch == HY_ARCH_NEMOTRON_H ? "mixer" : "self_attn";
+    const char *sa = hy_family_of(c->arch)->attn_module;
     char n[200];
     int rc;
     if (!(w->w_qkv = own_alloc(ld->m, (size_t)((Q + 2 * KV) * H))))
@@ -859,6 +858,107 @@ static int load_attn(loader *ld, int i, hy_attn_w *w)
     return load_norm1(ld, n, kn, &w->k_norm1);
 }
 
+/* --- the families ---------------------------------------------------------- */
+
+/* Each layer kind's loader, one signature for all (the table below). */
+static int mix_gdn(loader *ld, int i, hy_layer_w *L)
+{
+    return load_gdn(ld, i, &L->gdn);
+}
+static int mix_lightning(loader *ld, int i, hy_layer_w *L)
+{
+    return load_lightning(ld, i, &L->light);
+}
+static int mix_kda(loader *ld, int i, hy_layer_w *L)
+{
+    return load_kda(ld, i, &L->kda);
+}
+static int mix_ling_kda(loader *ld, int i, hy_layer_w *L)
+{
+    return load_ling_kda(ld, i, &L->kda);
+}
+static int mix_mamba(loader *ld, int i, hy_layer_w *L)
+{
+    return load_mamba(ld, i, &L->mamba);
+}
+static int mix_attn(loader *ld, int i, hy_layer_w *L)
+{
+    return load_attn(ld, i, &L->attn);
+}
+static int mix_mla(loader *ld, int i, hy_layer_w *L)
+{
+    return load_mla(ld, i, &L->mla);
+}
+static int mix_ling_mla(loader *ld, int i, hy_layer_w *L)
+{
+    return load_ling_mla(ld, i, &L->mla);
+}
+/* A dense SwiGLU MLP under layers.i.mlp. */
+static int mlp_swiglu(loader *ld, int i, hy_layer_w *L)
+{
+    char n[96];
+    snprintf(n, sizeof n, "layers.%d.mlp", i);
+    return load_mlp(ld, n, ld->m->cfg.intermediate, &L->mlp);
+}
+/* Kimi's dense layers: mlp. as released, block_sparse_moe. as saved. */
+static int mlp_kimi(loader *ld, int i, hy_layer_w *L)
+{
+    char n[96];
+    snprintf(n, sizeof n, "layers.%d.%s", i,
+             has_fmt(ld, "layers.%d.block_sparse_moe.gate_proj.weight", i) ? "block_sparse_moe"
+                                                                           : "mlp");
+    return load_mlp(ld, n, ld->m->cfg.intermediate, &L->mlp);
+}
+/* Nemotron-H's MLP blocks: relu² under layers.i.mixer. */
+static int mlp_relu2(loader *ld, int i, hy_layer_w *L)
+{
+    const hy_model_config *c = &ld->m->cfg;
+    char n[96];
+    snprintf(n, sizeof n, "layers.%d.mixer", i);
+    return load_relu2(ld, n, c->intermediate, c->hidden, c->mlp_bias, &L->mlp);
+}
+
+/* One row per architecture: the names its checkpoints give the parts
+ * around the layers, and the loader of each layer kind (the per-layer
+ * tensor names are the loaders'). Adding a family is a row here, its
+ * config keys (config.c) and its layers' loaders above. */
+struct hy_family_loaders {
+    int (*linear)(loader *, int, hy_layer_w *);
+    int (*attention)(loader *, int, hy_layer_w *);
+    int (*mlp)(loader *, int, hy_layer_w *);
+    int (*moe)(loader *, int, hy_layer_w *);
+};
+#define LOADERS(lin, attn, mlp, moe) (&(const struct hy_family_loaders){lin, attn, mlp, moe})
+// clang-format off
+static const hy_family k_families[HY_ARCH_COUNT] = {
+    [HY_ARCH_QWEN3_NEXT] = {"Qwen3-Next", "model.", "embed_tokens.weight", NULL, "norm.weight", "self_attn", false, true,
+                            LOADERS(mix_gdn, mix_attn, mlp_swiglu, load_moe)},
+    [HY_ARCH_QWEN3_5] = {"Qwen3.5", "model.", "embed_tokens.weight", NULL, "norm.weight", "self_attn", false, true,
+                         LOADERS(mix_gdn, mix_attn, mlp_swiglu, load_moe)},
+    [HY_ARCH_QWEN3_5_MOE] = {"Qwen3.5-MoE", "model.", "embed_tokens.weight", NULL, "norm.weight", "self_attn", false, true,
+                             LOADERS(mix_gdn, mix_attn, mlp_swiglu, load_moe)},
+    [HY_ARCH_OLMO_HYBRID] = {"OLMo-Hybrid", "model.", "embed_tokens.weight", NULL, "norm.weight", "self_attn", false, false,
+                             LOADERS(mix_gdn, mix_attn, mlp_swiglu, load_moe)},
+    [HY_ARCH_MINIMAX] = {"MiniMax", "model.", "embed_tokens.weight", NULL, "norm.weight", "self_attn", false, false,
+                         LOADERS(mix_lightning, mix_attn, mlp_swiglu, load_minimax_moe)},
+    [HY_ARCH_KIMI_LINEAR] = {"Kimi-Linear", "model.", "embed_tokens.weight", NULL, "norm.weight", "self_attn", false, false,
+                             LOADERS(mix_kda, mix_mla, mlp_kimi, load_kimi_moe)},
+    /* released and saved under backbone., transformers' modules under model. */
+    [HY_ARCH_NEMOTRON_H] = {"Nemotron-H", "backbone.", "embeddings.weight", NULL, "norm_f.weight", "mixer", true, false,
+                            LOADERS(mix_mamba, mix_attn, mlp_relu2, load_nemotron_moe)},
+    /* the embedding as Ling releases it, or as transformers' module names it */
+    [HY_ARCH_BAILING_HYBRID] = {"Ling", "model.", "embed_tokens.weight", "word_embeddings.weight", "norm.weight", "self_attn", false, false,
+                                LOADERS(mix_ling_kda, mix_ling_mla, mlp_swiglu, load_ling_moe)},
+};
+// clang-format on
+#undef LOADERS
+
+const hy_family *hy_family_of(hy_arch a)
+{
+    assert(a >= 0 && a < HY_ARCH_COUNT && k_families[a].name);
+    return &k_families[a];
+}
+
 /* The embedding and the LM head, tied as transformers' tie_weights() ties
  * them when loading: with tie_word_embeddings the head is the embedding, but
  * a head present in the file is used (equal values tie to the same thing;
@@ -873,10 +973,8 @@ static int load_embeddings(loader *ld)
     const bool has_head = hy_st_find(ld->st, "lm_head.weight") != NULL;
     int rc;
     if (!m->cfg.tie_embeddings) {
-        const char *e = m->cfg.arch == HY_ARCH_NEMOTRON_H ? "embeddings.weight"
-                        : m->cfg.arch == HY_ARCH_BAILING_HYBRID && !has(ld, "embed_tokens.weight")
-                            ? "word_embeddings.weight" /* as Ling releases it */
-                            : "embed_tokens.weight";
+        const hy_family *f = hy_family_of(m->cfg.arch);
+        const char *e = f->embed_released && !has(ld, f->embed) ? f->embed_released : f->embed;
         if ((rc = LOAD(ld, e, NULL, &m->embed, V, H))) return rc;
         return LOAD(ld, "/lm_head.weight", NULL, &m->lm_head, V, H);
     }
@@ -1024,7 +1122,7 @@ static int load_layer_norms(loader *ld, int i, hy_layer_w *L)
     const hy_model_config *c = &ld->m->cfg;
     const bool olmo = c->arch == HY_ARCH_OLMO_HYBRID;
     char a[2][96], b[2][96];
-    if (c->arch == HY_ARCH_NEMOTRON_H) { /* one norm per block, before its mixer or MLP */
+    if (hy_family_of(c->arch)->block_norm) { /* one norm per block, before its mixer or MLP */
         snprintf(a[0], sizeof a[0], "layers.%d.norm.weight", i);
         return load_norm1(ld, a[0], c->hidden, &L->in_norm1);
     }
@@ -1058,8 +1156,9 @@ static int load_all(loader *ld)
             snprintf(ld->prefix, sizeof ld->prefix, "model.language_model.");
             break;
         }
-        if (c->arch == HY_ARCH_NEMOTRON_H && strncmp(nm, "backbone.", 9) == 0) {
-            snprintf(ld->prefix, sizeof ld->prefix, "backbone.");
+        const char *alt = hy_family_of(c->arch)->released_prefix;
+        if (strcmp(alt, "model.") != 0 && strncmp(nm, alt, strlen(alt)) == 0) {
+            snprintf(ld->prefix, sizeof ld->prefix, "%s", alt);
             break;
         }
     }
@@ -1067,55 +1166,26 @@ static int load_all(loader *ld)
         return hy_err_set(ld->err, HY_ENOMEM, "out of memory");
     int rc;
     if ((rc = load_embeddings(ld))) return rc;
-    if ((rc = load_norm1(ld, c->arch == HY_ARCH_NEMOTRON_H ? "norm_f.weight" : "norm.weight", H,
-                         &m->final_norm1)))
-        return rc;
+    const hy_family *f = hy_family_of(c->arch);
+    if ((rc = load_norm1(ld, f->final_norm, H, &m->final_norm1))) return rc;
     if (!(m->layers = calloc((size_t)c->n_layers, sizeof *m->layers)))
         return hy_err_set(ld->err, HY_ENOMEM, "out of memory");
     for (int i = 0; i < c->n_layers; i++) {
         hy_layer_w *L = &m->layers[i];
-        char n[200];
         L->kind = c->layer_kind[i];
         L->moe = c->layer_moe[i];
         if ((rc = load_layer_norms(ld, i, L))) return rc;
-        const bool ling = c->arch == HY_ARCH_BAILING_HYBRID;
-        if (L->kind == HY_LAYER_MLP)
-            rc = HY_OK; /* no token mixer */
-        else if (L->kind == HY_LAYER_ATTENTION && ling)
-            rc = load_ling_mla(ld, i, &L->mla);
+        if (L->kind == HY_LAYER_LINEAR)
+            rc = f->load->linear(ld, i, L);
         else if (L->kind == HY_LAYER_ATTENTION)
-            rc = c->mla ? load_mla(ld, i, &L->mla) : load_attn(ld, i, &L->attn);
-        else if (ling)
-            rc = load_ling_kda(ld, i, &L->kda);
-        else if (c->lin_kind == HY_LIN_MAMBA2)
-            rc = load_mamba(ld, i, &L->mamba);
-        else if (c->lin_kind == HY_LIN_KDA)
-            rc = load_kda(ld, i, &L->kda);
-        else if (c->lin_kind == HY_LIN_LIGHTNING)
-            rc = load_lightning(ld, i, &L->light);
+            rc = f->load->attention(ld, i, L);
         else
-            rc = load_gdn(ld, i, &L->gdn);
+            rc = HY_OK; /* HY_LAYER_MLP: no token mixer */
         if (rc) return rc;
-        if (c->layer_no_mlp[i]) {
+        if (c->layer_no_mlp[i])
             rc = HY_OK;
-        } else if (L->moe) {
-            rc = c->arch == HY_ARCH_MINIMAX       ? load_minimax_moe(ld, i, L)
-                 : c->arch == HY_ARCH_KIMI_LINEAR ? load_kimi_moe(ld, i, L)
-                 : c->arch == HY_ARCH_NEMOTRON_H  ? load_nemotron_moe(ld, i, L)
-                 : ling                           ? load_ling_moe(ld, i, L)
-                                                  : load_moe(ld, i, L);
-        } else if (c->arch == HY_ARCH_NEMOTRON_H) {
-            snprintf(n, sizeof n, "layers.%d.mixer", i);
-            rc = load_relu2(ld, n, c->intermediate, H, c->mlp_bias, &L->mlp);
-        } else {
-            /* Kimi's dense layers: mlp. as released, block_sparse_moe. as saved */
-            snprintf(n, sizeof n, "layers.%d.%s", i,
-                     c->arch == HY_ARCH_KIMI_LINEAR &&
-                             has_fmt(ld, "layers.%d.block_sparse_moe.gate_proj.weight", i)
-                         ? "block_sparse_moe"
-                         : "mlp");
-            rc = load_mlp(ld, n, c->intermediate, &L->mlp);
-        }
+        else
+            rc = L->moe ? f->load->moe(ld, i, L) : f->load->mlp(ld, i, L);
         if (rc) return rc;
     }
     if ((rc = check_all_used(ld))) return rc;

@@ -25,6 +25,23 @@ static inline hy_la_tkind hy_lin_tkind(const hy_model_config *c)
     return hy_la_t_kind(hy_lin_family(c));
 }
 
+/* A family's row of model.c's table: what its checkpoints name the parts
+ * around the layers, and its layers' loaders (model.c's own). init.c writes
+ * generated checkpoints under the same names. */
+typedef struct hy_family {
+    const char *name;            /* for messages: "Qwen3-Next" */
+    const char *released_prefix; /* where released files keep the text model: "model.",
+                                    Nemotron-H's "backbone." (model. is read too) */
+    const char *embed;           /* the embedding, after the prefix */
+    const char *embed_released;  /* its released name when transformers' differs, or NULL */
+    const char *final_norm;      /* the norm before the LM head */
+    const char *attn_module; /* a full-attention layer's module: self_attn, Nemotron-H's mixer */
+    bool block_norm;         /* one norm per block (Nemotron-H), not one per sublayer */
+    bool zero_centred_norms; /* RMSNorm weights stored as w, applied as 1 + w (Qwen) */
+    const struct hy_family_loaders *load;
+} hy_family;
+const hy_family *hy_family_of(hy_arch a);
+
 /* An MLP from and to width D (the hidden size, or an expert's latent). */
 typedef struct hy_mlp_w {
     int inter;
@@ -298,15 +315,15 @@ struct hy_entry {
     int version;         /* the format it was read in; HY_ENTRY_VERSION when built */
     uint8_t model_fp[32];
     int n_layers;
-    int32_t *tokens; /* [n], the whole segment */
-    hy_head_rep *th; /* [n_layers][Hv]: each linear layer's heads' T */
-    hy_head_rep *sh; /* [n_layers][Hv]: their S(body|0) */
-    void **T, **S;   /* per linear layer: the bytes th's and sh's payloads point into
-                      * (owned; a view's point into its buffer) */
-    float **tail;    /* per linear layer: [K-1][conv_dim] */
-    void **K, **V;   /* per attention layer: [nb][Hkv][hd] in repr.kv, K canonical */
-    bool view;       /* the sections (tokens included) point into a buffer
-                      * the entry does not own (hy_entry_view) */
+    int32_t *tokens;       /* [n], the whole segment */
+    hy_head_rep *th;       /* [n_layers][Hv]: each linear layer's heads' T */
+    hy_head_rep *sh;       /* [n_layers][Hv]: their S(body|0) */
+    void **T, **S;         /* per linear layer: the bytes th's and sh's payloads point into
+                            * (owned; a view's point into its buffer) */
+    float **tail;          /* per linear layer: [K-1][conv_dim] */
+    void **K, **V;         /* per attention layer: [nb][Hkv][hd] in repr.kv, K canonical */
+    bool view;             /* the sections (tokens included) point into a buffer
+                            * the entry does not own (hy_entry_view) */
     hy_entry_arrival *arr; /* a view whose bytes still land (hy_entry_view_open) */
     hy_capture *pending;   /* built inline, not finished (hy_request.defer_builds) */
 };
