@@ -131,7 +131,7 @@ hy_rpc_code h_deliver_bytes(rq *r, uint64_t id, uint64_t offset, const void *p, 
                             Hypic__V1__Delivery *d);
 typedef struct h_tp_stats {
     Hypic__V1__TransportStats pb;
-    Hypic__V1__TransportKindStats kinds[3], *kp[3];
+    Hypic__V1__TransportKindStats kinds[HY_TP_KINDS - 1], *kp[HY_TP_KINDS - 1];
     hy_tp_stats st;
 } h_tp_stats;
 void h_transport_stats(hy_svc *s, h_tp_stats *o);

@@ -81,6 +81,21 @@ hy_rpc_code do_open_transport(rq *r, const ProtobufCMessage *req)
                           i, o->rdma->gid.len);
         offers[i] = (hy_tp_offer){.kind = (hy_tp_kind)o->kind, .capacity = o->capacity};
         if (o->kind == HYPIC__V1__TRANSPORT__TRANSPORT_RDMA) peer_from_pb(o->rdma, &offers[i].rdma);
+        if (o->kind == HYPIC__V1__TRANSPORT__TRANSPORT_CUDA_IPC) {
+            const Hypic__V1__CudaIpcPeer *p = o->cuda_ipc;
+            if (!p || p->handle.len != HY_TP_CUDA_HANDLE_BYTES)
+                return h_fail(r, HY_RPC_INVALID_ARGUMENT,
+                              "field 'offers[%zu].cuda_ipc.handle': %zu bytes, want %d", i,
+                              p ? p->handle.len : 0, HY_TP_CUDA_HANDLE_BYTES);
+            if (strlen(p->pci_bus_id) >= sizeof offers[i].cuda.pci_bus_id)
+                return h_fail(r, HY_RPC_INVALID_ARGUMENT,
+                              "field 'offers[%zu].cuda_ipc.pci_bus_id': %zu characters, over %zu",
+                              i, strlen(p->pci_bus_id), sizeof offers[i].cuda.pci_bus_id - 1);
+            memcpy(offers[i].cuda.handle, p->handle.data, HY_TP_CUDA_HANDLE_BYTES);
+            snprintf(offers[i].cuda.pci_bus_id, sizeof offers[i].cuda.pci_bus_id, "%s",
+                     p->pci_bus_id);
+            offers[i].cuda.offset = p->offset;
+        }
     }
     hy_tp_accept a;
     hy_err e = {0};
@@ -91,7 +106,8 @@ hy_rpc_code do_open_transport(rq *r, const ProtobufCMessage *req)
     Hypic__V1__RdmaPeer rp = HYPIC__V1__RDMA_PEER__INIT;
     resp.kind = pb_kind(a.kind);
     resp.session = a.session;
-    if (a.kind != HY_TP_RDMA) resp.secret = (ProtobufCBinaryData){sizeof a.secret, a.secret};
+    if (a.kind != HY_TP_RDMA && a.kind != HY_TP_CUDA_IPC)
+        resp.secret = (ProtobufCBinaryData){sizeof a.secret, a.secret};
     resp.tcp_port = a.kind == HY_TP_TCP ? (uint32_t)a.tcp_port : 0;
     resp.shm_socket = a.shm_path;
     resp.passed_over = a.passed_over;
@@ -263,7 +279,9 @@ void h_transport_stats(hy_svc *s, h_tp_stats *o)
     o->pb.rdma_status = o->st.rdma_why;
     o->pb.tcp_port = (uint32_t)o->st.tcp_port;
     o->pb.shm_socket = s->tp_shm_path;
-    for (int k = HY_TP_TCP; k <= HY_TP_RDMA; k++) {
+    o->pb.cuda_ipc_available = o->st.cuda_available;
+    o->pb.cuda_ipc_status = o->st.cuda_why;
+    for (int k = HY_TP_TCP; k < HY_TP_KINDS; k++) {
         Hypic__V1__TransportKindStats ki = HYPIC__V1__TRANSPORT_KIND_STATS__INIT;
         o->kinds[k - 1] = ki;
         o->kinds[k - 1].kind = pb_kind((hy_tp_kind)k);
@@ -273,6 +291,6 @@ void h_transport_stats(hy_svc *s, h_tp_stats *o)
         o->kinds[k - 1].failures = o->st.failures[k];
         o->kp[k - 1] = &o->kinds[k - 1];
     }
-    o->pb.n_kinds = 3;
+    o->pb.n_kinds = HY_TP_KINDS - 1;
     o->pb.kinds = o->kp;
 }

@@ -116,7 +116,7 @@ void svc_metrics_render(void *app, hy_strbuf *b)
         for (size_t f = 0; f < sizeof k_fam / sizeof k_fam[0]; f++) {
             hy_prom_family(b, k_fam[f].name, "counter", k_fam[f].help);
             const uint64_t *v = (const uint64_t *)((const char *)&ts + k_fam[f].off);
-            for (int k = HY_TP_TCP; k <= HY_TP_RDMA; k++) {
+            for (int k = HY_TP_TCP; k < HY_TP_KINDS; k++) {
                 snprintf(lab, sizeof lab, "transport=\"%s\"", hy_tp_kind_name((hy_tp_kind)k));
                 hy_prom_u64(b, k_fam[f].name, lab, v[k]);
             }

@@ -413,9 +413,26 @@ static void print_state(const Hypic__V1__Delivery *d, const hyc_session *ss, con
  * the reply's; --json prints it). */
 static int write_state(const char *path, const hyc_session *ss, const Hypic__V1__Delivery *d)
 {
+    /* a state in GPU memory (cuda_ipc) is read back first */
+    uint8_t *host = NULL;
+    const uint8_t *src = hyc_session_buffer(ss) + d->offset;
+    if (hyc_session_on_device(ss)) {
+        hyc_status st;
+        if (!(host = malloc(d->bytes ? d->bytes : 1)))
+            return ctl_error("--state-out %s: out of memory", path);
+        if (hyc_session_read(ss, d->offset, host, d->bytes, &st)) {
+            free(host);
+            return ctl_fail(&st);
+        }
+        src = host;
+    }
     FILE *f = fopen(path, "wb");
-    if (!f) return ctl_error("--state-out %s: %s", path, strerror(errno));
-    size_t n = fwrite(hyc_session_buffer(ss) + d->offset, 1, d->bytes, f);
+    if (!f) {
+        free(host);
+        return ctl_error("--state-out %s: %s", path, strerror(errno));
+    }
+    size_t n = fwrite(src, 1, d->bytes, f);
+    free(host);
     if (fclose(f) != 0 || n != d->bytes) return ctl_error("--state-out %s: short write", path);
     return CTL_OK;
 }
@@ -509,7 +526,10 @@ int ctl_prefill(ctl *x, int argc, char **argv)
     hyc_status st;
     if (rc) {
         /* (printed) */
-    } else if (want_state && hyc_session_open(c, transport, state_buf, &ss, &st)) {
+    } else if (want_state &&
+               (transport && strstr(transport, "cuda_ipc")
+                    ? hyc_session_open_cuda(c, transport, -1, NULL, state_buf, &ss, &st)
+                    : hyc_session_open(c, transport, state_buf, &ss, &st))) {
         rc = ctl_fail(&st);
     } else if (want_state ? hyc_prefill_state(c, ss, 0, &rq, &r, &st)
                           : hyc_prefill(c, &rq, &r, &st)) {

@@ -208,6 +208,7 @@ static void print_status(const Hypic__V1__HealthResponse *h, const Hypic__V1__St
            tp->rdma_available ? tp->rdma_status : "unavailable",
            (unsigned long long)tp->open_sessions, (unsigned long long)tp->fallbacks);
     if (!tp->rdma_available) printf("  rdma: %s\n", tp->rdma_status);
+    printf("  cuda_ipc: %s\n", tp->cuda_ipc_status[0] ? tp->cuda_ipc_status : "unknown");
     static const char *const khdr[] = {"TRANSPORT", "OPENED", "TRANSFERS", "BYTES", "FAILURES"};
     ctl_table *k = ctl_table_new(5, khdr);
     for (size_t i = 0; i < tp->n_kinds; i++) {

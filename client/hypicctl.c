@@ -129,7 +129,8 @@ static const command commands[] = {
      "                        [--mode full|prefix|pic|noseam|naive] [--seam W] [--top-k K]\n"
      "                        [--max-new N] [--ids] [--dtype f32|bf16]\n"
      "                        [--reuse auto|fetch|recompute]\n"
-     "                        [--return-state] [--transport shm,tcp,rdma] [--state-buffer BYTES]\n"
+     "                        [--return-state] [--transport shm,tcp,rdma,cuda_ipc]\n"
+     "                        [--state-buffer BYTES]\n"
      "                        [--state-out FILE]\n"
      "Prefills [segments..., query] reusing cached segments: the first token's top candidates\n"
      "with probabilities, the greedy continuation, each segment's outcome (hit, miss,\n"
@@ -141,7 +142,9 @@ static const command commands[] = {
      "64 MiB) over the first transport of --transport the server can serve (default\n"
      "rdma,shm,tcp; rdma when this machine has a device, shm when the server is on this host);\n"
      "it prints the transport, the size and the time; --state-out writes the bytes to FILE\n"
-     "(their layout: --json, field state.tensors; docs/transports.md).\n"},
+     "(their layout: --json, field state.tensors; docs/transports.md). cuda_ipc, named in\n"
+     "--transport, delivers into a buffer on this process's current GPU (the daemon on this\n"
+     "node copies into it); --state-out then reads it back.\n"},
     {"bench", ctl_bench, "bench", "load: closed loop (--clients) or open loop (--rate)",
      "usage: hypicctl bench [--method lookup|prefill] [--clients N] [--rate R] [--duration S]\n"
      "                      (--segment FILE... | --random N --tokens L) [--seed S]\n"

@@ -5,8 +5,9 @@
  *
  * An RDMA offer needs this machine's queue pair and registered buffer before
  * OpenTransport is sent, so they are made first (when there is a device) and
- * dropped again if the server takes another offer. TCP and shm buffers are
- * made by their receivers when the session attaches.
+ * dropped again if the server takes another offer; so is a CUDA IPC offer's
+ * exported GPU buffer. TCP and shm buffers are made by their receivers when
+ * the session attaches.
  */
 #include "client_internal.h"
 #include "hy_transport.h"
@@ -25,6 +26,8 @@ struct hyc_session {
     hy_tp_receiver *rx;
     hy_tp_rdma *rdma; /* RDMA: the device, and the buffer it registered */
     void *rdma_buf;
+    hy_tp_cuda *cuda;        /* CUDA IPC: the runtime, and the exported buffer's receiver */
+    hy_tp_receiver *cuda_rx; /* (until the server takes the offer: then rx) */
     uint64_t capacity;
     char passed_over[384];
 };
@@ -51,7 +54,7 @@ static int parse_kinds(const char *list, hy_tp_kind *kinds, int *n, hyc_status *
         hy_tp_kind k = hy_tp_kind_parse(t);
         if (k == HY_TP_NONE)
             return status_set(st, HYC_INVALID_ARGUMENT,
-                              "client: transport '%s' is not tcp, shm or rdma", t);
+                              "client: transport '%s' is not tcp, shm, rdma or cuda_ipc", t);
         for (int i = 0; i < *n; i++)
             if (kinds[i] == k)
                 return status_set(st, HYC_INVALID_ARGUMENT, "client: transport %s given twice", t);
@@ -64,6 +67,8 @@ static int parse_kinds(const char *list, hy_tp_kind *kinds, int *n, hyc_status *
 static void session_free(hyc_session *s)
 {
     hy_tp_receiver_free(s->rx);
+    hy_tp_receiver_free(s->cuda_rx);
+    hy_tp_cuda_close(s->cuda);
     if (s->rdma_buf) munmap(s->rdma_buf, s->capacity);
     if (s->rdma) hy_tp_rdma_close(s->rdma);
     free(s);
@@ -93,6 +98,28 @@ static bool rdma_prepare(hyc_session *s, Hypic__V1__RdmaPeer *pb, hy_tp_rdma_pee
     return true;
 }
 
+/* The CUDA IPC half of an offer: the runtime, the buffer exported (the
+ * caller's, or allocated on `device`). false (nothing kept) when this
+ * process cannot. */
+static bool cuda_prepare(hyc_session *s, int device, void *buf, Hypic__V1__CudaIpcPeer *pb,
+                         hy_tp_cuda_peer *self)
+{
+    hy_err e = {0};
+    if (hy_tp_cuda_open(&s->cuda, &e) ||
+        hy_tp_cuda_receiver_new(s->cuda, device, buf, s->capacity, self, &s->cuda_rx, &e)) {
+        size_t pl = strlen(s->passed_over);
+        snprintf(s->passed_over + pl, sizeof s->passed_over - pl,
+                 "%scuda_ipc (this client: %.300s)", pl ? "; " : "", e.msg);
+        hy_tp_cuda_close(s->cuda);
+        s->cuda = NULL;
+        return false;
+    }
+    pb->handle = (ProtobufCBinaryData){sizeof self->handle, self->handle};
+    pb->pci_bus_id = self->pci_bus_id;
+    pb->offset = self->offset;
+    return true;
+}
+
 /* Whether a target host is this one: loopback names and addresses, or this
  * machine's own name. */
 static bool local_host(const char *h)
@@ -103,11 +130,11 @@ static bool local_host(const char *h)
            (me[0] && !strcmp(h, me));
 }
 
-int hyc_session_open(hyc *c, const char *kinds_list, uint64_t capacity, hyc_session **out,
-                     hyc_status *st)
+static int session_open(hyc *c, const char *kinds_list, uint64_t capacity, int cuda_device,
+                        void *cuda_buf, hyc_session **out, hyc_status *st)
 {
     *out = NULL;
-    hy_tp_kind kinds[3];
+    hy_tp_kind kinds[HY_TP_KINDS - 1];
     int nk;
     if (parse_kinds(kinds_list, kinds, &nk, st)) return st->code;
     if (capacity == 0)
@@ -116,12 +143,16 @@ int hyc_session_open(hyc *c, const char *kinds_list, uint64_t capacity, hyc_sess
     if (!s) return status_set(st, HYC_INTERNAL, "client: out of memory");
     s->c = c;
     s->capacity = capacity;
-    Hypic__V1__TransportOffer of[3], *ofp[3];
+    Hypic__V1__TransportOffer of[HY_TP_KINDS - 1], *ofp[HY_TP_KINDS - 1];
     Hypic__V1__RdmaPeer rp = HYPIC__V1__RDMA_PEER__INIT;
+    Hypic__V1__CudaIpcPeer cp = HYPIC__V1__CUDA_IPC_PEER__INIT;
     hy_tp_rdma_peer self;
+    hy_tp_cuda_peer cself;
     size_t n = 0;
     for (int i = 0; i < nk; i++) {
         if (kinds[i] == HY_TP_RDMA && !rdma_prepare(s, &rp, &self)) continue;
+        if (kinds[i] == HY_TP_CUDA_IPC && !cuda_prepare(s, cuda_device, cuda_buf, &cp, &cself))
+            continue;
         if (kinds[i] == HY_TP_SHM && !local_host(c->host)) {
             size_t pl = strlen(s->passed_over);
             snprintf(s->passed_over + pl, sizeof s->passed_over - pl,
@@ -133,6 +164,7 @@ int hyc_session_open(hyc *c, const char *kinds_list, uint64_t capacity, hyc_sess
         of[n].kind = (Hypic__V1__Transport)kinds[i];
         of[n].capacity = capacity;
         if (kinds[i] == HY_TP_RDMA) of[n].rdma = &rp;
+        if (kinds[i] == HY_TP_CUDA_IPC) of[n].cuda_ipc = &cp;
         ofp[n] = &of[n];
         n++;
     }
@@ -161,7 +193,17 @@ int hyc_session_open(hyc *c, const char *kinds_list, uint64_t capacity, hyc_sess
         hy_tp_receiver_free(s->rx);
         s->rx = NULL;
     }
-    if (s->kind == HY_TP_TCP) {
+    if (s->kind == HY_TP_CUDA_IPC && s->cuda_rx) { /* nothing to attach: the reply completes */
+        s->rx = s->cuda_rx;
+        s->cuda_rx = NULL;
+    } else { /* the CUDA IPC half was not taken */
+        hy_tp_receiver_free(s->cuda_rx);
+        s->cuda_rx = NULL;
+    }
+    if (s->kind == HY_TP_CUDA_IPC) {
+        if (!s->rx)
+            rc = hy_err_set(&e, HY_EFORMAT, "the server took cuda_ipc, which was not offered");
+    } else if (s->kind == HY_TP_TCP) {
         rc = hy_tp_tcp_receiver_open(c->host, (int)a->tcp_port, a->session, a->secret.data,
                                      capacity, &s->rx, &e);
     } else if (s->kind == HY_TP_SHM) {
@@ -178,7 +220,8 @@ int hyc_session_open(hyc *c, const char *kinds_list, uint64_t capacity, hyc_sess
         rc = hy_err_set(&e, HY_EFORMAT, "the server took transport %d, which was not offered",
                         (int)a->kind);
     }
-    bool secret_ok = s->kind == HY_TP_RDMA || a->secret.len == HY_TP_SECRET_BYTES;
+    bool secret_ok =
+        s->kind == HY_TP_RDMA || s->kind == HY_TP_CUDA_IPC || a->secret.len == HY_TP_SECRET_BYTES;
     hyc_free(a);
     if (rc || !secret_ok) {
         status_set(st, HYC_UNAVAILABLE, "client: attaching transport session %llu (%s): %s",
@@ -188,6 +231,44 @@ int hyc_session_open(hyc *c, const char *kinds_list, uint64_t capacity, hyc_sess
         return st->code;
     }
     *out = s;
+    return status_ok(st);
+}
+
+int hyc_session_open(hyc *c, const char *kinds_list, uint64_t capacity, hyc_session **out,
+                     hyc_status *st)
+{
+    if (kinds_list && strstr(kinds_list, "cuda_ipc"))
+        return status_set(st, HYC_INVALID_ARGUMENT,
+                          "client: cuda_ipc delivers into GPU memory: open it with "
+                          "hyc_session_open_cuda");
+    return session_open(c, kinds_list, capacity, -1, NULL, out, st);
+}
+
+int hyc_session_open_cuda(hyc *c, const char *kinds_list, int device, void *buf, uint64_t capacity,
+                          hyc_session **out, hyc_status *st)
+{
+    return session_open(c, kinds_list ? kinds_list : "cuda_ipc,shm,tcp", capacity, device, buf, out,
+                        st);
+}
+
+bool hyc_session_on_device(const hyc_session *s)
+{
+    return s->kind == HY_TP_CUDA_IPC;
+}
+
+int hyc_session_read(const hyc_session *s, uint64_t off, void *dst, size_t n, hyc_status *st)
+{
+    if (off > s->capacity || n > s->capacity - off)
+        return status_set(st, HYC_INVALID_ARGUMENT,
+                          "client: %zu bytes at %llu pass the session's buffer of %llu", n,
+                          (unsigned long long)off, (unsigned long long)s->capacity);
+    if (s->kind != HY_TP_CUDA_IPC) {
+        memcpy(dst, s->rx->buf + off, n);
+        return status_ok(st);
+    }
+    hy_err e = {0};
+    if (hy_tp_cuda_receiver_read(s->rx, off, dst, n, &e))
+        return status_set(st, HYC_INTERNAL, "client: %s", e.msg);
     return status_ok(st);
 }
 

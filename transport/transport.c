@@ -10,7 +10,8 @@
 #include <string.h>
 #include <time.h>
 
-static const char *const kind_names[] = {"none", "tcp", "shm", "rdma"};
+static const char *const kind_names[] = {"none", "tcp", "shm", "rdma", "cuda_ipc"};
+_Static_assert(sizeof kind_names / sizeof kind_names[0] == HY_TP_KINDS, "a name per kind");
 
 const char *hy_tp_kind_name(hy_tp_kind k)
 {

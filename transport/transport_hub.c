@@ -67,6 +67,9 @@ struct hy_tp_hub {
     bool tcp_started, unix_started, stopping;
     int attaching; /* attach threads running, under mu (hub_stop waits for 0) */
     hy_tp_rdma *rdma;
+    /* CUDA IPC: the runtime, loaded at the first cuda_ipc offer (cuda_tried) */
+    hy_tp_cuda *cuda;
+    bool cuda_tried;
 };
 
 static session *find(hy_tp_hub *h, uint64_t id)
@@ -411,6 +414,7 @@ int hy_tp_hub_start(const hy_tp_hub_config *cfg, hy_tp_hub **out, hy_err *err)
         }
     } else
         snprintf(h->st.rdma_why, sizeof h->st.rdma_why, "off (transport.rdma: off)");
+    snprintf(h->st.cuda_why, sizeof h->st.cuda_why, "not asked yet: no cuda_ipc offer so far");
     if (!rc) rc = bind_tcp(h, err);
     if (!rc && h->shm_path[0]) rc = bind_unix(h, err);
     if (!rc) rc = start_listener(h, HY_TP_TCP, err);
@@ -444,6 +448,7 @@ void hy_tp_hub_stop(hy_tp_hub *h)
         drop(h, h->sessions); /* the daemon's workers are stopped: nothing is BUSY */
     pthread_mutex_unlock(&h->mu);
     if (h->rdma) hy_tp_rdma_close(h->rdma);
+    hy_tp_cuda_close(h->cuda);
     pthread_mutex_destroy(&h->mu);
     pthread_cond_destroy(&h->cv);
     free(h);
@@ -492,16 +497,44 @@ static void passed(char *buf, size_t cap, hy_tp_kind k, const char *why)
         snprintf(buf + n, cap - n, "%s%s (%.160s)", n ? "; " : "", hy_tp_kind_name(k), why);
 }
 
+/* The CUDA runtime, loaded at the first cuda_ipc offer (NULL when there is
+ * none; st.cuda_why says why, once). */
+static hy_tp_cuda *cuda_runtime(hy_tp_hub *h)
+{
+    pthread_mutex_lock(&h->mu);
+    if (!h->cuda_tried) {
+        h->cuda_tried = true;
+        hy_err e = {0};
+        if (hy_tp_cuda_open(&h->cuda, &e) == 0) {
+            h->st.cuda_available = true;
+            snprintf(h->st.cuda_why, sizeof h->st.cuda_why, "%d CUDA device%s",
+                     hy_tp_cuda_devices(h->cuda), hy_tp_cuda_devices(h->cuda) == 1 ? "" : "s");
+            hy_log(HY_LOG_INFO, "transport: cuda_ipc on %s", h->st.cuda_why);
+        } else {
+            snprintf(h->st.cuda_why, sizeof h->st.cuda_why, "%.250s", e.msg);
+            hy_log(HY_LOG_WARN,
+                   "transport: cuda_ipc unavailable (%s); clients that offer it get their next "
+                   "offer",
+                   e.msg);
+        }
+    }
+    hy_tp_cuda *c = h->cuda;
+    pthread_mutex_unlock(&h->mu);
+    return c;
+}
+
 int hy_tp_hub_open(hy_tp_hub *h, const char *tenant, const hy_tp_offer *offers, size_t n,
                    hy_tp_accept *acc, hy_err *err)
 {
     memset(acc, 0, sizeof *acc);
-    if (n == 0) return hy_err_set(err, HY_EINVAL, "offers: none (offer tcp, shm or rdma)");
+    if (n == 0)
+        return hy_err_set(err, HY_EINVAL, "offers: none (offer tcp, shm, rdma or cuda_ipc)");
     unsigned seen = 0;
     for (size_t i = 0; i < n; i++) {
         const hy_tp_offer *o = &offers[i];
         if (!hy_tp_kind_name(o->kind) || o->kind == HY_TP_NONE)
-            return hy_err_set(err, HY_EINVAL, "offers[%zu].kind: %d is not tcp, shm or rdma", i,
+            return hy_err_set(err, HY_EINVAL,
+                              "offers[%zu].kind: %d is not tcp, shm, rdma or cuda_ipc", i,
                               (int)o->kind);
         if (seen & 1u << o->kind)
             return hy_err_set(err, HY_EINVAL, "offers[%zu]: %s is offered twice", i,
@@ -514,6 +547,13 @@ int hy_tp_hub_open(hy_tp_hub *h, const char *tenant, const hy_tp_offer *offers, 
                               "(%llu)",
                               i, (unsigned long long)o->capacity,
                               (unsigned long long)h->cfg.max_buffer);
+        if (o->kind == HY_TP_CUDA_IPC) {
+            int rc = hy_tp_cuda_peer_check(&o->cuda, o->capacity, err);
+            if (rc) {
+                hy_err_prefix(err, "offers[%zu].cuda_ipc", i);
+                return rc;
+            }
+        }
         if (o->kind == HY_TP_RDMA) {
             int rc = hy_tp_rdma_peer_check(&o->rdma, true, err);
             if (rc) {
@@ -554,6 +594,14 @@ int hy_tp_hub_open(hy_tp_hub *h, const char *tenant, const hy_tp_offer *offers, 
                 passed(acc->passed_over, sizeof acc->passed_over, o->kind, e.msg);
                 rdma_passed = true;
             }
+        } else if (o->kind == HY_TP_CUDA_IPC) {
+            hy_tp_cuda *c = cuda_runtime(h);
+            if (!c)
+                passed(acc->passed_over, sizeof acc->passed_over, o->kind, h->st.cuda_why);
+            else if (hy_tp_cuda_sender_new(c, &o->cuda, o->capacity, &snd, &e) == 0)
+                take = o;
+            else
+                passed(acc->passed_over, sizeof acc->passed_over, o->kind, e.msg);
         } else if (o->kind == HY_TP_SHM && !h->shm_path[0])
             passed(acc->passed_over, sizeof acc->passed_over, o->kind,
                    "off: transport.shm_socket is empty");
@@ -572,7 +620,7 @@ int hy_tp_hub_open(hy_tp_hub *h, const char *tenant, const hy_tp_offer *offers, 
     s->kind = take->kind;
     s->capacity = take->capacity;
     s->opened_ns = hy_now_ns();
-    if (take->kind != HY_TP_RDMA &&
+    if (take->kind != HY_TP_RDMA && take->kind != HY_TP_CUDA_IPC &&
         getrandom(s->secret, sizeof s->secret, 0) != (ssize_t)sizeof s->secret) {
         free(s);
         return hy_err_set(err, HY_EIO, "transport: getrandom: %s", strerror(errno));

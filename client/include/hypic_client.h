@@ -198,15 +198,33 @@ typedef struct hyc_session hyc_session;
  * machine has a device (else it is left out of the offer), shm only when the
  * server is on this host (it answers with its socket; a connect that fails is
  * an error). Then attaches. INVALID_ARGUMENT for a kind that is not tcp, shm
- * or rdma; the server's status when it serves none of them (e.g.
+ * or rdma (cuda_ipc: hyc_session_open_cuda); the server's status when it serves none of them (e.g.
  * FAILED_PRECONDITION naming why for each); UNAVAILABLE when the attach
  * fails. */
 int hyc_session_open(hyc *c, const char *kinds, uint64_t capacity, hyc_session **out,
                      hyc_status *st);
+/* A session that may deliver into GPU memory on the daemon's node: kinds
+ * may include "cuda_ipc" (NULL: "cuda_ipc,shm,tcp"), whose buffer is buf —
+ * device memory of capacity bytes on CUDA device `device` of this process
+ * (< 0: the current one) — or, buf NULL, allocated there and freed with the
+ * session. The offer carries cudaIpcGetMemHandle's handle, the GPU's PCI bus
+ * id and the buffer's offset in its allocation; the daemon copies into it
+ * and synchronises before it replies, so an OK reply is the delivery. The
+ * CUDA runtime is loaded when asked (this library does not link it): a
+ * process without one, or a daemon without the GPU, passes cuda_ipc over
+ * for the next offer, saying why (hyc_session_passed_over). When the server
+ * takes cuda_ipc, hyc_session_on_device is true and hyc_session_buffer is the
+ * device pointer. */
+int hyc_session_open_cuda(hyc *c, const char *kinds, int device, void *buf, uint64_t capacity,
+                          hyc_session **out, hyc_status *st);
+bool hyc_session_on_device(const hyc_session *s);
+/* Copies n bytes at off of the session's buffer into host memory dst (from
+ * the GPU when the buffer is device memory). */
+int hyc_session_read(const hyc_session *s, uint64_t off, void *dst, size_t n, hyc_status *st);
 /* CloseTransport, then the buffer and the connection go. NULL: no-op. */
 void hyc_session_close(hyc_session *s);
 uint64_t hyc_session_id(const hyc_session *s);
-const char *hyc_session_kind(const hyc_session *s);        /* "tcp", "shm" or "rdma" */
+const char *hyc_session_kind(const hyc_session *s);        /* "tcp", "shm", "rdma" or "cuda_ipc" */
 const char *hyc_session_passed_over(const hyc_session *s); /* why earlier offers were not taken */
 uint8_t *hyc_session_buffer(const hyc_session *s);
 uint64_t hyc_session_capacity(const hyc_session *s);

@@ -9,7 +9,11 @@
  * serving: return_state without a session, a session that is not the
  * caller's or not there, an offset past the buffer, a session whose client
  * vanished; an RDMA offer on a machine without a device falls back to the
- * next offer and is counted.
+ * next offer and is counted. CUDA IPC: a malformed offer is refused naming
+ * its field; an offer the daemon cannot open (no runtime, no device, or a
+ * handle that is not the client's) falls back to the next one saying why;
+ * and with a GPU, the state lands in the client's device buffer (the daemon
+ * and this test being the two processes) and equals the reference.
  */
 #include "hy_model.h"
 #include "hy_transport.h"
@@ -315,7 +319,7 @@ static void test_rdma_fallback(void)
     CU_ASSERT_EQUAL_FATAL(hyc_stats(g_c, &sq, &s1, &st), 0);
     CU_ASSERT_EQUAL(s1->transport->fallbacks,
                     s0->transport->fallbacks + 1); /* a refusal is not one */
-    CU_ASSERT(s1->transport->n_kinds == 3 && s1->transport->kinds[0]->transfers > 0);
+    CU_ASSERT(s1->transport->n_kinds == HY_TP_KINDS - 1 && s1->transport->kinds[0]->transfers > 0);
     CU_ASSERT(hy_daemon_log_has(&g_d, "rdma unavailable"));
     /* and in /metrics */
     char cmd[1200];
@@ -327,6 +331,119 @@ static void test_rdma_fallback(void)
     CU_ASSERT_EQUAL(system(cmd), 0);
     hyc_free(s0);
     hyc_free(s1);
+}
+
+/* OpenTransport with one cuda_ipc offer (handle of hlen bytes, filled with
+ * fill) and a tcp one after it: the status, and the response when OK. */
+static int open_cuda_offer(size_t hlen, uint8_t fill, const char *bus, bool then_tcp,
+                           Hypic__V1__OpenTransportResponse **a, hyc_status *st)
+{
+    uint8_t handle[80];
+    memset(handle, fill, sizeof handle);
+    Hypic__V1__CudaIpcPeer cp = HYPIC__V1__CUDA_IPC_PEER__INIT;
+    cp.handle = (ProtobufCBinaryData){hlen, handle};
+    cp.pci_bus_id = (char *)bus;
+    Hypic__V1__TransportOffer of[2] = {HYPIC__V1__TRANSPORT_OFFER__INIT,
+                                       HYPIC__V1__TRANSPORT_OFFER__INIT};
+    Hypic__V1__TransportOffer *ofp[2] = {&of[0], &of[1]};
+    of[0].kind = HYPIC__V1__TRANSPORT__TRANSPORT_CUDA_IPC, of[0].capacity = 4096;
+    of[0].cuda_ipc = &cp;
+    of[1].kind = HYPIC__V1__TRANSPORT__TRANSPORT_TCP, of[1].capacity = 4096;
+    Hypic__V1__OpenTransportRequest oq = HYPIC__V1__OPEN_TRANSPORT_REQUEST__INIT;
+    oq.n_offers = then_tcp ? 2 : 1;
+    oq.offers = ofp;
+    *a = NULL;
+    return hyc_open_transport(g_c, &oq, a, st);
+}
+
+static void close_session(uint64_t id)
+{
+    hyc_status st;
+    Hypic__V1__CloseTransportRequest cq = HYPIC__V1__CLOSE_TRANSPORT_REQUEST__INIT;
+    cq.session = id;
+    Hypic__V1__CloseTransportResponse *cr = NULL;
+    CU_ASSERT_EQUAL(hyc_close_transport(g_c, &cq, &cr, &st), 0);
+    hyc_free(cr);
+}
+
+/* Malformed cuda_ipc offers are refused naming the field; a well-formed one
+ * whose handle the daemon cannot open (no runtime or device here; on a GPU
+ * machine a handle no process exported) falls back to tcp and says why. */
+static void test_cuda_ipc_offers(void)
+{
+    hyc_status st;
+    Hypic__V1__OpenTransportResponse *a = NULL;
+    CU_ASSERT_EQUAL(open_cuda_offer(10, 7, "0000:3b:00.0", true, &a, &st), HYC_INVALID_ARGUMENT);
+    CU_ASSERT(strstr(st.msg, "offers[0].cuda_ipc.handle") != NULL);
+    CU_ASSERT_EQUAL(open_cuda_offer(64, 0, "0000:3b:00.0", true, &a, &st), HYC_INVALID_ARGUMENT);
+    CU_ASSERT(strstr(st.msg, "all zero") != NULL);
+    CU_ASSERT_EQUAL(open_cuda_offer(64, 7, "gpu0", true, &a, &st), HYC_INVALID_ARGUMENT);
+    CU_ASSERT(strstr(st.msg, "pci_bus_id") != NULL);
+    CU_ASSERT_EQUAL_FATAL(open_cuda_offer(64, 7, "0000:3b:00.0", true, &a, &st), 0);
+    CU_ASSERT_EQUAL(a->kind, HYPIC__V1__TRANSPORT__TRANSPORT_TCP);
+    CU_ASSERT(strstr(a->passed_over, "cuda_ipc (") != NULL);
+    printf("\n  passed over: %s\n", a->passed_over);
+    close_session(a->session);
+    hyc_free(a);
+    /* alone, nothing can be served */
+    CU_ASSERT_EQUAL(open_cuda_offer(64, 7, "0000:3b:00.0", false, &a, &st),
+                    HYC_FAILED_PRECONDITION);
+    CU_ASSERT(strstr(st.msg, "cuda_ipc") != NULL);
+    Hypic__V1__StatsRequest sq = HYPIC__V1__STATS_REQUEST__INIT;
+    Hypic__V1__StatsResponse *s1 = NULL;
+    CU_ASSERT_EQUAL_FATAL(hyc_stats(g_c, &sq, &s1, &st), 0);
+    CU_ASSERT(strstr(s1->transport->cuda_ipc_status, "not asked") == NULL);
+    printf("  cuda_ipc status: %s\n", s1->transport->cuda_ipc_status);
+    hyc_free(s1);
+}
+
+/* The C client's cuda_ipc session: asked of hyc_session_open it is refused
+ * (its buffer is device memory); hyc_session_open_cuda offers it and, on a
+ * machine with a GPU, the state lands in the device buffer and reads back
+ * equal to the reference — else the offer is left out, saying why, and the
+ * next one serves. */
+static void test_cuda_ipc_session(void)
+{
+    hyc_status st;
+    hyc_session *ss = NULL;
+    CU_ASSERT_EQUAL(hyc_session_open(g_c, "cuda_ipc,tcp", 1u << 20, &ss, &st),
+                    HYC_INVALID_ARGUMENT);
+    CU_ASSERT(strstr(st.msg, "hyc_session_open_cuda") != NULL);
+    CU_ASSERT_EQUAL_FATAL(hyc_session_open_cuda(g_c, "cuda_ipc,tcp", -1, NULL, 64u << 20, &ss, &st),
+                          0);
+    if (!hyc_session_on_device(ss)) {
+        printf("\n  cuda_ipc delivery skipped: no CUDA device for this process (%s)\n",
+               hyc_session_passed_over(ss));
+        CU_ASSERT_STRING_EQUAL(hyc_session_kind(ss), "tcp");
+        CU_ASSERT(strstr(hyc_session_passed_over(ss), "cuda_ipc (this client: ") != NULL);
+        hyc_session_close(ss);
+        return;
+    }
+    CU_ASSERT_STRING_EQUAL(hyc_session_kind(ss), "cuda_ipc");
+    segs s = {0};
+    segs_doc(&s, 0, 300);
+    segs_doc(&s, 1, 120);
+    Hypic__V1__PrefillRequest rq;
+    request(&s, &rq, HYPIC__V1__MODE__MODE_FULL);
+    Hypic__V1__PrefillResponse *r = NULL;
+    int rc = hyc_prefill_state(g_c, ss, 512, &rq, &r, &st);
+    if (rc) printf("\n  prefill_state over cuda_ipc: %s\n", st.msg);
+    CU_ASSERT_EQUAL_FATAL(rc, 0);
+    CU_ASSERT_EQUAL((int)r->state->transport, HY_TP_CUDA_IPC);
+    uint8_t *host = calloc(1, 512 + r->state->bytes);
+    CU_ASSERT_EQUAL_FATAL(hyc_session_read(ss, 512, host + 512, r->state->bytes, &st), 0);
+    hy_model *m;
+    hy_exec *x;
+    hy_state *ref = reference_state(&s, &m, &x);
+    check_state(r->state, host, ref, hy_model_cfg(m));
+    printf("\n  cuda_ipc: %llu bytes into device memory in %.3f ms\n",
+           (unsigned long long)r->state->bytes, r->state->transfer_ms);
+    free(host);
+    hyc_free(r);
+    hy_state_free(ref);
+    hy_exec_free(x);
+    hy_model_close(m);
+    hyc_session_close(ss);
 }
 
 /* transport.rdma: required on a machine without a device: the daemon refuses
@@ -370,6 +487,8 @@ int main(void)
         {"a client that vanishes", test_client_vanishes},
         {"rdma offer without a device: fallback, counted", test_rdma_fallback},
         {"rdma required without a device: no start", test_rdma_required},
+        {"cuda_ipc offers: refusals, fallback", test_cuda_ipc_offers},
+        {"cuda_ipc session: the state in device memory", test_cuda_ipc_session},
         {NULL, NULL},
     };
     int rc = hy_test_main("state_delivery", cases);

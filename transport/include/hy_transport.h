@@ -51,12 +51,14 @@
 
 typedef enum hy_tp_kind {
     HY_TP_NONE = 0,
-    HY_TP_TCP = 1,  /* a TCP connection to the daemon's data port: default and fallback */
-    HY_TP_SHM = 2,  /* a memfd the client passes over a Unix socket: same host, in place */
-    HY_TP_RDMA = 3, /* libibverbs RC queue pair, one-sided RDMA WRITE (with immediate) */
+    HY_TP_TCP = 1,      /* a TCP connection to the daemon's data port: default and fallback */
+    HY_TP_SHM = 2,      /* a memfd the client passes over a Unix socket: same host, in place */
+    HY_TP_RDMA = 3,     /* libibverbs RC queue pair, one-sided RDMA WRITE (with immediate) */
+    HY_TP_CUDA_IPC = 4, /* a worker's GPU buffer on this node, opened by its IPC handle */
 } hy_tp_kind;
+#define HY_TP_KINDS 5 /* hy_tp_kind values, HY_TP_NONE included */
 
-/* "tcp", "shm", "rdma" ("none" for HY_TP_NONE, NULL for anything else). */
+/* "tcp", "shm", "rdma", "cuda_ipc" ("none" for HY_TP_NONE, NULL for anything else). */
 const char *hy_tp_kind_name(hy_tp_kind k);
 /* The kind named s (as hy_tp_kind_name spells it), or HY_TP_NONE. */
 hy_tp_kind hy_tp_kind_parse(const char *s);
@@ -222,6 +224,41 @@ int hy_tp_rdma_receiver_new(hy_tp_rdma *r, void *buf, uint64_t capacity, bool on
                             hy_tp_rdma_peer *self, hy_tp_receiver **out, hy_err *err);
 int hy_tp_rdma_receiver_connect(hy_tp_receiver *rcv, const hy_tp_rdma_peer *server, hy_err *err);
 
+/* ---- CUDA IPC (same node; the CUDA runtime loaded at run time) ---- */
+
+#define HY_TP_CUDA_HANDLE_BYTES 64 /* a cudaIpcMemHandle_t */
+
+/* What a worker offers: its buffer's IPC handle, the GPU it lives on and
+ * where in the handle's allocation the buffer starts. */
+typedef struct hy_tp_cuda_peer {
+    uint8_t handle[HY_TP_CUDA_HANDLE_BYTES];
+    char pci_bus_id[32]; /* "0000:3b:00.0", as cudaDeviceGetPCIBusId spells it */
+    uint64_t offset;     /* the buffer's bytes from the allocation's start */
+} hy_tp_cuda_peer;
+
+/* Checks an offer's fields before any CUDA call: HY_EINVAL naming the field. */
+int hy_tp_cuda_peer_check(const hy_tp_cuda_peer *p, uint64_t capacity, hy_err *err);
+
+typedef struct hy_tp_cuda hy_tp_cuda; /* the loaded runtime and its devices */
+/* Loads the CUDA runtime and counts the devices. HY_ENOTFOUND saying why
+ * ("no CUDA runtime: …", "no CUDA device: cudaGetDeviceCount: …"). */
+int hy_tp_cuda_open(hy_tp_cuda **out, hy_err *err);
+void hy_tp_cuda_close(hy_tp_cuda *c); /* after every sender/receiver on it is freed */
+int hy_tp_cuda_devices(const hy_tp_cuda *c);
+
+/* Server: opens the peer's handle on the GPU with its bus id; write() copies
+ * into that memory, done() waits for the device. HY_ENOTFOUND: no such GPU
+ * here; HY_EINVAL: the handle does not open. */
+int hy_tp_cuda_sender_new(hy_tp_cuda *c, const hy_tp_cuda_peer *peer, uint64_t capacity,
+                          hy_tp_sender **out, hy_err *err);
+/* Client: exports buf (device memory, capacity bytes, on `device`; buf NULL:
+ * allocated here, freed with the receiver; device < 0: the current one);
+ * *self goes into the offer. r->buf is the device pointer. */
+int hy_tp_cuda_receiver_new(hy_tp_cuda *c, int device, void *buf, uint64_t capacity,
+                            hy_tp_cuda_peer *self, hy_tp_receiver **out, hy_err *err);
+/* Copies n bytes at off of a cuda_ipc receiver's device buffer into host dst. */
+int hy_tp_cuda_receiver_read(hy_tp_receiver *r, uint64_t off, void *dst, size_t n, hy_err *err);
+
 /* ---- the daemon's session hub ----
  *
  * Sessions, the listeners clients attach through, and the choice among a
@@ -253,6 +290,7 @@ typedef struct hy_tp_offer {
     hy_tp_kind kind;
     uint64_t capacity;    /* the client's buffer, bytes */
     hy_tp_rdma_peer rdma; /* HY_TP_RDMA: the client's queue pair and buffer */
+    hy_tp_cuda_peer cuda; /* HY_TP_CUDA_IPC: the worker's GPU buffer */
 } hy_tp_offer;
 
 typedef struct hy_tp_accept {
@@ -267,10 +305,14 @@ typedef struct hy_tp_accept {
 
 typedef struct hy_tp_stats {
     uint64_t open_sessions;
-    uint64_t opened[4], transfers[4], bytes[4], failures[4]; /* by hy_tp_kind */
-    uint64_t fallbacks; /* RDMA offers passed over for another transport */
+    uint64_t opened[HY_TP_KINDS], transfers[HY_TP_KINDS], bytes[HY_TP_KINDS],
+        failures[HY_TP_KINDS]; /* by hy_tp_kind */
+    uint64_t fallbacks;        /* RDMA offers passed over for another transport */
     bool rdma_available;
     char rdma_why[256]; /* the device's name, or why there is none */
+    /* CUDA IPC: known once an offer asked (the runtime loads then) */
+    bool cuda_available;
+    char cuda_why[256]; /* the devices seen, why there are none, or "not asked yet" */
     int tcp_port;
 } hy_tp_stats;
 

@@ -389,12 +389,17 @@ class Client:
         capacity: int = DEFAULT_CAPACITY,
         *,
         tenant: str = "",
+        cuda: object = None,
     ) -> Session:
         """A transport session with a buffer of capacity bytes, attached (hypic.transport):
         kinds best first, "shm" left out when the daemon is not on this host; RDMA is not
-        available from Python. A context manager; close() ends it. INVALID_ARGUMENT
-        "client: ..." for a kind that is not tcp or shm; UNAVAILABLE when the attach fails."""
-        return open_session(self, kinds, capacity, tenant)
+        available from Python. "cuda_ipc" delivers into GPU memory on the daemon's node:
+        into `cuda` (a torch CUDA tensor of at least capacity bytes) or a uint8 tensor
+        allocated on the current device; it is left out, saying why (passed_over), where
+        torch or a GPU is missing. A context manager; close() ends it. INVALID_ARGUMENT
+        "client: ..." for a kind that is not tcp, shm or cuda_ipc; UNAVAILABLE when the
+        attach fails."""
+        return open_session(self, kinds, capacity, tenant, cuda)
 
     def get_entry_into(
         self, session: Session, model: str, key: bytes, offset: int = 0, *, tenant: str = ""

@@ -22,6 +22,9 @@ relative to the delivery's offset. The delivery's `layers` is the model's layer 
     V     [pos][Hkv][head_dim]       values; MLA: one [pos][1][qk_rope], the key part every head
                                      shares (unrotated: Kimi's MLA has no positional encoding)
 
+A cuda_ipc session's state is in GPU memory: its arrays are torch views of the session's
+CUDA tensor instead (float32, the same shapes).
+
 The arrays are np.frombuffer views of the buffer, read-only, never copies: a State is
 only valid until the session's next transfer (the daemon writes the next state or entry
 over the same bytes) — `valid` says whether that has happened. Copy what must outlive
@@ -37,12 +40,19 @@ import numpy as np
 
 from ._gen import hypic_pb2 as pb
 from .errors import client_error
-from .types import StateDtype, StateKind
+from .types import StateDtype, StateKind, Transport
 
 if TYPE_CHECKING:
     from .transport import Session
 
 ALIGN = 256  # every tensor's offset, relative to the delivery's
+
+
+def torch_float32() -> object:
+    """torch.float32, imported only for a state in GPU memory (cuda_ipc)."""
+    import torch
+
+    return torch.float32
 _NAMES = {StateKind.CONV: "conv", StateKind.S: "S", StateKind.K: "K", StateKind.V: "V"}
 
 
@@ -123,6 +133,11 @@ def state_views(session: Session, d: pb.Delivery, generation: int) -> State:
             )
         if (t.offset - d.offset) % ALIGN:
             raise client_error(f"{what}: offset {t.offset} is not {ALIGN}-byte aligned", "INTERNAL")
+        if session.kind == Transport.CUDA_IPC:  # torch views of the GPU buffer
+            buf = session.buffer
+            a = buf[int(t.offset) : int(t.offset) + int(t.bytes)].view(torch_float32()).reshape(shape)
+            out.append(LayerTensor(int(t.layer), kind, a))
+            continue
         a = np.frombuffer(session.buffer, np.float32, count, int(t.offset)).reshape(shape)
         a.flags.writeable = False
         out.append(LayerTensor(int(t.layer), kind, a))

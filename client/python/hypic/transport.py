@@ -12,6 +12,15 @@ kind, best first; the daemon takes the first it can serve, and the session attac
        HELLO, ACK; a thread reads the frames and receives each DATA frame's bytes
        straight into the buffer (an anonymous mapping) at the frame's offset.
 
+  cuda_ipc  a torch CUDA tensor of `capacity` bytes (the caller's, or allocated here on
+       the current device) is offered by its CUDA IPC handle, its GPU's PCI bus id and
+       its offset in the handle's allocation (torch's own storage sharing gives all
+       three). A daemon on this node opens the handle and copies into the tensor; it
+       waits for its copies before replying, so the reply is the completion: no attach,
+       no thread. `buffer` is then the tensor, and a State's arrays are torch views of it.
+       Offered only when asked for (Client.session(cuda=...) or the kind named), and left
+       out, saying why, where torch or a GPU is missing.
+
 RDMA needs libibverbs and a registered buffer, which this package does not have: it is
 never offered from Python (the C client and hypicctl offer it). shm is offered only when
 the daemon is on this host (the target is a loopback address or this host's name), as
@@ -137,6 +146,7 @@ class Session:
         capacity: int,
         passed_over: str,
         tenant: str = "",
+        device_buffer: object = None,
     ) -> None:
         self.client = client
         self.id = int(accept.session)
@@ -152,7 +162,11 @@ class Session:
         self._sock: socket.socket | None = None
         self._fd = -1
         self.buffer: mmap.mmap
-        if self.kind == Transport.SHM:
+        if self.kind == Transport.CUDA_IPC:
+            if device_buffer is None:
+                raise ValueError("the server took cuda_ipc, which was not offered")
+            self.buffer = device_buffer  # a torch uint8 tensor on the GPU
+        elif self.kind == Transport.SHM:
             # the daemon maps these same pages (MAP_SHARED over the memfd); it takes only
             # a memfd sealed at exactly this size, so that neither side can shrink it
             # under the other's mapping
@@ -167,6 +181,8 @@ class Session:
     # ---- attach ----------------------------------------------------------------------
 
     def _attach(self, accept: pb.OpenTransportResponse, host: str) -> None:
+        if self.kind == Transport.CUDA_IPC:
+            return  # nothing to attach: the daemon opened the handle at OpenTransport
         if len(accept.secret) != SECRET_BYTES:
             raise ConnectionError(f"the server sent a {len(accept.secret)}-byte secret, not {SECRET_BYTES}")
         frame = hello(self.id, accept.secret)
@@ -242,6 +258,9 @@ class Session:
         timeout seconds (None: no limit) passed. Completions of other transfers that
         arrive meanwhile are remembered (the last 64)."""
 
+        if self.kind == Transport.CUDA_IPC:
+            return 0, 0  # the daemon synchronised before its OK reply: nothing to wait for
+
         def settled() -> bool:
             return xfer in self._done or bool(self._dead)
 
@@ -296,6 +315,8 @@ class Session:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+        if self.kind == Transport.CUDA_IPC:
+            return  # the tensor is the caller's (or goes with its last reference)
         try:
             self.buffer.close()
         except BufferError:
@@ -318,11 +339,11 @@ def parse_kinds(kinds: Sequence[Transport | int | str] | str) -> list[Transport]
     items: Sequence[Transport | int | str] = kinds.split(",") if isinstance(kinds, str) else kinds
     out: list[Transport] = []
     for k in items:
-        if isinstance(k, str) and k.strip().lower() not in ("tcp", "shm", "rdma"):
-            raise client_error(f"transport '{k}' is not tcp, shm or rdma")
+        if isinstance(k, str) and k.strip().lower() not in ("tcp", "shm", "rdma", "cuda_ipc"):
+            raise client_error(f"transport '{k}' is not tcp, shm, rdma or cuda_ipc")
         t = to_enum(Transport, k.strip() if isinstance(k, str) else k, "transport", Transport.NONE)
         if t == Transport.NONE:
-            raise client_error(f"transport {k!r} is not tcp, shm or rdma")
+            raise client_error(f"transport {k!r} is not tcp, shm, rdma or cuda_ipc")
         if t == Transport.RDMA:
             raise client_error("transport rdma is not available from Python (use the C client or hypicctl)")
         if t in out:
@@ -333,8 +354,44 @@ def parse_kinds(kinds: Sequence[Transport | int | str] | str) -> list[Transport]
     return out
 
 
+def cuda_offer(capacity: int, tensor: object = None) -> tuple[pb.TransportOffer, object]:
+    """A cuda_ipc offer for tensor (a torch CUDA tensor of at least capacity bytes; None: a
+    uint8 tensor of capacity bytes allocated on the current device) and the uint8 view the
+    daemon will write into. ValueError saying why when this process cannot offer one (no
+    torch, no GPU, a tensor on the CPU or too small, not contiguous)."""
+    try:
+        import torch
+    except ImportError:
+        raise ValueError("no torch to hold GPU memory (pip install torch)") from None
+    if tensor is None:
+        if not torch.cuda.is_available():
+            raise ValueError("no CUDA device (torch.cuda.is_available() is False)")
+        tensor = torch.empty(capacity, dtype=torch.uint8, device="cuda")
+    t = tensor
+    if not isinstance(t, torch.Tensor) or t.device.type != "cuda":
+        raise ValueError("the buffer must be a torch tensor on a CUDA device")
+    if not t.is_contiguous():
+        raise ValueError("the buffer tensor must be contiguous")
+    if t.numel() * t.element_size() < capacity:
+        raise ValueError(f"the buffer tensor holds {t.numel() * t.element_size()} bytes, fewer than {capacity}")
+    view = t.view(torch.uint8).reshape(-1)[:capacity]
+    # torch's own sharing (torch.multiprocessing's): the allocation's IPC handle, and the
+    # storage's offset in that allocation
+    shared = t.untyped_storage()._share_cuda_()
+    handle, storage_offset = bytes(shared[1]), int(shared[3])
+    props = torch.cuda.get_device_properties(t.device)
+    bus = f"{props.pci_domain_id:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
+    offset = storage_offset + t.storage_offset() * t.element_size()
+    peer = pb.CudaIpcPeer(handle=handle, pci_bus_id=bus, offset=offset)
+    return pb.TransportOffer(kind=wire(Transport.CUDA_IPC), capacity=capacity, cuda_ipc=peer), view
+
+
 def open_session(
-    client: Client, kinds: Sequence[Transport | int | str] | str, capacity: int, tenant: str = ""
+    client: Client,
+    kinds: Sequence[Transport | int | str] | str,
+    capacity: int,
+    tenant: str = "",
+    cuda: object = None,
 ) -> Session:
     """Client.session: offers, OpenTransport, attach (module docstring)."""
     wanted = parse_kinds(kinds)
@@ -342,10 +399,19 @@ def open_session(
         raise client_error(f"a session buffer of {capacity} bytes")
     host = split_target(client.target)
     passed: list[str] = []
-    offers: list[Transport] = []
+    offers: list[Transport | pb.TransportOffer] = []
+    device_buffer = None
     for k in wanted:
         if k == Transport.SHM and not is_local_host(host):
             passed.append(f"shm (the server, {host}, is not on this host)")
+            continue
+        if k == Transport.CUDA_IPC:
+            try:
+                offer, device_buffer = cuda_offer(capacity, cuda)
+            except (ValueError, RuntimeError) as e:
+                passed.append(f"cuda_ipc (this client: {e})")
+                continue
+            offers.append(offer)
             continue
         offers.append(k)
     if not offers:
@@ -354,7 +420,7 @@ def open_session(
     if accept.passed_over:
         passed.append(accept.passed_over)
     try:
-        s = Session(client, accept, capacity, "; ".join(passed), tenant)
+        s = Session(client, accept, capacity, "; ".join(passed), tenant, device_buffer)
     except (OSError, ValueError) as e:  # no memory for the buffer, a kind this client lacks
         try:
             client.close_transport(accept.session, tenant=tenant)

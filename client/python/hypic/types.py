@@ -92,6 +92,7 @@ class Transport(IntEnum):
     TCP = 1
     SHM = 2
     RDMA = 3
+    CUDA_IPC = 4
 
 
 class StateKind(IntEnum):

@@ -75,8 +75,8 @@ def test_shm_only_to_this_host() -> None:
 @pytest.mark.parametrize(
     "kinds, says",
     [
-        (["udp"], "not tcp, shm or rdma"),
-        ("shm,carrier-pigeon", "not tcp, shm or rdma"),
+        (["udp"], "not tcp, shm, rdma or cuda_ipc"),
+        ("shm,carrier-pigeon", "not tcp, shm, rdma or cuda_ipc"),
         (["tcp", "tcp"], "given twice"),
         (["rdma", "tcp"], "not available from Python"),
         ([], "no transport"),
@@ -164,6 +164,39 @@ def test_a_state_is_delivered(client: hypic.Client, kind: str) -> None:
         assert hypic.detokenize(r.generated) == "002"
         assert st.valid and all(np.isfinite(t.array).all() for t in st.tensors)
         assert any(np.abs(t.array).sum() > 0 for t in st.tensors)
+
+
+def test_cuda_ipc_falls_back_or_delivers_into_the_gpu(client: hypic.Client) -> None:
+    """cuda_ipc offered first: where this process has no torch or no GPU it is left out,
+    saying why, and tcp serves; with one, the state lands in a CUDA tensor and equals the
+    one tcp delivers."""
+    with client.session(["tcp"], 8 << 20) as t:
+        _, want = client.prefill_state(t, MODEL, DOCS, QUESTION, mode="full")
+        want_arrays = [x.array.copy() for x in want.tensors]
+    with client.session(["cuda_ipc", "tcp"], 8 << 20) as s:
+        if s.kind != hypic.Transport.CUDA_IPC:
+            assert s.kind == hypic.Transport.TCP and "cuda_ipc (this client: " in s.passed_over
+            print(f"cuda_ipc delivery skipped: {s.passed_over}")
+            return
+        _, got = client.prefill_state(s, MODEL, DOCS, QUESTION, mode="full")
+        for g, w in zip(got.tensors, want_arrays, strict=True):
+            np.testing.assert_array_equal(g.array.cpu().numpy(), w)
+
+
+def test_a_cuda_ipc_offer_the_daemon_cannot_open_falls_back(client: hypic.Client) -> None:
+    """A well-formed handle no process exported (or a daemon without CUDA): the next offer
+    is taken and passed_over says why; a malformed one is refused naming its field."""
+    peer = pb.CudaIpcPeer(handle=b"\x07" * 64, pci_bus_id="0000:3b:00.0")
+    offer = pb.TransportOffer(kind=pb.TRANSPORT_CUDA_IPC, capacity=1 << 20, cuda_ipc=peer)
+    a = client.open_transport([offer, "tcp"], 1 << 20)
+    assert a.kind == pb.TRANSPORT_TCP and "cuda_ipc (" in a.passed_over
+    client.close_transport(a.session)
+    bad = pb.TransportOffer(
+        kind=pb.TRANSPORT_CUDA_IPC, capacity=1 << 20, cuda_ipc=pb.CudaIpcPeer(handle=b"\x07" * 8)
+    )
+    with pytest.raises(hypic.HypicError) as e:
+        client.open_transport([bad, "tcp"], 1 << 20)
+    assert code_of(e) == "INVALID_ARGUMENT" and "offers[0].cuda_ipc.handle" in e.value.message
 
 
 def test_shm_and_tcp_deliver_the_same_bytes(client: hypic.Client) -> None:
