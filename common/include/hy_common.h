@@ -16,6 +16,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* (C linkage for the CUDA sources of kernels/cuda, which nvcc compiles as C++) */
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 enum {
     HY_OK = 0,
     HY_EINVAL = -1,       /* a bad argument or a malformed input */
@@ -125,5 +130,9 @@ double hy_rng_normal(hy_rng *r);  /* standard normal */
 
 #define HY_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define HY_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

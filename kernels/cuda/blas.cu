@@ -75,14 +75,14 @@ extern "C" int hy_cu_linear(hy_cu_blas *b, int n, int K, int N, const float *X, 
     return hy_cu_gemm(b, 0, 1, n, N, K, 1.0f, X, ldx, W, (size_t)K, 0.0f, Y, ldy, err);
 }
 
-extern "C" int hy_cu_linear_bf16(hy_cu_blas *b, int n, int K, int N, const uint16_t *X,
-                                 size_t ldx, const uint16_t *W, float *Y, size_t ldy, hy_err *err)
+extern "C" int hy_cu_linear_bf16(hy_cu_blas *b, int n, int K, int N, const uint16_t *X, size_t ldx,
+                                 const uint16_t *W, float *Y, size_t ldy, hy_err *err)
 {
     const float one = 1.0f, zero = 0.0f;
     /* Yᵀ [N][n] = W · Xᵀ column-major: W's row-major [N][K] is a
      * column-major [K][N] transposed */
-    return blas_check(cublasGemmEx(b->h, CUBLAS_OP_T, CUBLAS_OP_N, N, n, K, &one, W, CUDA_R_16BF,
-                                   K, X, CUDA_R_16BF, (int)ldx, &zero, Y, CUDA_R_32F, (int)ldy,
+    return blas_check(cublasGemmEx(b->h, CUBLAS_OP_T, CUBLAS_OP_N, N, n, K, &one, W, CUDA_R_16BF, K,
+                                   X, CUDA_R_16BF, (int)ldx, &zero, Y, CUDA_R_32F, (int)ldy,
                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                       "cublasGemmEx (bf16)", err);
 }
