@@ -10,6 +10,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <stdio.h>
 #include <stdlib.h>
 
 struct hy_cu_blas {
@@ -102,4 +103,66 @@ extern "C" int hy_cu_to_bf16(hy_cu_stream stream, size_t n, const float *src, ui
     const unsigned blocks = (unsigned)((n + 255) / 256);
     to_bf16_kernel<<<blocks, 256, 0, stream>>>(n, src, dst);
     return hy_cu_check(cudaGetLastError(), "to_bf16", err);
+}
+
+/* --- device memory --------------------------------------------------------- */
+
+extern "C" int hy_cu_malloc(hy_cu_stream stream, size_t bytes, void **out, hy_err *err)
+{
+    (void)stream;
+    *out = NULL;
+    const cudaError_t e = cudaMalloc(out, bytes ? bytes : 1);
+    if (e == cudaSuccess) return HY_OK;
+    *out = NULL;
+    return hy_err_set(err, e == cudaErrorMemoryAllocation ? HY_ENOMEM : HY_EIO,
+                      "cudaMalloc of %zu bytes: %s", bytes, cudaGetErrorString(e));
+}
+
+extern "C" void hy_cu_free(hy_cu_stream stream, void *p)
+{
+    (void)stream;
+    if (p) cudaFree(p);
+}
+
+extern "C" int hy_cu_copy(hy_cu_stream stream, void *dst, const void *src, size_t bytes,
+                          hy_cu_dir dir, hy_err *err)
+{
+    if (bytes == 0) return HY_OK;
+    const cudaMemcpyKind k = dir == HY_CU_H2D   ? cudaMemcpyHostToDevice
+                             : dir == HY_CU_D2H ? cudaMemcpyDeviceToHost
+                                                : cudaMemcpyDeviceToDevice;
+    int rc = hy_cu_check(cudaMemcpyAsync(dst, src, bytes, k, stream), "cudaMemcpyAsync", err);
+    /* the host reads what it copied back as soon as this returns */
+    if (rc == HY_OK && dir == HY_CU_D2H)
+        rc = hy_cu_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize", err);
+    return rc;
+}
+
+extern "C" int hy_cu_zero(hy_cu_stream stream, void *p, size_t bytes, hy_err *err)
+{
+    if (bytes == 0) return HY_OK;
+    return hy_cu_check(cudaMemsetAsync(p, 0, bytes, stream), "cudaMemsetAsync", err);
+}
+
+extern "C" int hy_cu_sync(hy_cu_stream stream, hy_err *err)
+{
+    return hy_cu_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize", err);
+}
+
+extern "C" int hy_cu_use_device(int device, char *name, size_t cap, hy_err *err)
+{
+    int count = 0;
+    const cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0)
+        return hy_err_set(err, HY_ENOTFOUND, "no CUDA device: cudaGetDeviceCount: %s",
+                          e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    if (device < 0 || device >= count)
+        return hy_err_set(err, HY_ENOTFOUND, "no CUDA device %d: this machine has %d (0 … %d)",
+                          device, count, count - 1);
+    int rc = hy_cu_check(cudaSetDevice(device), "cudaSetDevice", err);
+    cudaDeviceProp prop;
+    if (rc == HY_OK && name && cap &&
+        cudaGetDeviceProperties(&prop, device) == cudaSuccess)
+        snprintf(name, cap, "%s", prop.name);
+    return rc;
 }
