@@ -51,7 +51,8 @@ static inline double hy_max_abs_diff(const float *a, const float *b, size_t n)
     double m = 0;
     for (size_t i = 0; i < n; i++) {
         double d = fabs((double)a[i] - (double)b[i]);
-        if (!(d <= m)) m = d; /* NaN propagates as a failure */
+        if (isnan(d)) return d; /* a NaN anywhere is a failure, whatever follows it */
+        if (d > m) m = d;
     }
     return m;
 }
@@ -60,7 +61,10 @@ static inline double hy_max_abs_diff(const float *a, const float *b, size_t n)
 static inline double hy_rel_diff(const float *a, const float *ref, size_t n)
 {
     double s = 1e-30;
-    for (size_t i = 0; i < n; i++) s = fmax(s, fabs((double)ref[i]));
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(ref[i])) return NAN; /* (fmax would drop it) */
+        s = fmax(s, fabs((double)ref[i]));
+    }
     return hy_max_abs_diff(a, ref, n) / s;
 }
 

@@ -30,6 +30,13 @@
  * rotate_half pairs (i, i + rd/2) — the rest of the key and the value
  * copied. The products are rounded one by one (no fused multiply-add), so
  * the device writes the bits hy_rope_rotate writes.
+ *
+ * attn.cu's kernels call these bodies with __syncthreads() between phases;
+ * their twins (emu_attn.c) call them for every thread of every block, one
+ * phase after another, on the host. The launchers' argument checks and
+ * their choice of splits are at the end, host code shared by both, so that
+ * a launcher and its twin refuse the same arguments with the same message
+ * and cut the same context into the same ranges.
  */
 #ifndef HY_CU_ATTN_BODY_H
 #define HY_CU_ATTN_BODY_H
@@ -40,11 +47,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define HY_CU_ATTN_BK      32  /* keys per tile */
-#define HY_CU_ATTN_THREADS 128 /* threads per block */
-#define HY_CU_ATTN_BUSY    264 /* blocks that fill an H100 (132 SMs) twice */
-#define HY_CU_ATTN_SPLIT   512 /* keys a split block reads at least */
-#define HY_CU_ATTN_SPLITS  64  /* the most splits of one row tile */
+#define HY_CU_ATTN_BK           32  /* keys per tile */
+#define HY_CU_ATTN_THREADS      128 /* threads per block */
+#define HY_CU_ATTN_BUSY         264 /* blocks that fill an H100 (132 SMs) twice */
+#define HY_CU_ATTN_SPLIT        512 /* keys a split block reads at least */
+#define HY_CU_ATTN_SPLITS       64  /* the most splits of one row tile */
+#define HY_CU_ATTN_ELEM_THREADS 256 /* threads per block of the merge and a hole's K/V */
 
 /* a·b rounded on its own: nvcc would otherwise fuse a·b − c·d into an FMA. */
 HY_CU_BODY float hy_cu_mul_rn(float a, float b)
@@ -357,6 +365,89 @@ HY_CU_BODY void hy_cu_hole_kv_elem(const hy_cu_hole_kv *hk, size_t e)
     }
     hk->K[row * hk->ldk + g * hd + d] = x;
     hk->V[row * hk->ldv + g * hd + d] = hy_cu_kv_at(hk->eV, hk->dtype, e);
+}
+
+/* --- the launchers' host side ----------------------------------------------
+ *
+ * Host code only (they fill an hy_err), shared by attn.cu's launchers and
+ * emu_attn.c's twins: a check is HY_OK when the kernel takes the arguments —
+ * with no rows (tokens) then a launch that does nothing, the pointers
+ * unchecked — else HY_EINVAL with the reason in err. */
+
+/* The shape alone: n ≥ 0, 1 ≤ Hkv ≤ 65535 (the grid's y), Hq a multiple of
+ * Hkv, 1 ≤ hd ≤ HY_CU_ATTN_MAX_HD. */
+static inline int hy_cu_attention_check_shape(const hy_cu_attn *a, hy_err *err)
+{
+    if (!a) return hy_err_set(err, HY_EINVAL, "attention: no arguments");
+    if (a->n < 0 || a->Hq < 1 || a->Hkv < 1 || a->Hq % a->Hkv != 0)
+        return hy_err_set(err, HY_EINVAL, "attention: %d rows of %d query heads over %d KV heads",
+                          a->n, a->Hq, a->Hkv);
+    if (a->Hkv > 65535)
+        return hy_err_set(err, HY_EINVAL, "attention: %d KV heads (a grid holds 65535)", a->Hkv);
+    if (a->hd < 1 || a->hd > HY_CU_ATTN_MAX_HD)
+        return hy_err_set(err, HY_EINVAL, "attention: head dim %d outside [1, %d]", a->hd,
+                          HY_CU_ATTN_MAX_HD);
+    return HY_OK;
+}
+
+/* hy_cu_attention: the shape; with n > 0 q, K, V and o set, a context of at
+ * least one key holding the rows when their positions are pos0 + i (an
+ * array of positions lies in device memory, unread here), head strides of
+ * at least hd and rows at least as wide as their heads. */
+static inline int hy_cu_attention_check(const hy_cu_attn *a, hy_err *err)
+{
+    const int rc = hy_cu_attention_check_shape(a, err);
+    if (rc != HY_OK || a->n == 0) return rc;
+    if (!a->q || !a->K || !a->V || !a->o || a->ctx < 1 || (!a->pos && a->pos0 < 0) ||
+        (!a->pos && a->pos0 + a->n > a->ctx))
+        return hy_err_set(err, HY_EINVAL,
+                          "attention: missing operand, or rows at %lld + %d past a context of %lld",
+                          (long long)a->pos0, a->n, (long long)a->ctx);
+    const size_t hd = (size_t)a->hd, kv = (size_t)a->Hkv * hd, last = (size_t)a->Hq - 1;
+    if (a->qhs < hd || a->ohs < hd || a->ldq < last * a->qhs + hd || a->ldo < last * a->ohs + hd ||
+        a->ldk < kv || a->ldv < kv)
+        return hy_err_set(err, HY_EINVAL,
+                          "attention: strides ldq=%zu qhs=%zu ldk=%zu ldv=%zu ldo=%zu ohs=%zu "
+                          "shorter than their rows or heads",
+                          a->ldq, a->qhs, a->ldk, a->ldv, a->ldo, a->ohs);
+    return HY_OK;
+}
+
+/* hy_cu_attention_work: the work of the ranges hy_cu_attn_splits cuts the
+ * context into; 0 for a shape the launcher refuses, no rows or no split. */
+static inline size_t hy_cu_attn_work_wanted(const hy_cu_attn *a)
+{
+    if (hy_cu_attention_check_shape(a, NULL) != HY_OK || a->n == 0) return 0;
+    return hy_cu_attn_work_floats(a, hy_cu_attn_splits(a));
+}
+
+/* The ranges a launch cuts each row tile's keys into (the grid's z):
+ * hy_cu_attn_splits when work holds their partial rows, else one. For
+ * arguments hy_cu_attention_check passed, n > 0. */
+static inline int hy_cu_attn_launch_splits(const hy_cu_attn *a, const float *work,
+                                           size_t work_floats)
+{
+    const int splits = hy_cu_attn_splits(a);
+    return work && work_floats >= hy_cu_attn_work_floats(a, splits) ? splits : 1;
+}
+
+/* hy_cu_hole_kv_write: nb ≥ 0, Hkv, hd ≥ 1, rd even in [0, hd], p0 ≥ 0, an
+ * entry dtype; with nb > 0 every operand set (the table when rd > 0) and
+ * cache rows at least Hkv·hd wide. */
+static inline int hy_cu_hole_kv_check(const hy_cu_hole_kv *h, hy_err *err)
+{
+    if (!h) return hy_err_set(err, HY_EINVAL, "hole K/V: no arguments");
+    if (h->nb < 0 || h->Hkv < 1 || h->hd < 1 || h->rd < 0 || h->rd % 2 || h->rd > h->hd ||
+        h->p0 < 0 || (h->dtype != HY_CU_F32 && h->dtype != HY_CU_BF16))
+        return hy_err_set(err, HY_EINVAL,
+                          "hole K/V: %d tokens of %d heads of %d dims, rotary %d, dtype %d at %lld",
+                          h->nb, h->Hkv, h->hd, h->rd, h->dtype, (long long)h->p0);
+    if (h->nb == 0) return HY_OK;
+    const size_t row = (size_t)h->Hkv * h->hd;
+    if (!h->eK || !h->eV || !h->K || !h->V || (h->rd && !h->rope) || h->ldk < row || h->ldv < row)
+        return hy_err_set(err, HY_EINVAL, "hole K/V: missing operand or rows narrower than %zu",
+                          row);
+    return HY_OK;
 }
 
 #endif

@@ -166,3 +166,12 @@ extern "C" int hy_cu_use_device(int device, char *name, size_t cap, hy_err *err)
         snprintf(name, cap, "%s", prop.name);
     return rc;
 }
+
+extern "C" int hy_cu_copy_rows(hy_cu_stream stream, size_t n, size_t width, const void *src,
+                               size_t lds, void *dst, size_t ldd, hy_err *err)
+{
+    if (n == 0 || width == 0) return HY_OK;
+    return hy_cu_check(cudaMemcpy2DAsync(dst, ldd, src, lds, width, n, cudaMemcpyDeviceToDevice,
+                                         stream),
+                       "cudaMemcpy2DAsync", err);
+}

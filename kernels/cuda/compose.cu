@@ -8,6 +8,9 @@
  *                   shared memory: one launch for the layer, each head in its
  *                   own forms; dense T̃·S products in the kernel, not cuBLAS
  *                   (a layer's heads mix forms, and each product is small).
+ *
+ * The launcher's check is compose_body.h's, which the twin (emu_attn.c)
+ * makes too.
  */
 #include "hy_cuda_attn.h"
 
@@ -29,15 +32,9 @@ static __global__ void __launch_bounds__(HY_CU_COMPOSE_THREADS) compose_kernel(h
 
 extern "C" int hy_cu_compose_layer(hy_cu_stream stream, const hy_cu_compose *c, hy_err *err)
 {
-    if (c->heads < 0 || c->heads > 65535 || c->dk < 1 || c->dk > HY_CU_COMPOSE_MAX_DK || c->dv < 1)
-        return hy_err_set(err, HY_EINVAL, "compose: %d heads of %d × %d (dk at most %d)", c->heads,
-                          c->dk, c->dv, HY_CU_COMPOSE_MAX_DK);
-    if (c->heads == 0) return HY_OK;
-    if (!c->S || !c->s || (c->use_T && !c->t) || c->hs < (size_t)c->dk * (size_t)c->dv)
-        return hy_err_set(err, HY_EINVAL, "compose: missing records or states %zu floats apart",
-                          c->hs);
-    const int C = hy_cu_compose_cols(c->dk);
-    const dim3 grid((unsigned)((c->dv + C - 1) / C), (unsigned)c->heads);
+    const int rc = hy_cu_compose_check(c, err);
+    if (rc != HY_OK || c->heads == 0) return rc;
+    const dim3 grid((unsigned)hy_cu_compose_col_blocks(c), (unsigned)c->heads);
     const size_t shared = hy_cu_compose_shared_floats(c->dk) * sizeof(float);
     compose_kernel<<<grid, HY_CU_COMPOSE_THREADS, shared, (cudaStream_t)stream>>>(*c);
     return hy_cu_check(cudaGetLastError(), "compose", err);

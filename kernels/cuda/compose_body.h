@@ -24,6 +24,11 @@
  *            rank; the naive ablation (use_T 0) is S + S̃.
  * Payloads are read where they lie, bf16 widened as read; the records are
  * trusted (hy_rep_section_parse checked them when the entry was read).
+ *
+ * compose.cu's kernel calls these bodies with __syncthreads() between
+ * phases; its twin (emu_attn.c) calls them for every thread of every block,
+ * one phase after another, on the host. The launcher's argument check is at
+ * the end, host code shared by both.
  */
 #ifndef HY_CU_COMPOSE_BODY_H
 #define HY_CU_COMPOSE_BODY_H
@@ -47,6 +52,13 @@ HY_CU_BODY int hy_cu_compose_cols(int dk)
 HY_CU_BODY size_t hy_cu_compose_shared_floats(int dk)
 {
     return 2 * (size_t)dk * (size_t)hy_cu_compose_cols(dk);
+}
+
+/* Blocks of columns per head: the grid's x. */
+HY_CU_BODY int hy_cu_compose_col_blocks(const hy_cu_compose *c)
+{
+    const int C = hy_cu_compose_cols(c->dk);
+    return (c->dv + C - 1) / C;
 }
 
 /* Value `at` of a payload, widened. */
@@ -163,6 +175,26 @@ HY_CU_BODY void hy_cu_compose_combine(const hy_cu_compose *c, int bx, int h, int
         const float ts = c->use_T ? hy_cu_compose_ts(c, &c->t[h], i, j, sh) : sh[(size_t)i * C + j];
         S[(size_t)i * c->dv + c0 + j] = ts + hy_cu_compose_sbody(c, s, i, c0 + j);
     }
+}
+
+/* --- the launcher's check (host code: compose.cu and emu_attn.c) ------------ */
+
+/* hy_cu_compose_layer: HY_OK for 0 ≤ heads ≤ 65535 (the grid's y),
+ * 1 ≤ dk ≤ HY_CU_COMPOSE_MAX_DK, dv ≥ 1 and, with heads, S and the records
+ * set (t only when used) and states at least dk·dv apart — with no heads a
+ * launch that does nothing, the pointers unchecked; else HY_EINVAL with the
+ * reason in err. */
+static inline int hy_cu_compose_check(const hy_cu_compose *c, hy_err *err)
+{
+    if (!c) return hy_err_set(err, HY_EINVAL, "compose: no arguments");
+    if (c->heads < 0 || c->heads > 65535 || c->dk < 1 || c->dk > HY_CU_COMPOSE_MAX_DK || c->dv < 1)
+        return hy_err_set(err, HY_EINVAL, "compose: %d heads of %d × %d (dk at most %d)", c->heads,
+                          c->dk, c->dv, HY_CU_COMPOSE_MAX_DK);
+    if (c->heads == 0) return HY_OK;
+    if (!c->S || !c->s || (c->use_T && !c->t) || c->hs < (size_t)c->dk * (size_t)c->dv)
+        return hy_err_set(err, HY_EINVAL, "compose: missing records or states %zu floats apart",
+                          c->hs);
+    return HY_OK;
 }
 
 #endif

@@ -58,6 +58,15 @@ int hy_emu_copy(hy_cu_stream stream, void *dst, const void *src, size_t bytes, h
     return HY_OK;
 }
 
+int hy_emu_copy_rows(hy_cu_stream stream, size_t n, size_t width, const void *src, size_t lds,
+                     void *dst, size_t ldd, hy_err *err)
+{
+    (void)stream, (void)err;
+    for (size_t r = 0; r < n; r++)
+        memmove((char *)dst + r * ldd, (const char *)src + r * lds, width);
+    return HY_OK;
+}
+
 int hy_emu_zero(hy_cu_stream stream, void *p, size_t bytes, hy_err *err)
 {
     (void)stream, (void)err;

@@ -4,8 +4,9 @@
  * (include/hy_cuda_gdn.h). The arithmetic is in gdn_body.h, whose opening
  * comment describes each kernel's blocks, threads, shared memory and
  * phases; a kernel here is those bodies in order with a barrier between two
- * phases, and a launcher checks the shapes, sizes the grid and the shared
- * memory, and queues it.
+ * phases, and a launcher checks the shapes (gdn_body.h's checks, which the
+ * twins in emu_gdn.c make too), sizes the grid and the shared memory, and
+ * queues it.
  */
 #include "hy_cuda_gdn.h"
 
@@ -60,50 +61,10 @@ static __global__ void __launch_bounds__(HY_CU_GDN_CHUNK_THREADS)
         }
 }
 
-static bool head_dim_ok(int d)
-{
-    return d == 16 || d == 32 || d == 64 || d == 128;
-}
-
-/* HY_OK when the delta rule's arguments are ones the kernels take. */
-static int check_gdn(const hy_cu_gdn_args *a, const char *what, hy_err *err)
-{
-    if (!a) return hy_err_set(err, HY_EINVAL, "%s: no arguments", what);
-    if (a->n < 0 || a->Hk < 1 || a->Hv < 1 || a->Hv % a->Hk != 0)
-        return hy_err_set(err, HY_EINVAL, "%s: n=%d Hk=%d Hv=%d (n >= 0, Hv a multiple of Hk)",
-                          what, a->n, a->Hk, a->Hv);
-    if (!head_dim_ok(a->dk) || !head_dim_ok(a->dv))
-        return hy_err_set(err, HY_EINVAL, "%s: dk=%d dv=%d (each one of 16, 32, 64, 128)", what,
-                          a->dk, a->dv);
-    const size_t Kd = (size_t)a->Hk * a->dk, Vd = (size_t)a->Hv * a->dv;
-    if (a->n > 0 && (!a->S || !a->k || !a->v || !a->g || !a->beta || (a->o && !a->q)))
-        return hy_err_set(err, HY_EINVAL, "%s: a required pointer is NULL", what);
-    if (a->ldk < Kd || a->ldv < Vd || a->ldgb < (size_t)a->Hv ||
-        (a->o && (a->ldq < Kd || a->ldo < Vd)))
-        return hy_err_set(err, HY_EINVAL,
-                          "%s: row strides ldq=%zu ldk=%zu ldv=%zu ldgb=%zu ldo=%zu shorter than "
-                          "their rows",
-                          what, a->ldq, a->ldk, a->ldv, a->ldgb, a->ldo);
-    return HY_OK;
-}
-
 extern "C" int hy_cu_gdn_gates(hy_cu_stream stream, const hy_cu_gdn_gate_args *a, hy_err *err)
 {
-    if (!a) return hy_err_set(err, HY_EINVAL, "gdn_gates: no arguments");
-    if (a->n < 0 || a->Hk < 1 || a->Hk > 32767 || a->Hv < 1 || a->Hv % a->Hk != 0 || a->dk < 1 ||
-        a->dv < 1)
-        return hy_err_set(err, HY_EINVAL,
-                          "gdn_gates: n=%d Hk=%d Hv=%d dk=%d dv=%d (n >= 0, Hk <= 32767, Hv a "
-                          "multiple of Hk)",
-                          a->n, a->Hk, a->Hv, a->dk, a->dv);
-    if (a->n == 0) return HY_OK;
-    const size_t C = 2 * (size_t)a->Hk * a->dk + (size_t)a->Hv * a->dv;
-    if (!a->cv || !a->proj || !a->neg_A || !a->dt_bias || !a->beta || !a->g)
-        return hy_err_set(err, HY_EINVAL, "gdn_gates: a required pointer is NULL");
-    if (a->ldc < C || a->ldp < C + (size_t)a->Hv * a->dv + 2 * (size_t)a->Hv)
-        return hy_err_set(err, HY_EINVAL,
-                          "gdn_gates: row strides ldc=%zu ldp=%zu shorter than their rows", a->ldc,
-                          a->ldp);
+    const int rc = hy_cu_gdn_gates_check(a, err);
+    if (rc != HY_OK || a->n == 0) return rc;
     const dim3 grid((unsigned)a->n, (unsigned)(2 * a->Hk));
     gdn_gates_kernel<<<grid, HY_CU_GDN_GATE_THREADS, 0, stream>>>(*a);
     return hy_cu_check(cudaGetLastError(), "gdn_gates", err);
@@ -111,7 +72,7 @@ extern "C" int hy_cu_gdn_gates(hy_cu_stream stream, const hy_cu_gdn_gate_args *a
 
 extern "C" int hy_cu_gdn_recurrent(hy_cu_stream stream, const hy_cu_gdn_args *a, hy_err *err)
 {
-    int rc = check_gdn(a, "gdn_recurrent", err);
+    int rc = hy_cu_gdn_check(a, "gdn_recurrent", err);
     if (rc != HY_OK || a->n == 0) return rc;
     const int nthr = HY_CU_GDN_REC_COLS;
     const dim3 grid((unsigned)a->Hv, (unsigned)((hy_cu_gdn_rec_width(a) + nthr - 1) / nthr));
@@ -122,7 +83,7 @@ extern "C" int hy_cu_gdn_recurrent(hy_cu_stream stream, const hy_cu_gdn_args *a,
 
 extern "C" int hy_cu_gdn_chunked(hy_cu_stream stream, const hy_cu_gdn_args *a, hy_err *err)
 {
-    int rc = check_gdn(a, "gdn_chunked", err);
+    int rc = hy_cu_gdn_check(a, "gdn_chunked", err);
     if (rc != HY_OK || a->n == 0) return rc;
     /* the chunk's working set: 129 KiB at dk = dv = 128 (gdn_body.h) */
     const size_t bytes = hy_cu_gdn_chunk_floats(a->dk, a->dv) * sizeof(float);

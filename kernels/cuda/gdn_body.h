@@ -2,9 +2,12 @@
  * The arithmetic of the gated delta rule kernels (gdn.cu), as bodies both
  * compilers build (hy_cu_body.h): each function is what one thread of a
  * block does between two barriers. gdn.cu's kernels call them with
- * __syncthreads() between; tests/kernels/test_cuda_gdn.c calls them for
- * every thread of every block, one phase after another, and compares with
- * the CPU kernels (hy_gdn_chunked, hy_gdn_recurrent, hy_fwd_gdn_layer).
+ * __syncthreads() between; their twins (emu_gdn.c) call them for every
+ * thread of every block, one phase after another, on the host, and
+ * tests/kernels/test_cuda_gdn.c compares both with the CPU kernels
+ * (hy_gdn_chunked, hy_gdn_recurrent, hy_fwd_gdn_layer). The launchers'
+ * argument checks are here too, so that a launcher and its twin refuse the
+ * same arguments with the same message.
  *
  * Three kernels:
  *
@@ -48,6 +51,66 @@
 #define HY_CU_GDN_REC_COLS      32
 #define HY_CU_GDN_CHUNK_THREADS 256
 #define HY_CU_GDN_L2_EPS        1e-6f
+
+/* --- argument checks ----------------------------------------------------
+ *
+ * Host code only (they fill an hy_err), shared by gdn.cu's launchers and
+ * emu_gdn.c's twins: HY_OK when the kernel takes the arguments — with n = 0
+ * then a launch that does nothing, the pointers unchecked — else HY_EINVAL
+ * with the reason in err. */
+
+/* hy_cu_gdn_gates: n ≥ 0, 1 ≤ Hk ≤ 32767 (the grid's 2·Hk blocks in y),
+ * Hv a multiple of Hk, dk, dv ≥ 1; with n > 0 every pointer set and rows
+ * at least as wide as the channels they hold. */
+static inline int hy_cu_gdn_gates_check(const hy_cu_gdn_gate_args *a, hy_err *err)
+{
+    if (!a) return hy_err_set(err, HY_EINVAL, "gdn_gates: no arguments");
+    if (a->n < 0 || a->Hk < 1 || a->Hk > 32767 || a->Hv < 1 || a->Hv % a->Hk != 0 || a->dk < 1 ||
+        a->dv < 1)
+        return hy_err_set(err, HY_EINVAL,
+                          "gdn_gates: n=%d Hk=%d Hv=%d dk=%d dv=%d (n >= 0, Hk <= 32767, Hv a "
+                          "multiple of Hk)",
+                          a->n, a->Hk, a->Hv, a->dk, a->dv);
+    if (a->n == 0) return HY_OK;
+    const size_t C = 2 * (size_t)a->Hk * a->dk + (size_t)a->Hv * a->dv;
+    if (!a->cv || !a->proj || !a->neg_A || !a->dt_bias || !a->beta || !a->g)
+        return hy_err_set(err, HY_EINVAL, "gdn_gates: a required pointer is NULL");
+    if (a->ldc < C || a->ldp < C + (size_t)a->Hv * a->dv + 2 * (size_t)a->Hv)
+        return hy_err_set(err, HY_EINVAL,
+                          "gdn_gates: row strides ldc=%zu ldp=%zu shorter than their rows", a->ldc,
+                          a->ldp);
+    return HY_OK;
+}
+
+static inline int hy_cu_gdn_head_dim_ok(int d)
+{
+    return d == 16 || d == 32 || d == 64 || d == 128;
+}
+
+/* hy_cu_gdn_chunked and hy_cu_gdn_recurrent (`what` names which, for the
+ * message): n ≥ 0, Hv a multiple of Hk, dk and dv each one of 16, 32, 64,
+ * 128; with n > 0 S, k, v, g, beta set (q too when o is); row strides at
+ * least as long as their rows. */
+static inline int hy_cu_gdn_check(const hy_cu_gdn_args *a, const char *what, hy_err *err)
+{
+    if (!a) return hy_err_set(err, HY_EINVAL, "%s: no arguments", what);
+    if (a->n < 0 || a->Hk < 1 || a->Hv < 1 || a->Hv % a->Hk != 0)
+        return hy_err_set(err, HY_EINVAL, "%s: n=%d Hk=%d Hv=%d (n >= 0, Hv a multiple of Hk)",
+                          what, a->n, a->Hk, a->Hv);
+    if (!hy_cu_gdn_head_dim_ok(a->dk) || !hy_cu_gdn_head_dim_ok(a->dv))
+        return hy_err_set(err, HY_EINVAL, "%s: dk=%d dv=%d (each one of 16, 32, 64, 128)", what,
+                          a->dk, a->dv);
+    const size_t Kd = (size_t)a->Hk * a->dk, Vd = (size_t)a->Hv * a->dv;
+    if (a->n > 0 && (!a->S || !a->k || !a->v || !a->g || !a->beta || (a->o && !a->q)))
+        return hy_err_set(err, HY_EINVAL, "%s: a required pointer is NULL", what);
+    if (a->ldk < Kd || a->ldv < Vd || a->ldgb < (size_t)a->Hv ||
+        (a->o && (a->ldq < Kd || a->ldo < Vd)))
+        return hy_err_set(err, HY_EINVAL,
+                          "%s: row strides ldq=%zu ldk=%zu ldv=%zu ldgb=%zu ldo=%zu shorter than "
+                          "their rows",
+                          what, a->ldq, a->ldk, a->ldv, a->ldgb, a->ldo);
+    return HY_OK;
+}
 
 /* --- gates ------------------------------------------------------------- */
 

@@ -7,8 +7,9 @@
  * bound, and any order of the elements gives the same result. Phased ones
  * give a block to one row (a head, a token, an expert) and run the body's
  * phases with a barrier after each, the block size and dynamic shared
- * memory from ops_body.h, so the host emulation in the tests runs exactly
- * this schedule.
+ * memory from ops_body.h, so the twins on the host (emu_ops.c) run exactly
+ * this schedule. A launcher checks the shape with ops_body.h's check, which
+ * its twin makes too, sizes the grid and queues the kernel.
  */
 #include "hy_cuda_ops.h"
 
@@ -16,14 +17,11 @@
 
 #include <cuda_runtime.h>
 
-#include <limits.h>
 #include <string.h>
 
 #define ELEM_THREADS 256
 /* At most this many blocks for a grid-stride loop; more work loops. */
 #define ELEM_MAX_BLOCKS (1u << 20)
-/* Dynamic shared memory a launch may ask for without opting in. */
-#define SHARED_MAX ((size_t)48 << 10)
 
 static unsigned elem_blocks(size_t count)
 {
@@ -180,9 +178,8 @@ static __global__ void gather_kernel(int N, int k, int D, const int32_t *rows, c
 static int norm_launch(hy_cu_stream stream, int n, const hy_cu_norm_args *a, const char *what,
                        hy_err *err)
 {
-    if (n < 0 || a->heads < 1 || a->d < 1 || (size_t)n * a->heads > INT_MAX)
-        return hy_err_set(err, HY_EINVAL, "%s: %d rows of %d heads of %d", what, n, a->heads, a->d);
-    if (n == 0) return HY_OK;
+    const int rc = hy_cu_norm_check(n, a->heads, a->d, what, err);
+    if (rc != HY_OK || n == 0) return rc;
     const int nthr = hy_cu_norm_threads(a->d);
     norm_kernel<<<(unsigned)(n * a->heads), nthr, hy_cu_norm_shared(nthr) * sizeof(float),
                   stream>>>(*a);
@@ -239,14 +236,13 @@ extern "C" int hy_cu_conv1d_silu(hy_cu_stream stream, int n, int C, int K, const
                                  size_t ldi, float *state, const float *w, const float *bias,
                                  float *out, size_t ldo, hy_err *err)
 {
-    if (n < 0 || C < 1 || K < 1)
-        return hy_err_set(err, HY_EINVAL, "conv1d_silu: %d rows, %d channels, kernel %d", n, C, K);
-    if (n == 0) return HY_OK;
+    int rc = hy_cu_conv1d_silu_check(n, C, K, err);
+    if (rc != HY_OK || n == 0) return rc;
     hy_cu_conv_args a;
     a.n = n, a.C = C, a.K = K, a.in = in, a.ldi = ldi, a.state = state, a.w = w, a.bias = bias;
     a.out = out, a.ldo = ldo;
     conv_out_kernel<<<elem_blocks((size_t)n * C), ELEM_THREADS, 0, stream>>>(a);
-    int rc = launched("conv1d_silu", err);
+    rc = launched("conv1d_silu", err);
     if (rc == HY_OK && K > 1) {
         conv_state_kernel<<<elem_blocks((size_t)C), ELEM_THREADS, 0, stream>>>(a);
         rc = launched("conv1d_silu (state)", err);
@@ -257,16 +253,16 @@ extern "C" int hy_cu_conv1d_silu(hy_cu_stream stream, int n, int C, int K, const
 extern "C" int hy_cu_swiglu(hy_cu_stream stream, int n, int I, const float *gu, size_t ldg,
                             float *h, size_t ldh, hy_err *err)
 {
-    if (n < 0 || I < 1) return hy_err_set(err, HY_EINVAL, "swiglu: %d rows of %d", n, I);
-    if (n == 0) return HY_OK;
+    const int rc = hy_cu_rows_check(n, I, "swiglu", err);
+    if (rc != HY_OK || n == 0) return rc;
     swiglu_kernel<<<elem_blocks((size_t)n * I), ELEM_THREADS, 0, stream>>>(n, I, gu, ldg, h, ldh);
     return launched("swiglu", err);
 }
 
 extern "C" int hy_cu_relu2(hy_cu_stream stream, int n, int d, float *x, size_t ldx, hy_err *err)
 {
-    if (n < 0 || d < 1) return hy_err_set(err, HY_EINVAL, "relu2: %d rows of %d", n, d);
-    if (n == 0) return HY_OK;
+    const int rc = hy_cu_rows_check(n, d, "relu2", err);
+    if (rc != HY_OK || n == 0) return rc;
     relu2_kernel<<<elem_blocks((size_t)n * d), ELEM_THREADS, 0, stream>>>(n, d, x, ldx);
     return launched("relu2", err);
 }
@@ -274,8 +270,8 @@ extern "C" int hy_cu_relu2(hy_cu_stream stream, int n, int d, float *x, size_t l
 extern "C" int hy_cu_add_bias(hy_cu_stream stream, int n, int d, const float *b, float *y,
                               size_t ldy, hy_err *err)
 {
-    if (n < 0 || d < 1) return hy_err_set(err, HY_EINVAL, "add_bias: %d rows of %d", n, d);
-    if (n == 0) return HY_OK;
+    const int rc = hy_cu_rows_check(n, d, "add_bias", err);
+    if (rc != HY_OK || n == 0) return rc;
     add_bias_kernel<<<elem_blocks((size_t)n * d), ELEM_THREADS, 0, stream>>>(n, d, b, y, ldy);
     return launched("add_bias", err);
 }
@@ -298,9 +294,8 @@ extern "C" int hy_cu_axpby(hy_cu_stream stream, size_t count, float alpha, const
 extern "C" int hy_cu_mul_sigmoid(hy_cu_stream stream, int n, int heads, int d, float *o, size_t ldo,
                                  size_t ohs, const float *g, size_t ldg, size_t ghs, hy_err *err)
 {
-    if (n < 0 || heads < 1 || d < 1 || (size_t)heads * d > INT_MAX)
-        return hy_err_set(err, HY_EINVAL, "mul_sigmoid: %d rows of %d heads of %d", n, heads, d);
-    if (n == 0) return HY_OK;
+    const int rc = hy_cu_mul_sigmoid_check(n, heads, d, err);
+    if (rc != HY_OK || n == 0) return rc;
     mul_sigmoid_kernel<<<elem_blocks((size_t)n * heads * d), ELEM_THREADS, 0, stream>>>(
         n, heads, d, o, ldo, ohs, g, ldg, ghs);
     return launched("mul_sigmoid", err);
@@ -309,8 +304,8 @@ extern "C" int hy_cu_mul_sigmoid(hy_cu_stream stream, int n, int heads, int d, f
 extern "C" int hy_cu_embed(hy_cu_stream stream, int n, int H, const int32_t *ids,
                            const float *table, float *out, size_t ldo, hy_err *err)
 {
-    if (n < 0 || H < 1) return hy_err_set(err, HY_EINVAL, "embed: %d rows of %d", n, H);
-    if (n == 0) return HY_OK;
+    const int rc = hy_cu_rows_check(n, H, "embed", err);
+    if (rc != HY_OK || n == 0) return rc;
     embed_kernel<<<elem_blocks((size_t)n * H), ELEM_THREADS, 0, stream>>>(n, H, ids, table, out,
                                                                           ldo);
     return launched("embed", err);
@@ -321,10 +316,8 @@ extern "C" int hy_cu_embed(hy_cu_stream stream, int n, int H, const int32_t *ids
 extern "C" int hy_cu_rope_table(hy_cu_stream stream, int rd, const float *inv_freq, int64_t pos0,
                                 int64_t npos, float *cs, hy_err *err)
 {
-    if (rd < 2 || rd % 2 || npos < 0 || pos0 < 0)
-        return hy_err_set(err, HY_EINVAL, "rope_table: rd %d, %lld positions from %lld", rd,
-                          (long long)npos, (long long)pos0);
-    if (npos == 0) return HY_OK;
+    const int rc = hy_cu_rope_table_check(rd, pos0, npos, err);
+    if (rc != HY_OK || npos == 0) return rc;
     rope_table_kernel<<<elem_blocks((size_t)npos * (size_t)(rd / 2)), ELEM_THREADS, 0, stream>>>(
         rd, inv_freq, pos0, npos, cs);
     return launched("rope_table", err);
@@ -334,10 +327,8 @@ extern "C" int hy_cu_rope_rotate(hy_cu_stream stream, int n, int rd, const int64
                                  const float *cs, float *q, size_t ldq, size_t qhs, int nq,
                                  float *k, size_t ldk, size_t khs, int nk, hy_err *err)
 {
-    if (n < 0 || rd < 0 || rd % 2 || nq < 0 || nk < 0 || (nk > 0 && !k))
-        return hy_err_set(err, HY_EINVAL, "rope_rotate: %d rows, rd %d, %d + %d heads", n, rd, nq,
-                          nk);
-    if (n == 0 || rd == 0 || nq + nk == 0) return HY_OK;
+    const int rc = hy_cu_rope_rotate_check(n, rd, nq, nk, k, err);
+    if (rc != HY_OK || n == 0 || rd == 0 || nq + nk == 0) return rc;
     hy_cu_rope_args a;
     a.rd = rd, a.pos = pos, a.cs = cs;
     a.q = q, a.ldq = ldq, a.qhs = qhs, a.nq = nq;
@@ -353,11 +344,10 @@ extern "C" int hy_cu_moe_route(hy_cu_stream stream, int n, int E, int k, int nor
                                const float *logits, size_t ldl, int32_t *topi, float *topw,
                                hy_err *err)
 {
+    const int rc = hy_cu_moe_route_check(n, E, k, err);
+    if (rc != HY_OK || n == 0) return rc;
     const int nthr = hy_cu_route_threads(E);
     const size_t shared = hy_cu_route_shared(E, k, nthr) * sizeof(float);
-    if (n < 0 || E < 1 || k < 1 || k > E || shared > SHARED_MAX)
-        return hy_err_set(err, HY_EINVAL, "moe_route: %d rows, top %d of %d experts", n, k, E);
-    if (n == 0) return HY_OK;
     hy_cu_route_args a;
     a.E = E, a.k = k, a.norm_topk = norm_topk, a.logits = logits, a.ldl = ldl;
     a.topi = topi, a.topw = topw;
@@ -368,8 +358,8 @@ extern "C" int hy_cu_moe_route(hy_cu_stream stream, int n, int E, int k, int nor
 extern "C" int hy_cu_moe_plan(hy_cu_stream stream, int n, int k, int E, const int32_t *topi,
                               int32_t *offsets, int32_t *rows, int32_t *slot_row, hy_err *err)
 {
-    if (n < 0 || k < 1 || E < 1 || (int64_t)n * k >= HY_CU_EXACT_INT)
-        return hy_err_set(err, HY_EINVAL, "moe_plan: %d rows, top %d of %d experts", n, k, E);
+    const int rc = hy_cu_moe_plan_check(n, k, E, err);
+    if (rc != HY_OK) return rc;
     hy_cu_plan_args a;
     a.N = n * k, a.E = E, a.topi = topi, a.offsets = offsets, a.rows = rows;
     a.slot_row = slot_row;
@@ -382,9 +372,8 @@ extern "C" int hy_cu_moe_plan(hy_cu_stream stream, int n, int k, int E, const in
 extern "C" int hy_cu_moe_gather(hy_cu_stream stream, int n, int k, int D, const int32_t *rows,
                                 const float *src, size_t lds, float *xe, size_t ldxe, hy_err *err)
 {
-    if (n < 0 || k < 1 || D < 1 || (int64_t)n * k > INT_MAX)
-        return hy_err_set(err, HY_EINVAL, "moe_gather: %d rows, top %d, width %d", n, k, D);
-    if (n == 0) return HY_OK;
+    const int rc = hy_cu_moe_gather_check(n, k, D, err);
+    if (rc != HY_OK || n == 0) return rc;
     const int N = n * k;
     gather_kernel<<<elem_blocks((size_t)N * D), ELEM_THREADS, 0, stream>>>(N, k, D, rows, src, lds,
                                                                            xe, ldxe);
@@ -395,10 +384,8 @@ extern "C" int hy_cu_moe_combine(hy_cu_stream stream, int n, int k, int D, const
                                  const float *topw, const float *ye, size_t ldy, float *out,
                                  size_t ldo, hy_err *err)
 {
-    if (n < 0 || k < 1 || D < 1 || (int64_t)n * k >= HY_CU_EXACT_INT ||
-        hy_cu_combine_shared(k) * sizeof(float) > SHARED_MAX)
-        return hy_err_set(err, HY_EINVAL, "moe_combine: %d rows, top %d, width %d", n, k, D);
-    if (n == 0) return HY_OK;
+    const int rc = hy_cu_moe_combine_check(n, k, D, err);
+    if (rc != HY_OK || n == 0) return rc;
     hy_cu_combine_args a;
     a.k = k, a.D = D, a.slot_row = slot_row, a.topw = topw, a.ye = ye, a.ldy = ldy;
     a.out = out, a.ldo = ldo;
@@ -411,8 +398,8 @@ extern "C" int hy_cu_moe_shared_gate(hy_cu_stream stream, int n, int H, const fl
                                      const float *wg, const float *ye, size_t ldye, float *y,
                                      size_t ldy, hy_err *err)
 {
-    if (n < 0 || H < 1) return hy_err_set(err, HY_EINVAL, "moe_shared_gate: %d rows of %d", n, H);
-    if (n == 0) return HY_OK;
+    const int rc = hy_cu_rows_check(n, H, "moe_shared_gate", err);
+    if (rc != HY_OK || n == 0) return rc;
     hy_cu_sgate_args a;
     a.H = H, a.x = x, a.ldx = ldx, a.wg = wg, a.ye = ye, a.ldye = ldye, a.y = y, a.ldy = ldy;
     const int nthr = hy_cu_sgate_threads(H);

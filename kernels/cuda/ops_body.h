@@ -13,9 +13,11 @@
  *     (args, block, tid, nthr, sh) and a block runs phases 0, 1, … with a
  *     barrier after each. A family's `_phases(nthr)` says how many there
  *     are and its `_phase(…, ph, …)` which body phase ph is, so the kernel
- *     and the host emulation in tests/kernels/test_cuda_ops.c follow one
- *     schedule. Block sizes (`_threads`) and shared floats (`_shared`) are
- *     here too for the same reason.
+ *     and its twin on the host (emu_ops.c) follow one schedule. Block sizes
+ *     (`_threads`) and shared floats (`_shared`) are here too for the same
+ *     reason, and so are the launchers' argument checks (`_check`), so that
+ *     a launcher and its twin refuse the same arguments with the same
+ *     message.
  *
  * Reductions are trees over shared memory (nthr a power of two, level s
  * adding sh[tid + s] into sh[tid]); the CPU kernels add in another order,
@@ -26,13 +28,18 @@
 #ifndef HY_CU_OPS_BODY_H
 #define HY_CU_OPS_BODY_H
 
+#include "hy_common.h"
+
 #include "hy_cu_body.h"
 
+#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 
 /* Integers below this are exact in a float (shared memory's counts). */
 #define HY_CU_EXACT_INT (1 << 24)
+/* Dynamic shared memory, in bytes, a launch may ask for without opting in. */
+#define HY_CU_SHARED_MAX ((size_t)48 << 10)
 
 /* --- block shapes and tree levels ------------------------------------------ */
 
@@ -602,6 +609,101 @@ HY_CU_BODY void hy_cu_sgate_phase(const hy_cu_sgate_args *a, int ph, int t, int 
         hy_cu_tree_sum(sh, tid, nthr >> ph);
     else
         hy_cu_sgate_add(a, t, tid, nthr, sh);
+}
+
+/* --- argument checks ------------------------------------------------------------
+ *
+ * Host code only (they fill an hy_err), shared by ops.cu's launchers and
+ * emu_ops.c's twins: HY_OK when the kernel takes the shape — with no rows
+ * then a launch that queues nothing, the pointers unchecked — else
+ * HY_EINVAL naming the launcher (`what` where several share a check) and
+ * the shape. hy_cu_add and hy_cu_axpby take any count and have none. */
+
+/* The norms (one block per head of each row): n ≥ 0, heads, d ≥ 1, n·heads
+ * blocks within an int. */
+static inline int hy_cu_norm_check(int n, int heads, int d, const char *what, hy_err *err)
+{
+    if (n < 0 || heads < 1 || d < 1 || (size_t)n * heads > INT_MAX)
+        return hy_err_set(err, HY_EINVAL, "%s: %d rows of %d heads of %d", what, n, heads, d);
+    return HY_OK;
+}
+
+/* n ≥ 0 rows of d ≥ 1: swiglu (d = I), relu2, add_bias, embed (d = H),
+ * moe_shared_gate (d = H). */
+static inline int hy_cu_rows_check(int n, int d, const char *what, hy_err *err)
+{
+    if (n < 0 || d < 1) return hy_err_set(err, HY_EINVAL, "%s: %d rows of %d", what, n, d);
+    return HY_OK;
+}
+
+static inline int hy_cu_conv1d_silu_check(int n, int C, int K, hy_err *err)
+{
+    if (n < 0 || C < 1 || K < 1)
+        return hy_err_set(err, HY_EINVAL, "conv1d_silu: %d rows, %d channels, kernel %d", n, C, K);
+    return HY_OK;
+}
+
+/* heads·d, a row's gated values, within an int (the kernel splits its flat
+ * index by it). */
+static inline int hy_cu_mul_sigmoid_check(int n, int heads, int d, hy_err *err)
+{
+    if (n < 0 || heads < 1 || d < 1 || (size_t)heads * d > INT_MAX)
+        return hy_err_set(err, HY_EINVAL, "mul_sigmoid: %d rows of %d heads of %d", n, heads, d);
+    return HY_OK;
+}
+
+/* rd even and ≥ 2, positions from pos0 ≥ 0, npos ≥ 0 of them. */
+static inline int hy_cu_rope_table_check(int rd, int64_t pos0, int64_t npos, hy_err *err)
+{
+    if (rd < 2 || rd % 2 || npos < 0 || pos0 < 0)
+        return hy_err_set(err, HY_EINVAL, "rope_table: rd %d, %lld positions from %lld", rd,
+                          (long long)npos, (long long)pos0);
+    return HY_OK;
+}
+
+/* rd even (0: nothing to rotate), head counts ≥ 0, k set when nk is not 0. */
+static inline int hy_cu_rope_rotate_check(int n, int rd, int nq, int nk, const float *k,
+                                          hy_err *err)
+{
+    if (n < 0 || rd < 0 || rd % 2 || nq < 0 || nk < 0 || (nk > 0 && !k))
+        return hy_err_set(err, HY_EINVAL, "rope_rotate: %d rows, rd %d, %d + %d heads", n, rd, nq,
+                          nk);
+    return HY_OK;
+}
+
+/* 1 ≤ k ≤ E, and a token's probabilities, trees and choice in shared memory. */
+static inline int hy_cu_moe_route_check(int n, int E, int k, hy_err *err)
+{
+    if (n < 0 || E < 1 || k < 1 || k > E ||
+        hy_cu_route_shared(E, k, hy_cu_route_threads(E)) * sizeof(float) > HY_CU_SHARED_MAX)
+        return hy_err_set(err, HY_EINVAL, "moe_route: %d rows, top %d of %d experts", n, k, E);
+    return HY_OK;
+}
+
+/* n·k slots below HY_CU_EXACT_INT: their counts and rows pass through
+ * shared memory as floats. */
+static inline int hy_cu_moe_plan_check(int n, int k, int E, hy_err *err)
+{
+    if (n < 0 || k < 1 || E < 1 || (int64_t)n * k >= HY_CU_EXACT_INT)
+        return hy_err_set(err, HY_EINVAL, "moe_plan: %d rows, top %d of %d experts", n, k, E);
+    return HY_OK;
+}
+
+static inline int hy_cu_moe_gather_check(int n, int k, int D, hy_err *err)
+{
+    if (n < 0 || k < 1 || D < 1 || (int64_t)n * k > INT_MAX)
+        return hy_err_set(err, HY_EINVAL, "moe_gather: %d rows, top %d, width %d", n, k, D);
+    return HY_OK;
+}
+
+/* Sorted rows below HY_CU_EXACT_INT (floats in shared memory), a token's k
+ * rows and weights in shared memory. */
+static inline int hy_cu_moe_combine_check(int n, int k, int D, hy_err *err)
+{
+    if (n < 0 || k < 1 || D < 1 || (int64_t)n * k >= HY_CU_EXACT_INT ||
+        hy_cu_combine_shared(k) * sizeof(float) > HY_CU_SHARED_MAX)
+        return hy_err_set(err, HY_EINVAL, "moe_combine: %d rows, top %d, width %d", n, k, D);
+    return HY_OK;
 }
 
 #endif

@@ -4,12 +4,15 @@
  * head's composition against hy_rep_apply, a hole's keys and values against
  * write_holes' rotation (hy_rope_rotate on the widened entry).
  *
- * Every build runs the bodies (attn_body.h, compose_body.h) on the CPU as
- * the kernels run them: every block of the grid, each phase for every thread
- * of the block before the next phase (what a barrier guarantees), shared
- * memory filled with NaN before each block so that a phase reading what no
- * earlier phase wrote shows. With nvcc and a device, the launchers run the
- * same problems and are held to the same bounds.
+ * Every build runs the launchers' twins (hy_emu_*, emu_attn.c): the bodies
+ * (attn_body.h, compose_body.h) on the CPU as the kernels run them — every
+ * block of the grid, each phase for every thread of the block before the
+ * next phase (what a barrier guarantees), shared memory NaN at each block's
+ * start so that a phase reading what no earlier phase wrote shows — and the
+ * threads of each phase last to first must give the same bits (no phase
+ * reads what another thread of it writes). With nvcc and a device, the
+ * launchers run the same problems and are held to the same bounds; both
+ * sets refuse the same bad arguments.
  */
 #include "hy_common.h"
 #include "hy_kernels.h"
@@ -17,7 +20,6 @@
 #include "test_util.h"
 
 #include "attn_body.h"
-#include "compose_body.h"
 
 #include <string.h>
 
@@ -139,35 +141,6 @@ static void attn_reference(const attn_prob *p, float *o)
     free(work);
 }
 
-/* The kernels on the CPU: attn_kernel's grid with `splits` key ranges, then
- * the merge when split. */
-static void attn_emulate(const hy_cu_attn *a, int splits)
-{
-    const size_t shf = hy_cu_attn_shared_floats(a->hd);
-    const size_t wf = hy_cu_attn_work_floats(a, splits);
-    float *sh = malloc(shf * sizeof *sh), *work = wf ? malloc(wf * sizeof *work) : NULL;
-    const int T = HY_CU_ATTN_THREADS;
-    for (int bz = 0; bz < splits; bz++)
-        for (int by = 0; by < a->Hkv; by++)
-            for (int bx = 0; bx < hy_cu_attn_row_tiles(a); bx++) {
-                for (size_t i = 0; i < shf; i++) sh[i] = NAN;
-                hy_cu_attn_plan p;
-                hy_cu_attn_plan_of(a, splits, bx, by, bz, &p);
-                for (int t = 0; t < T; t++) hy_cu_attn_start(a, &p, t, T, sh);
-                for (int64_t kt = p.t0; kt < p.t1; kt++) {
-                    for (int t = 0; t < T; t++) hy_cu_attn_load(a, &p, kt, t, T, sh);
-                    for (int t = 0; t < T; t++) hy_cu_attn_scores(a, &p, kt, t, T, sh);
-                    for (int t = 0; t < T; t++) hy_cu_attn_softmax(a, &p, t, T, sh);
-                    for (int t = 0; t < T; t++) hy_cu_attn_accumulate(a, &p, kt, t, T, sh);
-                }
-                for (int t = 0; t < T; t++) hy_cu_attn_finish(a, &p, work, t, T, sh);
-            }
-    if (splits > 1)
-        for (size_t e = 0; e < (size_t)a->n * a->Hq * a->hd; e++)
-            hy_cu_attn_merge(a, splits, work, e);
-    free(sh), free(work);
-}
-
 /* Outputs are convex combinations of value rows, so both computations' rounding
  * is a few ulps of max|V| (the exps' 2.5e-7, a score's dot product of hd
  * terms, sums of up to ctx weights): the bound is 1e-5·max|V|, above what
@@ -185,6 +158,21 @@ static void attn_check(const attn_prob *p, const float *o, const float *ref, con
         printf("\n  %s: n %d Hq %d Hkv %d hd %d: error %.3g of max|V|\n", what, p->a.n, p->a.Hq,
                p->a.Hkv, p->a.hd, err);
     CU_ASSERT(err <= ATTN_TOL);
+}
+
+/* The twin into o (first set to the sentinel), with the work it asks for
+ * (split when it would; NaN until the ranges write it) or without (one
+ * range). */
+static void attn_host(const attn_prob *p, float *o, int split)
+{
+    hy_cu_attn a = p->a;
+    a.o = o;
+    for (size_t i = 0; i < p->olen; i++) o[i] = -7.0f;
+    const size_t wf = split ? hy_emu_attention_work(&a) : 0;
+    float *work = wf ? filled(wf, NAN) : NULL;
+    hy_err err = {0};
+    CU_ASSERT_EQUAL(hy_emu_attention(NULL, &a, work, wf, &err), HY_OK);
+    free(work);
 }
 
 #ifdef HY_HAVE_CUDA_KERNELS
@@ -215,9 +203,11 @@ static void attn_device(const attn_prob *p, const float *ref)
 
 /* Prefill from the first position (every causal mask edge inside the first
  * tiles), a chunk after a long prefix, a decode row over a long context
- * (split), rows at scattered positions (a request's seams), over head dims
- * 16, 64, 128 and 256 and groups of 1, 2, 4 and 8 query heads per KV head;
- * with one, consecutive rows are also hy_attention's contract. */
+ * (split), rows at scattered positions (a request's seams; split, a later
+ * range holds no key of the early rows), over head dims 16, 64, 128 and 256
+ * and groups of 1, 2, 4 and 8 query heads per KV head; with one,
+ * consecutive rows are also hy_attention's contract. Each through the twin
+ * in one range and, where it splits, with the work it asks for. */
 static void test_attention_matches_cpu(void)
 {
     static const attn_case cases[] = {
@@ -229,14 +219,10 @@ static void test_attention_matches_cpu(void)
         attn_prob p = attn_make(&cases[ci], 100 + ci);
         float *ref = filled(p.olen, -7.0f), *o = filled(p.olen, -7.0f);
         attn_reference(&p, ref);
-        p.a.o = o;
-        const int auto_splits = hy_cu_attn_splits(&p.a);
-        const int tries[] = {1, auto_splits, 3};
-        for (int s = 0; s < 3; s++) {
-            if (s > 0 && tries[s] == tries[s - 1]) continue;
-            for (size_t i = 0; i < p.olen; i++) o[i] = -7.0f;
-            attn_emulate(&p.a, tries[s]);
-            attn_check(&p, o, ref, "host bodies");
+        for (int split = 0; split < 2; split++) {
+            if (split && hy_emu_attention_work(&p.a) == 0) continue;
+            attn_host(&p, o, split);
+            attn_check(&p, o, ref, split ? "host bodies, split" : "host bodies, one range");
         }
 #ifdef HY_HAVE_CUDA_KERNELS
         if (g_device) attn_device(&p, ref);
@@ -246,29 +232,47 @@ static void test_attention_matches_cpu(void)
     }
 }
 
-/* The split: a decode row over 4400 keys cuts into ranges of at least 512
- * keys; a prefill of enough rows does not split; and a split's result does
- * not depend on how many ranges there are (3, 8 and 64 against 1). */
+/* The split: a decode row over 1800, 4400 and 32801 keys (few blocks)
+ * cuts into 3, 8 and 64 ranges (at least 512 keys each, 64 at most: the
+ * last ranges empty), the work asked for is their partial rows, and the
+ * result is the one range's (no work) within the bound; with one float of
+ * work fewer than asked the launch takes one range, to the bit. A prefill
+ * of enough rows does not split and asks for no work. */
 static void test_attention_split(void)
 {
-    const attn_case c = {1, 8, 2, 128, 4399, 0};
-    attn_prob p = attn_make(&c, 7);
-    CU_ASSERT_EQUAL(hy_cu_attn_splits(&p.a), 8);
-    CU_ASSERT_EQUAL(hy_cu_attn_work_floats(&p.a, 8), (size_t)8 * 1 * 8 * 130);
-    float *o1 = filled(p.olen, 0.0f), *o = filled(p.olen, 0.0f);
-    p.a.o = o1;
-    attn_emulate(&p.a, 1);
-    p.a.o = o;
-    const int tries[] = {3, 8, 64};
-    for (int s = 0; s < 3; s++) {
-        attn_emulate(&p.a, tries[s]);
-        CU_ASSERT(hy_max_abs_diff(o, o1, p.olen) <= ATTN_TOL * max_abs(p.V, 4400 * p.a.ldv));
+    static const struct {
+        attn_case c;
+        int splits;
+    } cases[] = {
+        {{1, 8, 2, 128, 1799, 0}, 3},
+        {{1, 8, 2, 128, 4399, 0}, 8},
+        {{1, 4, 2, 16, 32800, 0}, 64},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        attn_prob p = attn_make(&cases[ci].c, 7 + ci);
+        const int splits = cases[ci].splits;
+        CU_ASSERT_EQUAL(hy_cu_attn_splits(&p.a), splits);
+        const size_t wf = hy_emu_attention_work(&p.a);
+        CU_ASSERT_EQUAL(wf, (size_t)splits * p.a.n * p.a.Hq * (p.a.hd + 2));
+        float *o1 = filled(p.olen, 0.0f), *o = filled(p.olen, 0.0f), *work = filled(wf, NAN);
+        hy_err err = {0};
+        p.a.o = o1;
+        CU_ASSERT_EQUAL(hy_emu_attention(NULL, &p.a, NULL, 0, &err), HY_OK);
+        p.a.o = o;
+        CU_ASSERT_EQUAL(hy_emu_attention(NULL, &p.a, work, wf, &err), HY_OK);
+        const double tol = ATTN_TOL * max_abs(p.V, (size_t)p.a.ctx * p.a.ldv);
+        CU_ASSERT(hy_max_abs_diff(o, o1, p.olen) <= tol);
+        CU_ASSERT(!isnan(work[p.a.hd])); /* split 0 wrote its first row's m: the split ran */
+        CU_ASSERT_EQUAL(hy_emu_attention(NULL, &p.a, work, wf - 1, &err), HY_OK);
+        CU_ASSERT(memcmp(o, o1, p.olen * sizeof *o) == 0);
+        free(o1), free(o), free(work);
+        attn_drop(&p);
     }
-    hy_cu_attn big = p.a;
-    big.n = 4096, big.pos0 = 0, big.ctx = 4096, big.Hkv = 8, big.Hq = 32;
+    hy_cu_attn big;
+    memset(&big, 0, sizeof big);
+    big.n = 4096, big.pos0 = 0, big.ctx = 4096, big.Hkv = 8, big.Hq = 32, big.hd = 128;
     CU_ASSERT_EQUAL(hy_cu_attn_splits(&big), 1);
-    free(o1), free(o);
-    attn_drop(&p);
+    CU_ASSERT_EQUAL(hy_emu_attention_work(&big), 0);
 }
 
 /* === composition of an entry's heads ======================================= */
@@ -388,21 +392,6 @@ static float *layer_start(const layer *L, int use_T)
     return S;
 }
 
-static void compose_emulate(const hy_cu_compose *c)
-{
-    const size_t shf = hy_cu_compose_shared_floats(c->dk);
-    float *sh = malloc(shf * sizeof *sh);
-    const int T = HY_CU_COMPOSE_THREADS, C = hy_cu_compose_cols(c->dk);
-    for (int h = 0; h < c->heads; h++)
-        for (int bx = 0; bx < (c->dv + C - 1) / C; bx++) {
-            for (size_t i = 0; i < shf; i++) sh[i] = NAN;
-            for (int t = 0; t < T; t++) hy_cu_compose_load(c, bx, h, t, T, sh);
-            for (int t = 0; t < T; t++) hy_cu_compose_project(c, bx, h, t, T, sh);
-            for (int t = 0; t < T; t++) hy_cu_compose_combine(c, bx, h, t, T, sh);
-        }
-    free(sh);
-}
-
 /* Each new state is a sum of at most dk + rank + 1 products of unit-scale
  * terms, and the kernel sums them in another order than BLAS: fp32 rounding
  * of some ulps of the result's scale (measured ≤ 5e-7 of its largest value).
@@ -469,7 +458,8 @@ static void test_compose_matches_rep_apply(void)
                     hy_rep_apply(HY_LA_T_DENSE, dk, dv, &L.th[h], &L.sh[h], use_T, ref + h * L.hs,
                                  work);
                 const hy_cu_compose c = {L.heads, dk, dv, use_T, L.ct, L.cs, S, L.hs};
-                compose_emulate(&c);
+                hy_err err = {0};
+                CU_ASSERT_EQUAL(hy_emu_compose_layer(NULL, &c, &err), HY_OK);
                 compose_check(&L, S, ref, "host bodies", use_T);
 #ifdef HY_HAVE_CUDA_KERNELS
                 if (g_device) compose_device(&L, use_T, ref);
@@ -530,6 +520,53 @@ static void hole_reference(const hy_cu_hole_kv *h, float *K, float *V)
     }
 }
 
+/* A hole's problem: the entry's keys and values, the rope table over the
+ * context, the caches' rows ld floats apart (set K and V before a write). */
+typedef struct hole_prob {
+    hy_cu_hole_kv h;
+    payload ek, ev;
+    float *inv, *rope;
+    size_t cache; /* floats of each cache: ctx·ld */
+} hole_prob;
+
+static hole_prob hole_make(const hole_case *c, uint64_t seed)
+{
+    hole_prob p;
+    memset(&p, 0, sizeof p);
+    hy_rng r;
+    hy_rng_seed(&r, seed);
+    const int64_t ctx = c->p0 + c->nb + 3;
+    const size_t row = (size_t)c->Hkv * c->hd, ld = row + 2, n = (size_t)c->nb * row;
+    p.inv = malloc(((size_t)c->rd / 2 + 1) * sizeof *p.inv);
+    p.rope = malloc(((size_t)ctx * c->rd + 1) * sizeof *p.rope);
+    hy_rope_inv_freq(c->rd, 1e6, p.inv);
+    for (int64_t t = 0; t < ctx && c->rd; t++)
+        hy_rope_cos_sin(c->rd, p.inv, t, p.rope + (size_t)t * c->rd);
+    p.ek = pay_make(&r, n, 1.0f, 0.0f, c->dtype);
+    p.ev = pay_make(&r, n, 1.0f, 0.0f, c->dtype);
+    const hy_cu_hole_kv h = {c->nb,  c->Hkv, c->hd, c->rd, c->dtype, p.ek.bytes, p.ev.bytes,
+                             p.rope, c->p0,  NULL,  NULL,  ld,       ld};
+    p.h = h;
+    p.cache = (size_t)ctx * ld;
+    return p;
+}
+
+static void hole_drop(hole_prob *p)
+{
+    free(p->inv), free(p->rope);
+    free(p->ek.f), free(p->ek.bytes), free(p->ev.f), free(p->ev.bytes);
+}
+
+/* The twin into caches K and V filled with 3 first. */
+static void hole_host(const hole_prob *p, float *K, float *V)
+{
+    hy_cu_hole_kv h = p->h;
+    for (size_t i = 0; i < p->cache; i++) K[i] = V[i] = 3.0f;
+    h.K = K, h.V = V;
+    hy_err err = {0};
+    CU_ASSERT_EQUAL(hy_emu_hole_kv_write(NULL, &h, &err), HY_OK);
+}
+
 /* Rotation by the table and widening are exact the same way on both sides
  * (each product rounded on its own, then one addition): the caches must be
  * equal to the bit, rows outside the hole untouched. */
@@ -542,34 +579,22 @@ static void test_hole_kv_matches_write_holes(void)
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const hole_case *c = &cases[ci];
-        hy_rng r;
-        hy_rng_seed(&r, 50 + ci);
-        const int64_t ctx = c->p0 + c->nb + 3;
-        const size_t row = (size_t)c->Hkv * c->hd, ld = row + 2, n = (size_t)c->nb * row;
-        float *inv = malloc(((size_t)c->rd / 2 + 1) * sizeof *inv);
-        float *rope = malloc(((size_t)ctx * c->rd + 1) * sizeof *rope);
-        hy_rope_inv_freq(c->rd, 1e6, inv);
-        for (int64_t p = 0; p < ctx && c->rd; p++)
-            hy_rope_cos_sin(c->rd, inv, p, rope + (size_t)p * c->rd);
-        payload ek = pay_make(&r, n, 1.0f, 0.0f, c->dtype),
-                ev = pay_make(&r, n, 1.0f, 0.0f, c->dtype);
-        hy_cu_hole_kv h = {c->nb, c->Hkv, c->hd, c->rd, c->dtype, ek.bytes, ev.bytes,
-                           rope,  c->p0,  NULL,  NULL,  ld,       ld};
-        float *Kr = filled((size_t)ctx * ld, 3.0f), *Vr = filled((size_t)ctx * ld, 3.0f);
-        float *K = filled((size_t)ctx * ld, 3.0f), *V = filled((size_t)ctx * ld, 3.0f);
-        h.K = Kr, h.V = Vr;
-        hole_reference(&h, Kr, Vr);
-        h.K = K, h.V = V;
-        for (size_t e = 0; e < n; e++) hy_cu_hole_kv_elem(&h, e);
-        CU_ASSERT(memcmp(K, Kr, (size_t)ctx * ld * sizeof *K) == 0);
-        CU_ASSERT(memcmp(V, Vr, (size_t)ctx * ld * sizeof *V) == 0);
+        hole_prob p = hole_make(c, 50 + ci);
+        const size_t cb = p.cache * sizeof(float);
+        float *Kr = filled(p.cache, 3.0f), *Vr = filled(p.cache, 3.0f);
+        float *K = filled(p.cache, 3.0f), *V = filled(p.cache, 3.0f);
+        hole_reference(&p.h, Kr, Vr);
+        hole_host(&p, K, V);
+        CU_ASSERT(memcmp(K, Kr, cb) == 0);
+        CU_ASSERT(memcmp(V, Vr, cb) == 0);
 #ifdef HY_HAVE_CUDA_KERNELS
         if (g_device) {
-            const size_t cb = (size_t)ctx * ld * sizeof *K, pb = n * (c->dtype ? 2 : 4);
-            hy_cu_hole_kv d = h;
-            for (size_t i = 0; i < (size_t)ctx * ld; i++) K[i] = V[i] = 3.0f;
-            d.eK = dev_put(ek.bytes, pb), d.eV = dev_put(ev.bytes, pb);
-            d.rope = c->rd ? dev_put(rope, (size_t)ctx * c->rd * sizeof *rope) : NULL;
+            const size_t pb = (size_t)c->nb * c->Hkv * c->hd * (c->dtype ? 2 : 4);
+            const int64_t ctx = c->p0 + c->nb + 3;
+            hy_cu_hole_kv d = p.h;
+            for (size_t i = 0; i < p.cache; i++) K[i] = V[i] = 3.0f;
+            d.eK = dev_put(p.ek.bytes, pb), d.eV = dev_put(p.ev.bytes, pb);
+            d.rope = c->rd ? dev_put(p.rope, (size_t)ctx * c->rd * sizeof(float)) : NULL;
             d.K = dev_put(K, cb), d.V = dev_put(V, cb);
             hy_err err = {0};
             CU_ASSERT_EQUAL(hy_cu_hole_kv_write(NULL, &d, &err), HY_OK);
@@ -581,39 +606,146 @@ static void test_hole_kv_matches_write_holes(void)
             cudaFree(d.K), cudaFree(d.V);
         }
 #endif
-        free(inv), free(rope), free(Kr), free(Vr), free(K), free(V);
-        free(ek.f), free(ek.bytes), free(ev.f), free(ev.bytes);
+        free(Kr), free(Vr), free(K), free(V);
+        hole_drop(&p);
     }
+}
+
+/* === the order of a phase's threads ========================================== */
+
+/* Each phase's threads taken last to first give the bits of first to last
+ * (within a phase no thread reads what another writes: a barrier would be
+ * missing otherwise): attention over several row tiles in one range, and
+ * split with rows at scattered positions (the merge too); every pair of
+ * composition forms with T and naive; a hole's keys and values. */
+static void test_phases_are_race_free(void)
+{
+    static const attn_case acases[] = {{70, 4, 4, 16, 0, 0}, {24, 4, 2, 128, 0, 1}};
+    for (size_t ci = 0; ci < 2; ci++) {
+        attn_prob p = attn_make(&acases[ci], 300 + ci);
+        for (int split = 0; split < 2; split++) {
+            float *o[2];
+            for (int rev = 0; rev < 2; rev++) {
+                hy_emu_set_reversed(rev);
+                o[rev] = filled(p.olen, 0.0f);
+                attn_host(&p, o[rev], split);
+            }
+            CU_ASSERT(memcmp(o[0], o[1], p.olen * sizeof(float)) == 0);
+            free(o[0]), free(o[1]);
+        }
+        attn_drop(&p);
+    }
+
+    layer L = layer_make(64, 200, 2, 1300);
+    const size_t SS = L.heads * L.hs;
+    for (int use_T = 1; use_T >= 0; use_T--) {
+        float *S[2];
+        for (int rev = 0; rev < 2; rev++) {
+            hy_emu_set_reversed(rev);
+            S[rev] = layer_start(&L, use_T);
+            const hy_cu_compose c = {L.heads, L.dk, L.dv, use_T, L.ct, L.cs, S[rev], L.hs};
+            hy_err err = {0};
+            CU_ASSERT_EQUAL(hy_emu_compose_layer(NULL, &c, &err), HY_OK);
+        }
+        CU_ASSERT(memcmp(S[0], S[1], SS * sizeof(float)) == 0);
+        free(S[0]), free(S[1]);
+    }
+    layer_drop(&L);
+
+    const hole_case hc = {37, 2, 128, 64, 1234, HY_ENTRY_BF16};
+    hole_prob hp = hole_make(&hc, 1400);
+    float *K[2], *V[2];
+    for (int rev = 0; rev < 2; rev++) {
+        hy_emu_set_reversed(rev);
+        K[rev] = filled(hp.cache, 0.0f), V[rev] = filled(hp.cache, 0.0f);
+        hole_host(&hp, K[rev], V[rev]);
+    }
+    CU_ASSERT(memcmp(K[0], K[1], hp.cache * sizeof(float)) == 0);
+    CU_ASSERT(memcmp(V[0], V[1], hp.cache * sizeof(float)) == 0);
+    for (int rev = 0; rev < 2; rev++) free(K[rev]), free(V[rev]);
+    hole_drop(&hp);
+    hy_emu_set_reversed(false);
 }
 
 /* === the launchers' refusals ================================================ */
 
+/* A set of launchers: the twins, or the kernels' (same types). */
+typedef struct launchers {
+    const char *name;
+    int (*attention)(hy_cu_stream, const hy_cu_attn *, float *, size_t, hy_err *);
+    int (*compose_layer)(hy_cu_stream, const hy_cu_compose *, hy_err *);
+    int (*hole_kv_write)(hy_cu_stream, const hy_cu_hole_kv *, hy_err *);
+} launchers;
+
+static const launchers k_launchers[] = {
+    {"twins", hy_emu_attention, hy_emu_compose_layer, hy_emu_hole_kv_write},
 #ifdef HY_HAVE_CUDA_KERNELS
-/* Bad shapes come back as HY_EINVAL before anything is launched (no device
- * needed). */
+    {"device", hy_cu_attention, hy_cu_compose_layer, hy_cu_hole_kv_write},
+#endif
+};
+
+/* A call's status rc and its report err: HY_EINVAL with a reason. err is
+ * cleared for the next call. */
+static void refused(int rc, hy_err *err)
+{
+    CU_ASSERT_EQUAL(rc, HY_EINVAL);
+    CU_ASSERT_EQUAL(err->code, HY_EINVAL);
+    CU_ASSERT(err->msg[0] != '\0');
+    memset(err, 0, sizeof *err);
+}
+
+/* Bad shapes and missing operands come back as HY_EINVAL before anything
+ * is launched (no device needed), from the twins and the launchers alike;
+ * nothing to do (no rows, heads or tokens) is HY_OK whatever the
+ * pointers. The output a refused twin was given is left as it was. */
 static void test_launchers_refuse_bad_shapes(void)
 {
+    for (size_t li = 0; li < sizeof k_launchers / sizeof k_launchers[0]; li++) {
+        const launchers *L = &k_launchers[li];
+        hy_err err = {0};
+        hy_cu_attn a;
+        memset(&a, 0, sizeof a);
+        a.n = 1, a.Hq = 6, a.Hkv = 4, a.hd = 64;
+        refused(L->attention(NULL, &a, NULL, 0, &err), &err);
+        a.Hq = 8, a.hd = HY_CU_ATTN_MAX_HD + 1;
+        refused(L->attention(NULL, &a, NULL, 0, &err), &err);
+        a.Hq = a.Hkv = 70000, a.hd = 64; /* past the grid's y */
+        refused(L->attention(NULL, &a, NULL, 0, &err), &err);
+        a.Hq = 8, a.Hkv = 4; /* no operands */
+        refused(L->attention(NULL, &a, NULL, 0, &err), &err);
+        a.n = 0;
+        CU_ASSERT_EQUAL(L->attention(NULL, &a, NULL, 0, &err), HY_OK);
+        CU_ASSERT_EQUAL(hy_emu_attention_work(&a), 0);
+        hy_cu_compose c;
+        memset(&c, 0, sizeof c);
+        c.heads = 2, c.dk = HY_CU_COMPOSE_MAX_DK + 1, c.dv = 8;
+        refused(L->compose_layer(NULL, &c, &err), &err);
+        c.dk = 8, c.use_T = 1; /* no records */
+        refused(L->compose_layer(NULL, &c, &err), &err);
+        c.heads = 0;
+        CU_ASSERT_EQUAL(L->compose_layer(NULL, &c, &err), HY_OK);
+        hy_cu_hole_kv h;
+        memset(&h, 0, sizeof h);
+        h.nb = 1, h.Hkv = 1, h.hd = 16, h.rd = 15;
+        refused(L->hole_kv_write(NULL, &h, &err), &err);
+        h.rd = 16; /* no operands */
+        refused(L->hole_kv_write(NULL, &h, &err), &err);
+        h.nb = 0;
+        CU_ASSERT_EQUAL(L->hole_kv_write(NULL, &h, &err), HY_OK);
+    }
+
+    /* a twin refused for a stride leaves its output as it was */
+    const attn_case ac = {4, 2, 2, 16, 10, 0};
+    attn_prob p = attn_make(&ac, 9);
+    float *o = filled(p.olen, -7.0f);
     hy_err err = {0};
-    hy_cu_attn a;
-    memset(&a, 0, sizeof a);
-    a.n = 1, a.Hq = 6, a.Hkv = 4, a.hd = 64;
-    CU_ASSERT_EQUAL(hy_cu_attention(NULL, &a, NULL, 0, &err), HY_EINVAL);
-    a.Hq = 8, a.hd = HY_CU_ATTN_MAX_HD + 1;
-    CU_ASSERT_EQUAL(hy_cu_attention(NULL, &a, NULL, 0, &err), HY_EINVAL);
-    a.hd = 64; /* no operands */
-    CU_ASSERT_EQUAL(hy_cu_attention(NULL, &a, NULL, 0, &err), HY_EINVAL);
-    hy_cu_compose c;
-    memset(&c, 0, sizeof c);
-    c.heads = 2, c.dk = HY_CU_COMPOSE_MAX_DK + 1, c.dv = 8;
-    CU_ASSERT_EQUAL(hy_cu_compose_layer(NULL, &c, &err), HY_EINVAL);
-    c.dk = 8, c.use_T = 1; /* no records */
-    CU_ASSERT_EQUAL(hy_cu_compose_layer(NULL, &c, &err), HY_EINVAL);
-    hy_cu_hole_kv h;
-    memset(&h, 0, sizeof h);
-    h.nb = 1, h.Hkv = 1, h.hd = 16, h.rd = 15;
-    CU_ASSERT_EQUAL(hy_cu_hole_kv_write(NULL, &h, &err), HY_EINVAL);
+    p.a.o = o;
+    p.a.ldk = (size_t)p.a.Hkv * p.a.hd - 1;
+    refused(hy_emu_attention(NULL, &p.a, NULL, 0, &err), &err);
+    for (size_t i = 0; i < p.olen; i++) CU_ASSERT_EQUAL(o[i], -7.0f);
+    free(o);
+    attn_drop(&p);
 }
-#endif
 
 int main(void)
 {
@@ -632,9 +764,8 @@ int main(void)
         {"compose_matches_rep_apply", test_compose_matches_rep_apply},
         {"compose_forms_are_the_entrys", test_compose_forms_are_the_entrys},
         {"hole_kv_matches_write_holes", test_hole_kv_matches_write_holes},
-#ifdef HY_HAVE_CUDA_KERNELS
+        {"phases_are_race_free", test_phases_are_race_free},
         {"launchers_refuse_bad_shapes", test_launchers_refuse_bad_shapes},
-#endif
         {NULL, NULL},
     };
     return hy_test_main("cuda_attention", cases);

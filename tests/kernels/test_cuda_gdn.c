@@ -4,18 +4,23 @@
  * (hy_fwd_gdn_layer: conv rows q | k | v with value head h reading key head
  * h / (Hv/Hk), g and β [n][Hv]).
  *
- * Host part, every build: gdn_body.h's bodies run as the kernels run them —
- * every block, each phase for every thread before the next phase starts
- * (what a barrier guarantees), the block's shared memory filled with NaN at
- * its start so that a read of something no phase wrote shows — against
- * hy_gdn_chunked / hy_gdn_recurrent per head and the executor's gate loop.
- * The same runs with the threads of each phase taken in reverse order give
- * the same bits: no phase reads what another thread of it writes.
+ * Host part, every build: the launchers' twins (hy_emu_gdn_*, emu_gdn.c),
+ * which run gdn_body.h's bodies as the kernels run them — every block, each
+ * phase for every thread before the next phase starts (what a barrier
+ * guarantees), the block's shared memory NaN at its start so that a read of
+ * something no phase wrote shows — against hy_gdn_chunked /
+ * hy_gdn_recurrent per head and the executor's gate loop. The same runs
+ * with the threads of each phase taken in reverse order
+ * (hy_emu_set_reversed) give the same bits: no phase reads what another
+ * thread of it writes. The twins refuse the shapes the kernels do not take,
+ * through the checks their launchers make (gdn_body.h).
  *
- * Device part, with nvcc (HY_HAVE_CUDA_KERNELS) and a device: the launchers
- * over the same problems, copied back and held to the same tolerances.
+ * Device part, with nvcc (HY_HAVE_CUDA_KERNELS): the launchers refuse the
+ * same shapes with the same messages; with a device, they run the same
+ * problems, copied back and held to the same tolerances.
  */
 #include "hy_common.h"
+#include "hy_cuda_gdn.h"
 #include "hy_kernels.h"
 #include "gdn_body.h"
 #include "test_util.h"
@@ -166,82 +171,6 @@ static void cpu_layer(const layer *L, int chunked, float *S, float *o, float *T)
     free(work);
 }
 
-/* --- the kernels' blocks on the host ----------------------------------- */
-
-static void poison(float *sh, size_t n)
-{
-    for (size_t i = 0; i < n; i++) sh[i] = NAN;
-}
-
-/* Thread i of nthr in the order a phase's threads are run. */
-static int thread_at(int i, int nthr, int reverse)
-{
-    return reverse ? nthr - 1 - i : i;
-}
-
-/* gdn_chunked_kernel: a block per value head, the chunks in order, each
- * phase for every thread. */
-static void emulate_chunked(const hy_cu_gdn_args *a, int reverse)
-{
-    const int nthr = HY_CU_GDN_CHUNK_THREADS;
-    const size_t nf = hy_cu_gdn_chunk_floats(a->dk, a->dv);
-    float *sh = malloc(nf * sizeof(float));
-    for (int h = 0; h < a->Hv; h++) {
-        poison(sh, nf);
-        for (int c0 = 0; c0 < a->n; c0 += HY_CU_GDN_CHUNK)
-            for (int ph = 0; ph < HY_CU_GDN_NPHASES; ph++) {
-                if (!hy_cu_gdn_chunk_runs(a, ph)) continue;
-                for (int i = 0; i < nthr; i++)
-                    hy_cu_gdn_chunk_phase(a, ph, h, c0, thread_at(i, nthr, reverse), nthr, sh);
-            }
-    }
-    free(sh);
-}
-
-/* gdn_recurrent_kernel: a block per (value head, tile of columns of
- * [S | T]); per token the staging phase then the step, for every thread. */
-static void emulate_recurrent(const hy_cu_gdn_args *a, int reverse)
-{
-    const int nthr = HY_CU_GDN_REC_COLS;
-    const int tiles = (hy_cu_gdn_rec_width(a) + nthr - 1) / nthr;
-    const size_t nf = hy_cu_gdn_rec_floats(a->dk, nthr);
-    float *sh = malloc(nf * sizeof(float));
-    for (int h = 0; h < a->Hv; h++)
-        for (int tile = 0; tile < tiles; tile++) {
-            poison(sh, nf);
-            for (int i = 0; i < nthr; i++)
-                hy_cu_gdn_rec_load(a, h, tile, thread_at(i, nthr, reverse), nthr, sh);
-            for (int t = 0; t < a->n; t++) {
-                for (int i = 0; i < nthr; i++)
-                    hy_cu_gdn_rec_stage(a, h, t, thread_at(i, nthr, reverse), nthr, sh);
-                for (int i = 0; i < nthr; i++)
-                    hy_cu_gdn_rec_step(a, h, tile, t, thread_at(i, nthr, reverse), nthr, sh);
-            }
-            for (int i = 0; i < nthr; i++)
-                hy_cu_gdn_rec_store(a, h, tile, thread_at(i, nthr, reverse), nthr, sh);
-        }
-    free(sh);
-}
-
-/* gdn_gates_kernel: a block per (row, head vector); the squares, the tree
- * one level at a time, the scaling. */
-static void emulate_gates(const hy_cu_gdn_gate_args *a, int reverse)
-{
-    const int nthr = HY_CU_GDN_GATE_THREADS;
-    float sh[HY_CU_GDN_GATE_THREADS];
-    for (int t = 0; t < a->n; t++)
-        for (int vec = 0; vec < 2 * a->Hk; vec++) {
-            poison(sh, (size_t)nthr);
-            for (int i = 0; i < nthr; i++)
-                hy_cu_gdn_gate_square(a, t, vec, thread_at(i, nthr, reverse), nthr, sh);
-            for (int half = nthr / 2; half > 0; half /= 2)
-                for (int i = 0; i < nthr; i++)
-                    hy_cu_gdn_gate_tree(half, thread_at(i, nthr, reverse), sh);
-            for (int i = 0; i < nthr; i++)
-                hy_cu_gdn_gate_scale(a, t, vec, thread_at(i, nthr, reverse), nthr, sh);
-        }
-}
-
 /* --- comparing ---------------------------------------------------------- */
 
 /* max |x − ref| / max |ref| over a block of rows × cols with row stride ld. */
@@ -370,19 +299,26 @@ static const layer_case k_cases[] = {
 
 /* --- host part ----------------------------------------------------------- */
 
-/* One layer through the emulated kernel (chunked or recurrent) and the CPU
- * kernel: 1 when they match (compare). */
-static int host_vs_cpu(const layer *L, int chunked, int reverse, outputs *emu)
+/* One layer through a twin (chunked or recurrent) on host memory: its
+ * status, err filled when not HY_OK. */
+static int run_twin(const layer *L, int chunked, outputs *out, hy_err *err)
+{
+    const hy_cu_gdn_args a = args_of(L, L->cv, L->g, L->b, out->S, out->o, out->T);
+    return chunked ? hy_emu_gdn_chunked(NULL, &a, err) : hy_emu_gdn_recurrent(NULL, &a, err);
+}
+
+/* One layer through the twin and the CPU kernel: 1 when they match
+ * (compare). */
+static int host_vs_cpu(const layer *L, int chunked, outputs *emu)
 {
     outputs ref = outputs_new(L);
     *emu = outputs_new(L);
     cpu_layer(L, chunked, ref.S, ref.o, ref.T);
-    const hy_cu_gdn_args a = args_of(L, L->cv, L->g, L->b, emu->S, emu->o, emu->T);
-    if (chunked)
-        emulate_chunked(&a, reverse);
-    else
-        emulate_recurrent(&a, reverse);
-    const int ok = compare(L, emu, &ref, chunked ? "chunked bodies" : "recurrent bodies");
+    hy_err err = {0};
+    const int rc = run_twin(L, chunked, emu, &err);
+    if (rc != HY_OK) printf("\n    twin: %s", err.msg);
+    const int ok =
+        rc == HY_OK && compare(L, emu, &ref, chunked ? "chunked bodies" : "recurrent bodies");
     outputs_free(&ref);
     return ok;
 }
@@ -392,7 +328,7 @@ static void check_bodies(int chunked)
     for (size_t i = 0; i < NCASES; i++) {
         layer L = make_layer(&k_cases[i], 500 + i);
         outputs emu;
-        CU_ASSERT(host_vs_cpu(&L, chunked, 0, &emu));
+        CU_ASSERT(host_vs_cpu(&L, chunked, &emu));
         outputs_free(&emu);
         drop_layer(&L);
     }
@@ -526,16 +462,20 @@ static void test_gate_bodies_match_executor(void)
         memcpy(ref, G.cv, rows * sizeof(float));
         cpu_gates(&G, ref, rbeta, rg);
         const hy_cu_gdn_gate_args a = gate_args_of(&G, cv, G.proj, G.neg_A, G.dt_bias, beta, g);
-        emulate_gates(&a, 0);
-        CU_ASSERT(compare_gates(&G, cv, beta, g, ref, rbeta, rg, "gate bodies") <= TOL_GATES);
+        hy_err err = {0};
+        const int rc = hy_emu_gdn_gates(NULL, &a, &err);
+        if (rc != HY_OK) printf("\n    twin: %s", err.msg);
+        CU_ASSERT_EQUAL(rc, HY_OK);
+        if (rc == HY_OK)
+            CU_ASSERT(compare_gates(&G, cv, beta, g, ref, rbeta, rg, "gate bodies") <= TOL_GATES);
         free(cv), free(ref), free(beta), free(g), free(rbeta), free(rg);
         drop_gates(&G);
     }
 }
 
-/* Each phase's threads taken last to first give the bits of first to last:
- * within a phase no thread reads what another writes (a barrier would be
- * missing otherwise). */
+/* Each phase's threads taken last to first (hy_emu_set_reversed) give the
+ * bits of first to last: within a phase no thread reads what another writes
+ * (a barrier would be missing otherwise). */
 static void test_phases_are_race_free(void)
 {
     const layer_case cases[] = {{2, 4, 16, 16, 150, 1, 1, 1.0f}, {1, 2, 32, 64, 70, 1, 1, 1.0f}};
@@ -547,12 +487,10 @@ static void test_phases_are_race_free(void)
             outputs r[2];
             for (int rev = 0; rev < 2; rev++) {
                 r[rev] = outputs_new(&L);
-                const hy_cu_gdn_args a = args_of(&L, L.cv, L.g, L.b, r[rev].S, r[rev].o, r[rev].T);
-                if (chunked)
-                    emulate_chunked(&a, rev);
-                else
-                    emulate_recurrent(&a, rev);
+                hy_emu_set_reversed(rev);
+                CU_ASSERT_EQUAL(run_twin(&L, chunked, &r[rev], NULL), HY_OK);
             }
+            hy_emu_set_reversed(false);
             CU_ASSERT(memcmp(r[0].S, r[1].S, SS * sizeof(float)) == 0);
             CU_ASSERT(memcmp(r[0].o, r[1].o, OS * sizeof(float)) == 0);
             CU_ASSERT(memcmp(r[0].T, r[1].T, TT * sizeof(float)) == 0);
@@ -570,8 +508,10 @@ static void test_phases_are_race_free(void)
         memcpy(cv[rev], G.cv, rows * sizeof(float));
         const hy_cu_gdn_gate_args a =
             gate_args_of(&G, cv[rev], G.proj, G.neg_A, G.dt_bias, beta[rev], g[rev]);
-        emulate_gates(&a, rev);
+        hy_emu_set_reversed(rev);
+        CU_ASSERT_EQUAL(hy_emu_gdn_gates(NULL, &a, NULL), HY_OK);
     }
+    hy_emu_set_reversed(false);
     CU_ASSERT(memcmp(cv[0], cv[1], rows * sizeof(float)) == 0);
     CU_ASSERT(memcmp(beta[0], beta[1], gb * sizeof(float)) == 0);
     CU_ASSERT(memcmp(g[0], g[1], gb * sizeof(float)) == 0);
@@ -579,28 +519,84 @@ static void test_phases_are_race_free(void)
     drop_gates(&G);
 }
 
-/* --- device part ------------------------------------------------------------ */
+/* --- refusals ------------------------------------------------------------ */
 
+/* One set of launchers: the kernels' or their twins'. */
+typedef struct gdn_launchers {
+    int (*gates)(hy_cu_stream, const hy_cu_gdn_gate_args *, hy_err *);
+    int (*chunked)(hy_cu_stream, const hy_cu_gdn_args *, hy_err *);
+    int (*recurrent)(hy_cu_stream, const hy_cu_gdn_args *, hy_err *);
+} gdn_launchers;
+
+static const gdn_launchers k_twins = {hy_emu_gdn_gates, hy_emu_gdn_chunked, hy_emu_gdn_recurrent};
 #ifdef HY_HAVE_CUDA_KERNELS
+static const gdn_launchers k_kernels = {hy_cu_gdn_gates, hy_cu_gdn_chunked, hy_cu_gdn_recurrent};
+#endif
 
-/* Shapes the launchers must refuse, before touching the device. */
-static void test_launchers_refuse_bad_shapes(void)
+#define NREFUSALS 7
+
+/* Arguments l must refuse (HY_EINVAL each) before it touches memory: every
+ * output keeps its bits. errs [NREFUSALS]: each refusal's report. */
+static void refusals(const gdn_launchers *l, hy_err *errs)
 {
     const layer_case c = {2, 4, 16, 16, 5, 1, 1, 1.0f};
     layer L = make_layer(&c, 1);
-    float dummy[1];
-    hy_cu_gdn_args a = args_of(&L, L.cv, L.g, L.b, dummy, dummy, dummy);
-    hy_err err = {0};
+    outputs r = outputs_new(&L);
+    hy_cu_gdn_args a = args_of(&L, L.cv, L.g, L.b, r.S, r.o, r.T);
+    int k = 0;
     a.dk = 48; /* not one of 16, 32, 64, 128 */
-    CU_ASSERT_EQUAL(hy_cu_gdn_chunked(NULL, &a, &err), HY_EINVAL);
-    CU_ASSERT_EQUAL(hy_cu_gdn_recurrent(NULL, &a, &err), HY_EINVAL);
+    CU_ASSERT_EQUAL(l->chunked(NULL, &a, &errs[k++]), HY_EINVAL);
+    CU_ASSERT_EQUAL(l->recurrent(NULL, &a, &errs[k++]), HY_EINVAL);
     a.dk = 16, a.Hv = 3; /* not a multiple of Hk */
-    CU_ASSERT_EQUAL(hy_cu_gdn_chunked(NULL, &a, &err), HY_EINVAL);
+    CU_ASSERT_EQUAL(l->chunked(NULL, &a, &errs[k++]), HY_EINVAL);
     a.Hv = 4, a.ldv = 8; /* shorter than a row's Hv·dv values */
-    CU_ASSERT_EQUAL(hy_cu_gdn_recurrent(NULL, &a, &err), HY_EINVAL);
-    printf("\n    last refusal: %s", err.msg);
+    CU_ASSERT_EQUAL(l->recurrent(NULL, &a, &errs[k++]), HY_EINVAL);
+    CU_ASSERT_EQUAL(l->chunked(NULL, NULL, &errs[k++]), HY_EINVAL);
+    CU_ASSERT(memcmp(r.S, L.S0, (size_t)c.Hv * c.dk * c.dv * sizeof(float)) == 0);
+    CU_ASSERT(memcmp(r.T, L.T0, (size_t)c.Hv * c.dk * c.dk * sizeof(float)) == 0);
+
+    gate_layer G = make_gates(&k_gate_cases[0], 2);
+    const size_t rows = (size_t)G.c.n * G.ldc, gb = (size_t)G.c.n * G.c.Hv;
+    float *cv = malloc(rows * sizeof(float)), *beta = calloc(gb, sizeof(float));
+    float *g = calloc(gb, sizeof(float));
+    memcpy(cv, G.cv, rows * sizeof(float));
+    hy_cu_gdn_gate_args ga = gate_args_of(&G, cv, G.proj, G.neg_A, G.dt_bias, beta, g);
+    ga.Hv = 3; /* not a multiple of Hk */
+    CU_ASSERT_EQUAL(l->gates(NULL, &ga, &errs[k++]), HY_EINVAL);
+    ga.Hv = G.c.Hv, ga.ldp = (size_t)G.C; /* no room for z, b, a */
+    CU_ASSERT_EQUAL(l->gates(NULL, &ga, &errs[k++]), HY_EINVAL);
+    CU_ASSERT(memcmp(cv, G.cv, rows * sizeof(float)) == 0);
+    for (size_t i = 0; i < gb; i++) CU_ASSERT(beta[i] == 0.0f && g[i] == 0.0f);
+    CU_ASSERT_EQUAL(k, NREFUSALS);
+    free(cv), free(beta), free(g);
+    drop_gates(&G);
+    outputs_free(&r);
     drop_layer(&L);
 }
+
+/* The twins refuse what the kernels do not take; with nvcc, the launchers
+ * refuse the same arguments with the same reports (one check, gdn_body.h). */
+static void test_launchers_refuse_bad_shapes(void)
+{
+    hy_err twin[NREFUSALS];
+    memset(twin, 0, sizeof twin);
+    refusals(&k_twins, twin);
+    for (int i = 0; i < NREFUSALS; i++) CU_ASSERT_EQUAL(twin[i].code, HY_EINVAL);
+    printf("\n    last refusal: %s", twin[NREFUSALS - 1].msg);
+#ifdef HY_HAVE_CUDA_KERNELS
+    hy_err kern[NREFUSALS];
+    memset(kern, 0, sizeof kern);
+    refusals(&k_kernels, kern);
+    for (int i = 0; i < NREFUSALS; i++) {
+        CU_ASSERT_EQUAL(kern[i].code, twin[i].code);
+        CU_ASSERT_STRING_EQUAL(kern[i].msg, twin[i].msg);
+    }
+#endif
+}
+
+/* --- device part ------------------------------------------------------------ */
+
+#ifdef HY_HAVE_CUDA_KERNELS
 
 /* 1 when a device can run the kernels; else says once why not. */
 static int device_present(void)
@@ -712,8 +708,8 @@ int main(void)
         {"chunked_bodies_match_cpu", test_chunked_bodies_match_cpu},
         {"recurrent_bodies_match_cpu", test_recurrent_bodies_match_cpu},
         {"phases_are_race_free", test_phases_are_race_free},
-#ifdef HY_HAVE_CUDA_KERNELS
         {"launchers_refuse_bad_shapes", test_launchers_refuse_bad_shapes},
+#ifdef HY_HAVE_CUDA_KERNELS
         {"device_matches_cpu", test_device_matches_cpu},
 #endif
         {NULL, NULL},

@@ -8,30 +8,34 @@
  * back and the shared expert's gate; attention_layers.c's output gate;
  * forward.c's embedding copy, bias and residuals.
  *
- * Host part, every build: each body of ops_body.h run as its kernel runs it
- * over whole problems — a phased kernel block by block, each phase for
- * every thread before the next (the barrier's guarantee), shared memory
- * filled with NaN at a block's start — and once more with each phase's
- * threads in reverse order, which must give the same bits (no thread of a
- * phase reads what another writes in it). Shapes include the real ones:
- * hidden 1024 and 2048, head_dim 256 with a rotary 64 in q|gate rows, 32
- * value heads of 128, 6144 conv channels with kernel 4, 256 experts top-8
- * and 512 top-10.
- *
- * Device part, with nvcc (HY_HAVE_CUDA_KERNELS): the launchers refuse bad
- * shapes; with a device they run the same problems, copied back and held to
- * the same tolerances; without one a line says the device tests were skipped.
+ * Every problem runs each way the kernels can run (WAYS below), through the
+ * same code and held to the same checks:
+ *   - host, every build: the launchers' twins (hy_emu_*, emu_ops.c) over
+ *     host memory, which run the bodies of ops_body.h as the kernels run
+ *     them over whole problems — a phased kernel block by block, each phase
+ *     for every thread before the next (the barrier's guarantee), shared
+ *     memory filled with NaN at a block's start;
+ *   - reversed, every build: the twins again with each phase's threads in
+ *     reverse order (hy_emu_set_reversed), which must give the host's bits
+ *     (no thread of a phase reads what another writes in it);
+ *   - device, with nvcc (HY_HAVE_CUDA_KERNELS) and a device: the launchers
+ *     over device memory; without a device a line says the device tests
+ *     were skipped.
+ * The twins, and with nvcc the launchers, refuse bad shapes. Shapes include
+ * the real ones: hidden 1024 and 2048, head_dim 256 with a rotary 64 in
+ * q|gate rows, 32 value heads of 128, 6144 conv channels with kernel 4, 256
+ * experts top-8 and 512 top-10.
  */
 #include "hy_common.h"
 #include "hy_kernels.h"
 #include "exec_internal.h"
+#include "hy_cuda_ops.h"
 #include "ops_body.h"
 #include "test_util.h"
 
 #include <string.h>
 
 #ifdef HY_HAVE_CUDA_KERNELS
-#include "hy_cuda_ops.h"
 #include <cuda_runtime_api.h>
 #endif
 
@@ -100,28 +104,30 @@ static float *randn(hy_rng *r, size_t n, float scale)
     return x;
 }
 
-static void *dup_bytes(const void *x, size_t bytes)
+static float *fdup(const float *x, size_t n)
 {
-    void *y = malloc(bytes ? bytes : 1);
-    memcpy(y, x, bytes);
+    float *y = malloc((n ? n : 1) * sizeof(float));
+    memcpy(y, x, n * sizeof(float));
     return y;
 }
 
-static float *fdup(const float *x, size_t n)
-{
-    return dup_bytes(x, n * sizeof(float));
-}
-
-/* max |a − b| / |b| per element (0 where both are 0). */
+/* max |a − b| / |b| per element (0 where both are 0), NaN where one is. */
 static double rel_elem(const float *a, const float *b, size_t n)
 {
     double m = 0;
     for (size_t i = 0; i < n; i++) {
         const double d = fabs((double)a[i] - (double)b[i]);
         const double e = d == 0 ? 0 : d / fmax(fabs((double)b[i]), 1e-30);
-        if (!(e <= m)) m = e; /* NaN fails */
+        if (isnan(e)) return NAN; /* fails every tolerance */
+        if (e > m) m = e;
     }
     return m;
+}
+
+/* The larger of two errors, NaN if either is (fmax would drop it). */
+static double worse(double a, double b)
+{
+    return isnan(a) || isnan(b) ? NAN : fmax(a, b);
 }
 
 static double max_abs(const float *x, size_t n)
@@ -131,51 +137,79 @@ static double max_abs(const float *x, size_t n)
     return m;
 }
 
-/* A phased kernel on the host: each block's shared memory filled with NaN,
- * then each phase for every thread (in reverse order with rev) before the
- * next phase starts. */
-#define EMULATE(PHASE, NPHASES, ARGS, NBLOCKS, NTHR, SHFLOATS, REV)                                \
-    do {                                                                                           \
-        const size_t shn_ = (SHFLOATS) > 0 ? (size_t)(SHFLOATS) : 1;                               \
-        float *sh_ = malloc(shn_ * sizeof(float));                                                 \
-        for (int b_ = 0; b_ < (NBLOCKS); b_++) {                                                   \
-            for (size_t i_ = 0; i_ < shn_; i_++) sh_[i_] = NAN;                                    \
-            for (int ph_ = 0; ph_ < (NPHASES); ph_++)                                              \
-                for (int u_ = 0; u_ < (NTHR); u_++)                                                \
-                    PHASE(ARGS, ph_, b_, (REV) ? (NTHR)-1 - u_ : u_, (NTHR), sh_);                 \
-        }                                                                                          \
-        free(sh_);                                                                                 \
-    } while (0)
+/* --- the ways a problem runs ----------------------------------------------------- */
 
+/* The launcher (dev: over device memory) or its twin (over host memory):
+ * they take the same arguments. */
 #ifdef HY_HAVE_CUDA_KERNELS
 static int g_device; /* main found a device */
+#define OP(dev, name) ((dev) ? hy_cu_##name : hy_emu_##name)
+#else
+enum { g_device = 0 };
+#define OP(dev, name) ((void)(dev), hy_emu_##name)
+#endif
 
-static void *dput(const void *h, size_t bytes)
+/* The twins; the twins with each phase's threads in reverse order; the
+ * launchers, where there is a device. */
+enum { HOST, REVERSED, DEVICE, WAYS };
+static const char *const k_way[WAYS] = {"host", "reversed", "device"};
+
+/* How many of the ways run here (DEVICE last). */
+static int ways(void)
 {
-    void *d = NULL;
-    if (cudaMalloc(&d, bytes ? bytes : 1) != cudaSuccess) return NULL;
-    if (h && cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice) != cudaSuccess) {
-        cudaFree(d);
-        return NULL;
-    }
-    return d;
+    return g_device ? WAYS : DEVICE;
 }
 
-/* After the queued work, d's bytes into h; 0 (and why) on a failure. */
-static int dget(void *h, const void *d, size_t bytes)
+/* Sets the twins' order of threads for `way`; whether it runs on the device. */
+static int way_dev(int way)
 {
-    cudaError_t e = cudaDeviceSynchronize();
-    if (e == cudaSuccess) e = cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost);
-    if (e != cudaSuccess) printf("\n    device: %s", cudaGetErrorString(e));
-    return e == cudaSuccess;
+    hy_emu_set_reversed(way == REVERSED);
+    return way == DEVICE;
 }
 
-static int launched(int rc, const hy_err *err)
+/* rc HY_OK, or false and why. */
+static int ok(int rc, const hy_err *err)
 {
-    if (rc != HY_OK) printf("\n    launch: %s", err->msg);
+    if (rc != HY_OK) printf("\n    failed: %s", err->msg);
     return rc == HY_OK;
 }
-#endif
+
+/* A copy of h's bytes in way's memory (with h NULL uninitialised: NaN on
+ * the host); NULL (and why) when it could not be had. */
+static void *put(int way, const void *h, size_t bytes)
+{
+    const int dev = way == DEVICE;
+    void *p = NULL;
+    hy_err err = {0};
+    if (!ok(OP(dev, malloc)(NULL, bytes, &p, &err), &err)) return NULL;
+    if (h && !ok(OP(dev, copy)(NULL, p, h, bytes, HY_CU_H2D, &err), &err)) {
+        OP(dev, free)(NULL, p);
+        return NULL;
+    }
+    return p;
+}
+
+static void drop(int way, void *p)
+{
+    OP(way == DEVICE, free)(NULL, p);
+}
+
+/* p's bytes, once the work queued before is done, into h; false (and why)
+ * on a failure, a kernel's included. */
+static int get(int way, void *h, const void *p, size_t bytes)
+{
+    hy_err err = {0};
+    return ok(OP(way == DEVICE, copy)(NULL, h, p, bytes, HY_CU_D2H, &err), &err);
+}
+
+/* p's n floats into new host memory, p dropped; NULL on a failure. */
+static float *fetch(int way, float *p, size_t n)
+{
+    float *h = malloc((n ? n : 1) * sizeof(float));
+    if (!get(way, h, p, n * sizeof(float))) free(h), h = NULL;
+    drop(way, p);
+    return h;
+}
 
 /* --- norms ------------------------------------------------------------------------ */
 
@@ -257,19 +291,39 @@ static void norm_cpu(const norm_data *D, float *X, float *O)
         }
 }
 
-static void norm_host(const norm_data *D, float *X, float *O, int rev)
+/* The case's launcher (dev) or its twin over x, o (unless in place), z, w. */
+static int norm_call(const norm_data *D, int dev, float *x, float *o, const float *z,
+                     const float *w, hy_err *err)
 {
     const norm_case *c = D->c;
-    hy_cu_norm_args a;
-    memset(&a, 0, sizeof a);
-    a.kind = c->kind, a.heads = c->heads, a.d = c->d;
-    a.x = X, a.ldx = c->ldx, a.xhs = c->xhs;
-    a.out = c->ldo ? O : X, a.ldo = c->ldo ? c->ldo : c->ldx, a.ohs = c->ldo ? c->ohs : c->xhs;
-    a.w = D->w, a.z = D->z, a.ldz = c->ldz, a.zhs = (size_t)c->d;
-    a.eps = D->eps, a.scale = D->scale;
-    const int nthr = hy_cu_norm_threads(c->d);
-    EMULATE(hy_cu_norm_phase, hy_cu_norm_phases(nthr), &a, c->n * c->heads, nthr,
-            hy_cu_norm_shared(nthr), rev);
+    if (c->kind == HY_CU_NORM_RMS && c->heads == 1)
+        return OP(dev, rmsnorm)(NULL, c->n, c->d, x, c->ldx, w, D->eps, c->ldo ? o : x,
+                                c->ldo ? c->ldo : c->ldx, err);
+    if (c->kind == HY_CU_NORM_RMS)
+        return OP(dev, rmsnorm_heads)(NULL, c->n, c->heads, c->d, x, c->ldx, c->xhs, w, D->eps,
+                                      c->ldo ? o : x, c->ldo ? c->ldo : c->ldx,
+                                      c->ldo ? c->ohs : c->xhs, err);
+    if (c->kind == HY_CU_NORM_GATED)
+        return OP(dev, gated_rmsnorm)(NULL, c->n, c->heads, c->d, x, c->ldx, z, c->ldz, w, D->eps,
+                                      err);
+    return OP(dev, l2norm_heads)(NULL, c->n, c->heads, c->d, x, c->ldx, D->eps, D->scale, err);
+}
+
+/* The case run `way` from X (a copy of x) and O (zeros), which get the
+ * results; false (and why) on a failure. */
+static int norm_run(const norm_data *D, int way, float *X, float *O)
+{
+    const norm_case *c = D->c;
+    const int dev = way_dev(way);
+    const size_t nx = (size_t)c->n * c->ldx * 4, no = norm_outs(c) * 4;
+    float *x = put(way, X, nx), *o = put(way, O, no),
+          *z = put(way, D->z, (size_t)c->n * c->ldz * 4);
+    float *w = put(way, D->w, (size_t)c->d * 4);
+    hy_err err = {0};
+    const int good =
+        ok(norm_call(D, dev, x, o, z, w, &err), &err) && get(way, X, x, nx) && get(way, O, o, no);
+    drop(way, x), drop(way, o), drop(way, z), drop(way, w);
+    return good;
 }
 
 /* The worse of x's and out's errors against the reference. */
@@ -277,34 +331,8 @@ static double norm_err(const norm_data *D, const float *X, const float *O, const
                        const float *RO)
 {
     const norm_case *c = D->c;
-    return fmax(rel_elem(X, RX, (size_t)c->n * c->ldx), rel_elem(O, RO, norm_outs(c)));
+    return worse(rel_elem(X, RX, (size_t)c->n * c->ldx), rel_elem(O, RO, norm_outs(c)));
 }
-
-#ifdef HY_HAVE_CUDA_KERNELS
-static int norm_device(const norm_data *D, float *X, float *O)
-{
-    const norm_case *c = D->c;
-    const size_t nx = (size_t)c->n * c->ldx * 4, no = norm_outs(c) * 4;
-    float *x = dput(X, nx), *o = dput(O, no), *z = dput(D->z, (size_t)c->n * c->ldz * 4);
-    float *w = dput(D->w, (size_t)c->d * 4);
-    hy_err err = {0};
-    int rc = HY_EINVAL;
-    if (c->kind == HY_CU_NORM_RMS && c->heads == 1)
-        rc = hy_cu_rmsnorm(NULL, c->n, c->d, x, c->ldx, w, D->eps, c->ldo ? o : x,
-                           c->ldo ? c->ldo : c->ldx, &err);
-    else if (c->kind == HY_CU_NORM_RMS)
-        rc = hy_cu_rmsnorm_heads(NULL, c->n, c->heads, c->d, x, c->ldx, c->xhs, w, D->eps,
-                                 c->ldo ? o : x, c->ldo ? c->ldo : c->ldx, c->ldo ? c->ohs : c->xhs,
-                                 &err);
-    else if (c->kind == HY_CU_NORM_GATED)
-        rc = hy_cu_gated_rmsnorm(NULL, c->n, c->heads, c->d, x, c->ldx, z, c->ldz, w, D->eps, &err);
-    else
-        rc = hy_cu_l2norm_heads(NULL, c->n, c->heads, c->d, x, c->ldx, D->eps, D->scale, &err);
-    const int ok = launched(rc, &err) && dget(X, x, nx) && (!no || dget(O, o, no));
-    cudaFree(x), cudaFree(o), cudaFree(z), cudaFree(w);
-    return ok;
-}
-#endif
 
 static void test_norms(void)
 {
@@ -312,26 +340,20 @@ static void test_norms(void)
         const norm_case *c = &k_norms[i];
         norm_data D = norm_make(c, 100 + i);
         const size_t nx = (size_t)c->n * c->ldx, no = norm_outs(c);
-        float *RX = fdup(D.x, nx), *RO = calloc(no + 1, 4);
-        float *X[2] = {fdup(D.x, nx), fdup(D.x, nx)},
-              *O[2] = {calloc(no + 1, 4), calloc(no + 1, 4)};
+        float *RX = fdup(D.x, nx), *RO = calloc(no + 1, 4), *X[WAYS] = {0}, *O[WAYS] = {0};
         norm_cpu(&D, RX, RO);
-        for (int rev = 0; rev < 2; rev++) norm_host(&D, X[rev], O[rev], rev);
-        const double e = norm_err(&D, X[0], O[0], RX, RO);
-        printf("\n    %-22s host %.2e", c->what, e);
-        CU_ASSERT(e <= TOL_NORM);
-        CU_ASSERT(memcmp(X[0], X[1], nx * 4) == 0 && memcmp(O[0], O[1], no * 4) == 0);
-#ifdef HY_HAVE_CUDA_KERNELS
-        if (g_device) {
-            float *DX = fdup(D.x, nx), *DO = calloc(no + 1, 4);
-            CU_ASSERT_FATAL(norm_device(&D, DX, DO));
-            const double ed = norm_err(&D, DX, DO, RX, RO);
-            printf(", device %.2e", ed);
-            CU_ASSERT(ed <= TOL_NORM);
-            free(DX), free(DO);
+        printf("\n    %-22s", c->what);
+        for (int way = 0; way < ways(); way++) {
+            X[way] = fdup(D.x, nx), O[way] = calloc(no + 1, 4);
+            CU_ASSERT_FATAL(norm_run(&D, way, X[way], O[way]));
+            const double e = norm_err(&D, X[way], O[way], RX, RO);
+            printf(" %s %.2e", k_way[way], e);
+            CU_ASSERT(e <= TOL_NORM);
         }
-#endif
-        free(RX), free(RO), free(X[0]), free(X[1]), free(O[0]), free(O[1]);
+        CU_ASSERT(memcmp(X[HOST], X[REVERSED], nx * 4) == 0 &&
+                  memcmp(O[HOST], O[REVERSED], no * 4) == 0);
+        for (int way = 0; way < WAYS; way++) free(X[way]), free(O[way]);
+        free(RX), free(RO);
         norm_drop(&D);
     }
 }
@@ -350,90 +372,59 @@ static const conv_case k_convs[] = {
     {70, 4, 1, 0, 80, {1, 1, 2, 6}}, /* calls shorter than the state */
 };
 
-static void conv_host(int n, const conv_case *c, const float *in, float *state, const float *w,
-                      const float *bias, float *out)
-{
-    hy_cu_conv_args a;
-    a.n = n, a.C = c->C, a.K = c->K, a.in = in, a.ldi = c->ldi, a.state = state;
-    a.w = w, a.bias = bias, a.out = out, a.ldo = (size_t)c->C;
-    for (int t = 0; t < n; t++)
-        for (int ch = 0; ch < c->C; ch++) hy_cu_conv_out(&a, t, ch);
-    for (int ch = 0; ch < c->C; ch++) hy_cu_conv_state(&a, ch); /* the second kernel */
-}
-
+/* Each way carries its own state across the calls, from the same start as
+ * the CPU's. */
 static void test_conv(void)
 {
     for (size_t i = 0; i < sizeof k_convs / sizeof *k_convs; i++) {
         const conv_case *c = &k_convs[i];
         hy_rng r;
         hy_rng_seed(&r, 200 + i);
-        const size_t SN = (size_t)(c->K - 1) * c->C;
+        const size_t SN = (size_t)(c->K - 1) * c->C, SB = SN * 4, WB = (size_t)c->K * c->C * 4;
         float *w = randn(&r, (size_t)c->K * c->C, 0.5f), *bias = randn(&r, (size_t)c->C, 0.3f);
-        float *S0 = randn(&r, SN, c->warm ? 1.0f : 0.0f);
-        float *SR = fdup(S0, SN), *SH = fdup(S0, SN);
+        float *S0 = randn(&r, SN, c->warm ? 1.0f : 0.0f), *SR = fdup(S0, SN), *SW = malloc(SB + 4);
         const float *b = c->bias ? bias : NULL;
-        double worst = 0;
-        int state_same = 1;
-#ifdef HY_HAVE_CUDA_KERNELS
-        float *dS = g_device ? dput(S0, SN * 4) : NULL,
-              *dw = g_device ? dput(w, (size_t)c->K * c->C * 4) : NULL;
-        float *db = g_device && b ? dput(b, (size_t)c->C * 4) : NULL;
-        double worst_d = 0;
-        int state_same_d = 1;
-#endif
+        float *st[WAYS] = {0}, *wk[WAYS] = {0}, *bk[WAYS] = {0};
+        double worst[WAYS] = {0};
+        int same[WAYS] = {1, 1, 1};
+        for (int way = 0; way < ways(); way++) {
+            st[way] = put(way, S0, SB), wk[way] = put(way, w, WB);
+            bk[way] = b ? put(way, b, (size_t)c->C * 4) : NULL;
+        }
         for (int k = 0; k < 4 && c->calls[k]; k++) {
             const int n = c->calls[k];
-            float *in = randn(&r, (size_t)n * c->ldi, 1.0f);
-            float *OR = malloc((size_t)n * c->C * 4), *OH = malloc((size_t)n * c->C * 4);
+            const size_t NO = (size_t)n * c->C;
+            float *in = randn(&r, (size_t)n * c->ldi, 1.0f), *OR = malloc(NO * 4);
             hy_conv1d_silu(n, c->C, c->K, in, c->ldi, SR, w, b, OR, (size_t)c->C);
-            conv_host(n, c, in, SH, w, b, OH);
-            const double scale = fmax(max_abs(OR, (size_t)n * c->C), 1e-30);
-            worst = fmax(worst, hy_max_abs_diff(OH, OR, (size_t)n * c->C) / scale);
-            state_same &= memcmp(SH, SR, SN * 4) == 0;
-#ifdef HY_HAVE_CUDA_KERNELS
-            if (g_device) {
-                float *din = dput(in, (size_t)n * c->ldi * 4),
-                      *dout = dput(NULL, (size_t)n * c->C * 4);
-                float *OD = malloc((size_t)n * c->C * 4), *SD = malloc(SN * 4 + 4);
+            const double scale = fmax(max_abs(OR, NO), 1e-30);
+            for (int way = 0; way < ways(); way++) {
+                const int dev = way_dev(way);
+                float *din = put(way, in, (size_t)n * c->ldi * 4), *dout = put(way, NULL, NO * 4);
                 hy_err err = {0};
-                CU_ASSERT_FATAL(launched(hy_cu_conv1d_silu(NULL, n, c->C, c->K, din, c->ldi, dS, dw,
-                                                           db, dout, (size_t)c->C, &err),
-                                         &err) &&
-                                dget(OD, dout, (size_t)n * c->C * 4) && dget(SD, dS, SN * 4));
-                worst_d = fmax(worst_d, hy_max_abs_diff(OD, OR, (size_t)n * c->C) / scale);
-                state_same_d &= memcmp(SD, SR, SN * 4) == 0;
-                cudaFree(din), cudaFree(dout), free(OD), free(SD);
+                CU_ASSERT_FATAL(ok(OP(dev, conv1d_silu)(NULL, n, c->C, c->K, din, c->ldi, st[way],
+                                                        wk[way], bk[way], dout, (size_t)c->C, &err),
+                                   &err) &&
+                                get(way, SW, st[way], SB));
+                float *OW = fetch(way, dout, NO);
+                CU_ASSERT_FATAL(OW != NULL);
+                worst[way] = worse(worst[way], hy_max_abs_diff(OW, OR, NO) / scale);
+                same[way] &= memcmp(SW, SR, SB) == 0;
+                drop(way, din), free(OW);
             }
-#endif
-            free(in), free(OR), free(OH);
+            free(in), free(OR);
         }
-        printf("\n    conv C %d K %d: host %.2e", c->C, c->K, worst);
-        CU_ASSERT(worst <= TOL_SAME);
-        CU_ASSERT(state_same);
-#ifdef HY_HAVE_CUDA_KERNELS
-        if (g_device) {
-            printf(", device %.2e", worst_d);
-            CU_ASSERT(worst_d <= TOL_SUM);
-            CU_ASSERT(state_same_d);
-            cudaFree(dS), cudaFree(dw), cudaFree(db);
+        printf("\n    conv C %d K %d:", c->C, c->K);
+        for (int way = 0; way < ways(); way++) {
+            printf(" %s %.2e", k_way[way], worst[way]);
+            CU_ASSERT(worst[way] <= (way == DEVICE ? TOL_SUM : TOL_SAME));
+            CU_ASSERT(same[way]);
+            drop(way, st[way]), drop(way, wk[way]), drop(way, bk[way]);
         }
-#endif
-        free(w), free(bias), free(S0), free(SR), free(SH);
+        free(w), free(bias), free(S0), free(SR), free(SW);
     }
 }
 
 /* --- elementwise and the embedding ------------------------------------------------------ */
-
-#ifdef HY_HAVE_CUDA_KERNELS
-/* The device's n floats at d, freed; NULL when they could not be had. */
-static float *fetch(float *d, size_t n)
-{
-    float *h = malloc((n ? n : 1) * sizeof(float));
-    if (!dget(h, d, n * sizeof(float))) free(h), h = NULL;
-    cudaFree(d);
-    return h;
-}
-#endif
 
 static void test_elementwise(void)
 {
@@ -444,128 +435,101 @@ static void test_elementwise(void)
     /* SwiGLU from gate | up rows (ffn.c) */
     const int I = 512;
     const size_t ldg = 2 * (size_t)I + 3, NH = (size_t)n * I;
-    float *gu = randn(&r, (size_t)n * ldg, 3.0f), *hR = malloc(NH * 4), *hH = malloc(NH * 4);
+    float *gu = randn(&r, (size_t)n * ldg, 3.0f), *hR = malloc(NH * 4);
     for (int t = 0; t < n; t++)
         for (int j = 0; j < I; j++)
             hR[(size_t)t * I + j] = hy_siluf(gu[(size_t)t * ldg + j]) * gu[(size_t)t * ldg + I + j];
-    for (int t = 0; t < n; t++)
-        for (int j = 0; j < I; j++) hy_cu_swiglu_elem(I, gu, ldg, hH, (size_t)I, t, j);
-    printf("\n    swiglu host %.2e", rel_elem(hH, hR, NH));
-    CU_ASSERT(rel_elem(hH, hR, NH) <= TOL_ELEM);
 
     /* relu² in place (ffn.c), a bias, the residual, the scaled residual (forward.c) */
     const int d = 300;
     const size_t ldx = 301, NX = (size_t)n * ldx, NC = 3000;
-    float *x0 = randn(&r, NX, 1.0f), *xR = fdup(x0, NX), *xH = fdup(x0, NX);
+    float *x0 = randn(&r, NX, 1.0f), *xR = fdup(x0, NX);
     for (int t = 0; t < n; t++)
         for (int j = 0; j < d; j++) {
             float *p = xR + (size_t)t * ldx + j;
             const float v = *p > 0.0f ? *p : 0.0f;
             *p = v * v;
         }
-    for (int t = 0; t < n; t++)
-        for (int j = 0; j < d; j++) hy_cu_relu2_elem(xH, ldx, t, j);
-    CU_ASSERT(memcmp(xH, xR, NX * 4) == 0);
-    float *b = randn(&r, (size_t)d, 1.0f), *yb0 = randn(&r, NX, 1.0f);
-    float *ybR = fdup(yb0, NX), *ybH = fdup(yb0, NX);
+    float *b = randn(&r, (size_t)d, 1.0f), *yb0 = randn(&r, NX, 1.0f), *ybR = fdup(yb0, NX);
     for (int t = 0; t < n; t++)
         for (int j = 0; j < d; j++) ybR[(size_t)t * ldx + j] += b[j];
-    for (int t = 0; t < n; t++)
-        for (int j = 0; j < d; j++) hy_cu_add_bias_elem(b, ybH, ldx, t, j);
-    CU_ASSERT(memcmp(ybH, ybR, NX * 4) == 0);
     float *ra = randn(&r, NC, 1.0f), *rb = randn(&r, NC, 1.0f);
-    float *addR = fdup(ra, NC), *addH = fdup(ra, NC), *axR = malloc(NC * 4), *axH = malloc(NC * 4);
+    float *addR = fdup(ra, NC), *axR = malloc(NC * 4);
     const float alpha = 0.7f, beta = 1.3f;
     for (size_t i = 0; i < NC; i++) addR[i] += rb[i], axR[i] = alpha * ra[i] + beta * rb[i];
-    for (size_t i = 0; i < NC; i++)
-        hy_cu_add_elem(addH, rb, i), hy_cu_axpby_elem(alpha, ra, beta, rb, axH, i);
-    CU_ASSERT(memcmp(addH, addR, NC * 4) == 0);
-    const double ax_scale = max_abs(axR, NC);
-    CU_ASSERT(hy_max_abs_diff(axH, axR, NC) / ax_scale <= TOL_SUM);
 
     /* attention's output gate: 16 heads of 256, each gate beside its query in
      * q_proj's rows (attention_layers.c) */
     const int Hq = 16, hd = 256, qs = 2 * hd, Qd = Hq * hd, P = Hq * qs + 1024;
     const size_t NO = (size_t)n * Qd;
-    float *proj = randn(&r, (size_t)n * P, 2.0f), *ob0 = randn(&r, NO, 1.0f);
-    float *obR = fdup(ob0, NO), *obH = fdup(ob0, NO);
+    float *proj = randn(&r, (size_t)n * P, 2.0f), *ob0 = randn(&r, NO, 1.0f), *obR = fdup(ob0, NO);
     for (int t = 0; t < n; t++)
         for (int h = 0; h < Hq; h++) {
             float *oh = obR + (size_t)t * Qd + (size_t)h * hd;
             const float *gate = proj + (size_t)t * P + (size_t)h * qs + hd;
             for (int j = 0; j < hd; j++) oh[j] *= hy_sigmoidf(gate[j]);
         }
-    for (int t = 0; t < n; t++)
-        for (int h = 0; h < Hq; h++)
-            for (int j = 0; j < hd; j++)
-                hy_cu_mul_sigmoid_elem(obH, (size_t)Qd, (size_t)hd, proj + hd, (size_t)P,
-                                       (size_t)qs, t, h, j);
-    printf(", output gate host %.2e", rel_elem(obH, obR, NO));
-    CU_ASSERT(rel_elem(obH, obR, NO) <= TOL_ELEM);
 
     /* the embedding rows of the step's tokens (forward.c) */
     const int vocab = 50, H = 1024, nt = 6;
     const size_t NE = (size_t)nt * H;
-    float *table = randn(&r, (size_t)vocab * H, 1.0f), *eR = malloc(NE * 4), *eH = malloc(NE * 4);
+    float *table = randn(&r, (size_t)vocab * H, 1.0f), *eR = malloc(NE * 4);
     int32_t ids[6];
     for (int t = 0; t < nt; t++) ids[t] = (int32_t)(hy_rng_next(&r) % (uint64_t)vocab);
     ids[nt - 1] = vocab - 1; /* the last row of the table */
     for (int t = 0; t < nt; t++)
         memcpy(eR + (size_t)t * H, table + (size_t)ids[t] * H, (size_t)H * sizeof(float));
-    for (int t = 0; t < nt; t++)
-        for (int j = 0; j < H; j++) hy_cu_embed_elem(H, ids, table, eH, (size_t)H, t, j);
-    CU_ASSERT(memcmp(eH, eR, NE * 4) == 0);
 
-#ifdef HY_HAVE_CUDA_KERNELS
-    if (g_device) {
+    for (int way = 0; way < ways(); way++) {
+        const int dev = way_dev(way);
         hy_err err = {0};
-        float *dgu = dput(gu, (size_t)n * ldg * 4), *dh = dput(NULL, NH * 4);
-        CU_ASSERT(launched(hy_cu_swiglu(NULL, n, I, dgu, ldg, dh, (size_t)I, &err), &err));
-        float *hD = fetch(dh, NH);
-        CU_ASSERT_FATAL(hD != NULL);
-        printf(", device: swiglu %.2e", rel_elem(hD, hR, NH));
-        CU_ASSERT(rel_elem(hD, hR, NH) <= TOL_ELEM);
+        float *dgu = put(way, gu, (size_t)n * ldg * 4), *dh = put(way, NULL, NH * 4);
+        CU_ASSERT(ok(OP(dev, swiglu)(NULL, n, I, dgu, ldg, dh, (size_t)I, &err), &err));
+        float *hW = fetch(way, dh, NH);
+        CU_ASSERT_FATAL(hW != NULL);
+        printf("\n    %s: swiglu %.2e", k_way[way], rel_elem(hW, hR, NH));
+        CU_ASSERT(rel_elem(hW, hR, NH) <= TOL_ELEM);
 
-        float *dx = dput(x0, NX * 4), *dyb = dput(yb0, NX * 4), *dbias = dput(b, (size_t)d * 4);
-        CU_ASSERT(launched(hy_cu_relu2(NULL, n, d, dx, ldx, &err), &err));
-        CU_ASSERT(launched(hy_cu_add_bias(NULL, n, d, dbias, dyb, ldx, &err), &err));
-        float *xD = fetch(dx, NX), *ybD = fetch(dyb, NX);
-        CU_ASSERT_FATAL(xD && ybD);
-        CU_ASSERT(memcmp(xD, xR, NX * 4) == 0);
-        CU_ASSERT(memcmp(ybD, ybR, NX * 4) == 0);
+        float *dx = put(way, x0, NX * 4), *dyb = put(way, yb0, NX * 4),
+              *db = put(way, b, (size_t)d * 4);
+        CU_ASSERT(ok(OP(dev, relu2)(NULL, n, d, dx, ldx, &err), &err));
+        CU_ASSERT(ok(OP(dev, add_bias)(NULL, n, d, db, dyb, ldx, &err), &err));
+        float *xW = fetch(way, dx, NX), *ybW = fetch(way, dyb, NX);
+        CU_ASSERT_FATAL(xW && ybW);
+        CU_ASSERT(memcmp(xW, xR, NX * 4) == 0);
+        CU_ASSERT(memcmp(ybW, ybR, NX * 4) == 0);
 
-        float *da = dput(ra, NC * 4), *db = dput(rb, NC * 4), *dax = dput(NULL, NC * 4);
-        CU_ASSERT(launched(hy_cu_axpby(NULL, NC, alpha, da, beta, db, dax, &err), &err));
-        CU_ASSERT(launched(hy_cu_add(NULL, NC, da, db, &err), &err));
-        float *axD = fetch(dax, NC), *addD = fetch(da, NC);
-        CU_ASSERT_FATAL(axD && addD);
-        CU_ASSERT(memcmp(addD, addR, NC * 4) == 0);
-        CU_ASSERT(hy_max_abs_diff(axD, axR, NC) / ax_scale <= TOL_SUM);
+        float *da = put(way, ra, NC * 4), *drb = put(way, rb, NC * 4),
+              *dax = put(way, NULL, NC * 4);
+        CU_ASSERT(ok(OP(dev, axpby)(NULL, NC, alpha, da, beta, drb, dax, &err), &err));
+        CU_ASSERT(ok(OP(dev, add)(NULL, NC, da, drb, &err), &err));
+        float *axW = fetch(way, dax, NC), *addW = fetch(way, da, NC);
+        CU_ASSERT_FATAL(axW && addW);
+        CU_ASSERT(memcmp(addW, addR, NC * 4) == 0);
+        CU_ASSERT(hy_max_abs_diff(axW, axR, NC) / max_abs(axR, NC) <= TOL_SUM);
 
-        float *dproj = dput(proj, (size_t)n * P * 4), *dob = dput(ob0, NO * 4);
-        CU_ASSERT(launched(hy_cu_mul_sigmoid(NULL, n, Hq, hd, dob, (size_t)Qd, (size_t)hd,
-                                             dproj + hd, (size_t)P, (size_t)qs, &err),
-                           &err));
-        float *obD = fetch(dob, NO);
-        CU_ASSERT_FATAL(obD != NULL);
-        printf(", output gate %.2e", rel_elem(obD, obR, NO));
-        CU_ASSERT(rel_elem(obD, obR, NO) <= TOL_ELEM);
+        float *dproj = put(way, proj, (size_t)n * P * 4), *dob = put(way, ob0, NO * 4);
+        CU_ASSERT(ok(OP(dev, mul_sigmoid)(NULL, n, Hq, hd, dob, (size_t)Qd, (size_t)hd, dproj + hd,
+                                          (size_t)P, (size_t)qs, &err),
+                     &err));
+        float *obW = fetch(way, dob, NO);
+        CU_ASSERT_FATAL(obW != NULL);
+        printf(", output gate %.2e", rel_elem(obW, obR, NO));
+        CU_ASSERT(rel_elem(obW, obR, NO) <= TOL_ELEM);
 
-        float *dtable = dput(table, (size_t)vocab * H * 4), *de = dput(NULL, NE * 4);
-        int32_t *dids = dput(ids, sizeof ids);
-        CU_ASSERT(launched(hy_cu_embed(NULL, nt, H, dids, dtable, de, (size_t)H, &err), &err));
-        float *eD = fetch(de, NE);
-        CU_ASSERT_FATAL(eD != NULL);
-        CU_ASSERT(memcmp(eD, eR, NE * 4) == 0);
+        float *dtable = put(way, table, (size_t)vocab * H * 4), *de = put(way, NULL, NE * 4);
+        int32_t *dids = put(way, ids, sizeof ids);
+        CU_ASSERT(ok(OP(dev, embed)(NULL, nt, H, dids, dtable, de, (size_t)H, &err), &err));
+        float *eW = fetch(way, de, NE);
+        CU_ASSERT_FATAL(eW != NULL);
+        CU_ASSERT(memcmp(eW, eR, NE * 4) == 0);
 
-        cudaFree(dgu), cudaFree(dbias), cudaFree(db), cudaFree(dproj), cudaFree(dtable);
-        cudaFree(dids);
-        free(hD), free(xD), free(ybD), free(axD), free(addD), free(obD), free(eD);
+        drop(way, dgu), drop(way, db), drop(way, drb), drop(way, dproj), drop(way, dtable);
+        drop(way, dids);
+        free(hW), free(xW), free(ybW), free(axW), free(addW), free(obW), free(eW);
     }
-#endif
-    free(gu), free(hR), free(hH), free(x0), free(xR), free(xH), free(b), free(yb0), free(ybR);
-    free(ybH), free(ra), free(rb), free(addR), free(addH), free(axR), free(axH), free(proj);
-    free(ob0), free(obR), free(obH), free(table), free(eR), free(eH);
+    free(gu), free(hR), free(x0), free(xR), free(b), free(yb0), free(ybR), free(ra), free(rb);
+    free(addR), free(axR), free(proj), free(ob0), free(obR), free(table), free(eR);
 }
 
 /* --- RoPE ----------------------------------------------------------------------------------- */
@@ -584,33 +548,30 @@ static const rope_table_case k_tables[] = {
     {128, 1e6, 0, 20},
 };
 
+/* The host's table is glibc's sinf and cosf of the CPU's fp32 angles: the
+ * CPU's bits. */
 static void test_rope_table(void)
 {
     for (size_t c = 0; c < sizeof k_tables / sizeof *k_tables; c++) {
         const rope_table_case *tc = &k_tables[c];
         const int rd = tc->rd;
         const size_t N = (size_t)tc->npos * rd;
-        float *inv = malloc((size_t)rd / 2 * 4), *R = malloc(N * 4), *H = malloc(N * 4);
+        float *inv = malloc((size_t)rd / 2 * 4), *R = malloc(N * 4);
         hy_rope_inv_freq(rd, tc->theta, inv);
         for (int64_t p = 0; p < tc->npos; p++) hy_rope_cos_sin(rd, inv, tc->pos0 + p, R + p * rd);
-        for (int64_t p = 0; p < tc->npos; p++)
-            for (int i = 0; i < rd / 2; i++) hy_cu_rope_table_elem(rd, inv, tc->pos0, H, p, i);
-        CU_ASSERT(memcmp(H, R, N * 4) == 0); /* the same libm on the same fp32 angles */
-#ifdef HY_HAVE_CUDA_KERNELS
-        if (g_device) {
+        printf("\n    table rd %d from %lld:", rd, (long long)tc->pos0);
+        for (int way = 0; way < ways(); way++) {
+            const int dev = way_dev(way);
             hy_err err = {0};
-            float *dinv = dput(inv, (size_t)rd / 2 * 4), *dcs = dput(NULL, N * 4);
-            CU_ASSERT(
-                launched(hy_cu_rope_table(NULL, rd, dinv, tc->pos0, tc->npos, dcs, &err), &err));
-            float *D = fetch(dcs, N);
-            CU_ASSERT_FATAL(D != NULL);
-            printf("\n    table rd %d from %lld: device %.2e", rd, (long long)tc->pos0,
-                   hy_max_abs_diff(D, R, N));
-            CU_ASSERT(hy_max_abs_diff(D, R, N) <= TOL_TRIG);
-            cudaFree(dinv), free(D);
+            float *dinv = put(way, inv, (size_t)rd / 2 * 4), *cs = put(way, NULL, N * 4);
+            CU_ASSERT(ok(OP(dev, rope_table)(NULL, rd, dinv, tc->pos0, tc->npos, cs, &err), &err));
+            float *W = fetch(way, cs, N);
+            CU_ASSERT_FATAL(W != NULL);
+            printf(" %s %.2e", k_way[way], hy_max_abs_diff(W, R, N));
+            CU_ASSERT(dev ? hy_max_abs_diff(W, R, N) <= TOL_TRIG : memcmp(W, R, N * 4) == 0);
+            drop(way, dinv), free(W);
         }
-#endif
-        free(inv), free(R), free(H);
+        free(inv), free(R);
     }
 }
 
@@ -636,7 +597,8 @@ static double rope_err(const float *got, const float *ref, int n, size_t ld, int
             }
             s = fmax(s, fabs((double)ref[i]));
             const double e = fabs((double)got[i] - (double)ref[i]);
-            if (!(e <= m)) m = e;
+            if (isnan(e)) return NAN;
+            if (e > m) m = e;
         }
     return m / s;
 }
@@ -655,7 +617,7 @@ static void test_rope_rotate(void)
     hy_rope_inv_freq(rd, 1e7, inv);
     for (int64_t p = 0; p < npos; p++) hy_rope_cos_sin(rd, inv, p, cs + p * rd);
     float *q0 = randn(&r, NQ, 1.0f), *k0 = randn(&r, NK, 1.0f);
-    float *qR = fdup(q0, NQ), *kR = fdup(k0, NK), *qH = fdup(q0, NQ), *kH = fdup(k0, NK);
+    float *qR = fdup(q0, NQ), *kR = fdup(k0, NK);
     for (int t = 0; t < n; t++) {
         const float *c = cs + pos[t] * rd;
         for (int h = 0; h < Hq; h++) {
@@ -667,40 +629,27 @@ static void test_rope_rotate(void)
             hy_rope_rotate(kh, kh, rd, c);
         }
     }
-    hy_cu_rope_args a;
-    a.rd = rd, a.pos = pos, a.cs = cs;
-    a.q = qH, a.ldq = P, a.qhs = (size_t)qs, a.nq = Hq;
-    a.k = kH, a.ldk = (size_t)KV, a.khs = (size_t)hd, a.nk = Hkv;
-    for (int t = 0; t < n; t++)
-        for (int h = 0; h < Hq + Hkv; h++)
-            for (int i = 0; i < rd / 2; i++) hy_cu_rope_rotate_elem(&a, t, h, i);
-    int same = 1;
-    const double e = fmax(rope_err(qH, qR, n, P, Hq, (size_t)qs, rd, &same),
-                          rope_err(kH, kR, n, (size_t)KV, Hkv, (size_t)hd, rd, &same));
-    printf("\n    rotate host %.2e", e);
-    CU_ASSERT(e <= TOL_SAME);
-    CU_ASSERT(same);
-#ifdef HY_HAVE_CUDA_KERNELS
-    if (g_device) {
+    printf("\n    rotate:");
+    for (int way = 0; way < ways(); way++) {
+        const int dev = way_dev(way);
         hy_err err = {0};
-        float *dq = dput(q0, NQ * 4), *dk = dput(k0, NK * 4),
-              *dcs = dput(cs, (size_t)npos * rd * 4);
-        int64_t *dpos = dput(pos, sizeof pos);
-        CU_ASSERT(launched(hy_cu_rope_rotate(NULL, n, rd, dpos, dcs, dq, P, (size_t)qs, Hq, dk,
-                                             (size_t)KV, (size_t)hd, Hkv, &err),
-                           &err));
-        float *qD = fetch(dq, NQ), *kD = fetch(dk, NK);
-        CU_ASSERT_FATAL(qD && kD);
-        int same_d = 1;
-        const double ed = fmax(rope_err(qD, qR, n, P, Hq, (size_t)qs, rd, &same_d),
-                               rope_err(kD, kR, n, (size_t)KV, Hkv, (size_t)hd, rd, &same_d));
-        printf(", device %.2e", ed);
-        CU_ASSERT(ed <= TOL_SUM);
-        CU_ASSERT(same_d);
-        cudaFree(dcs), cudaFree(dpos), free(qD), free(kD);
+        float *q = put(way, q0, NQ * 4), *k = put(way, k0, NK * 4);
+        float *dcs = put(way, cs, (size_t)npos * rd * 4);
+        int64_t *dpos = put(way, pos, sizeof pos);
+        CU_ASSERT(ok(OP(dev, rope_rotate)(NULL, n, rd, dpos, dcs, q, P, (size_t)qs, Hq, k,
+                                          (size_t)KV, (size_t)hd, Hkv, &err),
+                     &err));
+        float *qW = fetch(way, q, NQ), *kW = fetch(way, k, NK);
+        CU_ASSERT_FATAL(qW && kW);
+        int same = 1;
+        const double e = worse(rope_err(qW, qR, n, P, Hq, (size_t)qs, rd, &same),
+                               rope_err(kW, kR, n, (size_t)KV, Hkv, (size_t)hd, rd, &same));
+        printf(" %s %.2e", k_way[way], e);
+        CU_ASSERT(e <= (dev ? TOL_SUM : TOL_SAME));
+        CU_ASSERT(same);
+        drop(way, dcs), drop(way, dpos), free(qW), free(kW);
     }
-#endif
-    free(inv), free(cs), free(q0), free(k0), free(qR), free(kR), free(qH), free(kH);
+    free(inv), free(cs), free(q0), free(k0), free(qR), free(kR);
 }
 
 /* --- routed experts -----------------------------------------------------------------------------
@@ -885,82 +834,43 @@ static void moe_out_free(moe_out *o)
     free(o->xe), free(o->acc), free(o->y);
 }
 
-/* The bodies over the layer. Each step reads the CPU's inputs (its routing,
- * its expert outputs, its weighted sum), so a step's error is its own. */
-static void moe_host(const moe_data *M, moe_out *o, int rev)
+/* The launchers (dev) or the twins over the layer, each step from the
+ * CPU's inputs (its expert outputs, its weighted sum), so a step's error is
+ * its own; the plan from the way's own routing, which must be the CPU's. */
+static int moe_run(const moe_data *M, int way, moe_out *o)
 {
     const moe_case *c = M->c;
-    const int n = c->n, E = c->E, k = c->k, D = c->D;
-
-    hy_cu_route_args ra;
-    ra.E = E, ra.k = k, ra.norm_topk = c->norm_topk, ra.logits = M->logits, ra.ldl = M->ldl;
-    ra.topi = o->topi, ra.topw = o->topw;
-    const int rt = hy_cu_route_threads(E);
-    EMULATE(hy_cu_route_phase, hy_cu_route_phases(rt), &ra, n, rt, hy_cu_route_shared(E, k, rt),
-            rev);
-
-    hy_cu_plan_args pa;
-    pa.N = M->N, pa.E = E, pa.topi = M->ti, pa.offsets = o->offsets, pa.rows = o->rows;
-    pa.slot_row = o->slot_row;
-    const int pt = hy_cu_plan_threads(M->N);
-    EMULATE(hy_cu_plan_phase, hy_cu_plan_phases(pt), &pa, E, pt, hy_cu_plan_shared(pt), rev);
-
-    for (int q = 0; q < M->N; q++)
-        for (int d = 0; d < D; d++)
-            hy_cu_moe_gather_elem(k, o->rows, M->src, M->lds, o->xe, (size_t)D, q, d);
-
-    hy_cu_combine_args ca;
-    ca.k = k, ca.D = D, ca.slot_row = o->slot_row, ca.topw = M->tw, ca.ye = M->ye;
-    ca.ldy = (size_t)D, ca.out = o->acc, ca.ldo = (size_t)D;
-    const int ct = hy_cu_combine_threads(D);
-    EMULATE(hy_cu_combine_phase, hy_cu_combine_phases(), &ca, n, ct, hy_cu_combine_shared(k), rev);
-
-    memcpy(o->y, M->acc, (size_t)n * D * 4);
-    hy_cu_sgate_args sa;
-    sa.H = D, sa.x = M->src, sa.ldx = M->lds, sa.wg = M->wg, sa.ye = M->yes, sa.ldye = (size_t)D;
-    sa.y = o->y, sa.ldy = (size_t)D;
-    const int st = hy_cu_sgate_threads(D);
-    EMULATE(hy_cu_sgate_phase, hy_cu_sgate_phases(st), &sa, n, st, hy_cu_sgate_shared(st), rev);
-}
-
-#ifdef HY_HAVE_CUDA_KERNELS
-/* The launchers over the layer, each step from the CPU's inputs as above
- * (the plan from the device's own routing, which must be the CPU's). */
-static int moe_device(const moe_data *M, moe_out *o)
-{
-    const moe_case *c = M->c;
-    const int n = c->n, E = c->E, k = c->k, D = c->D;
+    const int dev = way_dev(way), n = c->n, E = c->E, k = c->k, D = c->D;
     const size_t N = (size_t)M->N, ND = (size_t)n * D;
     hy_err err = {0};
-    float *logits = dput(M->logits, (size_t)n * M->ldl * 4),
-          *src = dput(M->src, (size_t)n * M->lds * 4);
-    float *tw = dput(M->tw, N * 4), *ye = dput(M->ye, N * D * 4), *acc = dput(NULL, ND * 4);
-    float *y = dput(M->acc, ND * 4), *yes = dput(M->yes, ND * 4);
-    float *wg = M->wg ? dput(M->wg, (size_t)D * 4) : NULL, *topw = dput(NULL, N * 4);
-    float *xe = dput(NULL, N * D * 4);
-    int32_t *topi = dput(NULL, N * 4), *offsets = dput(NULL, (size_t)(E + 1) * 4);
-    int32_t *rows = dput(NULL, N * 4), *slot_row = dput(NULL, N * 4);
-    int ok =
-        launched(hy_cu_moe_route(NULL, n, E, k, c->norm_topk, logits, M->ldl, topi, topw, &err),
-                 &err) &&
-        launched(hy_cu_moe_plan(NULL, n, k, E, topi, offsets, rows, slot_row, &err), &err) &&
-        launched(hy_cu_moe_gather(NULL, n, k, D, rows, src, M->lds, xe, (size_t)D, &err), &err) &&
-        launched(
-            hy_cu_moe_combine(NULL, n, k, D, slot_row, tw, ye, (size_t)D, acc, (size_t)D, &err),
-            &err) &&
-        launched(
-            hy_cu_moe_shared_gate(NULL, n, D, src, M->lds, wg, yes, (size_t)D, y, (size_t)D, &err),
-            &err);
-    ok = ok && dget(o->topi, topi, N * 4) && dget(o->topw, topw, N * 4) &&
-         dget(o->offsets, offsets, (size_t)(E + 1) * 4) && dget(o->rows, rows, N * 4) &&
-         dget(o->slot_row, slot_row, N * 4) && dget(o->xe, xe, N * D * 4) &&
-         dget(o->acc, acc, ND * 4) && dget(o->y, y, ND * 4);
-    cudaFree(logits), cudaFree(src), cudaFree(tw), cudaFree(ye), cudaFree(acc), cudaFree(y);
-    cudaFree(yes), cudaFree(wg), cudaFree(topw), cudaFree(xe), cudaFree(topi), cudaFree(offsets);
-    cudaFree(rows), cudaFree(slot_row);
-    return ok;
+    float *logits = put(way, M->logits, (size_t)n * M->ldl * 4),
+          *src = put(way, M->src, (size_t)n * M->lds * 4);
+    float *tw = put(way, M->tw, N * 4), *ye = put(way, M->ye, N * D * 4),
+          *acc = put(way, NULL, ND * 4);
+    float *y = put(way, M->acc, ND * 4), *yes = put(way, M->yes, ND * 4);
+    float *wg = M->wg ? put(way, M->wg, (size_t)D * 4) : NULL, *topw = put(way, NULL, N * 4);
+    float *xe = put(way, NULL, N * D * 4);
+    int32_t *topi = put(way, NULL, N * 4), *offsets = put(way, NULL, (size_t)(E + 1) * 4);
+    int32_t *rows = put(way, NULL, N * 4), *slot_row = put(way, NULL, N * 4);
+    int good =
+        ok(OP(dev, moe_route)(NULL, n, E, k, c->norm_topk, logits, M->ldl, topi, topw, &err),
+           &err) &&
+        ok(OP(dev, moe_plan)(NULL, n, k, E, topi, offsets, rows, slot_row, &err), &err) &&
+        ok(OP(dev, moe_gather)(NULL, n, k, D, rows, src, M->lds, xe, (size_t)D, &err), &err) &&
+        ok(OP(dev, moe_combine)(NULL, n, k, D, slot_row, tw, ye, (size_t)D, acc, (size_t)D, &err),
+           &err) &&
+        ok(OP(dev, moe_shared_gate)(NULL, n, D, src, M->lds, wg, yes, (size_t)D, y, (size_t)D,
+                                    &err),
+           &err);
+    good = good && get(way, o->topi, topi, N * 4) && get(way, o->topw, topw, N * 4) &&
+           get(way, o->offsets, offsets, (size_t)(E + 1) * 4) && get(way, o->rows, rows, N * 4) &&
+           get(way, o->slot_row, slot_row, N * 4) && get(way, o->xe, xe, N * D * 4) &&
+           get(way, o->acc, acc, ND * 4) && get(way, o->y, y, ND * 4);
+    drop(way, logits), drop(way, src), drop(way, tw), drop(way, ye), drop(way, acc), drop(way, y);
+    drop(way, yes), drop(way, wg), drop(way, topw), drop(way, xe), drop(way, topi);
+    drop(way, offsets), drop(way, rows), drop(way, slot_row);
+    return good;
 }
-#endif
 
 /* A backend's layer against the CPU's: exact where the CPU's answer is an
  * integer or a copy, within the tolerances elsewhere. */
@@ -990,57 +900,65 @@ static void test_moe(void)
     for (size_t i = 0; i < sizeof k_moes / sizeof *k_moes; i++) {
         const moe_case *c = &k_moes[i];
         moe_data M = moe_make(c, 500 + i);
-        moe_out o[2] = {moe_out_new(&M), moe_out_new(&M)};
+        moe_out o[WAYS];
         printf("\n    n %d, %d experts, top %d, width %d", c->n, c->E, c->k, c->D);
-        for (int rev = 0; rev < 2; rev++) moe_host(&M, &o[rev], rev);
-        moe_check(&M, &o[0], "host", TOL_SAME);
-        const size_t N = (size_t)M.N, ND = (size_t)c->n * c->D;
-        CU_ASSERT(memcmp(o[0].topw, o[1].topw, N * 4) == 0 &&
-                  memcmp(o[0].topi, o[1].topi, N * 4) == 0 &&
-                  memcmp(o[0].slot_row, o[1].slot_row, N * 4) == 0 &&
-                  memcmp(o[0].acc, o[1].acc, ND * 4) == 0 && memcmp(o[0].y, o[1].y, ND * 4) == 0);
-#ifdef HY_HAVE_CUDA_KERNELS
-        if (g_device) {
-            moe_out d = moe_out_new(&M);
-            CU_ASSERT_FATAL(moe_device(&M, &d));
-            moe_check(&M, &d, "device", TOL_SUM);
-            moe_out_free(&d);
+        for (int way = 0; way < ways(); way++) {
+            o[way] = moe_out_new(&M);
+            CU_ASSERT_FATAL(moe_run(&M, way, &o[way]));
+            moe_check(&M, &o[way], k_way[way], way == DEVICE ? TOL_SUM : TOL_SAME);
         }
-#endif
-        moe_out_free(&o[0]), moe_out_free(&o[1]);
+        const size_t N = (size_t)M.N, ND = (size_t)c->n * c->D;
+        const moe_out *h = &o[HOST], *v = &o[REVERSED];
+        CU_ASSERT(memcmp(h->topw, v->topw, N * 4) == 0 && memcmp(h->topi, v->topi, N * 4) == 0 &&
+                  memcmp(h->slot_row, v->slot_row, N * 4) == 0 &&
+                  memcmp(h->acc, v->acc, ND * 4) == 0 && memcmp(h->y, v->y, ND * 4) == 0);
+        for (int way = 0; way < ways(); way++) moe_out_free(&o[way]);
         moe_drop(&M);
     }
 }
 
-/* --- the launchers' refusals, and main ---------------------------------------------------------
- */
+/* --- the refusals, and main ------------------------------------------------------------------ */
 
-#ifdef HY_HAVE_CUDA_KERNELS
-/* Shapes the launchers refuse before touching the device, and empty work
- * they accept without queuing anything: no device needed. */
-static void test_launchers_refuse_bad_shapes(void)
+/* Shapes the launcher (dev) or the twin refuses before touching memory, and
+ * empty work each accepts without running anything: no device needed. */
+static void refusals(int dev)
 {
     hy_err err = {0};
-    CU_ASSERT_EQUAL(hy_cu_rmsnorm(NULL, -1, 64, NULL, 64, NULL, 1e-6f, NULL, 64, &err), HY_EINVAL);
+    CU_ASSERT_EQUAL(OP(dev, rmsnorm)(NULL, -1, 64, NULL, 64, NULL, 1e-6f, NULL, 64, &err),
+                    HY_EINVAL);
     CU_ASSERT_EQUAL(
-        hy_cu_rmsnorm_heads(NULL, 2, 0, 64, NULL, 64, 64, NULL, 1e-6f, NULL, 64, 64, &err),
+        OP(dev, rmsnorm_heads)(NULL, 2, 0, 64, NULL, 64, 64, NULL, 1e-6f, NULL, 64, 64, &err),
         HY_EINVAL);
-    CU_ASSERT_EQUAL(hy_cu_conv1d_silu(NULL, 4, 0, 4, NULL, 0, NULL, NULL, NULL, NULL, 0, &err),
+    CU_ASSERT_EQUAL(OP(dev, conv1d_silu)(NULL, 4, 0, 4, NULL, 0, NULL, NULL, NULL, NULL, 0, &err),
                     HY_EINVAL);
-    CU_ASSERT_EQUAL(hy_cu_rope_table(NULL, 63, NULL, 0, 10, NULL, &err), HY_EINVAL);
-    CU_ASSERT_EQUAL(hy_cu_rope_rotate(NULL, 2, 64, NULL, NULL, NULL, 0, 0, 1, NULL, 0, 0, 1, &err),
-                    HY_EINVAL); /* key heads without keys */
-    CU_ASSERT_EQUAL(hy_cu_moe_route(NULL, 1, 8, 9, 1, NULL, 8, NULL, NULL, &err), HY_EINVAL);
-    CU_ASSERT_EQUAL(hy_cu_moe_route(NULL, 1, 20000, 8, 1, NULL, 20000, NULL, NULL, &err),
+    CU_ASSERT_EQUAL(OP(dev, rope_table)(NULL, 63, NULL, 0, 10, NULL, &err), HY_EINVAL);
+    CU_ASSERT_EQUAL(
+        OP(dev, rope_rotate)(NULL, 2, 64, NULL, NULL, NULL, 0, 0, 1, NULL, 0, 0, 1, &err),
+        HY_EINVAL); /* key heads without keys */
+    CU_ASSERT_EQUAL(OP(dev, moe_route)(NULL, 1, 8, 9, 1, NULL, 8, NULL, NULL, &err), HY_EINVAL);
+    CU_ASSERT_EQUAL(OP(dev, moe_route)(NULL, 1, 20000, 8, 1, NULL, 20000, NULL, NULL, &err),
                     HY_EINVAL); /* its probabilities would not fit in shared memory */
-    CU_ASSERT_EQUAL(hy_cu_moe_plan(NULL, 1 << 22, 4, 64, NULL, NULL, NULL, NULL, &err), HY_EINVAL);
-    CU_ASSERT_EQUAL(hy_cu_moe_combine(NULL, 1 << 22, 4, 64, NULL, NULL, NULL, 64, NULL, 64, &err),
+    CU_ASSERT_EQUAL(OP(dev, moe_plan)(NULL, 1 << 22, 4, 64, NULL, NULL, NULL, NULL, &err),
                     HY_EINVAL);
-    printf("\n    last refusal: %s", err.msg);
-    CU_ASSERT_EQUAL(hy_cu_rmsnorm(NULL, 0, 64, NULL, 64, NULL, 1e-6f, NULL, 64, &err), HY_OK);
-    CU_ASSERT_EQUAL(hy_cu_swiglu(NULL, 0, 512, NULL, 1024, NULL, 512, &err), HY_OK);
-    CU_ASSERT_EQUAL(hy_cu_add(NULL, 0, NULL, NULL, &err), HY_OK);
-    CU_ASSERT_EQUAL(hy_cu_moe_route(NULL, 0, 64, 4, 1, NULL, 64, NULL, NULL, &err), HY_OK);
+    CU_ASSERT_EQUAL(
+        OP(dev, moe_combine)(NULL, 1 << 22, 4, 64, NULL, NULL, NULL, 64, NULL, 64, &err),
+        HY_EINVAL);
+    printf("\n    %s: last refusal: %s", dev ? "launchers" : "twins", err.msg);
+    CU_ASSERT_EQUAL(OP(dev, rmsnorm)(NULL, 0, 64, NULL, 64, NULL, 1e-6f, NULL, 64, &err), HY_OK);
+    CU_ASSERT_EQUAL(OP(dev, swiglu)(NULL, 0, 512, NULL, 1024, NULL, 512, &err), HY_OK);
+    CU_ASSERT_EQUAL(OP(dev, add)(NULL, 0, NULL, NULL, &err), HY_OK);
+    CU_ASSERT_EQUAL(OP(dev, moe_route)(NULL, 0, 64, 4, 1, NULL, 64, NULL, NULL, &err), HY_OK);
+}
+
+static void test_twins_refuse_bad_shapes(void)
+{
+    refusals(0);
+}
+
+#ifdef HY_HAVE_CUDA_KERNELS
+static void test_launchers_refuse_bad_shapes(void)
+{
+    refusals(1);
 }
 #endif
 
@@ -1061,6 +979,7 @@ int main(void)
         {"rope_table_matches_cpu", test_rope_table},
         {"rope_rotates_first_rd_dims_only", test_rope_rotate},
         {"moe_routing_rows_and_sums_match_executor", test_moe},
+        {"twins_refuse_bad_shapes", test_twins_refuse_bad_shapes},
 #ifdef HY_HAVE_CUDA_KERNELS
         {"launchers_refuse_bad_shapes", test_launchers_refuse_bad_shapes},
 #endif

@@ -37,6 +37,10 @@ void hy_cu_free(hy_cu_stream stream, void *p);
 typedef enum hy_cu_dir { HY_CU_H2D = 1, HY_CU_D2H = 2, HY_CU_D2D = 3 } hy_cu_dir;
 int hy_cu_copy(hy_cu_stream stream, void *dst, const void *src, size_t bytes, hy_cu_dir dir,
                hy_err *err);
+/* n rows of `width` bytes from src (stride lds bytes) to dst (stride ldd
+ * bytes), device to device: cudaMemcpy2DAsync. */
+int hy_cu_copy_rows(hy_cu_stream stream, size_t n, size_t width, const void *src, size_t lds,
+                    void *dst, size_t ldd, hy_err *err);
 int hy_cu_zero(hy_cu_stream stream, void *p, size_t bytes, hy_err *err);
 int hy_cu_sync(hy_cu_stream stream, hy_err *err);
 /* The device the calling thread uses (cudaSetDevice), checked to exist:
@@ -76,6 +80,8 @@ int hy_emu_malloc(hy_cu_stream stream, size_t bytes, void **out, hy_err *err);
 void hy_emu_free(hy_cu_stream stream, void *p);
 int hy_emu_copy(hy_cu_stream stream, void *dst, const void *src, size_t bytes, hy_cu_dir dir,
                 hy_err *err);
+int hy_emu_copy_rows(hy_cu_stream stream, size_t n, size_t width, const void *src, size_t lds,
+                     void *dst, size_t ldd, hy_err *err);
 int hy_emu_zero(hy_cu_stream stream, void *p, size_t bytes, hy_err *err);
 int hy_emu_sync(hy_cu_stream stream, hy_err *err);
 /* The products: hy_cu_linear's contracts on the host (hy_gemm); the handle

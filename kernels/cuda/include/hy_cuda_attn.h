@@ -10,7 +10,10 @@
  * The conventions of hy_cuda.h: pointers are device memory unless said
  * otherwise, strides are in elements, a launcher queues its kernel on
  * `stream` and returns HY_OK, HY_EINVAL for a bad argument, or HY_EIO with
- * the CUDA error.
+ * the CUDA error. Each launcher hy_cu_X has a twin hy_emu_X over host
+ * memory (hy_cuda.h, "the emulation"; emu_attn.c), declared beside it,
+ * which refuses what the launcher refuses and returns HY_ENOMEM where it
+ * cannot allocate a block's shared memory.
  */
 #ifndef HY_CUDA_ATTN_H
 #define HY_CUDA_ATTN_H
@@ -46,14 +49,19 @@ typedef struct hy_cu_attn {
 
 /* Floats of work hy_cu_attention uses to split each block's context across
  * several blocks (a decode step's few rows over a long context); 0 when it
- * would not split. */
+ * would not split (or refuses the shape). A size, not a launch: pointers
+ * unread. */
 size_t hy_cu_attention_work(const hy_cu_attn *a);
+/* The same value, for the twin: it splits as the launcher does. */
+size_t hy_emu_attention_work(const hy_cu_attn *a);
 /* o ← softmax(q·Kᵀ·scale, causal) · V, the softmax in fp32 — the contract of
  * hy_attention_heads for every KV head. work: hy_cu_attention_work(a)
  * floats, or fewer (NULL, 0: no split; the same result up to the order of
  * additions). */
 int hy_cu_attention(hy_cu_stream stream, const hy_cu_attn *a, float *work, size_t work_floats,
                     hy_err *err);
+int hy_emu_attention(hy_cu_stream stream, const hy_cu_attn *a, float *work, size_t work_floats,
+                     hy_err *err);
 
 /* --- composition of an entry's linear heads (compose.cu) ------------------ */
 
@@ -97,6 +105,7 @@ typedef struct hy_cu_compose {
  * contract of hy_rep_apply head by head (the products in this kernel, not
  * cuBLAS; the same sums in another order). */
 int hy_cu_compose_layer(hy_cu_stream stream, const hy_cu_compose *c, hy_err *err);
+int hy_emu_compose_layer(hy_cu_stream stream, const hy_cu_compose *c, hy_err *err);
 
 /* --- a hole's keys and values (attn.cu) ----------------------------------- */
 
@@ -117,6 +126,7 @@ typedef struct hy_cu_hole_kv {
 } hy_cu_hole_kv;
 
 int hy_cu_hole_kv_write(hy_cu_stream stream, const hy_cu_hole_kv *h, hy_err *err);
+int hy_emu_hole_kv_write(hy_cu_stream stream, const hy_cu_hole_kv *h, hy_err *err);
 
 #ifdef __cplusplus
 }

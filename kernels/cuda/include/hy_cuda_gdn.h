@@ -10,7 +10,9 @@
  * Every pointer is device memory; hy_cuda.h's conventions hold (row-major,
  * leading dimensions in elements, a launcher queues on `stream` and returns
  * HY_OK, HY_EINVAL for a shape it does not take, or HY_EIO for a failed
- * launch).
+ * launch). Each launcher hy_cu_gdn_X has a twin hy_emu_gdn_X over host
+ * memory, which refuses what the launcher refuses and returns HY_ENOMEM
+ * where it cannot allocate a block's shared memory.
  */
 #ifndef HY_CUDA_GDN_H
 #define HY_CUDA_GDN_H
@@ -47,6 +49,8 @@ typedef struct hy_cu_gdn_gate_args {
 } hy_cu_gdn_gate_args;
 
 int hy_cu_gdn_gates(hy_cu_stream stream, const hy_cu_gdn_gate_args *a, hy_err *err);
+/* Its twin on the host (hy_cuda.h, "the emulation"; emu_gdn.c). */
+int hy_emu_gdn_gates(hy_cu_stream stream, const hy_cu_gdn_gate_args *a, hy_err *err);
 
 /* The delta rule of one layer's Hv value heads over n tokens.
  *   q, k: [n] rows (strides ldq, ldk) of Hk heads of dk, key head hk at
@@ -77,6 +81,9 @@ typedef struct hy_cu_gdn_args {
 int hy_cu_gdn_chunked(hy_cu_stream stream, const hy_cu_gdn_args *a, hy_err *err);
 /* hy_gdn_recurrent per head: token by token (decode steps, single tokens). */
 int hy_cu_gdn_recurrent(hy_cu_stream stream, const hy_cu_gdn_args *a, hy_err *err);
+/* Their twins on the host (hy_cuda.h, "the emulation"; emu_gdn.c). */
+int hy_emu_gdn_chunked(hy_cu_stream stream, const hy_cu_gdn_args *a, hy_err *err);
+int hy_emu_gdn_recurrent(hy_cu_stream stream, const hy_cu_gdn_args *a, hy_err *err);
 
 #ifdef __cplusplus
 }
