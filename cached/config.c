@@ -146,6 +146,7 @@ static const opt k_opts[] = {
     NUMBER("executor.max_batch", OPT_INT, max_batch, 1, 65536, "1024", RESTART),
     STRING("executor.mla", exec_mla, "auto", RESTART),
     STRING("executor.weights", exec_weights, "auto", RESTART),
+    STRING("executor.device", exec_device, "cpu", RESTART),
     NUMBER("executor.keep_context_tokens", OPT_U64, keep_context_tokens, 0, 16777216, "32768",
            RESTART),
     NUMBER("tenants.default_quota", OPT_SIZE, default_quota, 0, UINT64_MAX, "0", RELOAD),
@@ -1145,6 +1146,12 @@ static int check_whole(cfg_ctx *x, hy_cached_config *c)
     if (!rc && hy_weights_parse(c->exec_weights, &wfmt))
         rc = fail_key(x, HY_EINVAL, "executor.weights", "'%s' is not auto, f32, bf16 or q8",
                       c->exec_weights);
+    hy_exec_device dkind;
+    int dnum;
+    if (!rc && hy_exec_device_parse(c->exec_device, &dkind, &dnum))
+        rc = fail_key(x, HY_EINVAL, "executor.device",
+                      "'%s' is not cpu, cuda, cuda:N (a device ordinal) or emulated",
+                      c->exec_device);
     if (!rc && strcmp(c->tp_rdma, "auto") && strcmp(c->tp_rdma, "off") &&
         strcmp(c->tp_rdma, "required"))
         rc = fail_key(x, HY_EINVAL, "transport.rdma", "'%s' is not auto, off or required",

@@ -132,6 +132,8 @@ typedef struct hy_cached_config {
     char exec_mla[16];    /* executor.mla auto|expanded|latent, default auto */
     char exec_weights[8]; /* executor.weights auto|f32|bf16|q8, default auto: a BF16 checkpoint's
                            * matrices kept in bf16 (hy_weights) */
+    char exec_device[16]; /* executor.device cpu|cuda|cuda:N|emulated, default cpu: where the
+                           * forward passes run (hy_exec_set_device) */
     char pic_reuse[16];   /* pic.reuse auto|fetch|recompute, default auto: how a hit is
                            * used — fetched, or recomputed when that costs less (auto) */
     int max_batch;        /* executor.max_batch 1..65536: tokens per forward step, default 1024 */

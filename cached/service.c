@@ -289,6 +289,18 @@ static int model_open(svc_model *sm, const hy_cfg_model *cm, const hy_cached_con
         if ((rc = hy_exec_new(sm->m, cfg->max_batch, &sm->ctx[i].ex, err)) ||
             (rc = hy_state_new(sm->m, &sm->ctx[i].st, err)))
             return rc;
+        /* where it computes: the CPU, or a device (a model the device does
+         * not run, or a device that is not there, stops the start) */
+        hy_exec_device dkind = HY_EXEC_CPU;
+        int dnum = 0;
+        hy_exec_device_parse(cfg->exec_device, &dkind, &dnum); /* checked with the config */
+        if (dkind != HY_EXEC_CPU && (rc = hy_exec_set_device(sm->ctx[i].ex, dkind, dnum, err))) {
+            hy_err_prefix(err, "executor.device %s, model '%s'", cfg->exec_device, cm->name);
+            return rc;
+        }
+        if (dkind != HY_EXEC_CPU && i == 0)
+            hy_log(HY_LOG_INFO, "model '%s': forward passes on %s", cm->name,
+                   hy_exec_device_name(sm->ctx[i].ex));
         /* how MLA layers attend (Kimi-Linear, Ling; nothing for the others) */
         hy_exec_set_mla_mode(sm->ctx[i].ex, strcmp(cfg->exec_mla, "expanded") == 0 ? HY_MLA_EXPANDED
                                             : strcmp(cfg->exec_mla, "latent") == 0 ? HY_MLA_ABSORBED

@@ -20,6 +20,7 @@
 struct hy_exec {
     const hy_model *m;
     const struct hy_fwd_ops *ops; /* the layers' backend (hy_fwd_cpu) */
+    struct hy_dev_exec *dev;      /* on a device (exec_dev.c): its steps run there; NULL: CPU */
     int max_batch;
     hy_layer_hook_fn layer_hook; /* hy_exec_set_layer_hook */
     hy_cancel_fn cancel;         /* hy_exec_set_cancel */
@@ -207,6 +208,27 @@ void hy_fwd_ffn(hy_exec *ex, const hy_mlp_w *w, int n, int D, const float *xin, 
                 float *out);
 void hy_fwd_moe(hy_exec *ex, const hy_layer_w *L, int n);
 extern const hy_fwd_ops hy_fwd_cpu;
+
+/* Waits until layer li of every hole among it[0, ni) has landed (forward.c). */
+int hy_fwd_holes_wait(hy_exec *ex, const item *it, int ni, int li, hy_err *err);
+
+/* --- the executor on a device (exec_dev.c) ------------------------------------
+ *
+ * hy_exec_run plans the steps as for the CPU; with ex->dev each step runs
+ * on the device: hy_dev_begin before the first (the state's mirror and the
+ * buffers), hy_dev_step for each, hy_dev_end after the last (what the pass
+ * changed back into st). */
+typedef struct hy_dev_exec hy_dev_exec;
+/* HY_EUNSUPPORTED naming what of m the device executor does not run. */
+int hy_dev_supports(const hy_model *m, hy_err *err);
+int hy_dev_exec_new(const hy_model *m, hy_exec_device kind, int device, hy_dev_exec **out,
+                    hy_err *err);
+void hy_dev_exec_free(hy_dev_exec *d);
+const char *hy_dev_exec_name(const hy_dev_exec *d);
+int hy_dev_begin(hy_exec *ex, hy_state *st, size_t B, int64_t ctx, hy_err *err);
+int hy_dev_step(hy_exec *ex, hy_state *st, const item *it, int ni, int n, float *logits,
+                hy_err *err);
+int hy_dev_end(hy_exec *ex, hy_state *st, hy_err *err);
 
 /* MLA's cached latents at positions [p0, p0 + count) (or pos[r]) expanded
  * into the layer's per-head keys and values (attention_layers.c). */

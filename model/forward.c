@@ -322,6 +322,7 @@ void hy_exec_free(hy_exec *ex)
     free(ex->tcompose);
     free(ex->share_tags);
     hy_free(ex->rope);
+    hy_dev_exec_free(ex->dev);
     free(ex);
 }
 
@@ -333,6 +334,45 @@ void hy_exec_set_gdn_mode(hy_exec *ex, hy_gdn_mode mode)
 void hy_exec_set_mla_mode(hy_exec *ex, hy_mla_mode mode)
 {
     ex->mla_mode = mode;
+}
+
+int hy_exec_set_device(hy_exec *ex, hy_exec_device kind, int device, hy_err *err)
+{
+    hy_dev_exec *d = NULL;
+    if (kind != HY_EXEC_CPU) {
+        int rc = hy_dev_exec_new(ex->m, kind, device, &d, err);
+        if (rc) return rc;
+    }
+    hy_dev_exec_free(ex->dev);
+    ex->dev = d;
+    return HY_OK;
+}
+
+const char *hy_exec_device_name(const hy_exec *ex)
+{
+    return ex->dev ? hy_dev_exec_name(ex->dev) : "cpu";
+}
+
+int hy_exec_device_parse(const char *s, hy_exec_device *kind, int *device)
+{
+    *device = 0;
+    if (!strcmp(s, "cpu")) {
+        *kind = HY_EXEC_CPU;
+        return HY_OK;
+    }
+    if (!strcmp(s, "emulated")) {
+        *kind = HY_EXEC_EMULATED;
+        return HY_OK;
+    }
+    if (strncmp(s, "cuda", 4) != 0) return HY_EINVAL;
+    *kind = HY_EXEC_CUDA;
+    if (s[4] == '\0') return HY_OK;
+    if (s[4] != ':' || s[5] < '0' || s[5] > '9') return HY_EINVAL;
+    char *end = NULL;
+    const long n = strtol(s + 5, &end, 10);
+    if (*end || n > 1023) return HY_EINVAL;
+    *device = (int)n;
+    return HY_OK;
 }
 
 hy_mla_mode hy_exec_mla_mode_used(const hy_exec *ex)
@@ -403,7 +443,7 @@ static void sublayer_output(hy_exec *ex, int n, const float *w, float alpha, flo
 /* Waits until layer li of every hole among it[0, ni) has landed (entries
  * fetched while the pass runs: hy_entry_view_open); the time goes to
  * ex->arrival_wait_s. */
-static int holes_wait(hy_exec *ex, const item *it, int ni, int li, hy_err *err)
+int hy_fwd_holes_wait(hy_exec *ex, const item *it, int ni, int li, hy_err *err)
 {
     double t0 = 0.0;
     int rc = HY_OK;
@@ -455,7 +495,7 @@ static int step(hy_exec *ex, hy_state *st, const item *it, int ni, int n, float 
         const bool lin = L->kind == HY_LAYER_LINEAR, mixer = L->kind != HY_LAYER_MLP;
         if (mixer) {
             if (nholes > 0) {
-                const int rc = holes_wait(ex, it, ni, li, err);
+                const int rc = hy_fwd_holes_wait(ex, it, ni, li, err);
                 if (rc) return rc;
             }
             if (n > 0) sublayer_input(ex, n, post ? NULL : L->in_norm1);
@@ -615,6 +655,8 @@ int hy_exec_run(hy_exec *ex, hy_state *st, const hy_piece *pc, size_t np, float 
     if ((rc = hy_state_reserve(st, ctx, err)) || (rc = ensure_workspace(ex, B, ctx, err)) ||
         (rc = rope_reserve(ex, ctx, err)))
         return rc;
+    /* on a device: the state's mirror up to date, the step's buffers sized */
+    if (ex->dev && (rc = hy_dev_begin(ex, st, B, ctx, err))) return rc;
     if (grow((void **)&ex->items, &ex->items_cap, np, sizeof *ex->items) ||
         grow((void **)&ex->rowpos, &ex->rowpos_cap, B, sizeof *ex->rowpos) ||
         grow((void **)&ex->rowcap, &ex->rowcap_cap, B, sizeof *ex->rowcap))
@@ -670,7 +712,9 @@ int hy_exec_run(hy_exec *ex, hy_state *st, const hy_piece *pc, size_t np, float 
             if (off == p->n) i++, off = 0;
         }
         /* logits only after the step holding the last piece (a run) */
-        if ((rc = step(ex, st, ex->items, ni, rows, i == np ? logits : NULL, err))) {
+        rc = ex->dev ? hy_dev_step(ex, st, ex->items, ni, rows, i == np ? logits : NULL, err)
+                     : step(ex, st, ex->items, ni, rows, i == np ? logits : NULL, err);
+        if (rc) {
             /* an entry that failed to land: nothing of the pass stays */
             hy_fp_restore(fp_mode);
             hy_state_reset(st);
@@ -678,6 +722,11 @@ int hy_exec_run(hy_exec *ex, hy_state *st, const hy_piece *pc, size_t np, float 
         }
     }
     assert(st->pos == ctx);
+    if (ex->dev && (rc = hy_dev_end(ex, st, err))) { /* what the pass changed, back */
+        hy_fp_restore(fp_mode);
+        hy_state_reset(st);
+        return rc;
+    }
     if (ex->m->cfg.mla) { /* an expanded pass leaves every position expanded */
         if (!ex->mla_absorbed) st->x_valid = ctx;
         ex->mla_used = ex->mla_absorbed ? HY_MLA_ABSORBED : HY_MLA_EXPANDED;

@@ -57,6 +57,25 @@ expect_rc() {
     fi
 }
 
+# daemon_start CACHED NAME CONFIG [ARGS...]: hypic-cached in the background
+# with CONFIG, stopped at exit; $pid once it wrote NAME.ready (its addresses:
+# grpc=…, http=…), 0 when it did not get ready in 30 s (its log in NAME.log).
+daemon_start() {
+    _bin=$1 _name=$2 _cfg=$3
+    shift 3
+    rm -f "$_name.ready"
+    "$_bin" --config "$_cfg" --ready-file "$_name.ready" "$@" 2>"$_name.log" &
+    pid=$!
+    pids="$pids $pid"
+    _i=0
+    while [ $_i -lt 300 ] && kill -0 "$pid" 2>/dev/null; do
+        [ -s "$_name.ready" ] && return 0
+        sleep 0.1
+        _i=$((_i + 1))
+    done
+    pid=0
+}
+
 # finish: the summary line and the exit status (0: every check passed).
 finish() {
     [ "$fail" -eq 0 ] || echo "failed:$failed"

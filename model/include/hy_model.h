@@ -236,6 +236,27 @@ void hy_exec_set_mla_mode(hy_exec *ex, hy_mla_mode mode);
  * ABSORBED; AUTO before any pass or without MLA). */
 hy_mla_mode hy_exec_mla_mode_used(const hy_exec *ex);
 
+/* Where an executor computes. CPU: the CPU kernels (the default). CUDA: a
+ * GPU (device ordinal N of this process) for the Gated DeltaNet family
+ * (Qwen3-Next, Qwen3.5 dense and MoE): the model's weights are copied there
+ * once, each pass runs its steps there over a mirror of the state, and the
+ * state comes back when the pass ends (model/exec_dev.c). EMULATED: the
+ * same device executor with the CUDA kernels' bodies run on the CPU, for
+ * tests (slow). hy_exec_set_device refuses a model family it does not run
+ * (HY_EUNSUPPORTED naming it), a build without the CUDA kernels
+ * (HY_EUNSUPPORTED) and a machine without the device (HY_ENOTFOUND:
+ * "no CUDA device: …"); the executor stays as it was. */
+typedef enum hy_exec_device { HY_EXEC_CPU = 0, HY_EXEC_CUDA, HY_EXEC_EMULATED } hy_exec_device;
+int hy_exec_set_device(hy_exec *ex, hy_exec_device kind, int device, hy_err *err);
+/* "cpu", or the device's description ("cuda:0 (NVIDIA H100 80GB HBM3)"). */
+const char *hy_exec_device_name(const hy_exec *ex);
+/* "cpu", "cuda", "cuda:N" or "emulated"; HY_EINVAL for anything else. */
+int hy_exec_device_parse(const char *s, hy_exec_device *kind, int *device);
+/* The device's GEMM rates, FLOP/s, on n×n×n products as the executor's
+ * products run them (fp32, and bf16 inputs with fp32 accumulation): the
+ * limit a benchmark names beside its figures. HY_EINVAL on the CPU. */
+int hy_exec_device_gemm_rate(hy_exec *ex, int n, double *fp32, double *bf16, hy_err *err);
+
 /* Gives back the scratch and the RoPE table an executor sized for a context
  * longer than keep positions (they grow with the longest pass and stay);
  * the next pass sizes them again for its own. */

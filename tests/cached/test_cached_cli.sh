@@ -29,23 +29,8 @@ has() {
     fi
 }
 
-# start NAME CONFIG [ARGS...]: a daemon in the background, its pid in $pid
-# once it wrote NAME.ready (0 when it did not get ready; its log in NAME.log).
-start() {
-    name=$1 cfg=$2
-    shift 2
-    rm -f "$name.ready"
-    "$cached" --config "$cfg" --ready-file "$name.ready" "$@" 2>"$name.log" &
-    pid=$!
-    pids="$pids $pid"
-    i=0
-    while [ $i -lt 300 ] && kill -0 "$pid" 2>/dev/null; do
-        [ -s "$name.ready" ] && return 0
-        sleep 0.1
-        i=$((i + 1))
-    done
-    pid=0
-}
+# start NAME CONFIG [ARGS...]: a daemon in the background (daemon_start).
+start() { daemon_start "$cached" "$@"; }
 
 common="listen: 127.0.0.1:0
 http_listen: 127.0.0.1:0

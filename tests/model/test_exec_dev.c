@@ -1,0 +1,289 @@
+/*
+ * The executor on a device (model/exec_dev.c) against the CPU executor, on
+ * every Gated DeltaNet golden fixture and the generated tiny presets of the
+ * family: a prefill in steps of 7 tokens (so steps cut runs and a chunk of
+ * the delta rule spans steps), two decode steps, entries built on the device
+ * (captures: T, S(body|0), the conv tail, canonical K/V) and reused there
+ * (holes: composition in every stored form, K rotated to its positions), in
+ * the modes pic and naive, chunked and token by token.
+ *
+ * In every build it runs the device executor with the CUDA kernels' twins
+ * (HY_EXEC_EMULATED: the kernels' own bodies on the CPU, every launch,
+ * pointer and stride of the executor the device would see); with a GPU it
+ * runs the same comparisons on the device (HY_EXEC_CUDA), and says it
+ * skipped them otherwise.
+ *
+ * Tolerances, relative to the reference's largest magnitude (hy_rel_diff):
+ * logits and states 1e-4 (emulated: 5e-6 seen). Both executors compute in fp32 with the same
+ * exp; they differ in the order of additions — the products (cuBLAS or the
+ * CPU's BLAS against the CPU's own GEMM paths), the delta rule's chunked
+ * sums (test_cuda_gdn holds one layer to 1e-5), the softmax over the
+ * context — each ~1e-6 relative per layer, compounded through the layers
+ * and the final norm of a random model whose activations are not damped
+ * the way a trained model's are; the largest seen here is printed per case.
+ * A wrong stride, row or head moves them by orders of magnitude more
+ * (hole K at the wrong position: ~1e-1). A compact entry built on the
+ * device, reused against the CPU's own: 5e-3 (its values were rounded to
+ * bf16 independently of the CPU's; see the case).
+ */
+#include "hy_model.h"
+#include "test_util.h"
+
+#include <CUnit/Basic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TOL         1e-4
+#define TOL_COMPACT 5e-3
+
+static char g_tmp[128];
+static const char *const k_golden[] = {"qwen3next_dense",
+                                       "qwen3next_moe",
+                                       "qwen35_dense",
+                                       "qwen35_moe",
+                                       "qwen35_moe_norm_topk_false",
+                                       "qwen35_moe_shared_default",
+                                       "qwen35_nested_tie_top",
+                                       "qwen35_moe_nested_untie_top",
+                                       NULL};
+static const char *const k_presets[] = {"tiny", "tiny-moe", "tiny-linear", NULL};
+
+static double g_worst;
+
+/* Every part of two states at the same position: the largest relative
+ * difference. */
+static double state_diff(const hy_model *m, hy_state *a, hy_state *b)
+{
+    const hy_model_config *c = hy_model_cfg(m);
+    CU_ASSERT_EQUAL_FATAL(hy_state_pos(a), hy_state_pos(b));
+    static hy_state_tensor la[2 * HY_MAX_LAYERS], lb[2 * HY_MAX_LAYERS];
+    uint64_t ta, tb;
+    const int n = hy_state_layout(c, hy_state_pos(a), la, &ta);
+    CU_ASSERT_EQUAL(hy_state_layout(c, hy_state_pos(b), lb, &tb), n);
+    double worst = 0;
+    for (int i = 0; i < n; i++) {
+        const float *x = hy_state_part_data(a, &la[i]), *y = hy_state_part_data(b, &lb[i]);
+        if (!x || !y || !la[i].bytes) continue;
+        const double r = hy_rel_diff(x, y, la[i].bytes / 4);
+        if (!(r <= worst)) worst = r;
+    }
+    return worst;
+}
+
+static void check_within(const char *what, double r, double tol)
+{
+    if (tol == TOL && !(r <= g_worst)) g_worst = r;
+    if (!(r <= tol)) printf("\n    %s: relative difference %.3g > %.1g", what, r, tol);
+    CU_ASSERT(r <= tol);
+}
+
+static void check(const char *what, double r)
+{
+    check_within(what, r, TOL);
+}
+
+/* One model: the device executor (kind) against the CPU's on the same
+ * inputs. */
+static void compare(const char *dir, hy_exec_device kind, hy_gdn_mode mode)
+{
+    hy_err e = {0};
+    hy_model *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(hy_model_open(&m, dir, &e), 0);
+    const hy_model_config *c = hy_model_cfg(m);
+    hy_exec *cx = NULL, *dx = NULL;
+    CU_ASSERT_EQUAL_FATAL(hy_exec_new(m, 7, &cx, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_exec_new(m, 7, &dx, &e), 0);
+    hy_exec_set_gdn_mode(cx, mode);
+    hy_exec_set_gdn_mode(dx, mode);
+    int rc = hy_exec_set_device(dx, kind, 0, &e);
+    if (rc) printf("\n    %s: %s", dir, e.msg);
+    CU_ASSERT_EQUAL_FATAL(rc, 0);
+    hy_state *cs = NULL, *ds = NULL;
+    CU_ASSERT_EQUAL_FATAL(hy_state_new(m, &cs, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_state_new(m, &ds, &e), 0);
+    const int V = c->vocab;
+    float *lc = malloc((size_t)V * sizeof *lc), *ld = malloc((size_t)V * sizeof *ld);
+    int32_t tok[96];
+    for (int i = 0; i < 96; i++) tok[i] = (i * 37 + 11) % V;
+    char what[160];
+
+    /* a prefill in steps, then decode steps */
+    CU_ASSERT_EQUAL_FATAL(hy_exec_prefill(cx, cs, tok, 50, lc, &e), 0);
+    rc = hy_exec_prefill(dx, ds, tok, 50, ld, &e);
+    if (rc) printf("\n    device prefill: %s", e.msg);
+    CU_ASSERT_EQUAL_FATAL(rc, 0);
+    snprintf(what, sizeof what, "%s prefill logits", dir);
+    check(what, hy_rel_diff(ld, lc, (size_t)V));
+    snprintf(what, sizeof what, "%s prefill state", dir);
+    check(what, state_diff(m, ds, cs));
+    for (int t = 0; t < 2; t++) {
+        CU_ASSERT_EQUAL_FATAL(hy_exec_decode(cx, cs, 5 + t, lc, &e), 0);
+        CU_ASSERT_EQUAL_FATAL(hy_exec_decode(dx, ds, 5 + t, ld, &e), 0);
+    }
+    snprintf(what, sizeof what, "%s decode logits", dir);
+    check(what, hy_rel_diff(ld, lc, (size_t)V));
+    snprintf(what, sizeof what, "%s decode state", dir);
+    check(what, state_diff(m, ds, cs));
+
+    /* entries: built on each executor from an empty state, in the exact
+     * form and the compact one (bf16 parts, tolerance 0.03); the CPU's
+     * entry reused after a prefix by both executors, with T (pic) and
+     * without (naive): the same sections composed by each */
+    const hy_entry_repr reps[2] = {hy_entry_exact(HY_ENTRY_F32),
+                                   {HY_ENTRY_BF16, HY_ENTRY_BF16, HY_ENTRY_BF16, 0.03f}};
+    for (int r = 0; r < 2; r++) {
+        hy_entry *ce = NULL, *de = NULL;
+        hy_state_reset(cs);
+        hy_state_reset(ds);
+        CU_ASSERT_EQUAL_FATAL(hy_entry_build(cx, cs, tok + 20, 40, 8, reps[r], lc, &ce, &e), 0);
+        rc = hy_entry_build(dx, ds, tok + 20, 40, 8, reps[r], ld, &de, &e);
+        if (rc) printf("\n    device build: %s", e.msg);
+        CU_ASSERT_EQUAL_FATAL(rc, 0);
+        snprintf(what, sizeof what, "%s build (repr %d) logits", dir, r);
+        check(what, hy_rel_diff(ld, lc, (size_t)V));
+        for (int use_T = 0; use_T < 2; use_T++) {
+            hy_state_reset(cs);
+            hy_state_reset(ds);
+            CU_ASSERT_EQUAL_FATAL(hy_exec_prefill(cx, cs, tok, 12, NULL, &e), 0);
+            CU_ASSERT_EQUAL_FATAL(hy_exec_prefill(dx, ds, tok, 12, NULL, &e), 0);
+            CU_ASSERT_EQUAL_FATAL(hy_entry_apply(cx, cs, ce, use_T, &e), 0);
+            rc = hy_entry_apply(dx, ds, ce, use_T, &e);
+            if (rc) printf("\n    device apply: %s", e.msg);
+            CU_ASSERT_EQUAL_FATAL(rc, 0);
+            CU_ASSERT_EQUAL_FATAL(hy_exec_prefill(cx, cs, tok + 3, 9, lc, &e), 0);
+            CU_ASSERT_EQUAL_FATAL(hy_exec_prefill(dx, ds, tok + 3, 9, ld, &e), 0);
+            snprintf(what, sizeof what, "%s reuse (repr %d, %s) logits", dir, r,
+                     use_T ? "pic" : "naive");
+            check(what, hy_rel_diff(ld, lc, (size_t)V));
+            snprintf(what, sizeof what, "%s reuse (repr %d, %s) state", dir, r,
+                     use_T ? "pic" : "naive");
+            check(what, state_diff(m, ds, cs));
+        }
+        /* the device's entry reused on the CPU against the CPU's: the same
+         * sections to the executors' agreement when exact; compact, each was
+         * rounded from T and S that differ by ~1e-6, so a bf16 value may
+         * round the other way (2^-8 of it) or a head take another rank —
+         * both within the representation's bound of the exact entry */
+        hy_state_reset(cs);
+        CU_ASSERT_EQUAL_FATAL(hy_exec_prefill(cx, cs, tok, 12, NULL, &e), 0);
+        CU_ASSERT_EQUAL_FATAL(hy_entry_apply(cx, cs, de, true, &e), 0);
+        CU_ASSERT_EQUAL_FATAL(hy_exec_prefill(cx, cs, tok + 3, 9, ld, &e), 0);
+        hy_state_reset(ds);
+        CU_ASSERT_EQUAL_FATAL(hy_exec_prefill(cx, ds, tok, 12, NULL, &e), 0);
+        CU_ASSERT_EQUAL_FATAL(hy_entry_apply(cx, ds, ce, true, &e), 0);
+        CU_ASSERT_EQUAL_FATAL(hy_exec_prefill(cx, ds, tok + 3, 9, lc, &e), 0);
+        snprintf(what, sizeof what, "%s device-built entry on the CPU (repr %d)", dir, r);
+        check_within(what, hy_rel_diff(ld, lc, (size_t)V), r ? TOL_COMPACT : TOL);
+        hy_entry_free(ce);
+        hy_entry_free(de);
+    }
+    free(lc);
+    free(ld);
+    hy_state_free(cs);
+    hy_state_free(ds);
+    hy_exec_free(cx);
+    hy_exec_free(dx);
+    hy_model_close(m);
+}
+
+static void every_model(hy_exec_device kind)
+{
+    char dir[400];
+    g_worst = 0;
+    for (int i = 0; k_golden[i]; i++) {
+        snprintf(dir, sizeof dir, "%s/golden/%s", HY_FIXTURES_DIR, k_golden[i]);
+        compare(dir, kind, HY_GDN_CHUNKED);
+    }
+    for (int i = 0; k_presets[i]; i++) {
+        snprintf(dir, sizeof dir, "%s/%s", g_tmp, k_presets[i]);
+        compare(dir, kind, HY_GDN_CHUNKED);
+        compare(dir, kind, HY_GDN_RECURRENT);
+    }
+    printf("\n    largest relative difference: %.3g (tolerance %.1g) ", g_worst, TOL);
+}
+
+static void test_emulated(void)
+{
+    every_model(HY_EXEC_EMULATED);
+}
+
+static void test_cuda(void)
+{
+    char dir[400];
+    snprintf(dir, sizeof dir, "%s/tiny", g_tmp);
+    hy_err e = {0};
+    hy_model *m = NULL;
+    hy_exec *x = NULL;
+    CU_ASSERT_EQUAL_FATAL(hy_model_open(&m, dir, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_exec_new(m, 0, &x, &e), 0);
+    const int rc = hy_exec_set_device(x, HY_EXEC_CUDA, 0, &e);
+    hy_exec_free(x);
+    hy_model_close(m);
+    if (rc) {
+        /* no GPU here, or a build without the kernels: the clear error, and
+         * the CPU executor untouched */
+        CU_ASSERT(rc == HY_ENOTFOUND || rc == HY_EUNSUPPORTED);
+        printf("\n    test_exec_dev: CUDA cases skipped: %s ", e.msg);
+        return;
+    }
+    every_model(HY_EXEC_CUDA);
+}
+
+/* What the device executor does not run is refused, naming why, and the
+ * executor stays on the CPU. */
+static void test_refusals(void)
+{
+    char dir[400];
+    snprintf(dir, sizeof dir, "%s/tiny-kimi", g_tmp);
+    hy_err e = {0};
+    hy_model *m = NULL;
+    hy_exec *x = NULL;
+    CU_ASSERT_EQUAL_FATAL(hy_model_open(&m, dir, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_exec_new(m, 0, &x, &e), 0);
+    CU_ASSERT_EQUAL(hy_exec_set_device(x, HY_EXEC_EMULATED, 0, &e), HY_EUNSUPPORTED);
+    CU_ASSERT(strstr(e.msg, "Gated DeltaNet") != NULL);
+    CU_ASSERT_STRING_EQUAL(hy_exec_device_name(x), "cpu");
+    hy_exec_free(x);
+    hy_model_close(m);
+    snprintf(dir, sizeof dir, "%s/tiny", g_tmp);
+    CU_ASSERT_EQUAL_FATAL(hy_model_open_with(&m, dir, HY_WEIGHTS_Q8, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_exec_new(m, 0, &x, &e), 0);
+    CU_ASSERT_EQUAL(hy_exec_set_device(x, HY_EXEC_EMULATED, 0, &e), HY_EUNSUPPORTED);
+    CU_ASSERT(strstr(e.msg, "q8") != NULL);
+    hy_exec_free(x);
+    hy_model_close(m);
+    hy_exec_device k;
+    int dev;
+    CU_ASSERT(hy_exec_device_parse("cuda:3", &k, &dev) == HY_OK && k == HY_EXEC_CUDA && dev == 3);
+    CU_ASSERT(hy_exec_device_parse("cuda", &k, &dev) == HY_OK && k == HY_EXEC_CUDA && dev == 0);
+    CU_ASSERT(hy_exec_device_parse("cpu", &k, &dev) == HY_OK && k == HY_EXEC_CPU);
+    CU_ASSERT(hy_exec_device_parse("emulated", &k, &dev) == HY_OK && k == HY_EXEC_EMULATED);
+    CU_ASSERT_EQUAL(hy_exec_device_parse("cuda:", &k, &dev), HY_EINVAL);
+    CU_ASSERT_EQUAL(hy_exec_device_parse("cuda:x", &k, &dev), HY_EINVAL);
+    CU_ASSERT_EQUAL(hy_exec_device_parse("gpu", &k, &dev), HY_EINVAL);
+}
+
+int main(void)
+{
+    if (hy_test_mkdtemp("hy_test_exec_dev_", g_tmp, sizeof g_tmp)) return 1;
+    const char *presets[] = {"tiny", "tiny-moe", "tiny-linear", "tiny-kimi"};
+    for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
+        char dir[400];
+        hy_err e = {0};
+        snprintf(dir, sizeof dir, "%s/%s", g_tmp, presets[i]);
+        if (hy_model_init(presets[i], 7, dir, "F32", &e)) {
+            fprintf(stderr, "%s: %s\n", presets[i], e.msg);
+            return 1;
+        }
+    }
+    static const hy_test_case cases[] = {
+        {"the device executor, its kernels emulated, equals the CPU's", test_emulated},
+        {"on a GPU: the same", test_cuda},
+        {"refusals", test_refusals},
+        {NULL, NULL},
+    };
+    int rc = hy_test_main("exec_dev", cases);
+    hy_test_rmtree(g_tmp);
+    return rc;
+}
