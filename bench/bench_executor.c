@@ -150,14 +150,118 @@ static int time_prefill(hy_exec *ex, hy_state *st, const int32_t *tok, int n, in
     return 0;
 }
 
+/* --device: the device executor against the CPU's on the same model, in the
+ * same run — prefill tokens/s at each length (alternating, best of reps
+ * each), the recurrent form at the middle length, decode tokens/s — and the
+ * device's limit: its GEMM rate, fp32 (what the executor's products use)
+ * and bf16 inputs with fp32 accumulation, on 4096³ products (1024³ when
+ * emulated); a prefill's forward FLOPs over its time as a fraction of each. */
+static int executor_on_device(hy_bench_model *bm, hy_exec_device kind, int num, const char *spec,
+                              int quick)
+{
+    const hy_model_config *c = bm->c;
+    hy_err e = {0};
+    hy_exec *dx = NULL;
+    hy_state *ds = NULL;
+    if (hy_exec_new(bm->m, 0, &dx, &e) || hy_state_new(bm->m, &ds, &e) ||
+        hy_exec_set_device(dx, kind, num, &e)) {
+        fprintf(stderr, "hypic-bench executor: --device %s: %s\n", spec, e.msg);
+        hy_state_free(ds);
+        hy_exec_free(dx);
+        return 1;
+    }
+    const char *name = hy_exec_device_name(dx);
+    printf("device: %s\n", name);
+    double g32 = 0, g16 = 0;
+    const int gn = kind == HY_EXEC_EMULATED ? 1024 : 4096;
+    if (hy_exec_device_gemm_rate(dx, gn, &g32, &g16, &e)) {
+        fprintf(stderr, "hypic-bench executor: %s\n", e.msg);
+        return 1;
+    }
+    printf("the device's GEMM rate, %d^3: fp32 %.1f TFLOP/s, bf16 (fp32 accumulation) %.1f "
+           "TFLOP/s\n",
+           gn, g32 / 1e12, g16 / 1e12);
+    const int lens[] = {512, 2048, 8192};
+    const int nl = quick ? 2 : 3, reps = quick ? 1 : 3;
+    int32_t *tok = malloc(8192 * sizeof *tok);
+    float *logits = malloc((size_t)c->vocab * sizeof *logits);
+    hy_rng r;
+    hy_rng_seed(&r, 42);
+    for (int i = 0; i < 8192; i++) tok[i] = (int32_t)(hy_rng_next(&r) % (uint64_t)c->vocab);
+    double dev[3] = {0}, cpu[3] = {0}, f32[3] = {0}, f16[3] = {0}, secs;
+    int rc = time_prefill(dx, ds, tok, 256, 1, logits, &secs, &e); /* warm-up: weights, buffers */
+    printf("\n tokens   device tok/s   cpu tok/s   device/cpu   of fp32 limit   of bf16 limit\n");
+    for (int i = 0; i < nl && !rc; i++) {
+        const int n = lens[i];
+        double best_d = 1e30, best_c = 1e30;
+        for (int k = 0; k < reps && !rc; k++) { /* alternating */
+            rc = time_prefill(dx, ds, tok, n, 1, logits, &secs, &e);
+            best_d = fmin(best_d, secs);
+            if (!rc) rc = time_prefill(bm->ex, bm->st, tok, n, 1, logits, &secs, &e);
+            best_c = fmin(best_c, secs);
+        }
+        const double fl = hy_config_prefill_flops(c, 0, n);
+        dev[i] = n / best_d, cpu[i] = n / best_c;
+        f32[i] = fl / best_d / g32, f16[i] = fl / best_d / g16;
+        printf("%7d   %12.0f   %9.0f   %10.2f   %13.3f   %13.3f\n", n, dev[i], cpu[i],
+               dev[i] / cpu[i], f32[i], f16[i]);
+        fflush(stdout);
+    }
+    double rec = 0, dec_d = 0, dec_c = 0;
+    if (!rc) {
+        hy_exec_set_gdn_mode(dx, HY_GDN_RECURRENT);
+        rc = time_prefill(dx, ds, tok, lens[1], 1, logits, &secs, &e);
+        rec = lens[1] / secs;
+        hy_exec_set_gdn_mode(dx, HY_GDN_CHUNKED);
+    }
+    const int nd = quick ? 32 : 128;
+    for (int side = 0; side < 2 && !rc; side++) {
+        hy_exec *x = side ? bm->ex : dx;
+        hy_state *st = side ? bm->st : ds;
+        hy_state_reset(st);
+        const double t0 = hy_now_s();
+        for (int i = 0; i < nd && !rc; i++) rc = hy_exec_decode(x, st, tok[i], logits, &e);
+        *(side ? &dec_c : &dec_d) = nd / (hy_now_s() - t0);
+    }
+    if (rc) {
+        fprintf(stderr, "hypic-bench executor: %s\n", e.msg);
+        return 1;
+    }
+    printf("recurrent at %d tokens on the device: %.0f tokens/s (chunked %.2fx)\n", lens[1], rec,
+           dev[1] / rec);
+    printf("decode, one token per call (%d tokens): device %.0f tokens/s, cpu %.0f tokens/s "
+           "(each token's state goes up and comes back: a pass is a call)\n",
+           nd, dec_d, dec_c);
+    printf("{\"bench\":\"executor\",\"device\":\"%s\",\"model_params_m\":%.2f,"
+           "\"gemm_fp32_tflops\":%.3f,\"gemm_bf16_tflops\":%.3f",
+           name, (double)hy_config_param_count(c) / 1e6, g32 / 1e12, g16 / 1e12);
+    for (int i = 0; i < nl; i++)
+        printf(",\"prefill_tok_s_%d\":%.1f,\"cpu_prefill_tok_s_%d\":%.1f,"
+               "\"device_over_cpu_%d\":%.3f,\"fraction_of_fp32_gemm_%d\":%.4f,"
+               "\"fraction_of_bf16_gemm_%d\":%.4f",
+               lens[i], dev[i], lens[i], cpu[i], lens[i], dev[i] / cpu[i], lens[i], f32[i],
+               lens[i], f16[i]);
+    printf(",\"recurrent_tok_s_%d\":%.1f,\"decode_tok_s\":%.1f,\"cpu_decode_tok_s\":%.1f}\n",
+           lens[1], rec, dec_d, dec_c);
+    free(tok);
+    free(logits);
+    hy_state_free(ds);
+    hy_exec_free(dx);
+    return 0;
+}
+
 int hy_bench_executor(int argc, char **argv)
 {
-    const char *model = NULL;
-    int quick = 0;
+    const char *model = NULL, *device = NULL;
+    int quick = 0, dnum = 0;
+    hy_exec_device dkind = HY_EXEC_CPU;
     hy_weights weights = HY_WEIGHTS_AUTO;
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--model") == 0 && i + 1 < argc)
             model = argv[++i];
+        else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc &&
+                 hy_exec_device_parse(argv[i + 1], &dkind, &dnum) == 0)
+            device = argv[++i];
         else if (strcmp(argv[i], "--quick") == 0)
             quick = 1;
         else if (strcmp(argv[i], "--weights") == 0 && i + 1 < argc &&
@@ -166,13 +270,19 @@ int hy_bench_executor(int argc, char **argv)
         else {
             fprintf(
                 stderr,
-                "usage: hypic-bench executor [--model DIR] [--weights auto|f32|bf16|q8] [--quick]\n");
+                "usage: hypic-bench executor [--model DIR] [--weights auto|f32|bf16|q8] [--quick]\n"
+                "                            [--device cuda|cuda:N|emulated]\n");
             return 2;
         }
     }
     hy_err e = {0};
     hy_bench_model bm;
     if (hy_bench_open_with(&bm, model, weights)) return 1;
+    if (device && dkind != HY_EXEC_CPU) {
+        const int drc = executor_on_device(&bm, dkind, dnum, device, quick);
+        hy_bench_close(&bm);
+        return drc;
+    }
     hy_exec *ex = bm.ex;
     hy_state *st = bm.st;
     const hy_model_config *c = bm.c;

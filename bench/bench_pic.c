@@ -235,10 +235,16 @@ static int touch_prefixes(hy_bench_model *bm, const segset *S, hy_prefix_cache *
     return rc;
 }
 
+/* --device: where the executor runs */
+static hy_exec_device g_dev_kind = HY_EXEC_CPU;
+static int g_dev_num;
+static const char *g_dev_name = "cpu";
+
 static void usage(void)
 {
     fprintf(stderr, "usage: hypic-bench pic [--model DIR] [--requests N] [--seed N] [--dir DIR] "
-                    "[--repr R]\n"
+                    "[--repr R] [--device D]\n"
+                    "  D: where the passes run: cpu (the default), cuda, cuda:N or emulated\n"
                     "  R: how entries are stored: f32 (exact, the default), bf16, a tolerance "
                     "(0.03) or a tolerance/f32\n");
 }
@@ -313,6 +319,9 @@ int hy_bench_pic(int argc, char **argv)
             seed = strtol(argv[++i], NULL, 10);
         else if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc)
             parent = argv[++i];
+        else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc &&
+                 hy_exec_device_parse(argv[i + 1], &g_dev_kind, &g_dev_num) == 0)
+            g_dev_name = argv[++i];
         else if (strcmp(argv[i], "--repr") == 0 && i + 1 < argc) {
             char why[160];
             g_repr_name = argv[++i];
@@ -337,6 +346,16 @@ int hy_bench_pic(int argc, char **argv)
     if (hy_bench_open(&bm, model)) {
         hy_bench_rmtree(nvdir);
         return 1;
+    }
+    if (g_dev_kind != HY_EXEC_CPU) { /* every mode's passes on the device */
+        hy_err de = {0};
+        if (hy_exec_set_device(bm.ex, g_dev_kind, g_dev_num, &de)) {
+            fprintf(stderr, "hypic-bench pic: --device %s: %s\n", g_dev_name, de.msg);
+            hy_bench_close(&bm);
+            hy_bench_rmtree(nvdir);
+            return 1;
+        }
+        printf("the executor runs on %s\n", hy_exec_device_name(bm.ex));
     }
     const int V = bm.c->vocab;
     uint8_t fp[32];
@@ -839,7 +858,8 @@ int hy_bench_pic(int argc, char **argv)
            ttft[HY_MODE_PIC] / N * 1e3 / plain_ms, ttft[PIC_MEM] / N * 1e3 / plain_ms);
     printf("(random weights: KL and agreement show how far each approximation moves the output, "
            "not task quality)\n");
-    printf("{\"bench\":\"pic\",\"repr\":\"%s\",\"tol\":%g,\"entry_bytes_per_entry\":%.0f,"
+    printf("{\"bench\":\"pic\",\"device\":\"%s\",", hy_exec_device_name(bm.ex));
+    printf("\"repr\":\"%s\",\"tol\":%g,\"entry_bytes_per_entry\":%.0f,"
            "\"smaller_than_exact_x\":%.3f,\"build_tokens_per_s\":%.0f,",
            g_repr_name, (double)g_repr.tol, (double)entry_bytes / (POOL + 1),
            (double)exact_bytes / (double)entry_bytes, (double)body_tokens / t_build);

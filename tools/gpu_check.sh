@@ -1,20 +1,34 @@
 #!/bin/sh
 # The checks that need a CUDA device (everywhere else the CUDA code only has
-# to build, and its tests skip saying why), for a machine that has one: builds with CUDA forced on and runs the hbm tier's tests (test_hbm)
-# and the tier manager's with hbm as its top tier (test_tier_moves, whose
-# real_hbm_* cases need the device), first in a Release build, then (unless
-# HY_GPU_ASAN=0) under AddressSanitizer, with the ASan/LSan settings the CUDA
-# driver needs (tests/CMakeLists.txt gives ctest the same). Builds only
-# the targets it runs, in build-cuda and build-cuda-asan. Fails when either
-# test skipped its device part: on a GPU machine it must run. Last (unless
-# HY_GPU_BENCH=0), `hypic-bench tiers --quick` from the Release build: its
-# hbm lines and the JSON's hbm_* fields are the tier's copies against
-# cudaMemcpy (the link's limit).
+# to build, and its tests skip saying why), for a machine that has one:
+#   1. the hbm tier: test_arena, test_hbm and test_tier_moves (whose real_hbm_*
+#      cases need the device), in a Release build, then (unless HY_GPU_ASAN=0)
+#      test_hbm and test_tier_moves under AddressSanitizer with the settings
+#      the CUDA driver needs (tests/CMakeLists.txt gives ctest the same);
+#   2. the CUDA kernels: test_cuda_gdn, test_cuda_ops, test_cuda_attn (each
+#      kernel launched against the CPU kernel) — and under ASan;
+#   3. the executor on the device: test_exec_dev (every GDN golden fixture,
+#      the device executor against the CPU's: prefill, decode, entries built
+#      and reused);
+#   4. delivery into GPU memory: test_state_delivery's cuda_ipc session (the
+#      daemon and the test, two processes);
+#   5. hypic-cached with executor.device: cuda answering the recall prompts
+#      in every mode as the CPU daemon does (test_cached_device.sh);
+#   6. unless HY_GPU_BENCH=0: `hypic-bench executor --device cuda` (prefill
+#      and decode on the device against the CPU, the device's GEMM rates as
+#      the limit), `hypic-bench pic --device cuda` (TTFT full / prefix / pic
+#      with the passes on the device) and `hypic-bench tiers --quick` (the
+#      hbm tier's copies against cudaMemcpy).
+# A test that says it skipped its device part fails the check (exit 2): on a
+# GPU machine it must run. Builds only the targets it runs, in build-cuda and
+# build-cuda-asan.
 #
-# A GPU machine without the project's -dev packages (the lent H200 has CUDA
-# but nothing of Debian's) runs an archive that tools/gpu_bundle.sh built
+# A GPU machine without the project's -dev packages (the lent machines have
+# CUDA but nothing of Debian's) runs an archive that tools/gpu_bundle.sh built
 # elsewhere instead of building: HY_GPU_BUNDLE names it, and nothing is
-# configured or compiled.
+# configured or compiled. The archive carries no CUDA library: cuBLAS and
+# the runtime are the machine's own (found under /usr/local/cuda*, the
+# system's library folders or PyTorch's nvidia packages).
 #
 #   sh tools/gpu_check.sh            # about a minute on 16 cores
 #   HY_GPU_ASAN=0 HY_GPU_BENCH=0 sh tools/gpu_check.sh
@@ -31,13 +45,28 @@ if [ -n "${HY_GPU_BUNDLE:-}" ]; then
     asan=$bundle/asan
     bench=$bundle/release/hypic-bench
     logs=$bundle
-    LD_LIBRARY_PATH=$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    # the machine's CUDA libraries (cuBLAS is not in the bundle): the first
+    # folder holding libcublas.so.13, and the runtime's beside it
+    cudalib=""
+    for d in /usr/local/cuda/lib64 /usr/local/cuda-13*/lib64 /usr/local/cuda/targets/*/lib \
+        /usr/lib/x86_64-linux-gnu $(python3 -c 'import nvidia, os; print(" ".join(os.path.join(p, s, "lib") for p in nvidia.__path__ for s in ("cublas", "cuda_runtime")))' 2>/dev/null); do
+        [ -e "$d/libcublas.so.13" ] && cudalib=$cudalib${cudalib:+:}$d
+        [ -e "$d/libcudart.so.13" ] && cudalib=$cudalib${cudalib:+:}$d
+    done
+    echo "gpu_check: CUDA libraries from ${cudalib:-(the loader's default path)}"
+    LD_LIBRARY_PATH=$bundle/lib${cudalib:+:$cudalib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     export LD_LIBRARY_PATH
+    cached=$bundle/release/hypic-cached
+    ctl=$bundle/release/hypicctl
     echo "gpu_check: prebuilt binaries from $HY_GPU_BUNDLE"
 else
     cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DHY_WITH_CUDA=ON >/dev/null
-    cmake --build build-cuda -j"$jobs" --target test_hbm test_arena test_tier_moves hypic-bench
+    cmake --build build-cuda -j"$jobs" --target test_hbm test_arena test_tier_moves hypic-bench \
+        test_cuda_gdn test_cuda_ops test_cuda_attn test_exec_dev test_state_delivery \
+        hypic-cached hypicctl
     rel=build-cuda/tests
+    cached=build-cuda/cached/hypic-cached
+    ctl=build-cuda/client/hypicctl
     asan=""
     bench=build-cuda/bench/hypic-bench
     logs=build-cuda
@@ -63,9 +92,10 @@ if [ "${HY_GPU_ASAN:-1}" != 0 ]; then
     if [ -z "${HY_GPU_BUNDLE:-}" ]; then
         cmake -S . -B build-cuda-asan -DCMAKE_BUILD_TYPE=Debug -DHY_SANITIZE=ON \
             -DHY_WITH_CUDA=ON >/dev/null
-        cmake --build build-cuda-asan -j"$jobs" --target test_hbm test_tier_moves
+        cmake --build build-cuda-asan -j"$jobs" --target test_hbm test_tier_moves \
+            test_cuda_gdn test_cuda_ops test_cuda_attn
     fi
-    for t in test_hbm test_tier_moves; do
+    for t in test_hbm test_tier_moves test_cuda_gdn test_cuda_ops test_cuda_attn; do
         rc=0
         if [ -n "$asan" ]; then
             [ -x "$asan/$t" ] || { echo "gpu_check: the bundle has no ASan $t (built with HY_GPU_ASAN=0?)"; exit 1; }
@@ -79,7 +109,7 @@ if [ "${HY_GPU_ASAN:-1}" != 0 ]; then
         fi
         tail -40 "$logs/$t.asan.log"
         [ "$rc" -eq 0 ] || { echo "gpu_check: $t FAILED under ASan"; exit 1; }
-        if skipped "$logs/$t.asan.log"; then
+        if skipped "$logs/$t.asan.log" || grep -q "device tests skipped" "$logs/$t.asan.log"; then
             echo "gpu_check: $t SKIPPED its CUDA part under ASan"
             exit 2
         fi
@@ -87,7 +117,40 @@ if [ "${HY_GPU_ASAN:-1}" != 0 ]; then
     done
 fi
 
+# device_test NAME SKIP_TEXT CMD...: runs CMD into NAME.log; fails on a
+# non-zero exit, and when the log says SKIP_TEXT (its device part skipped)
+device_test() {
+    name=$1 skip=$2
+    shift 2
+    rc=0
+    OMP_NUM_THREADS=4 "$@" >"$logs/$name.log" 2>&1 || rc=$?
+    tail -25 "$logs/$name.log"
+    if grep -q "$skip" "$logs/$name.log"; then
+        echo "gpu_check: $name SKIPPED its CUDA part: $(grep "$skip" "$logs/$name.log" | head -1)"
+        exit 2
+    fi
+    [ "$rc" -eq 0 ] || { echo "gpu_check: $name FAILED (exit $rc)"; exit 1; }
+    echo "gpu_check: $name passed"
+}
+for t in test_cuda_gdn test_cuda_ops test_cuda_attn; do
+    device_test "$t" "device tests skipped" "$rel/$t"
+done
+device_test test_exec_dev "CUDA cases skipped" "$rel/test_exec_dev"
+HYPIC_CACHED=$cached
+export HYPIC_CACHED
+device_test test_state_delivery "cuda_ipc delivery skipped" "$rel/test_state_delivery"
+device_test test_cached_device "cuda cases skipped" sh tests/cached/test_cached_device.sh \
+    "$cached" "$ctl"
+
 if [ "${HY_GPU_BENCH:-1}" != 0 ]; then
+    # the executor on the device against the CPU's, and the pic bench's TTFTs
+    # with every mode's passes on the device (the `small` preset)
+    "$bench" executor --quick --device cuda | tee "$logs/bench_executor.log"
+    tail -1 "$logs/bench_executor.log" | grep -q '"device":"cuda' ||
+        { echo "gpu_check: hypic-bench executor did not run on the device"; exit 1; }
+    "$bench" pic --requests 10 --device cuda | tee "$logs/bench_pic.log"
+    tail -1 "$logs/bench_pic.log" | grep -q '"device":"cuda' ||
+        { echo "gpu_check: hypic-bench pic did not run on the device"; exit 1; }
     "$bench" tiers --quick | tee "$logs/bench_tiers.log"
     grep -q '"hbm_available":true' "$logs/bench_tiers.log" ||
         { echo "gpu_check: hypic-bench tiers did not measure the hbm tier"; exit 1; }
