@@ -114,6 +114,7 @@ struct hy_dev_exec {
     const dev_ops *op;
     hy_cu_stream stream;
     hy_cu_blas *blas; /* NULL when emulated */
+    int device;       /* the CUDA ordinal; -1 when emulated */
     char name[160];
     const hy_model *m;
     /* device memory this executor frees */
@@ -322,6 +323,7 @@ int hy_dev_exec_new(const hy_model *m, hy_exec_device kind, int device, hy_dev_e
     hy_dev_exec *d = calloc(1, sizeof *d);
     if (!d) return hy_err_set(err, HY_ENOMEM, "out of memory");
     d->m = m;
+    d->device = kind == HY_EXEC_EMULATED ? -1 : device;
     if (kind == HY_EXEC_EMULATED) {
         d->op = &k_emu;
         snprintf(d->name, sizeof d->name, "emulated device (the CUDA kernels' bodies on the CPU)");
@@ -513,7 +515,13 @@ int hy_dev_begin(hy_exec *ex, hy_state *st, size_t B, int64_t ctx, hy_err *err)
 {
     hy_dev_exec *d = ex->dev;
     const hy_model_config *c = &d->m->cfg;
-    int rc = fixed_buffers(d, err);
+    int rc = HY_OK;
+#ifdef HY_HAVE_CUDA_KERNELS
+    /* the pass may run on another thread than the one that made the
+     * executor: its CUDA calls go to this executor's device */
+    if (d->device >= 0) rc = hy_cu_use_device(d->device, NULL, 0, err);
+#endif
+    if (!rc) rc = fixed_buffers(d, err);
     if (!rc) rc = workspace(d, B, err);
     if (!rc) rc = state_buffers(d, st->kv_cap, err);
     if (!rc) rc = rope_table(d, ctx, err);
@@ -890,21 +898,10 @@ int hy_dev_step(hy_exec *ex, hy_state *st, const item *it, int ni, int n, float 
     const int H = c->hidden;
     assert(st->m == m && ni >= 1 && n >= 0 && (size_t)n <= d->B);
     assert(it[0].pos == st->pos && (n > 0 || !logits));
-    int nholes = 0;
-    for (int i = 0; i < ni; i++) {
-        const item *r = &it[i];
-        if (!r->p->tokens) {
-            nholes++;
-            continue;
-        }
-        for (int t = 0; t < r->n; t++) {
-            d->h_ids[r->r0 + t] = r->tok[t];
-            ex->rowpos[r->r0 + t] = r->pos + t;
-            ex->rowcap[r->r0 + t] = r->p->cap;
-        }
-    }
-    const item *lst = &it[ni - 1];
-    const int64_t end = lst->pos + (lst->p->tokens ? lst->n : lst->p->hole->nb);
+    int64_t end;
+    const int nholes = hy_fwd_step_rows(ex, it, ni, &end);
+    for (int i = 0; i < ni; i++) /* the computed rows' tokens, for the embedding */
+        for (int t = 0; it[i].p->tokens && t < it[i].n; t++) d->h_ids[it[i].r0 + t] = it[i].tok[t];
     int rc = HY_OK;
     if (n > 0) {
         rc = up(d, d->ids, d->h_ids, (size_t)n * sizeof *d->h_ids, err);

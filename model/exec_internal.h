@@ -209,6 +209,10 @@ void hy_fwd_ffn(hy_exec *ex, const hy_mlp_w *w, int n, int D, const float *xin, 
 void hy_fwd_moe(hy_exec *ex, const hy_layer_w *L, int n);
 extern const hy_fwd_ops hy_fwd_cpu;
 
+/* A step's rows: ex->rowpos and ex->rowcap of the items' computed rows,
+ * *end the position the step ends at; returns the holes among the items
+ * (forward.c, for both step functions). */
+int hy_fwd_step_rows(hy_exec *ex, const item *it, int ni, int64_t *end);
 /* Waits until layer li of every hole among it[0, ni) has landed (forward.c). */
 int hy_fwd_holes_wait(hy_exec *ex, const item *it, int ni, int li, hy_err *err);
 

@@ -458,6 +458,25 @@ int hy_fwd_holes_wait(hy_exec *ex, const item *it, int ni, int li, hy_err *err)
     return rc;
 }
 
+int hy_fwd_step_rows(hy_exec *ex, const item *it, int ni, int64_t *end)
+{
+    int nholes = 0;
+    for (int i = 0; i < ni; i++) {
+        const item *r = &it[i];
+        if (!r->p->tokens) {
+            nholes++;
+            continue;
+        }
+        for (int t = 0; t < r->n; t++) {
+            ex->rowpos[r->r0 + t] = r->pos + t;
+            ex->rowcap[r->r0 + t] = r->p->cap;
+        }
+    }
+    const item *lst = &it[ni - 1];
+    *end = lst->pos + (lst->p->tokens ? lst->n : lst->p->hole->nb);
+    return nholes;
+}
+
 static int step(hy_exec *ex, hy_state *st, const item *it, int ni, int n, float *logits,
                 hy_err *err)
 {
@@ -467,24 +486,16 @@ static int step(hy_exec *ex, hy_state *st, const item *it, int ni, int n, float 
     const int H = c->hidden;
     assert(st->m == m && ni >= 1 && n >= 0 && (size_t)n <= ex->step_cap);
     assert(it[0].pos == st->pos && (n > 0 || !logits));
-    int nholes = 0;
-    for (int i = 0; i < ni; i++) {
-        const item *r = &it[i];
-        if (!r->p->tokens) {
-            nholes++;
-            continue;
-        }
-        for (int t = 0; t < r->n; t++) {
-            assert(r->tok[t] >= 0 && r->tok[t] < c->vocab); /* hy_exec_run checked them */
-            memcpy(ex->x + (size_t)(r->r0 + t) * H, m->embed + (size_t)r->tok[t] * H,
+    int64_t end;
+    const int nholes = hy_fwd_step_rows(ex, it, ni, &end);
+    for (int i = 0; i < ni; i++) /* the computed rows' embeddings */
+        for (int t = 0; it[i].p->tokens && t < it[i].n; t++) {
+            const int32_t tok = it[i].tok[t];
+            assert(tok >= 0 && tok < c->vocab); /* hy_exec_run checked them */
+            memcpy(ex->x + (size_t)(it[i].r0 + t) * H, m->embed + (size_t)tok * H,
                    (size_t)H * sizeof(float));
-            ex->rowpos[r->r0 + t] = r->pos + t;
-            ex->rowcap[r->r0 + t] = r->p->cap;
         }
-    }
     const int nblk = (n + HY_ATTN_BLOCK - 1) / HY_ATTN_BLOCK; /* attention's row blocks */
-    const item *lst = &it[ni - 1];
-    const int64_t end = lst->pos + (lst->p->tokens ? lst->n : lst->p->hole->nb);
     assert(end <= ex->ctx_cap && end <= st->kv_cap);
     for (int li = 0; li < c->n_layers; li++) {
         const hy_layer_w *L = &m->layers[li];

@@ -962,6 +962,26 @@ static void test_launchers_refuse_bad_shapes(void)
 }
 #endif
 
+/* hy_cu_expf (hy_cu_body.h) is hy_expf written again for the device, which
+ * cannot call the CPU header's: the two must agree to the bit, the clamps
+ * included, so that every decay, gate and softmax weight is the same number
+ * on both sides. */
+static void test_expf(void)
+{
+    int differ = 0;
+    for (int i = -2000000; i <= 2000000; i++) {
+        const float x = (float)i * 5e-5f; /* [-100, 100] */
+        const float a = hy_cu_expf(x), b = hy_expf(x);
+        differ += memcmp(&a, &b, sizeof a) != 0;
+    }
+    const float edge[] = {-INFINITY, -87.3f, 88.7f, INFINITY, 0.0f, -0.0f, 1e-30f};
+    for (size_t i = 0; i < sizeof edge / sizeof *edge; i++) {
+        const float a = hy_cu_expf(edge[i]), b = hy_expf(edge[i]);
+        differ += memcmp(&a, &b, sizeof a) != 0;
+    }
+    CU_ASSERT_EQUAL(differ, 0);
+}
+
 int main(void)
 {
 #ifdef HY_HAVE_CUDA_KERNELS
@@ -973,6 +993,7 @@ int main(void)
                e == cudaSuccess ? "0 devices" : cudaGetErrorString(e));
 #endif
     static const hy_test_case cases[] = {
+        {"the bodies' exp is the CPU kernels'", test_expf},
         {"norms_match_cpu", test_norms},
         {"conv_matches_cpu_and_carries_state", test_conv},
         {"elementwise_match_executor", test_elementwise},
