@@ -69,6 +69,12 @@ static const preset k_presets[] = {
     {"tiny-ling", HY_ARCH_BAILING_HYBRID, 259, 64, 4, 2, 4, 4, 0, 4, 4, 16, 16, 128, 4, 2, 32, 32, 0, 32, 16, 8, 16, 2, 1, NULL},
     /* its benchmark size: Ling-3.0-Flash's head shapes (KDA d 128; MLA latent 512, key 128 + 64, value 128), MLA every fourth layer, 8 experts of 256 in 2 groups (1 kept) with a shared one */
     {"small-ling", HY_ARCH_BAILING_HYBRID, 8192, 512, 8, 4, 4, 4, 0, 4, 4, 128, 128, 1024, 8, 2, 256, 256, 0, 512, 128, 64, 128, 2, 1, NULL},
+    /* the GPU benchmarks' real shape: the published configuration of the smallest Qwen3.5
+     * (hidden 1024, 24 layers as 6 x (3 GDN + 1 gated attention), 8 query and 2 KV heads of
+     * 256, 16 linear heads of 128, FFN 3584, vocabulary 248 320, untied head) in Qwen3-Next's
+     * format, which computes the same: 1.0 B parameters with its untied head, 1.9 GB in BF16 (about
+     * a minute to write); not for the tests */
+    {"qwen35-0.8b-shape", HY_ARCH_QWEN3_NEXT, 248320, 1024, 24, 4, 8, 2, 256, 16, 16, 128, 128, 3584, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, NULL},
     /* Nemotron-H: Mamba2 (4 heads of 16, 2 groups of B and C of 16), NoPE GQA, a relu² MLP block and MoE blocks (2 groups of 2 experts, 1 kept) with a shared expert */
     {"tiny-nemotron", HY_ARCH_NEMOTRON_H, 259, 64, 6, 0, 4, 2, 16, 2, 4, 16, 16, 128, 4, 2, 32, 32, 0, 0, 0, 0, 0, 2, 1, "M-M*ME"},
     /* its benchmark size: Nemotron-3-Nano's head shapes (Mamba2 heads of 64 channels, state 128; attention head_dim 128) and block order, 8 experts of 256 with a shared one of 512 */
@@ -79,7 +85,8 @@ static const preset k_presets[] = {
 const char *const hy_presets[] = {"tiny",           "tiny-moe",  "tiny-linear", "small",
                                   "small-moe",      "tiny-olmo", "small-olmo",  "tiny-minimax",
                                   "small-minimax",  "tiny-kimi", "small-kimi",  "tiny-nemotron",
-                                  "small-nemotron", "tiny-ling", "small-ling",  NULL};
+                                  "small-nemotron", "tiny-ling", "small-ling",  "qwen35-0.8b-shape",
+                                  NULL};
 
 typedef struct writer {
     hy_st_wtensor *ts;

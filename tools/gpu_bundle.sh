@@ -10,7 +10,7 @@
 # which runs the same checks without configuring or building. The archive holds
 # release/ (test_hbm, test_arena, test_tier_moves, test_cuda_gdn, test_cuda_ops,
 # test_cuda_attn, test_exec_dev, test_state_delivery, hypic-cached, hypicctl,
-# hypic-bench), asan/ (test_hbm, test_tier_moves and the three test_cuda_*
+# hypic-model, hypic-bench), asan/ (test_hbm, test_tier_moves and the three test_cuda_*
 # under AddressSanitizer, unless HY_GPU_ASAN=0) and lib/ (every library they
 # link but the C library's own parts, which the GPU machine has in a version at
 # least as new, and CUDA's: libcuda comes from its driver, the runtime and
@@ -24,11 +24,13 @@ jobs=$(nproc)
 
 cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DHY_WITH_CUDA=ON >/dev/null
 cmake --build build-cuda -j"$jobs" --target test_hbm test_arena test_tier_moves hypic-bench \
-    test_cuda_gdn test_cuda_ops test_cuda_attn test_exec_dev test_state_delivery hypic-cached hypicctl
+    test_cuda_gdn test_cuda_ops test_cuda_attn test_exec_dev test_state_delivery hypic-cached hypicctl \
+    hypic-model
 bins="build-cuda/tests/test_hbm build-cuda/tests/test_arena build-cuda/tests/test_tier_moves
       build-cuda/bench/hypic-bench build-cuda/tests/test_cuda_gdn build-cuda/tests/test_cuda_ops
       build-cuda/tests/test_cuda_attn build-cuda/tests/test_exec_dev
-      build-cuda/tests/test_state_delivery build-cuda/cached/hypic-cached build-cuda/client/hypicctl"
+      build-cuda/tests/test_state_delivery build-cuda/cached/hypic-cached build-cuda/client/hypicctl
+      build-cuda/tools/hypic-model"
 ldd build-cuda/tests/test_hbm | grep -q libcudart ||
     { echo "gpu_bundle: build-cuda/tests/test_hbm was built without CUDA"; exit 1; }
 if [ "${HY_GPU_ASAN:-1}" != 0 ]; then

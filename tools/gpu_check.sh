@@ -18,7 +18,9 @@
 #      and decode on the device against the CPU, the device's GEMM rates as
 #      the limit), `hypic-bench pic --device cuda` (TTFT full / prefix / pic
 #      with the passes on the device) and `hypic-bench tiers --quick` (the
-#      hbm tier's copies against cudaMemcpy).
+#      hbm tier's copies against cudaMemcpy); the first two again on the
+#      published shape of the smallest Qwen3.5 (random weights; HY_GPU_REAL=0
+#      leaves them out).
 # A test that says it skipped its device part fails the check (exit 2): on a
 # GPU machine it must run. Builds only the targets it runs, in build-cuda and
 # build-cuda-asan.
@@ -58,15 +60,17 @@ if [ -n "${HY_GPU_BUNDLE:-}" ]; then
     export LD_LIBRARY_PATH
     cached=$bundle/release/hypic-cached
     ctl=$bundle/release/hypicctl
+    model=$bundle/release/hypic-model
     echo "gpu_check: prebuilt binaries from $HY_GPU_BUNDLE"
 else
     cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DHY_WITH_CUDA=ON >/dev/null
     cmake --build build-cuda -j"$jobs" --target test_hbm test_arena test_tier_moves hypic-bench \
         test_cuda_gdn test_cuda_ops test_cuda_attn test_exec_dev test_state_delivery \
-        hypic-cached hypicctl
+        hypic-cached hypicctl hypic-model
     rel=build-cuda/tests
     cached=build-cuda/cached/hypic-cached
     ctl=build-cuda/client/hypicctl
+    model=build-cuda/tools/hypic-model
     asan=""
     bench=build-cuda/bench/hypic-bench
     logs=build-cuda
@@ -151,6 +155,17 @@ if [ "${HY_GPU_BENCH:-1}" != 0 ]; then
     "$bench" pic --requests 10 --device cuda | tee "$logs/bench_pic.log"
     tail -1 "$logs/bench_pic.log" | grep -q '"device":"cuda' ||
         { echo "gpu_check: hypic-bench pic did not run on the device"; exit 1; }
+    # the same two on the published shape of the smallest Qwen3.5 (random
+    # weights, generated here: about a minute), unless HY_GPU_REAL=0
+    if [ "${HY_GPU_REAL:-1}" != 0 ]; then
+        real=$(mktemp -d)
+        "$model" init --preset qwen35-0.8b-shape --seed 1 --out "$real/m" --dtype BF16
+        "$bench" executor --quick --device cuda --model "$real/m" |
+            tee "$logs/bench_executor_real.log"
+        "$bench" pic --requests 3 --repr 0.03 --device cuda --model "$real/m" |
+            tee "$logs/bench_pic_real.log"
+        rm -rf "$real"
+    fi
     "$bench" tiers --quick | tee "$logs/bench_tiers.log"
     grep -q '"hbm_available":true' "$logs/bench_tiers.log" ||
         { echo "gpu_check: hypic-bench tiers did not measure the hbm tier"; exit 1; }
