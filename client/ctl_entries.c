@@ -793,21 +793,37 @@ static int save_entry(ctl *x, const char *label, const char *out, const Hypic__V
 }
 
 /* get --transport: the entry's size from Inspect, a session that holds it,
- * the bytes delivered into its buffer (*bytes points there). */
+ * the bytes delivered into its buffer (*bytes points there; delivered into
+ * GPU memory — cuda_ipc — they are read back into a buffer of their own,
+ * *copied). */
 static int get_through(hyc *c, const char *kinds, Hypic__V1__GetEntryRequest *rq, hyc_session **ss,
-                       Hypic__V1__EntryMeta **meta, void **bytes, size_t *n, hyc_status *st)
+                       Hypic__V1__EntryMeta **meta, void **bytes, size_t *n, bool *copied,
+                       hyc_status *st)
 {
+    *copied = false;
     Hypic__V1__InspectRequest iq = HYPIC__V1__INSPECT_REQUEST__INIT;
     iq.key = rq->key;
     Hypic__V1__InspectResponse *ir = NULL;
     if (hyc_inspect(c, &iq, &ir, st)) return st->code;
     uint64_t need = ir->meta ? ir->meta->bytes : 0;
     hyc_free(ir);
-    if (hyc_session_open(c, kinds, need > 4096 ? need : 4096, ss, st)) return st->code;
+    const uint64_t cap = need > 4096 ? need : 4096;
+    if (strstr(kinds, "cuda_ipc") ? hyc_session_open_cuda(c, kinds, -1, NULL, cap, ss, st)
+                                  : hyc_session_open(c, kinds, cap, ss, st))
+        return st->code;
     if (hyc_get_entry_into(c, *ss, 0, rq, meta, st)) return st->code;
-    *bytes = hyc_session_buffer(*ss);
     *n = (size_t)(*meta)->bytes;
-    return HYC_OK;
+    if (!hyc_session_on_device(*ss)) {
+        *bytes = hyc_session_buffer(*ss);
+        return HYC_OK;
+    }
+    if (!(*bytes = malloc(*n ? *n : 1))) {
+        st->code = HYC_INTERNAL;
+        snprintf(st->msg, sizeof st->msg, "out of memory for the entry's %zu bytes", *n);
+        return st->code;
+    }
+    *copied = true;
+    return hyc_session_read(*ss, 0, *bytes, *n, st);
 }
 
 typedef struct get_args {
@@ -840,16 +856,18 @@ int ctl_get(ctl *x, int argc, char **argv)
     size_t n = 0;
     hyc_status st;
     hyc_session *ss = NULL;
-    if (transport ? get_through(c, transport, &rq, &ss, &meta, &bytes, &n, &st)
+    bool copied = false;
+    if (transport ? get_through(c, transport, &rq, &ss, &meta, &bytes, &n, &copied, &st)
                   : hyc_get_entry(c, &rq, &meta, &bytes, &n, &st)) {
         rc = ctl_fail(&st);
+        if (copied) free(bytes);
         hyc_session_close(ss);
         hyc_close(c);
         return rc;
     }
     rc = save_entry(x, a.key, out, meta, bytes, n, ss ? hyc_session_kind(ss) : NULL);
     hyc_free(meta);
-    if (!ss) free(bytes); /* else they are the session's buffer */
+    if (!ss || copied) free(bytes); /* else they are the session's buffer */
     hyc_session_close(ss);
     hyc_close(c);
     return rc;

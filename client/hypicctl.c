@@ -95,7 +95,7 @@ static const command commands[] = {
      "N]\n"
      "A tier's (hbm, host, nvme) eviction and admission policy, read or changed at runtime.\n"},
     {"get", ctl_get, "get KEY --out FILE", "fetch an entry's bytes (and FILE.meta.json)",
-     "usage: hypicctl get KEY --out FILE [--transport shm,tcp,rdma]\n"
+     "usage: hypicctl get KEY --out FILE [--transport shm,tcp,rdma,cuda_ipc]\n"
      "Fetches an entry (GetEntry): its serialised bytes into FILE, its metadata into\n"
      "FILE.meta.json (what `hypicctl put FILE` sends back). --transport: the bytes come through\n"
      "a transport session (the first of the kinds the server can serve) instead of in chunks.\n"},

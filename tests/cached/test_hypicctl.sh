@@ -336,6 +336,9 @@ run 0 "get --transport shm" $tls get "$key" --out e3.bin --transport shm
 cmp -s e.bin e3.bin && ok "get through shm: the same bytes" || bad "get through shm: bytes differ"
 run 0 "get --transport tcp" $tls get "$key" --out e4.bin --transport tcp
 cmp -s e.bin e4.bin && ok "get through tcp: the same bytes" || bad "get through tcp: bytes differ"
+run 0 "get --transport cuda_ipc,tcp" $tls get "$key" --out e6.bin --transport cuda_ipc,tcp
+cmp -s e.bin e6.bin && ok "get through cuda_ipc (or, without a GPU, tcp): the same bytes" ||
+    bad "get --transport cuda_ipc,tcp: bytes differ"
 run 0 "get -o, --transport=VALUE" $tls get "$key" -o e5.bin --transport=tcp
 cmp -s e.bin e5.bin && ok "get -o: the same bytes" || bad "get -o: bytes differ"
 run 0 "evict" $tls evict "$key" --json
