@@ -738,8 +738,7 @@ static int gdn_layer(hy_exec *ex, int li, const item *it, int ni, int n, hy_err 
         hy_capture *cap = p->cap;
         /* with a capture: rows [0, s) without T, the state kept at s (the
          * body's start), rows [s, nn) advancing T too */
-        int s = nn;
-        if (cap) s = cap->start <= it[i].pos ? 0 : (int)HY_MIN(cap->start - it[i].pos, (int64_t)nn);
+        const int s = hy_fwd_capture_split(cap, it[i].pos, nn);
         for (int part = 0; !rc && part < 2; part++) {
             const int off = r0 + (part ? s : 0), len = part ? nn - s : s;
             if (len > 0 && part) {

@@ -209,6 +209,15 @@ void hy_fwd_ffn(hy_exec *ex, const hy_mlp_w *w, int n, int D, const float *xin, 
 void hy_fwd_moe(hy_exec *ex, const hy_layer_w *L, int n);
 extern const hy_fwd_ops hy_fwd_cpu;
 
+/* Of an item's n rows from position pos, how many come before its capture's
+ * body starts (n: none of them is in the body; 0: every one is). Those run
+ * without T; the state at the body's start is kept, and the rest advance T. */
+static inline int hy_fwd_capture_split(const hy_capture *cap, int64_t pos, int n)
+{
+    if (!cap) return n;
+    return cap->start <= pos ? 0 : (int)HY_MIN(cap->start - pos, (int64_t)n);
+}
+
 /* A step's rows: ex->rowpos and ex->rowcap of the items' computed rows,
  * *end the position the step ends at; returns the holes among the items
  * (forward.c, for both step functions). */

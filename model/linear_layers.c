@@ -59,8 +59,7 @@ static double head_items(hy_exec *ex, hy_state *st, int li, int h, const item *i
         const hy_capture *cap = p->cap;
         /* With a capture, rows [0, s) run without T, the state is kept at s
          * (the body's start), and rows [s, n) advance T too. */
-        int s = n;
-        if (cap) s = cap->start <= it[i].pos ? 0 : (int)HY_MIN(cap->start - it[i].pos, (int64_t)n);
+        const int s = hy_fwd_capture_split(cap, it[i].pos, n);
         for (int part = 0; part < 2; part++) {
             const int off = r0 + (part ? s : 0), len = part ? n - s : s;
             if (len > 0)

@@ -111,11 +111,25 @@ static void check_state(const Hypic__V1__Delivery *d, const uint8_t *buf, hy_sta
     CU_ASSERT(worst <= 1e-4);
 }
 
-static void deliver_and_check(const char *kind, uint64_t offset)
+/* The session's delivered state, copied out (hyc_session_read: in place for
+ * a host buffer, from the GPU for cuda_ipc) and checked against ref. */
+static void check_delivered(hyc_session *ss, const Hypic__V1__Delivery *d, hy_state *ref,
+                            const hy_model_config *c)
 {
     hyc_status st;
-    hyc_session *ss = NULL;
-    CU_ASSERT_EQUAL_FATAL(hyc_session_open(g_c, kind, 64u << 20, &ss, &st), 0);
+    uint8_t *host = calloc(1, d->offset + d->bytes + 1);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(host);
+    CU_ASSERT_EQUAL(hyc_session_read(ss, d->offset, host + d->offset, d->bytes, &st), 0);
+    check_state(d, host, ref, c);
+    free(host);
+}
+
+/* Two full-mode states delivered into an open session of `kind` (the first
+ * at offset, the second at 0: a second transfer, a new id), each equal to
+ * the one computed here; the session is closed. */
+static void deliver_into(hyc_session *ss, const char *kind, uint64_t offset)
+{
+    hyc_status st;
     CU_ASSERT_STRING_EQUAL(hyc_session_kind(ss), kind);
     segs s = {0};
     segs_doc(&s, 0, 300);
@@ -133,19 +147,28 @@ static void deliver_and_check(const char *kind, uint64_t offset)
     hy_model *m;
     hy_exec *x;
     hy_state *ref = reference_state(&s, &m, &x);
-    check_state(r->state, hyc_session_buffer(ss), ref, hy_model_cfg(m));
+    check_delivered(ss, r->state, ref, hy_model_cfg(m));
+    printf("\n  %s: %llu bytes delivered in %.3f ms\n", kind, (unsigned long long)r->state->bytes,
+           r->state->transfer_ms);
     hyc_free(r);
-    /* the same session again: a second transfer, a new id */
     request(&s, &rq, HYPIC__V1__MODE__MODE_FULL);
     CU_ASSERT_EQUAL(hyc_prefill_state(g_c, ss, 0, &rq, &r, &st), 0);
     if (r) {
-        check_state(r->state, hyc_session_buffer(ss), ref, hy_model_cfg(m));
+        check_delivered(ss, r->state, ref, hy_model_cfg(m));
         hyc_free(r);
     }
     hy_state_free(ref);
     hy_exec_free(x);
     hy_model_close(m);
     hyc_session_close(ss);
+}
+
+static void deliver_and_check(const char *kind, uint64_t offset)
+{
+    hyc_status st;
+    hyc_session *ss = NULL;
+    CU_ASSERT_EQUAL_FATAL(hyc_session_open(g_c, kind, 64u << 20, &ss, &st), 0);
+    deliver_into(ss, kind, offset);
 }
 
 static void test_shm_state(void)
@@ -419,31 +442,7 @@ static void test_cuda_ipc_session(void)
         hyc_session_close(ss);
         return;
     }
-    CU_ASSERT_STRING_EQUAL(hyc_session_kind(ss), "cuda_ipc");
-    segs s = {0};
-    segs_doc(&s, 0, 300);
-    segs_doc(&s, 1, 120);
-    Hypic__V1__PrefillRequest rq;
-    request(&s, &rq, HYPIC__V1__MODE__MODE_FULL);
-    Hypic__V1__PrefillResponse *r = NULL;
-    int rc = hyc_prefill_state(g_c, ss, 512, &rq, &r, &st);
-    if (rc) printf("\n  prefill_state over cuda_ipc: %s\n", st.msg);
-    CU_ASSERT_EQUAL_FATAL(rc, 0);
-    CU_ASSERT_EQUAL((int)r->state->transport, HY_TP_CUDA_IPC);
-    uint8_t *host = calloc(1, 512 + r->state->bytes);
-    CU_ASSERT_EQUAL_FATAL(hyc_session_read(ss, 512, host + 512, r->state->bytes, &st), 0);
-    hy_model *m;
-    hy_exec *x;
-    hy_state *ref = reference_state(&s, &m, &x);
-    check_state(r->state, host, ref, hy_model_cfg(m));
-    printf("\n  cuda_ipc: %llu bytes into device memory in %.3f ms\n",
-           (unsigned long long)r->state->bytes, r->state->transfer_ms);
-    free(host);
-    hyc_free(r);
-    hy_state_free(ref);
-    hy_exec_free(x);
-    hy_model_close(m);
-    hyc_session_close(ss);
+    deliver_into(ss, "cuda_ipc", 512);
 }
 
 /* transport.rdma: required on a machine without a device: the daemon refuses
