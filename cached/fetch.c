@@ -1,10 +1,10 @@
 /*
  * Fetching a stored entry for a request (handlers_internal.h): leased from
- * this member's tiers and viewed in place, or — in cluster mode, when this
- * member does not have it — fetched whole from an owner. Either way it is
- * verified first: a stored entry that fails its checks is removed and taken
- * as a miss (a wrong byte is worse than a miss), an owner's that fails them
- * is a miss too.
+ * this member's tiers and viewed in place — on the hbm tier's device when
+ * the model's passes run there (svc_model.on_hbm), in host memory else —, or — in cluster mode,
+ * when this member does not have it — fetched whole from an owner. Either way it is verified first:
+ * a stored entry that fails its checks is removed and taken as a miss (a wrong byte is worse than a
+ * miss), an owner's that fails them is a miss too.
  */
 #include "cluster_internal.h"
 #include "handlers_internal.h"
@@ -21,7 +21,14 @@
 static int fetch_leased(rq *r, svc_model *sm, const hy_key *k, seg *g, uint64_t *bytes, hy_err *err)
 {
     hy_lease *l;
-    int rc = hy_store_acquire(r->s->store, k, &l, err);
+    /* a model whose passes run on the hbm tier's device takes an entry
+     * held there where it lies (the copy may move before the acquire: a
+     * device lease then copies it up again) */
+    unsigned mask = 0;
+    const bool on_device = sm->on_hbm && hy_store_tiers_of(r->s->store, k, &mask) == HY_OK &&
+                           (mask & 1u << HY_TIER_HBM);
+    int rc = on_device ? hy_store_acquire_device(r->s->store, k, &l, err)
+                       : hy_store_acquire(r->s->store, k, &l, err);
     if (rc == HY_EFORMAT) return HY_ENOTFOUND; /* its NVMe copy failed its checksums: dropped */
     if (rc) return rc;
     const hy_meta *m = hy_lease_meta(l);
@@ -31,7 +38,9 @@ static int fetch_leased(rq *r, svc_model *sm, const hy_key *k, seg *g, uint64_t 
     }
     g->from = hy_lease_tier(l);
     *bytes = m->bytes;
-    rc = hy_entry_view(sm->m, hy_lease_data(l), m->bytes, &g->entry, err);
+    rc = on_device
+             ? hy_exec_view_device(sm->on_hbm, hy_lease_device_ptr(l), m->bytes, &g->entry, err)
+             : hy_entry_view(sm->m, hy_lease_data(l), m->bytes, &g->entry, err);
     if (rc == HY_OK) {
         g->lease = l;
         return HY_OK;

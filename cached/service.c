@@ -687,6 +687,24 @@ int svc_open(hy_svc *s, const hy_cached_config *cfg, hy_err *err)
            (unsigned long long)(cfg->host_bytes >> 20), hy_evict_name(cfg->host_policy.evict),
            hy_admit_name(cfg->host_policy.admit), cfg->nvme_dir[0] ? ", NVMe at " : "",
            cfg->nvme_dir, (unsigned long long)st.entries);
+    /* models whose passes run on the hbm tier's device compose the entries
+     * it holds where they lie */
+    hy_exec_device dkind = HY_EXEC_CPU;
+    int dnum = 0;
+    hy_exec_device_parse(cfg->exec_device, &dkind, &dnum);
+    for (int i = 0; dkind == HY_EXEC_CUDA && st.hbm_present && i < s->nmodels; i++) {
+        svc_model *sm = &s->models[i];
+        if (dnum != st.hbm.device) {
+            hy_log(HY_LOG_WARN,
+                   "model '%s': its passes run on cuda:%d, the hbm tier is on cuda:%d: its "
+                   "entries there come down to the host to be composed",
+                   sm->name, dnum, st.hbm.device);
+            continue;
+        }
+        sm->on_hbm = sm->ctx[0].ex;
+        hy_log(HY_LOG_INFO, "model '%s': entries in the hbm tier composed where they lie (cuda:%d)",
+               sm->name, dnum);
+    }
     if ((rc = apply_quotas(s, cfg, err))) return rc;
     return svc_shadow_start(s, err);
 }

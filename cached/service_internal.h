@@ -68,6 +68,11 @@ typedef struct svc_model {
     svc_waiter *head, *tail; /* under mu: FIFO of requests waiting for a context */
     svc_prefix *prefixes;    /* under mu */
     cost_fits *costs;        /* fetching its entries and computing its tokens, as measured */
+    /* Its contexts run on the hbm tier's device: an entry with a copy there
+     * is leased on the device and composed where it lies, viewed through
+     * this executor's copies (ctx[0]'s). NULL: every entry comes to the
+     * host. */
+    hy_exec *on_hbm;
 } svc_model;
 
 /* A tenant as the service knows it: from the configuration, or the single

@@ -31,6 +31,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 /* --- sizes ---------------------------------------------------------------- */
 
@@ -146,6 +147,7 @@ void hy_entry_free(hy_entry *e)
     free(e->th), free(e->sh);
     if (!e->view) hy_free(e->tokens);
     hy_entry_arrival_free(e->arr);
+    if (e->shadow) munmap(e->shadow, e->shadow_len);
     free(e);
 }
 

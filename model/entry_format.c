@@ -28,6 +28,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 /* Payloads are copied (or, in a view, used) as the host's floats and ints. */
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "entries are little-endian");
@@ -266,7 +267,7 @@ static bool is_tokens(const section *s, int unused)
 
 int hy_entry_serialize_layer(const hy_entry *e, void *buf, int layer, size_t *lo, size_t *hi)
 {
-    if (layer < 0 || layer >= e->n_layers) return HY_EINVAL;
+    if (layer < 0 || layer >= e->n_layers || e->dev) return HY_EINVAL;
     section *secs = malloc(MAX_SECTIONS * sizeof *secs);
     if (!secs) return HY_ENOMEM;
     size_t hdr, total;
@@ -278,6 +279,7 @@ int hy_entry_serialize_layer(const hy_entry *e, void *buf, int layer, size_t *lo
 
 int hy_entry_serialize_finish(const hy_entry *e, void *buf, size_t *hi)
 {
+    if (e->dev) return HY_EINVAL;
     unsigned char *p = buf;
     section *secs = malloc(MAX_SECTIONS * sizeof *secs);
     if (!secs) return HY_ENOMEM;
@@ -317,6 +319,11 @@ int hy_entry_serialize_finish(const hy_entry *e, void *buf, size_t *hi)
 int hy_entry_serialize(const hy_entry *e, void **buf, size_t *len, hy_err *err)
 {
     *buf = NULL;
+    if (e->dev)
+        return hy_err_set(err, HY_EINVAL,
+                          "entry: its sections lie in device memory (device %d), not serialised "
+                          "from there",
+                          e->dev_index);
     const size_t total = hy_entry_serialized_bytes(e);
     unsigned char *p = total ? calloc(1, total) : NULL;
     if (!p) return hy_err_set(err, HY_ENOMEM, "out of memory for a %zu-byte entry", total);
@@ -743,6 +750,77 @@ int hy_entry_deserialize(const hy_model *m, const void *buf, size_t len, hy_entr
                          hy_err *err)
 {
     return decode(m, buf, len, false, out, err);
+}
+
+/* --- a view of an entry in a device's memory -------------------------------- */
+
+/* Bytes [off, off + n) of the device entry into the shadow at the same
+ * offset (bounds checked by the caller). */
+static int shadow_read(unsigned char *sh, const unsigned char *dev, size_t off, size_t n,
+                       hy_entry_read_fn read, void *ctx, hy_err *err)
+{
+    if (n == 0) return HY_OK;
+    int rc = read(ctx, sh + off, dev + off, n, err);
+    if (rc) hy_err_prefix(err, "entry on the device: reading bytes [%zu, +%zu)", off, n);
+    return rc;
+}
+
+int hy_entry_view_device(const hy_model *m, int device, const void *dev, size_t len,
+                         hy_entry_read_fn read, void *ctx, hy_entry **out, hy_err *err)
+{
+    *out = NULL;
+    const unsigned char *d = dev;
+    if (!d || (uintptr_t)d % ALIGN)
+        return hy_err_set(err, HY_EINVAL, "entry view: device buffer at %p is not %u-byte aligned",
+                          dev, ALIGN);
+    if (len < HDR_FIXED)
+        return hy_err_set(err, HY_EFORMAT, "entry: %zu bytes is shorter than its %u-byte header",
+                          len, HDR_FIXED);
+    /* the shadow: zero pages mapped as they are touched, and only the bytes
+     * that describe the entry are */
+    unsigned char *sh = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (sh == MAP_FAILED)
+        return hy_err_set(err, HY_ENOMEM, "out of address space for a %zu-byte entry's shadow",
+                          len);
+    hy_entry *e = NULL;
+    hy_entry_arrival *a = NULL;
+    size_t need = 0;
+    int rc = shadow_read(sh, d, 0, HDR_FIXED, read, ctx, err);
+    if (!rc) rc = open_entry(m, sh, len, HDR_FIXED, true, &e, &a, &need, err);
+    if (rc == HY_EAGAIN) { /* the section table */
+        rc = shadow_read(sh, d, HDR_FIXED, need - HDR_FIXED, read, ctx, err);
+        if (!rc) rc = open_entry(m, sh, len, need, true, &e, &a, &need, err);
+    }
+    const int H = m->cfg.lin_v_heads;
+    for (size_t i = 0; !rc && i < a->want; i++) {
+        const section *sc = &a->secs[i];
+        const bool part = sc->kind == SEC_T || sc->kind == SEC_S;
+        if (sc->kind == SEC_TOKENS) { /* read, and held to its checksum */
+            rc = shadow_read(sh, d, sc->off, sc->bytes, read, ctx, err);
+            if (!rc) rc = install(e, a, i, NULL, err);
+            continue;
+        }
+        /* a payload stays where it lies: its sum is taken as stated; a
+         * version-2 T or S section's head table comes down to be parsed */
+        if (part && a->ver != 1)
+            rc = shadow_read(sh, d, sc->off, HY_MIN(sc->bytes, hy_rep_table_bytes(H)), read, ctx,
+                             err);
+        if (!rc) rc = install(e, a, i, &a->sums[i], err);
+    }
+    hy_entry_arrival_free(a);
+    if (rc) {
+        hy_entry_free(e);
+        munmap(sh, len);
+        return rc;
+    }
+    e->shadow = sh, e->shadow_len = len, e->dev = d, e->dev_index = device;
+    *out = e;
+    return HY_OK;
+}
+
+int hy_entry_device(const hy_entry *e)
+{
+    return e->dev ? e->dev_index : HY_ENTRY_ON_HOST;
 }
 
 int hy_entry_view(const hy_model *m, const void *buf, size_t len, hy_entry **out, hy_err *err)

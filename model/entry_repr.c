@@ -460,6 +460,11 @@ static uint32_t u32_of(float f)
     return u;
 }
 
+size_t hy_rep_table_bytes(int heads)
+{
+    return pad16((size_t)heads * REC_BYTES);
+}
+
 size_t hy_rep_section_bytes(const hy_head_rep *h, int heads)
 {
     size_t b = pad16((size_t)heads * REC_BYTES);

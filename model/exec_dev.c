@@ -193,6 +193,15 @@ static int down(hy_dev_exec *d, void *dst, const void *src, size_t bytes, hy_err
     return d->op->copy(d->stream, dst, src, bytes, HY_CU_D2H, err);
 }
 
+/* Bytes of a hole's section src into device memory at dst: up from the
+ * host, or across the device for an entry that lies there. */
+static int hole_in(hy_dev_exec *d, const hy_entry *e, void *dst, const void *src, size_t bytes,
+                   hy_err *err)
+{
+    if (!e->dev) return up(d, dst, src, bytes, err);
+    return d->op->copy(d->stream, dst, hy_entry_dev_addr(e, src), bytes, HY_CU_D2D, err);
+}
+
 /* A copy of host floats src[0, n) on the device (*out NULL when src is). */
 static int upload(hy_dev_exec *d, const float *src, size_t n, float **out, hy_err *err)
 {
@@ -379,6 +388,32 @@ void hy_dev_exec_free(hy_dev_exec *d)
 const char *hy_dev_exec_name(const hy_dev_exec *d)
 {
     return d->name;
+}
+
+int hy_dev_exec_index(const hy_dev_exec *d)
+{
+    return d->device;
+}
+
+/* Device bytes down for an entry's view (hy_entry_read_fn). */
+static int view_read(void *ctx, void *dst, const void *src, size_t n, hy_err *err)
+{
+    hy_dev_exec *d = ctx;
+    int rc = HY_OK;
+#ifdef HY_HAVE_CUDA_KERNELS
+    if (d->device >= 0) rc = hy_cu_use_device(d->device, NULL, 0, err); /* the caller's thread */
+#endif
+    return rc ? rc : down(d, dst, src, n, err);
+}
+
+int hy_exec_view_device(hy_exec *ex, const void *dev, size_t len, hy_entry **out, hy_err *err)
+{
+    *out = NULL;
+    if (!ex->dev)
+        return hy_err_set(err, HY_EINVAL,
+                          "an entry in device memory needs an executor on that device; this one "
+                          "runs on the CPU");
+    return hy_entry_view_device(ex->m, ex->dev->device, dev, len, view_read, ex->dev, out, err);
 }
 
 /* --- a pass ------------------------------------------------------------------ */
@@ -633,7 +668,9 @@ static int compose(hy_dev_exec *d, int li, const hy_entry *e, bool use_T, hy_err
         recs[h].rank = r->rank;
         recs[h].gamma = r->gamma;
         recs[h].p = NULL;
-        if (r->bytes && r->p) {
+        if (r->bytes && r->p && e->dev) { /* where it lies on this device */
+            recs[h].p = hy_entry_dev_addr(e, r->p);
+        } else if (r->bytes && r->p) {
             recs[h].p = d->stage + at;
             rc = up(d, d->stage + at, r->p, r->bytes, err);
             at += (r->bytes + 15u) & ~15u;
@@ -700,7 +737,7 @@ static int gdn_layer(hy_exec *ex, int li, const item *it, int ni, int n, hy_err 
     for (int i = 0; !rc && i < ni; i++) { /* the conv, item by item */
         const hy_piece *p = it[i].p;
         if (!p->tokens) {
-            rc = up(d, d->conv[li], p->hole->tail[li], tail * sizeof(float), err);
+            rc = hole_in(d, p->hole, d->conv[li], p->hole->tail[li], tail * sizeof(float), err);
             continue;
         }
         rc = op->conv1d_silu(d->stream, it[i].n, (int)C, K, d->big + (size_t)it[i].r0 * P, P,
@@ -805,16 +842,20 @@ static int attn_layer(hy_exec *ex, int li, const item *it, int ni, int n, int nh
         if (it[i].p->tokens) continue;
         const size_t el = e->repr.kv == HY_ENTRY_BF16 ? 2 : 4;
         const size_t bytes = (size_t)e->nb * KV * el, half = (bytes + 255) & ~(size_t)255;
-        rc = stage(d, 2 * half, err);
-        if (!rc) rc = up(d, d->stage, e->K[li], bytes, err);
-        if (!rc) rc = up(d, d->stage + half, e->V[li], bytes, err);
+        const void *eK = hy_entry_dev_addr(e, e->K[li]), *eV = hy_entry_dev_addr(e, e->V[li]);
+        if (!e->dev) { /* up from the host; a device entry's are read where they lie */
+            rc = stage(d, 2 * half, err);
+            if (!rc) rc = up(d, d->stage, e->K[li], bytes, err);
+            if (!rc) rc = up(d, d->stage + half, e->V[li], bytes, err);
+            eK = d->stage, eV = d->stage + half;
+        }
         const hy_cu_hole_kv hk = {.nb = e->nb,
                                   .Hkv = Hkv,
                                   .hd = hd,
                                   .rd = rd,
                                   .dtype = e->repr.kv == HY_ENTRY_BF16 ? HY_CU_BF16 : HY_CU_F32,
-                                  .eK = d->stage,
-                                  .eV = d->stage + half,
+                                  .eK = eK,
+                                  .eV = eV,
                                   .rope = d->rope,
                                   .p0 = it[i].pos,
                                   .K = d->K[li],

@@ -238,6 +238,8 @@ int hy_dev_exec_new(const hy_model *m, hy_exec_device kind, int device, hy_dev_e
                     hy_err *err);
 void hy_dev_exec_free(hy_dev_exec *d);
 const char *hy_dev_exec_name(const hy_dev_exec *d);
+/* The device's ordinal (-1: emulated). */
+int hy_dev_exec_index(const hy_dev_exec *d);
 int hy_dev_begin(hy_exec *ex, hy_state *st, size_t B, int64_t ctx, hy_err *err);
 int hy_dev_step(hy_exec *ex, hy_state *st, const item *it, int ni, int n, float *logits,
                 hy_err *err);

@@ -629,6 +629,13 @@ static int check_pieces(const hy_exec *ex, const hy_state *st, const hy_piece *p
             if (e->n_layers != c->n_layers)
                 return hy_err_set(err, HY_EINVAL, "the entry has %d layers, the model %d",
                                   e->n_layers, c->n_layers);
+            /* one in a device's memory is composed there only */
+            if (e->dev && (!ex->dev || hy_dev_exec_index(ex->dev) != e->dev_index))
+                return hy_err_set(err, HY_EINVAL,
+                                  "piece %zu: the entry lies in the memory of %s %d; this "
+                                  "executor runs on %s",
+                                  i, e->dev_index < 0 ? "the emulated device" : "CUDA device",
+                                  e->dev_index, ex->dev ? hy_dev_exec_name(ex->dev) : "the CPU");
             /* the fingerprint makes its shapes the model's; one still landing
              * has the sections of the layers landed so far */
             assert(!hy_entry_whole(e) || hy_entry_fits(e, c));

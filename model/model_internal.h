@@ -325,9 +325,25 @@ struct hy_entry {
     bool view;             /* the sections (tokens included) point into a buffer
                             * the entry does not own (hy_entry_view) */
     hy_entry_arrival *arr; /* a view whose bytes still land (hy_entry_view_open) */
-    hy_capture *pending;   /* built inline, not finished (hy_request.defer_builds) */
+    /* A view whose sections lie in a device's memory (hy_entry_view_device):
+     * every section pointer points into shadow, a host buffer of the entry's
+     * length holding only what describes it (header, section table, tokens,
+     * the T and S head tables), and stands for the byte at the same offset
+     * from dev. NULL for an entry in host memory. */
+    unsigned char *shadow;
+    size_t shadow_len;
+    const unsigned char *dev;
+    int dev_index;       /* the device's ordinal (-1: the emulated device) */
+    hy_capture *pending; /* built inline, not finished (hy_request.defer_builds) */
 };
 void hy_entry_arrival_free(hy_entry_arrival *a);
+/* Where a section pointer of a device-resident entry points on its device
+ * (p itself for an entry in host memory; NULL stays NULL). */
+static inline const void *hy_entry_dev_addr(const hy_entry *e, const void *p)
+{
+    if (!e->dev || !p) return p;
+    return e->dev + ((const unsigned char *)p - e->shadow);
+}
 
 /* --- head representations (entry_repr.c) --- */
 /* Bytes of a head's payload. */
@@ -350,6 +366,8 @@ void hy_rep_apply(hy_la_tkind kind, int dk, int dv, const hy_head_rep *t, const 
  * head's payload at a multiple of 16. Bytes of it; written into dst. */
 size_t hy_rep_section_bytes(const hy_head_rep *h, int heads);
 void hy_rep_section_write(const hy_head_rep *h, int heads, void *dst);
+/* Bytes of the table of `heads` heads a T or S section starts with. */
+size_t hy_rep_table_bytes(int heads);
 /* Parses and checks a version-2 section of len bytes: forms the part and
  * family allow, ranks, payload sizes, bounds; out[h].p point into sec. */
 int hy_rep_section_parse(const void *sec, size_t len, int heads, bool is_t, hy_la_tkind kind,

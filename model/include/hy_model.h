@@ -530,6 +530,34 @@ bool hy_entry_whole(const hy_entry *e);
  * (immediately HY_OK for an entry not opened by hy_entry_view_open). */
 int hy_entry_layer_wait(const hy_entry *e, int layer, hy_err *err);
 
+/* An entry whose bytes lie in a device's memory (an hbm lease on the
+ * device an executor runs on): composed where it lies, never copied to the
+ * host. read copies n bytes at src (the device's memory) into dst (host)
+ * and returns HY_OK or a code with err set; only what describes the entry
+ * is read — the header and its section table, the tokens, each T and S
+ * section's head table — into a host shadow, and every check hy_entry_view
+ * makes on those bytes is made. The payloads' checksums are not recomputed
+ * (their bytes never reach the host): a device copy is trusted as its tier
+ * placed it, from host bytes that passed every check when they were put.
+ * device: the device's ordinal, as hy_exec_set_device takes it (-1 for the
+ * emulated device, whose memory is the host's). Only an executor on that
+ * device composes such an entry (hy_exec_run refuses it elsewhere, naming
+ * both); serialising it is refused too. dev must stay valid (its lease
+ * held) until hy_entry_free. hy_exec_view_device is this with the
+ * executor's own device and copies. */
+typedef int (*hy_entry_read_fn)(void *ctx, void *dst, const void *src, size_t n, hy_err *err);
+int hy_entry_view_device(const hy_model *m, int device, const void *dev, size_t len,
+                         hy_entry_read_fn read, void *ctx, hy_entry **out, hy_err *err);
+/* The ordinal of the device whose memory holds e's sections; HY_ENTRY_ON_HOST
+ * for an entry in host memory. */
+#define HY_ENTRY_ON_HOST (-2)
+int hy_entry_device(const hy_entry *e);
+/* A view of the entry whose len bytes lie at dev in the memory of the
+ * device the executor runs on (hy_entry_view_device, read with the
+ * executor's copies): what a service holding an hbm lease on that device
+ * composes in place. HY_EINVAL on the CPU. */
+int hy_exec_view_device(hy_exec *ex, const void *dev, size_t len, hy_entry **out, hy_err *err);
+
 /* Cache key: SHA-256 over (tenant, model fingerprint, key version, W, S's
  * dtype, the rest of the representation unless it is exact with T and K/V
  * in F32 — so a version-1 entry keeps its key —, token ids as little-endian

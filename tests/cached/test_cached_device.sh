@@ -9,8 +9,9 @@
 # its captures; the hits it reuses are composed by its kernels.
 #
 # Everywhere: executor.device emulated (the device executor with the CUDA
-# kernels' bodies on the CPU). With a GPU: executor.device cuda as well;
-# without one, that daemon must refuse to start saying why, and the cuda
+# kernels' bodies on the CPU). With a GPU: executor.device cuda as well,
+# then cuda:0 beside an hbm tier on the same device, whose hits are composed
+# where they lie (its /metrics count hits from hbm); without one, that daemon must refuse to start saying why, and the cuda
 # half is reported skipped. Every daemon is stopped on exit.
 #   test_cached_device.sh HYPIC_CACHED HYPICCTL
 set -u
@@ -23,12 +24,19 @@ answers=$here/../fixtures/recall/answers.txt
 . "$here/../checks.sh"
 checks_begin hypic-device-test
 
-config() { # config DEVICE: a daemon of the recall model on DEVICE
+config() { # config DEVICE [TIERS]: a daemon of the recall model on DEVICE
     printf 'listen: 127.0.0.1:0\nhttp_listen: 127.0.0.1:0\nlog: {requests: false}\n'
-    printf 'models: [{name: recall, path: %s}]\ntiers: {host: {bytes: 64M}}\n' "$model"
+    printf 'models: [{name: recall, path: %s}]\ntiers: {host: {bytes: 64M}%s}\n' "$model" "${2:-}"
     printf 'executor: {threads: 2, device: %s}\n' "$1"
 }
 addr_of() { sed -n 's/^grpc=//p' "$1.ready"; }
+# metric NAME SERIES: a sample of the daemon NAME's /metrics (0 when absent)
+metric() {
+    python3 -c "import sys, urllib.request as u
+for l in u.urlopen('http://' + sys.argv[1] + '/metrics').read().decode().splitlines():
+    if l.startswith(sys.argv[2] + ' '): print(int(float(l.split()[-1]))); break
+else: print(0)" "$(sed -n 's/^http=//p' "$1.ready")" "$2"
+}
 
 # The prompts: prompt i's documents in p$i.d*.txt, its query in p$i.q, the
 # expected tokens in p$i.want.
@@ -114,5 +122,24 @@ if [ "$pid" = 0 ]; then
 else
     answers "$(addr_of cuda)" cuda
     compare cuda
+    # with the hbm tier on the same device: every entry goes up (admit
+    # always), and the hits are composed where they lie, never copied down
+    config cuda:0 ', hbm: {bytes: 256M, device: 0, admit: always}' >hbm.yaml
+    daemon_start "$cached" hbm hbm.yaml
+    if [ "$pid" = 0 ]; then
+        bad "cuda with an hbm tier: the daemon did not start: $(tail -3 hbm.log)"
+    else
+        grep -q "entries in the hbm tier composed where they lie" hbm.log &&
+            ok "hbm: the log says its entries are composed where they lie" ||
+            bad "hbm: no 'composed where they lie' line in its log: $(grep -i hbm hbm.log | tail -2)"
+        answers "$(addr_of hbm)" hbm
+        compare hbm
+        # a device lease counts as an hbm hit, a host lease as a host hit
+        # (every entry has both copies here): hits from hbm only when the
+        # fetches took the device's copy
+        hits=$(metric hbm 'hypic_hits_total{tier="hbm"}')
+        [ "$hits" -gt 0 ] && ok "hbm: $hits hits leased on the device and composed there" ||
+            bad "hbm: no hit served from the hbm tier (fetched from the host instead?)"
+    fi
 fi
 finish

@@ -33,6 +33,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef HY_HAVE_CUDA_KERNELS
+#include "hy_cuda.h"
+#endif
 
 #define TOL         1e-4
 #define TOL_COMPACT 5e-3
@@ -85,6 +88,106 @@ static void check(const char *what, double r)
 
 /* One model: the device executor (kind) against the CPU's on the same
  * inputs. */
+/* n bytes of p copied into the device's memory (the emulated device's is
+ * the host's): where an hbm lease's bytes lie. */
+static void *dev_copy(hy_exec_device kind, const void *p, size_t n)
+{
+    void *d = NULL;
+    if (kind == HY_EXEC_EMULATED) {
+        d = aligned_alloc(64, (n + 63) & ~(size_t)63);
+        if (d) memcpy(d, p, n);
+        return d;
+    }
+#ifdef HY_HAVE_CUDA_KERNELS
+    hy_err e = {0};
+    if (hy_cu_malloc(NULL, n, &d, &e) || hy_cu_copy(NULL, d, p, n, HY_CU_H2D, &e)) {
+        printf("\n    device copy: %s", e.msg);
+        return NULL;
+    }
+#endif
+    return d;
+}
+
+static void dev_free(hy_exec_device kind, void *d)
+{
+    if (kind == HY_EXEC_EMULATED) {
+        free(d);
+        return;
+    }
+#ifdef HY_HAVE_CUDA_KERNELS
+    hy_cu_free(NULL, d);
+#endif
+}
+
+/* Entry ce (the CPU's) composed by the device executor dx from the host,
+ * and from a copy lying in the device's memory, composed where it lies
+ * (hy_exec_view_device): the same bytes through the same kernels, so the
+ * same bits; everything else refuses the device's copy, naming why. */
+static void device_resident(const char *dir, const hy_model *m, hy_exec_device kind, hy_exec *cx,
+                            hy_exec *dx, hy_state *cs, hy_state *ds, const hy_entry *ce,
+                            const int32_t *tok, float *lc, float *ld, int r)
+{
+    hy_err e = {0};
+    const hy_model_config *c = hy_model_cfg(m);
+    const size_t V = (size_t)c->vocab;
+    void *buf = NULL;
+    size_t len = 0;
+    CU_ASSERT_EQUAL_FATAL(hy_entry_serialize(ce, &buf, &len, &e), 0);
+    hy_entry *he = NULL, *ve = NULL;
+    CU_ASSERT_EQUAL_FATAL(hy_entry_deserialize(m, buf, len, &he, &e), 0);
+    void *dev = dev_copy(kind, buf, len);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(dev);
+    int rc = hy_exec_view_device(dx, dev, len, &ve, &e);
+    if (rc) printf("\n    %s: device view: %s", dir, e.msg);
+    CU_ASSERT_EQUAL_FATAL(rc, 0);
+    CU_ASSERT_EQUAL(hy_entry_device(ve), kind == HY_EXEC_EMULATED ? -1 : 0);
+    CU_ASSERT_EQUAL(hy_entry_device(he), HY_ENTRY_ON_HOST);
+    const int32_t *ta, *tb;
+    CU_ASSERT_EQUAL(hy_entry_tokens(ve, &ta), hy_entry_tokens(ce, &tb));
+    CU_ASSERT(memcmp(ta, tb, (size_t)hy_entry_tokens(ce, &tb) * sizeof *ta) == 0);
+    for (int use_T = 0; use_T < 2; use_T++) {
+        for (int side = 0; side < 2; side++) {
+            hy_state_reset(ds);
+            CU_ASSERT_EQUAL_FATAL(hy_exec_prefill(dx, ds, tok, 12, NULL, &e), 0);
+            rc = hy_entry_apply(dx, ds, side ? ve : he, use_T, &e);
+            if (rc) printf("\n    %s: apply (%s): %s", dir, side ? "on the device" : "host", e.msg);
+            CU_ASSERT_EQUAL_FATAL(rc, 0);
+            CU_ASSERT_EQUAL_FATAL(hy_exec_prefill(dx, ds, tok + 3, 9, side ? ld : lc, &e), 0);
+            if (!side) { /* the host side's state kept in cs for the comparison */
+                hy_state_reset(cs);
+                CU_ASSERT_EQUAL_FATAL(hy_state_copy(cs, ds, &e), 0);
+            }
+        }
+        char what[200];
+        snprintf(what, sizeof what, "%s entry lying on the device (repr %d, %s)", dir, r,
+                 use_T ? "pic" : "naive");
+        const int same = memcmp(lc, ld, V * sizeof *lc) == 0 && state_diff(m, ds, cs) == 0;
+        if (!same) printf("\n    %s: not the same bits as from the host", what);
+        CU_ASSERT(same);
+    }
+    /* the CPU executor, and serialising, refuse it */
+    hy_state_reset(cs);
+    CU_ASSERT_EQUAL(hy_entry_apply(cx, cs, ve, true, &e), HY_EINVAL);
+    CU_ASSERT(strstr(e.msg, "lies in the memory of") != NULL);
+    void *b2 = NULL;
+    size_t l2 = 0;
+    CU_ASSERT_EQUAL(hy_entry_serialize(ve, &b2, &l2, &e), HY_EINVAL);
+    hy_entry_free(ve);
+    if (kind == HY_EXEC_EMULATED) { /* a wrong byte in what is read fails the view */
+        unsigned char *d = dev;
+        d[100] ^= 1; /* the header (its checksum) */
+        CU_ASSERT_EQUAL(hy_exec_view_device(dx, dev, len, &ve, &e), HY_EFORMAT);
+        CU_ASSERT(strstr(e.msg, "header checksum") != NULL);
+        d[100] ^= 1;
+        CU_ASSERT_EQUAL(hy_exec_view_device(dx, dev, len - 64, &ve, &e), HY_EFORMAT);
+        CU_ASSERT(strstr(e.msg, "truncated") != NULL);
+        CU_ASSERT_EQUAL(hy_exec_view_device(cx, dev, len, &ve, &e), HY_EINVAL); /* on the CPU */
+    }
+    dev_free(kind, dev);
+    hy_entry_free(he);
+    free(buf);
+}
+
 static void compare(const char *dir, hy_exec_device kind, hy_gdn_mode mode)
 {
     hy_err e = {0};
@@ -160,6 +263,7 @@ static void compare(const char *dir, hy_exec_device kind, hy_gdn_mode mode)
                      use_T ? "pic" : "naive");
             check(what, state_diff(m, ds, cs));
         }
+        device_resident(dir, m, kind, cx, dx, cs, ds, ce, tok, lc, ld, r);
         /* the device's entry reused on the CPU against the CPU's: the same
          * sections to the executors' agreement when exact; compact, each was
          * rounded from T and S that differ by ~1e-6, so a bf16 value may
