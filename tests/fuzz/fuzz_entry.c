@@ -20,7 +20,11 @@
  * codes with a message; an accepted entry must re-serialise to the same
  * header fields, section table (but offsets) and section bytes, that
  * re-serialisation must itself decode and re-serialise identically, and
- * everything is freed (LeakSanitizer).
+ * everything is freed (LeakSanitizer). The same bytes are also viewed as
+ * if they lay in a device's memory (hy_entry_view_device, which reads only
+ * what describes the entry): every read inside the entry's bytes, a
+ * refusal with a documented code, and nothing the deserialiser accepts
+ * refused.
  *
  * The committed seeds (corpus/fuzz_entry, written by fuzz_entry_seeds) are
  * real entries of the same model with every repair bit set.
@@ -111,6 +115,53 @@ static void check_same(const hy_entry *e, const uint8_t *p, size_t len, const ui
                hy_entry_payload_bytes(e), total);
 }
 
+/* The device view's reads (hy_entry_view_device): from a copy standing for
+ * device memory, each held inside the entry's bytes. */
+typedef struct dev_buf {
+    const uint8_t *p;
+    size_t len;
+} dev_buf;
+
+static int dev_read(void *ctx, void *dst, const void *src, size_t n, hy_err *err)
+{
+    const dev_buf *d = ctx;
+    const uint8_t *s = src;
+    (void)err;
+    FUZZ_CHECK(s >= d->p && (size_t)(s - d->p) <= d->len && n <= d->len - (size_t)(s - d->p),
+               "the device view read [%td, +%zu) of a %zu-byte entry", s - d->p, n, d->len);
+    memcpy(dst, src, n);
+    return HY_OK;
+}
+
+/* The same bytes viewed where they lie: a refusal is a documented code with
+ * a message; what the deserialiser accepts (a superset of its checks) the
+ * view accepts, with the same tokens. */
+static void check_device_view(const uint8_t *p, size_t len, const hy_entry *host)
+{
+    uint8_t *d = aligned_alloc(64, (len + 63) & ~(size_t)63);
+    FUZZ_CHECK(d != NULL, "out of memory");
+    memcpy(d, p, len);
+    dev_buf b = {d, len};
+    hy_entry *e = NULL;
+    hy_err err = {0};
+    const int rc = hy_entry_view_device(g_model, -1, d, len, dev_read, &b, &e, &err);
+    if (rc) {
+        FUZZ_CHECK(
+            e == NULL && err.msg[0] &&
+                (rc == HY_EFORMAT || rc == HY_EINVAL || rc == HY_EUNSUPPORTED || rc == HY_ENOMEM),
+            "the device view refused with %d (%s): \"%s\"", rc, hy_strerror(rc), err.msg);
+        FUZZ_CHECK(host == NULL, "the device view refused what the deserialiser accepted: %s",
+                   err.msg);
+    } else if (host) {
+        const int32_t *a, *t;
+        const int n = hy_entry_tokens(e, &a);
+        FUZZ_CHECK(n == hy_entry_tokens(host, &t) && memcmp(a, t, (size_t)n * sizeof *a) == 0,
+                   "the device view's tokens differ from the deserialiser's");
+    }
+    hy_entry_free(e);
+    free(d);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1) return 0;
@@ -123,6 +174,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     hy_entry *e = NULL;
     hy_err err = {0};
     int rc = hy_entry_deserialize(g_model, p, len, &e, &err);
+    check_device_view(p, len, rc ? NULL : e);
     if (rc) {
         FUZZ_CHECK(e == NULL, "refused (%s) but returned an entry", hy_strerror(rc));
         FUZZ_CHECK(
