@@ -14,7 +14,13 @@
 #      daemon and the test, two processes);
 #   5. hypic-cached with executor.device: cuda answering the recall prompts
 #      in every mode as the CPU daemon does (test_cached_device.sh);
-#   6. unless HY_GPU_BENCH=0: `hypic-bench executor --device cuda` (prefill
+#   6. unless HY_GPU_ADAPTER=0: the torch adapter (hypic.frontend) composing
+#      the daemon's entries into the recall model on the device, in the
+#      machine's own Python with its PyTorch and transformers
+#      (client/python/e2e/test_adapter.py, test_adapter_on_each_device: its
+#      cpu and cuda cases); the client and pytest come from a wheelhouse
+#      installed into a folder of their own, nothing of that Python changed;
+#   7. unless HY_GPU_BENCH=0: `hypic-bench executor --device cuda` (prefill
 #      and decode on the device against the CPU, the device's GEMM rates as
 #      the limit), `hypic-bench pic --device cuda` (TTFT full / prefix / pic
 #      with the passes on the device) and `hypic-bench tiers --quick` (the
@@ -30,7 +36,10 @@
 # elsewhere instead of building: HY_GPU_BUNDLE names it, and nothing is
 # configured or compiled. The archive carries no CUDA library: cuBLAS and
 # the runtime are the machine's own (found under /usr/local/cuda*, the
-# system's library folders or PyTorch's nvidia packages).
+# system's library folders or PyTorch's nvidia packages). Its py/ is step 6's
+# wheelhouse; from source, step 6 makes one in build-cuda/py with
+# `gpu_bundle.sh --py-only` for the Python it found (PyPI asked: a machine
+# where the project builds reaches it).
 #
 #   sh tools/gpu_check.sh            # about a minute on 16 cores
 #   HY_GPU_ASAN=0 HY_GPU_BENCH=0 sh tools/gpu_check.sh
@@ -55,7 +64,7 @@ if [ -n "${HY_GPU_BUNDLE:-}" ]; then
         [ -e "$d/libcublas.so.13" ] && cudalib=$cudalib${cudalib:+:}$d
         [ -e "$d/libcudart.so.13" ] && cudalib=$cudalib${cudalib:+:}$d
     done
-    echo "gpu_check: CUDA libraries from ${cudalib:-(the loader's default path)}"
+    echo "gpu_check: CUDA libraries from ${cudalib:-(the default path of the loader)}"
     LD_LIBRARY_PATH=$bundle/lib${cudalib:+:$cudalib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     export LD_LIBRARY_PATH
     cached=$bundle/release/hypic-cached
@@ -145,6 +154,62 @@ export HYPIC_CACHED
 device_test test_state_delivery "cuda_ipc delivery skipped" "$rel/test_state_delivery"
 device_test test_cached_device "cuda cases skipped" sh tests/cached/test_cached_device.sh \
     "$cached" "$ctl"
+
+if [ "${HY_GPU_ADAPTER:-1}" != 0 ]; then
+    # The Python a frontend here would use: the first that has torch,
+    # transformers and numpy (the client needs no more of the machine's own).
+    torchpy=""
+    for p in python3 python /usr/bin/python3 /usr/local/bin/python3 /opt/conda/bin/python; do
+        if command -v "$p" >/dev/null && "$p" -c 'import torch, transformers, numpy' 2>/dev/null; then
+            torchpy=$(command -v "$p")
+            break
+        fi
+    done
+    [ -n "$torchpy" ] || { echo "gpu_check: no Python here imports torch, transformers and numpy" \
+        "(HY_GPU_ADAPTER=0 leaves the adapter's test out)"; exit 1; }
+    pyver=$("$torchpy" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+    echo "gpu_check: the adapter in $torchpy: Python $pyver, $("$torchpy" -c \
+        'import torch, transformers as t; print("torch", torch.__version__, "transformers", t.__version__)')"
+    if [ -n "${HY_GPU_BUNDLE:-}" ]; then
+        wheels=$bundle/py
+        [ -d "$wheels" ] || { echo "gpu_check: the bundle has no py/ (built with HY_GPU_ADAPTER=0?)"; exit 1; }
+    else
+        wheels=$PWD/build-cuda/py
+        HY_GPU_PYTHONS=$pyver sh tools/gpu_bundle.sh --py-only build-cuda/py
+    fi
+    if ! ls "$wheels"/grpcio-*-cp"$(echo "$pyver" | tr -d .)"-* >/dev/null 2>&1; then
+        echo "gpu_check: $wheels has no wheels for Python $pyver; build the bundle with" \
+            "HY_GPU_PYTHONS=\"$pyver\" sh tools/gpu_bundle.sh"
+        exit 1
+    fi
+    # into a folder first on PYTHONPATH, so that the pinned versions are the
+    # ones imported whatever that Python has; numpy stays the machine's own
+    # (hypic's pins of it are not in the wheelhouse: --no-deps)
+    pydir=$(mktemp -d)
+    wheel_install() {
+        "$torchpy" -m pip install --quiet --disable-pip-version-check --no-index \
+            --find-links "$wheels" --target "$pydir" "$@"
+    }
+    { wheel_install grpcio protobuf xxhash pytest && wheel_install --no-deps hypic; } ||
+        { echo "gpu_check: installing $wheels into $pydir with $torchpy's pip failed"; exit 1; }
+    # from the e2e folder, so that `import hypic` is the installed package
+    # (with its stubs), not the source beside it; transformers_frontend.py
+    # hides the GPU when CUDA_VISIBLE_DEVICES is unset (its reference path is
+    # the CPU's), so it is set. -rfEsp lists each case's outcome at the end:
+    # SKIPPED for a skip, which fails the check, PASSED for the cuda case.
+    cached_abs=$(cd "$(dirname "$cached")" && pwd)/$(basename "$cached")
+    adapter_test() (
+        cd client/python/e2e
+        PYTHONPATH=$pydir${PYTHONPATH:+:$PYTHONPATH} HYPIC_CACHED=$cached_abs \
+            CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} \
+            "$torchpy" -m pytest -q -s -rfEsp -p no:cacheprovider --rootdir .. test_adapter.py \
+            -k test_adapter_on_each_device
+    )
+    device_test test_adapter "SKIPPED" adapter_test
+    grep -q "^PASSED .*test_adapter_on_each_device\[cuda\]" "$logs/test_adapter.log" ||
+        { echo "gpu_check: test_adapter ran no cuda case"; exit 1; }
+    rm -rf "$pydir"
+fi
 
 if [ "${HY_GPU_BENCH:-1}" != 0 ]; then
     # the executor on the device against the CPU's, and the pic bench's TTFTs
