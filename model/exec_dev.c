@@ -49,6 +49,7 @@ typedef struct dev_ops {
     DEV_OP(linear);
     DEV_OP(linear_bf16);
     DEV_OP(to_bf16);
+    DEV_OP(linear_w16);
     DEV_OP(rmsnorm);
     DEV_OP(rmsnorm_heads);
     DEV_OP(gated_rmsnorm);
@@ -78,11 +79,12 @@ typedef struct dev_ops {
     {                                                                                              \
         .malloc = P##malloc, .free = P##free, .copy = P##copy, .copy_rows = P##copy_rows,          \
         .zero = P##zero, .sync = P##sync, .linear = P##linear, .linear_bf16 = P##linear_bf16,      \
-        .to_bf16 = P##to_bf16, .rmsnorm = P##rmsnorm, .rmsnorm_heads = P##rmsnorm_heads,           \
-        .gated_rmsnorm = P##gated_rmsnorm, .conv1d_silu = P##conv1d_silu, .swiglu = P##swiglu,     \
-        .add = P##add, .mul_sigmoid = P##mul_sigmoid, .embed = P##embed,                           \
-        .rope_table = P##rope_table, .rope_rotate = P##rope_rotate, .moe_route = P##moe_route,     \
-        .moe_plan = P##moe_plan, .moe_gather = P##moe_gather, .moe_combine = P##moe_combine,       \
+        .to_bf16 = P##to_bf16, .linear_w16 = P##linear_w16, .rmsnorm = P##rmsnorm,                 \
+        .rmsnorm_heads = P##rmsnorm_heads, .gated_rmsnorm = P##gated_rmsnorm,                      \
+        .conv1d_silu = P##conv1d_silu, .swiglu = P##swiglu, .add = P##add,                         \
+        .mul_sigmoid = P##mul_sigmoid, .embed = P##embed, .rope_table = P##rope_table,             \
+        .rope_rotate = P##rope_rotate, .moe_route = P##moe_route, .moe_plan = P##moe_plan,         \
+        .moe_gather = P##moe_gather, .moe_combine = P##moe_combine,                                \
         .moe_shared_gate = P##moe_shared_gate, .gdn_gates = P##gdn_gates,                          \
         .gdn_chunked = P##gdn_chunked, .gdn_recurrent = P##gdn_recurrent,                          \
         .attention_work = P##attention_work, .attention = P##attention,                            \
@@ -114,6 +116,8 @@ struct hy_dev_exec {
     const dev_ops *op;
     hy_cu_stream stream;
     hy_cu_blas *blas; /* NULL when emulated */
+    bool bf16;        /* the weight matrices kept in bf16 (HY_WEIGHTS_BF16 on a BF16
+                       * checkpoint): products of more rows than HY_CU_W16_ROWS in bf16 */
     int device;       /* the CUDA ordinal; -1 when emulated */
     char name[160];
     const hy_model *m;
@@ -137,6 +141,8 @@ struct hy_dev_exec {
     int64_t *pos;
     float *attn_work;
     size_t attn_work_n;
+    /* a product's rows rounded to bf16 (d->bf16) */
+    uint16_t *xb16;
     /* a capture's T of one layer, every head */
     float *T;
     /* a hole's sections on their way: payloads, and the head records */
@@ -211,10 +217,17 @@ static int upload(hy_dev_exec *d, const float *src, size_t n, float **out, hy_er
     return rc ? rc : up(d, *out, src, n * sizeof(float), err);
 }
 
-/* A weight matrix (hy_model_matrices) of n values: bf16 ones widened. */
+/* A weight matrix (hy_model_matrices) of n values: bf16 ones kept so when
+ * the products run in bf16 (its bytes then bf16, whatever *out's type),
+ * widened otherwise. */
 static int upload_matrix(hy_dev_exec *d, const float *w, size_t n, float **out, hy_err *err)
 {
     if (!d->m->w_bf16 || !w) return upload(d, w, n, out, err);
+    if (d->bf16) {
+        *out = NULL;
+        int rc = dalloc(d, n * sizeof(uint16_t), (void **)out, err);
+        return rc ? rc : up(d, *out, w, n * sizeof(uint16_t), err);
+    }
     float *wide = malloc(n * sizeof *wide);
     if (!wide) return hy_err_set(err, HY_ENOMEM, "out of memory widening a matrix");
     const uint16_t *b = (const uint16_t *)(const void *)w;
@@ -333,6 +346,7 @@ int hy_dev_exec_new(const hy_model *m, hy_exec_device kind, int device, hy_dev_e
     if (!d) return hy_err_set(err, HY_ENOMEM, "out of memory");
     d->m = m;
     d->device = kind == HY_EXEC_EMULATED ? -1 : device;
+    d->bf16 = m->bf16_asked; /* the device multiplies in bf16 wherever asked */
     if (kind == HY_EXEC_EMULATED) {
         d->op = &k_emu;
         snprintf(d->name, sizeof d->name, "emulated device (the CUDA kernels' bodies on the CPU)");
@@ -349,6 +363,10 @@ int hy_dev_exec_new(const hy_model *m, hy_exec_device kind, int device, hy_dev_e
                         "this build has no CUDA kernels (nvcc was not found when it was "
                         "configured): executor.device cuda is not available");
 #endif
+    }
+    if (!rc && d->bf16) { /* said wherever the device is named */
+        const size_t at = strlen(d->name);
+        snprintf(d->name + at, sizeof d->name - at, ", bf16 products");
     }
     if (!rc) rc = upload_weights(d, err);
     if (!rc && !(d->S = calloc((size_t)m->cfg.n_layers, 4 * sizeof *d->S)))
@@ -461,6 +479,12 @@ static int workspace(hy_dev_exec *d, size_t B, hy_err *err)
         dfree(d, d->pos);
         d->pos = NULL;
         rc = dalloc(d, B * sizeof(int64_t), (void **)&d->pos, err);
+    }
+    if (!rc && d->bf16) { /* the widest product's rows: K ≤ max(H, Vd, Qd, I) */
+        dfree(d, d->xb16);
+        d->xb16 = NULL;
+        const size_t K = HY_MAX(HY_MAX(H, Vd), HY_MAX(Qd, I));
+        rc = dalloc(d, B * K * sizeof(uint16_t), (void **)&d->xb16, err);
     }
     free(d->h_ids);
     free(d->h_g);
@@ -604,14 +628,29 @@ int hy_dev_end(hy_exec *ex, hy_state *st, hy_err *err)
 
 /* --- layers ------------------------------------------------------------------- */
 
+/* Y [n][N] = X [n][K] · Wᵀ, W one of the model's matrices as the device
+ * keeps it (hy_fwd_linear's work): fp32 on cuBLAS; or bf16, as the CPU's
+ * bf16 arithmetic runs it — more than HY_CU_W16_ROWS rows rounded to bf16
+ * and multiplied on cuBLAS's bf16 path with fp32 sums, fewer (a decode
+ * step) in fp32 against the widened weights. */
+static int matmul(hy_dev_exec *d, int n, int K, int N, const float *X, size_t ldx, const float *W,
+                  float *Y, size_t ldy, hy_err *err)
+{
+    if (!d->bf16) return d->op->linear(d->blas, n, K, N, X, ldx, W, Y, ldy, err);
+    const uint16_t *W16 = (const uint16_t *)(const void *)W;
+    if (n <= HY_CU_W16_ROWS) return d->op->linear_w16(d->stream, n, K, N, X, ldx, W16, Y, ldy, err);
+    /* the rows as laid out, gaps included (ldx ≥ K) */
+    int rc = d->op->to_bf16(d->stream, (size_t)(n - 1) * ldx + (size_t)K, X, d->xb16, err);
+    return rc ? rc : d->op->linear_bf16(d->blas, n, K, N, d->xb16, ldx, W16, Y, ldy, err);
+}
+
 static int ffn(hy_dev_exec *d, const dev_mlp *w, int n, int D, const float *xin, float *out,
                hy_err *err)
 {
     const int I = w->inter;
-    int rc =
-        d->op->linear(d->blas, n, D, 2 * I, xin, (size_t)D, w->w_gu, d->gu, (size_t)2 * I, err);
+    int rc = matmul(d, n, D, 2 * I, xin, (size_t)D, w->w_gu, d->gu, (size_t)2 * I, err);
     if (!rc) rc = d->op->swiglu(d->stream, n, I, d->gu, (size_t)2 * I, d->h, (size_t)I, err);
-    if (!rc) rc = d->op->linear(d->blas, n, I, D, d->h, (size_t)I, w->w_down, out, (size_t)D, err);
+    if (!rc) rc = matmul(d, n, I, D, d->h, (size_t)I, w->w_down, out, (size_t)D, err);
     return rc;
 }
 
@@ -621,7 +660,7 @@ static int moe(hy_dev_exec *d, const dev_layer *dl, int n, hy_err *err)
     const hy_model_config *c = &d->m->cfg;
     const int H = c->hidden, E = c->n_experts, k = c->top_k;
     const dev_ops *op = d->op;
-    int rc = op->linear(d->blas, n, H, E, d->xn, (size_t)H, dl->router, d->le, (size_t)E, err);
+    int rc = matmul(d, n, H, E, d->xn, (size_t)H, dl->router, d->le, (size_t)E, err);
     if (!rc)
         rc = op->moe_route(d->stream, n, E, k, c->norm_topk, d->le, (size_t)E, d->topi, d->topw,
                            err);
@@ -732,7 +771,7 @@ static int gdn_layer(hy_exec *ex, int li, const item *it, int ni, int n, hy_err 
     const size_t Vd = (size_t)Hv * dv, C = 2 * (size_t)Hk * dk + Vd, P = C + Vd + 2 * (size_t)Hv;
     const size_t ss = (size_t)dk * dv, tt = (size_t)dk * dk, tail = (size_t)(K - 1) * C;
     int rc = HY_OK;
-    if (n > 0) rc = op->linear(d->blas, n, H, (int)P, d->xn, (size_t)H, dl->w_in, d->big, P, err);
+    if (n > 0) rc = matmul(d, n, H, (int)P, d->xn, (size_t)H, dl->w_in, d->big, P, err);
     bool captures = false;
     for (int i = 0; !rc && i < ni; i++) { /* the conv, item by item */
         const hy_piece *p = it[i].p;
@@ -804,7 +843,7 @@ static int gdn_layer(hy_exec *ex, int li, const item *it, int ni, int n, hy_err 
     if (rc || n == 0) return rc;
     rc = op->gated_rmsnorm(d->stream, n, Hv, dv, d->o, Vd, d->big + C, P, dl->norm_w,
                            c->lin_norm_eps, err);
-    if (!rc) rc = op->linear(d->blas, n, (int)Vd, H, d->o, Vd, dl->w_out, d->y, (size_t)H, err);
+    if (!rc) rc = matmul(d, n, (int)Vd, H, d->o, Vd, dl->w_out, d->y, (size_t)H, err);
     return rc;
 }
 
@@ -865,7 +904,7 @@ static int attn_layer(hy_exec *ex, int li, const item *it, int ni, int n, int nh
         if (!rc) rc = op->hole_kv_write(d->stream, &hk, err);
     }
     if (rc || n == 0) return rc;
-    rc = op->linear(d->blas, n, H, (int)P, d->xn, (size_t)H, dl->w_qkv, d->big, P, err);
+    rc = matmul(d, n, H, (int)P, d->xn, (size_t)H, dl->w_qkv, d->big, P, err);
     if (!rc)
         rc = op->rmsnorm_heads(d->stream, n, Hq, hd, d->big, P, qs, dl->q_norm, c->rms_eps, d->big,
                                P, qs, err);
@@ -922,7 +961,7 @@ static int attn_layer(hy_exec *ex, int li, const item *it, int ni, int n, int nh
     if (!rc) rc = op->attention(d->stream, &a, d->attn_work, d->attn_work_n, err);
     if (!rc && c->attn_gate)
         rc = op->mul_sigmoid(d->stream, n, Hq, hd, d->o, Qd, (size_t)hd, d->big + hd, P, qs, err);
-    if (!rc) rc = op->linear(d->blas, n, (int)Qd, H, d->o, Qd, dl->w_o, d->y, (size_t)H, err);
+    if (!rc) rc = matmul(d, n, (int)Qd, H, d->o, Qd, dl->w_o, d->y, (size_t)H, err);
     return rc;
 }
 
@@ -975,8 +1014,8 @@ int hy_dev_step(hy_exec *ex, hy_state *st, const item *it, int ni, int n, float 
         rc = op->rmsnorm(d->stream, 1, H, d->x + (size_t)(n - 1) * H, (size_t)H, d->final_norm,
                          c->rms_eps, d->last, (size_t)H, err);
         if (!rc)
-            rc = op->linear(d->blas, 1, H, c->vocab, d->last, (size_t)H, d->lm_head, d->logits,
-                            (size_t)c->vocab, err);
+            rc = matmul(d, 1, H, c->vocab, d->last, (size_t)H, d->lm_head, d->logits,
+                        (size_t)c->vocab, err);
         if (!rc) rc = down(d, logits, d->logits, (size_t)c->vocab * sizeof(float), err);
     }
     if (rc) {

@@ -1269,7 +1269,8 @@ int hy_model_open_with(hy_model **out, const char *dir, hy_weights w, hy_err *er
         rc = hy_model_quantize_q8(m, err);
     else if (rc == HY_OK && w != HY_WEIGHTS_F32 && checkpoint_bf16(&ld))
         rc = hy_model_narrow(m, err);
-    m->bf16_math = m->w_bf16 && w == HY_WEIGHTS_BF16 && hy_linear_bf16_rounds_x(1 << 30, true);
+    m->bf16_asked = m->w_bf16 && w == HY_WEIGHTS_BF16;
+    m->bf16_math = m->bf16_asked && hy_linear_bf16_rounds_x(1 << 30, true);
     hy_st_close(ld.st); /* every weight now lives in owned buffers */
     free(ld.used);
     if (rc != HY_OK) {

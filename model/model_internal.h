@@ -169,6 +169,7 @@ struct hy_model {
      * fields keep their float * type; only forward.c's linear() reads them. */
     bool w_bf16;
     bool bf16_math; /* w_bf16 and hy_linear_bf16's bf16 arithmetic (HY_WEIGHTS_BF16) */
+    bool bf16_asked; /* w_bf16 and HY_WEIGHTS_BF16: bf16 arithmetic wherever it can run */
     /* Whether they hold q8 values (HY_WEIGHTS_Q8): the fields point at each
      * matrix's first 8-bit value; q8 [n_q8] lists the buffers by address,
      * for hy_model_q8_matrix to find a matrix's scales. */

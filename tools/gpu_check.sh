@@ -26,7 +26,8 @@
 #      with the passes on the device) and `hypic-bench tiers --quick` (the
 #      hbm tier's copies against cudaMemcpy); the first two again on the
 #      published shape of the smallest Qwen3.5 (random weights; HY_GPU_REAL=0
-#      leaves them out).
+#      leaves them out), the executor's once more with bf16 products
+#      (--weights bf16).
 # A test that says it skipped its device part fails the check (exit 2): on a
 # GPU machine it must run. Builds only the targets it runs, in build-cuda and
 # build-cuda-asan.
@@ -227,6 +228,11 @@ if [ "${HY_GPU_BENCH:-1}" != 0 ]; then
         "$model" init --preset qwen35-0.8b-shape --seed 1 --out "$real/m" --dtype BF16
         "$bench" executor --quick --device cuda --model "$real/m" |
             tee "$logs/bench_executor_real.log"
+        # and with its matrices in bf16 on the tensor cores (executor.weights: bf16)
+        "$bench" executor --quick --device cuda --model "$real/m" --weights bf16 |
+            tee "$logs/bench_executor_real_bf16.log"
+        tail -1 "$logs/bench_executor_real_bf16.log" | grep -q 'bf16 products' ||
+            { echo "gpu_check: hypic-bench executor --weights bf16 did not multiply in bf16"; exit 1; }
         "$bench" pic --requests 3 --repr 0.03 --device cuda --model "$real/m" |
             tee "$logs/bench_pic_real.log"
         rm -rf "$real"

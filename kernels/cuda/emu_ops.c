@@ -76,6 +76,25 @@ static void sgate_phase(const void *a, int ph, int b, int tid, int nthr, float *
     hy_cu_sgate_phase(a, ph, b, tid, nthr, sh);
 }
 
+/* --- a few rows against bf16 weights ---------------------------------------------- */
+
+static void w16_phase(const void *a, int ph, int b, int tid, int nthr, float *sh)
+{
+    hy_cu_w16_phase(a, ph, b, tid, nthr, sh);
+}
+
+int hy_emu_linear_w16(hy_cu_stream stream, int n, int K, int N, const float *X, size_t ldx,
+                      const uint16_t *W, float *Y, size_t ldy, hy_err *err)
+{
+    (void)stream;
+    const int rc = hy_cu_linear_w16_check(n, K, N, err);
+    if (rc || n == 0) return rc;
+    const hy_cu_w16_args a = {n, K, N, X, ldx, W, Y, ldy};
+    const int nthr = hy_cu_w16_threads(K);
+    return run_blocks(w16_phase, &a, hy_cu_w16_phases(nthr), N, nthr, hy_cu_w16_shared(nthr),
+                      "linear_w16", err);
+}
+
 /* --- norms ------------------------------------------------------------------------- */
 
 static int norm_run(int n, const hy_cu_norm_args *a, const char *what, hy_err *err)

@@ -51,6 +51,16 @@ static __global__ void norm_kernel(hy_cu_norm_args a)
     }
 }
 
+static __global__ void w16_kernel(hy_cu_w16_args a)
+{
+    extern __shared__ float sh[];
+    const int phases = hy_cu_w16_phases(blockDim.x);
+    for (int ph = 0; ph < phases; ph++) {
+        hy_cu_w16_phase(&a, ph, blockIdx.x, threadIdx.x, blockDim.x, sh);
+        __syncthreads();
+    }
+}
+
 static __global__ void route_kernel(hy_cu_route_args a)
 {
     extern __shared__ float sh[];
@@ -171,6 +181,19 @@ static __global__ void gather_kernel(int N, int k, int D, const int32_t *rows, c
 {
     FOR_EACH(i, (size_t)N * D)
     hy_cu_moe_gather_elem(k, rows, src, lds, xe, ldxe, (int)(i / D), (int)(i % D));
+}
+
+/* --- launchers: a few rows against bf16 weights ------------------------------------- */
+
+extern "C" int hy_cu_linear_w16(hy_cu_stream stream, int n, int K, int N, const float *X,
+                                size_t ldx, const uint16_t *W, float *Y, size_t ldy, hy_err *err)
+{
+    const int rc = hy_cu_linear_w16_check(n, K, N, err);
+    if (rc || n == 0) return rc;
+    const hy_cu_w16_args a = {n, K, N, X, ldx, W, Y, ldy};
+    const int nthr = hy_cu_w16_threads(K);
+    w16_kernel<<<(unsigned)N, nthr, hy_cu_w16_shared(nthr) * sizeof(float), stream>>>(a);
+    return launched("linear_w16", err);
 }
 
 /* --- launchers: norms -------------------------------------------------------------- */

@@ -31,6 +31,7 @@
 #include "hy_common.h"
 
 #include "hy_cu_body.h"
+#include "hy_cuda_ops.h"
 
 #include <limits.h>
 #include <stddef.h>
@@ -151,6 +152,57 @@ HY_CU_BODY void hy_cu_norm_phase(const hy_cu_norm_args *a, int ph, int b, int ti
         hy_cu_tree_sum(sh, tid, nthr >> ph);
     else
         hy_cu_norm_scale(a, b, tid, nthr, sh);
+}
+
+/* --- a few rows against bf16 weights (hy_linear_bf16's direct path) ------- */
+
+/* Y [n][N] = X [n][K] · Wᵀ with W [N][K] in bf16, widened as it is read and
+ * multiplied in fp32: what the CPU does for up to HY_CU_W16_ROWS rows (a
+ * decode step) whatever its bf16 arithmetic, and a GEMV's shape — bound by
+ * reading W once. One block per output column o: its threads stride over K
+ * (consecutive threads, consecutive weights), each summing its share of
+ * every row, then a tree per row. */
+typedef struct hy_cu_w16_args {
+    int n, K, N;
+    const float *X;
+    size_t ldx;
+    const uint16_t *W;
+    float *Y;
+    size_t ldy;
+} hy_cu_w16_args;
+
+HY_CU_BODY int hy_cu_w16_threads(int K)
+{
+    return hy_cu_row_threads(K);
+}
+/* A row's partial sums each: sh[r·nthr + tid]. */
+HY_CU_BODY size_t hy_cu_w16_shared(int nthr)
+{
+    return (size_t)HY_CU_W16_ROWS * nthr;
+}
+/* Phase 0 the partial sums, then the trees' levels, then the write. */
+HY_CU_BODY int hy_cu_w16_phases(int nthr)
+{
+    return hy_cu_levels(nthr) + 2;
+}
+
+HY_CU_BODY void hy_cu_w16_phase(const hy_cu_w16_args *a, int ph, int o, int tid, int nthr,
+                                float *sh)
+{
+    const int L = hy_cu_levels(nthr);
+    if (ph == 0) {
+        const uint16_t *w = a->W + (size_t)o * a->K;
+        float acc[HY_CU_W16_ROWS] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k = tid; k < a->K; k += nthr) {
+            const float wk = hy_cu_bf16_to_f32(w[k]);
+            for (int r = 0; r < a->n; r++) acc[r] += a->X[(size_t)r * a->ldx + k] * wk;
+        }
+        for (int r = 0; r < a->n; r++) sh[r * nthr + tid] = acc[r];
+    } else if (ph <= L) {
+        for (int r = 0; r < a->n; r++) hy_cu_tree_sum(sh + r * nthr, tid, nthr >> ph);
+    } else if (tid == 0) {
+        for (int r = 0; r < a->n; r++) a->Y[(size_t)r * a->ldy + o] = sh[r * nthr];
+    }
 }
 
 /* --- depthwise causal conv + SiLU (hy_conv1d_silu) ------------------------ */
@@ -633,6 +685,15 @@ static inline int hy_cu_norm_check(int n, int heads, int d, const char *what, hy
 static inline int hy_cu_rows_check(int n, int d, const char *what, hy_err *err)
 {
     if (n < 0 || d < 1) return hy_err_set(err, HY_EINVAL, "%s: %d rows of %d", what, n, d);
+    return HY_OK;
+}
+
+/* linear_w16: 0 ≤ n ≤ HY_CU_W16_ROWS rows, K, N ≥ 1 (N blocks). */
+static inline int hy_cu_linear_w16_check(int n, int K, int N, hy_err *err)
+{
+    if (n < 0 || n > HY_CU_W16_ROWS || K < 1 || N < 1)
+        return hy_err_set(err, HY_EINVAL, "linear_w16: %d rows (at most %d) of %d into %d", n,
+                          HY_CU_W16_ROWS, K, N);
     return HY_OK;
 }
 

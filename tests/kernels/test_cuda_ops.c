@@ -2,6 +2,7 @@
  * The device's small operations (kernels/cuda/ops.cu) against the CPU code
  * they stand in for: the norms (hy_rmsnorm, exec_internal.h's per-head and
  * gated row norms, hy_l2norm_scale), the short convolution (hy_conv1d_silu),
+ * a few rows against bf16 weights (hy_linear_bf16's direct path),
  * RoPE (hy_rope_cos_sin, hy_rope_rotate), and transcriptions of the
  * executor's static loops — ffn.c's SwiGLU and relu², its softmax routing
  * (route_token, top_k), the rows gathered per expert, the weighted scatter
@@ -85,8 +86,16 @@
  * range, glibc's within 1: at most 3 ulps of 1, 3.6e-7. 5e-7. (The host
  * body calls glibc's, and must agree exactly.)
  *
+ * TOL_DOT, |y − ref| / Σ|x·w| per output: hy_cu_linear_w16's dot products
+ * of K ≤ 6144 terms — each thread's strided share, then a tree — against
+ * the CPU's direct path in its vector lanes: the same widened weights and
+ * fp32 products, only the order of the sums differs, about √(depth)·u of
+ * the sum of magnitudes as a random walk (8e-8 seen). 1e-6; a wrong row or
+ * weight moves it to order 1.
+ *
  * Copies, counts and offsets (embedding, gather, plan, conv state, relu²,
  * bias, residual add: one IEEE operation or none) must agree bit for bit. */
+#define TOL_DOT   1e-6
 #define TOL_NORM  4e-6
 #define TOL_ELEM  1e-6
 #define TOL_SUM   2e-6
@@ -421,6 +430,65 @@ static void test_conv(void)
             drop(way, st[way]), drop(way, wk[way]), drop(way, bk[way]);
         }
         free(w), free(bias), free(S0), free(SR), free(SW);
+    }
+}
+
+/* --- a few rows against bf16 weights ------------------------------------------------- */
+
+typedef struct w16_case {
+    int n, K, N;
+    size_t ldx;
+} w16_case;
+static const w16_case k_w16[] = {
+    {1, 1024, 96, 1024}, /* a decode step's row, hidden 1024 */
+    {4, 2048, 33, 2100}, /* four rows, strided */
+    {3, 100, 7, 100},    /* K short of a block's threads */
+    {2, 6144, 64, 6144}, /* the conv's width */
+};
+
+static void test_linear_w16(void)
+{
+    for (size_t i = 0; i < sizeof k_w16 / sizeof *k_w16; i++) {
+        const w16_case *c = &k_w16[i];
+        hy_rng r;
+        hy_rng_seed(&r, 900 + i);
+        const size_t NX = (size_t)c->n * c->ldx, NW = (size_t)c->N * c->K, NY = (size_t)c->n * c->N;
+        float *X = randn(&r, NX, 1.0f), *Wf = randn(&r, NW, 0.05f), *ref = malloc(NY * 4);
+        uint16_t *W = malloc(NW * sizeof *W);
+        for (size_t j = 0; j < NW; j++) W[j] = hy_cu_f32_to_bf16(Wf[j]);
+        hy_linear_bf16(c->n, c->K, c->N, X, c->ldx, W, ref, (size_t)c->N, false);
+        double *mag = calloc(NY, sizeof *mag); /* Σ|x·w| per output */
+        for (int t = 0; t < c->n; t++)
+            for (int o = 0; o < c->N; o++)
+                for (int k = 0; k < c->K; k++)
+                    mag[(size_t)t * c->N + o] += fabs((double)X[(size_t)t * c->ldx + k] *
+                                                      hy_cu_bf16_to_f32(W[(size_t)o * c->K + k]));
+        float *first = NULL;
+        printf("\n    linear_w16 %d rows, %d into %d:", c->n, c->K, c->N);
+        for (int way = 0; way < ways(); way++) {
+            const int dev = way_dev(way);
+            float *dx = put(way, X, NX * 4), *dy = put(way, NULL, NY * 4);
+            uint16_t *dw = put(way, W, NW * sizeof *W);
+            hy_err err = {0};
+            CU_ASSERT_FATAL(ok(
+                OP(dev, linear_w16)(NULL, c->n, c->K, c->N, dx, c->ldx, dw, dy, (size_t)c->N, &err),
+                &err));
+            float *Y = fetch(way, dy, NY);
+            CU_ASSERT_FATAL(Y != NULL);
+            double worst = 0;
+            for (size_t j = 0; j < NY; j++)
+                worst = worse(worst, fabs((double)Y[j] - ref[j]) / fmax(mag[j], 1e-30));
+            printf(" %s %.2e", k_way[way], worst);
+            CU_ASSERT(worst <= TOL_DOT);
+            if (way == HOST)
+                first = Y;
+            else {
+                if (way == REVERSED) CU_ASSERT(memcmp(Y, first, NY * 4) == 0);
+                free(Y);
+            }
+            drop(way, dx), drop(way, dw);
+        }
+        free(first), free(X), free(Wf), free(ref), free(W), free(mag);
     }
 }
 
@@ -932,6 +1000,8 @@ static void refusals(int dev)
     CU_ASSERT_EQUAL(OP(dev, conv1d_silu)(NULL, 4, 0, 4, NULL, 0, NULL, NULL, NULL, NULL, 0, &err),
                     HY_EINVAL);
     CU_ASSERT_EQUAL(OP(dev, rope_table)(NULL, 63, NULL, 0, 10, NULL, &err), HY_EINVAL);
+    CU_ASSERT_EQUAL(OP(dev, linear_w16)(NULL, 5, 64, 8, NULL, 64, NULL, NULL, 8, &err),
+                    HY_EINVAL); /* more rows than the direct path takes */
     CU_ASSERT_EQUAL(
         OP(dev, rope_rotate)(NULL, 2, 64, NULL, NULL, NULL, 0, 0, 1, NULL, 0, 0, 1, &err),
         HY_EINVAL); /* key heads without keys */
@@ -996,6 +1066,7 @@ int main(void)
         {"the bodies' exp is the CPU kernels'", test_expf},
         {"norms_match_cpu", test_norms},
         {"conv_matches_cpu_and_carries_state", test_conv},
+        {"linear_w16_matches_the_cpus_direct_path", test_linear_w16},
         {"elementwise_match_executor", test_elementwise},
         {"rope_table_matches_cpu", test_rope_table},
         {"rope_rotates_first_rd_dims_only", test_rope_rotate},

@@ -74,6 +74,21 @@ int hy_cu_l2norm_heads(hy_cu_stream stream, int n, int heads, int d, float *x, s
 int hy_emu_l2norm_heads(hy_cu_stream stream, int n, int heads, int d, float *x, size_t ldx,
                         float eps, float scale, hy_err *err);
 
+/* --- a few rows against bf16 weights ---------------------------------------------- */
+
+/* The rows up to which hy_linear_bf16 multiplies directly in fp32 (the CPU's
+ * DIRECT_ROWS, kernels/linear_narrow.c), bf16 arithmetic past them. */
+#define HY_CU_W16_ROWS 4
+/* hy_linear_bf16 for up to HY_CU_W16_ROWS rows, its direct path: Y [n][N]
+ * = X [n][K] · Wᵀ, W [N][K] bf16 widened as read, fp32 products and sums (X
+ * not rounded). What the device executor runs for a decode step's products
+ * when it keeps the weights in bf16; more rows go to cuBLAS in bf16
+ * (hy_cu_linear_bf16). */
+int hy_cu_linear_w16(hy_cu_stream stream, int n, int K, int N, const float *X, size_t ldx,
+                     const uint16_t *W, float *Y, size_t ldy, hy_err *err);
+int hy_emu_linear_w16(hy_cu_stream stream, int n, int K, int N, const float *X, size_t ldx,
+                      const uint16_t *W, float *Y, size_t ldy, hy_err *err);
+
 /* --- the short convolution ----------------------------------------------------- */
 
 /* hy_conv1d_silu: in [n] rows of C (ldi); state [K-1][C], oldest first,
