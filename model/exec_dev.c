@@ -7,15 +7,18 @@
  * What lives where:
  *   - the model's weights, uploaded once per executor (bf16 matrices widened
  *     to fp32 on the way: the products then read what the CPU's f32 path
- *     reads);
+ *     reads; kept in bf16 when the model asks for bf16 arithmetic);
  *   - a mirror of the running state: at a pass's start the host state is
  *     copied up (S and the conv window of each linear layer, K and V of the
- *     positions so far), at its end what the pass changed comes back, so
+ *     positions so far) unless the mirror is already that state's, as the
+ *     last pass left it and untouched since (hy_state.version: a decode
+ *     step after a pass); at its end what the pass changed comes back, so
  *     everything that reads a state (entries, copies, deliveries) is
  *     unchanged;
  *   - the step's activations, sized for max_batch rows.
  * A hole's sections go up as the pass reaches its layer (composition and
- * K/V written on the device); a capture's T, snapshots, canonical K/V and
+ * K/V written on the device), or are read where they lie for an entry in
+ * the device's memory (hy_exec_view_device); a capture's T, snapshots, canonical K/V and
  * conv tail come down as the CPU's pass would have written them, and the
  * body's S = S_end − T·S_w is extracted on the host by the CPU kernel.
  *
@@ -130,6 +133,13 @@ struct hy_dev_exec {
     /* the state's mirror */
     float **S, **conv, **K, **V;
     int64_t kv_cap, pos_begin;
+    /* whose it is, as of which version (hy_state.version) and position:
+     * current when the next pass's state is still that one (NULL: none,
+     * and during a pass) */
+    const hy_state *mirror_of;
+    uint64_t mirror_version;
+    int64_t mirror_pos;
+    uint64_t state_uploads; /* passes that copied the state up (tests) */
     /* RoPE's table for positions [0, rope_n) */
     float *rope;
     int64_t rope_n;
@@ -525,10 +535,11 @@ static int stage(hy_dev_exec *d, size_t n, hy_err *err)
     return rc;
 }
 
-/* The state's mirror holds kv_cap positions (what it held is copied up
- * again by hy_dev_begin). */
+/* The state's mirror holds kv_cap positions (grown, it holds nothing yet:
+ * hy_dev_begin copies the state up again). */
 static int state_buffers(hy_dev_exec *d, int64_t kv_cap, hy_err *err)
 {
+    if (kv_cap > d->kv_cap) d->mirror_of = NULL;
     const hy_model_config *c = &d->m->cfg;
     const size_t Hv = (size_t)c->lin_v_heads, dk = (size_t)c->lin_dk, dv = (size_t)c->lin_dv;
     const size_t C = (size_t)hy_config_conv_dim(c), KV = (size_t)c->n_kv_heads * c->head_dim;
@@ -586,7 +597,13 @@ int hy_dev_begin(hy_exec *ex, hy_state *st, size_t B, int64_t ctx, hy_err *err)
     if (!rc) rc = rope_table(d, ctx, err);
     const size_t Hv = (size_t)c->lin_v_heads, dk = (size_t)c->lin_dk, dv = (size_t)c->lin_dv;
     const size_t C = (size_t)hy_config_conv_dim(c), KV = (size_t)c->n_kv_heads * c->head_dim;
-    for (int li = 0; !rc && li < c->n_layers; li++) {
+    /* the mirror is this state's as the last pass left it, untouched since
+     * on the host (a decode step after a pass): nothing to copy up */
+    const bool current =
+        d->mirror_of == st && d->mirror_version == st->version && d->mirror_pos == st->pos;
+    d->mirror_of = NULL; /* until this pass has ended well */
+    if (!current) d->state_uploads++;
+    for (int li = 0; !rc && !current && li < c->n_layers; li++) {
         if (c->layer_kind[li] == HY_LAYER_LINEAR) {
             rc = up(d, d->S[li], st->S[li], Hv * dk * dv * sizeof(float), err);
             if (!rc)
@@ -622,8 +639,18 @@ int hy_dev_end(hy_exec *ex, hy_state *st, hy_err *err)
             if (!rc) rc = down(d, st->v[li] + at, d->V[li] + at, bytes, err);
         }
     }
-    if (rc) hy_err_prefix(err, "%s", d->name);
-    return rc;
+    if (rc) {
+        hy_err_prefix(err, "%s", d->name);
+        return rc;
+    }
+    hy_state_touch(st); /* changed on the host, to what the mirror holds */
+    d->mirror_of = st, d->mirror_version = st->version, d->mirror_pos = st->pos;
+    return HY_OK;
+}
+
+uint64_t hy_dev_exec_state_uploads(const hy_dev_exec *d)
+{
+    return d->state_uploads;
 }
 
 /* --- layers ------------------------------------------------------------------- */

@@ -673,8 +673,10 @@ int hy_exec_run(hy_exec *ex, hy_state *st, const hy_piece *pc, size_t np, float 
     if ((rc = hy_state_reserve(st, ctx, err)) || (rc = ensure_workspace(ex, B, ctx, err)) ||
         (rc = rope_reserve(ex, ctx, err)))
         return rc;
-    /* on a device: the state's mirror up to date, the step's buffers sized */
+    /* on a device: the state's mirror up to date, the step's buffers sized;
+     * on the CPU the pass writes the state itself */
     if (ex->dev && (rc = hy_dev_begin(ex, st, B, ctx, err))) return rc;
+    if (!ex->dev) hy_state_touch(st);
     if (grow((void **)&ex->items, &ex->items_cap, np, sizeof *ex->items) ||
         grow((void **)&ex->rowpos, &ex->rowpos_cap, B, sizeof *ex->rowpos) ||
         grow((void **)&ex->rowcap, &ex->rowcap_cap, B, sizeof *ex->rowcap))

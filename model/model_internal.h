@@ -168,7 +168,7 @@ struct hy_model {
      * of fp32's, which the forward's products widen as they read them. The
      * fields keep their float * type; only forward.c's linear() reads them. */
     bool w_bf16;
-    bool bf16_math; /* w_bf16 and hy_linear_bf16's bf16 arithmetic (HY_WEIGHTS_BF16) */
+    bool bf16_math;  /* w_bf16 and hy_linear_bf16's bf16 arithmetic (HY_WEIGHTS_BF16) */
     bool bf16_asked; /* w_bf16 and HY_WEIGHTS_BF16: bf16 arithmetic wherever it can run */
     /* Whether they hold q8 values (HY_WEIGHTS_Q8): the fields point at each
      * matrix's first 8-bit value; q8 [n_q8] lists the buffers by address,
@@ -208,7 +208,15 @@ struct hy_state {
     int64_t x_valid;   /* x holds the expansion of positions [0, x_valid): passes that
                         * attend in the latent space (HY_MLA_ABSORBED) expand nothing */
     int64_t kv_cap;
+    /* The version of its contents: a new value, from one counter for every
+     * state, each time they may change on the host (a CPU pass, a reset, a
+     * copy, a writable pointer handed out: hy_state_touch). A device
+     * executor's mirror of the state is current while this is the value it
+     * saw when its last pass ended. */
+    uint64_t version;
 };
+/* A new version for s (its contents change, or may, on the host). */
+void hy_state_touch(hy_state *s);
 
 /* Floats of an MLA layer's expanded row (0 without MLA). */
 size_t hy_state_x_row(const hy_model_config *c);

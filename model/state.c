@@ -43,6 +43,15 @@ size_t hy_state_x_row(const hy_model_config *c)
     return c->mla ? (size_t)c->n_heads * (size_t)(c->qk_nope + c->qk_rope + c->v_head) : 0;
 }
 
+/* Versions are never reused, whichever state they go to: a state freed and
+ * another allocated at its address cannot pass for it. */
+static _Atomic uint64_t g_version;
+
+void hy_state_touch(hy_state *s)
+{
+    s->version = ++g_version;
+}
+
 void hy_state_free(hy_state *s)
 {
     if (!s) return;
@@ -70,6 +79,7 @@ int hy_state_new(const hy_model *m, hy_state **out, hy_err *err)
     hy_state *s = calloc(1, sizeof *s);
     if (!s) return hy_err_set(err, HY_ENOMEM, "out of memory");
     s->m = m;
+    hy_state_touch(s);
     int L = c->n_layers;
     s->S = calloc((size_t)L, sizeof *s->S);
     s->conv = calloc((size_t)L, sizeof *s->conv);
@@ -100,6 +110,7 @@ void hy_state_reset(hy_state *s)
     }
     s->pos = 0;
     s->x_valid = 0;
+    hy_state_touch(s);
 }
 
 int hy_state_reserve(hy_state *s, int64_t need, hy_err *err)
@@ -182,6 +193,7 @@ int hy_state_copy(hy_state *dst, const hy_state *src, hy_err *err)
     }
     dst->pos = src->pos;
     dst->x_valid = src->x_valid;
+    hy_state_touch(dst);
     return HY_OK;
 }
 
@@ -209,22 +221,30 @@ static int layer_ok(const hy_state *s, int layer)
 
 float *hy_state_S(hy_state *s, int layer)
 {
-    return layer_ok(s, layer) ? s->S[layer] : NULL;
+    if (!layer_ok(s, layer)) return NULL;
+    hy_state_touch(s); /* the caller may write */
+    return s->S[layer];
 }
 
 float *hy_state_conv(hy_state *s, int layer)
 {
-    return layer_ok(s, layer) ? s->conv[layer] : NULL;
+    if (!layer_ok(s, layer)) return NULL;
+    hy_state_touch(s); /* the caller may write */
+    return s->conv[layer];
 }
 
 float *hy_state_k(hy_state *s, int layer)
 {
-    return layer_ok(s, layer) ? s->k[layer] : NULL;
+    if (!layer_ok(s, layer)) return NULL;
+    hy_state_touch(s); /* the caller may write */
+    return s->k[layer];
 }
 
 float *hy_state_v(hy_state *s, int layer)
 {
-    return layer_ok(s, layer) ? s->v[layer] : NULL;
+    if (!layer_ok(s, layer)) return NULL;
+    hy_state_touch(s); /* the caller may write */
+    return s->v[layer];
 }
 
 int hy_state_layout(const hy_model_config *c, int64_t pos, hy_state_tensor *out, uint64_t *total)

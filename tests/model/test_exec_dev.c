@@ -26,6 +26,7 @@
  * device, reused against the CPU's own: 5e-3 (its values were rounded to
  * bf16 independently of the CPU's; see the case).
  */
+#include "exec_internal.h"
 #include "hy_model.h"
 #include "test_util.h"
 
@@ -379,6 +380,67 @@ static void test_cuda(void)
     every_model(HY_EXEC_CUDA);
 }
 
+/* The state's mirror on the device: a decode step after a pass of the same
+ * state copies nothing up, and anything the host does to the state between
+ * passes (a write through hy_state_S, a CPU pass, another state) makes the
+ * next pass copy it up again — a stale mirror would decode from the state
+ * as it was. */
+static void test_mirror(void)
+{
+    char dir[400];
+    snprintf(dir, sizeof dir, "%s/tiny", g_tmp);
+    hy_err e = {0};
+    hy_model *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(hy_model_open(&m, dir, &e), 0);
+    const hy_model_config *c = hy_model_cfg(m);
+    hy_exec *cx = NULL, *dx = NULL;
+    hy_state *cs = NULL, *ds = NULL, *other = NULL;
+    CU_ASSERT_EQUAL_FATAL(hy_exec_new(m, 7, &cx, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_exec_new(m, 7, &dx, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_exec_set_device(dx, HY_EXEC_EMULATED, 0, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_state_new(m, &cs, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_state_new(m, &ds, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_state_new(m, &other, &e), 0);
+    const size_t V = (size_t)c->vocab;
+    float *lc = malloc(V * sizeof *lc), *ld = malloc(V * sizeof *ld);
+    int32_t tok[20];
+    for (int i = 0; i < 20; i++) tok[i] = (i * 31 + 5) % c->vocab;
+    CU_ASSERT_EQUAL_FATAL(hy_exec_prefill(cx, cs, tok, 20, lc, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_exec_prefill(dx, ds, tok, 20, ld, &e), 0);
+    const uint64_t u0 = hy_dev_exec_state_uploads(dx->dev);
+    for (int t = 0; t < 3; t++) {
+        CU_ASSERT_EQUAL_FATAL(hy_exec_decode(cx, cs, 7 + t, lc, &e), 0);
+        CU_ASSERT_EQUAL_FATAL(hy_exec_decode(dx, ds, 7 + t, ld, &e), 0);
+        check("mirror: decode after a pass", hy_rel_diff(ld, lc, V));
+    }
+    CU_ASSERT_EQUAL(hy_dev_exec_state_uploads(dx->dev), u0); /* nothing went up */
+    int li = 0;
+    while (c->layer_kind[li] != HY_LAYER_LINEAR) li++;
+    const size_t ss = (size_t)c->lin_v_heads * c->lin_dk * c->lin_dv * sizeof(float);
+    memset(hy_state_S(cs, li), 0, ss); /* the host writes the state */
+    memset(hy_state_S(ds, li), 0, ss);
+    CU_ASSERT_EQUAL_FATAL(hy_exec_decode(cx, cs, 11, lc, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_exec_decode(dx, ds, 11, ld, &e), 0);
+    check("mirror: decode after the host wrote S", hy_rel_diff(ld, lc, V));
+    CU_ASSERT_EQUAL(hy_dev_exec_state_uploads(dx->dev), u0 + 1);
+    /* another state through the same executor, then the first again */
+    CU_ASSERT_EQUAL_FATAL(hy_exec_prefill(dx, other, tok, 5, NULL, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_exec_decode(cx, cs, 12, lc, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_exec_decode(dx, ds, 12, ld, &e), 0);
+    check("mirror: decode after another state's pass", hy_rel_diff(ld, lc, V));
+    /* a CPU pass over the device's state */
+    CU_ASSERT_EQUAL_FATAL(hy_exec_decode(cx, cs, 13, lc, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_exec_decode(cx, ds, 13, ld, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_exec_decode(cx, cs, 14, lc, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_exec_decode(dx, ds, 14, ld, &e), 0);
+    check("mirror: decode after a CPU pass", hy_rel_diff(ld, lc, V));
+    CU_ASSERT_EQUAL(hy_dev_exec_state_uploads(dx->dev), u0 + 4);
+    free(lc), free(ld);
+    hy_state_free(cs), hy_state_free(ds), hy_state_free(other);
+    hy_exec_free(cx), hy_exec_free(dx);
+    hy_model_close(m);
+}
+
 /* What the device executor does not run is refused, naming why, and the
  * executor stays on the CPU. */
 static void test_refusals(void)
@@ -430,6 +492,7 @@ int main(void)
     static const hy_test_case cases[] = {
         {"the device executor, its kernels emulated, equals the CPU's", test_emulated},
         {"on a GPU: the same", test_cuda},
+        {"the state's mirror: reused while current, copied up when not", test_mirror},
         {"refusals", test_refusals},
         {NULL, NULL},
     };
