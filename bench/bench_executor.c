@@ -230,7 +230,7 @@ static int executor_on_device(hy_bench_model *bm, hy_exec_device kind, int num, 
     printf("recurrent at %d tokens on the device: %.0f tokens/s (chunked %.2fx)\n", lens[1], rec,
            dev[1] / rec);
     printf("decode, one token per call (%d tokens): device %.0f tokens/s, cpu %.0f tokens/s "
-           "(each token's state goes up and comes back: a pass is a call)\n",
+           "(what each token changed comes back to the host: a pass is a call)\n",
            nd, dec_d, dec_c);
     printf("{\"bench\":\"executor\",\"device\":\"%s\",\"model_params_m\":%.2f,"
            "\"gemm_fp32_tflops\":%.3f,\"gemm_bf16_tflops\":%.3f",
@@ -239,8 +239,8 @@ static int executor_on_device(hy_bench_model *bm, hy_exec_device kind, int num, 
         printf(",\"prefill_tok_s_%d\":%.1f,\"cpu_prefill_tok_s_%d\":%.1f,"
                "\"device_over_cpu_%d\":%.3f,\"fraction_of_fp32_gemm_%d\":%.4f,"
                "\"fraction_of_bf16_gemm_%d\":%.4f",
-               lens[i], dev[i], lens[i], cpu[i], lens[i], dev[i] / cpu[i], lens[i], f32[i],
-               lens[i], f16[i]);
+               lens[i], dev[i], lens[i], cpu[i], lens[i], dev[i] / cpu[i], lens[i], f32[i], lens[i],
+               f16[i]);
     printf(",\"recurrent_tok_s_%d\":%.1f,\"decode_tok_s\":%.1f,\"cpu_decode_tok_s\":%.1f}\n",
            lens[1], rec, dec_d, dec_c);
     free(tok);
@@ -443,8 +443,7 @@ int hy_bench_executor(int argc, char **argv)
                "\"mla_auto_latent\":%s",
                mn, mn / mla_s[0], mn / mla_s[1], mla_auto == HY_MLA_ABSORBED ? "true" : "false");
     if (wf.ran) {
-        static const char *const keys[HY_BENCH_NFORMATS] = {"bf16", "bf16_math", "q8",
-                                                                    "f32"};
+        static const char *const keys[HY_BENCH_NFORMATS] = {"bf16", "bf16_math", "q8", "f32"};
         printf(",\"weights\":{\"rounds\":%d,\"prefill_tokens\":%d,\"stream_gb_s\":%.2f,"
                "\"bf16_math_available\":%s",
                wf.rounds, wf.prefill_tokens, wf.stream_gb_s, wf.bf16_math ? "true" : "false");
