@@ -41,65 +41,25 @@ static int launched(const char *what, hy_err *err)
 
 /* --- phased kernels ------------------------------------------------------------ */
 
-static __global__ void norm_kernel(hy_cu_norm_args a)
-{
-    extern __shared__ float sh[];
-    const int phases = hy_cu_norm_phases(blockDim.x);
-    for (int ph = 0; ph < phases; ph++) {
-        hy_cu_norm_phase(&a, ph, blockIdx.x, threadIdx.x, blockDim.x, sh);
-        __syncthreads();
+/* A phased family's kernel (ops_body.h): each block runs its phases in
+ * order, a barrier after each — the schedule the twins follow. */
+#define PHASED_KERNEL(fam, nphases)                                                                \
+    static __global__ void fam##_kernel(hy_cu_##fam##_args a)                                      \
+    {                                                                                              \
+        extern __shared__ float sh[];                                                              \
+        const int phases = (nphases);                                                              \
+        for (int ph = 0; ph < phases; ph++) {                                                      \
+            hy_cu_##fam##_phase(&a, ph, blockIdx.x, threadIdx.x, blockDim.x, sh);                  \
+            __syncthreads();                                                                       \
+        }                                                                                          \
     }
-}
 
-static __global__ void w16_kernel(hy_cu_w16_args a)
-{
-    extern __shared__ float sh[];
-    const int phases = hy_cu_w16_phases(blockDim.x);
-    for (int ph = 0; ph < phases; ph++) {
-        hy_cu_w16_phase(&a, ph, blockIdx.x, threadIdx.x, blockDim.x, sh);
-        __syncthreads();
-    }
-}
-
-static __global__ void route_kernel(hy_cu_route_args a)
-{
-    extern __shared__ float sh[];
-    const int phases = hy_cu_route_phases(blockDim.x);
-    for (int ph = 0; ph < phases; ph++) {
-        hy_cu_route_phase(&a, ph, blockIdx.x, threadIdx.x, blockDim.x, sh);
-        __syncthreads();
-    }
-}
-
-static __global__ void plan_kernel(hy_cu_plan_args a)
-{
-    extern __shared__ float sh[];
-    const int phases = hy_cu_plan_phases(blockDim.x);
-    for (int ph = 0; ph < phases; ph++) {
-        hy_cu_plan_phase(&a, ph, blockIdx.x, threadIdx.x, blockDim.x, sh);
-        __syncthreads();
-    }
-}
-
-static __global__ void combine_kernel(hy_cu_combine_args a)
-{
-    extern __shared__ float sh[];
-    const int phases = hy_cu_combine_phases();
-    for (int ph = 0; ph < phases; ph++) {
-        hy_cu_combine_phase(&a, ph, blockIdx.x, threadIdx.x, blockDim.x, sh);
-        __syncthreads();
-    }
-}
-
-static __global__ void sgate_kernel(hy_cu_sgate_args a)
-{
-    extern __shared__ float sh[];
-    const int phases = hy_cu_sgate_phases(blockDim.x);
-    for (int ph = 0; ph < phases; ph++) {
-        hy_cu_sgate_phase(&a, ph, blockIdx.x, threadIdx.x, blockDim.x, sh);
-        __syncthreads();
-    }
-}
+PHASED_KERNEL(norm, hy_cu_norm_phases(blockDim.x))
+PHASED_KERNEL(w16, hy_cu_w16_phases(blockDim.x))
+PHASED_KERNEL(route, hy_cu_route_phases(blockDim.x))
+PHASED_KERNEL(plan, hy_cu_plan_phases(blockDim.x))
+PHASED_KERNEL(combine, hy_cu_combine_phases())
+PHASED_KERNEL(sgate, hy_cu_sgate_phases(blockDim.x))
 
 /* --- elementwise kernels ----------------------------------------------------------- */
 
