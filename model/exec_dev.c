@@ -5,9 +5,10 @@
  * memory, for the Gated DeltaNet family (Qwen3-Next, Qwen3.5 dense and MoE).
  *
  * What lives where:
- *   - the model's weights, uploaded once per executor (bf16 matrices widened
- *     to fp32 on the way: the products then read what the CPU's f32 path
- *     reads; kept in bf16 when the model asks for bf16 arithmetic);
+ *   - the model's weights, uploaded once per device and shared by the
+ *     model's executors there (bf16 matrices widened to fp32 on the way:
+ *     the products then read what the CPU's f32 path reads; kept in bf16
+ *     when the model asks for bf16 arithmetic);
  *   - a mirror of the running state: at a pass's start the host state is
  *     copied up (S and the conv window of each linear layer, K and V of the
  *     positions so far) unless the mirror is already that state's, as the
@@ -35,6 +36,7 @@
 
 #include <assert.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,6 +117,27 @@ typedef struct dev_layer {
     float *router, *shared_gate;
 } dev_layer;
 
+/* Device allocations, freed together. */
+typedef struct dev_mem {
+    void **p;
+    size_t n, cap;
+} dev_mem;
+
+/* The model's weights on one device, shared by every executor of the model
+ * there (executor.contexts of them): uploaded by the first, freed with the
+ * last (weights_get, weights_put). */
+typedef struct dev_weights {
+    const hy_model *m;
+    const dev_ops *op;
+    int device;
+    bool bf16; /* matrices in bf16 (the products' arithmetic) */
+    int refs;
+    dev_mem mem;
+    float *embed, *final_norm, *lm_head, *inv_freq;
+    dev_layer *L;
+    struct dev_weights *next;
+} dev_weights;
+
 struct hy_dev_exec {
     const dev_ops *op;
     hy_cu_stream stream;
@@ -124,12 +147,8 @@ struct hy_dev_exec {
     int device;       /* the CUDA ordinal; -1 when emulated */
     char name[160];
     const hy_model *m;
-    /* device memory this executor frees */
-    void **owned;
-    size_t n_owned, cap_owned;
-    /* weights */
-    float *embed, *final_norm, *lm_head, *inv_freq;
-    dev_layer *L;
+    dev_mem mem;    /* device memory this executor frees */
+    dev_weights *w; /* the model's weights there, shared */
     /* the state's mirror */
     float **S, **conv, **K, **V;
     int64_t kv_cap, pos_begin;
@@ -168,31 +187,43 @@ struct hy_dev_exec {
 
 /* --- memory ------------------------------------------------------------------ */
 
+/* bytes of device memory into *out, kept in mem to be freed with it. */
+static int mem_alloc(const dev_ops *op, hy_cu_stream stream, dev_mem *mem, size_t bytes, void **out,
+                     hy_err *err)
+{
+    if (mem->n == mem->cap) {
+        size_t nc = mem->cap ? 2 * mem->cap : 256;
+        void **no = realloc(mem->p, nc * sizeof *no);
+        if (!no) return hy_err_set(err, HY_ENOMEM, "out of memory");
+        mem->p = no;
+        mem->cap = nc;
+    }
+    int rc = op->malloc(stream, bytes, out, err);
+    if (!rc) mem->p[mem->n++] = *out;
+    return rc;
+}
+
+static void mem_free(const dev_ops *op, hy_cu_stream stream, dev_mem *mem)
+{
+    for (size_t i = 0; i < mem->n; i++) op->free(stream, mem->p[i]);
+    free(mem->p);
+    *mem = (dev_mem){0};
+}
+
 static int dalloc(hy_dev_exec *d, size_t bytes, void **out, hy_err *err)
 {
-    if (d->n_owned == d->cap_owned) {
-        size_t nc = d->cap_owned ? 2 * d->cap_owned : 256;
-        void **no = realloc(d->owned, nc * sizeof *no);
-        if (!no) return hy_err_set(err, HY_ENOMEM, "out of memory");
-        d->owned = no;
-        d->cap_owned = nc;
-    }
-    int rc = d->op->malloc(d->stream, bytes, out, err);
-    if (rc) {
-        hy_err_prefix(err, "%s", d->name);
-        return rc;
-    }
-    d->owned[d->n_owned++] = *out;
-    return HY_OK;
+    int rc = mem_alloc(d->op, d->stream, &d->mem, bytes, out, err);
+    if (rc) hy_err_prefix(err, "%s", d->name);
+    return rc;
 }
 
 /* Frees p (one of d's) now, before the executor goes: a buffer that grows. */
 static void dfree(hy_dev_exec *d, void *p)
 {
     if (!p) return;
-    for (size_t i = 0; i < d->n_owned; i++)
-        if (d->owned[i] == p) {
-            d->owned[i] = d->owned[--d->n_owned];
+    for (size_t i = 0; i < d->mem.n; i++)
+        if (d->mem.p[i] == p) {
+            d->mem.p[i] = d->mem.p[--d->mem.n];
             d->op->free(d->stream, p);
             return;
         }
@@ -219,40 +250,40 @@ static int hole_in(hy_dev_exec *d, const hy_entry *e, void *dst, const void *src
 }
 
 /* A copy of host floats src[0, n) on the device (*out NULL when src is). */
-static int upload(hy_dev_exec *d, const float *src, size_t n, float **out, hy_err *err)
+static int upload(dev_weights *w, const float *src, size_t n, float **out, hy_err *err)
 {
     *out = NULL;
     if (!src) return HY_OK;
-    int rc = dalloc(d, n * sizeof(float), (void **)out, err);
-    return rc ? rc : up(d, *out, src, n * sizeof(float), err);
+    int rc = mem_alloc(w->op, NULL, &w->mem, n * sizeof(float), (void **)out, err);
+    return rc ? rc : w->op->copy(NULL, *out, src, n * sizeof(float), HY_CU_H2D, err);
 }
 
 /* A weight matrix (hy_model_matrices) of n values: bf16 ones kept so when
  * the products run in bf16 (its bytes then bf16, whatever *out's type),
  * widened otherwise. */
-static int upload_matrix(hy_dev_exec *d, const float *w, size_t n, float **out, hy_err *err)
+static int upload_matrix(dev_weights *w, const float *src, size_t n, float **out, hy_err *err)
 {
-    if (!d->m->w_bf16 || !w) return upload(d, w, n, out, err);
-    if (d->bf16) {
+    if (!w->m->w_bf16 || !src) return upload(w, src, n, out, err);
+    if (w->bf16) {
         *out = NULL;
-        int rc = dalloc(d, n * sizeof(uint16_t), (void **)out, err);
-        return rc ? rc : up(d, *out, w, n * sizeof(uint16_t), err);
+        int rc = mem_alloc(w->op, NULL, &w->mem, n * sizeof(uint16_t), (void **)out, err);
+        return rc ? rc : w->op->copy(NULL, *out, src, n * sizeof(uint16_t), HY_CU_H2D, err);
     }
     float *wide = malloc(n * sizeof *wide);
     if (!wide) return hy_err_set(err, HY_ENOMEM, "out of memory widening a matrix");
-    const uint16_t *b = (const uint16_t *)(const void *)w;
+    const uint16_t *b = (const uint16_t *)(const void *)src;
     for (size_t i = 0; i < n; i++) wide[i] = hy_bf16_to_f32(b[i]);
-    int rc = upload(d, wide, n, out, err);
+    int rc = upload(w, wide, n, out, err);
     free(wide);
     return rc;
 }
 
-static int upload_mlp(hy_dev_exec *d, const hy_mlp_w *w, int D, dev_mlp *out, hy_err *err)
+static int upload_mlp(dev_weights *w, const hy_mlp_w *src, int D, dev_mlp *out, hy_err *err)
 {
-    out->inter = w->inter;
-    if (w->inter == 0) return HY_OK;
-    int rc = upload_matrix(d, w->w_gu, (size_t)2 * w->inter * D, &out->w_gu, err);
-    return rc ? rc : upload_matrix(d, w->w_down, (size_t)D * w->inter, &out->w_down, err);
+    out->inter = src->inter;
+    if (src->inter == 0) return HY_OK;
+    int rc = upload_matrix(w, src->w_gu, (size_t)2 * src->inter * D, &out->w_gu, err);
+    return rc ? rc : upload_matrix(w, src->w_down, (size_t)D * src->inter, &out->w_down, err);
 }
 
 /* --- what runs here ------------------------------------------------------------ */
@@ -292,17 +323,17 @@ int hy_dev_supports(const hy_model *m, hy_err *err)
 
 /* --- the executor --------------------------------------------------------------- */
 
-static int upload_weights(hy_dev_exec *d, hy_err *err)
+static int upload_weights(dev_weights *w, hy_err *err)
 {
-    const hy_model *m = d->m;
+    const hy_model *m = w->m;
     const hy_model_config *c = &m->cfg;
     const size_t H = (size_t)c->hidden, V = (size_t)c->vocab;
-    int rc = upload(d, m->embed, V * H, &d->embed, err);
-    if (!rc) rc = upload(d, m->final_norm1, H, &d->final_norm, err);
-    if (!rc) rc = upload_matrix(d, m->lm_head, V * H, &d->lm_head, err);
+    int rc = upload(w, m->embed, V * H, &w->embed, err);
+    if (!rc) rc = upload(w, m->final_norm1, H, &w->final_norm, err);
+    if (!rc) rc = upload_matrix(w, m->lm_head, V * H, &w->lm_head, err);
     if (!rc && c->rotary_dim)
-        rc = upload(d, m->rope_inv_freq, (size_t)c->rotary_dim / 2, &d->inv_freq, err);
-    if (!rc && !(d->L = calloc((size_t)c->n_layers, sizeof *d->L)))
+        rc = upload(w, m->rope_inv_freq, (size_t)c->rotary_dim / 2, &w->inv_freq, err);
+    if (!rc && !(w->L = calloc((size_t)c->n_layers, sizeof *w->L)))
         rc = hy_err_set(err, HY_ENOMEM, "out of memory");
     const size_t Hk = (size_t)c->lin_k_heads, Hv = (size_t)c->lin_v_heads;
     const size_t dk = (size_t)c->lin_dk, dv = (size_t)c->lin_dv, Vd = Hv * dv;
@@ -311,39 +342,96 @@ static int upload_weights(hy_dev_exec *d, hy_err *err)
     const size_t Q2 = (size_t)c->n_heads * qs, KV = (size_t)c->n_kv_heads * hd;
     for (int li = 0; !rc && li < c->n_layers; li++) {
         const hy_layer_w *L = &m->layers[li];
-        dev_layer *dl = &d->L[li];
-        rc = upload(d, L->in_norm1, H, &dl->in_norm, err);
-        if (!rc) rc = upload(d, L->post_norm1, H, &dl->post_norm, err);
+        dev_layer *dl = &w->L[li];
+        rc = upload(w, L->in_norm1, H, &dl->in_norm, err);
+        if (!rc) rc = upload(w, L->post_norm1, H, &dl->post_norm, err);
         if (!rc && L->kind == HY_LAYER_LINEAR) {
-            const hy_gdn_w *w = &L->gdn;
-            rc = upload_matrix(d, w->w_in, P * H, &dl->w_in, err);
-            if (!rc) rc = upload(d, w->conv_w, (size_t)c->conv_kernel * C, &dl->conv_w, err);
-            if (!rc) rc = upload(d, w->neg_A, Hv, &dl->neg_A, err);
-            if (!rc) rc = upload(d, w->dt_bias, Hv, &dl->dt_bias, err);
-            if (!rc) rc = upload(d, w->norm_w, dv, &dl->norm_w, err);
-            if (!rc) rc = upload_matrix(d, w->w_out, H * Vd, &dl->w_out, err);
+            const hy_gdn_w *g = &L->gdn;
+            rc = upload_matrix(w, g->w_in, P * H, &dl->w_in, err);
+            if (!rc) rc = upload(w, g->conv_w, (size_t)c->conv_kernel * C, &dl->conv_w, err);
+            if (!rc) rc = upload(w, g->neg_A, Hv, &dl->neg_A, err);
+            if (!rc) rc = upload(w, g->dt_bias, Hv, &dl->dt_bias, err);
+            if (!rc) rc = upload(w, g->norm_w, dv, &dl->norm_w, err);
+            if (!rc) rc = upload_matrix(w, g->w_out, H * Vd, &dl->w_out, err);
         } else if (!rc) {
-            const hy_attn_w *w = &L->attn;
-            rc = upload_matrix(d, w->w_qkv, (Q2 + 2 * KV) * H, &dl->w_qkv, err);
-            if (!rc) rc = upload(d, w->q_norm1, hd, &dl->q_norm, err);
-            if (!rc) rc = upload(d, w->k_norm1, hd, &dl->k_norm, err);
-            if (!rc) rc = upload_matrix(d, w->w_o, H * (size_t)c->n_heads * hd, &dl->w_o, err);
+            const hy_attn_w *a = &L->attn;
+            rc = upload_matrix(w, a->w_qkv, (Q2 + 2 * KV) * H, &dl->w_qkv, err);
+            if (!rc) rc = upload(w, a->q_norm1, hd, &dl->q_norm, err);
+            if (!rc) rc = upload(w, a->k_norm1, hd, &dl->k_norm, err);
+            if (!rc) rc = upload_matrix(w, a->w_o, H * (size_t)c->n_heads * hd, &dl->w_o, err);
         }
         if (rc) break;
         if (!L->moe) {
-            rc = upload_mlp(d, &L->mlp, (int)H, &dl->mlp, err);
+            rc = upload_mlp(w, &L->mlp, (int)H, &dl->mlp, err);
             continue;
         }
         const int E = c->n_experts;
-        rc = upload_matrix(d, L->router, (size_t)E * H, &dl->router, err);
+        rc = upload_matrix(w, L->router, (size_t)E * H, &dl->router, err);
         if (!rc && !(dl->experts = calloc((size_t)E, sizeof *dl->experts)))
             rc = hy_err_set(err, HY_ENOMEM, "out of memory");
         for (int e = 0; !rc && e < E; e++)
-            rc = upload_mlp(d, &L->experts[e], (int)H, &dl->experts[e], err);
-        if (!rc) rc = upload_mlp(d, &L->shared, (int)H, &dl->shared, err);
-        if (!rc && c->shared_gated) rc = upload(d, L->shared_gate, H, &dl->shared_gate, err);
+            rc = upload_mlp(w, &L->experts[e], (int)H, &dl->experts[e], err);
+        if (!rc) rc = upload_mlp(w, &L->shared, (int)H, &dl->shared, err);
+        if (!rc && c->shared_gated) rc = upload(w, L->shared_gate, H, &dl->shared_gate, err);
     }
     return rc;
+}
+
+static pthread_mutex_t g_weights_mu = PTHREAD_MUTEX_INITIALIZER;
+static dev_weights *g_weights; /* every set in use */
+
+static void weights_free(dev_weights *w)
+{
+    if (w->L)
+        for (int li = 0; li < w->m->cfg.n_layers; li++) free(w->L[li].experts);
+    free(w->L);
+    mem_free(w->op, NULL, &w->mem);
+    free(w);
+}
+
+/* d's model's weights on d's device: the set another executor uploaded
+ * there, or uploaded now. */
+static int weights_get(hy_dev_exec *d, hy_err *err)
+{
+    pthread_mutex_lock(&g_weights_mu);
+    dev_weights *w = g_weights;
+    while (w && !(w->m == d->m && w->op == d->op && w->device == d->device && w->bf16 == d->bf16))
+        w = w->next;
+    int rc = HY_OK;
+    if (w) {
+        w->refs++;
+    } else if (!(w = calloc(1, sizeof *w))) {
+        rc = hy_err_set(err, HY_ENOMEM, "out of memory");
+    } else {
+        w->m = d->m, w->op = d->op, w->device = d->device, w->bf16 = d->bf16, w->refs = 1;
+        rc = upload_weights(w, err);
+        if (rc) {
+            hy_err_prefix(err, "%s: the weights", d->name);
+            weights_free(w);
+            w = NULL;
+        } else {
+            w->next = g_weights;
+            g_weights = w;
+        }
+    }
+    pthread_mutex_unlock(&g_weights_mu);
+    d->w = w;
+    return rc;
+}
+
+static void weights_put(dev_weights *w)
+{
+    if (!w) return;
+    pthread_mutex_lock(&g_weights_mu);
+    const bool last = --w->refs == 0;
+    if (last)
+        for (dev_weights **q = &g_weights; *q; q = &(*q)->next)
+            if (*q == w) {
+                *q = w->next;
+                break;
+            }
+    pthread_mutex_unlock(&g_weights_mu);
+    if (last) weights_free(w);
 }
 
 int hy_dev_exec_new(const hy_model *m, hy_exec_device kind, int device, hy_dev_exec **out,
@@ -378,7 +466,7 @@ int hy_dev_exec_new(const hy_model *m, hy_exec_device kind, int device, hy_dev_e
         const size_t at = strlen(d->name);
         snprintf(d->name + at, sizeof d->name - at, ", bf16 products");
     }
-    if (!rc) rc = upload_weights(d, err);
+    if (!rc) rc = weights_get(d, err);
     if (!rc && !(d->S = calloc((size_t)m->cfg.n_layers, 4 * sizeof *d->S)))
         rc = hy_err_set(err, HY_ENOMEM, "out of memory");
     if (rc) {
@@ -395,11 +483,8 @@ int hy_dev_exec_new(const hy_model *m, hy_exec_device kind, int device, hy_dev_e
 void hy_dev_exec_free(hy_dev_exec *d)
 {
     if (!d) return;
-    for (size_t i = 0; i < d->n_owned; i++) d->op->free(d->stream, d->owned[i]);
-    free(d->owned);
-    if (d->L)
-        for (int li = 0; li < d->m->cfg.n_layers; li++) free(d->L[li].experts);
-    free(d->L);
+    mem_free(d->op, d->stream, &d->mem);
+    weights_put(d->w);
     free(d->S);
 #ifdef HY_HAVE_CUDA_KERNELS
     hy_cu_blas_free(d->blas);
@@ -569,7 +654,7 @@ static int rope_table(hy_dev_exec *d, int64_t npos, hy_err *err)
         rc = d->op->copy(d->stream, t, d->rope, (size_t)d->rope_n * rd * sizeof(float), HY_CU_D2D,
                          err);
     if (!rc)
-        rc = d->op->rope_table(d->stream, rd, d->inv_freq, d->rope_n, n - d->rope_n,
+        rc = d->op->rope_table(d->stream, rd, d->w->inv_freq, d->rope_n, n - d->rope_n,
                                t + (size_t)d->rope_n * rd, err);
     if (rc) {
         dfree(d, t);
@@ -646,6 +731,11 @@ int hy_dev_end(hy_exec *ex, hy_state *st, hy_err *err)
     hy_state_touch(st); /* changed on the host, to what the mirror holds */
     d->mirror_of = st, d->mirror_version = st->version, d->mirror_pos = st->pos;
     return HY_OK;
+}
+
+const void *hy_dev_exec_weights(const hy_dev_exec *d)
+{
+    return d->w;
 }
 
 uint64_t hy_dev_exec_state_uploads(const hy_dev_exec *d)
@@ -791,7 +881,7 @@ static int gdn_layer(hy_exec *ex, int li, const item *it, int ni, int n, hy_err 
 {
     hy_dev_exec *d = ex->dev;
     const hy_model_config *c = &d->m->cfg;
-    const dev_layer *dl = &d->L[li];
+    const dev_layer *dl = &d->w->L[li];
     const dev_ops *op = d->op;
     const int H = c->hidden, Hk = c->lin_k_heads, Hv = c->lin_v_heads, dk = c->lin_dk,
               dv = c->lin_dv, K = c->conv_kernel;
@@ -896,7 +986,7 @@ static int attn_layer(hy_exec *ex, int li, const item *it, int ni, int n, int nh
 {
     hy_dev_exec *d = ex->dev;
     const hy_model_config *c = &d->m->cfg;
-    const dev_layer *dl = &d->L[li];
+    const dev_layer *dl = &d->w->L[li];
     const dev_ops *op = d->op;
     const int H = c->hidden, Hq = c->n_heads, Hkv = c->n_kv_heads, hd = c->head_dim,
               rd = c->rotary_dim;
@@ -1012,11 +1102,11 @@ int hy_dev_step(hy_exec *ex, hy_state *st, const item *it, int ni, int n, float 
     if (n > 0) {
         rc = up(d, d->ids, d->h_ids, (size_t)n * sizeof *d->h_ids, err);
         if (!rc) rc = up(d, d->pos, ex->rowpos, (size_t)n * sizeof *ex->rowpos, err);
-        if (!rc) rc = op->embed(d->stream, n, H, d->ids, d->embed, d->x, (size_t)H, err);
+        if (!rc) rc = op->embed(d->stream, n, H, d->ids, d->w->embed, d->x, (size_t)H, err);
     }
     for (int li = 0; !rc && li < c->n_layers; li++) {
         const hy_layer_w *L = &m->layers[li];
-        const dev_layer *dl = &d->L[li];
+        const dev_layer *dl = &d->w->L[li];
         if (nholes > 0 && (rc = hy_fwd_holes_wait(ex, it, ni, li, err))) return rc;
         if (n > 0)
             rc = op->rmsnorm(d->stream, n, H, d->x, (size_t)H, dl->in_norm, c->rms_eps, d->xn,
@@ -1038,10 +1128,10 @@ int hy_dev_step(hy_exec *ex, hy_state *st, const item *it, int ni, int n, float 
         if (!rc) rc = op->add(d->stream, (size_t)n * H, d->x, d->y, err);
     }
     if (!rc && logits) {
-        rc = op->rmsnorm(d->stream, 1, H, d->x + (size_t)(n - 1) * H, (size_t)H, d->final_norm,
+        rc = op->rmsnorm(d->stream, 1, H, d->x + (size_t)(n - 1) * H, (size_t)H, d->w->final_norm,
                          c->rms_eps, d->last, (size_t)H, err);
         if (!rc)
-            rc = matmul(d, 1, H, c->vocab, d->last, (size_t)H, d->lm_head, d->logits,
+            rc = matmul(d, 1, H, c->vocab, d->last, (size_t)H, d->w->lm_head, d->logits,
                         (size_t)c->vocab, err);
         if (!rc) rc = down(d, logits, d->logits, (size_t)c->vocab * sizeof(float), err);
     }

@@ -243,6 +243,9 @@ int hy_dev_exec_index(const hy_dev_exec *d);
 /* Passes that began by copying the state up: not those that followed a
  * pass of the same state untouched since on the host (for tests). */
 uint64_t hy_dev_exec_state_uploads(const hy_dev_exec *d);
+/* The weights it uses: the same for every executor of one model on one
+ * device (uploaded once, freed with the last of them; for tests). */
+const void *hy_dev_exec_weights(const hy_dev_exec *d);
 int hy_dev_begin(hy_exec *ex, hy_state *st, size_t B, int64_t ctx, hy_err *err);
 int hy_dev_step(hy_exec *ex, hy_state *st, const item *it, int ni, int n, float *logits,
                 hy_err *err);

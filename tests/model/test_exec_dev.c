@@ -441,6 +441,43 @@ static void test_mirror(void)
     hy_model_close(m);
 }
 
+/* The executors of one model on one device share its weights: uploaded by
+ * the first, still there for the others when it goes, freed with the last. */
+static void test_shared_weights(void)
+{
+    char dir[400];
+    snprintf(dir, sizeof dir, "%s/tiny", g_tmp);
+    hy_err e = {0};
+    hy_model *m = NULL, *m2 = NULL;
+    CU_ASSERT_EQUAL_FATAL(hy_model_open(&m, dir, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_model_open(&m2, dir, &e), 0);
+    hy_exec *cx = NULL, *a = NULL, *b = NULL, *other = NULL;
+    CU_ASSERT_EQUAL_FATAL(hy_exec_new(m, 7, &cx, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_exec_new(m, 7, &a, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_exec_new(m, 7, &b, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_exec_new(m2, 7, &other, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_exec_set_device(a, HY_EXEC_EMULATED, 0, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_exec_set_device(b, HY_EXEC_EMULATED, 0, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_exec_set_device(other, HY_EXEC_EMULATED, 0, &e), 0);
+    CU_ASSERT_PTR_EQUAL(hy_dev_exec_weights(a->dev), hy_dev_exec_weights(b->dev));
+    CU_ASSERT_PTR_NOT_EQUAL(hy_dev_exec_weights(a->dev), hy_dev_exec_weights(other->dev));
+    hy_exec_free(a); /* the first goes: the second still computes */
+    const size_t V = (size_t)hy_model_cfg(m)->vocab;
+    float *lc = malloc(V * sizeof *lc), *ld = malloc(V * sizeof *ld);
+    int32_t tok[16];
+    for (int i = 0; i < 16; i++) tok[i] = (i * 13 + 3) % (int)V;
+    hy_state *cs = NULL, *ds = NULL;
+    CU_ASSERT_EQUAL_FATAL(hy_state_new(m, &cs, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_state_new(m, &ds, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_exec_prefill(cx, cs, tok, 16, lc, &e), 0);
+    CU_ASSERT_EQUAL_FATAL(hy_exec_prefill(b, ds, tok, 16, ld, &e), 0);
+    check("shared weights, after the first executor went", hy_rel_diff(ld, lc, V));
+    free(lc), free(ld);
+    hy_state_free(cs), hy_state_free(ds);
+    hy_exec_free(b), hy_exec_free(other), hy_exec_free(cx);
+    hy_model_close(m), hy_model_close(m2);
+}
+
 /* What the device executor does not run is refused, naming why, and the
  * executor stays on the CPU. */
 static void test_refusals(void)
@@ -493,6 +530,7 @@ int main(void)
         {"the device executor, its kernels emulated, equals the CPU's", test_emulated},
         {"on a GPU: the same", test_cuda},
         {"the state's mirror: reused while current, copied up when not", test_mirror},
+        {"the executors of a model on a device share its weights", test_shared_weights},
         {"refusals", test_refusals},
         {NULL, NULL},
     };
