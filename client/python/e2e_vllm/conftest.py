@@ -47,6 +47,9 @@ fixture = _load("hypic_daemon_fixture", HERE.parent / "tests" / "conftest.py")
 REPO: Path = fixture.REPO
 TOKEN = "hypic-e2e-vllm-token-0001"  # the connector's
 OTHER_TOKEN = "hypic-e2e-vllm-token-0002"
+# After a Lookup that found no daemon the connector leaves requests to vLLM for this long:
+# long enough that a loaded machine's next request still falls inside it (test_fail_closed)
+RETRY_AFTER_S = 8
 MODELS = ("qwen35", "qwen3next")  # the daemon's names; folders <name>-tiny
 
 
@@ -150,7 +153,7 @@ def make_llm(model_dir: Path, daemon: Daemon, name: str, dump_dir: Path, prefix_
                 "model": name,
                 "dump_dir": str(dump_dir),
                 "timeout_s": 10,
-                "retry_after_s": 3,
+                "retry_after_s": RETRY_AFTER_S,
             },
         ),
     )

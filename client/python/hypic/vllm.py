@@ -654,7 +654,9 @@ class HypicConnector(KVConnectorBase_V1, SupportsHMA):
 
     def _dump(self, name: str, tokens: int, block_ids: list[list[int]], start: int) -> None:
         """Diagnostics: the request's state as vLLM's cache holds it, read back (npz):
-        L{i}.conv, L{i}.S ([Hv][dk][dv]) and L{i}.K, L{i}.V ([tokens][Hkv][head_dim])."""
+        L{i}.conv, L{i}.S ([Hv][dk][dv]) and L{i}.K, L{i}.V ([tokens][Hkv][head_dim]),
+        widened to float32; dtype.conv and dtype.S name what the cache keeps them in
+        ("bfloat16", or "float32" for S where vLLM keeps it so), K and V being bfloat16."""
         s = self.shapes
         out: dict[str, np.ndarray] = {}
         gof = self._group_of()
@@ -666,6 +668,8 @@ class HypicConnector(KVConnectorBase_V1, SupportsHMA):
                 b = self._slot(ids, tokens)[-1]
                 out[f"L{li}.conv"] = kv[0][b].float().numpy().copy()
                 out[f"L{li}.S"] = kv[1][b].float().reshape(s.hv, s.dk, s.dv).numpy().copy()
+                out["dtype.conv"] = np.array(str(kv[0].dtype).removeprefix("torch."))
+                out["dtype.S"] = np.array(str(kv[1].dtype).removeprefix("torch."))
             else:
                 if getattr(layer, "isa", "vec") != "vec":
                     log.warning("dump: attention layout '%s' cannot be read back; layer %d left out", layer.isa, li)
