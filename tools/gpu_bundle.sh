@@ -40,7 +40,7 @@ PY_PINS_310="exceptiongroup==1.3.2 tomli==2.5.0"        # pytest's, on 3.10 only
 HY_GPU_PYTHONS=${HY_GPU_PYTHONS:-3.12}
 
 # py_wheelhouse DIR WORK: DIR emptied and filled with the wheels for the
-# adapter's step of gpu_check.sh: the hypic package (its gRPC stubs generated
+# adapter's step of gpu_check.sh: the hypic package (its gRPC modules generated
 # from rpc/ by the pinned grpcio-tools of requirements-test.txt, in a venv made
 # for it in WORK, a scratch folder that the caller removes) and the pins above
 # from PyPI, each asked for as manylinux x86_64 and each version of

@@ -194,7 +194,7 @@ if [ "${HY_GPU_ADAPTER:-1}" != 0 ]; then
     { wheel_install grpcio protobuf xxhash pytest && wheel_install --no-deps hypic; } ||
         { echo "gpu_check: installing $wheels into $pydir with $torchpy's pip failed"; exit 1; }
     # from the e2e folder, so that `import hypic` is the installed package
-    # (with its stubs), not the source beside it; transformers_frontend.py
+    # (with its generated gRPC modules), not the source beside it; transformers_frontend.py
     # hides the GPU when CUDA_VISIBLE_DEVICES is unset (its reference path is
     # the CPU's), so it is set. -rfEsp lists each case's outcome at the end:
     # SKIPPED for a skip, which fails the check, PASSED for the cuda case.

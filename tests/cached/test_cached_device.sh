@@ -11,8 +11,9 @@
 # Everywhere: executor.device emulated (the device executor with the CUDA
 # kernels' bodies on the CPU). With a GPU: executor.device cuda as well,
 # then cuda:0 beside an hbm tier on the same device, whose hits are composed
-# where they lie (its /metrics count hits from hbm); without one, that daemon must refuse to start saying why, and the cuda
-# half is reported skipped. Every daemon is stopped on exit.
+# where they lie (its /metrics count hits from hbm); without one, that
+# daemon must refuse to start saying why, and the cuda half is reported
+# skipped. Every daemon is stopped on exit.
 #   test_cached_device.sh HYPIC_CACHED HYPICCTL
 set -u
 abs() { echo "$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; }
