@@ -511,12 +511,7 @@ int hy_dev_exec_index(const hy_dev_exec *d)
 /* Device bytes down for an entry's view (hy_entry_read_fn). */
 static int view_read(void *ctx, void *dst, const void *src, size_t n, hy_err *err)
 {
-    hy_dev_exec *d = ctx;
-    int rc = HY_OK;
-#ifdef HY_HAVE_CUDA_KERNELS
-    if (d->device >= 0) rc = hy_cu_use_device(d->device, NULL, 0, err); /* the caller's thread */
-#endif
-    return rc ? rc : down(d, dst, src, n, err);
+    return down(ctx, dst, src, n, err);
 }
 
 int hy_exec_view_device(hy_exec *ex, const void *dev, size_t len, hy_entry **out, hy_err *err)
@@ -526,7 +521,14 @@ int hy_exec_view_device(hy_exec *ex, const void *dev, size_t len, hy_entry **out
         return hy_err_set(err, HY_EINVAL,
                           "an entry in device memory needs an executor on that device; this one "
                           "runs on the CPU");
-    return hy_entry_view_device(ex->m, ex->dev->device, dev, len, view_read, ex->dev, out, err);
+    int rc = HY_OK;
+#ifdef HY_HAVE_CUDA_KERNELS
+    /* the reads run in the caller's thread: on this executor's device */
+    if (ex->dev->device >= 0) rc = hy_cu_use_device(ex->dev->device, NULL, 0, err);
+#endif
+    return rc ? rc
+              : hy_entry_view_device(ex->m, ex->dev->device, dev, len, view_read, ex->dev, out,
+                                     err);
 }
 
 /* --- a pass ------------------------------------------------------------------ */
@@ -811,10 +813,10 @@ static int compose(hy_dev_exec *d, int li, const hy_entry *e, bool use_T, hy_err
     const hy_model_config *c = &d->m->cfg;
     const int Hv = c->lin_v_heads;
     const hy_head_rep *th = &e->th[(size_t)li * Hv], *sh = &e->sh[(size_t)li * Hv];
-    size_t total = 0;
-    for (int h = 0; h < Hv; h++)
+    size_t total = 0; /* staged when the payloads come up from the host */
+    for (int h = 0; h < Hv && !e->dev; h++)
         total += ((th[h].bytes + 15u) & ~15u) + ((sh[h].bytes + 15u) & ~15u);
-    int rc = stage(d, total + 16, err);
+    int rc = e->dev ? HY_OK : stage(d, total + 16, err);
     hy_cu_rep *recs = d->h_recs;
     size_t at = 0;
     for (int h = 0; !rc && h < 2 * Hv; h++) {
